@@ -1,0 +1,18 @@
+#pragma once
+// Which instruction set the dispatching kernels use. All paths give identical bits (DESIGN.md
+// rule 3), so the choice only changes speed; tests force each one in turn and compare.
+namespace parity::kernels {
+
+enum class Isa { Portable, Avx2, Avx512 };
+
+const char* isa_name(Isa isa);
+Isa detected_isa();          // best the CPU supports
+Isa active_isa();            // detected, unless overridden
+void set_isa_override(Isa);  // throws parity::Error if the CPU lacks it
+void clear_isa_override();
+
+// Thread count for every parallel kernel (OpenMP). Threads split independent outputs only.
+void set_num_threads(int n);
+int num_threads();
+
+}  // namespace parity::kernels

@@ -1,0 +1,57 @@
+#pragma once
+// Mamba2 SSD (state-space duality) scan for one sequence segment, and the SSU recurrent update.
+//
+// Notation per head h: dA_t = dt_t · A_h (dt after softplus + clamp), state S ∈ R^{P×N}
+// (P = head_dim, N = d_state), group g(h) = h / (H/G) owns B_t, C_t ∈ R^N.
+//
+// Exact formulation (DESIGN.md rule 6). The rows passed in start at a chunk-grid boundary; the
+// caller supplies the boundary state S0. For row t (0-based inside its chunk, chunk boundary
+// state S_b), with decay(t, s) = exp(Σ_{r=s+1..t} dA_r) summed sequentially from r = t down:
+//   y_t = exp(Σ_{r=0..t} dA_r) · (S_b C_t) + Σ_{s=0..t} (C_t·B_s) · decay(t,s) · dt_s · x_s + D · x_t
+// evaluated by ONE row routine (s visited in increasing order), whether the call holds one row or
+// the whole chunk. The state at a chunk's end comes from ONE fold routine:
+//   S_end = exp(Σ_{r=0..L-1} dA_r) · S_b + Σ_s decay(L-1, s) · dt_s · x_s ⊗ B_s.
+// Hence an output row depends only on (S_b, the chunk's rows ≤ t): prefix-, packing- and
+// split-invariant by construction.
+#include <cstdint>
+
+namespace parity::kernels {
+
+struct SsdShape {
+  int nheads = 0;
+  int headdim = 0;
+  int ngroups = 0;
+  int dstate = 0;
+  int chunk_size = 0;
+  int64_t state_elems() const { return int64_t(nheads) * headdim * dstate; }
+};
+
+// State layout everywhere: [nheads][headdim][dstate], fp32 (HF layout).
+//
+// Inputs (row-major, n rows):
+//   x  [n][nheads*headdim]   dt [n][nheads] (already softplus'ed and clamped)   B [n][ngroups*dstate]
+//   C  [n - first_out][ngroups*dstate]  (only rows that produce output need C)
+//   A  [nheads] (negative), D [nheads]
+// Row 0 is at a chunk boundary whose state is s0. Rows < first_out are re-fed (replayed): they
+// enter the sums but produce no output. y is [n - first_out][nheads*headdim].
+// chunk_states (nullable): receives the state at the end of every *complete* chunk, in order,
+//   floor(n / chunk_size) states. final_state (nullable): the state after row n-1, obtained by
+//   folding the trailing partial chunk with the same fold routine (equals the last chunk state
+//   when n is a multiple of chunk_size).
+// Parallel over heads.
+void ssd_scan(const SsdShape& shape, const float* x, const float* dt, const float* A, const float* B,
+              const float* C, const float* D, int n, int first_out, const float* s0, float* y,
+              float* chunk_states, float* final_state);
+
+// Plain scalar twin of ssd_scan (same arithmetic, no SIMD); tests compare the two bitwise.
+void ssd_scan_reference(const SsdShape& shape, const float* x, const float* dt, const float* A,
+                        const float* B, const float* C, const float* D, int n, int first_out,
+                        const float* s0, float* y, float* chunk_states, float* final_state);
+
+// SSU: the recurrent one-token update used by plain-mode decode (vLLM's selective_state_update):
+//   S = exp(dt·A) · S + dt · x ⊗ B ;  y = S C + D · x
+// state is updated in place (fp32). x [nheads*headdim], dt [nheads], B, C [ngroups*dstate].
+void ssu_step(const SsdShape& shape, const float* x, const float* dt, const float* A, const float* B,
+              const float* C, const float* D, float* state, float* y);
+
+}  // namespace parity::kernels
