@@ -1,0 +1,117 @@
+#include "cache/mamba_state_cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace parity::cache {
+
+SlotBytes slot_bytes(const io::Mamba2Config& cfg, int num_mamba_layers, const MambaCacheOptions& opt) {
+  SlotBytes b;
+  const std::size_t L = static_cast<std::size_t>(num_mamba_layers);
+  b.conv = L * std::size_t(cfg.conv_kernel - 1) * cfg.conv_dim() * sizeof(float);
+  b.ssm = L * std::size_t(cfg.num_heads) * cfg.head_dim * cfg.state_size * dtype_size(opt.ssm_dtype);
+  if (opt.exact) {
+    std::size_t per_row = std::size_t(cfg.intermediate_size) + cfg.num_heads + std::size_t(cfg.n_groups) * cfg.state_size;
+    b.replay = L * std::size_t(cfg.chunk_size) * per_row * sizeof(float);
+  }
+  return b;
+}
+
+void validate(const MambaCacheOptions& opt) {
+  if (opt.ssm_dtype != DType::F32 && opt.ssm_dtype != DType::BF16)
+    throw Error("mamba SSM cache dtype must be float32 or bfloat16");
+  if (opt.exact && opt.ssm_dtype != DType::F32)
+    throw Error(
+        "exact mode needs --mamba-ssm-cache-dtype float32: a bfloat16 boundary state is rounded on "
+        "every store, so a resumed chunk would start from a different state than single-shot prefill");
+  if (opt.num_slots < 1) throw Error("the state cache needs at least one slot");
+}
+
+MambaStateCache::MambaStateCache(const io::Mamba2Config& cfg, int num_mamba_layers, const MambaCacheOptions& opt)
+    : cfg_(cfg), layers_(num_mamba_layers), opt_(opt) {
+  validate(opt_);
+  bytes_ = slot_bytes(cfg, num_mamba_layers, opt);
+  conv_elems_ = std::size_t(cfg.conv_kernel - 1) * cfg.conv_dim();
+  ssm_elems_ = std::size_t(cfg.num_heads) * cfg.head_dim * cfg.state_size;
+  const std::size_t cs = opt.exact ? cfg.chunk_size : 0;
+  rx_elems_ = cs * cfg.intermediate_size;
+  rdt_elems_ = cs * cfg.num_heads;
+  rb_elems_ = cs * std::size_t(cfg.n_groups) * cfg.state_size;
+  const std::size_t ls = std::size_t(layers_) * opt.num_slots;
+  conv_.resize(ls * conv_elems_);
+  if (opt.ssm_dtype == DType::F32) ssm_f32_.resize(ls * ssm_elems_);
+  else ssm_bf16_.resize(ls * ssm_elems_);
+  rx_.resize(ls * rx_elems_);
+  rdt_.resize(ls * rdt_elems_);
+  rb_.resize(ls * rb_elems_);
+  used_.assign(opt.num_slots, 0);
+  pos_.assign(opt.num_slots, 0);
+}
+
+int MambaStateCache::num_free() const {
+  return static_cast<int>(std::count(used_.begin(), used_.end(), uint8_t{0}));
+}
+
+int MambaStateCache::allocate() {
+  for (int s = 0; s < opt_.num_slots; ++s) {
+    if (used_[s]) continue;
+    used_[s] = 1;
+    pos_[s] = 0;
+    for (int l = 0; l < layers_; ++l) {
+      std::memset(conv_state(l, s), 0, conv_elems_ * sizeof(float));
+      std::size_t off = (std::size_t(l) * opt_.num_slots + s) * ssm_elems_;
+      if (opt_.ssm_dtype == DType::F32) std::memset(ssm_f32_.data() + off, 0, ssm_elems_ * sizeof(float));
+      else std::memset(ssm_bf16_.data() + off, 0, ssm_elems_ * sizeof(uint16_t));
+    }
+    return s;
+  }
+  return -1;
+}
+
+void MambaStateCache::release(int slot) {
+  if (slot < 0 || slot >= opt_.num_slots || !used_[slot]) throw Error("release of a state slot that is not in use");
+  used_[slot] = 0;
+}
+
+float* MambaStateCache::conv_state(int layer, int slot) {
+  return conv_.data() + (std::size_t(layer) * opt_.num_slots + slot) * conv_elems_;
+}
+
+float* MambaStateCache::ssm_f32(int layer, int slot) {
+  if (opt_.ssm_dtype != DType::F32) throw Error("internal: direct SSM state access needs a float32 cache");
+  return ssm_f32_.data() + (std::size_t(layer) * opt_.num_slots + slot) * ssm_elems_;
+}
+
+void MambaStateCache::load_ssm(int layer, int slot, float* dst) const {
+  std::size_t off = (std::size_t(layer) * opt_.num_slots + slot) * ssm_elems_;
+  if (opt_.ssm_dtype == DType::F32) {
+    std::memcpy(dst, ssm_f32_.data() + off, ssm_elems_ * sizeof(float));
+  } else {
+    const uint16_t* src = ssm_bf16_.data() + off;
+    for (std::size_t i = 0; i < ssm_elems_; ++i) dst[i] = bf16_to_f32(src[i]);
+  }
+}
+
+void MambaStateCache::store_ssm(int layer, int slot, const float* src) {
+  std::size_t off = (std::size_t(layer) * opt_.num_slots + slot) * ssm_elems_;
+  if (opt_.ssm_dtype == DType::F32) {
+    std::memcpy(ssm_f32_.data() + off, src, ssm_elems_ * sizeof(float));
+  } else {
+    uint16_t* dst = ssm_bf16_.data() + off;
+    for (std::size_t i = 0; i < ssm_elems_; ++i) dst[i] = f32_to_bf16(src[i]);
+  }
+}
+
+float* MambaStateCache::replay_x(int layer, int slot) {
+  return rx_.data() + (std::size_t(layer) * opt_.num_slots + slot) * rx_elems_;
+}
+float* MambaStateCache::replay_dt(int layer, int slot) {
+  return rdt_.data() + (std::size_t(layer) * opt_.num_slots + slot) * rdt_elems_;
+}
+float* MambaStateCache::replay_b(int layer, int slot) {
+  return rb_.data() + (std::size_t(layer) * opt_.num_slots + slot) * rb_elems_;
+}
+
+}  // namespace parity::cache

@@ -1,0 +1,76 @@
+#pragma once
+// The serving loop: requests in, one packed pass per step, tokens out.
+//   scheduler picks requests and token counts → runner packs tokens and metadata → model
+//   forward over the batch with the cache slots → logits of the rows that need them →
+//   sampler (or the forced continuation) → request state.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "cache/mamba_state_cache.h"
+#include "cache/planner.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "model/mamba2_model.h"
+
+namespace parity::engine {
+
+struct EngineConfig {
+  SchedulerConfig sched;
+  model::ScanMode mode = model::ScanMode::Plain;
+  // Empty: bfloat16 in plain mode (vLLM's default), float32 in exact mode.
+  std::optional<DType> ssm_cache_dtype;
+  std::size_t state_memory_budget = 0;  // bytes; 0 = one slot per max_num_seqs
+  int64_t max_model_len = 1 << 20;      // prompt + continuation limit per request
+  int64_t preempt_at_step = -1;         // preempt every running request at this step (tests, --preempt-at-step)
+};
+
+// Everything a finished request produced, gathered from its step outputs.
+struct RequestResult {
+  std::vector<int32_t> tokens;  // generated or forced tokens
+  std::vector<std::vector<TokenLogprob>> logprobs;
+  std::vector<int64_t> logit_positions;
+  std::vector<std::vector<float>> logit_rows;
+  FinishReason finish = FinishReason::None;
+  int num_preemptions = 0;
+};
+
+class Engine {
+ public:
+  Engine(const model::Mamba2Model& model, EngineConfig cfg);
+  ~Engine();
+
+  // Validates and queues a request; throws parity::Error (naming the problem) for an empty
+  // prompt, a token id outside the vocabulary or a request longer than max_model_len. A rejected
+  // request leaves the engine and the other requests untouched.
+  uint64_t add_request(RequestSpec spec);
+  std::vector<StepOutput> step();
+  bool abort(uint64_t id);
+  // Preempts one running request now (it recomputes later under the same id).
+  bool preempt(uint64_t id);
+  bool has_unfinished() const;
+  int64_t steps() const { return step_; }
+  const cache::CachePlan& plan() const { return plan_; }
+  const EngineConfig& config() const { return cfg_; }
+
+  // Steps until every request has finished, folding the step outputs per request.
+  std::map<uint64_t, RequestResult> run_to_completion();
+  static void accumulate(std::map<uint64_t, RequestResult>& results, const std::vector<StepOutput>& outs);
+
+ private:
+  class Slots;
+  const model::Mamba2Model& model_;
+  EngineConfig cfg_;
+  cache::CachePlan plan_;
+  std::unique_ptr<cache::MambaStateCache> cache_;
+  std::unique_ptr<Slots> slots_;
+  std::unique_ptr<Scheduler> sched_;
+  std::map<uint64_t, std::unique_ptr<Request>> requests_;
+  std::map<uint64_t, int64_t> next_logit_pos_;  // first position whose raw logits are not yet emitted
+  uint64_t next_id_ = 1;
+  int64_t step_ = 0;
+};
+
+}  // namespace parity::engine

@@ -1,0 +1,195 @@
+#include "engine/exactness_gate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "common/error.h"
+#include "engine/engine.h"
+#include "kernels/isa.h"
+
+namespace parity::engine {
+namespace {
+
+std::vector<int32_t> random_stream(uint64_t seed, int n, int vocab) {
+  std::vector<int32_t> t(n);
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 12345;
+  for (auto& x : t) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<int32_t>((s >> 33) % static_cast<uint64_t>(vocab));
+  }
+  return t;
+}
+
+// Single-shot prefill over the whole stream: the reference every schedule must reproduce.
+std::vector<float> score_rows(const model::Mamba2Model& m, const std::vector<int32_t>& toks) {
+  cache::MambaCacheOptions o;
+  o.exact = true;
+  cache::MambaStateCache c(m.config(), m.num_layers(), o);
+  model::ForwardBatch b;
+  b.tokens = toks;
+  const int n = static_cast<int>(toks.size());
+  b.seqs.push_back({c.allocate(), 0, n});
+  for (int i = 0; i < n; ++i) b.logit_rows.push_back(i);
+  std::vector<float> out(std::size_t(n) * m.vocab_size());
+  m.forward(b, c, model::ScanMode::Exact, out.data());
+  return out;
+}
+
+void compare(const RequestResult& got, const std::vector<float>& ref, int vocab, int chunk, int64_t first_pos,
+             ScenarioResult& res) {
+  if (got.logit_positions.empty()) throw Error("verify: the engine returned no logit rows");
+  const int64_t first_chunk = (std::max(first_pos, got.logit_positions.front())) / chunk;
+  for (std::size_t i = 0; i < got.logit_positions.size(); ++i) {
+    const int64_t p = got.logit_positions[i];
+    if (p < first_pos) continue;
+    const float* a = got.logit_rows[i].data();
+    const float* b = ref.data() + std::size_t(p) * vocab;
+    bool differs = std::memcmp(a, b, std::size_t(vocab) * 4) != 0;
+    for (int v = 0; v < vocab; ++v) {
+      float d = std::fabs(a[v] - b[v]);
+      if (!(d <= res.max_abs)) res.max_abs = std::isnan(d) ? INFINITY : std::max(res.max_abs, d);
+      res.mismatched_elements += std::memcmp(&a[v], &b[v], 4) != 0;
+    }
+    res.elements += vocab;
+    RowTally& part = (p / chunk == first_chunk) ? res.first_chunk : res.after_boundary;
+    for (RowTally* t : {&res.all, &part}) {
+      t->rows++;
+      t->mismatched += differs;
+    }
+  }
+}
+
+EngineConfig base_config(model::ScanMode mode, int budget) {
+  EngineConfig c;
+  c.mode = mode;
+  c.sched.max_num_seqs = 8;
+  c.sched.max_num_batched_tokens = budget;
+  return c;
+}
+
+RequestSpec forced_spec(const std::vector<int32_t>& stream, int prompt_len, bool all_rows) {
+  RequestSpec s;
+  s.prompt.assign(stream.begin(), stream.begin() + prompt_len);
+  s.forced.assign(stream.begin() + prompt_len, stream.end());
+  s.return_logits = true;
+  s.return_prompt_logits = all_rows;
+  if (s.forced.empty()) s.sampling.max_tokens = 1;
+  return s;
+}
+
+}  // namespace
+
+const char* mode_name(model::ScanMode m) { return m == model::ScanMode::Exact ? "exact" : "plain"; }
+
+std::vector<std::string> gate_scenarios() {
+  return {"decode", "chunked-prefill", "preempt-recompute", "concurrent-8", "threads-2"};
+}
+
+std::vector<ScenarioResult> run_exactness_gate(const model::Mamba2Model& m, const GateOptions& opt,
+                                               const GateProgress& progress) {
+  const int cs = m.config().chunk_size, V = m.vocab_size();
+  const int P = opt.prompt_len > 0 ? opt.prompt_len : std::max(2, (600 * cs + 128) / 256);
+  const int K = opt.forced_len > 0 ? opt.forced_len : std::max(1, (300 * cs + 128) / 256);
+  // An unaligned token budget, 100 for chunk 256 (the RFC's max_num_batched_tokens).
+  int split = std::max(3, (100 * cs + 128) / 256);
+  if (split % cs == 0) split += 1;
+  std::vector<std::string> scen = opt.scenarios.empty() ? gate_scenarios() : opt.scenarios;
+  for (auto& s : scen) {
+    auto all = gate_scenarios();
+    if (std::find(all.begin(), all.end(), s) == all.end()) throw Error("verify: unknown scenario '" + s + "'");
+  }
+  const int saved_threads = kernels::num_threads();
+  kernels::set_num_threads(1);
+  const std::vector<int32_t> stream = random_stream(opt.seed, P + K, V);
+  const std::vector<float> ref = score_rows(m, stream);
+  // Eight streams of different lengths for the concurrent scenario.
+  std::vector<std::vector<int32_t>> streams;
+  std::vector<std::vector<float>> refs;
+  if (std::find(scen.begin(), scen.end(), "concurrent-8") != scen.end()) {
+    for (int i = 0; i < 8; ++i) {
+      int len = std::max(4, (P + K) * (5 + i) / 12);
+      streams.push_back(random_stream(opt.seed * 1000 + i + 1, len, V));
+      refs.push_back(score_rows(m, streams.back()));
+    }
+  }
+
+  std::vector<ScenarioResult> results;
+  const int total = static_cast<int>(scen.size() * opt.modes.size());
+  int done = 0;
+  for (const std::string& s : scen) {
+    for (model::ScanMode mode : opt.modes) {
+      if (progress) progress(done, total, s + " / " + mode_name(mode));
+      ScenarioResult res;
+      res.scenario = s;
+      res.mode = mode;
+      kernels::set_num_threads(1);
+      if (s == "decode" || s == "threads-2") {
+        if (s == "threads-2") kernels::set_num_threads(2);
+        Engine e(m, base_config(mode, P + K));
+        uint64_t id = e.add_request(forced_spec(stream, P, false));
+        auto out = e.run_to_completion();
+        compare(out[id], ref, V, cs, P - 1, res);
+      } else if (s == "chunked-prefill") {
+        Engine e(m, base_config(mode, split));
+        uint64_t id = e.add_request(forced_spec(stream, P + K, true));
+        auto out = e.run_to_completion();
+        compare(out[id], ref, V, cs, 0, res);
+      } else if (s == "preempt-recompute") {
+        EngineConfig c = base_config(mode, P + K);
+        c.preempt_at_step = 1 + K / 2;  // mid-decode: step 1 is the prefill
+        Engine e(m, c);
+        uint64_t id = e.add_request(forced_spec(stream, P, false));
+        auto out = e.run_to_completion();
+        if (out[id].num_preemptions != 1) throw Error("verify: the forced preemption did not happen");
+        compare(out[id], ref, V, cs, P - 1, res);
+      } else if (s == "concurrent-8") {
+        Engine e(m, base_config(mode, split));
+        std::map<uint64_t, int> which;
+        std::map<uint64_t, RequestResult> out;
+        int added = 0;
+        // Staggered arrivals: one new request every third step, so prefill chunks of newcomers
+        // share passes with the decodes of earlier ones.
+        for (int64_t stepi = 0; added < 8 || e.has_unfinished(); ++stepi) {
+          if (added < 8 && stepi % 3 == 0) {
+            const auto& st = streams[added];
+            int plen = std::max(1, static_cast<int>(st.size()) * 2 / 3);
+            which[e.add_request(forced_spec(st, plen, true))] = added;
+            ++added;
+          }
+          Engine::accumulate(out, e.step());
+        }
+        for (auto& [id, idx] : which) compare(out[id], refs[idx], V, cs, 0, res);
+      }
+      results.push_back(res);
+      ++done;
+    }
+  }
+  if (progress) progress(done, total, "done");
+  kernels::set_num_threads(saved_threads);
+  return results;
+}
+
+std::string format_gate_table(const std::vector<ScenarioResult>& results) {
+  std::string s;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-18s %-6s %16s %12s %14s %16s %14s\n", "scenario", "mode", "mismatched rows",
+                "max |Δ|", "first chunk", "after boundary", "elements");
+  s += line;
+  for (const auto& r : results) {
+    char a[32], b[32], c[32], d[40];
+    std::snprintf(a, sizeof a, "%lld/%lld", (long long)r.all.mismatched, (long long)r.all.rows);
+    std::snprintf(b, sizeof b, "%lld/%lld", (long long)r.first_chunk.mismatched, (long long)r.first_chunk.rows);
+    std::snprintf(c, sizeof c, "%lld/%lld", (long long)r.after_boundary.mismatched, (long long)r.after_boundary.rows);
+    std::snprintf(d, sizeof d, "%.1f%% equal",
+                  r.elements ? 100.0 * double(r.elements - r.mismatched_elements) / double(r.elements) : 100.0);
+    std::snprintf(line, sizeof line, "%-18s %-6s %16s %12.4g %14s %16s %14s\n", r.scenario.c_str(), mode_name(r.mode),
+                  a, static_cast<double>(r.max_abs), b, c, d);
+    s += line;
+  }
+  return s;
+}
+
+}  // namespace parity::engine

@@ -1,0 +1,123 @@
+// parity generate: one request through the engine (scheduler, state cache, chunked prefill).
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "engine/engine.h"
+#include "frontends/cli/commands.h"
+#include "io/safetensors.h"
+#include "io/token_file.h"
+#include "kernels/isa.h"
+#include "model/checkpoint.h"
+
+namespace parity::cli {
+
+DType parse_cache_dtype(const std::string& s) {
+  if (s == "float32") return DType::F32;
+  if (s == "bfloat16") return DType::BF16;
+  throw Error("--mamba-ssm-cache-dtype must be float32 or bfloat16, not '" + s + "'");
+}
+
+Runner add_generate(CLI::App& app) {
+  struct Opts {
+    std::string model, prompt, forced, dump, cache_dtype;
+    int max_tokens = 0, threads = 0, max_batched = 2048, max_seqs = 8, top_k = 0, logprobs = 0;
+    int64_t preempt_at = -1, max_model_len = 1 << 20;
+    bool exact = false;
+    float temperature = 0.0f, top_p = 1.0f;
+    uint64_t seed = 0;
+    double state_mb = 0;
+    std::vector<int32_t> stop;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* sub = app.add_subcommand("generate", "Generate (or teacher-force) one request through the engine");
+  sub->add_option("model", o->model, "checkpoint folder or builtin:NAME")->required();
+  sub->add_option("--prompt", o->prompt, "prompt tokens: JSON file or 1,2,3")->required();
+  auto* f = sub->add_option("--forced", o->forced, "teacher-forced continuation tokens: JSON file or 1,2,3");
+  auto* m = sub->add_option("--max-tokens", o->max_tokens, "tokens to generate")->check(CLI::Range(1, 1 << 30));
+  f->excludes(m);
+  sub->add_flag("--exact", o->exact, "exact mode: logits bit-identical to single-shot prefill under any schedule");
+  sub->add_option("--mamba-ssm-cache-dtype", o->cache_dtype, "float32 | bfloat16 (default: bfloat16 plain, float32 exact)");
+  sub->add_option("--max-num-batched-tokens", o->max_batched, "token budget per pass")->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--max-num-seqs", o->max_seqs, "sequences per pass")->check(CLI::Range(1, 4096));
+  sub->add_option("--max-model-len", o->max_model_len, "longest request (prompt + continuation)")->check(CLI::PositiveNumber);
+  sub->add_option("--state-memory-mb", o->state_mb, "state cache budget in MiB (default: one slot per sequence)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--preempt-at-step", o->preempt_at, "preempt every running request at this step (then recompute)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--threads", o->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
+  sub->add_option("--dump-logits", o->dump, "write raw logits of positions P-1 … P+K-1 (safetensors 'logits')");
+  sub->add_option("--temperature", o->temperature, "0 = greedy")->check(CLI::NonNegativeNumber);
+  sub->add_option("--top-k", o->top_k, "0 = off")->check(CLI::NonNegativeNumber);
+  sub->add_option("--top-p", o->top_p, "1 = off")->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--seed", o->seed, "sampling seed");
+  sub->add_option("--stop", o->stop, "stop token ids")->delimiter(',');
+  sub->add_option("--logprobs", o->logprobs, "top-N log-probs per token")->check(CLI::Range(0, 100));
+  return [o]() {
+    if (o->forced.empty() && o->max_tokens == 0) throw Error("generate needs --forced or --max-tokens");
+    if (o->threads > 0) kernels::set_num_threads(o->threads);
+    engine::RequestSpec spec;
+    spec.prompt = io::read_tokens(o->prompt);
+    if (!o->forced.empty()) spec.forced = io::read_tokens(o->forced);
+    spec.sampling.max_tokens = o->max_tokens > 0 ? o->max_tokens : 1;
+    spec.sampling.temperature = o->temperature;
+    spec.sampling.top_k = o->top_k;
+    spec.sampling.top_p = o->top_p;
+    spec.sampling.seed = o->seed;
+    spec.sampling.stop_token_ids = o->stop;
+    spec.sampling.logprobs = o->logprobs;
+    spec.return_logits = !o->dump.empty();
+    engine::EngineConfig cfg;
+    cfg.mode = o->exact ? model::ScanMode::Exact : model::ScanMode::Plain;
+    if (!o->cache_dtype.empty()) cfg.ssm_cache_dtype = parse_cache_dtype(o->cache_dtype);
+    cfg.sched.max_num_batched_tokens = o->max_batched;
+    cfg.sched.max_num_seqs = o->max_seqs;
+    cfg.max_model_len = o->max_model_len;
+    cfg.preempt_at_step = o->preempt_at;
+    cfg.state_memory_budget = static_cast<std::size_t>(o->state_mb * 1024.0 * 1024.0);
+    // Refuse an impossible configuration before the (possibly slow) model load.
+    cache::MambaCacheOptions probe;
+    probe.exact = o->exact;
+    probe.ssm_dtype = cfg.ssm_cache_dtype.value_or(o->exact ? DType::F32 : DType::BF16);
+    cache::validate(probe);
+
+    auto model = model::Mamba2Model::load(model::open_checkpoint(o->model));
+    engine::Engine eng(*model, cfg);
+    std::fputs(eng.plan().describe().c_str(), stderr);
+    const uint64_t id = eng.add_request(spec);
+    auto results = eng.run_to_completion();
+    const engine::RequestResult& r = results[id];
+    nlohmann::json out;
+    out["tokens"] = r.tokens;
+    out["finish_reason"] = engine::finish_reason_name(r.finish);
+    out["steps"] = eng.steps();
+    out["preemptions"] = r.num_preemptions;
+    out["mode"] = o->exact ? "exact" : "plain";
+    if (o->logprobs > 0) {
+      nlohmann::json lp = nlohmann::json::array();
+      for (const auto& v : r.logprobs) {
+        nlohmann::json e = nlohmann::json::array();
+        for (const auto& t : v) e.push_back({{"token", t.token}, {"logprob", t.logprob}});
+        lp.push_back(e);
+      }
+      out["logprobs"] = lp;
+    }
+    if (!o->dump.empty()) {
+      const int V = model->vocab_size();
+      const int rows = static_cast<int>(r.logit_rows.size());
+      std::vector<float> flat(std::size_t(rows) * V);
+      for (int i = 0; i < rows; ++i) std::copy(r.logit_rows[i].begin(), r.logit_rows[i].end(), flat.begin() + std::size_t(i) * V);
+      io::write_safetensors(o->dump, {{"logits", DType::F32, {rows, V}, flat.data()}},
+                            {{"model", model->origin()},
+                             {"mode", o->exact ? "exact" : "plain"},
+                             {"first_position", std::to_string(r.logit_positions.empty() ? 0 : r.logit_positions[0])}});
+    }
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  };
+}
+
+}  // namespace parity::cli

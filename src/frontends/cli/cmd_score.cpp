@@ -1,0 +1,66 @@
+// parity score MODEL --tokens T --out F: one single-shot prefill over all of T; row t of the
+// `logits` tensor is the distribution after tokens[0..t].
+#include <memory>
+#include <string>
+
+#include "cache/mamba_state_cache.h"
+#include "frontends/cli/commands.h"
+#include "io/safetensors.h"
+#include "io/token_file.h"
+#include "kernels/isa.h"
+#include "model/builtin.h"
+#include "model/checkpoint.h"
+#include "model/mamba2_model.h"
+
+namespace parity::cli {
+
+Runner add_score(CLI::App& app) {
+  struct Opts {
+    std::string model, tokens, out;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* sub = app.add_subcommand("score", "Single-shot prefill over a token list; writes every row's logits");
+  sub->add_option("model", o->model, "checkpoint folder or builtin:NAME")->required();
+  sub->add_option("--tokens", o->tokens, "JSON file with an array of token ids, or 1,2,3")->required();
+  sub->add_option("--out", o->out, "output safetensors file (tensor 'logits' [rows, vocab] F32)")->required();
+  sub->add_option("--threads", o->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
+  return [o]() {
+    if (o->threads > 0) kernels::set_num_threads(o->threads);
+    std::vector<int32_t> tokens = io::read_tokens(o->tokens);
+    auto model = model::Mamba2Model::load(model::open_checkpoint(o->model));
+    cache::MambaCacheOptions copt;
+    copt.num_slots = 1;
+    copt.exact = true;
+    cache::MambaStateCache cache(model->config(), model->num_layers(), copt);
+    model::ForwardBatch b;
+    b.tokens = tokens;
+    const int n = static_cast<int>(tokens.size());
+    b.seqs.push_back({cache.allocate(), 0, n});
+    for (int i = 0; i < n; ++i) b.logit_rows.push_back(i);
+    const int V = model->vocab_size();
+    std::vector<float> logits(std::size_t(n) * V);
+    model->forward(b, cache, model::ScanMode::Exact, logits.data());
+    io::write_safetensors(o->out, {{"logits", DType::F32, {n, V}, logits.data()}},
+                          {{"model", model->origin()}, {"command", "score"}});
+    return 0;
+  };
+}
+
+Runner add_export(CLI::App& app) {
+  struct Opts {
+    std::string model, out;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* sub = app.add_subcommand("export", "Write a model (e.g. builtin:tiny) as a Hugging Face checkpoint folder");
+  sub->add_option("model", o->model, "builtin:NAME or checkpoint folder")->required();
+  sub->add_option("--out", o->out, "output folder")->required();
+  return [o]() {
+    model::Checkpoint ck = model::open_checkpoint(o->model);
+    model::Mamba2Model::load(ck);  // validate before writing anything
+    model::save_checkpoint(ck, o->out);
+    return 0;
+  };
+}
+
+}  // namespace parity::cli

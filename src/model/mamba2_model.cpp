@@ -1,0 +1,114 @@
+#include "model/mamba2_model.h"
+
+#include <cstring>
+#include <string>
+
+#include "common/error.h"
+#include "io/hf_config.h"
+#include "kernels/conv1d.h"
+#include "kernels/gemm.h"
+#include "kernels/norm.h"
+
+namespace parity::model {
+
+std::unique_ptr<Mamba2Model> Mamba2Model::load(const Checkpoint& ck) {
+  std::string arch = io::architecture_of(ck.config);
+  if (arch != "Mamba2ForCausalLM")
+    throw Error(ck.origin + ": architecture '" + arch + "' is not supported (supported: Mamba2ForCausalLM)");
+  auto m = std::unique_ptr<Mamba2Model>(new Mamba2Model());
+  m->cfg_ = io::parse_mamba2_config(ck.config);
+  m->origin_ = ck.origin;
+  m->keepalive_ = ck.keepalive;
+  m->w_ = load_mamba2_weights(m->cfg_, ck);
+  return m;
+}
+
+void Mamba2Model::validate(const ForwardBatch& b, const cache::MambaStateCache& cache) const {
+  std::size_t total = 0;
+  for (const SeqChunk& s : b.seqs) {
+    if (s.n < 1) throw Error("forward: a sequence chunk has no tokens");
+    if (s.slot < 0 || s.slot >= cache.num_slots() || !cache.in_use(s.slot))
+      throw Error("forward: state slot " + std::to_string(s.slot) + " is not allocated");
+    if (cache.position(s.slot) != s.start)
+      throw Error("forward: slot " + std::to_string(s.slot) + " is at position " +
+                  std::to_string(cache.position(s.slot)) + " but the chunk starts at " + std::to_string(s.start));
+    total += static_cast<std::size_t>(s.n);
+  }
+  for (std::size_t i = 0; i < b.seqs.size(); ++i)
+    for (std::size_t j = i + 1; j < b.seqs.size(); ++j)
+      if (b.seqs[i].slot == b.seqs[j].slot) throw Error("forward: slot appears twice in one pass");
+  if (total != b.tokens.size()) throw Error("forward: token count does not match the sequence chunks");
+  for (std::size_t i = 0; i < b.tokens.size(); ++i)
+    if (b.tokens[i] < 0 || b.tokens[i] >= cfg_.vocab_size)
+      throw Error("token id " + std::to_string(b.tokens[i]) + " at row " + std::to_string(i) +
+                  " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
+  for (int r : b.logit_rows)
+    if (r < 0 || static_cast<std::size_t>(r) >= total) throw Error("forward: logit row out of range");
+}
+
+void Mamba2Model::forward(const ForwardBatch& b, cache::MambaStateCache& cache, ScanMode mode, float* logits) const {
+  validate(b, cache);
+  if (mode == ScanMode::Exact && !cache.options().exact)
+    throw Error("forward: exact mode needs a state cache built with replay rows (exact = true)");
+  const int T = static_cast<int>(b.tokens.size());
+  const int D = cfg_.hidden_size, I = cfg_.intermediate_size, H = cfg_.num_heads;
+  const int conv = cfg_.conv_dim(), proj = cfg_.in_proj_dim(), K = cfg_.conv_kernel;
+  const float eps = static_cast<float>(cfg_.layer_norm_epsilon);
+  const int group = I / cfg_.n_groups;
+
+  std::vector<float> resid(std::size_t(T) * D), normed(std::size_t(T) * D), zx(std::size_t(T) * proj);
+  std::vector<float> xbc_in(std::size_t(T) * conv), xbc(std::size_t(T) * conv), dt_raw(std::size_t(T) * H);
+  std::vector<float> z(std::size_t(T) * I), y(std::size_t(T) * I), g(std::size_t(T) * I), out(std::size_t(T) * D);
+
+  // Embedding lookup straight from the (possibly mmapped) table, widened exactly.
+  const io::TensorView& E = *w_.embeddings;
+  for (int t = 0; t < T; ++t) {
+    float* dst = resid.data() + std::size_t(t) * D;
+    const std::size_t off = std::size_t(b.tokens[t]) * D;
+    if (E.dtype == DType::F32) {
+      std::memcpy(dst, static_cast<const float*>(E.data) + off, std::size_t(D) * 4);
+    } else {
+      const uint16_t* src = static_cast<const uint16_t*>(E.data) + off;
+      for (int i = 0; i < D; ++i) dst[i] = E.dtype == DType::BF16 ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
+    }
+  }
+
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const Mamba2LayerWeights& L = w_.layers[l];
+    kernels::rmsnorm(resid.data(), T, D, L.norm.data(), eps, normed.data());
+    kernels::gemm(normed.data(), T, D, L.in_proj, L.in_proj_bias.empty() ? nullptr : L.in_proj_bias.data(), zx.data(),
+                  proj);
+    // in_proj output columns: [z | xBC | dt]
+    for (int t = 0; t < T; ++t) {
+      const float* row = zx.data() + std::size_t(t) * proj;
+      std::memcpy(z.data() + std::size_t(t) * I, row, std::size_t(I) * 4);
+      std::memcpy(xbc_in.data() + std::size_t(t) * conv, row + I, std::size_t(conv) * 4);
+      std::memcpy(dt_raw.data() + std::size_t(t) * H, row + I + conv, std::size_t(H) * 4);
+    }
+    int row0 = 0;
+    for (const SeqChunk& s : b.seqs) {
+      kernels::conv1d_causal(xbc_in.data() + std::size_t(row0) * conv, s.n, conv, L.conv_w.data(),
+                             L.conv_b.empty() ? nullptr : L.conv_b.data(), K, cache.conv_state(l, s.slot), true,
+                             xbc.data() + std::size_t(row0) * conv);
+      scan_sequence(l, s, xbc.data() + std::size_t(row0) * conv, dt_raw.data() + std::size_t(row0) * H,
+                    y.data() + std::size_t(row0) * I, cache, mode);
+      row0 += s.n;
+    }
+    kernels::gated_rmsnorm(y.data(), z.data(), T, I, group, L.gate_norm.data(), eps, cfg_.norm_before_gate, g.data());
+    kernels::gemm(g.data(), T, I, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), out.data(),
+                  D);
+    for (std::size_t i = 0; i < resid.size(); ++i) resid[i] += out[i];
+  }
+  for (const SeqChunk& s : b.seqs) cache.set_position(s.slot, s.start + s.n);
+
+  // Only the asked-for rows reach the head: row-wise norm + M-invariant GEMM keep their bits.
+  const int R = static_cast<int>(b.logit_rows.size());
+  if (R == 0) return;
+  std::vector<float> last(std::size_t(R) * D);
+  for (int i = 0; i < R; ++i)
+    std::memcpy(last.data() + std::size_t(i) * D, resid.data() + std::size_t(b.logit_rows[i]) * D, std::size_t(D) * 4);
+  kernels::rmsnorm(last.data(), R, D, w_.norm_f.data(), eps, last.data());
+  kernels::gemm(last.data(), R, D, w_.lm_head, nullptr, logits, cfg_.vocab_size);
+}
+
+}  // namespace parity::model

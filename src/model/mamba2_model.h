@@ -1,0 +1,43 @@
+#pragma once
+// Mamba2ForCausalLM: the network only. Kernels do the arithmetic, the state cache holds the
+// per-sequence memory, the engine decides what goes into a pass.
+#include <memory>
+#include <vector>
+
+#include "cache/mamba_state_cache.h"
+#include "io/hf_config.h"
+#include "model/checkpoint.h"
+#include "model/forward_batch.h"
+#include "model/mamba2_weights.h"
+
+namespace parity::model {
+
+class Mamba2Model {
+ public:
+  static std::unique_ptr<Mamba2Model> load(const Checkpoint& ck);
+
+  const io::Mamba2Config& config() const { return cfg_; }
+  int vocab_size() const { return cfg_.vocab_size; }
+  int num_layers() const { return cfg_.num_hidden_layers; }
+  const std::string& origin() const { return origin_; }
+
+  // One pass over a packed batch. For every sequence, `start` must equal the slot's position
+  // (the cache tracks it); afterwards the slot is at start + n. logits receives
+  // logit_rows.size() × vocab floats. Throws parity::Error on an invalid batch (token out of
+  // range, bad slot, position mismatch) before touching any state.
+  void forward(const ForwardBatch& batch, cache::MambaStateCache& cache, ScanMode mode, float* logits) const;
+
+ private:
+  void validate(const ForwardBatch& b, const cache::MambaStateCache& cache) const;
+  // The recurrent core of one layer for one sequence: y = SSD/SSU(x, dt, B, C) with the state
+  // kept in the cache (see mamba2_scan.cpp).
+  void scan_sequence(int layer, const SeqChunk& s, const float* xbc, const float* dt_raw, float* y,
+                     cache::MambaStateCache& cache, ScanMode mode) const;
+
+  io::Mamba2Config cfg_;
+  std::string origin_;
+  std::shared_ptr<void> keepalive_;
+  Mamba2Weights w_;
+};
+
+}  // namespace parity::model
