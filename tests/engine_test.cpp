@@ -1,0 +1,206 @@
+// Engine behaviour: sampling determinism, stop / max_tokens / abort, preemption, rejection.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "common/error.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "model/checkpoint.h"
+
+using namespace parity;
+using engine::Engine;
+using engine::EngineConfig;
+using engine::FinishReason;
+using engine::RequestSpec;
+using model::ScanMode;
+
+namespace {
+
+const model::Mamba2Model& tiny() {
+  static auto m = model::Mamba2Model::load(model::open_checkpoint("builtin:tiny"));
+  return *m;
+}
+
+RequestSpec prompt_spec(uint32_t seed, int len, int max_tokens) {
+  std::mt19937 rng(seed);
+  RequestSpec r;
+  for (int i = 0; i < len; ++i) r.prompt.push_back(static_cast<int32_t>(rng() % 512));
+  r.sampling.max_tokens = max_tokens;
+  return r;
+}
+
+EngineConfig config(ScanMode mode = ScanMode::Exact) {
+  EngineConfig c;
+  c.mode = mode;
+  c.sched.max_num_seqs = 8;
+  c.sched.max_num_batched_tokens = 64;
+  return c;
+}
+
+std::vector<int32_t> run_one(const RequestSpec& s, EngineConfig c = config()) {
+  Engine e(tiny(), c);
+  auto id = e.add_request(s);
+  return e.run_to_completion()[id].tokens;
+}
+
+TEST(EngineSampling, SameSeedSameTokensAtBatch1AndBatch8) {
+  RequestSpec s = prompt_spec(1, 40, 24);
+  s.sampling.temperature = 0.9f;
+  s.sampling.top_k = 50;
+  s.sampling.top_p = 0.95f;
+  s.sampling.seed = 1234;
+  auto alone = run_one(s);
+  Engine e(tiny(), config());
+  uint64_t target = 0;
+  for (int i = 0; i < 8; ++i) {
+    RequestSpec o = i == 3 ? s : prompt_spec(100 + i, 10 + 7 * i, 30);
+    o.sampling.temperature = 1.0f;
+    o.sampling.seed = i;
+    if (i == 3) o = s;
+    uint64_t id = e.add_request(o);
+    if (i == 3) target = id;
+  }
+  auto all = e.run_to_completion();
+  EXPECT_EQ(all[target].tokens, alone);
+  EXPECT_EQ(alone.size(), 24u);
+  // A different seed must be able to change the tokens (the check above can fail).
+  RequestSpec s2 = s;
+  s2.sampling.seed = 99;
+  EXPECT_NE(run_one(s2), alone);
+}
+
+TEST(EngineSampling, GreedyPicksArgmaxAndDrawsAreSeedIndexed) {
+  std::vector<float> l = {0.1f, 2.0f, -1.0f, 2.0f};
+  engine::SamplingParams p;
+  EXPECT_EQ(engine::sample_token(l.data(), 4, p, 0), 1);  // ties → lowest id
+  EXPECT_EQ(engine::draw_uniform(5, 3), engine::draw_uniform(5, 3));
+  EXPECT_NE(engine::draw_uniform(5, 3), engine::draw_uniform(5, 4));
+  p.temperature = 1.0f;
+  p.top_k = 1;
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(engine::sample_token(l.data(), 4, p, i), 1);
+}
+
+TEST(Engine, MaxTokensAndStopTokens) {
+  RequestSpec s = prompt_spec(2, 30, 12);
+  Engine e(tiny(), config());
+  auto id = e.add_request(s);
+  auto r = e.run_to_completion()[id];
+  ASSERT_EQ(r.tokens.size(), 12u);
+  EXPECT_EQ(r.finish, FinishReason::Length);
+  // Stop at the 5th greedy token: the stop token is the last one returned.
+  RequestSpec st = s;
+  st.sampling.stop_token_ids = {r.tokens[4]};
+  auto first = std::find(r.tokens.begin(), r.tokens.end(), r.tokens[4]) - r.tokens.begin();
+  Engine e2(tiny(), config());
+  auto id2 = e2.add_request(st);
+  auto r2 = e2.run_to_completion()[id2];
+  EXPECT_EQ(r2.finish, FinishReason::Stop);
+  EXPECT_EQ(static_cast<long>(r2.tokens.size()), first + 1);
+  EXPECT_TRUE(std::equal(r2.tokens.begin(), r2.tokens.end(), r.tokens.begin()));
+}
+
+TEST(Engine, AbortStopsOneRequestOthersContinueUnchanged) {
+  RequestSpec a = prompt_spec(3, 20, 20), b = prompt_spec(4, 25, 20);
+  auto solo_b = run_one(b);
+  Engine e(tiny(), config());
+  auto ia = e.add_request(a);
+  auto ib = e.add_request(b);
+  std::map<uint64_t, engine::RequestResult> out;
+  for (int i = 0; i < 5; ++i) Engine::accumulate(out, e.step());
+  EXPECT_TRUE(e.abort(ia));
+  EXPECT_FALSE(e.abort(ia));
+  while (e.has_unfinished()) Engine::accumulate(out, e.step());
+  EXPECT_EQ(out[ia].tokens.size(), 5u);
+  EXPECT_EQ(out[ib].tokens, solo_b);
+}
+
+TEST(Engine, PreemptAndResumeLosesNoToken) {
+  for (ScanMode mode : {ScanMode::Exact, ScanMode::Plain}) {
+    RequestSpec s = prompt_spec(5, 45, 30);
+    EngineConfig c = config(mode);
+    auto plain_run = run_one(s, c);
+    c.preempt_at_step = 9;
+    Engine e(tiny(), c);
+    auto id = e.add_request(s);
+    auto r = e.run_to_completion()[id];
+    EXPECT_EQ(r.num_preemptions, 1);
+    ASSERT_EQ(r.tokens.size(), 30u);
+    if (mode == ScanMode::Exact) EXPECT_EQ(r.tokens, plain_run);  // exact: even the values agree
+  }
+}
+
+TEST(Engine, ExplicitPreemptRequeuesUnderTheSameId) {
+  Engine e(tiny(), config());
+  auto id = e.add_request(prompt_spec(6, 10, 8));
+  e.step();
+  EXPECT_TRUE(e.preempt(id));
+  auto r = e.run_to_completion();
+  ASSERT_EQ(r.count(id), 1u);
+  EXPECT_EQ(r[id].tokens.size(), 7u);  // the first token came from the step before preemption
+}
+
+TEST(Engine, ExactModeWithBf16CacheIsRefused) {
+  EngineConfig c = config(ScanMode::Exact);
+  c.ssm_cache_dtype = DType::BF16;
+  try {
+    Engine e(tiny(), c);
+    FAIL() << "exact + bfloat16 must be refused";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("float32"), std::string::npos);
+  }
+  c.ssm_cache_dtype = DType::F32;
+  EXPECT_NO_THROW(Engine(tiny(), c));
+}
+
+TEST(Engine, BadRequestsAreRejectedWhileOthersKeepRunning) {
+  RequestSpec good = prompt_spec(7, 30, 10);
+  auto solo = run_one(good);
+  EngineConfig c = config();
+  c.max_model_len = 100;
+  Engine e(tiny(), c);
+  auto id = e.add_request(good);
+  e.step();
+  RequestSpec bad = prompt_spec(8, 10, 5);
+  bad.prompt[3] = 512;
+  EXPECT_THROW(e.add_request(bad), Error);
+  bad.prompt[3] = -1;
+  EXPECT_THROW(e.add_request(bad), Error);
+  EXPECT_THROW(e.add_request(prompt_spec(9, 95, 10)), Error);  // 105 > max_model_len
+  EXPECT_THROW(e.add_request(RequestSpec{}), Error);           // empty prompt
+  RequestSpec badforced = prompt_spec(10, 5, 1);
+  badforced.forced = {1, 99999};
+  EXPECT_THROW(e.add_request(badforced), Error);
+  auto r = e.run_to_completion();
+  EXPECT_EQ(r[id].tokens, solo);
+}
+
+TEST(Engine, StateBudgetLimitsConcurrentSequences) {
+  EngineConfig c = config();
+  auto one = cache::slot_bytes(tiny().config(), tiny().num_layers(), {1, DType::F32, true}).total();
+  c.state_memory_budget = one * 2 + 1;
+  Engine e(tiny(), c);
+  EXPECT_EQ(e.plan().num_slots, 2);
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(e.add_request(prompt_spec(20 + i, 12, 4)));
+  auto r = e.run_to_completion();
+  for (auto id : ids) EXPECT_EQ(r[id].tokens.size(), 4u);
+  c.state_memory_budget = one - 1;
+  EXPECT_THROW(Engine(tiny(), c), Error);
+}
+
+TEST(Engine, ForcedContinuationYieldsKPlusOneRows) {
+  RequestSpec s = prompt_spec(11, 20, 1);
+  s.forced = {1, 2, 3, 4, 5};
+  s.return_logits = true;
+  Engine e(tiny(), config());
+  auto id = e.add_request(s);
+  auto r = e.run_to_completion()[id];
+  EXPECT_EQ(r.finish, FinishReason::Forced);
+  EXPECT_EQ(r.tokens, s.forced);
+  ASSERT_EQ(r.logit_positions.size(), 6u);
+  EXPECT_EQ(r.logit_positions.front(), 19);
+  EXPECT_EQ(r.logit_positions.back(), 24);
+}
+
+}  // namespace

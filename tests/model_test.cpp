@@ -1,0 +1,205 @@
+// Mamba2ForCausalLM forward: correctness against the float64 fixtures, batch invariance, and the
+// `score` command's handling of bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "common/error.h"
+#include "io/safetensors.h"
+#include "io/token_file.h"
+#include "model/builtin.h"
+#include "model/checkpoint.h"
+#include "model/mamba2_model.h"
+#include "test_support.h"
+
+using namespace parity;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<float> run_score(const model::Mamba2Model& m, const std::vector<int32_t>& toks) {
+  cache::MambaCacheOptions o;
+  o.exact = true;
+  cache::MambaStateCache c(m.config(), m.num_layers(), o);
+  model::ForwardBatch b;
+  b.tokens = toks;
+  b.seqs.push_back({c.allocate(), 0, static_cast<int>(toks.size())});
+  for (int i = 0; i < static_cast<int>(toks.size()); ++i) b.logit_rows.push_back(i);
+  std::vector<float> out(toks.size() * m.vocab_size());
+  m.forward(b, c, model::ScanMode::Exact, out.data());
+  return out;
+}
+
+class Fixture : public ::testing::TestWithParam<std::string> {};
+
+// The committed fixtures come from tools/hf_reference.py: bf16 weights and logits from an
+// independent float64 implementation (checked against Hugging Face where the two agree).
+TEST_P(Fixture, LogitsMatchFloat64Reference) {
+  const std::string dir = std::string(PARITY_TEST_DATA) + "/" + GetParam();
+  auto m = model::Mamba2Model::load(model::open_checkpoint(dir));
+  auto toks = io::read_tokens(dir + "/tokens.json");
+  auto ref_file = io::SafetensorsFile::open(dir + "/reference_logits.safetensors");
+  const io::TensorView* ref = ref_file->find("logits");
+  ASSERT_NE(ref, nullptr);
+  ASSERT_EQ(ref->shape, (std::vector<int64_t>{static_cast<int64_t>(toks.size()), m->vocab_size()}));
+  auto got = run_score(*m, toks);
+  const float* r = static_cast<const float*>(ref->data);
+  double num = 0, den = 0, maxd = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    double d = static_cast<double>(got[i]) - r[i];
+    num += d * d;
+    den += static_cast<double>(r[i]) * r[i];
+    maxd = std::max(maxd, std::fabs(d));
+  }
+  const double rel = std::sqrt(num / den);
+  RecordProperty("relative_frobenius", std::to_string(rel));
+  EXPECT_LE(rel, 1e-5);
+  EXPECT_LE(maxd, 1e-3);
+  EXPECT_GT(rel, 0.0) << "fp32 against float64 cannot be exact; a zero means the reference is not independent";
+}
+
+INSTANTIATE_TEST_SUITE_P(Data, Fixture, ::testing::Values("mamba2_g1", "mamba2_g2"));
+
+TEST(Model, BuiltinIsDeterministic) {
+  auto a = model::Mamba2Model::load(model::open_checkpoint("builtin:tiny"));
+  auto b = model::Mamba2Model::load(model::open_checkpoint("builtin:tiny"));
+  std::vector<int32_t> t = {1, 2, 3, 4, 5, 6, 7};
+  auto la = run_score(*a, t), lb = run_score(*b, t);
+  EXPECT_TRUE(test::same_bits(la.data(), lb.data(), la.size()));
+  EXPECT_THROW(model::open_checkpoint("builtin:nope"), Error);
+}
+
+// A sequence alone and packed between two others gives the same bits, in both modes.
+TEST(Model, PackingInvariance) {
+  auto m = model::Mamba2Model::load(model::open_checkpoint("builtin:tiny-g2"));
+  std::mt19937 rng(3);
+  auto mk = [&](int n) {
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = static_cast<int32_t>(rng() % m->vocab_size());
+    return t;
+  };
+  auto a = mk(45), s = mk(77), c = mk(20);
+  for (auto mode : {model::ScanMode::Exact, model::ScanMode::Plain}) {
+    cache::MambaCacheOptions o;
+    o.exact = mode == model::ScanMode::Exact;
+    o.num_slots = 3;
+    cache::MambaStateCache cc(m->config(), m->num_layers(), o);
+    model::ForwardBatch b;
+    b.tokens = a;
+    b.tokens.insert(b.tokens.end(), s.begin(), s.end());
+    b.tokens.insert(b.tokens.end(), c.begin(), c.end());
+    b.seqs = {{cc.allocate(), 0, 45}, {cc.allocate(), 0, 77}, {cc.allocate(), 0, 20}};
+    for (int i = 0; i < 77; ++i) b.logit_rows.push_back(45 + i);
+    std::vector<float> packed(77 * m->vocab_size());
+    m->forward(b, cc, mode, packed.data());
+    auto alone = run_score(*m, s);
+    EXPECT_TRUE(test::same_bits(packed.data(), alone.data(), packed.size()));
+  }
+}
+
+TEST(Model, ForwardRejectsInvalidBatchesWithoutTouchingState) {
+  auto m = model::Mamba2Model::load(model::open_checkpoint("builtin:tiny"));
+  cache::MambaCacheOptions o;
+  o.exact = true;
+  cache::MambaStateCache c(m->config(), m->num_layers(), o);
+  int slot = c.allocate();
+  model::ForwardBatch b;
+  b.tokens = {1, 600};
+  b.seqs = {{slot, 0, 2}};
+  EXPECT_THROW(m->forward(b, c, model::ScanMode::Exact, nullptr), Error);
+  EXPECT_EQ(c.position(slot), 0);
+  b.tokens = {1, 2};
+  b.seqs = {{slot, 5, 2}};  // wrong start position
+  EXPECT_THROW(m->forward(b, c, model::ScanMode::Exact, nullptr), Error);
+}
+
+// ---- the `score` command on bad input: a clear message and a non-zero exit, never a crash.
+
+class ScoreCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = test::scratch_dir("score");
+    model::save_checkpoint(model::make_builtin("tiny"), (dir / "m").string());
+    test::write_text(dir / "toks.json", "[1, 2, 3, 4]");
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  test::CliResult score(const std::string& model, const std::string& toks) {
+    return test::run_cli("score " + model + " --tokens " + toks + " --out " + (dir / "o.safetensors").string());
+  }
+  void expect_error(const test::CliResult& r, const std::string& needle) {
+    EXPECT_NE(r.status, 0);
+    EXPECT_LT(r.status, 128) << "crashed: " << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(dir / "o.safetensors"));
+  }
+  fs::path dir;
+};
+
+TEST_F(ScoreCli, WorksOnExportedBuiltinAndMatchesInProcess) {
+  auto r = score((dir / "m").string(), (dir / "toks.json").string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto f = io::SafetensorsFile::open((dir / "o.safetensors").string());
+  auto m = model::Mamba2Model::load(model::open_checkpoint("builtin:tiny"));
+  auto want = run_score(*m, {1, 2, 3, 4});
+  ASSERT_EQ(f->find("logits")->shape, (std::vector<int64_t>{4, 512}));
+  EXPECT_TRUE(test::same_bits(static_cast<const float*>(f->find("logits")->data), want.data(), want.size()));
+}
+
+TEST_F(ScoreCli, MissingWeightFile) {
+  fs::remove(dir / "m" / "model.safetensors");
+  expect_error(score((dir / "m").string(), "1,2"), "model.safetensors");
+}
+
+TEST_F(ScoreCli, TruncatedWeightFile) {
+  auto p = dir / "m" / "model.safetensors";
+  fs::resize_file(p, fs::file_size(p) - 100);
+  expect_error(score((dir / "m").string(), "1,2"), "model.safetensors");
+}
+
+TEST_F(ScoreCli, WrongShapeAndWrongDtype) {
+  auto ck = model::make_builtin("tiny");
+  std::vector<io::TensorToWrite> ts;
+  std::vector<float> small(10, 0.f);
+  std::vector<int32_t> ints(64, 0);
+  for (const char* n : {"backbone.embeddings.weight", "backbone.norm_f.weight"}) {
+    const io::TensorView* v = ck.find(n);
+    ts.push_back({n, v->dtype, v->shape, v->data});
+  }
+  auto base = ts;
+  ts.push_back({"backbone.layers.0.norm.weight", DType::F32, {10}, small.data()});
+  io::write_safetensors((dir / "m" / "model.safetensors").string(), ts);
+  expect_error(score((dir / "m").string(), "1,2"), "backbone.layers.0.norm.weight' has shape [10]");
+  base.push_back({"backbone.layers.0.norm.weight", DType::I32, {64}, ints.data()});
+  io::write_safetensors((dir / "m" / "model.safetensors").string(), base);
+  expect_error(score((dir / "m").string(), "1,2"), "dtype I32");
+}
+
+TEST_F(ScoreCli, UnknownArchitecture) {
+  test::write_text(dir / "m" / "config.json", R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64})");
+  expect_error(score((dir / "m").string(), "1,2"), "LlamaForCausalLM");
+}
+
+TEST_F(ScoreCli, TokensOutsideVocabulary) {
+  expect_error(score("builtin:tiny", "1,2,512"), "512");
+  expect_error(score("builtin:tiny", "1,-2"), "-2");
+}
+
+TEST_F(ScoreCli, EmptyOrMalformedTokenFile) {
+  test::write_text(dir / "empty.json", "[]");
+  expect_error(score("builtin:tiny", (dir / "empty.json").string()), "empty");
+  test::write_text(dir / "bad.json", "[1, 2,");
+  expect_error(score("builtin:tiny", (dir / "bad.json").string()), "bad.json");
+  test::write_text(dir / "str.json", R"(["a"])");
+  expect_error(score("builtin:tiny", (dir / "str.json").string()), "str.json");
+}
+
+TEST_F(ScoreCli, BadFlagsAndUnknownBuiltin) {
+  auto r = test::run_cli("score builtin:tiny --tokens 1,2 --bogus");
+  EXPECT_NE(r.status, 0);
+  EXPECT_LT(r.status, 128);
+  expect_error(score("builtin:nope", "1,2"), "builtin:nope");
+}
+
+}  // namespace

@@ -1,0 +1,54 @@
+#pragma once
+// Shared test helpers: scratch folders, running the `parity` binary, comparing logit rows.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace parity::test {
+
+inline std::filesystem::path scratch_dir(const std::string& name) {
+  auto p = std::filesystem::temp_directory_path() /
+           ("parity_test_" + name + "_" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(p);
+  return p;
+}
+
+struct CliResult {
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs `parity ARGS` (already shell-quoted) and captures stdout / stderr.
+inline CliResult run_cli(const std::string& args) {
+  auto dir = scratch_dir("cli");
+  std::string cmd = std::string(PARITY_BINARY) + " " + args + " >" + (dir / "out").string() + " 2>" +
+                    (dir / "err").string();
+  int rc = std::system(cmd.c_str());
+  CliResult r;
+  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
+  auto slurp = [](const std::filesystem::path& p) {
+    std::ifstream f(p);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  r.out = slurp(dir / "out");
+  r.err = slurp(dir / "err");
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+inline void write_text(const std::filesystem::path& p, const std::string& s) {
+  std::ofstream f(p, std::ios::binary);
+  f << s;
+}
+
+inline bool same_bits(const float* a, const float* b, std::size_t n) { return std::memcmp(a, b, n * 4) == 0; }
+
+}  // namespace parity::test
