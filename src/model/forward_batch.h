@@ -22,6 +22,7 @@ struct ForwardBatch {
   std::vector<int32_t> tokens;   // Σ n tokens, sequence after sequence
   std::vector<SeqChunk> seqs;
   std::vector<int> logit_rows;   // packed row indices whose logits are wanted, in output order
+  std::vector<uint64_t> request_ids;  // optional, one per seq: lets probe hooks map rows to requests
 };
 
 }  // namespace parity::model

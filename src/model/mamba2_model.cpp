@@ -7,6 +7,7 @@
 #include "io/hf_config.h"
 #include "kernels/conv1d.h"
 #include "kernels/gemm.h"
+#include "kernels/math.h"
 #include "kernels/norm.h"
 
 namespace parity::model {
@@ -20,6 +21,10 @@ std::unique_ptr<Mamba2Model> Mamba2Model::load(const Checkpoint& ck) {
   m->origin_ = ck.origin;
   m->keepalive_ = ck.keepalive;
   m->w_ = load_mamba2_weights(m->cfg_, ck);
+  for (int l = 0; l < m->cfg_.num_hidden_layers; ++l) {
+    const std::string b = "backbone.layers." + std::to_string(l);
+    m->names_.push_back({b + ".mixer.in_proj", b + ".mixer.conv1d", b + ".mixer.dt", b + ".mixer.norm", b + ".mixer", b});
+  }
   return m;
 }
 
@@ -46,8 +51,27 @@ void Mamba2Model::validate(const ForwardBatch& b, const cache::MambaStateCache& 
     if (r < 0 || static_cast<std::size_t>(r) >= total) throw Error("forward: logit row out of range");
 }
 
-void Mamba2Model::forward(const ForwardBatch& b, cache::MambaStateCache& cache, ScanMode mode, float* logits) const {
+std::vector<ProbePoint> Mamba2Model::probe_points() const {
+  std::vector<ProbePoint> p;
+  p.push_back({"backbone.embeddings", cfg_.hidden_size, "token embeddings"});
+  for (const LayerNames& n : names_) {
+    p.push_back({n.in_proj, cfg_.in_proj_dim(), "in_proj output [z | xBC | dt]"});
+    p.push_back({n.conv1d, cfg_.conv_dim(), "causal conv1d output over xBC, before SiLU"});
+    p.push_back({n.dt, cfg_.num_heads, "raw dt (before dt_bias, softplus and clamp)"});
+    p.push_back({n.norm, cfg_.intermediate_size, "gated RMSNorm output"});
+    p.push_back({n.mixer, cfg_.hidden_size, "mixer output (out_proj)"});
+    p.push_back({n.block, cfg_.hidden_size, "block output (residual stream)"});
+  }
+  p.push_back({"backbone.norm_f", cfg_.hidden_size, "final RMSNorm output"});
+  p.push_back({"lm_head", cfg_.vocab_size, "logits"});
+  return p;
+}
+
+void Mamba2Model::forward(const ForwardBatch& b, cache::MambaStateCache& cache, ScanMode mode, float* logits,
+                          ProbeHooks* hooks) const {
   validate(b, cache);
+  if (!b.request_ids.empty() && b.request_ids.size() != b.seqs.size())
+    throw Error("forward: request_ids must have one entry per sequence chunk");
   if (mode == ScanMode::Exact && !cache.options().exact)
     throw Error("forward: exact mode needs a state cache built with replay rows (exact = true)");
   const int T = static_cast<int>(b.tokens.size());
@@ -59,6 +83,19 @@ void Mamba2Model::forward(const ForwardBatch& b, cache::MambaStateCache& cache, 
   std::vector<float> resid(std::size_t(T) * D), normed(std::size_t(T) * D), zx(std::size_t(T) * proj);
   std::vector<float> xbc_in(std::size_t(T) * conv), xbc(std::size_t(T) * conv), dt_raw(std::size_t(T) * H);
   std::vector<float> z(std::size_t(T) * I), y(std::size_t(T) * I), g(std::size_t(T) * I), out(std::size_t(T) * D);
+
+  ProbeRows meta;
+  if (hooks) {
+    meta.batch = &b;
+    for (std::size_t i = 0; i < b.seqs.size(); ++i)
+      for (int j = 0; j < b.seqs[i].n; ++j) {
+        meta.seq.push_back(static_cast<int>(i));
+        meta.position.push_back(b.seqs[i].start + j);
+      }
+  }
+  auto probe = [&](const std::string& name, float* data, int cols) {
+    if (hooks && hooks->wants(name)) hooks->visit(name, data, T, cols, meta);
+  };
 
   // Embedding lookup straight from the (possibly mmapped) table, widened exactly.
   const io::TensorView& E = *w_.embeddings;
@@ -73,11 +110,14 @@ void Mamba2Model::forward(const ForwardBatch& b, cache::MambaStateCache& cache, 
     }
   }
 
+  probe("backbone.embeddings", resid.data(), D);
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const Mamba2LayerWeights& L = w_.layers[l];
+    const LayerNames& N = names_[l];
     kernels::rmsnorm(resid.data(), T, D, L.norm.data(), eps, normed.data());
     kernels::gemm(normed.data(), T, D, L.in_proj, L.in_proj_bias.empty() ? nullptr : L.in_proj_bias.data(), zx.data(),
                   proj);
+    probe(N.in_proj, zx.data(), proj);
     // in_proj output columns: [z | xBC | dt]
     for (int t = 0; t < T; ++t) {
       const float* row = zx.data() + std::size_t(t) * proj;
@@ -85,22 +125,50 @@ void Mamba2Model::forward(const ForwardBatch& b, cache::MambaStateCache& cache, 
       std::memcpy(xbc_in.data() + std::size_t(t) * conv, row + I, std::size_t(conv) * 4);
       std::memcpy(dt_raw.data() + std::size_t(t) * H, row + I + conv, std::size_t(H) * 4);
     }
+    probe(N.dt, dt_raw.data(), H);
+    // HF's conv1d module output is before SiLU; when it is probed, SiLU runs as a second pass
+    // (silu_f of the same value: the same bits as the fused kernel).
+    const bool probe_conv = hooks && hooks->wants(N.conv1d);
     int row0 = 0;
     for (const SeqChunk& s : b.seqs) {
       kernels::conv1d_causal(xbc_in.data() + std::size_t(row0) * conv, s.n, conv, L.conv_w.data(),
-                             L.conv_b.empty() ? nullptr : L.conv_b.data(), K, cache.conv_state(l, s.slot), true,
-                             xbc.data() + std::size_t(row0) * conv);
+                             L.conv_b.empty() ? nullptr : L.conv_b.data(), K, cache.conv_state(l, s.slot),
+                             !probe_conv, xbc.data() + std::size_t(row0) * conv);
+      row0 += s.n;
+    }
+    if (probe_conv) {
+      hooks->visit(N.conv1d, xbc.data(), T, conv, meta);
+      for (float& v : xbc) v = kernels::silu_f(v);
+    }
+    row0 = 0;
+    for (const SeqChunk& s : b.seqs) {
       scan_sequence(l, s, xbc.data() + std::size_t(row0) * conv, dt_raw.data() + std::size_t(row0) * H,
                     y.data() + std::size_t(row0) * I, cache, mode);
       row0 += s.n;
     }
     kernels::gated_rmsnorm(y.data(), z.data(), T, I, group, L.gate_norm.data(), eps, cfg_.norm_before_gate, g.data());
+    probe(N.norm, g.data(), I);
     kernels::gemm(g.data(), T, I, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), out.data(),
                   D);
+    probe(N.mixer, out.data(), D);
     for (std::size_t i = 0; i < resid.size(); ++i) resid[i] += out[i];
+    probe(N.block, resid.data(), D);
   }
   for (const SeqChunk& s : b.seqs) cache.set_position(s.slot, s.start + s.n);
 
+  const int V = cfg_.vocab_size;
+  if (hooks && (hooks->wants("backbone.norm_f") || hooks->wants("lm_head"))) {
+    // A probed head sees every row; the asked-for rows are then picked out. Row-wise norm and the
+    // M-invariant GEMM give each row the same bits as the fast path below.
+    std::vector<float> hn(std::size_t(T) * D), all(std::size_t(T) * V);
+    kernels::rmsnorm(resid.data(), T, D, w_.norm_f.data(), eps, hn.data());
+    probe("backbone.norm_f", hn.data(), D);
+    kernels::gemm(hn.data(), T, D, w_.lm_head, nullptr, all.data(), V);
+    probe("lm_head", all.data(), V);
+    for (std::size_t i = 0; i < b.logit_rows.size(); ++i)
+      std::memcpy(logits + i * V, all.data() + std::size_t(b.logit_rows[i]) * V, std::size_t(V) * 4);
+    return;
+  }
   // Only the asked-for rows reach the head: row-wise norm + M-invariant GEMM keep their bits.
   const int R = static_cast<int>(b.logit_rows.size());
   if (R == 0) return;

@@ -9,6 +9,7 @@
 #include "model/checkpoint.h"
 #include "model/forward_batch.h"
 #include "model/mamba2_weights.h"
+#include "model/probe.h"
 
 namespace parity::model {
 
@@ -25,7 +26,12 @@ class Mamba2Model {
   // (the cache tracks it); afterwards the slot is at start + n. logits receives
   // logit_rows.size() × vocab floats. Throws parity::Error on an invalid batch (token out of
   // range, bad slot, position mismatch) before touching any state.
-  void forward(const ForwardBatch& batch, cache::MambaStateCache& cache, ScanMode mode, float* logits) const;
+  // `hooks` (optional) sees every probe point; see probe_points().
+  void forward(const ForwardBatch& batch, cache::MambaStateCache& cache, ScanMode mode, float* logits,
+               ProbeHooks* hooks = nullptr) const;
+
+  // Every probe point of this model, in forward order.
+  std::vector<ProbePoint> probe_points() const;
 
  private:
   void validate(const ForwardBatch& b, const cache::MambaStateCache& cache) const;
@@ -38,6 +44,10 @@ class Mamba2Model {
   std::string origin_;
   std::shared_ptr<void> keepalive_;
   Mamba2Weights w_;
+  struct LayerNames {
+    std::string in_proj, conv1d, dt, norm, mixer, block;
+  };
+  std::vector<LayerNames> names_;
 };
 
 }  // namespace parity::model

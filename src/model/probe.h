@@ -1,0 +1,40 @@
+#pragma once
+// Probe points: every named tensor a user may capture or replace passes through one call,
+// named with Hugging Face module names (backbone.layers.3.mixer, lm_head, ...). With no hooks
+// attached a probe costs one pointer test.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/forward_batch.h"
+
+namespace parity::model {
+
+// Who each row of a probed tensor belongs to: the runner's per-row (request, absolute position).
+struct ProbeRows {
+  const ForwardBatch* batch = nullptr;
+  std::vector<int> seq;              // row → index into batch->seqs
+  std::vector<int64_t> position;     // row → absolute position in its sequence
+  uint64_t request(int row) const {  // 0 when the runner gave no request ids
+    const auto& ids = batch->request_ids;
+    return ids.empty() ? 0 : ids[static_cast<std::size_t>(seq[static_cast<std::size_t>(row)])];
+  }
+};
+
+class ProbeHooks {
+ public:
+  virtual ~ProbeHooks() = default;
+  // Asked once per point per pass; false keeps the fast path (e.g. the fused conv + SiLU).
+  virtual bool wants(const std::string& name) const = 0;
+  // The live fp32 tensor [rows, cols], row-major. A capture reads it; a replacement overwrites it
+  // in place and the rest of the forward uses the new values.
+  virtual void visit(const std::string& name, float* data, int rows, int cols, const ProbeRows& meta) = 0;
+};
+
+struct ProbePoint {
+  std::string name;
+  int cols = 0;          // feature size; rows = tokens in the pass
+  std::string meaning;   // one line for `parity probes`
+};
+
+}  // namespace parity::model
