@@ -1,0 +1,190 @@
+#include "kernels/gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "common/error.h"
+#include "kernels/gemm_internal.h"
+#include "kernels/isa.h"
+
+namespace parity::kernels {
+
+using detail::kNr;
+
+namespace {
+
+float widen(const void* w, DType dtype, std::size_t i) {
+  switch (dtype) {
+    case DType::F32: return static_cast<const float*>(w)[i];
+    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(w)[i]);
+    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(w)[i]);
+    default: break;
+  }
+  throw Error(std::string("GEMM weights must be F32, BF16 or F16, got ") + dtype_name(dtype));
+}
+
+void check_dtype(DType dtype) {
+  if (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16) {
+    throw Error(std::string("GEMM weights must be F32, BF16 or F16, got ") + dtype_name(dtype));
+  }
+}
+
+template <typename T>
+void pack_panels(const T* src, int n, int k, DType dtype, T* dst) {
+  const int panels = (n + kNr - 1) / kNr;
+  int pos[kNr];
+  for (int j = 0; j < kNr; ++j) pos[j] = detail::packed_pos(dtype, j);
+#pragma omp parallel for schedule(static) num_threads(num_threads())
+  for (int p = 0; p < panels; ++p) {
+    T* panel = dst + static_cast<std::size_t>(p) * k * kNr;
+    for (int j = 0; j < kNr; ++j) {
+      const int col = p * kNr + j;
+      if (col < n) {
+        const T* row = src + static_cast<std::size_t>(col) * k;
+        for (int kk = 0; kk < k; ++kk) panel[static_cast<std::size_t>(kk) * kNr + pos[j]] = row[kk];
+      } else {
+        for (int kk = 0; kk < k; ++kk) panel[static_cast<std::size_t>(kk) * kNr + pos[j]] = T{};
+      }
+    }
+  }
+}
+
+using TileFn = void (*)(const float*, int, const PackedWeight&, const float*, float*, int, int, int, int, int);
+
+TileFn tile_fn(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return detail::gemm_tile_avx512;
+    case Isa::Avx2: return detail::gemm_tile_avx2;
+    case Isa::Portable: break;
+  }
+  return detail::gemm_tile_portable;
+}
+
+}  // namespace
+
+PackedWeight pack_weight(const void* w, DType dtype, int n, int k) {
+  check_dtype(dtype);
+  if (n < 0 || k < 0) throw Error("pack_weight: negative shape");
+  PackedWeight pw;
+  pw.n = n;
+  pw.k = k;
+  pw.dtype = dtype;
+  const std::size_t panels = (static_cast<std::size_t>(n) + kNr - 1) / kNr;
+  pw.data.resize(panels * static_cast<std::size_t>(k) * kNr * dtype_size(dtype));
+  if (pw.data.size() == 0) return pw;
+  if (dtype == DType::F32) {
+    pack_panels(static_cast<const float*>(w), n, k, dtype, reinterpret_cast<float*>(pw.data.data()));
+  } else {
+    pack_panels(static_cast<const uint16_t*>(w), n, k, dtype, reinterpret_cast<uint16_t*>(pw.data.data()));
+  }
+  return pw;
+}
+
+void gemm(const float* a, int m, int lda, const PackedWeight& w, const float* bias, float* c, int ldc) {
+  if (m <= 0 || w.n <= 0) return;
+  const TileFn fn = tile_fn(active_isa());
+  const int panels = (w.n + kNr - 1) / kNr;
+
+  // Work is cut into tiles of (a run of rows) × (4 panels = 128 columns). Each thread takes a
+  // contiguous range of tiles, so it owns whole column strips and streams its share of the
+  // weights once; rows are split too only when there are fewer column strips than threads.
+  // None of this touches the order of any element's K chain.
+  constexpr int kPanelsPerTile = 4;
+  constexpr int kRowQuantum = 6;  // the AVX-512 kernel's row block: keeps row splits on its boundary
+  const int strips = (panels + kPanelsPerTile - 1) / kPanelsPerTile;
+  int nt = num_threads();
+  const double flops = 2.0 * m * static_cast<double>(w.n) * std::max(w.k, 1);
+  if (flops < 2.0e5) nt = 1;  // a parallel region costs more than the work
+  int row_splits = 1;
+  if (strips < nt) row_splits = std::min((nt + strips - 1) / strips, (m + kRowQuantum - 1) / kRowQuantum);
+  int rows_per_split = (m + row_splits - 1) / row_splits;
+  rows_per_split = (rows_per_split + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
+  row_splits = (m + rows_per_split - 1) / rows_per_split;
+  const int tiles = strips * row_splits;
+  nt = std::min(nt, tiles);
+
+  auto run_tile = [&](int t) {
+    const int s = t / row_splits, r = t % row_splits;
+    const int p0 = s * kPanelsPerTile, p1 = std::min(panels, p0 + kPanelsPerTile);
+    const int m0 = r * rows_per_split, m1 = std::min(m, m0 + rows_per_split);
+    fn(a, lda, w, bias, c, ldc, m0, m1, p0, p1);
+  };
+  if (nt <= 1) {
+    for (int t = 0; t < tiles; ++t) run_tile(t);
+  } else {
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int t = 0; t < tiles; ++t) run_tile(t);
+  }
+}
+
+void gemm_reference(const float* a, int m, int lda, const void* w, DType dtype, int n, int k, const float* bias,
+                    float* c, int ldc) {
+  check_dtype(dtype);
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (int kk = 0; kk < k; ++kk) {
+        acc = std::fma(a[static_cast<std::size_t>(i) * lda + kk],
+                       widen(w, dtype, static_cast<std::size_t>(j) * k + kk), acc);
+      }
+      c[static_cast<std::size_t>(i) * ldc + j] = bias ? acc + bias[j] : acc;
+    }
+  }
+}
+
+namespace detail {
+
+namespace {
+
+template <typename T>
+float widen_one(T v, DType dtype) {
+  if constexpr (sizeof(T) == 4) {
+    (void)dtype;
+    return v;
+  } else {
+    return dtype == DType::BF16 ? bf16_to_f32(v) : f16_to_f32(v);
+  }
+}
+
+// One row × one panel at a time: the same chains as the SIMD kernels, one lane per column.
+template <typename T>
+void tile_portable(const float* a, int lda, const PackedWeight& w, const float* bias, float* c, int ldc, int m0,
+                   int m1, int p0, int p1) {
+  const int K = w.k;
+  int pos[kNr];
+  for (int j = 0; j < kNr; ++j) pos[j] = packed_pos(w.dtype, j);
+  for (int p = p0; p < p1; ++p) {
+    const T* panel = reinterpret_cast<const T*>(w.data.data()) + static_cast<std::size_t>(p) * K * kNr;
+    const int ncols = std::min(kNr, w.n - p * kNr);
+    for (int i = m0; i < m1; ++i) {
+      const float* ar = a + static_cast<std::size_t>(i) * lda;
+      float acc[kNr] = {};
+      for (int kk = 0; kk < K; ++kk) {
+        const T* wk = panel + static_cast<std::size_t>(kk) * kNr;
+        const float av = ar[kk];
+        for (int j = 0; j < ncols; ++j) acc[j] = std::fma(av, widen_one(wk[pos[j]], w.dtype), acc[j]);
+      }
+      float* cr = c + static_cast<std::size_t>(i) * ldc + p * kNr;
+      for (int j = 0; j < ncols; ++j) cr[j] = bias ? acc[j] + bias[p * kNr + j] : acc[j];
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_tile_portable(const float* a, int lda, const PackedWeight& w, const float* bias, float* c, int ldc,
+                        int m0, int m1, int p0, int p1) {
+  if (w.dtype == DType::F32) {
+    tile_portable<float>(a, lda, w, bias, c, ldc, m0, m1, p0, p1);
+  } else {
+    tile_portable<uint16_t>(a, lda, w, bias, c, ldc, m0, m1, p0, p1);
+  }
+}
+
+}  // namespace detail
+
+}  // namespace parity::kernels
