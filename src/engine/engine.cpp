@@ -68,6 +68,7 @@ uint64_t Engine::add_request(RequestSpec spec) {
   r->spec = std::move(spec);
   r->arrival = static_cast<int64_t>(r->id);
   Request* raw = r.get();
+  if (listener_) listener_(raw->id, raw->spec);  // may throw (e.g. unknown reference prompt): nothing queued yet
   next_logit_pos_[raw->id] = raw->spec.return_prompt_logits ? 0 : raw->prompt_len() - 1;
   requests_[raw->id] = std::move(r);
   sched_->add(raw);
@@ -114,6 +115,7 @@ std::vector<StepOutput> Engine::step() {
   for (const ScheduledChunk& c : chunks) {
     Request* r = c.req;
     batch.seqs.push_back({r->slot, r->num_computed, c.n});
+    batch.request_ids.push_back(r->id);
     const int64_t last = static_cast<int64_t>(r->tokens.size()) - 1;
     const int64_t from = std::max<int64_t>(next_logit_pos_[r->id], r->num_computed);
     for (int i = 0; i < c.n; ++i) {
@@ -130,7 +132,7 @@ std::vector<StepOutput> Engine::step() {
   }
   const int V = model_.vocab_size();
   std::vector<float> logits(batch.logit_rows.size() * static_cast<std::size_t>(V));
-  model_.forward(batch, *cache_, cfg_.mode, logits.data());
+  model_.forward(batch, *cache_, cfg_.mode, logits.data(), hooks_);
 
   std::map<uint64_t, StepOutput> outs;
   for (const ScheduledChunk& c : chunks) c.req->num_computed += c.n;

@@ -4,6 +4,7 @@
 //   forward over the batch with the cache slots → logits of the rows that need them →
 //   sampler (or the forced continuation) → request state.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -51,6 +52,12 @@ class Engine {
   // Preempts one running request now (it recomputes later under the same id).
   bool preempt(uint64_t id);
   bool has_unfinished() const;
+
+  // Accuracy tools. Hooks see every probe point of every pass (rows carry request ids and
+  // absolute positions); the listener hears of each accepted request before it is scheduled.
+  void set_probe_hooks(model::ProbeHooks* hooks) { hooks_ = hooks; }
+  using RequestListener = std::function<void(uint64_t id, const RequestSpec& spec)>;
+  void set_request_listener(RequestListener l) { listener_ = std::move(l); }
   int64_t steps() const { return step_; }
   const cache::CachePlan& plan() const { return plan_; }
   const EngineConfig& config() const { return cfg_; }
@@ -69,6 +76,8 @@ class Engine {
   std::unique_ptr<Scheduler> sched_;
   std::map<uint64_t, std::unique_ptr<Request>> requests_;
   std::map<uint64_t, int64_t> next_logit_pos_;  // first position whose raw logits are not yet emitted
+  model::ProbeHooks* hooks_ = nullptr;
+  RequestListener listener_;
   uint64_t next_id_ = 1;
   int64_t step_ = 0;
 };

@@ -24,6 +24,9 @@ struct RequestSpec {
   std::vector<int32_t> forced;
   bool return_logits = false;         // raw logit row for every generated / forced position
   bool return_prompt_logits = false;  // raw logit rows for every prompt position as well
+  // Accuracy tools: bind this request to reference prompt i of a tensor-replacement set
+  // (-1: resolve by longest verified prefix match, seed 000's default).
+  int reference_prompt = -1;
 };
 
 enum class FinishReason { None, Length, Stop, Forced, Aborted };
