@@ -13,4 +13,8 @@ nlohmann::json read_json_file(const std::string& path);     // throws parity::Er
 nlohmann::json parse_hf_json(const std::string& text, const std::string& what);
 double as_float(const nlohmann::json& v, const std::string& field);  // numbers and {"__float__": …}
 
+// The reason part of a parse error ("syntax error while parsing …"), without nlohmann's own
+// exception id and position, for callers that report the position in their own terms.
+std::string json_error_reason(const nlohmann::json::parse_error& e);
+
 }  // namespace parity::io
