@@ -358,3 +358,17 @@ TEST_F(IoJsonFile, ReadJsonFile) {
   expect_error([&] { read_json_file((dir_ / "nope.json").string()); }, {"cannot read", "nope.json"});
   expect_error([&] { read_json_file(dir_.string()); }, {"is a directory"});
 }
+
+// The fixtures were written by transformers itself, so they pin the format as it is in the wild.
+TEST(IoConfig, TransformersWrittenFixtures) {
+  const std::string root = PARITY_TEST_DATA;
+  for (const char* d : {"mamba2_g1", "mamba2_g2"}) {
+    const std::string cfg_path = root + "/" + d + "/config.json";
+    if (!fs::exists(cfg_path)) GTEST_SKIP() << "no fixture " << cfg_path;
+    json cfg = read_json_file(cfg_path);
+    EXPECT_EQ(architecture_of(cfg), "Mamba2ForCausalLM");
+    Mamba2Config c = parse_mamba2_config(cfg);
+    EXPECT_EQ(c.num_heads * c.head_dim, c.intermediate_size) << d;
+    EXPECT_EQ(c.time_step_min_limit, 0.0) << d;
+  }
+}

@@ -415,3 +415,15 @@ TEST_F(IoWeightStore, MissingFolderOrFiles) {
   expect_error([&] { WeightStore::open_folder(missing); },
                {"no model.safetensors or model.safetensors.index.json in " + missing});
 }
+
+TEST(IoWeightStoreFixture, TransformersWrittenCheckpoint) {
+  const std::string dir = std::string(PARITY_TEST_DATA) + "/mamba2_g1";
+  if (!fs::exists(dir + "/model.safetensors")) GTEST_SKIP() << "no fixture in " << dir;
+  WeightStore ws = WeightStore::open_folder(dir);
+  const TensorView& emb = ws.get("backbone.embeddings.weight");
+  ASSERT_EQ(emb.shape.size(), 2u);
+  EXPECT_EQ(emb.nbytes, static_cast<std::size_t>(emb.numel()) * parity::dtype_size(emb.dtype));
+  auto logits = SafetensorsFile::open(dir + "/reference_logits.safetensors");
+  ASSERT_NE(logits->find("logits"), nullptr);
+  EXPECT_EQ(logits->find("logits")->dtype, DType::F32);
+}
