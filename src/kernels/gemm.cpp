@@ -89,27 +89,27 @@ void gemm(const float* a, int m, int lda, const PackedWeight& w, const float* bi
   const TileFn fn = tile_fn(active_isa());
   const int panels = (w.n + kNr - 1) / kNr;
 
-  // Work is cut into tiles of (a run of rows) × (4 panels = 128 columns). Each thread takes a
-  // contiguous range of tiles, so it owns whole column strips and streams its share of the
-  // weights once; rows are split too only when there are fewer column strips than threads.
-  // None of this touches the order of any element's K chain.
-  constexpr int kPanelsPerTile = 4;
+  // Tiles are (a run of rows) × (a run of panels). Columns are split first, evenly to within one
+  // panel: each thread then owns a column strip and streams its share of the weights once, while
+  // all threads read the (much smaller, shared) A. Rows are split too only when there are fewer
+  // panels than threads. None of this touches the order of any element's K chain.
   constexpr int kRowQuantum = 6;  // the AVX-512 kernel's row block: keeps row splits on its boundary
-  const int strips = (panels + kPanelsPerTile - 1) / kPanelsPerTile;
   int nt = num_threads();
   const double flops = 2.0 * m * static_cast<double>(w.n) * std::max(w.k, 1);
   if (flops < 2.0e5) nt = 1;  // a parallel region costs more than the work
+  const int col_splits = std::max(1, std::min(nt, panels));
   int row_splits = 1;
-  if (strips < nt) row_splits = std::min((nt + strips - 1) / strips, (m + kRowQuantum - 1) / kRowQuantum);
+  if (col_splits < nt) row_splits = std::min((nt + col_splits - 1) / col_splits, (m + kRowQuantum - 1) / kRowQuantum);
   int rows_per_split = (m + row_splits - 1) / row_splits;
   rows_per_split = (rows_per_split + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
   row_splits = (m + rows_per_split - 1) / rows_per_split;
-  const int tiles = strips * row_splits;
+  const int tiles = col_splits * row_splits;
   nt = std::min(nt, tiles);
 
   auto run_tile = [&](int t) {
     const int s = t / row_splits, r = t % row_splits;
-    const int p0 = s * kPanelsPerTile, p1 = std::min(panels, p0 + kPanelsPerTile);
+    const int p0 = static_cast<int>(static_cast<long long>(panels) * s / col_splits);
+    const int p1 = static_cast<int>(static_cast<long long>(panels) * (s + 1) / col_splits);
     const int m0 = r * rows_per_split, m1 = std::min(m, m0 + rows_per_split);
     fn(a, lda, w, bias, c, ldc, m0, m1, p0, p1);
   };

@@ -116,7 +116,7 @@ __attribute__((always_inline)) inline void micro(const float* a, int lda, const 
 template <int MR, DType DT>
 inline void rows_over_panels(const float* a, int lda, const PackedWeight& w, const float* bias, float* c, int ldc,
                              int p, int np) {
-  const std::size_t ps = panel_bytes(w);
+  const std::size_t ps = static_cast<std::size_t>(w.k) * Half<DT>::kRowBytes;
   const uint8_t* base = w.data.data();
   auto call = [&]<int NP>(int q) {
     const int col = (p + q) * kNr;

@@ -14,13 +14,12 @@ constexpr int kNr = PackedWeight::kNr;
 // word holds columns i and 16+i: a left shift by 16 widens column i and a mask of the high half
 // widens column 16+i, both exact and in place. The same layout serves 16- and 8-lane vectors
 // (an 8-word load yields columns i..i+7 and 16+i..16+i+7).
-inline int packed_pos(DType dt, int j) {
+//
+// Helpers here are static: this header is also compiled with AVX flags, and an out-of-line copy
+// with external linkage could be picked by the linker for baseline code.
+static inline int packed_pos(DType dt, int j) {
   if (dt != DType::BF16) return j;
   return j < 16 ? 2 * j : 2 * (j - 16) + 1;
-}
-
-inline std::size_t panel_bytes(const PackedWeight& w) {
-  return static_cast<std::size_t>(w.k) * kNr * dtype_size(w.dtype);
 }
 
 // C[m0..m1) × columns of panels [p0, p1) (the last panel may be partial: w.n bounds the store).
