@@ -1,0 +1,42 @@
+#include "accuracy/replacement_hooks.h"
+
+#include <cstring>
+
+#include "accuracy/active_context.h"
+#include "common/error.h"
+
+namespace parity::accuracy {
+
+namespace {
+
+void check_features(const std::string& name, int64_t ref_cols, int live_cols) {
+  if (ref_cols != live_cols)
+    throw Error("tensor replacement: " + name + " has " + std::to_string(ref_cols) +
+                " features in the reference but " + std::to_string(live_cols) + " in the live tensor");
+}
+
+}  // namespace
+
+void ReplacementHooks::visit(const std::string& name, float* data, int rows, int cols, const model::ProbeRows& meta) {
+  check_features(name, r_.feature_size(name), cols);
+  if (static_cast<int>(meta.position.size()) != rows)
+    throw Error("tensor replacement: " + name + " has " + std::to_string(rows) + " rows but the pass metadata " +
+                std::to_string(meta.position.size()));
+  for (int t = 0; t < rows; ++t)
+    r_.fill_row(name, meta.request(t), meta.position[static_cast<std::size_t>(t)],
+                data + static_cast<std::size_t>(t) * static_cast<std::size_t>(cols));
+}
+
+bool ContextHooks::wants(const std::string& name) const { return get_replacement_tensor(name) != nullptr; }
+
+void ContextHooks::visit(const std::string& name, float* data, int rows, int cols, const model::ProbeRows&) {
+  const Matrix* m = get_replacement_tensor(name);
+  if (!m) return;
+  check_features(name, m->cols, cols);
+  if (m->rows < rows)
+    throw Error("tensor replacement: the context for " + name + " has " + std::to_string(m->rows) +
+                " slots but the pass has " + std::to_string(rows) + " rows");
+  std::memcpy(data, m->data.data(), static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) * sizeof(float));
+}
+
+}  // namespace parity::accuracy
