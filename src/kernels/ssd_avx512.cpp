@@ -9,12 +9,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-#include <algorithm>
-#include <cstring>
+#include <cstdint>
 
-#include "common/aligned.h"
-#include "kernels/isa.h"
-#include "kernels/math.h"
 #include "kernels/ssd_internal.h"
 
 namespace parity::kernels::ssd_detail {
@@ -23,7 +19,8 @@ namespace {
 
 constexpr int kW = 16;
 
-inline int round_up(int v, int m) { return (v + m - 1) / m * m; }
+// Local on purpose: std::min and friends are external inline templates (see ssd_internal.h).
+inline int imin(int a, int b) { return a < b ? a : b; }
 
 inline __mmask16 tail_mask(int count) {
   return count >= kW ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << count) - 1u);
@@ -196,50 +193,24 @@ void dots_rows4(const float* S, int P, int N, const float* const* c, float* cons
     for (int r = 0; r < 4; ++r) out[r][p] = dot16_one(S + int64_t(p) * N, c[r], N);
 }
 
-// Per-thread scratch, grown on demand so that steady-state calls allocate nothing.
-struct Scratch {
-  static constexpr int kRows = 4;  // rows per block of the row routine
-  AlignedBuffer<float> dA, dtc, sum, w, sc, u, xc;
-  int lpad = 0, ppad = 0;
-  void reserve(int L, int P) {
-    const int lp = round_up(L + 2, kW), pp = round_up(P, kW);
-    if (lp <= lpad && pp <= ppad && u.size() >= size_t(L) * pp) return;
-    lpad = std::max(lp, lpad);
-    ppad = std::max(pp, ppad);
-    dA.resize(lpad);
-    dtc.resize(lpad);
-    sum.resize(size_t(kRows) * lpad);
-    w.resize(size_t(kRows) * lpad);
-    sc.resize(size_t(kRows) * ppad);
-    u.resize(size_t(lpad) * ppad);
-    xc.resize(size_t(lpad) * ppad);
-  }
-};
-
-Scratch& thread_scratch() {
-  thread_local Scratch s;
-  return s;
+// decay_f and exp_f for one value, through the vector code (same bits; see the note on
+// external inline functions in ssd_internal.h).
+inline float decay_one(float a) { return _mm_cvtss_f32(_mm512_castps512_ps128(decay16(_mm512_set1_ps(a)))); }
+inline float exp_one(float a) { return _mm_cvtss_f32(_mm512_castps512_ps128(exp16(_mm512_set1_ps(a)))); }
+inline float fma_one(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
 }
 
-// One head inside one chunk.
-struct HeadChunk {
-  int P, N, Lc;
-  int64_t ldx, ldb, ldy;
-  const float* x;    // chunk row 0 of this head (row stride ldx)
-  const float* Bg;   // chunk row 0 of this head's group
-  const float* Cg;   // C of this head's group; chunk row t is at row out0 + t
-  float* yh;         // y of this head; chunk row t is at row out0 + t
-  int64_t out0;      // c0 - first_out
-  const float* cb;   // CB(t, s) at cb[t * ldcb + s]
-  int ldcb;
-  const float* Sb;   // boundary state of this head, [P][N]
-  float D;
-};
-
-// The row routine for rows t0 .. t0+R-1 (all inside the chunk). Each row's arithmetic is the
-// single-row sequence; a block only shares loads of x_s and interleaves independent chains.
+// The row routine, in three block sizes that share every per-element step: 1 row (decode),
+// 4 rows (shared loads of x_s in the intra sum, interleaved decay chains), 16 rows (decay chains,
+// decays and weights vectorised across the rows). Each row's arithmetic is the single-row
+// sequence of ssd_internal.h whatever block it sits in.
+//
+// Intra sum and output for rows t0 .. t0+R-1, columns pc .. pc+16*NV-1 of head_dim. The weight
+// of row r at s is w[r][s * ws].
 template <int R, int NV>
-void intra_and_output(const HeadChunk& k, int t0, float* const* w, float* const* sc, const float* exp_cs, int pc) {
+void intra_and_output(const HeadChunk& k, int t0, const float* const* w, int ws, const float* const* sc,
+                      const float* exp_cs, int pc) {
   __mmask16 m[NV];
   #pragma GCC unroll 16
   for (int v = 0; v < NV; ++v) m[v] = tail_mask(k.P - pc - kW * v);
@@ -255,7 +226,7 @@ void intra_and_output(const HeadChunk& k, int t0, float* const* w, float* const*
     for (int v = 0; v < NV; ++v) xv[v] = _mm512_maskz_loadu_ps(m[v], xs + kW * v);
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const __m512 wb = _mm512_set1_ps(w[r][s]);
+      const __m512 wb = _mm512_set1_ps(w[r][s * ws]);
       #pragma GCC unroll 16
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(wb, xv[v], acc[r][v]);
     }
@@ -264,7 +235,7 @@ void intra_and_output(const HeadChunk& k, int t0, float* const* w, float* const*
   for (int r = 1; r < R; ++r) {
     for (int s = t0 + 1; s <= t0 + r; ++s) {
       const float* xs = k.x + s * k.ldx + pc;
-      const __m512 wb = _mm512_set1_ps(w[r][s]);
+      const __m512 wb = _mm512_set1_ps(w[r][s * ws]);
       #pragma GCC unroll 16
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(wb, _mm512_maskz_loadu_ps(m[v], xs + kW * v), acc[r][v]);
     }
@@ -286,17 +257,31 @@ void intra_and_output(const HeadChunk& k, int t0, float* const* w, float* const*
 }
 
 template <int R>
-void row_block(const HeadChunk& k, Scratch& scr, int t0) {
-  const float* dA = scr.dA.data();
-  const float* dtc = scr.dtc.data();
+void intra_all_columns(const HeadChunk& k, int t0, const float* const* w, int ws, const float* const* sc,
+                       const float* exp_cs) {
+  for (int pc = 0; pc < k.P; pc += 4 * kW) {
+    const int nv = imin(4, (k.P - pc + kW - 1) / kW);
+    switch (nv) {
+      case 4: intra_and_output<R, 4>(k, t0, w, ws, sc, exp_cs, pc); break;
+      case 3: intra_and_output<R, 3>(k, t0, w, ws, sc, exp_cs, pc); break;
+      case 2: intra_and_output<R, 2>(k, t0, w, ws, sc, exp_cs, pc); break;
+      default: intra_and_output<R, 1>(k, t0, w, ws, sc, exp_cs, pc); break;
+    }
+  }
+}
+
+template <int R>
+void row_block(const HeadChunk& k, int t0) {
+  const float* dA = k.dA;
+  const float* dtc = k.dtc;
   float* sum[R];
   float* w[R];
   float* sc[R];
   #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-    sum[r] = scr.sum.data() + size_t(r) * scr.lpad;
-    w[r] = scr.w.data() + size_t(r) * scr.lpad;
-    sc[r] = scr.sc.data() + size_t(r) * scr.ppad;
+    sum[r] = k.sum + int64_t(r) * k.lpad;
+    w[r] = k.w + int64_t(r) * k.lpad;
+    sc[r] = k.sc + int64_t(r) * k.ppad;
   }
   // decay_sums() of each row, the R chains interleaved so their latencies overlap.
   float acc[R];
@@ -320,7 +305,7 @@ void row_block(const HeadChunk& k, Scratch& scr, int t0) {
   #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     const int t = t0 + r;
-    exp_cs[r] = decay_f(acc[r]);
+    exp_cs[r] = decay_one(acc[r]);
     const float* cbt = k.cb + int64_t(t) * k.ldcb;
     for (int s = 0; s <= t; s += kW) {
       const __mmask16 m = tail_mask(t + 1 - s);
@@ -338,14 +323,42 @@ void row_block(const HeadChunk& k, Scratch& scr, int t0) {
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) dots_rows(k.Sb, k.P, k.N, Ct[r], sc[r]);
   }
-  for (int pc = 0; pc < k.P; pc += 4 * kW) {
-    const int nv = std::min(4, (k.P - pc + kW - 1) / kW);
-    switch (nv) {
-      case 4: intra_and_output<R, 4>(k, t0, w, sc, exp_cs, pc); break;
-      case 3: intra_and_output<R, 3>(k, t0, w, sc, exp_cs, pc); break;
-      case 2: intra_and_output<R, 2>(k, t0, w, sc, exp_cs, pc); break;
-      default: intra_and_output<R, 1>(k, t0, w, sc, exp_cs, pc); break;
+  intra_all_columns<R>(k, t0, w, 1, sc, exp_cs);
+}
+
+// Rows t0 .. t0+15 with CB in the transposed block layout of cb_block16_avx512: the sixteen
+// decay chains run as the lanes of one vector (lane r joins at s = t0 + r, before which it holds
+// 0 and is not added to), so the chain, its decays and the weights cost one vector operation per
+// s for all sixteen rows. Sums and weights are stored [s][r].
+void row_block16(const HeadChunk& k, int t0) {
+  float* sum = k.sum;
+  float* w = k.w;
+  __m512 acc = _mm512_setzero_ps();
+  for (int s = t0 + 15; s >= 0; --s) {
+    _mm512_storeu_ps(sum + int64_t(s) * 16, acc);
+    const __mmask16 active = s <= t0 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>(0xFFFFu << (s - t0));
+    acc = _mm512_mask_add_ps(acc, active, acc, _mm512_set1_ps(k.dA[s]));
+  }
+  alignas(64) float exp_cs[16];
+  _mm512_store_ps(exp_cs, decay16(acc));
+  const float* cbt = k.cb + int64_t(t0) * k.ldcb;
+  for (int s = 0; s <= t0 + 15; ++s) {
+    const __m512 e = decay16(_mm512_loadu_ps(sum + int64_t(s) * 16));
+    const __m512 wv = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(cbt + int64_t(s) * 16), e), _mm512_set1_ps(k.dtc[s]));
+    _mm512_storeu_ps(w + int64_t(s) * 16, wv);
+  }
+  for (int q = 0; q < 4; ++q) {
+    const float* Ct[4];
+    float* sc[4];
+    const float* wr[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      Ct[r] = k.Cg + (k.out0 + t0 + 4 * q + r) * k.ldb;
+      sc[r] = k.sc + int64_t(4 * q + r) * k.ppad;
+      wr[r] = w + 4 * q + r;
     }
+    dots_rows4(k.Sb, k.P, k.N, Ct, sc);
+    intra_all_columns<4>(k, t0 + 4 * q, wr, 16, sc, exp_cs + 4 * q);
   }
 }
 
@@ -391,7 +404,7 @@ template <int PB>
 void fold_tiles_n(const HeadChunk& k, const float* u, int ldu, const float* src, float* dst, int p0, int sb, int se,
                   bool first, float et) {
   for (int n0 = 0; n0 < k.N; n0 += 4 * kW) {
-    const int nv = std::min(4, (k.N - n0 + kW - 1) / kW);
+    const int nv = imin(4, (k.N - n0 + kW - 1) / kW);
     switch (nv) {
       case 4: fold_tile<PB, 4>(k, u, ldu, src, dst, p0, n0, sb, se, first, et); break;
       case 3: fold_tile<PB, 3>(k, u, ldu, src, dst, p0, n0, sb, se, first, et); break;
@@ -402,19 +415,19 @@ void fold_tiles_n(const HeadChunk& k, const float* u, int ldu, const float* src,
 }
 
 // The fold routine: state after the chunk's Lc rows from k.Sb into dst (dst may equal k.Sb).
-void fold(const HeadChunk& k, Scratch& scr, float* dst) {
+void fold(const HeadChunk& k, float* dst) {
   const int T = k.Lc - 1;
-  float* sum = scr.sum.data();
-  float* coef = scr.w.data();
-  decay_sums(scr.dA.data(), T, sum);
-  const float exp_total = decay_f(sum[T + 1]);
+  float* sum = k.sum;
+  float* coef = k.w;
+  decay_sums(k.dA, T, sum);
+  const float exp_total = decay_one(sum[T + 1]);
   for (int s = 0; s <= T; s += kW) {
     const __mmask16 m = tail_mask(T + 1 - s);
-    const __m512 c = _mm512_mul_ps(decay16(_mm512_maskz_loadu_ps(m, sum + s)), _mm512_maskz_loadu_ps(m, scr.dtc.data() + s));
+    const __m512 c = _mm512_mul_ps(decay16(_mm512_maskz_loadu_ps(m, sum + s)), _mm512_maskz_loadu_ps(m, k.dtc + s));
     _mm512_mask_storeu_ps(coef + s, m, c);
   }
-  float* u = scr.u.data();
-  const int ldu = scr.ppad;
+  float* u = k.u;
+  const int ldu = k.ppad;
   for (int s = 0; s <= T; ++s) {
     const __m512 c = _mm512_set1_ps(coef[s]);
     const float* xs = k.x + s * k.ldx;
@@ -427,7 +440,7 @@ void fold(const HeadChunk& k, Scratch& scr, float* dst) {
   // every state element still sees s in increasing order.
   constexpr int kSTile = 32;
   for (int sb = 0; sb <= T; sb += kSTile) {
-    const int se = std::min(T + 1, sb + kSTile);
+    const int se = imin(T + 1, sb + kSTile);
     const bool first = sb == 0;
     int p0 = 0;
     for (; p0 + 4 <= k.P; p0 += 4) fold_tiles_n<4>(k, u, ldu, k.Sb, dst, p0, sb, se, first, exp_total);
@@ -437,161 +450,57 @@ void fold(const HeadChunk& k, Scratch& scr, float* dst) {
 
 }  // namespace
 
-void scan_avx512(const ScanArgs& a) {
-  const SsdShape& sh = a.shape;
-  const int H = sh.nheads, P = sh.headdim, G = sh.ngroups, N = sh.dstate, L = sh.chunk_size;
-  const int hpg = H / G;
-  const int64_t ldx = int64_t(H) * P, ldb = int64_t(G) * N, pn = int64_t(P) * N, hpn = int64_t(H) * pn;
-  const int nthreads = kernels::num_threads();
-  if (a.n == 0) {
-    if (a.final_state) std::memcpy(a.final_state, a.s0, sizeof(float) * hpn);
-    return;
-  }
-  const int nchunks = (a.n + L - 1) / L;
-  const int ldcb = round_up(L, kW);
-  // Buffers of the calling thread, shared read-only (CB) or by disjoint head slices (state).
-  thread_local AlignedBuffer<float> cb_buf, work;
-  const bool any_out = a.first_out < a.n;
-  if (any_out && cb_buf.size() < size_t(G) * L * ldcb) cb_buf.resize(size_t(G) * L * ldcb);
-  // Inside the parallel regions a thread_local name would mean the worker's own copy: pass pointers.
-  float* const cb_all = cb_buf.data();
+void cb_block16_avx512(const float* Bg, int64_t ldb, const float* C0, int N, int t0, float* out) {
+  const float* crows[16];
+  for (int i = 0; i < 16; ++i) crows[i] = C0 + i * ldb;
+  for (int s = 0; s <= t0 + 15; ++s) dot16x16(crows, Bg + s * ldb, N, out + int64_t(s) * 16);
+}
 
-  const float* Sb = a.s0;
-  for (int c = 0; c < nchunks; ++c) {
-    const int c0 = c * L;
-    const int Lc = std::min(L, a.n - c0);
-    const bool last = c == nchunks - 1, complete = Lc == L;
-    const int t_lo = std::max(0, a.first_out - c0);
-    const bool do_fold = complete ? (!last || a.chunk_states || a.final_state) : a.final_state != nullptr;
-    float* dst = nullptr;
-    if (do_fold) {
-      if (complete && a.chunk_states) {
-        dst = a.chunk_states + int64_t(c) * hpn;
-      } else if (last) {
-        dst = a.final_state;
-      } else {
-        if (work.size() < size_t(hpn)) work.resize(hpn);
-        dst = work.data();
-      }
-    }
-    const int64_t out0 = int64_t(c0) - a.first_out;
-
-    if (t_lo < Lc) {
-      // CB(t, s) per group, shared by the group's heads; rows are independent items.
-      const int rows = Lc - t_lo;
-      const int items = G * rows;
-      const double work_est = double(items) * (t_lo + rows / 2 + 16) * N;
-#pragma omp parallel for num_threads(nthreads) schedule(static, 1) if (work_est > 65536.0)
-      for (int it = 0; it < items; ++it) {
-        const int g = it / rows, t = t_lo + it % rows;
-        const float* Bg = a.B + int64_t(c0) * ldb + int64_t(g) * N;
-        const float* Ct = a.C + (out0 + t) * ldb + int64_t(g) * N;
-        float* cbt = cb_all + (size_t(g) * L + t) * ldcb;
-        for (int s0 = 0; s0 <= t; s0 += kW) {
-          const float* brows[16];
-          #pragma GCC unroll 16
-          for (int i = 0; i < 16; ++i) brows[i] = Bg + std::min(s0 + i, t) * ldb;  // beyond t: unused
-          dot16x16(brows, Ct, N, cbt + s0);
-        }
-      }
-    }
-
-    if (t_lo < Lc || do_fold) {
-#pragma omp parallel for num_threads(nthreads) schedule(static)
-      for (int h = 0; h < H; ++h) {
-        Scratch& scr = thread_scratch();
-        scr.reserve(L, P);
-        const int g = h / hpg;
-        const float Ah = a.A[h];
-        for (int s = 0; s < Lc; ++s) {
-          const float d = a.dt[int64_t(c0 + s) * H + h];
-          scr.dtc[s] = d;
-          scr.dA[s] = d * Ah;
-        }
-        HeadChunk k;
-        k.P = P;
-        k.N = N;
-        k.Lc = Lc;
-        k.ldx = ldx;
-        k.ldy = ldx;
-        k.ldb = ldb;
-        k.x = a.x + int64_t(c0) * ldx + int64_t(h) * P;
-        if (Lc - t_lo >= 16 || do_fold) {
-          // Many passes over this head's x rows follow: gather them into one contiguous block
-          // (the input rows are H*P floats apart, a stride the prefetchers do not follow).
-          float* xc = scr.xc.data();
-          for (int s = 0; s < Lc; ++s) {
-            for (int p = 0; p < P; p += kW) {
-              const __mmask16 m = tail_mask(P - p);
-              _mm512_mask_storeu_ps(xc + int64_t(s) * scr.ppad + p, m, _mm512_maskz_loadu_ps(m, k.x + s * ldx + p));
-            }
-          }
-          k.x = xc;
-          k.ldx = scr.ppad;
-        }
-        k.Bg = a.B + int64_t(c0) * ldb + int64_t(g) * N;
-        k.Cg = a.C + int64_t(g) * N;
-        k.yh = a.y + int64_t(h) * P;
-        k.out0 = out0;
-        k.cb = cb_all + size_t(g) * L * ldcb;
-        k.ldcb = ldcb;
-        k.Sb = Sb + int64_t(h) * pn;
-        k.D = a.D[h];
-        int t = t_lo;
-        for (; t + Scratch::kRows <= Lc; t += Scratch::kRows) row_block<Scratch::kRows>(k, scr, t);
-        for (; t < Lc; ++t) row_block<1>(k, scr, t);
-        if (do_fold) fold(k, scr, dst + int64_t(h) * pn);
-      }
-    }
-    Sb = dst;
-  }
-  const bool last_complete = a.n % L == 0;
-  if (a.final_state && last_complete && a.chunk_states) {
-    std::memcpy(a.final_state, a.chunk_states + int64_t(nchunks - 1) * hpn, sizeof(float) * hpn);
+void cb_row_avx512(const float* Bg, int64_t ldb, const float* Ct, int N, int t, float* cbt) {
+  for (int s0 = 0; s0 <= t; s0 += kW) {
+    const float* brows[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) brows[i] = Bg + imin(s0 + i, t) * ldb;  // beyond t: computed, unused
+    dot16x16(brows, Ct, N, cbt + s0);
   }
 }
 
-void ssu_avx512(const SsuArgs& a) {
-  const SsdShape& sh = a.shape;
-  const int H = sh.nheads, P = sh.headdim, N = sh.dstate;
-  const int hpg = H / sh.ngroups;
-#pragma omp parallel for num_threads(kernels::num_threads()) schedule(static)
-  for (int h = 0; h < H; ++h) {
-    const int g = h / hpg;
-    const float dth = a.dt[h];
-    const __m512 decay = _mm512_set1_ps(exp_f(dth * a.A[h]));
-    const float* Bg = a.B + int64_t(g) * N;
-    const float* Cg = a.C + int64_t(g) * N;
-    const float* xh = a.x + int64_t(h) * P;
-    float* yh = a.y + int64_t(h) * P;
-    float* Sh = a.state + int64_t(h) * P * N;
-    // The state row is updated and immediately read back for its dot, while still in L1.
-    auto update_row = [&](int p) {
-      const __m512 u = _mm512_set1_ps(dth * xh[p]);
-      float* Sp = Sh + int64_t(p) * N;
-      for (int k = 0; k < N; k += kW) {
-        const __mmask16 m = tail_mask(N - k);
-        const __m512 s = _mm512_fmadd_ps(u, _mm512_maskz_loadu_ps(m, Bg + k), _mm512_mul_ps(decay, _mm512_maskz_loadu_ps(m, Sp + k)));
-        _mm512_mask_storeu_ps(Sp + k, m, s);
-      }
-    };
-    int p = 0;
-    for (; p + 16 <= P; p += 16) {
-      const float* rows[16];
-      #pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i) {
-        update_row(p + i);
-        rows[i] = Sh + int64_t(p + i) * N;
-      }
-      float dots[16];
-      dot16x16(rows, Cg, N, dots);
-      #pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i) yh[p + i] = std::fma(a.D[h], xh[p + i], dots[i]);
+void head_rows_avx512(const HeadChunk& k, int t_lo) {
+  int t = t_lo;
+  for (; t < rows16_end(t_lo, k.Lc); t += 16) row_block16(k, t);
+  for (; t + kRowBlock <= k.Lc; t += kRowBlock) row_block<kRowBlock>(k, t);
+  for (; t < k.Lc; ++t) row_block<1>(k, t);
+}
+
+void fold_avx512(const HeadChunk& k, float* dst) { fold(k, dst); }
+
+void ssu_head_avx512(int P, int N, const float* x, float dt, float A, float D, const float* B, const float* C,
+                     float* S, float* y) {
+  const __m512 decay = _mm512_set1_ps(exp_one(dt * A));
+  // The state row is updated and immediately read back for its dot, while still in L1.
+  auto update_row = [&](int p) {
+    const __m512 u = _mm512_set1_ps(dt * x[p]);
+    float* Sp = S + int64_t(p) * N;
+    for (int k = 0; k < N; k += kW) {
+      const __mmask16 m = tail_mask(N - k);
+      const __m512 s = _mm512_fmadd_ps(u, _mm512_maskz_loadu_ps(m, B + k), _mm512_mul_ps(decay, _mm512_maskz_loadu_ps(m, Sp + k)));
+      _mm512_mask_storeu_ps(Sp + k, m, s);
     }
-    for (; p < P; ++p) {
-      update_row(p);
-      yh[p] = std::fma(a.D[h], xh[p], dot16_one(Sh + int64_t(p) * N, Cg, N));
+  };
+  int p = 0;
+  for (; p + 16 <= P; p += 16) {
+    const float* rows[16];
+    for (int i = 0; i < 16; ++i) {
+      update_row(p + i);
+      rows[i] = S + int64_t(p + i) * N;
     }
+    alignas(64) float dots[16];
+    dot16x16(rows, C, N, dots);
+    for (int i = 0; i < 16; ++i) y[p + i] = fma_one(D, x[p + i], dots[i]);
+  }
+  for (; p < P; ++p) {
+    update_row(p);
+    y[p] = fma_one(D, x[p], dot16_one(S + int64_t(p) * N, C, N));
   }
 }
 

@@ -23,6 +23,7 @@
 //                  y[p] = fma(D, x[p], dot16(S[p][:], C))
 // Nothing here depends on how many rows a call holds, which rows produce output, the thread
 // count or the vector width, which is what makes prefill, chunked prefill and decode agree.
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/math.h"
@@ -34,14 +35,17 @@ inline constexpr int kDotLanes = 16;
 
 // Decay factors below e^-60 (~1e-26) are taken as exactly 0. Without the floor, fast heads
 // produce decays and products in the subnormal range for a band of (t, s) pairs in every chunk,
-// and on Intel cores each vector operation touching a subnormal takes a microcode assist: the
-// fold ran 8x slower there. A dropped term is at most 1e-26 of its row's scale, far below fp32
-// resolution; every path applies the same floor, so the bits stay identical.
+// and on Intel cores each vector operation touching a subnormal takes a microcode assist (the
+// fold of a full chunk measured 7x slower). A dropped term is at most 1e-26 of its row's scale,
+// far below fp32 resolution; every path applies the same floor, so the bits stay identical.
 inline constexpr float kDecayFloor = -60.0f;
 
-inline float decay_f(float a) { return a < kDecayFloor ? 0.0f : exp_f(a); }
+// The helpers below are static: this header is also compiled with AVX-512 flags, and an
+// out-of-line copy with external linkage could be picked by the linker for baseline code. For
+// the same reason the ISA files never call math.h's (external inline) functions.
+static inline float decay_f(float a) { return a < kDecayFloor ? 0.0f : exp_f(a); }
 
-inline float dot16(const float* a, const float* b, int n) {
+static inline float dot16(const float* a, const float* b, int n) {
   float lane[kDotLanes] = {};
   for (int i = 0; i < n; ++i) lane[i % kDotLanes] = std::fma(a[i], b[i], lane[i % kDotLanes]);
   for (int h = kDotLanes / 2; h >= 1; h /= 2) {
@@ -51,7 +55,7 @@ inline float dot16(const float* a, const float* b, int n) {
 }
 
 // sum[0..t+1] as described above; the caller provides t + 2 floats.
-inline void decay_sums(const float* dA, int t, float* sum) {
+static inline void decay_sums(const float* dA, int t, float* sum) {
   float acc = 0.0f;
   for (int s = t; s >= 0; --s) {
     sum[s] = acc;
@@ -76,20 +80,50 @@ struct ScanArgs {
   float* final_state;
 };
 
-struct SsuArgs {
-  SsdShape shape;
-  const float* x;
-  const float* dt;
-  const float* A;
-  const float* B;
-  const float* C;
-  const float* D;
-  float* state;
-  float* y;
+// The optimized row routine takes output rows t_lo.. in blocks of 16 up to rows16_end, then in
+// blocks of kRowBlock and single rows; CB is laid out per block accordingly (see HeadChunk::cb).
+inline constexpr int kRowBlock = 4;
+static inline int rows16_end(int t_lo, int Lc) { return t_lo + (Lc - t_lo) / 16 * 16; }
+
+// One head inside one chunk, as the optimized kernels see it.
+struct HeadChunk {
+  int P, N, Lc;
+  int64_t ldx;       // row stride of x
+  int64_t ldb;       // row stride of B and C
+  int64_t ldy;       // row stride of y
+  const float* x;    // chunk row 0 of this head
+  const float* Bg;   // chunk row 0 of this head's group
+  const float* Cg;   // C of this head's group; chunk row t is at row out0 + t
+  float* yh;         // y of this head; chunk row t is at row out0 + t
+  int64_t out0;      // chunk start - first_out
+  // CB(t, s) at cb[t * ldcb + s] for rows from rows16_end on; for a 16-row block starting at
+  // t0 before that, CB(t0 + r, s) at cb[t0 * ldcb + s * 16 + r] (ldcb >= chunk size).
+  const float* cb;
+  int ldcb;
+  const float* Sb;   // boundary state of this head, [P][N]
+  float D;
+  const float* dA;   // dt_s * A for the chunk's rows
+  const float* dtc;  // dt_s for the chunk's rows
+  // Scratch owned by the calling thread: sum and w hold 16 * lpad floats, sc 16 rows of ppad
+  // floats, u lpad rows of ppad floats. lpad >= Lc + 2 and both are multiples of 16.
+  float* sum;
+  float* w;
+  float* sc;
+  float* u;
+  int lpad, ppad;
 };
 
-// Only call after kernels::active_isa() reports AVX-512.
-void scan_avx512(const ScanArgs& a);
-void ssu_avx512(const SsuArgs& a);
+// AVX-512 kernels; call only after kernels::active_isa() reports AVX-512.
+// CB(t, s) = dot16(C_t, B_s) for s = 0..t into cbt[0..t] (cbt has room for round_up(t+1, 16)).
+// cb_block16: CB(t0 + r, s) for r < 16, s <= t0 + 15 into out[s * 16 + r]; C0 is C_t0.
+void cb_block16_avx512(const float* Bg, int64_t ldb, const float* C0, int N, int t0, float* out);
+void cb_row_avx512(const float* Bg, int64_t ldb, const float* Ct, int N, int t, float* cbt);
+// Output rows t_lo..Lc-1 of one head by the row routine.
+void head_rows_avx512(const HeadChunk& k, int t_lo);
+// The fold routine: the state after the chunk's Lc rows, from k.Sb into dst (may equal k.Sb).
+void fold_avx512(const HeadChunk& k, float* dst);
+// One SSU step of one head: S [P][N] in place, y [P].
+void ssu_head_avx512(int P, int N, const float* x, float dt, float A, float D, const float* B, const float* C,
+                     float* S, float* y);
 
 }  // namespace parity::kernels::ssd_detail
