@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "accuracy/additional_config.h"
 #include "common/error.h"
 #include "engine/engine.h"
 #include "frontends/cli/commands.h"
@@ -23,7 +24,7 @@ DType parse_cache_dtype(const std::string& s) {
 
 Runner add_generate(CLI::App& app) {
   struct Opts {
-    std::string model, prompt, forced, dump, cache_dtype;
+    std::string model, prompt, forced, dump, cache_dtype, additional;
     int max_tokens = 0, threads = 0, max_batched = 2048, max_seqs = 8, top_k = 0, logprobs = 0;
     int64_t preempt_at = -1, max_model_len = 1 << 20;
     bool exact = false;
@@ -56,6 +57,7 @@ Runner add_generate(CLI::App& app) {
   sub->add_option("--seed", o->seed, "sampling seed");
   sub->add_option("--stop", o->stop, "stop token ids")->delimiter(',');
   sub->add_option("--logprobs", o->logprobs, "top-N log-probs per token")->check(CLI::Range(0, 100));
+  sub->add_option("--additional-config", o->additional, "JSON, e.g. {\"tensor_replacement\": {\"tensors_path\": …}}");
   return [o]() {
     if (o->forced.empty() && o->max_tokens == 0) throw Error("generate needs --forced or --max-tokens");
     if (o->threads > 0) kernels::set_num_threads(o->threads);
@@ -83,9 +85,14 @@ Runner add_generate(CLI::App& app) {
     probe.exact = o->exact;
     probe.ssm_dtype = cfg.ssm_cache_dtype.value_or(o->exact ? DType::F32 : DType::BF16);
     cache::validate(probe);
+    const nlohmann::json additional =
+        o->additional.empty() ? nlohmann::json::object() : accuracy::parse_additional_config(o->additional);
+    accuracy::replacement_config_from_json(additional);
 
     auto model = model::Mamba2Model::load(model::open_checkpoint(o->model));
     engine::Engine eng(*model, cfg);
+    auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);
+    if (replacement) replacement->attach(eng);
     std::fputs(eng.plan().describe().c_str(), stderr);
     const uint64_t id = eng.add_request(spec);
     auto results = eng.run_to_completion();
@@ -115,6 +122,7 @@ Runner add_generate(CLI::App& app) {
                              {"mode", o->exact ? "exact" : "plain"},
                              {"first_position", std::to_string(r.logit_positions.empty() ? 0 : r.logit_positions[0])}});
     }
+    if (replacement) std::fprintf(stderr, "%s\n", replacement->describe().c_str());
     std::printf("%s\n", out.dump().c_str());
     return 0;
   };

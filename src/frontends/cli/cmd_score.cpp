@@ -1,8 +1,10 @@
 // parity score MODEL --tokens T --out F: one single-shot prefill over all of T; row t of the
 // `logits` tensor is the distribution after tokens[0..t].
+#include <cstdio>
 #include <memory>
 #include <string>
 
+#include "accuracy/additional_config.h"
 #include "cache/mamba_state_cache.h"
 #include "frontends/cli/commands.h"
 #include "io/safetensors.h"
@@ -16,7 +18,7 @@ namespace parity::cli {
 
 Runner add_score(CLI::App& app) {
   struct Opts {
-    std::string model, tokens, out;
+    std::string model, tokens, out, additional;
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -25,10 +27,18 @@ Runner add_score(CLI::App& app) {
   sub->add_option("--tokens", o->tokens, "JSON file with an array of token ids, or 1,2,3")->required();
   sub->add_option("--out", o->out, "output safetensors file (tensor 'logits' [rows, vocab] F32)")->required();
   sub->add_option("--threads", o->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
+  sub->add_option("--additional-config", o->additional, "JSON, e.g. {\"tensor_replacement\": {\"tensors_path\": …}}");
   return [o]() {
     if (o->threads > 0) kernels::set_num_threads(o->threads);
     std::vector<int32_t> tokens = io::read_tokens(o->tokens);
+    const nlohmann::json additional =
+        o->additional.empty() ? nlohmann::json::object() : accuracy::parse_additional_config(o->additional);
+    accuracy::replacement_config_from_json(additional);  // a bad config fails before the model loads
     auto model = model::Mamba2Model::load(model::open_checkpoint(o->model));
+    // The scored stream is one request without an id (rows report request 0): prefix matching
+    // of its tokens picks the reference prompt.
+    auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);
+    if (replacement) replacement->replacer().register_request(0, tokens);
     cache::MambaCacheOptions copt;
     copt.num_slots = 1;
     copt.exact = true;
@@ -40,7 +50,8 @@ Runner add_score(CLI::App& app) {
     for (int i = 0; i < n; ++i) b.logit_rows.push_back(i);
     const int V = model->vocab_size();
     std::vector<float> logits(std::size_t(n) * V);
-    model->forward(b, cache, model::ScanMode::Exact, logits.data());
+    model->forward(b, cache, model::ScanMode::Exact, logits.data(), replacement ? &replacement->hooks() : nullptr);
+    if (replacement) std::fprintf(stderr, "%s\n", replacement->describe().c_str());
     io::write_safetensors(o->out, {{"logits", DType::F32, {n, V}, logits.data()}},
                           {{"model", model->origin()}, {"command", "score"}});
     return 0;
