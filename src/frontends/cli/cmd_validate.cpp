@@ -1,0 +1,80 @@
+// parity validate MODEL --reference REF: teacher-forced logit validation with divergence retry
+// against reference logits (module lm_head of a captures file). Exit status 1 on failure.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "accuracy/additional_config.h"
+#include "accuracy/logit_validation.h"
+#include "accuracy/validation_report.h"
+#include "common/error.h"
+#include "frontends/cli/commands.h"
+#include "io/json_file.h"
+#include "kernels/isa.h"
+#include "model/checkpoint.h"
+
+namespace parity::cli {
+
+Runner add_validate(CLI::App& app) {
+  struct Opts {
+    std::string model, reference, tol_map, json_out, additional;
+    int prompt_index = -1, max_tokens = 0, threads = 0, max_batched = 2048;
+    bool exact = false;
+    double divergence_tol = 0.001;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* sub = app.add_subcommand("validate", "Teacher-forced logit validation against reference logits");
+  sub->add_option("model", o->model, "checkpoint folder or builtin:NAME")->required();
+  sub->add_option("--reference", o->reference, "captures file with lm_head rows and prompt_token_ids per prompt")
+      ->required();
+  sub->add_option("--prompt-index", o->prompt_index, "validate only this prompt (default: all)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--exact", o->exact, "run the engine in exact mode");
+  sub->add_option("--max-tokens", o->max_tokens, "check at most N generated tokens per prompt")
+      ->check(CLI::Range(1, 1 << 30));
+  sub->add_option("--tol-map", o->tol_map, "JSON (inline or a file): {\"5\": [atol, rtol], …, \"all\": [atol, rtol]}");
+  sub->add_option("--divergence-tol", o->divergence_tol, "a divergence passes when ref[expected] - ref[ours] <= X")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--json", o->json_out, "write the full report as JSON");
+  sub->add_option("--additional-config", o->additional, "JSON, e.g. {\"tensor_replacement\": {\"tensors_path\": …}}");
+  sub->add_option("--max-num-batched-tokens", o->max_batched, "token budget per pass")->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--threads", o->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
+  return [o]() {
+    if (o->threads > 0) kernels::set_num_threads(o->threads);
+    accuracy::ValidationOptions opt;
+    if (!o->tol_map.empty())
+      opt.tol_map = accuracy::parse_tol_map(o->tol_map.front() == '{' ? io::parse_hf_json(o->tol_map, "--tol-map")
+                                                                       : io::read_json_file(o->tol_map));
+    const nlohmann::json additional =
+        o->additional.empty() ? nlohmann::json::object() : accuracy::parse_additional_config(o->additional);
+    accuracy::replacement_config_from_json(additional);  // a bad config fails before the model loads
+    opt.divergence_tol = o->divergence_tol;
+    opt.max_tokens = o->max_tokens;
+    if (o->prompt_index >= 0) opt.prompt_indices = {o->prompt_index};
+    opt.engine.mode = o->exact ? model::ScanMode::Exact : model::ScanMode::Plain;
+    opt.engine.sched.max_num_batched_tokens = o->max_batched;
+    const auto refs = accuracy::logit_reference_from_captures(accuracy::read_captures(o->reference));
+
+    auto model = model::Mamba2Model::load(model::open_checkpoint(o->model));
+    auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);
+    opt.replacement = replacement.get();
+    const accuracy::ValidationReport rep = accuracy::validate_logits(*model, refs, opt);
+    if (!o->json_out.empty()) {
+      nlohmann::json j = accuracy::validation_to_json(rep);
+      j["model"] = model->origin();
+      j["reference"] = o->reference;
+      j["mode"] = o->exact ? "exact" : "plain";
+      std::ofstream f(o->json_out);
+      f << j.dump(2) << "\n";
+      if (!f) throw Error(o->json_out + ": cannot write the report");
+    }
+    std::fputs(accuracy::validation_summary(rep).c_str(), stdout);
+    if (replacement) std::fprintf(stderr, "%s\n", replacement->describe().c_str());
+    return rep.passed() ? 0 : 1;
+  };
+}
+
+}  // namespace parity::cli
