@@ -12,5 +12,6 @@ Runner add_score(CLI::App& app);
 Runner add_export(CLI::App& app);
 Runner add_generate(CLI::App& app);
 Runner add_verify(CLI::App& app);
+Runner add_validate(CLI::App& app);
 
 }  // namespace parity::cli

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   reg(parity::cli::add_score);
   reg(parity::cli::add_generate);
   reg(parity::cli::add_verify);
+  reg(parity::cli::add_validate);
   reg(parity::cli::add_export);
   try {
     app.parse(argc, argv);
