@@ -1,0 +1,44 @@
+#include "accuracy/capture_run.h"
+
+#include "accuracy/capture_hooks.h"
+#include "common/error.h"
+
+namespace parity::accuracy {
+
+Captures capture_through_engine(const model::Mamba2Model& model, const CaptureSpec& spec) {
+  if (spec.prompts.empty()) throw Error("capture: no prompt given");
+  if (spec.modules.empty()) throw Error("capture: no module selected");
+  if (spec.forced.size() > 1 && spec.forced.size() != spec.prompts.size())
+    throw Error("capture: " + std::to_string(spec.forced.size()) + " forced continuations for " +
+                std::to_string(spec.prompts.size()) + " prompts (give one shared or one per prompt)");
+  CaptureHooks hooks(spec.modules);
+  engine::Engine eng(model, spec.engine);
+  eng.set_probe_hooks(&hooks);
+  std::vector<uint64_t> ids;
+  for (std::size_t i = 0; i < spec.prompts.size(); ++i) {
+    engine::RequestSpec r;
+    r.prompt = spec.prompts[i];
+    if (!spec.forced.empty()) r.forced = spec.forced[spec.forced.size() == 1 ? 0 : i];
+    r.sampling.max_tokens = spec.max_tokens;
+    ids.push_back(eng.add_request(std::move(r)));
+  }
+  auto results = eng.run_to_completion();
+
+  Captures c;
+  c.layout = spec.layout;
+  c.metadata["source"] = "parity";
+  c.metadata["model"] = model.origin();
+  c.metadata["mode"] = spec.engine.mode == model::ScanMode::Exact ? "exact" : "plain";
+  c.metadata["max_num_batched_tokens"] = std::to_string(spec.engine.sched.max_num_batched_tokens);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const engine::RequestResult& r = results.at(ids[i]);
+    const auto& prompt = spec.prompts[i];
+    // A forced request feeds its last token too; a sampled one stops right after choosing it.
+    const bool forced = !spec.forced.empty() && !spec.forced[spec.forced.size() == 1 ? 0 : i].empty();
+    const int64_t fed = static_cast<int64_t>(prompt.size() + r.tokens.size()) - (forced || r.tokens.empty() ? 0 : 1);
+    c.prompts.push_back(hooks.build(ids[i], prompt, r.tokens, fed, spec.layout));
+  }
+  return c;
+}
+
+}  // namespace parity::accuracy
