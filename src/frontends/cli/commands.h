@@ -13,5 +13,8 @@ Runner add_export(CLI::App& app);
 Runner add_generate(CLI::App& app);
 Runner add_verify(CLI::App& app);
 Runner add_validate(CLI::App& app);
+Runner add_probes(CLI::App& app);
+Runner add_capture(CLI::App& app);
+Runner add_compare(CLI::App& app);
 
 }  // namespace parity::cli

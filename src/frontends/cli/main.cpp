@@ -23,6 +23,9 @@ int main(int argc, char** argv) {
   reg(parity::cli::add_verify);
   reg(parity::cli::add_validate);
   reg(parity::cli::add_export);
+  reg(parity::cli::add_probes);
+  reg(parity::cli::add_capture);
+  reg(parity::cli::add_compare);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

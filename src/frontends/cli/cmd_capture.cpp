@@ -1,0 +1,94 @@
+// parity capture MODEL --prompt T … --modules PATTERN … --out F: named intermediate tensors of
+// one or more requests run through the engine, written as a captures file.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "accuracy/capture_run.h"
+#include "accuracy/module_pattern.h"
+#include "common/error.h"
+#include "frontends/cli/commands.h"
+#include "io/token_file.h"
+#include "kernels/isa.h"
+#include "model/checkpoint.h"
+
+namespace parity::cli {
+
+DType parse_cache_dtype(const std::string& s);  // cmd_generate.cpp
+
+Runner add_capture(CLI::App& app) {
+  struct Opts {
+    std::string model, out, layout = "flat", cache_dtype;
+    std::vector<std::string> prompts, forced, modules;
+    int max_tokens = 0, threads = 0, max_batched = 2048, max_seqs = 8;
+    int64_t preempt_at = -1;
+    bool exact = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* sub = app.add_subcommand("capture", "Capture named intermediate tensors of requests run through the engine");
+  sub->add_option("model", o->model, "checkpoint folder or builtin:NAME")->required();
+  sub->add_option("--prompt", o->prompts, "prompt tokens: JSON file or 1,2,3 (repeat for several prompts)")
+      ->required()
+      ->allow_extra_args(false);  // one list per --prompt, so a positional after it stays positional
+  auto* f = sub->add_option("--forced", o->forced,
+                            "teacher-forced continuation: one shared, or one per prompt (repeat)")
+                ->allow_extra_args(false);
+  auto* m = sub->add_option("--max-tokens", o->max_tokens, "tokens to generate greedily (default: prompt only)")
+                ->check(CLI::Range(1, 1 << 30));
+  f->excludes(m);
+  sub->add_option("--modules", o->modules,
+                  "probe points: exact names, layer ranges (backbone.layers.0-3.mixer) or re:REGEX (full match)")
+      ->required();
+  sub->add_option("--out", o->out, "output captures file (safetensors)")->required();
+  sub->add_option("--layout", o->layout, "flat ([positions, E] per module) or step (seed 000's per-step tensors)")
+      ->check(CLI::IsMember({"flat", "step"}));
+  sub->add_flag("--exact", o->exact, "exact mode: captures bit-identical under any schedule");
+  sub->add_option("--mamba-ssm-cache-dtype", o->cache_dtype, "float32 | bfloat16 (default: bfloat16 plain, float32 exact)");
+  sub->add_option("--max-num-batched-tokens", o->max_batched, "token budget per pass")->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--max-num-seqs", o->max_seqs, "sequences per pass")->check(CLI::Range(1, 4096));
+  sub->add_option("--preempt-at-step", o->preempt_at, "preempt every running request at this step (then recompute)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--threads", o->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
+  return [o]() {
+    if (o->threads > 0) kernels::set_num_threads(o->threads);
+    accuracy::CaptureSpec spec;
+    for (const std::string& p : o->prompts) spec.prompts.push_back(io::read_tokens(p));
+    for (const std::string& t : o->forced) spec.forced.push_back(io::read_tokens(t));
+    if (spec.forced.size() > 1 && spec.forced.size() != spec.prompts.size())
+      throw Error("capture: " + std::to_string(spec.forced.size()) + " --forced for " + std::to_string(spec.prompts.size()) +
+                  " --prompt (give one shared --forced or one per prompt)");
+    spec.max_tokens = o->max_tokens > 0 ? o->max_tokens : 1;
+    spec.layout = o->layout == "step" ? accuracy::CaptureLayout::Step : accuracy::CaptureLayout::Flat;
+    spec.engine.mode = o->exact ? model::ScanMode::Exact : model::ScanMode::Plain;
+    if (!o->cache_dtype.empty()) spec.engine.ssm_cache_dtype = parse_cache_dtype(o->cache_dtype);
+    spec.engine.sched.max_num_batched_tokens = o->max_batched;
+    spec.engine.sched.max_num_seqs = o->max_seqs;
+    spec.engine.preempt_at_step = o->preempt_at;
+
+    auto model = model::Mamba2Model::load(model::open_checkpoint(o->model));
+    std::vector<std::string> names;
+    for (const auto& p : model->probe_points()) names.push_back(p.name);
+    spec.modules = accuracy::expand_module_patterns(o->modules, names);
+    accuracy::Captures c = accuracy::capture_through_engine(*model, spec);
+    accuracy::write_captures(o->out, c);
+
+    nlohmann::json out;
+    out["out"] = o->out;
+    out["layout"] = o->layout;
+    out["mode"] = o->exact ? "exact" : "plain";
+    out["modules"] = spec.modules;
+    out["prompts"] = nlohmann::json::array();
+    for (const auto& p : c.prompts) {
+      const int64_t positions = accuracy::flatten(p).begin()->second.rows;
+      out["prompts"].push_back({{"prompt_tokens", p.prompt_token_ids.size()},
+                                {"continuation", p.continuation_token_ids},
+                                {"positions", positions}});
+    }
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  };
+}
+
+}  // namespace parity::cli
