@@ -14,6 +14,7 @@
 #include "accuracy/tensor_replacer.h"
 #include "accuracy_replacement_support.h"
 #include "common/error.h"
+#include "io/safetensors.h"
 #include "test_support.h"
 
 using namespace parity;
@@ -539,5 +540,25 @@ TEST(AccuracyAdditionalConfig, LoadsACapturesFileWithItsOwnOrSeparatePromptIds) 
         tiny());
   });
   EXPECT_NE(e.find("not a token id"), std::string::npos) << e;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(AccuracyAdditionalConfig, AReferenceFileInBf16IsRefusedUnlessWideningIsAllowed) {
+  auto dir = test::scratch_dir("acc_bf16");
+  const std::string path = (dir / "t.safetensors").string();
+  std::vector<int64_t> ids = {1, 2, 3};
+  std::vector<uint16_t> vals(8 * 64, 0x3f80);  // bf16 1.0
+  io::write_safetensors(path,
+                        {{"p0/prompt_token_ids", DType::I64, {3}, ids.data()},
+                         {"p0/backbone.layers.0.mixer", DType::BF16, {8, 64}, vals.data()}},
+                        {{"layout", "flat"}, {"modules", "backbone.layers.0.mixer"}, {"num_prompts", "1"}});
+  const std::string cfg = R"({"tensor_replacement": {"tensors_path": ")" + path + "\"";
+  const std::string e =
+      error_of([&] { make_replacement_from_additional_config(parse_additional_config(cfg + "}}"), tiny()); });
+  EXPECT_NE(e.find("backbone.layers.0.mixer is BF16 in the reference but the live tensor is F32"), std::string::npos)
+      << e;
+  auto s = make_replacement_from_additional_config(
+      parse_additional_config(cfg + R"(, "allow_dtype_widening": true}})"), tiny());
+  EXPECT_EQ(s->replacer().reference(0, "backbone.layers.0.mixer").data[5], 1.0f);
   std::filesystem::remove_all(dir);
 }

@@ -42,7 +42,7 @@ std::string module_of_key(const std::string& key) {
   if (a == std::string::npos) return {};
   const auto b = key.find('/', a + 1);
   std::string m = key.substr(a + 1, b == std::string::npos ? std::string::npos : b - a - 1);
-  return m == "prompt_token_ids" ? std::string() : m;
+  return m == "prompt_token_ids" || m == "continuation_token_ids" ? std::string() : m;
 }
 
 std::map<std::string, DType> file_dtypes(const std::string& path) {
