@@ -122,7 +122,9 @@ Checkpoint make_builtin(const std::string& name) {
   const DType wt = DType::BF16;
   const float proj_std = 1.0f / std::sqrt(static_cast<float>(D));
   const float out_std = 1.0f / std::sqrt(static_cast<float>(I)) / std::sqrt(2.0f * c.num_hidden_layers);
-  put(*st, "backbone.embeddings.weight", {V, D}, normal_vec(r, std::size_t(V) * D, 0.5f), wt);
+  // std 0.1: tied logits then spread over a few units, so sampling has a real distribution to
+  // draw from (0.5 made the tiny model repeat one token with near certainty).
+  put(*st, "backbone.embeddings.weight", {V, D}, normal_vec(r, std::size_t(V) * D, 0.1f), wt);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "backbone.layers." + std::to_string(l) + ".";
     put(*st, p + "norm.weight", {D}, normal_vec(r, D, 0.05f, 1.0f), wt);
