@@ -130,15 +130,19 @@ inline void rows_over_panels(const float* a, int lda, const PackedWeight& w, con
   for (; q < np; ++q) call.template operator()<1>(q);
 }
 
+// Row block: 3 rows (12 accumulators) for fp32, whose weights the FMAs can take straight from
+// memory; 2 rows for 16-bit weights, whose widened vectors and the bf16 mask need registers too
+// (with 3 rows GCC spills an accumulator and the store/reload lands on its FMA chain).
 template <DType DT>
 void tile(const float* a, int lda, const PackedWeight& w, const float* bias, float* c, int ldc, int m0, int m1,
           int p0, int p1) {
+  constexpr int kMr = DT == DType::F32 ? 3 : 2;
   for (int p = p0; p < p1; p += 4) {
     const int np = std::min(4, p1 - p);
     int i = m0;
-    for (; i + 3 <= m1; i += 3) {
-      rows_over_panels<3, DT>(a + static_cast<std::size_t>(i) * lda, lda, w, bias,
-                              c + static_cast<std::size_t>(i) * ldc, ldc, p, np);
+    for (; i + kMr <= m1; i += kMr) {
+      rows_over_panels<kMr, DT>(a + static_cast<std::size_t>(i) * lda, lda, w, bias,
+                                c + static_cast<std::size_t>(i) * ldc, ldc, p, np);
     }
     const float* ai = a + static_cast<std::size_t>(i) * lda;
     float* ci = c + static_cast<std::size_t>(i) * ldc;
