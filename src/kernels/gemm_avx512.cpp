@@ -112,8 +112,8 @@ __attribute__((always_inline)) inline void micro(const float* a, int lda, const 
   }
 }
 
-// MR rows over panels [p, p + np): the widest panel group whose accumulators fit in 32 zmm
-// (24 at most, leaving room for the widened weights), then narrower ones for the rest.
+// MR rows over panels [p, p + np): the widest panel group whose accumulators and widened weights
+// fit in the 32 zmm registers without spilling, then narrower ones for the rest.
 template <int MR, DType DT>
 inline void rows_over_panels(const float* a, int lda, const PackedWeight& w, const float* bias, float* c, int ldc,
                              int p, int np) {
@@ -125,7 +125,7 @@ inline void rows_over_panels(const float* a, int lda, const PackedWeight& w, con
                       c + col, ldc, w.n - col);
   };
   int q = 0;
-  if constexpr (MR <= 3) {
+  if constexpr (MR <= 2) {  // 3 rows × 4 panels would need 8 weight registers on top of 24 accumulators
     for (; q + 4 <= np; q += 4) call.template operator()<4>(q);
   }
   for (; q + 2 <= np; q += 2) call.template operator()<2>(q);
