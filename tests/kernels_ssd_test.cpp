@@ -107,7 +107,7 @@ size_t count_bit_mismatches(const float* a, const float* b, size_t n) {
   return bad;
 }
 
-bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+bool same_bits(const float* a, const float* b, size_t n) { return n == 0 || std::memcmp(a, b, n * sizeof(float)) == 0; }
 
 // Sequential recurrence in float64: h = exp(dt A) h + dt x ⊗ B, y = h C + D x, token by token.
 struct F64Run {
