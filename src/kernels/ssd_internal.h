@@ -1,7 +1,7 @@
 #pragma once
-// Private to the SSD files: the two scalar definitions every path must reproduce bit for bit
-// (the 16-lane dot and the decay chain), the argument bundle, and the per-ISA entry points that
-// ssd.cpp dispatches to.
+// Private to the SSD files: the scalar definitions every path must reproduce bit for bit (the
+// 16-lane dot, the decay chain, the floored decay), the argument bundles, and the AVX-512 entry
+// points that ssd.cpp's chunk loop calls.
 //
 // Evaluation order (the contract ssd.cpp, ssd_avx512.cpp and the scalar reference all follow).
 // Per head h, chunk rows 0..Lc-1, dA_s = dt_s * A_h (one fp32 multiply):
