@@ -1,3 +1,6 @@
+// Packing, the tile/thread split, the portable kernel and the scalar reference. The SIMD
+// micro-kernels are in gemm_avx2.cpp and gemm_avx512.cpp. Every path computes each C element as
+// the same FMA chain (gemm.h), so which one runs, and how the work is cut, never shows in the bits.
 #include "kernels/gemm.h"
 
 #include <omp.h>
