@@ -9,8 +9,13 @@
 // state S_b), with decay(t, s) = exp(Σ_{r=s+1..t} dA_r) summed sequentially from r = t down:
 //   y_t = exp(Σ_{r=0..t} dA_r) · (S_b C_t) + Σ_{s=0..t} (C_t·B_s) · decay(t,s) · dt_s · x_s + D · x_t
 // evaluated by ONE row routine (s visited in increasing order), whether the call holds one row or
-// the whole chunk. The state at a chunk's end comes from ONE fold routine:
-//   S_end = exp(Σ_{r=0..L-1} dA_r) · S_b + Σ_s decay(L-1, s) · dt_s · x_s ⊗ B_s.
+// the whole chunk. The state at a chunk's end comes from ONE fold routine, the sequential
+// recurrence over the chunk's rows starting from S_b:
+//   S ← exp_f(dA_s) · S + (dt_s · x_s) ⊗ B_s      for s = 0 .. L-1   (element-wise, no reduction)
+// Because it runs forward one row at a time, exact-mode decode advances a running copy by one row
+// per step (ssd_state_step) and reaches the chunk end with the same bits prefill's fold gives,
+// instead of folding 256 rows at once at the boundary. Decay factors below e^-60 are taken as 0
+// in every path (see ssd_internal.h: subnormals cost microcode assists; the term is < 1e-26).
 // Hence an output row depends only on (S_b, the chunk's rows ≤ t): prefix-, packing- and
 // split-invariant by construction.
 #include <cstdint>
@@ -35,9 +40,9 @@ struct SsdShape {
 // Row 0 is at a chunk boundary whose state is s0. Rows < first_out are re-fed (replayed): they
 // enter the sums but produce no output. y is [n - first_out][nheads*headdim].
 // chunk_states (nullable): receives the state at the end of every *complete* chunk, in order,
-//   floor(n / chunk_size) states. final_state (nullable): the state after row n-1, obtained by
-//   folding the trailing partial chunk with the same fold routine (equals the last chunk state
-//   when n is a multiple of chunk_size).
+//   floor(n / chunk_size) states. final_state (nullable): the state after row n-1: the fold
+//   recurrence continued over the trailing partial chunk (equals the last chunk state when n is a
+//   multiple of chunk_size) — in exact mode, the running state decode then advances row by row.
 // Parallel over heads.
 void ssd_scan(const SsdShape& shape, const float* x, const float* dt, const float* A, const float* B,
               const float* C, const float* D, int n, int first_out, const float* s0, float* y,
@@ -47,6 +52,12 @@ void ssd_scan(const SsdShape& shape, const float* x, const float* dt, const floa
 void ssd_scan_reference(const SsdShape& shape, const float* x, const float* dt, const float* A,
                         const float* B, const float* C, const float* D, int n, int first_out,
                         const float* s0, float* y, float* chunk_states, float* final_state);
+
+// One row of the fold recurrence above, in place: state ← exp_f(dt·A) · state + (dt·x) ⊗ B, with
+// exactly the per-element operations ssd_scan's fold uses. x [nheads*headdim], dt [nheads],
+// B [ngroups*dstate].
+void ssd_state_step(const SsdShape& shape, const float* x, const float* dt, const float* A, const float* B,
+                    float* state);
 
 // SSU: the recurrent one-token update used by plain-mode decode (vLLM's selective_state_update):
 //   S = exp(dt·A) · S + dt · x ⊗ B ;  y = S C + D · x
