@@ -12,6 +12,8 @@ namespace parity::io {
 namespace {
 
 constexpr const char* kMamba2 = "Mamba2ForCausalLM";
+constexpr const char* kGraniteHybrid = "GraniteMoeHybridForCausalLM";
+constexpr const char* kSupported = "Mamba2ForCausalLM, GraniteMoeHybridForCausalLM";
 
 const nlohmann::json* lookup(const nlohmann::json& cfg, const char* key) {
   auto it = cfg.find(key);
@@ -80,12 +82,13 @@ std::string architecture_of(const nlohmann::json& cfg) {
     if (!mt->is_string()) throw Error("config.json: model_type must be a string, got " + mt->dump());
     arch = mt->get<std::string>();
     if (arch == "mamba2") arch = kMamba2;
+    if (arch == "granitemoehybrid") arch = kGraniteHybrid;
   } else {
     throw Error(std::string("config.json: neither architectures nor model_type is given (supported: ") +
-                kMamba2 + ")");
+                kSupported + ")");
   }
-  if (arch != kMamba2)
-    throw Error("unknown architecture '" + arch + "' (supported: " + kMamba2 + ")");
+  if (arch != kMamba2 && arch != kGraniteHybrid)
+    throw Error("unknown architecture '" + arch + "' (supported: " + kSupported + ")");
   return arch;
 }
 
