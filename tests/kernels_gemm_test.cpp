@@ -270,6 +270,27 @@ TEST(KernelsGemm, IsasAgreeBitwiseOnModelShapes) {
   if (!any) GTEST_SKIP() << "CPU has neither AVX2 nor AVX-512";
 }
 
+// The bitwise tests can fail: another summation order over the same products (two half chains
+// added at the end, as a K-split across threads would do) gives other bits for many elements.
+TEST(KernelsGemm, SplitKOrderIsObservable) {
+  const int m = 8, n = 64, k = 768;
+  Weights w = random_weights(DType::F32, n, k, 606u);
+  PackedWeight pw = pack_weight(w.raw.data(), DType::F32, n, k);
+  std::vector<float> a = random_floats(static_cast<std::size_t>(m) * k, 607u);
+  std::vector<float> c(static_cast<std::size_t>(m) * n);
+  gemm(a.data(), m, k, pw, nullptr, c.data(), n);
+  int differ = 0;
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      float lo = 0.0f, hi = 0.0f;
+      for (int kk = 0; kk < k / 2; ++kk) lo = std::fma(a[i * k + kk], w.at(j, kk), lo);
+      for (int kk = k / 2; kk < k; ++kk) hi = std::fma(a[i * k + kk], w.at(j, kk), hi);
+      differ += (lo + hi) != c[i * n + j];
+    }
+  }
+  EXPECT_GT(differ, m * n / 4);
+}
+
 // Accuracy: a sequential FMA chain of length K has |error| <= gamma_K · Σ|a_k w_k| with
 // gamma_K = K·u/(1 - K·u), u = 2^-24; the final bias add adds at most u·|result|. The test allows
 // twice that: |c - exact| <= (K+1)·2^-23·(Σ|a_k w_k| + |bias|).
