@@ -74,7 +74,7 @@ std::string svg_by_layer(const CompareResult& r, bool relative, double tol) {
   if (!any) lo = -8, hi = 0;
   lo = std::floor(lo) - 1;  // one decade below the smallest error holds the exact zeros
   hi = std::max(std::ceil(hi), lo + 2);
-  const double W = 760, H = 300, L = 70, R = 20, T = 20, B = 40;
+  const double W = 1000, H = 300, L = 70, R = 260, T = 20, B = 40;  // legend in the right margin
   auto X = [&](int slot) { return L + (W - L - R) * (slots == 1 ? 0.5 : (slot + 0.5) / slots); };
   auto Y = [&](double v) {
     const double e = v <= 0 ? lo : std::isinf(v) ? hi : std::log10(v);
@@ -96,7 +96,7 @@ std::string svg_by_layer(const CompareResult& r, bool relative, double tol) {
     s += "<text x=\"" + fmt("%.1f", X(k)) + "\" y=\"" + fmt("%.1f", H - B + 16) + "\" text-anchor=\"middle\">" + label +
          "</text>\n";
   }
-  s += "<text x=\"" + fmt("%.1f", (W + L) / 2) + "\" y=\"" + fmt("%.1f", H - 6) +
+  s += "<text x=\"" + fmt("%.1f", (L + W - R) / 2) + "\" y=\"" + fmt("%.1f", H - 6) +
        "\" text-anchor=\"middle\">layer</text>\n";
   s += "<text x=\"14\" y=\"" + fmt("%.1f", (H - B + T) / 2) + "\" transform=\"rotate(-90 14 " +
        fmt("%.1f", (H - B + T) / 2) + ")\" text-anchor=\"middle\">" + (relative ? "max rel error" : "max abs error") +
@@ -129,8 +129,8 @@ std::string svg_by_layer(const CompareResult& r, bool relative, double tol) {
            (first ? "6" : "3") + "\" fill=\"" + c + "\"" + (first ? " stroke=\"#000\" stroke-width=\"2\"" : "") +
            "><title>" + esc(m->name) + ": " + format_error(v) + "</title></circle>\n";
     }
-    s += "<rect x=\"" + fmt("%.1f", W - R - 230) + "\" y=\"" + std::to_string(legend_y - 8) +
-         "\" width=\"8\" height=\"8\" fill=\"" + c + "\"/><text x=\"" + fmt("%.1f", W - R - 218) + "\" y=\"" +
+    s += "<rect x=\"" + fmt("%.1f", W - R + 12) + "\" y=\"" + std::to_string(legend_y - 8) +
+         "\" width=\"8\" height=\"8\" fill=\"" + c + "\"/><text x=\"" + fmt("%.1f", W - R + 24) + "\" y=\"" +
          std::to_string(legend_y) + "\">" + esc(order[i]) + "</text>\n";
     legend_y += 13;
   }
