@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""Capture named intermediate tensors from a Hugging Face Mamba2ForCausalLM, under parity's names and in
+parity's captures-file format, so that `parity compare` can put parity's own capture beside it.
+
+Usage:
+    python tools/capture_hf.py CHECKPOINT --prompt T [--prompt T ...] [--forced T ... | --max-tokens N]
+                               --modules PATTERN ... --out F [--dtype float64|float32] [--hf-gated-norm]
+                               [--logits-out F]
+
+    T: a JSON file holding an array of token ids, or an inline list "1,2,3". With several prompts give one
+       --forced shared by all, or one per prompt.
+    PATTERN: as `parity capture --modules`: an exact name, a layer range (backbone.layers.0-3.mixer), or
+       re:REGEX (Python `re.fullmatch`; keep to the syntax ECMAScript shares, as parity uses std::regex).
+
+Needs only torch, transformers and safetensors (the last to read the file back). Computes on the CPU and
+downloads nothing.
+
+Each prompt is one full-sequence forward without cache over the tokens parity's engine would feed:
+  * --forced K tokens: prompt + all K (the engine feeds the last forced token too);
+  * --max-tokens N: greedy generation first (each step a full re-forward, as seed 000 describes HF), then one
+    forward over prompt + the first N-1 generated tokens (the N-th is chosen, never fed);
+  * neither: the prompt only.
+Row t of every tensor is position t. The output is the flat layout: p{i}/{module} F32 [positions, E],
+p{i}/prompt_token_ids and p{i}/continuation_token_ids I64, metadata layout/modules/num_prompts plus where
+it came from. `lm_head` is the logits [positions, vocab]; --logits-out also writes them as a logits file
+(one F32 tensor `logits`, the format of `parity score`) for one prompt, for logit validation.
+
+How Hugging Face's modules map to parity's probe points (`parity probes MODEL`):
+  backbone.embeddings             embeddings output
+  backbone.layers.N.mixer.in_proj in_proj output [z | xBC | dt]
+  backbone.layers.N.mixer.conv1d  conv1d output: HF's Conv1d pads k-1 on both sides and returns
+                                  [B, C, L+k-1]; the first L columns, transposed to [L, C], are the causal
+                                  conv (+ bias) BEFORE SiLU (HF applies act afterwards), as parity's point.
+                                  transformers >= 5 never calls the module (causal_conv1d_fn takes its
+                                  weights), so it is applied here to the xBC columns of in_proj's output
+  backbone.layers.N.mixer.dt      raw dt: the last num_heads columns of the in_proj output (before dt_bias,
+                                  softplus and the time_step_limit clamp); HF has no module for it
+  backbone.layers.N.mixer.norm    gated RMSNorm output
+  backbone.layers.N.mixer         mixer output (after out_proj)
+  backbone.layers.N               block output (residual stream after the layer)
+  backbone.norm_f, lm_head        final norm output, logits
+
+--dtype float64 (the default) widens the weights exactly and removes HF's internal fp32 casts (the
+`.float()` calls on the SSD inputs and A_log, the fp32 RMSNorms, residual_in_fp32), with the patches of
+tools/hf_reference.py, so the result is a float64 reference rounded to fp32 only when written. Its gated
+RMSNorm is made per group of intermediate/n_groups (mamba_ssm's and parity's semantics); --hf-gated-norm
+keeps HF's whole-width norm (differs only when n_groups > 1). --dtype float32 runs HF as shipped.
+"""
+
+import argparse
+import json
+import os
+import re
+import struct
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the network (e.g. hub kernels)
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_reference import hf_clean_f64  # noqa: E402
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Names and patterns (parity's probe points, in forward order)
+# ----------------------------------------------------------------------------------------------------------
+
+def probe_points(cfg):
+    H, L = cfg.hidden_size, cfg.num_hidden_layers
+    I = int(cfg.expand * H)
+    conv = I + 2 * cfg.n_groups * cfg.state_size
+    nh = cfg.num_heads
+    pts = [("backbone.embeddings", H)]
+    for l in range(L):
+        b = f"backbone.layers.{l}"
+        pts += [(b + ".mixer.in_proj", I + conv + nh), (b + ".mixer.conv1d", conv), (b + ".mixer.dt", nh),
+                (b + ".mixer.norm", I), (b + ".mixer", H), (b, H)]
+    pts += [("backbone.norm_f", H), ("lm_head", cfg.vocab_size)]
+    return pts
+
+
+def expand_patterns(patterns, names):
+    def some():
+        s = ", ".join(names[:8])
+        return s + (f", ... ({len(names)} in all)" if len(names) > 8 else "")
+
+    known = set(names)
+    chosen = set()
+    for p in patterns:
+        matched = False
+        if p.startswith("re:"):
+            try:
+                rx = re.compile(p[3:])
+            except re.error as e:
+                raise SystemExit(f"error: module pattern '{p}' is not a valid regular expression: {e}")
+            for n in names:
+                if rx.fullmatch(n):
+                    chosen.add(n)
+                    matched = True
+        else:
+            alts = [[]]
+            for part in p.split("."):
+                m = re.fullmatch(r"(\d+)-(\d+)", part)
+                if m:
+                    lo, hi = int(m.group(1)), int(m.group(2))
+                    if lo > hi:
+                        raise SystemExit(f"error: module pattern '{p}': range {part} is empty")
+                    opts = [str(i) for i in range(lo, hi + 1)]
+                else:
+                    opts = [part]
+                alts = [a + [o] for a in alts for o in opts]
+            expanded = [".".join(a) for a in alts]
+            for n in expanded:
+                if n not in known:
+                    if len(expanded) > 1:
+                        raise SystemExit(f"error: module pattern '{p}' names {n}, which is not a probe point; "
+                                         f"valid names: {some()}")
+                    break
+                chosen.add(n)
+                matched = True
+        if not matched:
+            raise SystemExit(f"error: module pattern '{p}' matches no probe point; valid names: {some()} "
+                             "(a regular expression needs the prefix re:)")
+    return [n for n in names if n in chosen]
+
+
+def read_tokens(spec):
+    if os.path.exists(spec):
+        with open(spec) as f:
+            ids = json.load(f)
+    else:
+        try:
+            ids = [int(x) for x in spec.split(",")]
+        except ValueError:
+            raise SystemExit(f"error: '{spec}' is neither a file nor a list like 1,2,3")
+    if not ids or not all(isinstance(x, int) and x >= 0 for x in ids):
+        raise SystemExit(f"error: '{spec}': token ids must be a non-empty list of non-negative integers")
+    return ids
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Capture
+# ----------------------------------------------------------------------------------------------------------
+
+def _first(out):
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+class Recorder:
+    """Forward hooks that keep one [L, E] float tensor per probe point for the current forward."""
+
+    def __init__(self, model, wanted, cfg):
+        self.rows = {}
+        self.handles = []
+        self.wanted = set(wanted)
+        nh = cfg.num_heads
+        mods = dict(model.named_modules())
+
+        def keep(name, t):
+            if name in self.rows:
+                raise RuntimeError(f"{name} was computed twice in one forward")
+            if t.dim() != 3 or t.shape[0] != 1:
+                raise RuntimeError(f"{name}: unexpected output shape {tuple(t.shape)}")
+            self.rows[name] = t[0].detach().clone()
+
+        def conv_of(prefix, zxbcdt):
+            """The conv1d module's output over the xBC columns of in_proj, before SiLU. transformers >= 5
+            does not call the module (it passes its weights to causal_conv1d_fn or that function's
+            PyTorch reference), so its forward hook never fires: the same depthwise conv is applied here
+            with the module's own weights, padding and groups, and the first L steps are kept."""
+            conv = mods[prefix + "conv1d"]
+            I = mods[prefix + "out_proj"].in_features
+            L = zxbcdt.shape[1]
+            xbc = zxbcdt[..., I:I + conv.in_channels].transpose(1, 2)
+            y = torch.nn.functional.conv1d(xbc, conv.weight, conv.bias, stride=conv.stride,
+                                           padding=conv.padding, dilation=conv.dilation, groups=conv.groups)
+            return y[..., :L].transpose(1, 2)
+
+        def hook_for(name):
+            if name.endswith(".mixer.in_proj"):
+                prefix = name[: -len("in_proj")]
+
+                def h(mod, args, out):
+                    o = _first(out)
+                    if name in self.wanted:
+                        keep(name, o)
+                    if prefix + "dt" in self.wanted:
+                        keep(prefix + "dt", o[..., -nh:])
+                    if prefix + "conv1d" in self.wanted:
+                        keep(prefix + "conv1d", conv_of(prefix, o))
+                return h
+
+            def h(mod, args, out):
+                keep(name, _first(out))
+            return h
+
+        targets = set(wanted)
+        for n in wanted:
+            for derived in (".mixer.dt", ".mixer.conv1d"):
+                if n.endswith(derived):
+                    targets.discard(n)
+                    targets.add(n[: -len(derived)] + ".mixer.in_proj")
+        for n in sorted(targets):
+            if n not in mods:
+                raise RuntimeError(f"the Hugging Face model has no module {n}")
+            self.handles.append(mods[n].register_forward_hook(hook_for(n)))
+
+    def take(self):
+        r, self.rows = self.rows, {}
+        return r
+
+
+def run(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor([ids], dtype=torch.long), use_cache=False).logits[0]
+
+
+def safetensors_bytes(tensors, metadata):
+    """tensors: list of (name, dtype string, shape, raw bytes). Hand-written so that the output is
+    byte-reproducible (the safetensors package orders __metadata__ at random)."""
+    header = {"__metadata__": dict(sorted(metadata.items()))}
+    off = 0
+    for name, dt, shape, raw in tensors:
+        header[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(raw)]}
+        off += len(raw)
+    hb = json.dumps(header, separators=(",", ":")).encode()
+    hb += b" " * ((8 - len(hb) % 8) % 8)
+    return struct.pack("<Q", len(hb)) + hb + b"".join(t[3] for t in tensors)
+
+
+def raw(t):
+    t = t.contiguous()
+    try:
+        return t.numpy().tobytes()
+    except (ImportError, RuntimeError):
+        return bytes(t.view(torch.uint8).reshape(-1).tolist())
+
+
+def write_file(path, data):
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("checkpoint", help="Hugging Face checkpoint folder (Mamba2ForCausalLM)")
+    ap.add_argument("--prompt", action="append", required=True, help="prompt tokens (repeat for several)")
+    ap.add_argument("--forced", action="append", default=[], help="forced continuation: one shared or one per prompt")
+    ap.add_argument("--max-tokens", type=int, default=0, help="greedy continuation length")
+    ap.add_argument("--modules", nargs="+", required=True, help="probe point patterns")
+    ap.add_argument("--out", required=True, help="captures file to write")
+    ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    ap.add_argument("--hf-gated-norm", action="store_true", help="keep HF's whole-width gated norm in float64")
+    ap.add_argument("--logits-out", help="also write lm_head as a logits file (one prompt only)")
+    args = ap.parse_args()
+    assert sys.byteorder == "little"
+
+    import transformers
+    from transformers import Mamba2ForCausalLM
+
+    if args.forced and args.max_tokens:
+        raise SystemExit("error: --forced and --max-tokens exclude each other")
+    prompts = [read_tokens(p) for p in args.prompt]
+    forced = [read_tokens(f) for f in args.forced]
+    if len(forced) > 1 and len(forced) != len(prompts):
+        raise SystemExit(f"error: {len(forced)} --forced for {len(prompts)} --prompt (one shared or one per prompt)")
+    if args.logits_out and len(prompts) != 1:
+        raise SystemExit("error: --logits-out writes one prompt's logits; give one --prompt")
+
+    model = Mamba2ForCausalLM.from_pretrained(args.checkpoint).eval()
+    model = model.to(torch.float64 if args.dtype == "float64" else torch.float32)
+    cfg = model.config
+    names = [n for n, _ in probe_points(cfg)]
+    cols = dict(probe_points(cfg))
+    modules = expand_patterns(args.modules, names)
+    for p in prompts + forced:
+        bad = [t for t in p if t >= cfg.vocab_size]
+        if bad:
+            raise SystemExit(f"error: token id {bad[0]} is outside the vocabulary [0, {cfg.vocab_size})")
+
+    import contextlib
+    ctx = (hf_clean_f64(model, 1 if args.hf_gated_norm else cfg.n_groups) if args.dtype == "float64"
+           else contextlib.nullcontext())
+    rec = Recorder(model, modules, cfg)
+    tensors = []
+    logits0 = None
+    with ctx:
+        for i, prompt in enumerate(prompts):
+            cont = forced[0 if len(forced) == 1 else i] if forced else []
+            fed = prompt + cont
+            if args.max_tokens:
+                seq = list(prompt)
+                for _ in range(args.max_tokens):
+                    seq.append(int(torch.argmax(run(model, seq)[-1])))
+                    rec.take()
+                cont = seq[len(prompt):]
+                fed = seq[:-1]
+            logits = run(model, fed)
+            got = rec.take()
+            if i == 0:
+                logits0 = logits
+            tensors.append((f"p{i}/prompt_token_ids", "I64", [len(prompt)], raw(torch.tensor(prompt, dtype=torch.int64))))
+            if cont:
+                tensors.append((f"p{i}/continuation_token_ids", "I64", [len(cont)],
+                                raw(torch.tensor(cont, dtype=torch.int64))))
+            for m in modules:
+                t = got.get(m)
+                if t is None:
+                    raise RuntimeError(f"{m} was not computed by the forward (hook never fired)")
+                if tuple(t.shape) != (len(fed), cols[m]):
+                    raise RuntimeError(f"{m}: captured shape {tuple(t.shape)}, expected {(len(fed), cols[m])}")
+                t32 = t.to(torch.float32)
+                tensors.append((f"p{i}/{m}", "F32", list(t32.shape), raw(t32)))
+
+    meta = {
+        "layout": "flat",
+        "modules": ",".join(modules),
+        "num_prompts": str(len(prompts)),
+        "source": "huggingface",
+        "model": os.path.normpath(args.checkpoint),
+        "dtype": args.dtype + ("-clean" if args.dtype == "float64" else "-as-shipped"),
+        "gated_norm": "whole-width" if (args.hf_gated_norm or args.dtype == "float32") else "per-group",
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__.split("+")[0],
+    }
+    write_file(args.out, safetensors_bytes(tensors, meta))
+    if args.logits_out:
+        l32 = logits0.to(torch.float32)
+        write_file(args.logits_out, safetensors_bytes([("logits", "F32", list(l32.shape), raw(l32))],
+                                                      {"model": meta["model"], "command": "capture_hf.py",
+                                                       "first_position": "0", "dtype": meta["dtype"]}))
+
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        safe_open = None
+    if safe_open is not None:  # read back with the reference reader
+        with safe_open(args.out, framework="pt") as f:
+            assert set(f.keys()) == {t[0] for t in tensors}, "captures file does not read back"
+            assert f.metadata() == meta, "captures metadata does not read back"
+    print(json.dumps({"out": args.out, "modules": modules, "num_prompts": len(prompts), "dtype": meta["dtype"],
+                      "bytes": os.path.getsize(args.out)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
