@@ -260,7 +260,7 @@ TEST_F(AccuracyCompareCli, UnreadableOrMismatchedFilesAreClearErrors) {
 // tools/capture_hf.py ran Hugging Face's Mamba2ForCausalLM in float64 (internal fp32 casts removed)
 // on the mamba2_g1 fixture; parity's fp32 capture of the same modules and tokens, through the
 // engine with chunked prefill and teacher-forced decode, must agree to a relative error (per row:
-// max|Δ| / max|ref|) of 1e-4.
+// max|Δ| / max(|a|, |b|)) of 1e-4; the largest seen is about 2e-6.
 TEST(AccuracyHfCapture, ParityMatchesHuggingFaceOnTheG1Fixture) {
   const std::string dir = std::string(PARITY_TEST_DATA) + "/mamba2_g1";
   const std::string file = dir + "/hf_captures.safetensors";
