@@ -49,6 +49,17 @@ void check_scan(const ScanArgs& a) {
   }
 }
 
+// One fold row of one head (ssd_internal.h): the scalar statement of the recurrence, shared by
+// the reference scan's fold and ssd_state_step's scalar path so the two cannot drift apart.
+void state_step_reference_head(int P, int N, const float* x, float dt, float A, const float* B, float* S) {
+  const float e = decay_f(dt * A);
+  for (int p = 0; p < P; ++p) {
+    const float u = dt * x[p];
+    float* Sp = S + int64_t(p) * N;
+    for (int k = 0; k < N; ++k) Sp[k] = std::fma(u, B[k], e * Sp[k]);
+  }
+}
+
 // One head over all chunks of the call, in the order of ssd_internal.h, with nothing shared
 // between heads and no vector code: the readable statement of the arithmetic.
 void reference_head(const ScanArgs& a, int h) {
@@ -87,19 +98,9 @@ void reference_head(const ScanArgs& a, int h) {
       }
     }
 
+    // The output rows above read the boundary state, so the fold runs after them.
     if (complete || a.final_state) {  // a partial chunk is always the last one
-      const int T = Lc - 1;
-      decay_sums(dA.data(), T, sum.data());
-      const float exp_total = decay_f(sum[T + 1]);
-      for (auto& v : S) v = exp_total * v;
-      for (int s = 0; s <= T; ++s) {
-        const float coef = decay_f(sum[s]) * dtc[s];
-        for (int p = 0; p < P; ++p) {
-          const float u = coef * xrow(s)[p];
-          float* Sp = S.data() + int64_t(p) * N;
-          for (int k = 0; k < N; ++k) Sp[k] = std::fma(u, brow(s)[k], Sp[k]);
-        }
-      }
+      for (int s = 0; s < Lc; ++s) state_step_reference_head(P, N, xrow(s), dtc[s], Ah, brow(s), S.data());
       if (complete && a.chunk_states) {
         std::memcpy(a.chunk_states + (int64_t(c) * H + h) * pn, S.data(), sizeof(float) * pn);
       }
@@ -212,7 +213,7 @@ void scan_optimized(const ScanArgs& a) {
 
     if (t_lo < Lc || do_fold) {
       // Rough multiply-adds of this chunk: boundary term and intra sum of the output rows, fold.
-      const double head_flops = double(Lc - t_lo) * P * (N + Lc) + (do_fold ? double(Lc) * P * N : 0.0);
+      const double head_flops = double(Lc - t_lo) * P * (N + Lc) + (do_fold ? 2.0 * Lc * P * N : 0.0);
 #pragma omp parallel for num_threads(nthreads) schedule(static) if (head_flops * H > kParallelFlops)
       for (int h = 0; h < H; ++h) {
         HeadScratch& scr = head_scratch();
@@ -288,6 +289,28 @@ void ssd_scan_reference(const SsdShape& shape, const float* x, const float* dt, 
   const ScanArgs a{shape, x, dt, A, B, C, D, n, first_out, s0, y, chunk_states, final_state};
   check_scan(a);
   for (int h = 0; h < shape.nheads; ++h) reference_head(a, h);
+}
+
+void ssd_state_step(const SsdShape& shape, const float* x, const float* dt, const float* A, const float* B,
+                    float* state) {
+  check_shape(shape);
+  const int H = shape.nheads, P = shape.headdim, N = shape.dstate, hpg = H / shape.ngroups;
+  const auto head_fn = active_isa() == Isa::Avx512 ? ssd_detail::state_step_head_avx512 : state_step_reference_head;
+  const double flops = double(H) * P * N;
+#pragma omp parallel for num_threads(kernels::num_threads()) schedule(static) if (flops > kParallelFlops)
+  for (int h = 0; h < H; ++h) {
+    head_fn(P, N, x + int64_t(h) * P, dt[h], A[h], B + int64_t(h / hpg) * N, state + int64_t(h) * P * N);
+  }
+}
+
+void ssd_state_step_reference(const SsdShape& shape, const float* x, const float* dt, const float* A,
+                              const float* B, float* state) {
+  check_shape(shape);
+  const int H = shape.nheads, P = shape.headdim, N = shape.dstate, hpg = H / shape.ngroups;
+  for (int h = 0; h < H; ++h) {
+    state_step_reference_head(P, N, x + int64_t(h) * P, dt[h], A[h], B + int64_t(h / hpg) * N,
+                              state + int64_t(h) * P * N);
+  }
 }
 
 void ssu_step(const SsdShape& shape, const float* x, const float* dt, const float* A, const float* B,

@@ -362,33 +362,32 @@ void row_block16(const HeadChunk& k, int t0) {
   }
 }
 
+// The fold recurrence on a PB x 16*NV tile of the state held in registers, rows s_begin..s_end-1
+// in order: acc = fma(u_s[p], B_s, e_s * acc), the scalar sequence element by element.
 template <int PB, int NV>
-void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* src, float* dst, int p0, int n0, int s_begin,
-               int s_end, bool first, float exp_total) {
+void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* e, const float* src, float* dst, int p0,
+               int n0, int s_begin, int s_end) {
   __mmask16 m[NV];
   #pragma GCC unroll 16
   for (int v = 0; v < NV; ++v) m[v] = tail_mask(k.N - n0 - kW * v);
   __m512 acc[PB][NV];
-  const __m512 et = _mm512_set1_ps(exp_total);
   #pragma GCC unroll 16
   for (int i = 0; i < PB; ++i) {
     #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) {
-      const int64_t off = int64_t(p0 + i) * k.N + n0 + kW * v;
-      acc[i][v] = first ? _mm512_mul_ps(et, _mm512_maskz_loadu_ps(m[v], src + off)) : _mm512_maskz_loadu_ps(m[v], dst + off);
-    }
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_maskz_loadu_ps(m[v], src + int64_t(p0 + i) * k.N + n0 + kW * v);
   }
   for (int s = s_begin; s < s_end; ++s) {
     const float* bs = k.Bg + s * k.ldb + n0;
     __m512 bv[NV];
     #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_maskz_loadu_ps(m[v], bs + kW * v);
+    const __m512 es = _mm512_set1_ps(e[s]);
     const float* us = u + int64_t(s) * ldu + p0;
     #pragma GCC unroll 16
     for (int i = 0; i < PB; ++i) {
       const __m512 ub = _mm512_set1_ps(us[i]);
       #pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(ub, bv[v], acc[i][v]);
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(ub, bv[v], _mm512_mul_ps(es, acc[i][v]));
     }
   }
   #pragma GCC unroll 16
@@ -401,50 +400,46 @@ void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* src, fl
 }
 
 template <int PB>
-void fold_tiles_n(const HeadChunk& k, const float* u, int ldu, const float* src, float* dst, int p0, int sb, int se,
-                  bool first, float et) {
+void fold_tiles_n(const HeadChunk& k, const float* u, int ldu, const float* e, const float* src, float* dst, int p0,
+                  int sb, int se) {
   for (int n0 = 0; n0 < k.N; n0 += 4 * kW) {
     const int nv = imin(4, (k.N - n0 + kW - 1) / kW);
     switch (nv) {
-      case 4: fold_tile<PB, 4>(k, u, ldu, src, dst, p0, n0, sb, se, first, et); break;
-      case 3: fold_tile<PB, 3>(k, u, ldu, src, dst, p0, n0, sb, se, first, et); break;
-      case 2: fold_tile<PB, 2>(k, u, ldu, src, dst, p0, n0, sb, se, first, et); break;
-      default: fold_tile<PB, 1>(k, u, ldu, src, dst, p0, n0, sb, se, first, et); break;
+      case 4: fold_tile<PB, 4>(k, u, ldu, e, src, dst, p0, n0, sb, se); break;
+      case 3: fold_tile<PB, 3>(k, u, ldu, e, src, dst, p0, n0, sb, se); break;
+      case 2: fold_tile<PB, 2>(k, u, ldu, e, src, dst, p0, n0, sb, se); break;
+      default: fold_tile<PB, 1>(k, u, ldu, e, src, dst, p0, n0, sb, se); break;
     }
   }
 }
 
 // The fold routine: state after the chunk's Lc rows from k.Sb into dst (dst may equal k.Sb).
 void fold(const HeadChunk& k, float* dst) {
-  const int T = k.Lc - 1;
-  float* sum = k.sum;
-  float* coef = k.w;
-  decay_sums(k.dA, T, sum);
-  const float exp_total = decay_one(sum[T + 1]);
-  for (int s = 0; s <= T; s += kW) {
-    const __mmask16 m = tail_mask(T + 1 - s);
-    const __m512 c = _mm512_mul_ps(decay16(_mm512_maskz_loadu_ps(m, sum + s)), _mm512_maskz_loadu_ps(m, k.dtc + s));
-    _mm512_mask_storeu_ps(coef + s, m, c);
+  const int Lc = k.Lc;
+  float* e = k.w;
+  for (int s = 0; s < Lc; s += kW) {
+    const __mmask16 m = tail_mask(Lc - s);
+    _mm512_mask_storeu_ps(e + s, m, decay16(_mm512_maskz_loadu_ps(m, k.dA + s)));
   }
   float* u = k.u;
   const int ldu = k.ppad;
-  for (int s = 0; s <= T; ++s) {
-    const __m512 c = _mm512_set1_ps(coef[s]);
+  for (int s = 0; s < Lc; ++s) {
+    const __m512 d = _mm512_set1_ps(k.dtc[s]);
     const float* xs = k.x + s * k.ldx;
     for (int p = 0; p < k.P; p += kW) {
       const __mmask16 m = tail_mask(k.P - p);
-      _mm512_mask_storeu_ps(u + int64_t(s) * ldu + p, m, _mm512_mul_ps(c, _mm512_maskz_loadu_ps(m, xs + p)));
+      _mm512_mask_storeu_ps(u + int64_t(s) * ldu + p, m, _mm512_mul_ps(d, _mm512_maskz_loadu_ps(m, xs + p)));
     }
   }
   // s is cut into tiles so that the tile's B rows and u rows stay in L1 across all (p, n) blocks;
   // every state element still sees s in increasing order.
   constexpr int kSTile = 32;
-  for (int sb = 0; sb <= T; sb += kSTile) {
-    const int se = imin(T + 1, sb + kSTile);
-    const bool first = sb == 0;
+  for (int sb = 0; sb < Lc; sb += kSTile) {
+    const int se = imin(Lc, sb + kSTile);
+    const float* src = sb == 0 ? k.Sb : dst;
     int p0 = 0;
-    for (; p0 + 4 <= k.P; p0 += 4) fold_tiles_n<4>(k, u, ldu, k.Sb, dst, p0, sb, se, first, exp_total);
-    for (; p0 < k.P; ++p0) fold_tiles_n<1>(k, u, ldu, k.Sb, dst, p0, sb, se, first, exp_total);
+    for (; p0 + 4 <= k.P; p0 += 4) fold_tiles_n<4>(k, u, ldu, e, src, dst, p0, sb, se);
+    for (; p0 < k.P; ++p0) fold_tiles_n<1>(k, u, ldu, e, src, dst, p0, sb, se);
   }
 }
 
@@ -473,6 +468,35 @@ void head_rows_avx512(const HeadChunk& k, int t_lo) {
 }
 
 void fold_avx512(const HeadChunk& k, float* dst) { fold(k, dst); }
+
+void state_step_head_avx512(int P, int N, const float* x, float dt, float A, const float* B, float* S) {
+  const __m512 e = _mm512_set1_ps(decay_one(dt * A));
+  const __m512 d = _mm512_set1_ps(dt);
+  int p = 0;
+  for (; p + kW <= P; p += kW) {
+    // u = dt * x[p] for 16 rows at once (same single multiply per row).
+    alignas(64) float u[kW];
+    _mm512_store_ps(u, _mm512_mul_ps(d, _mm512_loadu_ps(x + p)));
+    for (int i = 0; i < kW; ++i) {
+      const __m512 ub = _mm512_set1_ps(u[i]);
+      float* Sp = S + int64_t(p + i) * N;
+      for (int k = 0; k < N; k += kW) {
+        const __mmask16 m = tail_mask(N - k);
+        const __m512 s = _mm512_fmadd_ps(ub, _mm512_maskz_loadu_ps(m, B + k), _mm512_mul_ps(e, _mm512_maskz_loadu_ps(m, Sp + k)));
+        _mm512_mask_storeu_ps(Sp + k, m, s);
+      }
+    }
+  }
+  for (; p < P; ++p) {
+    const __m512 ub = _mm512_set1_ps(dt * x[p]);
+    float* Sp = S + int64_t(p) * N;
+    for (int k = 0; k < N; k += kW) {
+      const __mmask16 m = tail_mask(N - k);
+      const __m512 s = _mm512_fmadd_ps(ub, _mm512_maskz_loadu_ps(m, B + k), _mm512_mul_ps(e, _mm512_maskz_loadu_ps(m, Sp + k)));
+      _mm512_mask_storeu_ps(Sp + k, m, s);
+    }
+  }
+}
 
 void ssu_head_avx512(int P, int N, const float* x, float dt, float A, float D, const float* B, const float* C,
                      float* S, float* y) {

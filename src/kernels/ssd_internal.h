@@ -17,10 +17,15 @@
 //   intra[p]     = 0; for s = 0..t: intra[p] = fma(w(t,s), x_s[p], intra[p])
 //   SC[p]        = dot16(S_b[p][:], C_t)
 //   y_t[p]       = fma(D, x_t[p], fma(exp_cs_t, SC[p], intra[p]))
-//   fold (row T = Lc-1): S[p][n] = exp_cs_T * S_b[p][n];
-//                  for s = 0..T: u = (decay(T,s) * dt_s) * x_s[p]; S[p][n] = fma(u, B_s[n], S[p][n])
+//   fold:          S = S_b; for s = 0..Lc-1 (a forward recurrence, one row at a time):
+//                  e_s = decay_f(dA_s); S[p][n] = fma(dt_s * x_s[p], B_s[n], e_s * S[p][n])
+//                  chunk_states take S after row L-1 of a complete chunk, final_state after
+//                  the call's last row; ssd_state_step is one s of this loop on a running S.
 //   SSU:           S[p][n] = fma(dt * x[p], B[n], exp_f(dt*A) * S[p][n]);
 //                  y[p] = fma(D, x[p], dot16(S[p][:], C))
+//                  The fold's element sequence with exp_f where the fold has decay_f: SSU is
+//                  plain mode's vLLM-equivalent update, kept unfloored; it has no bitwise tie to
+//                  the exact path, and the two differ only when dt*A < -60.
 // Nothing here depends on how many rows a call holds, which rows produce output, the thread
 // count or the vector width, which is what makes prefill, chunked prefill and decode agree.
 #include <cmath>
@@ -121,7 +126,11 @@ void cb_row_avx512(const float* Bg, int64_t ldb, const float* Ct, int N, int t, 
 // Output rows t_lo..Lc-1 of one head by the row routine.
 void head_rows_avx512(const HeadChunk& k, int t_lo);
 // The fold routine: the state after the chunk's Lc rows, from k.Sb into dst (may equal k.Sb).
+// Uses k.x/ldx, k.Bg/ldb, k.dA, k.dtc and the scratch k.u (u[s][p] = dt_s * x_s[p], ld k.ppad)
+// and k.w (e_s).
 void fold_avx512(const HeadChunk& k, float* dst);
+// One fold row of one head, S [P][N] in place: S = fma(dt * x, B, decay_f(dt*A) * S).
+void state_step_head_avx512(int P, int N, const float* x, float dt, float A, const float* B, float* S);
 // One SSU step of one head: S [P][N] in place, y [P].
 void ssu_head_avx512(int P, int N, const float* x, float dt, float A, float D, const float* B, const float* C,
                      float* S, float* y);
