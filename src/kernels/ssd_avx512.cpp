@@ -443,6 +443,27 @@ void fold(const HeadChunk& k, float* dst) {
   }
 }
 
+// One fold row on columns n0 .. n0+16*NV-1 of every state row: S = fma(dt * x[p], B, e * S).
+template <int NV>
+void state_step_cols(int P, int N, int n0, const float* x, float dt, __m512 e, const float* B, float* S) {
+  __mmask16 m[NV];
+  __m512 bv[NV];
+  #pragma GCC unroll 16
+  for (int v = 0; v < NV; ++v) {
+    m[v] = tail_mask(N - n0 - kW * v);
+    bv[v] = _mm512_maskz_loadu_ps(m[v], B + n0 + kW * v);
+  }
+  for (int p = 0; p < P; ++p) {
+    const __m512 ub = _mm512_set1_ps(dt * x[p]);
+    float* Sp = S + int64_t(p) * N + n0;
+    #pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      const __m512 sv = _mm512_maskz_loadu_ps(m[v], Sp + kW * v);
+      _mm512_mask_storeu_ps(Sp + kW * v, m[v], _mm512_fmadd_ps(ub, bv[v], _mm512_mul_ps(e, sv)));
+    }
+  }
+}
+
 }  // namespace
 
 void cb_block16_avx512(const float* Bg, int64_t ldb, const float* C0, int N, int t0, float* out) {
@@ -471,29 +492,18 @@ void fold_avx512(const HeadChunk& k, float* dst) { fold(k, dst); }
 
 void state_step_head_avx512(int P, int N, const float* x, float dt, float A, const float* B, float* S) {
   const __m512 e = _mm512_set1_ps(decay_one(dt * A));
-  const __m512 d = _mm512_set1_ps(dt);
-  int p = 0;
-  for (; p + kW <= P; p += kW) {
-    // u = dt * x[p] for 16 rows at once (same single multiply per row).
-    alignas(64) float u[kW];
-    _mm512_store_ps(u, _mm512_mul_ps(d, _mm512_loadu_ps(x + p)));
-    for (int i = 0; i < kW; ++i) {
-      const __m512 ub = _mm512_set1_ps(u[i]);
-      float* Sp = S + int64_t(p + i) * N;
-      for (int k = 0; k < N; k += kW) {
-        const __mmask16 m = tail_mask(N - k);
-        const __m512 s = _mm512_fmadd_ps(ub, _mm512_maskz_loadu_ps(m, B + k), _mm512_mul_ps(e, _mm512_maskz_loadu_ps(m, Sp + k)));
-        _mm512_mask_storeu_ps(Sp + k, m, s);
-      }
-    }
-  }
-  for (; p < P; ++p) {
-    const __m512 ub = _mm512_set1_ps(dt * x[p]);
-    float* Sp = S + int64_t(p) * N;
-    for (int k = 0; k < N; k += kW) {
-      const __mmask16 m = tail_mask(N - k);
-      const __m512 s = _mm512_fmadd_ps(ub, _mm512_maskz_loadu_ps(m, B + k), _mm512_mul_ps(e, _mm512_maskz_loadu_ps(m, Sp + k)));
-      _mm512_mask_storeu_ps(Sp + k, m, s);
+  // Columns in blocks of up to 8 vectors whose B stays in registers while every row of the block
+  // streams through once; with d_state <= 128 that is one pass over the contiguous state.
+  for (int n0 = 0; n0 < N; n0 += 8 * kW) {
+    switch (imin(8, (N - n0 + kW - 1) / kW)) {
+      case 8: state_step_cols<8>(P, N, n0, x, dt, e, B, S); break;
+      case 7: state_step_cols<7>(P, N, n0, x, dt, e, B, S); break;
+      case 6: state_step_cols<6>(P, N, n0, x, dt, e, B, S); break;
+      case 5: state_step_cols<5>(P, N, n0, x, dt, e, B, S); break;
+      case 4: state_step_cols<4>(P, N, n0, x, dt, e, B, S); break;
+      case 3: state_step_cols<3>(P, N, n0, x, dt, e, B, S); break;
+      case 2: state_step_cols<2>(P, N, n0, x, dt, e, B, S); break;
+      default: state_step_cols<1>(P, N, n0, x, dt, e, B, S); break;
     }
   }
 }
