@@ -165,6 +165,8 @@ constexpr int kLargeN = 700;                  // two full chunks and a partial o
 // Shapes whose head_dim, d_state and chunk size are not multiples of the 16-lane vectors.
 const SsdShape kOdd{3, 20, 3, 24, 20};
 const SsdShape kOdd2{2, 33, 1, 40, 48};
+// d_state wider than the AVX-512 state step's 8-vector column block, with a partial last block.
+const SsdShape kWide{2, 9, 1, 200, 16};
 
 // ---------------------------------------------------------------------------------------------
 // Accuracy against float64.
@@ -223,7 +225,8 @@ TEST(KernelsSsdBitwise, ScanEqualsReferenceOnEveryIsa) {
   };
   const Case cases[] = {{kSmall, 100, 0},  {kSmall, 64, 0},  {kSmall, 100, 37}, {kSmall, 5, 4},
                         {kLarge, kLargeN, 0}, {kLarge, 300, 290}, {kOdd, 97, 0}, {kOdd, 97, 41},
-                        {kOdd2, 150, 0},   {kOdd2, 150, 100}, {kSmall, 0, 0}};
+                        {kOdd2, 150, 0},   {kOdd2, 150, 100}, {kWide, 40, 0}, {kWide, 40, 20},
+                        {kSmall, 0, 0}};
   for (const Case& c : cases) {
     const Problem pr = make_problem(c.shape, c.n, 2);
     const ScanOut ref = run_scan(pr, 0, c.n, c.first_out, pr.s0.data(), /*reference=*/true);
@@ -456,14 +459,19 @@ TEST(KernelsSsdInvariance, DecodeEmulationEveryRow) {
 // ---------------------------------------------------------------------------------------------
 // ssd_state_step: the fold recurrence one row at a time.
 
-// Rows where one head's dt*A lies far below the decay floor, so that the floor's exact 0 is
-// exercised as well (the generated statistics never reach it).
+// Rows where head 0's dt*A is about -70: below the decay floor (-60) but where exp_f is still a
+// normal number (the generated statistics never reach the floor). The head's x is 0 there, so
+// the new state is the decayed old one alone and a path that skipped the floor would show;
+// otherwise exp_f(-70)·S vanishes in the rounding of dt·x·B.
 void add_floored_rows(Problem& pr) {
-  for (int t = 0; t < pr.n; t += 41) pr.dt[size_t(t) * pr.shape.nheads] = 8.0f;
+  for (int t = 0; t < pr.n; t += 41) {
+    pr.dt[size_t(t) * pr.shape.nheads] = -70.0f / pr.A[0];
+    std::fill_n(pr.x.begin() + t * pr.ldx(), pr.shape.headdim, 0.0f);
+  }
 }
 
 TEST(KernelsSsdStateStep, EqualsReferenceOnEveryIsaAndThreadCount) {
-  for (const SsdShape& shape : {kSmall, kLarge, kOdd, kOdd2}) {
+  for (const SsdShape& shape : {kSmall, kLarge, kOdd, kOdd2, kWide}) {
     Problem pr = make_problem(shape, 90, 15);
     add_floored_rows(pr);
     std::vector<float> S_ref = pr.s0;
@@ -493,7 +501,7 @@ TEST(KernelsSsdStateStep, EqualsReferenceOnEveryIsaAndThreadCount) {
 // there it checks the first rows of each chunk, every 23rd row, the chunk ends and the last row.
 TEST(KernelsSsdStateStep, RunningStateEqualsScanStatesEveryRow) {
   const int n = 700;
-  for (const SsdShape& shape : {kSmall, kLarge, kOdd, kOdd2}) {
+  for (const SsdShape& shape : {kSmall, kLarge, kOdd, kOdd2, kWide}) {
     Problem pr = make_problem(shape, n, 14);
     add_floored_rows(pr);
     const int L = shape.chunk_size, H = shape.nheads;
