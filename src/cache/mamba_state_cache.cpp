@@ -13,6 +13,7 @@ SlotBytes slot_bytes(const io::Mamba2Config& cfg, int num_mamba_layers, const Ma
   b.conv = L * std::size_t(cfg.conv_kernel - 1) * cfg.conv_dim() * sizeof(float);
   b.ssm = L * std::size_t(cfg.num_heads) * cfg.head_dim * cfg.state_size * dtype_size(opt.ssm_dtype);
   if (opt.exact) {
+    b.running = L * std::size_t(cfg.num_heads) * cfg.head_dim * cfg.state_size * sizeof(float);
     std::size_t per_row = std::size_t(cfg.intermediate_size) + cfg.num_heads + std::size_t(cfg.n_groups) * cfg.state_size;
     b.replay = L * std::size_t(cfg.chunk_size) * per_row * sizeof(float);
   }
@@ -43,6 +44,7 @@ MambaStateCache::MambaStateCache(const io::Mamba2Config& cfg, int num_mamba_laye
   conv_.resize(ls * conv_elems_);
   if (opt.ssm_dtype == DType::F32) ssm_f32_.resize(ls * ssm_elems_);
   else ssm_bf16_.resize(ls * ssm_elems_);
+  run_.resize(opt.exact ? ls * ssm_elems_ : 0);
   rx_.resize(ls * rx_elems_);
   rdt_.resize(ls * rdt_elems_);
   rb_.resize(ls * rb_elems_);
@@ -102,6 +104,11 @@ void MambaStateCache::store_ssm(int layer, int slot, const float* src) {
     uint16_t* dst = ssm_bf16_.data() + off;
     for (std::size_t i = 0; i < ssm_elems_; ++i) dst[i] = f32_to_bf16(src[i]);
   }
+}
+
+float* MambaStateCache::running(int layer, int slot) {
+  if (!opt_.exact) throw Error("internal: the running fold exists in exact mode only");
+  return run_.data() + (std::size_t(layer) * opt_.num_slots + slot) * ssm_elems_;
 }
 
 float* MambaStateCache::replay_x(int layer, int slot) {

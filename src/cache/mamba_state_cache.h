@@ -4,6 +4,8 @@
 //   SSM state    H × P × N  fp32 | bf16  plain mode: the state after the last token;
 //                                        exact mode: the fp32 *boundary state* at the last
 //                                        multiple of chunk_size
+//   running      exact mode only: fp32 fold of the rows since the boundary (becomes the next
+//                boundary state when the chunk completes; decode advances it one row per step)
 //   replay rows  exact mode only: x, dt, B of the tokens since the boundary,
 //                at most chunk_size rows each (C is never needed: replayed rows emit nothing)
 // Kernels know nothing of slots; the model reads and writes them through this class.
@@ -25,8 +27,8 @@ struct MambaCacheOptions {
 
 // Bytes one sequence needs, by part, for the planner's report.
 struct SlotBytes {
-  std::size_t conv = 0, ssm = 0, replay = 0;
-  std::size_t total() const { return conv + ssm + replay; }
+  std::size_t conv = 0, ssm = 0, running = 0, replay = 0;
+  std::size_t total() const { return conv + ssm + running + replay; }
 };
 
 SlotBytes slot_bytes(const io::Mamba2Config& cfg, int num_mamba_layers, const MambaCacheOptions& opt);
@@ -60,6 +62,9 @@ class MambaStateCache {
   void load_ssm(int layer, int slot, float* dst) const;
   void store_ssm(int layer, int slot, const float* src);  // rounds once for bf16
 
+  // Running fold since the boundary (exact mode).
+  float* running(int layer, int slot);
+
   // Replay rows (exact mode), chunk_size rows each, in the layout ssd_scan reads, so a decode
   // step appends its row and scans the buffer in place. Row i = position boundary + i.
   // dt is kept after softplus(raw + dt_bias) and the time_step_limit clamp: a pure function of
@@ -80,7 +85,7 @@ class MambaStateCache {
   AlignedBuffer<float> conv_;
   AlignedBuffer<float> ssm_f32_;
   AlignedBuffer<uint16_t> ssm_bf16_;
-  AlignedBuffer<float> rx_, rdt_, rb_;
+  AlignedBuffer<float> run_, rx_, rdt_, rb_;
   std::vector<uint8_t> used_;
   std::vector<int64_t> pos_;
 };

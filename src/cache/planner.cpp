@@ -16,8 +16,8 @@ static std::string mib(std::size_t b) {
 std::string CachePlan::describe() const {
   std::string s = "state cache: " + std::to_string(num_slots) + " slots × " + mib(per_seq.total()) + " = " +
                   mib(total_bytes()) + "\n";
-  s += "  per sequence: conv " + mib(per_seq.conv) + ", ssm " + mib(per_seq.ssm) + ", replay buffers " +
-       mib(per_seq.replay) + ", total " + mib(per_seq.total()) + "\n";
+  s += "  per sequence: conv " + mib(per_seq.conv) + ", ssm " + mib(per_seq.ssm) + ", running fold " +
+       mib(per_seq.running) + ", replay buffers " + mib(per_seq.replay) + ", total " + mib(per_seq.total()) + "\n";
   return s;
 }
 

@@ -1,11 +1,12 @@
 // The recurrent core of a Mamba2 layer for one sequence, in the two modes of DESIGN.md rules 7–8.
 //
 // Exact mode keeps, per slot, the fp32 state at the last chunk boundary b (a multiple of
-// chunk_size) and the rows b..pos-1 (x, dt, B). Every call — decode, prefill, a chunk of a split
+// chunk_size), the rows b..pos-1 (x, dt, B) and the running fold of those rows. Every call — decode, prefill, a chunk of a split
 // prefill, a recompute — scans from b: buffered rows are re-fed (they enter the sums, emit
 // nothing), so every output row is the same function of (boundary state, rows of its chunk) that
-// single-shot prefill computes. A completed chunk's end state (from ssd_scan's one fold
-// routine) becomes the new boundary state.
+// single-shot prefill computes. The fold is a forward recurrence, so decode advances the running
+// fold by its one row (the cost of plain mode's SSU update) and a completed chunk's running fold
+// becomes the new boundary state with the bits prefill's fold gives.
 //
 // Plain mode is vLLM's: the state after the last token in the cache dtype, SSD over the new
 // tokens with the chunk grid restarting at the call's first token, SSU for one-token decode.
@@ -68,20 +69,23 @@ void Mamba2Model::scan_sequence(int l, const SeqChunk& s, const float* xbc, cons
   if (!cache.options().exact) throw Error("internal: exact-mode pass over a cache without replay rows");
   const int r = static_cast<int>(s.start % cs);  // rows already buffered since the boundary
   float* Sb = cache.ssm_f32(l, s.slot);
+  float* R = cache.running(l, s.slot);  // fold of rows [boundary, start)
   float* bx = cache.replay_x(l, s.slot);
   float* bdt = cache.replay_dt(l, s.slot);
   float* bB = cache.replay_b(l, s.slot);
   const int total = r + n;
   if (total <= cs) {
     // Fits in the current chunk: append to the replay rows and scan them in place (the decode
-    // path: no copy of the buffered rows).
+    // path: no copy of the buffered rows), then advance the running fold by the new rows only.
     std::memcpy(bx + std::size_t(r) * I, x.data(), std::size_t(n) * I * 4);
     std::memcpy(bdt + std::size_t(r) * H, dt.data(), std::size_t(n) * H * 4);
     std::memcpy(bB + std::size_t(r) * GN, B.data(), std::size_t(n) * GN * 4);
-    std::vector<float> end_state(total == cs ? S : 0);
-    kernels::ssd_scan(shape, bx, bdt, L.A.data(), bB, C.data(), L.D.data(), total, r, Sb, y,
-                      total == cs ? end_state.data() : nullptr, nullptr);
-    if (total == cs) std::memcpy(Sb, end_state.data(), S * 4);
+    kernels::ssd_scan(shape, bx, bdt, L.A.data(), bB, C.data(), L.D.data(), total, r, Sb, y, nullptr, nullptr);
+    if (r == 0) std::memcpy(R, Sb, S * 4);
+    for (int t = 0; t < n; ++t)
+      kernels::ssd_state_step(shape, x.data() + std::size_t(t) * I, dt.data() + std::size_t(t) * H, L.A.data(),
+                              B.data() + std::size_t(t) * GN, R);
+    if (total == cs) std::memcpy(Sb, R, S * 4);
     return;
   }
   std::vector<float> ax(std::size_t(total) * I), adt(std::size_t(total) * H), aB(std::size_t(total) * GN);
@@ -93,8 +97,10 @@ void Mamba2Model::scan_sequence(int l, const SeqChunk& s, const float* xbc, cons
   std::memcpy(aB.data() + std::size_t(r) * GN, B.data(), std::size_t(n) * GN * 4);
   const int full = total / cs;
   std::vector<float> states(std::size_t(full) * S);
+  // The fold runs again over the re-fed rows from the boundary: the same recurrence the running
+  // fold went through, so the chunk-end state has the bits decode would have reached.
   kernels::ssd_scan(shape, ax.data(), adt.data(), L.A.data(), aB.data(), C.data(), L.D.data(), total, r, Sb, y,
-                    states.data(), nullptr);
+                    states.data(), R);
   std::memcpy(Sb, states.data() + std::size_t(full - 1) * S, S * 4);
   const int rem = total - full * cs;
   const std::size_t from = std::size_t(full) * cs;
