@@ -48,6 +48,12 @@ MambaStateCache::MambaStateCache(const io::Mamba2Config& cfg, int num_mamba_laye
   rx_.resize(ls * rx_elems_);
   rdt_.resize(ls * rdt_elems_);
   rb_.resize(ls * rb_elems_);
+  // Zeroed once: a slot's replay rows and running fold are always written before they are read,
+  // but uninitialised memory could hold NaNs or subnormals that make a benchmark (which positions
+  // slots directly) crawl, and zeros make every run start from the same bytes.
+  for (AlignedBuffer<float>* b : {&conv_, &ssm_f32_, &run_, &rx_, &rdt_, &rb_})
+    if (b->size()) std::memset(b->data(), 0, b->size() * sizeof(float));
+  if (ssm_bf16_.size()) std::memset(ssm_bf16_.data(), 0, ssm_bf16_.size() * sizeof(uint16_t));
   used_.assign(opt.num_slots, 0);
   pos_.assign(opt.num_slots, 0);
 }
