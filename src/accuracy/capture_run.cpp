@@ -1,9 +1,30 @@
 #include "accuracy/capture_run.h"
 
+#include <memory>
+
 #include "accuracy/capture_hooks.h"
 #include "common/error.h"
 
 namespace parity::accuracy {
+namespace {
+
+// Replacement first, then capture: a capture of a replaced point records what the rest of the
+// forward actually used.
+class ChainedHooks : public model::ProbeHooks {
+ public:
+  ChainedHooks(model::ProbeHooks& first, model::ProbeHooks& second) : a_(first), b_(second) {}
+  bool wants(const std::string& name) const override { return a_.wants(name) || b_.wants(name); }
+  void visit(const std::string& name, float* data, int rows, int cols, const model::ProbeRows& meta) override {
+    if (a_.wants(name)) a_.visit(name, data, rows, cols, meta);
+    if (b_.wants(name)) b_.visit(name, data, rows, cols, meta);
+  }
+
+ private:
+  model::ProbeHooks& a_;
+  model::ProbeHooks& b_;
+};
+
+}  // namespace
 
 Captures capture_through_engine(const model::Mamba2Model& model, const CaptureSpec& spec) {
   if (spec.prompts.empty()) throw Error("capture: no prompt given");
@@ -13,7 +34,15 @@ Captures capture_through_engine(const model::Mamba2Model& model, const CaptureSp
                 std::to_string(spec.prompts.size()) + " prompts (give one shared or one per prompt)");
   CaptureHooks hooks(spec.modules);
   engine::Engine eng(model, spec.engine);
-  eng.set_probe_hooks(&hooks);
+  std::unique_ptr<ChainedHooks> chain;
+  if (spec.replacement) {
+    chain = std::make_unique<ChainedHooks>(spec.replacement->hooks(), hooks);
+    eng.set_probe_hooks(chain.get());
+    ReplacementSession* rs = spec.replacement;
+    eng.set_request_listener([rs](uint64_t id, const engine::RequestSpec& r) { rs->on_request(id, r); });
+  } else {
+    eng.set_probe_hooks(&hooks);
+  }
   std::vector<uint64_t> ids;
   for (std::size_t i = 0; i < spec.prompts.size(); ++i) {
     engine::RequestSpec r;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "accuracy/captures_file.h"
+#include "accuracy/replacement_session.h"
 #include "engine/engine.h"
 
 namespace parity::accuracy {
@@ -19,6 +20,9 @@ struct CaptureSpec {
   std::vector<std::string> modules;  // probe point names (expanded already)
   CaptureLayout layout = CaptureLayout::Flat;
   engine::EngineConfig engine;
+  // Optional tensor replacement active during the capture (--additional-config): replaced
+  // points are captured with their injected values, and everything downstream sees them.
+  ReplacementSession* replacement = nullptr;
 };
 
 // Every position the engine fed is captured: prompt + forced tokens (all of them), or prompt +

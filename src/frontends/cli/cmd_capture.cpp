@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "accuracy/additional_config.h"
 #include "accuracy/capture_run.h"
 #include "accuracy/module_pattern.h"
 #include "common/error.h"
@@ -20,7 +21,7 @@ DType parse_cache_dtype(const std::string& s);  // cmd_generate.cpp
 
 Runner add_capture(CLI::App& app) {
   struct Opts {
-    std::string model, out, layout = "flat", cache_dtype;
+    std::string model, out, layout = "flat", cache_dtype, additional;
     std::vector<std::string> prompts, forced, modules;
     int max_tokens = 0, threads = 0, max_batched = 2048, max_seqs = 8;
     int64_t preempt_at = -1;
@@ -51,6 +52,8 @@ Runner add_capture(CLI::App& app) {
   sub->add_option("--preempt-at-step", o->preempt_at, "preempt every running request at this step (then recompute)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--threads", o->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
+  sub->add_option("--additional-config", o->additional,
+                  "JSON, e.g. {\"tensor_replacement\": {\"tensors_path\": …}}: replacement active while capturing");
   return [o]() {
     if (o->threads > 0) kernels::set_num_threads(o->threads);
     accuracy::CaptureSpec spec;
@@ -71,6 +74,13 @@ Runner add_capture(CLI::App& app) {
     std::vector<std::string> names;
     for (const auto& p : model->probe_points()) names.push_back(p.name);
     spec.modules = accuracy::expand_module_patterns(o->modules, names);
+    std::unique_ptr<accuracy::ReplacementSession> replacement;
+    if (!o->additional.empty()) {
+      replacement =
+          accuracy::make_replacement_from_additional_config(accuracy::parse_additional_config(o->additional), *model);
+      if (replacement) std::fprintf(stderr, "%s\n", replacement->describe().c_str());
+      spec.replacement = replacement.get();
+    }
     accuracy::Captures c = accuracy::capture_through_engine(*model, spec);
     accuracy::write_captures(o->out, c);
 
