@@ -35,7 +35,8 @@ TEST(AccuracyCaptureReplaceCli, ReplacedPointFlowsIntoTheCapture) {
   accuracy::write_captures(pert, P);
   r = test::run_cli(base + "--modules lm_head " + cfg(pert) + "--out " + c);
   ASSERT_EQ(r.status, 0) << r.err;
-  const auto& lc = accuracy::read_captures(c).prompts[0].flat.at("lm_head");
+  auto Cc = accuracy::read_captures(c);  // keep the file's content alive while lc refers into it
+  const auto& lc = Cc.prompts[0].flat.at("lm_head");
   EXPECT_FALSE(test::same_bits(la.data.data(), lc.data.data(), la.data.size()));
   // A malformed config is an error naming the problem, and nothing is written.
   r = test::run_cli(base + "--modules lm_head --additional-config '{\"tensor_replacement\": 3}' --out " +
