@@ -5,10 +5,9 @@
 
 #include "common/error.h"
 #include "io/hf_config.h"
-#include "kernels/conv1d.h"
 #include "kernels/gemm.h"
-#include "kernels/math.h"
 #include "kernels/norm.h"
+#include "model/mamba2_mixer.h"
 
 namespace parity::model {
 
@@ -75,14 +74,9 @@ void Mamba2Model::forward(const ForwardBatch& b, cache::MambaStateCache& cache, 
   if (mode == ScanMode::Exact && !cache.options().exact)
     throw Error("forward: exact mode needs a state cache built with replay rows (exact = true)");
   const int T = static_cast<int>(b.tokens.size());
-  const int D = cfg_.hidden_size, I = cfg_.intermediate_size, H = cfg_.num_heads;
-  const int conv = cfg_.conv_dim(), proj = cfg_.in_proj_dim(), K = cfg_.conv_kernel;
+  const int D = cfg_.hidden_size;
   const float eps = static_cast<float>(cfg_.layer_norm_epsilon);
-  const int group = I / cfg_.n_groups;
-
-  std::vector<float> resid(std::size_t(T) * D), normed(std::size_t(T) * D), zx(std::size_t(T) * proj);
-  std::vector<float> xbc_in(std::size_t(T) * conv), xbc(std::size_t(T) * conv), dt_raw(std::size_t(T) * H);
-  std::vector<float> z(std::size_t(T) * I), y(std::size_t(T) * I), g(std::size_t(T) * I), out(std::size_t(T) * D);
+  std::vector<float> resid(std::size_t(T) * D), normed(std::size_t(T) * D), out(std::size_t(T) * D);
 
   ProbeRows meta;
   if (hooks) {
@@ -112,44 +106,10 @@ void Mamba2Model::forward(const ForwardBatch& b, cache::MambaStateCache& cache, 
 
   probe("backbone.embeddings", resid.data(), D);
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
-    const Mamba2LayerWeights& L = w_.layers[l];
     const LayerNames& N = names_[l];
-    kernels::rmsnorm(resid.data(), T, D, L.norm.data(), eps, normed.data());
-    kernels::gemm(normed.data(), T, D, L.in_proj, L.in_proj_bias.empty() ? nullptr : L.in_proj_bias.data(), zx.data(),
-                  proj);
-    probe(N.in_proj, zx.data(), proj);
-    // in_proj output columns: [z | xBC | dt]
-    for (int t = 0; t < T; ++t) {
-      const float* row = zx.data() + std::size_t(t) * proj;
-      std::memcpy(z.data() + std::size_t(t) * I, row, std::size_t(I) * 4);
-      std::memcpy(xbc_in.data() + std::size_t(t) * conv, row + I, std::size_t(conv) * 4);
-      std::memcpy(dt_raw.data() + std::size_t(t) * H, row + I + conv, std::size_t(H) * 4);
-    }
-    probe(N.dt, dt_raw.data(), H);
-    // HF's conv1d module output is before SiLU; when it is probed, SiLU runs as a second pass
-    // (silu_f of the same value: the same bits as the fused kernel).
-    const bool probe_conv = hooks && hooks->wants(N.conv1d);
-    int row0 = 0;
-    for (const SeqChunk& s : b.seqs) {
-      kernels::conv1d_causal(xbc_in.data() + std::size_t(row0) * conv, s.n, conv, L.conv_w.data(),
-                             L.conv_b.empty() ? nullptr : L.conv_b.data(), K, cache.conv_state(l, s.slot),
-                             !probe_conv, xbc.data() + std::size_t(row0) * conv);
-      row0 += s.n;
-    }
-    if (probe_conv) {
-      hooks->visit(N.conv1d, xbc.data(), T, conv, meta);
-      for (float& v : xbc) v = kernels::silu_f(v);
-    }
-    row0 = 0;
-    for (const SeqChunk& s : b.seqs) {
-      scan_sequence(l, s, xbc.data() + std::size_t(row0) * conv, dt_raw.data() + std::size_t(row0) * H,
-                    y.data() + std::size_t(row0) * I, cache, mode);
-      row0 += s.n;
-    }
-    kernels::gated_rmsnorm(y.data(), z.data(), T, I, group, L.gate_norm.data(), eps, cfg_.norm_before_gate, g.data());
-    probe(N.norm, g.data(), I);
-    kernels::gemm(g.data(), T, I, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), out.data(),
-                  D);
+    kernels::rmsnorm(resid.data(), T, D, w_.norms[l].data(), eps, normed.data());
+    mamba2_mixer_forward(cfg_, w_.layers[l], l, b, normed.data(), out.data(), cache, mode,
+                         {N.in_proj, N.conv1d, N.dt, N.norm}, hooks, meta);
     probe(N.mixer, out.data(), D);
     for (std::size_t i = 0; i < resid.size(); ++i) resid[i] += out[i];
     probe(N.block, resid.data(), D);

@@ -35,11 +35,6 @@ class Mamba2Model {
 
  private:
   void validate(const ForwardBatch& b, const cache::MambaStateCache& cache) const;
-  // The recurrent core of one layer for one sequence: y = SSD/SSU(x, dt, B, C) with the state
-  // kept in the cache (see mamba2_scan.cpp).
-  void scan_sequence(int layer, const SeqChunk& s, const float* xbc, const float* dt_raw, float* y,
-                     cache::MambaStateCache& cache, ScanMode mode) const;
-
   io::Mamba2Config cfg_;
   std::string origin_;
   std::shared_ptr<void> keepalive_;

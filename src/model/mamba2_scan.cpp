@@ -16,18 +16,19 @@
 #include "common/error.h"
 #include "kernels/math.h"
 #include "kernels/ssd.h"
-#include "model/mamba2_model.h"
+#include "model/mamba2_mixer.h"
 
 namespace parity::model {
 
-void Mamba2Model::scan_sequence(int l, const SeqChunk& s, const float* xbc, const float* dt_raw, float* y,
-                                cache::MambaStateCache& cache, ScanMode mode) const {
-  const Mamba2LayerWeights& L = w_.layers[l];
-  const int n = s.n, H = cfg_.num_heads, I = cfg_.intermediate_size, GN = cfg_.n_groups * cfg_.state_size;
-  const int conv = cfg_.conv_dim(), cs = cfg_.chunk_size;
-  const kernels::SsdShape shape{H, cfg_.head_dim, cfg_.n_groups, cfg_.state_size, cs};
-  const float lo = static_cast<float>(cfg_.time_step_min_limit);
-  const float hi = static_cast<float>(cfg_.time_step_max_limit);
+namespace {
+
+void scan_sequence(const io::Mamba2Config& cfg, const Mamba2LayerWeights& L, int l, const SeqChunk& s,
+                   const float* xbc, const float* dt_raw, float* y, cache::MambaStateCache& cache, ScanMode mode) {
+  const int n = s.n, H = cfg.num_heads, I = cfg.intermediate_size, GN = cfg.n_groups * cfg.state_size;
+  const int conv = cfg.conv_dim(), cs = cfg.chunk_size;
+  const kernels::SsdShape shape{H, cfg.head_dim, cfg.n_groups, cfg.state_size, cs};
+  const float lo = static_cast<float>(cfg.time_step_min_limit);
+  const float hi = static_cast<float>(cfg.time_step_max_limit);
 
   // dt = clamp(softplus(dt_raw + dt_bias), time_step_limit). The original mamba_ssm clamps in
   // every path; HF's cached decode skips the clamp — parity follows the original.
@@ -107,6 +108,18 @@ void Mamba2Model::scan_sequence(int l, const SeqChunk& s, const float* xbc, cons
   std::memcpy(bx, ax.data() + from * I, std::size_t(rem) * I * 4);
   std::memcpy(bdt, adt.data() + from * H, std::size_t(rem) * H * 4);
   std::memcpy(bB, aB.data() + from * GN, std::size_t(rem) * GN * 4);
+}
+
+}  // namespace
+
+void mamba2_scan(const io::Mamba2Config& cfg, const Mamba2LayerWeights& w, int l, const std::vector<SeqChunk>& seqs,
+                 const float* xbc, const float* dt_raw, float* y, cache::MambaStateCache& cache, ScanMode mode) {
+  const int conv = cfg.conv_dim(), H = cfg.num_heads, I = cfg.intermediate_size;
+  std::size_t row0 = 0;
+  for (const SeqChunk& s : seqs) {
+    scan_sequence(cfg, w, l, s, xbc + row0 * conv, dt_raw + row0 * H, y + row0 * I, cache, mode);
+    row0 += static_cast<std::size_t>(s.n);
+  }
 }
 
 }  // namespace parity::model

@@ -10,8 +10,9 @@
 
 namespace parity::model {
 
+// One Mamba2 mixer (backbone.layers.N.mixer.* in Mamba2ForCausalLM, model.layers.N.mamba.* in
+// GraniteMoeHybrid).
 struct Mamba2LayerWeights {
-  std::vector<float> norm;          // [D]   backbone.layers.N.norm
   kernels::PackedWeight in_proj;    // [in_proj_dim, D]
   std::vector<float> in_proj_bias;  // empty unless use_bias
   std::vector<float> conv_w;        // [conv_dim, k]
@@ -26,6 +27,7 @@ struct Mamba2LayerWeights {
 
 struct Mamba2Weights {
   const io::TensorView* embeddings = nullptr;  // [V, D], read in place (mmapped)
+  std::vector<std::vector<float>> norms;  // [D] per layer: backbone.layers.N.norm
   std::vector<Mamba2LayerWeights> layers;
   std::vector<float> norm_f;
   kernels::PackedWeight lm_head;  // tied: packed from the embeddings
@@ -34,7 +36,8 @@ struct Mamba2Weights {
 // Throws parity::Error naming the tensor on a missing tensor, a wrong shape or a non-float dtype.
 Mamba2Weights load_mamba2_weights(const io::Mamba2Config& cfg, const Checkpoint& ck);
 
-// Widen any float tensor (F32/F16/BF16) to fp32.
-std::vector<float> widen(const io::TensorView& t);
+// The mixer tensors under `prefix` (e.g. "model.layers.3.mamba."), shaped by cfg.
+Mamba2LayerWeights load_mamba2_mixer_weights(const io::Mamba2Config& cfg, const Checkpoint& ck,
+                                             const std::string& prefix);
 
 }  // namespace parity::model

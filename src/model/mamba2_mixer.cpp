@@ -1,0 +1,56 @@
+#include "model/mamba2_mixer.h"
+
+#include <cstring>
+
+#include "kernels/conv1d.h"
+#include "kernels/gemm.h"
+#include "kernels/math.h"
+#include "kernels/norm.h"
+
+namespace parity::model {
+
+void mamba2_mixer_forward(const io::Mamba2Config& cfg, const Mamba2LayerWeights& L, int cache_layer,
+                          const ForwardBatch& b, const float* x, float* out, cache::MambaStateCache& cache,
+                          ScanMode mode, const MixerProbeNames& N, ProbeHooks* hooks, const ProbeRows& meta) {
+  const int T = static_cast<int>(b.tokens.size());
+  const int D = cfg.hidden_size, I = cfg.intermediate_size, H = cfg.num_heads;
+  const int conv = cfg.conv_dim(), proj = cfg.in_proj_dim(), K = cfg.conv_kernel;
+  const float eps = static_cast<float>(cfg.layer_norm_epsilon);
+  const int group = I / cfg.n_groups;
+  auto probe = [&](const std::string& name, float* data, int cols) {
+    if (hooks && hooks->wants(name)) hooks->visit(name, data, T, cols, meta);
+  };
+
+  std::vector<float> zx(std::size_t(T) * proj), xbc_in(std::size_t(T) * conv), xbc(std::size_t(T) * conv);
+  std::vector<float> dt_raw(std::size_t(T) * H), z(std::size_t(T) * I), y(std::size_t(T) * I), g(std::size_t(T) * I);
+  kernels::gemm(x, T, D, L.in_proj, L.in_proj_bias.empty() ? nullptr : L.in_proj_bias.data(), zx.data(), proj);
+  probe(N.in_proj, zx.data(), proj);
+  // in_proj output columns: [z | xBC | dt]
+  for (int t = 0; t < T; ++t) {
+    const float* row = zx.data() + std::size_t(t) * proj;
+    std::memcpy(z.data() + std::size_t(t) * I, row, std::size_t(I) * 4);
+    std::memcpy(xbc_in.data() + std::size_t(t) * conv, row + I, std::size_t(conv) * 4);
+    std::memcpy(dt_raw.data() + std::size_t(t) * H, row + I + conv, std::size_t(H) * 4);
+  }
+  probe(N.dt, dt_raw.data(), H);
+  // HF's conv1d module output is before SiLU; when it is probed, SiLU runs as a second pass
+  // (silu_f of the same value: the same bits as the fused kernel).
+  const bool probe_conv = hooks && hooks->wants(N.conv1d);
+  int row0 = 0;
+  for (const SeqChunk& s : b.seqs) {
+    kernels::conv1d_causal(xbc_in.data() + std::size_t(row0) * conv, s.n, conv, L.conv_w.data(),
+                           L.conv_b.empty() ? nullptr : L.conv_b.data(), K, cache.conv_state(cache_layer, s.slot),
+                           !probe_conv, xbc.data() + std::size_t(row0) * conv);
+    row0 += s.n;
+  }
+  if (probe_conv) {
+    hooks->visit(N.conv1d, xbc.data(), T, conv, meta);
+    for (float& v : xbc) v = kernels::silu_f(v);
+  }
+  mamba2_scan(cfg, L, cache_layer, b.seqs, xbc.data(), dt_raw.data(), y.data(), cache, mode);
+  kernels::gated_rmsnorm(y.data(), z.data(), T, I, group, L.gate_norm.data(), eps, cfg.norm_before_gate, g.data());
+  probe(N.norm, g.data(), I);
+  kernels::gemm(g.data(), T, I, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), out, D);
+}
+
+}  // namespace parity::model
