@@ -10,15 +10,14 @@
 #include "engine/engine.h"
 #include "kernels/isa.h"
 #include "model/checkpoint.h"
-#include "model/mamba2_model.h"
+#include "model/model.h"
 
 using namespace parity;
 
 namespace {
 
-const model::Mamba2Model& m130() {
-  static std::unique_ptr<model::Mamba2Model> m =
-      model::Mamba2Model::load(model::open_checkpoint("builtin:mamba2-130m"));
+const model::Model& m130() {
+  static std::unique_ptr<model::Model> m = model::load_model(model::open_checkpoint("builtin:mamba2-130m"));
   return *m;
 }
 
@@ -33,9 +32,9 @@ void BM_ModelPrefill(benchmark::State& st) {
   const auto& m = m130();
   const int n = static_cast<int>(st.range(0));
   auto toks = tokens(n, 1);
-  cache::MambaCacheOptions o;
-  o.exact = true;
-  cache::MambaStateCache c(m.config(), m.num_layers(), o);
+  cache::ModelCacheOptions o;
+  o.mamba.exact = true;
+  cache::ModelCache c(m.cache_spec(), o);
   std::vector<float> logits(m.vocab_size());
   for (auto _ : st) {
     int slot = c.allocate();
@@ -58,13 +57,13 @@ void BM_ModelDecodeStep(benchmark::State& st) {
   const bool exact = st.range(0) == 1;
   const int batch = static_cast<int>(st.range(1));
   const int pos = static_cast<int>(st.range(2));
-  cache::MambaCacheOptions o;
-  o.exact = exact;
-  o.ssm_dtype = exact ? DType::F32 : DType::BF16;
-  o.num_slots = batch;
-  cache::MambaStateCache c(m.config(), m.num_layers(), o);
+  cache::ModelCacheOptions o;
+  o.mamba.exact = exact;
+  o.mamba.ssm_dtype = exact ? DType::F32 : DType::BF16;
+  o.mamba.num_slots = batch;
+  cache::ModelCache c(m.cache_spec(), o);
   model::ForwardBatch b;
-  const int64_t start = m.config().chunk_size + pos;
+  const int64_t start = m.chunk_size() + pos;
   for (int i = 0; i < batch; ++i) {
     int s = c.allocate();
     b.seqs.push_back({s, start, 1});

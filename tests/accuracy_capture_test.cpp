@@ -15,7 +15,7 @@
 #include "common/error.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
-#include "model/mamba2_model.h"
+#include "model/model.h"
 #include "test_support.h"
 
 using namespace parity;
@@ -317,12 +317,12 @@ TEST(AccuracyCaptureHooks, KeepsTheLatestVisitAndBuildsBothLayouts) {
 // ------------------------------------------------------------------------------------------
 // Through the engine
 
-const model::Mamba2Model& tiny() {
-  static auto m = model::Mamba2Model::load(model::open_checkpoint("builtin:tiny"));
+const model::Model& tiny() {
+  static auto m = model::load_model(model::open_checkpoint("builtin:tiny"));
   return *m;
 }
 
-std::vector<std::string> all_points(const model::Mamba2Model& m) {
+std::vector<std::string> all_points(const model::Model& m) {
   std::vector<std::string> v;
   for (const auto& p : m.probe_points()) v.push_back(p.name);
   return v;
@@ -363,7 +363,7 @@ TEST(AccuracyCaptureEngine, ExactModeIsBitIdenticalUnderEverySchedule) {
   ASSERT_EQ(ref.prompts.size(), 3u);
   EXPECT_EQ(ref.prompts[0].flat.at("lm_head").rows, 45 + 25);
   EXPECT_EQ(ref.prompts[1].flat.at("backbone.layers.1.mixer.in_proj").rows, 70 + 25);
-  EXPECT_EQ(ref.prompts[1].flat.at("backbone.layers.1.mixer.in_proj").cols, tiny().config().in_proj_dim());
+  EXPECT_EQ(ref.prompts[1].flat.at("backbone.layers.1.mixer.in_proj").cols, tiny().cache_spec().mamba.in_proj_dim());
   for (auto [budget, preempt] : {std::pair{7, -1}, std::pair{1000, 3}, std::pair{7, 5}, std::pair{3, 30}}) {
     SCOPED_TRACE("budget " + std::to_string(budget) + ", preempt at " + std::to_string(preempt));
     const Captures c = capture_through_engine(tiny(), forced_spec(model::ScanMode::Exact, budget, preempt));
@@ -396,15 +396,7 @@ TEST(AccuracyCaptureEngine, LmHeadCaptureEqualsScoreLogits) {
   for (std::size_t i = 0; i < spec.prompts.size(); ++i) {
     std::vector<int32_t> all = spec.prompts[i];
     all.insert(all.end(), spec.forced[0].begin(), spec.forced[0].end());
-    cache::MambaCacheOptions o;
-    o.exact = true;
-    cache::MambaStateCache cache(m.config(), m.num_layers(), o);
-    model::ForwardBatch b;
-    b.tokens = all;
-    b.seqs.push_back({cache.allocate(), 0, static_cast<int>(all.size())});
-    for (int r = 0; r < static_cast<int>(all.size()); ++r) b.logit_rows.push_back(r);
-    std::vector<float> logits(all.size() * m.vocab_size());
-    m.forward(b, cache, model::ScanMode::Exact, logits.data());
+    const std::vector<float> logits = model::score_all_rows(m, all);
     const Matrix& head = c.prompts[i].flat.at("lm_head");
     ASSERT_EQ(head.rows, static_cast<int64_t>(all.size()));
     EXPECT_TRUE(test::same_bits(head.data.data(), logits.data(), logits.size())) << "prompt " << i;

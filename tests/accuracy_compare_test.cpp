@@ -16,7 +16,7 @@
 #include "accuracy/compare_report.h"
 #include "common/error.h"
 #include "model/checkpoint.h"
-#include "model/mamba2_model.h"
+#include "model/model.h"
 #include "test_support.h"
 
 using namespace parity;
@@ -266,7 +266,7 @@ TEST(AccuracyHfCapture, ParityMatchesHuggingFaceOnTheG1Fixture) {
   const std::string file = dir + "/hf_captures.safetensors";
   if (!fs::exists(file)) GTEST_SKIP() << file << " is absent (made by tools/capture_hf.py)";
   const Captures hf = read_captures(file);
-  const auto model = model::Mamba2Model::load(model::open_checkpoint(dir));
+  const auto model = model::load_model(model::open_checkpoint(dir));
   for (int budget : {1000, 13}) {
     CaptureSpec spec;
     for (const PromptCapture& p : hf.prompts) spec.prompts.push_back(p.prompt_token_ids);

@@ -11,35 +11,25 @@
 #include <vector>
 
 #include "accuracy/captures_file.h"
-#include "cache/mamba_state_cache.h"
 #include "model/checkpoint.h"
-#include "model/mamba2_model.h"
+#include "model/model.h"
 
 namespace parity::test {
 
-inline const model::Mamba2Model& acc_model(const std::string& spec) {
-  static std::map<std::string, std::unique_ptr<model::Mamba2Model>> cache;
+inline const model::Model& acc_model(const std::string& spec) {
+  static std::map<std::string, std::unique_ptr<model::Model>> cache;
   auto& m = cache[spec];
   if (!m) {
     std::string path = spec.rfind("builtin:", 0) == 0 ? spec : std::string(PARITY_TEST_DATA) + "/" + spec;
-    m = model::Mamba2Model::load(model::open_checkpoint(path));
+    m = model::load_model(model::open_checkpoint(path));
   }
   return *m;
 }
 
 // Every row's logits of one single-shot prefill, optionally with hooks (request id 0).
-inline std::vector<float> acc_score(const model::Mamba2Model& m, const std::vector<int32_t>& toks,
+inline std::vector<float> acc_score(const model::Model& m, const std::vector<int32_t>& toks,
                                     model::ProbeHooks* hooks = nullptr) {
-  cache::MambaCacheOptions o;
-  o.exact = true;
-  cache::MambaStateCache c(m.config(), m.num_layers(), o);
-  model::ForwardBatch b;
-  b.tokens = toks;
-  b.seqs.push_back({c.allocate(), 0, static_cast<int>(toks.size())});
-  for (int i = 0; i < static_cast<int>(toks.size()); ++i) b.logit_rows.push_back(i);
-  std::vector<float> out(toks.size() * static_cast<std::size_t>(m.vocab_size()));
-  m.forward(b, c, model::ScanMode::Exact, out.data(), hooks);
-  return out;
+  return model::score_all_rows(m, toks, model::ScanMode::Exact, hooks);
 }
 
 // Records the rows of chosen modules per (request, position); notes whether any pass mixed

@@ -21,7 +21,7 @@ using namespace parity::accuracy;
 
 namespace {
 
-const model::Mamba2Model& tiny() { return test::acc_model("builtin:tiny"); }
+const model::Model& tiny() { return test::acc_model("builtin:tiny"); }
 const char* kMixer0 = "backbone.layers.0.mixer";
 
 struct Stream {

@@ -152,7 +152,7 @@ TEST(AccuracyTolMap, ParsesSortsAndRefusesBadEntries) {
 namespace {
 
 struct Fixture {
-  const model::Mamba2Model* m = nullptr;
+  const model::Model* m = nullptr;
   int V = 0;
   std::vector<int32_t> prompt, greedy;  // greedy: 10 tokens parity generates after the prompt
 };

@@ -19,27 +19,18 @@ using model::ScanMode;
 
 namespace {
 
-const model::Mamba2Model& load(const std::string& spec) {
-  static std::map<std::string, std::unique_ptr<model::Mamba2Model>> cache;
+const model::Model& load(const std::string& spec) {
+  static std::map<std::string, std::unique_ptr<model::Model>> cache;
   auto& m = cache[spec];
   if (!m) {
     std::string path = spec.rfind("builtin:", 0) == 0 ? spec : std::string(PARITY_TEST_DATA) + "/" + spec;
-    m = model::Mamba2Model::load(model::open_checkpoint(path));
+    m = model::load_model(model::open_checkpoint(path));
   }
   return *m;
 }
 
-std::vector<float> score(const model::Mamba2Model& m, const std::vector<int32_t>& toks) {
-  cache::MambaCacheOptions o;
-  o.exact = true;
-  cache::MambaStateCache c(m.config(), m.num_layers(), o);
-  model::ForwardBatch b;
-  b.tokens = toks;
-  b.seqs.push_back({c.allocate(), 0, static_cast<int>(toks.size())});
-  for (int i = 0; i < static_cast<int>(toks.size()); ++i) b.logit_rows.push_back(i);
-  std::vector<float> out(toks.size() * m.vocab_size());
-  m.forward(b, c, ScanMode::Exact, out.data());
-  return out;
+std::vector<float> score(const model::Model& m, const std::vector<int32_t>& toks) {
+  return model::score_all_rows(m, toks);
 }
 
 std::vector<int32_t> stream(std::mt19937& rng, int n, int vocab) {
@@ -116,7 +107,7 @@ INSTANTIATE_TEST_SUITE_P(Models, ExactGate,
 TEST(EngineExact, RandomSchedulesAreBitIdenticalToSingleShot) {
   for (const char* spec : {"builtin:tiny", "builtin:tiny-g2"}) {
     const auto& m = load(spec);
-    const int cs = m.config().chunk_size, V = m.vocab_size();
+    const int cs = m.chunk_size(), V = m.vocab_size();
     std::mt19937 rng(7);
     for (int trial = 0; trial < 6; ++trial) {
       SCOPED_TRACE(std::string(spec) + " trial " + std::to_string(trial));
@@ -153,7 +144,7 @@ TEST(EngineExact, PlainModeRandomSchedulesDiffer) {
   const auto& m = load("builtin:tiny");
   const int V = m.vocab_size();
   std::mt19937 rng(7);
-  auto s = stream(rng, 3 * m.config().chunk_size + 5, V);
+  auto s = stream(rng, 3 * m.chunk_size() + 5, V);
   EngineConfig cfg;
   cfg.mode = ScanMode::Plain;
   cfg.sched.max_num_batched_tokens = 7;

@@ -17,8 +17,8 @@ using model::ScanMode;
 
 namespace {
 
-const model::Mamba2Model& tiny() {
-  static auto m = model::Mamba2Model::load(model::open_checkpoint("builtin:tiny"));
+const model::Model& tiny() {
+  static auto m = model::load_model(model::open_checkpoint("builtin:tiny"));
   return *m;
 }
 
@@ -181,7 +181,7 @@ TEST(Engine, BadRequestsAreRejectedWhileOthersKeepRunning) {
 
 TEST(Engine, StateBudgetLimitsConcurrentSequences) {
   EngineConfig c = config();
-  auto one = cache::slot_bytes(tiny().config(), tiny().num_layers(), {1, DType::F32, true}).total();
+  auto one = cache::slot_bytes(tiny().cache_spec().mamba, tiny().cache_spec().num_mamba_layers, {1, DType::F32, true}).total();
   c.state_memory_budget = one * 2 + 1;
   Engine e(tiny(), c);
   EXPECT_EQ(e.plan().num_slots, 2);

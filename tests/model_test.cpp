@@ -11,7 +11,7 @@
 #include "io/token_file.h"
 #include "model/builtin.h"
 #include "model/checkpoint.h"
-#include "model/mamba2_model.h"
+#include "model/model.h"
 #include "test_support.h"
 
 using namespace parity;
@@ -19,17 +19,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<float> run_score(const model::Mamba2Model& m, const std::vector<int32_t>& toks) {
-  cache::MambaCacheOptions o;
-  o.exact = true;
-  cache::MambaStateCache c(m.config(), m.num_layers(), o);
-  model::ForwardBatch b;
-  b.tokens = toks;
-  b.seqs.push_back({c.allocate(), 0, static_cast<int>(toks.size())});
-  for (int i = 0; i < static_cast<int>(toks.size()); ++i) b.logit_rows.push_back(i);
-  std::vector<float> out(toks.size() * m.vocab_size());
-  m.forward(b, c, model::ScanMode::Exact, out.data());
-  return out;
+std::vector<float> run_score(const model::Model& m, const std::vector<int32_t>& toks) {
+  return model::score_all_rows(m, toks);
 }
 
 class Fixture : public ::testing::TestWithParam<std::string> {};
@@ -38,7 +29,7 @@ class Fixture : public ::testing::TestWithParam<std::string> {};
 // independent float64 implementation (checked against Hugging Face where the two agree).
 TEST_P(Fixture, LogitsMatchFloat64Reference) {
   const std::string dir = std::string(PARITY_TEST_DATA) + "/" + GetParam();
-  auto m = model::Mamba2Model::load(model::open_checkpoint(dir));
+  auto m = model::load_model(model::open_checkpoint(dir));
   auto toks = io::read_tokens(dir + "/tokens.json");
   auto ref_file = io::SafetensorsFile::open(dir + "/reference_logits.safetensors");
   const io::TensorView* ref = ref_file->find("logits");
@@ -63,8 +54,8 @@ TEST_P(Fixture, LogitsMatchFloat64Reference) {
 INSTANTIATE_TEST_SUITE_P(Data, Fixture, ::testing::Values("mamba2_g1", "mamba2_g2"));
 
 TEST(Model, BuiltinIsDeterministic) {
-  auto a = model::Mamba2Model::load(model::open_checkpoint("builtin:tiny"));
-  auto b = model::Mamba2Model::load(model::open_checkpoint("builtin:tiny"));
+  auto a = model::load_model(model::open_checkpoint("builtin:tiny"));
+  auto b = model::load_model(model::open_checkpoint("builtin:tiny"));
   std::vector<int32_t> t = {1, 2, 3, 4, 5, 6, 7};
   auto la = run_score(*a, t), lb = run_score(*b, t);
   EXPECT_TRUE(test::same_bits(la.data(), lb.data(), la.size()));
@@ -73,7 +64,7 @@ TEST(Model, BuiltinIsDeterministic) {
 
 // A sequence alone and packed between two others gives the same bits, in both modes.
 TEST(Model, PackingInvariance) {
-  auto m = model::Mamba2Model::load(model::open_checkpoint("builtin:tiny-g2"));
+  auto m = model::load_model(model::open_checkpoint("builtin:tiny-g2"));
   std::mt19937 rng(3);
   auto mk = [&](int n) {
     std::vector<int32_t> t(n);
@@ -82,10 +73,10 @@ TEST(Model, PackingInvariance) {
   };
   auto a = mk(45), s = mk(77), c = mk(20);
   for (auto mode : {model::ScanMode::Exact, model::ScanMode::Plain}) {
-    cache::MambaCacheOptions o;
-    o.exact = mode == model::ScanMode::Exact;
-    o.num_slots = 3;
-    cache::MambaStateCache cc(m->config(), m->num_layers(), o);
+    cache::ModelCacheOptions o;
+    o.mamba.exact = mode == model::ScanMode::Exact;
+    o.mamba.num_slots = 3;
+    cache::ModelCache cc(m->cache_spec(), o);
     model::ForwardBatch b;
     b.tokens = a;
     b.tokens.insert(b.tokens.end(), s.begin(), s.end());
@@ -100,10 +91,10 @@ TEST(Model, PackingInvariance) {
 }
 
 TEST(Model, ForwardRejectsInvalidBatchesWithoutTouchingState) {
-  auto m = model::Mamba2Model::load(model::open_checkpoint("builtin:tiny"));
-  cache::MambaCacheOptions o;
-  o.exact = true;
-  cache::MambaStateCache c(m->config(), m->num_layers(), o);
+  auto m = model::load_model(model::open_checkpoint("builtin:tiny"));
+  cache::ModelCacheOptions o;
+  o.mamba.exact = true;
+  cache::ModelCache c(m->cache_spec(), o);
   int slot = c.allocate();
   model::ForwardBatch b;
   b.tokens = {1, 600};
@@ -141,7 +132,7 @@ TEST_F(ScoreCli, WorksOnExportedBuiltinAndMatchesInProcess) {
   auto r = score((dir / "m").string(), (dir / "toks.json").string());
   ASSERT_EQ(r.status, 0) << r.err;
   auto f = io::SafetensorsFile::open((dir / "o.safetensors").string());
-  auto m = model::Mamba2Model::load(model::open_checkpoint("builtin:tiny"));
+  auto m = model::load_model(model::open_checkpoint("builtin:tiny"));
   auto want = run_score(*m, {1, 2, 3, 4});
   ASSERT_EQ(f->find("logits")->shape, (std::vector<int64_t>{4, 512}));
   EXPECT_TRUE(test::same_bits(static_cast<const float*>(f->find("logits")->data), want.data(), want.size()));

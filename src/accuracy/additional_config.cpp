@@ -82,7 +82,7 @@ std::optional<ReplacementConfig> replacement_config_from_json(const nlohmann::js
 }
 
 std::unique_ptr<ReplacementSession> make_replacement_from_additional_config(const nlohmann::json& additional,
-                                                                            const model::Mamba2Model& model) {
+                                                                            const model::Model& model) {
   auto cfg = replacement_config_from_json(additional);
   if (!cfg) return nullptr;
   return std::make_unique<ReplacementSession>(std::move(*cfg), model);

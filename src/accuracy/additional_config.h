@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "accuracy/replacement_session.h"
-#include "model/mamba2_model.h"
+#include "model/model.h"
 
 namespace parity::accuracy {
 
@@ -24,6 +24,6 @@ nlohmann::json parse_additional_config(const std::string& text);
 std::optional<ReplacementConfig> replacement_config_from_json(const nlohmann::json& additional);
 // Both steps plus the session; nullptr when the config asks for no replacement.
 std::unique_ptr<ReplacementSession> make_replacement_from_additional_config(const nlohmann::json& additional,
-                                                                            const model::Mamba2Model& model);
+                                                                            const model::Model& model);
 
 }  // namespace parity::accuracy

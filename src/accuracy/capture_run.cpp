@@ -26,7 +26,7 @@ class ChainedHooks : public model::ProbeHooks {
 
 }  // namespace
 
-Captures capture_through_engine(const model::Mamba2Model& model, const CaptureSpec& spec) {
+Captures capture_through_engine(const model::Model& model, const CaptureSpec& spec) {
   if (spec.prompts.empty()) throw Error("capture: no prompt given");
   if (spec.modules.empty()) throw Error("capture: no module selected");
   if (spec.forced.size() > 1 && spec.forced.size() != spec.prompts.size())

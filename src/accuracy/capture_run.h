@@ -27,6 +27,6 @@ struct CaptureSpec {
 
 // Every position the engine fed is captured: prompt + forced tokens (all of them), or prompt +
 // generated tokens but the last one (which is sampled and never fed).
-Captures capture_through_engine(const model::Mamba2Model& model, const CaptureSpec& spec);
+Captures capture_through_engine(const model::Model& model, const CaptureSpec& spec);
 
 }  // namespace parity::accuracy

@@ -117,7 +117,7 @@ PromptValidation validate_prompt(engine::Engine& eng, const PromptReference& ref
 
 }  // namespace
 
-ValidationReport validate_logits(const model::Mamba2Model& model, const std::vector<PromptReference>& refs,
+ValidationReport validate_logits(const model::Model& model, const std::vector<PromptReference>& refs,
                                  const ValidationOptions& opt) {
   if (opt.tol_map.empty()) throw Error("logit validation: the tolerance map is empty");
   if (!(opt.divergence_tol >= 0)) throw Error("logit validation: divergence tolerance must be >= 0");

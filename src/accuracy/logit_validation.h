@@ -15,7 +15,7 @@
 #include "accuracy/captures_file.h"
 #include "accuracy/logit_tolerance.h"
 #include "engine/engine.h"
-#include "model/mamba2_model.h"
+#include "model/model.h"
 
 namespace parity::accuracy {
 
@@ -59,7 +59,7 @@ struct ValidationReport {
   bool passed() const;
 };
 
-ValidationReport validate_logits(const model::Mamba2Model& model, const std::vector<PromptReference>& refs,
+ValidationReport validate_logits(const model::Model& model, const std::vector<PromptReference>& refs,
                                  const ValidationOptions& opt);
 
 }  // namespace parity::accuracy

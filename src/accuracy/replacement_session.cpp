@@ -60,7 +60,7 @@ std::map<std::string, DType> file_dtypes(const std::string& path) {
 
 }  // namespace
 
-ReplacementSession::ReplacementSession(ReplacementConfig cfg, const model::Mamba2Model& model) {
+ReplacementSession::ReplacementSession(ReplacementConfig cfg, const model::Model& model) {
   if (cfg.tensors && !cfg.tensors_path.empty())
     throw Error("tensor replacement: give the reference tensors in memory or as tensors_path, not both");
   if (cfg.prompt_token_ids && !cfg.prompt_token_ids_path.empty())

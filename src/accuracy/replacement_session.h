@@ -12,7 +12,7 @@
 #include "accuracy/tensor_replacer.h"
 #include "common/dtype.h"
 #include "engine/engine.h"
-#include "model/mamba2_model.h"
+#include "model/model.h"
 
 namespace parity::accuracy {
 
@@ -38,7 +38,7 @@ class ReplacementSession {
  public:
   // Resolves the config (files read here) and checks every module against the model: a name
   // that is no probe point, or a feature size that differs from the probe point's, is an error.
-  ReplacementSession(ReplacementConfig cfg, const model::Mamba2Model& model);
+  ReplacementSession(ReplacementConfig cfg, const model::Model& model);
 
   TensorReplacer& replacer() { return *replacer_; }
   model::ProbeHooks& hooks() { return *hooks_; }

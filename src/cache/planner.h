@@ -1,22 +1,41 @@
 #pragma once
-// Sizes the state cache from a memory budget: bytes one sequence needs (conv state, SSM state,
-// replay rows) and how many sequences fit.
+// Sizes the model cache from a memory budget: the bytes one sequence's state needs (conv state,
+// SSM state, replay rows of the Mamba layers), the bytes one token's K and V need (attention
+// layers), how many sequences and how many KV blocks fit.
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "cache/mamba_state_cache.h"
+#include "cache/model_cache.h"
 
 namespace parity::cache {
 
+// Without a budget, each sequence slot gets KV room for this many tokens (or max_model_len if
+// shorter); a longer request then needs --state-memory-mb.
+inline constexpr int64_t kDefaultKvTokensPerSeq = 4096;
+
 struct CachePlan {
-  SlotBytes per_seq;
+  SlotBytes per_seq;                 // Mamba state of one sequence
+  std::size_t kv_per_token = 0;      // K + V of one token, every attention layer
+  int kv_block_size = 16;
   int num_slots = 0;
-  std::size_t total_bytes() const { return per_seq.total() * static_cast<std::size_t>(num_slots); }
+  int kv_num_blocks = 0;             // 0 without attention layers
+  std::size_t kv_bytes() const { return kv_per_token * std::size_t(kv_block_size) * std::size_t(kv_num_blocks); }
+  int64_t kv_tokens() const { return int64_t(kv_block_size) * kv_num_blocks; }
+  std::size_t total_bytes() const { return per_seq.total() * static_cast<std::size_t>(num_slots) + kv_bytes(); }
+  ModelCacheOptions options(const MambaCacheOptions& mamba) const;
   std::string describe() const;  // one human-readable block, for stderr
 };
 
-// budget_bytes == 0: one slot per allowed sequence. Otherwise min(max_num_seqs, budget / per_seq);
-// a budget below one sequence is an error that says how much one sequence needs.
+// budget_bytes == 0: max_num_seqs slots, and KV blocks for min(max_model_len,
+// kDefaultKvTokensPerSeq) tokens per slot. Otherwise slots = min(max_num_seqs, what fits when
+// each also gets one KV block), and the rest of the budget goes to KV blocks. A budget below one
+// sequence (state + one block) is an error that says how much one needs.
+CachePlan plan_cache(const ModelCacheSpec& spec, const MambaCacheOptions& opt, std::size_t budget_bytes,
+                     int max_num_seqs, int64_t max_model_len = kDefaultKvTokensPerSeq, int kv_block_size = 16);
+
+// Mamba-only models (kept for callers that have just a Mamba2 config).
 CachePlan plan_cache(const io::Mamba2Config& cfg, int num_mamba_layers, const MambaCacheOptions& opt,
                      std::size_t budget_bytes, int max_num_seqs);
 

@@ -21,22 +21,23 @@ const char* finish_reason_name(FinishReason r) {
 
 class Engine::Slots : public SlotPool {
  public:
-  explicit Slots(cache::MambaStateCache& c) : c_(c) {}
+  explicit Slots(cache::ModelCache& c) : c_(c) {}
   int allocate() override { return c_.allocate(); }
   void release(int slot) override { c_.release(slot); }
+  bool reserve(int slot, int64_t total_tokens) override { return c_.reserve(slot, total_tokens); }
 
  private:
-  cache::MambaStateCache& c_;
+  cache::ModelCache& c_;
 };
 
-Engine::Engine(const model::Mamba2Model& model, EngineConfig cfg) : model_(model), cfg_(cfg) {
+Engine::Engine(const model::Model& model, EngineConfig cfg) : model_(model), cfg_(cfg) {
   cache::MambaCacheOptions opt;
   opt.exact = cfg_.mode == model::ScanMode::Exact;
   opt.ssm_dtype = cfg_.ssm_cache_dtype.value_or(opt.exact ? DType::F32 : DType::BF16);
   if (cfg_.sched.max_num_batched_tokens < 1) throw Error("max_num_batched_tokens must be at least 1");
-  plan_ = cache::plan_cache(model.config(), model.num_layers(), opt, cfg_.state_memory_budget, cfg_.sched.max_num_seqs);
-  opt.num_slots = plan_.num_slots;
-  cache_ = std::make_unique<cache::MambaStateCache>(model.config(), model.num_layers(), opt);
+  plan_ = cache::plan_cache(model.cache_spec(), opt, cfg_.state_memory_budget, cfg_.sched.max_num_seqs,
+                            cfg_.max_model_len, cfg_.kv_block_size);
+  cache_ = std::make_unique<cache::ModelCache>(model.cache_spec(), plan_.options(opt));
   slots_ = std::make_unique<Slots>(*cache_);
   sched_ = std::make_unique<Scheduler>(cfg_.sched, *slots_);
 }
@@ -60,6 +61,10 @@ uint64_t Engine::add_request(RequestSpec spec) {
   if (len > cfg_.max_model_len)
     throw Error("request rejected: prompt + continuation is " + std::to_string(len) +
                 " tokens, more than max_model_len " + std::to_string(cfg_.max_model_len));
+  if (const cache::KvCache* kv = cache_->kv(); kv && kv->blocks_for(len) > kv->num_blocks())
+    throw Error("request rejected: prompt + continuation is " + std::to_string(len) + " tokens, but the whole KV cache holds " +
+                std::to_string(plan_.kv_tokens()) + " (" + std::to_string(kv->num_blocks()) + " blocks of " +
+                std::to_string(kv->layout().block_size) + "); raise --state-memory-mb");
   if (spec.sampling.temperature < 0 || spec.sampling.top_p <= 0 || spec.sampling.top_p > 1 || spec.sampling.top_k < 0)
     throw Error("request rejected: temperature must be >= 0, top_p in (0, 1], top_k >= 0");
   auto r = std::make_unique<Request>();

@@ -10,11 +10,11 @@
 #include <optional>
 #include <vector>
 
-#include "cache/mamba_state_cache.h"
+#include "cache/model_cache.h"
 #include "cache/planner.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
-#include "model/mamba2_model.h"
+#include "model/model.h"
 
 namespace parity::engine {
 
@@ -23,7 +23,10 @@ struct EngineConfig {
   model::ScanMode mode = model::ScanMode::Plain;
   // Empty: bfloat16 in plain mode (vLLM's default), float32 in exact mode.
   std::optional<DType> ssm_cache_dtype;
-  std::size_t state_memory_budget = 0;  // bytes; 0 = one slot per max_num_seqs
+  // bytes for the state and KV caches together; 0 = one slot per max_num_seqs and KV room for
+  // min(max_model_len, cache::kDefaultKvTokensPerSeq) tokens per slot
+  std::size_t state_memory_budget = 0;
+  int kv_block_size = 16;
   int64_t max_model_len = 1 << 20;      // prompt + continuation limit per request
   int64_t preempt_at_step = -1;         // preempt every running request at this step (tests, --preempt-at-step)
 };
@@ -40,11 +43,12 @@ struct RequestResult {
 
 class Engine {
  public:
-  Engine(const model::Mamba2Model& model, EngineConfig cfg);
+  Engine(const model::Model& model, EngineConfig cfg);
   ~Engine();
 
   // Validates and queues a request; throws parity::Error (naming the problem) for an empty
-  // prompt, a token id outside the vocabulary or a request longer than max_model_len. A rejected
+  // prompt, a token id outside the vocabulary, a request longer than max_model_len or one whose
+  // KV blocks could never fit the whole KV cache. A rejected
   // request leaves the engine and the other requests untouched.
   uint64_t add_request(RequestSpec spec);
   std::vector<StepOutput> step();
@@ -60,6 +64,7 @@ class Engine {
   void set_request_listener(RequestListener l) { listener_ = std::move(l); }
   int64_t steps() const { return step_; }
   const cache::CachePlan& plan() const { return plan_; }
+  const cache::ModelCache& cache() const { return *cache_; }
   const EngineConfig& config() const { return cfg_; }
 
   // Steps until every request has finished, folding the step outputs per request.
@@ -68,10 +73,10 @@ class Engine {
 
  private:
   class Slots;
-  const model::Mamba2Model& model_;
+  const model::Model& model_;
   EngineConfig cfg_;
   cache::CachePlan plan_;
-  std::unique_ptr<cache::MambaStateCache> cache_;
+  std::unique_ptr<cache::ModelCache> cache_;
   std::unique_ptr<Slots> slots_;
   std::unique_ptr<Scheduler> sched_;
   std::map<uint64_t, std::unique_ptr<Request>> requests_;

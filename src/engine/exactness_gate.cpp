@@ -23,21 +23,6 @@ std::vector<int32_t> random_stream(uint64_t seed, int n, int vocab) {
   return t;
 }
 
-// Single-shot prefill over the whole stream: the reference every schedule must reproduce.
-std::vector<float> score_rows(const model::Mamba2Model& m, const std::vector<int32_t>& toks) {
-  cache::MambaCacheOptions o;
-  o.exact = true;
-  cache::MambaStateCache c(m.config(), m.num_layers(), o);
-  model::ForwardBatch b;
-  b.tokens = toks;
-  const int n = static_cast<int>(toks.size());
-  b.seqs.push_back({c.allocate(), 0, n});
-  for (int i = 0; i < n; ++i) b.logit_rows.push_back(i);
-  std::vector<float> out(std::size_t(n) * m.vocab_size());
-  m.forward(b, c, model::ScanMode::Exact, out.data());
-  return out;
-}
-
 void compare(const RequestResult& got, const std::vector<float>& ref, int vocab, int chunk, int64_t first_pos,
              ScenarioResult& res) {
   if (got.logit_positions.empty()) throw Error("verify: the engine returned no logit rows");
@@ -88,9 +73,9 @@ std::vector<std::string> gate_scenarios() {
   return {"decode", "chunked-prefill", "preempt-recompute", "concurrent-8", "threads-2"};
 }
 
-std::vector<ScenarioResult> run_exactness_gate(const model::Mamba2Model& m, const GateOptions& opt,
+std::vector<ScenarioResult> run_exactness_gate(const model::Model& m, const GateOptions& opt,
                                                const GateProgress& progress) {
-  const int cs = m.config().chunk_size, V = m.vocab_size();
+  const int cs = m.chunk_size(), V = m.vocab_size();
   const int P = opt.prompt_len > 0 ? opt.prompt_len : std::max(2, (600 * cs + 128) / 256);
   const int K = opt.forced_len > 0 ? opt.forced_len : std::max(1, (300 * cs + 128) / 256);
   // An unaligned token budget, 100 for chunk 256 (the RFC's max_num_batched_tokens).
@@ -104,7 +89,7 @@ std::vector<ScenarioResult> run_exactness_gate(const model::Mamba2Model& m, cons
   const int saved_threads = kernels::num_threads();
   kernels::set_num_threads(1);
   const std::vector<int32_t> stream = random_stream(opt.seed, P + K, V);
-  const std::vector<float> ref = score_rows(m, stream);
+  const std::vector<float> ref = model::score_all_rows(m, stream);
   // Eight streams of different lengths for the concurrent scenario.
   std::vector<std::vector<int32_t>> streams;
   std::vector<std::vector<float>> refs;
@@ -112,7 +97,7 @@ std::vector<ScenarioResult> run_exactness_gate(const model::Mamba2Model& m, cons
     for (int i = 0; i < 8; ++i) {
       int len = std::max(4, (P + K) * (5 + i) / 12);
       streams.push_back(random_stream(opt.seed * 1000 + i + 1, len, V));
-      refs.push_back(score_rows(m, streams.back()));
+      refs.push_back(model::score_all_rows(m, streams.back()));
     }
   }
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "model/mamba2_model.h"
+#include "model/model.h"
 
 namespace parity::engine {
 
@@ -35,7 +35,7 @@ std::vector<std::string> gate_scenarios();  // decode, chunked-prefill, preempt-
 
 using GateProgress = std::function<void(int done, int total, const std::string& what)>;
 
-std::vector<ScenarioResult> run_exactness_gate(const model::Mamba2Model& m, const GateOptions& opt,
+std::vector<ScenarioResult> run_exactness_gate(const model::Model& m, const GateOptions& opt,
                                                const GateProgress& progress = {});
 
 std::string format_gate_table(const std::vector<ScenarioResult>& results);

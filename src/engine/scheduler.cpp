@@ -12,28 +12,53 @@ void Scheduler::add(Request* r) {
 std::vector<ScheduledChunk> Scheduler::schedule() {
   std::vector<ScheduledChunk> out;
   int budget = cfg_.max_num_batched_tokens;
-  for (Request* r : running_) {
-    if (budget == 0) break;
+  bool preempted = false;
+  for (std::size_t i = 0; i < running_.size() && budget > 0;) {
+    Request* r = running_[i];
     const int64_t need = static_cast<int64_t>(r->tokens.size()) - r->num_computed;
-    if (need <= 0) continue;
+    if (need <= 0) {
+      ++i;
+      continue;
+    }
     const int n = static_cast<int>(std::min<int64_t>(need, budget));
+    bool ok = slots_.reserve(r->slot, r->num_computed + n);
+    // The victim is the last running request: behind r in arrival order, so not yet scheduled
+    // in this pass, unless it is r itself.
+    while (!ok) {
+      Request* victim = running_.back();
+      preempt(victim);
+      preempted = true;
+      if (victim == r) break;
+      ok = slots_.reserve(r->slot, r->num_computed + n);
+    }
+    if (!ok) break;  // r was the last running request
     out.push_back({r, n});
     budget -= n;
+    ++i;
   }
-  while (budget > 0 && !waiting_.empty() && static_cast<int>(running_.size()) < cfg_.max_num_seqs) {
+  while (!preempted && budget > 0 && !waiting_.empty() && static_cast<int>(running_.size()) < cfg_.max_num_seqs) {
     Request* r = waiting_.front();
     const int slot = slots_.allocate();
     if (slot < 0) break;  // FCFS: later arrivals do not overtake the head of the queue
+    const int n = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(r->tokens.size()), budget));
+    if (!slots_.reserve(slot, n)) {
+      slots_.release(slot);
+      break;
+    }
     waiting_.pop_front();
     r->slot = slot;
     r->num_computed = 0;
     r->status = RequestStatus::Running;
-    running_.push_back(r);
-    const int n = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(r->tokens.size()), budget));
+    insert_running(r);
     out.push_back({r, n});
     budget -= n;
   }
   return out;
+}
+
+void Scheduler::insert_running(Request* r) {
+  auto it = std::find_if(running_.begin(), running_.end(), [&](const Request* o) { return o->arrival > r->arrival; });
+  running_.insert(it, r);
 }
 
 void Scheduler::preempt(Request* r) {

@@ -3,8 +3,11 @@
 // per pass. Running requests come first (each decode takes one token, an unfinished prefill
 // takes what the budget leaves), then waiting requests are admitted while a state slot and
 // budget remain. A prefill may be cut at any token (chunked prefill); decodes and prefill chunks
-// share one pass. Preemption frees a request's slot and sends it back to the head of the queue;
-// it later recomputes its whole stream (prompt + tokens so far) under the same id.
+// share one pass. Every scheduled chunk first reserves KV room for its tokens; when that fails,
+// the latest-arrived running request is preempted (as vLLM does) until it succeeds or the
+// request itself was the victim, and no new request is admitted in that pass. Preemption frees a
+// request's slot and blocks and sends it back to the head of the queue; it later recomputes its
+// whole stream (prompt + tokens so far) under the same id. Running requests stay in arrival order.
 #include <cstdint>
 #include <deque>
 #include <vector>
@@ -28,6 +31,8 @@ class SlotPool {
   virtual ~SlotPool() = default;
   virtual int allocate() = 0;  // -1 when none is free
   virtual void release(int slot) = 0;
+  // Room for positions [0, total_tokens) of the slot; false when the memory is not there.
+  virtual bool reserve(int /*slot*/, int64_t /*total_tokens*/) { return true; }
 };
 
 class Scheduler {
@@ -44,6 +49,7 @@ class Scheduler {
   const std::deque<Request*>& waiting() const { return waiting_; }
 
  private:
+  void insert_running(Request* r);
   SchedulerConfig cfg_;
   SlotPool& slots_;
   std::deque<Request*> waiting_;

@@ -20,34 +20,14 @@ std::unique_ptr<Mamba2Model> Mamba2Model::load(const Checkpoint& ck) {
   m->origin_ = ck.origin;
   m->keepalive_ = ck.keepalive;
   m->w_ = load_mamba2_weights(m->cfg_, ck);
+  m->spec_.num_mamba_layers = m->cfg_.num_hidden_layers;
+  m->spec_.mamba = m->cfg_;
+  m->spec_.chunk_size = m->cfg_.chunk_size;
   for (int l = 0; l < m->cfg_.num_hidden_layers; ++l) {
     const std::string b = "backbone.layers." + std::to_string(l);
     m->names_.push_back({b + ".mixer.in_proj", b + ".mixer.conv1d", b + ".mixer.dt", b + ".mixer.norm", b + ".mixer", b});
   }
   return m;
-}
-
-void Mamba2Model::validate(const ForwardBatch& b, const cache::MambaStateCache& cache) const {
-  std::size_t total = 0;
-  for (const SeqChunk& s : b.seqs) {
-    if (s.n < 1) throw Error("forward: a sequence chunk has no tokens");
-    if (s.slot < 0 || s.slot >= cache.num_slots() || !cache.in_use(s.slot))
-      throw Error("forward: state slot " + std::to_string(s.slot) + " is not allocated");
-    if (cache.position(s.slot) != s.start)
-      throw Error("forward: slot " + std::to_string(s.slot) + " is at position " +
-                  std::to_string(cache.position(s.slot)) + " but the chunk starts at " + std::to_string(s.start));
-    total += static_cast<std::size_t>(s.n);
-  }
-  for (std::size_t i = 0; i < b.seqs.size(); ++i)
-    for (std::size_t j = i + 1; j < b.seqs.size(); ++j)
-      if (b.seqs[i].slot == b.seqs[j].slot) throw Error("forward: slot appears twice in one pass");
-  if (total != b.tokens.size()) throw Error("forward: token count does not match the sequence chunks");
-  for (std::size_t i = 0; i < b.tokens.size(); ++i)
-    if (b.tokens[i] < 0 || b.tokens[i] >= cfg_.vocab_size)
-      throw Error("token id " + std::to_string(b.tokens[i]) + " at row " + std::to_string(i) +
-                  " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
-  for (int r : b.logit_rows)
-    if (r < 0 || static_cast<std::size_t>(r) >= total) throw Error("forward: logit row out of range");
 }
 
 std::vector<ProbePoint> Mamba2Model::probe_points() const {
@@ -66,27 +46,16 @@ std::vector<ProbePoint> Mamba2Model::probe_points() const {
   return p;
 }
 
-void Mamba2Model::forward(const ForwardBatch& b, cache::MambaStateCache& cache, ScanMode mode, float* logits,
+void Mamba2Model::forward(const ForwardBatch& b, cache::ModelCache& mc, ScanMode mode, float* logits,
                           ProbeHooks* hooks) const {
-  validate(b, cache);
-  if (!b.request_ids.empty() && b.request_ids.size() != b.seqs.size())
-    throw Error("forward: request_ids must have one entry per sequence chunk");
-  if (mode == ScanMode::Exact && !cache.options().exact)
-    throw Error("forward: exact mode needs a state cache built with replay rows (exact = true)");
+  validate_batch(b, mc, cfg_.vocab_size, mode);
+  cache::MambaStateCache& cache = *mc.mamba();
   const int T = static_cast<int>(b.tokens.size());
   const int D = cfg_.hidden_size;
   const float eps = static_cast<float>(cfg_.layer_norm_epsilon);
   std::vector<float> resid(std::size_t(T) * D), normed(std::size_t(T) * D), out(std::size_t(T) * D);
 
-  ProbeRows meta;
-  if (hooks) {
-    meta.batch = &b;
-    for (std::size_t i = 0; i < b.seqs.size(); ++i)
-      for (int j = 0; j < b.seqs[i].n; ++j) {
-        meta.seq.push_back(static_cast<int>(i));
-        meta.position.push_back(b.seqs[i].start + j);
-      }
-  }
+  const ProbeRows meta = probe_rows(b, hooks);
   auto probe = [&](const std::string& name, float* data, int cols) {
     if (hooks && hooks->wants(name)) hooks->visit(name, data, T, cols, meta);
   };
@@ -114,7 +83,7 @@ void Mamba2Model::forward(const ForwardBatch& b, cache::MambaStateCache& cache, 
     for (std::size_t i = 0; i < resid.size(); ++i) resid[i] += out[i];
     probe(N.block, resid.data(), D);
   }
-  for (const SeqChunk& s : b.seqs) cache.set_position(s.slot, s.start + s.n);
+  for (const SeqChunk& s : b.seqs) mc.set_position(s.slot, s.start + s.n);
 
   const int V = cfg_.vocab_size;
   if (hooks && (hooks->wants("backbone.norm_f") || hooks->wants("lm_head"))) {

@@ -4,39 +4,36 @@
 #include <memory>
 #include <vector>
 
-#include "cache/mamba_state_cache.h"
+#include "cache/model_cache.h"
 #include "io/hf_config.h"
 #include "model/checkpoint.h"
 #include "model/forward_batch.h"
 #include "model/mamba2_weights.h"
+#include "model/model.h"
 #include "model/probe.h"
 
 namespace parity::model {
 
-class Mamba2Model {
+class Mamba2Model : public Model {
  public:
   static std::unique_ptr<Mamba2Model> load(const Checkpoint& ck);
 
   const io::Mamba2Config& config() const { return cfg_; }
-  int vocab_size() const { return cfg_.vocab_size; }
   int num_layers() const { return cfg_.num_hidden_layers; }
-  const std::string& origin() const { return origin_; }
 
-  // One pass over a packed batch. For every sequence, `start` must equal the slot's position
-  // (the cache tracks it); afterwards the slot is at start + n. logits receives
-  // logit_rows.size() × vocab floats. Throws parity::Error on an invalid batch (token out of
-  // range, bad slot, position mismatch) before touching any state.
-  // `hooks` (optional) sees every probe point; see probe_points().
-  void forward(const ForwardBatch& batch, cache::MambaStateCache& cache, ScanMode mode, float* logits,
-               ProbeHooks* hooks = nullptr) const;
-
-  // Every probe point of this model, in forward order.
-  std::vector<ProbePoint> probe_points() const;
+  const std::string& architecture() const override { return arch_; }
+  const std::string& origin() const override { return origin_; }
+  int vocab_size() const override { return cfg_.vocab_size; }
+  const cache::ModelCacheSpec& cache_spec() const override { return spec_; }
+  std::vector<ProbePoint> probe_points() const override;
+  void forward(const ForwardBatch& batch, cache::ModelCache& cache, ScanMode mode, float* logits,
+               ProbeHooks* hooks = nullptr) const override;
 
  private:
-  void validate(const ForwardBatch& b, const cache::MambaStateCache& cache) const;
   io::Mamba2Config cfg_;
+  std::string arch_ = "Mamba2ForCausalLM";
   std::string origin_;
+  cache::ModelCacheSpec spec_;
   std::shared_ptr<void> keepalive_;
   Mamba2Weights w_;
   struct LayerNames {

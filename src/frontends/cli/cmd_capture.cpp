@@ -14,6 +14,7 @@
 #include "io/token_file.h"
 #include "kernels/isa.h"
 #include "model/checkpoint.h"
+#include "model/model.h"
 
 namespace parity::cli {
 
@@ -70,7 +71,7 @@ Runner add_capture(CLI::App& app) {
     spec.engine.sched.max_num_seqs = o->max_seqs;
     spec.engine.preempt_at_step = o->preempt_at;
 
-    auto model = model::Mamba2Model::load(model::open_checkpoint(o->model));
+    auto model = model::load_model(model::open_checkpoint(o->model));
     std::vector<std::string> names;
     for (const auto& p : model->probe_points()) names.push_back(p.name);
     spec.modules = accuracy::expand_module_patterns(o->modules, names);

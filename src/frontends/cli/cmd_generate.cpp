@@ -13,6 +13,7 @@
 #include "io/token_file.h"
 #include "kernels/isa.h"
 #include "model/checkpoint.h"
+#include "model/model.h"
 
 namespace parity::cli {
 
@@ -89,7 +90,7 @@ Runner add_generate(CLI::App& app) {
         o->additional.empty() ? nlohmann::json::object() : accuracy::parse_additional_config(o->additional);
     accuracy::replacement_config_from_json(additional);
 
-    auto model = model::Mamba2Model::load(model::open_checkpoint(o->model));
+    auto model = model::load_model(model::open_checkpoint(o->model));
     engine::Engine eng(*model, cfg);
     auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);
     if (replacement) replacement->attach(eng);

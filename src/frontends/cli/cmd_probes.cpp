@@ -9,7 +9,7 @@
 
 #include "frontends/cli/commands.h"
 #include "model/checkpoint.h"
-#include "model/mamba2_model.h"
+#include "model/model.h"
 
 namespace parity::cli {
 
@@ -23,7 +23,7 @@ Runner add_probes(CLI::App& app) {
   sub->add_option("model", o->model, "checkpoint folder or builtin:NAME")->required();
   sub->add_flag("--json", o->json, "print a JSON array instead of a table");
   return [o]() {
-    auto model = model::Mamba2Model::load(model::open_checkpoint(o->model));
+    auto model = model::load_model(model::open_checkpoint(o->model));
     const auto points = model->probe_points();
     if (o->json) {
       nlohmann::json j = nlohmann::json::array();

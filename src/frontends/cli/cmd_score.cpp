@@ -5,14 +5,13 @@
 #include <string>
 
 #include "accuracy/additional_config.h"
-#include "cache/mamba_state_cache.h"
 #include "frontends/cli/commands.h"
 #include "io/safetensors.h"
 #include "io/token_file.h"
 #include "kernels/isa.h"
 #include "model/builtin.h"
 #include "model/checkpoint.h"
-#include "model/mamba2_model.h"
+#include "model/model.h"
 
 namespace parity::cli {
 
@@ -34,23 +33,15 @@ Runner add_score(CLI::App& app) {
     const nlohmann::json additional =
         o->additional.empty() ? nlohmann::json::object() : accuracy::parse_additional_config(o->additional);
     accuracy::replacement_config_from_json(additional);  // a bad config fails before the model loads
-    auto model = model::Mamba2Model::load(model::open_checkpoint(o->model));
+    auto model = model::load_model(model::open_checkpoint(o->model));
     // The scored stream is one request without an id (rows report request 0): prefix matching
     // of its tokens picks the reference prompt.
     auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);
     if (replacement) replacement->replacer().register_request(0, tokens);
-    cache::MambaCacheOptions copt;
-    copt.num_slots = 1;
-    copt.exact = true;
-    cache::MambaStateCache cache(model->config(), model->num_layers(), copt);
-    model::ForwardBatch b;
-    b.tokens = tokens;
     const int n = static_cast<int>(tokens.size());
-    b.seqs.push_back({cache.allocate(), 0, n});
-    for (int i = 0; i < n; ++i) b.logit_rows.push_back(i);
     const int V = model->vocab_size();
-    std::vector<float> logits(std::size_t(n) * V);
-    model->forward(b, cache, model::ScanMode::Exact, logits.data(), replacement ? &replacement->hooks() : nullptr);
+    std::vector<float> logits =
+        model::score_all_rows(*model, tokens, model::ScanMode::Exact, replacement ? &replacement->hooks() : nullptr);
     if (replacement) std::fprintf(stderr, "%s\n", replacement->describe().c_str());
     io::write_safetensors(o->out, {{"logits", DType::F32, {n, V}, logits.data()}},
                           {{"model", model->origin()}, {"command", "score"}});
@@ -68,7 +59,7 @@ Runner add_export(CLI::App& app) {
   sub->add_option("--out", o->out, "output folder")->required();
   return [o]() {
     model::Checkpoint ck = model::open_checkpoint(o->model);
-    model::Mamba2Model::load(ck);  // validate before writing anything
+    model::load_model(ck);  // validate before writing anything
     model::save_checkpoint(ck, o->out);
     return 0;
   };

@@ -15,6 +15,7 @@
 #include "io/json_file.h"
 #include "kernels/isa.h"
 #include "model/checkpoint.h"
+#include "model/model.h"
 
 namespace parity::cli {
 
@@ -58,7 +59,7 @@ Runner add_validate(CLI::App& app) {
     opt.engine.sched.max_num_batched_tokens = o->max_batched;
     const auto refs = accuracy::logit_reference_from_captures(accuracy::read_captures(o->reference));
 
-    auto model = model::Mamba2Model::load(model::open_checkpoint(o->model));
+    auto model = model::load_model(model::open_checkpoint(o->model));
     auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);
     opt.replacement = replacement.get();
     const accuracy::ValidationReport rep = accuracy::validate_logits(*model, refs, opt);

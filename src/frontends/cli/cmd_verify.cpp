@@ -8,6 +8,7 @@
 #include "engine/exactness_gate.h"
 #include "frontends/cli/commands.h"
 #include "model/checkpoint.h"
+#include "model/model.h"
 
 namespace parity::cli {
 
@@ -28,7 +29,7 @@ Runner add_verify(CLI::App& app) {
   sub->add_option("--scenario", o->scenarios, "run only these scenarios")
       ->check(CLI::IsMember(engine::gate_scenarios()));
   return [o]() {
-    auto model = model::Mamba2Model::load(model::open_checkpoint(o->model));
+    auto model = model::load_model(model::open_checkpoint(o->model));
     engine::GateOptions g;
     g.prompt_len = o->prompt_len;
     g.forced_len = o->forced_len;
@@ -45,7 +46,7 @@ Runner add_verify(CLI::App& app) {
       std::fflush(stderr);
     };
     auto results = engine::run_exactness_gate(*model, g, progress);
-    std::printf("model %s, chunk %d\n%s", model->origin().c_str(), model->config().chunk_size,
+    std::printf("model %s (%s), chunk %d\n%s", model->origin().c_str(), model->architecture().c_str(), model->chunk_size(),
                 engine::format_gate_table(results).c_str());
     int64_t bad = 0;
     for (const auto& r : results)

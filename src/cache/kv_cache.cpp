@@ -1,0 +1,68 @@
+#include "cache/kv_cache.h"
+
+#include <cstring>
+#include <string>
+
+#include "common/error.h"
+
+namespace parity::cache {
+
+std::size_t kv_bytes_per_token(int num_attention_layers, int num_kv_heads, int head_dim) {
+  return 2 * std::size_t(num_attention_layers) * std::size_t(num_kv_heads) * std::size_t(head_dim) * sizeof(float);
+}
+
+KvCache::KvCache(int num_layers, const kernels::KvLayout& layout, int num_blocks, int num_slots)
+    : layers_(num_layers), layout_(layout), num_blocks_(num_blocks) {
+  if (layout.block_size <= 0 || layout.block_size % kernels::kAttnKeyBlock != 0)
+    throw Error("KV cache block size must be a positive multiple of " + std::to_string(kernels::kAttnKeyBlock) +
+                ", not " + std::to_string(layout.block_size));
+  if (num_layers < 1 || num_blocks < 1 || num_slots < 1 || layout.num_kv_heads < 1 || layout.head_dim < 1)
+    throw Error("KV cache needs at least one layer, block, slot, kv head and head dimension");
+  layer_floats_ = static_cast<std::size_t>(layout.block_floats()) * static_cast<std::size_t>(num_blocks);
+  const std::size_t n = layer_floats_ * static_cast<std::size_t>(num_layers);
+  k_.resize(n);
+  v_.resize(n);
+  // Zeroed so that every run starts from the same bytes; the kernel never reads a slot before
+  // it is written.
+  std::memset(k_.data(), 0, n * sizeof(float));
+  std::memset(v_.data(), 0, n * sizeof(float));
+  free_.reserve(static_cast<std::size_t>(num_blocks));
+  for (int b = num_blocks - 1; b >= 0; --b) free_.push_back(b);  // block 0 handed out first
+  tables_.resize(static_cast<std::size_t>(num_slots));
+}
+
+int KvCache::blocks_for(int64_t tokens) const {
+  return static_cast<int>((tokens + layout_.block_size - 1) / layout_.block_size);
+}
+
+bool KvCache::reserve(int slot, int64_t total_tokens) {
+  if (slot < 0 || slot >= static_cast<int>(tables_.size()))
+    throw Error("KV cache: slot " + std::to_string(slot) + " does not exist");
+  std::vector<int>& t = tables_[static_cast<std::size_t>(slot)];
+  const int need = blocks_for(total_tokens) - static_cast<int>(t.size());
+  if (need <= 0) return true;
+  if (need > static_cast<int>(free_.size())) return false;
+  for (int i = 0; i < need; ++i) {
+    t.push_back(free_.back());
+    free_.pop_back();
+  }
+  return true;
+}
+
+void KvCache::release(int slot) {
+  std::vector<int>& t = tables_[static_cast<std::size_t>(slot)];
+  // Reverse order: the slot's first block ends on top of the stack, so a sequence that comes
+  // straight back gets the same blocks (not needed for the bits, which never depend on blocks).
+  for (auto it = t.rbegin(); it != t.rend(); ++it) free_.push_back(*it);
+  t.clear();
+}
+
+int64_t KvCache::capacity(int slot) const {
+  return static_cast<int64_t>(tables_[static_cast<std::size_t>(slot)].size()) * layout_.block_size;
+}
+
+std::size_t KvCache::bytes_per_token() const {
+  return kv_bytes_per_token(layers_, layout_.num_kv_heads, layout_.head_dim);
+}
+
+}  // namespace parity::cache

@@ -1,0 +1,50 @@
+#pragma once
+// Paged key/value memory of every attention layer: a pool of physical blocks of `block_size`
+// token slots (layout of kernels/attention.h), a free list, and one block table per sequence
+// slot that grows as the sequence does. A physical block id means the same block in every
+// attention layer, so one table serves them all.
+#include <cstdint>
+#include <vector>
+
+#include "common/aligned.h"
+#include "kernels/attention.h"
+
+namespace parity::cache {
+
+class KvCache {
+ public:
+  // layout.block_size must be a positive multiple of kernels::kAttnKeyBlock.
+  KvCache(int num_layers, const kernels::KvLayout& layout, int num_blocks, int num_slots);
+
+  const kernels::KvLayout& layout() const { return layout_; }
+  int num_layers() const { return layers_; }
+  int num_blocks() const { return num_blocks_; }
+  int num_free_blocks() const { return static_cast<int>(free_.size()); }
+  int blocks_for(int64_t tokens) const;
+
+  // Makes room for positions [0, total_tokens) of the slot, taking blocks from the free list.
+  // false (and nothing taken) when there are not enough free blocks.
+  bool reserve(int slot, int64_t total_tokens);
+  void release(int slot);  // every block of the slot back to the free list
+  int64_t capacity(int slot) const;  // tokens the slot's blocks hold
+  const int* block_table(int slot) const { return tables_[static_cast<std::size_t>(slot)].data(); }
+
+  float* k(int layer) { return k_.data() + static_cast<std::size_t>(layer) * layer_floats_; }
+  float* v(int layer) { return v_.data() + static_cast<std::size_t>(layer) * layer_floats_; }
+
+  // K and V of one token in every attention layer.
+  std::size_t bytes_per_token() const;
+
+ private:
+  int layers_;
+  kernels::KvLayout layout_;
+  int num_blocks_;
+  std::size_t layer_floats_;
+  AlignedBuffer<float> k_, v_;
+  std::vector<int> free_;  // a stack: the most recently freed block is reused first
+  std::vector<std::vector<int>> tables_;
+};
+
+std::size_t kv_bytes_per_token(int num_attention_layers, int num_kv_heads, int head_dim);
+
+}  // namespace parity::cache

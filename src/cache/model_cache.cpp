@@ -1,0 +1,73 @@
+#include "cache/model_cache.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/error.h"
+
+namespace parity::cache {
+
+ModelCache::ModelCache(const ModelCacheSpec& spec, const ModelCacheOptions& opt) : spec_(spec), opt_(opt) {
+  validate(opt_.mamba);
+  if (spec.num_mamba_layers > 0)
+    mamba_ = std::make_unique<MambaStateCache>(spec.mamba, spec.num_mamba_layers, opt.mamba);
+  if (spec.num_attention_layers > 0) {
+    if (opt.kv_num_blocks < 1) throw Error("the model has attention layers: its KV cache needs at least one block");
+    kernels::KvLayout layout{spec.num_kv_heads, spec.head_dim, opt.kv_block_size};
+    kv_ = std::make_unique<KvCache>(spec.num_attention_layers, layout, opt.kv_num_blocks, opt.mamba.num_slots);
+  }
+  used_.assign(static_cast<std::size_t>(opt.mamba.num_slots), 0);
+  pos_.assign(static_cast<std::size_t>(opt.mamba.num_slots), 0);
+}
+
+int ModelCache::num_free() const {
+  int n = 0;
+  for (uint8_t u : used_) n += u == 0;
+  return n;
+}
+
+int ModelCache::allocate() {
+  int slot = -1;
+  if (mamba_) {
+    // The Mamba cache zeroes the slot it hands out; its id becomes the sequence's id everywhere.
+    slot = mamba_->allocate();
+  } else {
+    for (std::size_t i = 0; i < used_.size(); ++i)
+      if (!used_[i]) {
+        slot = static_cast<int>(i);
+        break;
+      }
+  }
+  if (slot < 0) return -1;
+  used_[static_cast<std::size_t>(slot)] = 1;
+  pos_[static_cast<std::size_t>(slot)] = 0;
+  return slot;
+}
+
+void ModelCache::release(int slot) {
+  if (!in_use(slot)) return;
+  if (mamba_) mamba_->release(slot);
+  if (kv_) kv_->release(slot);
+  used_[static_cast<std::size_t>(slot)] = 0;
+}
+
+bool ModelCache::reserve(int slot, int64_t total_tokens) {
+  if (!in_use(slot)) throw Error("cache: slot " + std::to_string(slot) + " is not allocated");
+  return kv_ ? kv_->reserve(slot, total_tokens) : true;
+}
+
+void ModelCache::set_position(int slot, int64_t p) {
+  pos_[static_cast<std::size_t>(slot)] = p;
+  if (mamba_) mamba_->set_position(slot, p);
+}
+
+ModelCache make_single_cache(const ModelCacheSpec& spec, int64_t tokens, bool exact) {
+  ModelCacheOptions o;
+  o.mamba.num_slots = 1;
+  o.mamba.exact = exact;
+  o.mamba.ssm_dtype = DType::F32;
+  o.kv_num_blocks = static_cast<int>(std::max<int64_t>(1, (tokens + o.kv_block_size - 1) / o.kv_block_size));
+  return ModelCache(spec, o);
+}
+
+}  // namespace parity::cache

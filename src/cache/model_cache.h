@@ -1,0 +1,69 @@
+#pragma once
+// Everything a model keeps per sequence, under one slot id: the Mamba state (conv, SSM, exact
+// replay rows) of its Mamba layers, indexed by Mamba-layer ordinal, and the paged KV blocks of
+// its attention layers. Either part is absent when the model has no layer of that kind.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "cache/mamba_state_cache.h"
+#include "io/hf_config.h"
+
+namespace parity::cache {
+
+// What a model needs from the cache (model::Model::cache_spec()).
+struct ModelCacheSpec {
+  int num_mamba_layers = 0;
+  io::Mamba2Config mamba;  // the Mamba mixer shape; meaningful when num_mamba_layers > 0
+  int num_attention_layers = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int chunk_size = 256;  // exact mode's chunk grid (the Mamba chunk size)
+};
+
+struct ModelCacheOptions {
+  MambaCacheOptions mamba;  // num_slots, SSM dtype, exact
+  int kv_block_size = 16;
+  int kv_num_blocks = 0;    // must be >= 1 when the model has attention layers
+};
+
+class ModelCache {
+ public:
+  ModelCache(const ModelCacheSpec& spec, const ModelCacheOptions& opt);
+
+  const ModelCacheSpec& spec() const { return spec_; }
+  const ModelCacheOptions& options() const { return opt_; }
+  bool exact() const { return opt_.mamba.exact; }
+  int num_slots() const { return opt_.mamba.num_slots; }
+  int num_free() const;
+
+  // A free slot, zeroed state and no KV blocks; -1 when none is free.
+  int allocate();
+  void release(int slot);
+  bool in_use(int slot) const { return slot >= 0 && slot < num_slots() && used_[static_cast<std::size_t>(slot)]; }
+
+  // KV blocks for positions [0, total_tokens) (true without attention layers).
+  bool reserve(int slot, int64_t total_tokens);
+
+  // Next position the slot expects; the model checks it and advances it after a pass.
+  int64_t position(int slot) const { return pos_[static_cast<std::size_t>(slot)]; }
+  void set_position(int slot, int64_t p);
+
+  MambaStateCache* mamba() { return mamba_.get(); }  // null without Mamba layers
+  KvCache* kv() { return kv_.get(); }                // null without attention layers
+  const KvCache* kv() const { return kv_.get(); }
+
+ private:
+  ModelCacheSpec spec_;
+  ModelCacheOptions opt_;
+  std::unique_ptr<MambaStateCache> mamba_;
+  std::unique_ptr<KvCache> kv_;
+  std::vector<uint8_t> used_;
+  std::vector<int64_t> pos_;
+};
+
+// A one-sequence cache that holds `tokens` positions (single-shot scoring, tests).
+ModelCache make_single_cache(const ModelCacheSpec& spec, int64_t tokens, bool exact);
+
+}  // namespace parity::cache

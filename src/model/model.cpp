@@ -1,0 +1,79 @@
+#include "model/model.h"
+
+#include <string>
+
+#include "common/error.h"
+#include "io/hf_config.h"
+#include "model/mamba2_model.h"
+
+namespace parity::model {
+
+std::vector<std::string> supported_architectures() { return {"Mamba2ForCausalLM", "GraniteMoeHybridForCausalLM"}; }
+
+std::unique_ptr<Model> load_model(const Checkpoint& ck) {
+  const std::string arch = io::architecture_of(ck.config);
+  if (arch == "Mamba2ForCausalLM") return Mamba2Model::load(ck);
+  std::string all;
+  for (const auto& a : supported_architectures()) all += (all.empty() ? "" : ", ") + a;
+  throw Error(ck.origin + ": architecture '" + arch + "' is not supported (supported: " + all + ")");
+}
+
+std::vector<float> score_all_rows(const Model& m, const std::vector<int32_t>& tokens, ScanMode mode,
+                                  ProbeHooks* hooks) {
+  const int n = static_cast<int>(tokens.size());
+  if (n == 0) throw Error("score: the token list is empty");
+  cache::ModelCache c = cache::make_single_cache(m.cache_spec(), n, mode == ScanMode::Exact);
+  ForwardBatch b;
+  b.tokens = tokens;
+  const int slot = c.allocate();
+  if (!c.reserve(slot, n)) throw Error("internal: a single-sequence cache cannot hold its own tokens");
+  b.seqs.push_back({slot, 0, n});
+  for (int i = 0; i < n; ++i) b.logit_rows.push_back(i);
+  std::vector<float> out(std::size_t(n) * static_cast<std::size_t>(m.vocab_size()));
+  m.forward(b, c, mode, out.data(), hooks);
+  return out;
+}
+
+void validate_batch(const ForwardBatch& b, const cache::ModelCache& cache, int vocab_size, ScanMode mode) {
+  if (mode == ScanMode::Exact && !cache.exact())
+    throw Error("forward: exact mode needs a state cache built with replay rows (exact = true)");
+  if (!b.request_ids.empty() && b.request_ids.size() != b.seqs.size())
+    throw Error("forward: request_ids must have one entry per sequence chunk");
+  std::size_t total = 0;
+  for (const SeqChunk& s : b.seqs) {
+    if (s.n < 1) throw Error("forward: a sequence chunk has no tokens");
+    if (!cache.in_use(s.slot)) throw Error("forward: state slot " + std::to_string(s.slot) + " is not allocated");
+    if (cache.position(s.slot) != s.start)
+      throw Error("forward: slot " + std::to_string(s.slot) + " is at position " +
+                  std::to_string(cache.position(s.slot)) + " but the chunk starts at " + std::to_string(s.start));
+    if (cache.kv() && cache.kv()->capacity(s.slot) < s.start + s.n)
+      throw Error("forward: slot " + std::to_string(s.slot) + " has KV blocks for " +
+                  std::to_string(cache.kv()->capacity(s.slot)) + " tokens but the chunk ends at " +
+                  std::to_string(s.start + s.n));
+    total += static_cast<std::size_t>(s.n);
+  }
+  for (std::size_t i = 0; i < b.seqs.size(); ++i)
+    for (std::size_t j = i + 1; j < b.seqs.size(); ++j)
+      if (b.seqs[i].slot == b.seqs[j].slot) throw Error("forward: slot appears twice in one pass");
+  if (total != b.tokens.size()) throw Error("forward: token count does not match the sequence chunks");
+  for (std::size_t i = 0; i < b.tokens.size(); ++i)
+    if (b.tokens[i] < 0 || b.tokens[i] >= vocab_size)
+      throw Error("token id " + std::to_string(b.tokens[i]) + " at row " + std::to_string(i) +
+                  " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+  for (int r : b.logit_rows)
+    if (r < 0 || static_cast<std::size_t>(r) >= total) throw Error("forward: logit row out of range");
+}
+
+ProbeRows probe_rows(const ForwardBatch& b, const ProbeHooks* hooks) {
+  ProbeRows meta;
+  if (!hooks) return meta;
+  meta.batch = &b;
+  for (std::size_t i = 0; i < b.seqs.size(); ++i)
+    for (int j = 0; j < b.seqs[i].n; ++j) {
+      meta.seq.push_back(static_cast<int>(i));
+      meta.position.push_back(b.seqs[i].start + j);
+    }
+  return meta;
+}
+
+}  // namespace parity::model

@@ -1,0 +1,53 @@
+#pragma once
+// What the engine, the exactness gate, the accuracy tools and the commands need from a model,
+// whatever its architecture: its identity, its probe points, the cache it needs, and one forward
+// over a packed batch.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/model_cache.h"
+#include "model/checkpoint.h"
+#include "model/forward_batch.h"
+#include "model/probe.h"
+
+namespace parity::model {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual const std::string& architecture() const = 0;  // config.json's, e.g. "Mamba2ForCausalLM"
+  virtual const std::string& origin() const = 0;        // folder path or builtin:NAME
+  virtual int vocab_size() const = 0;
+  virtual const cache::ModelCacheSpec& cache_spec() const = 0;
+  // Every probe point, in forward order.
+  virtual std::vector<ProbePoint> probe_points() const = 0;
+
+  // One pass over a packed batch. For every sequence, `start` must equal the slot's position,
+  // and an attention model needs KV blocks reserved for positions [0, start + n); afterwards the
+  // slot is at start + n. logits receives logit_rows.size() × vocab floats. Throws parity::Error
+  // on an invalid batch before touching any state. `hooks` (optional) sees every probe point.
+  virtual void forward(const ForwardBatch& batch, cache::ModelCache& cache, ScanMode mode, float* logits,
+                       ProbeHooks* hooks = nullptr) const = 0;
+
+  int chunk_size() const { return cache_spec().chunk_size; }
+};
+
+std::vector<std::string> supported_architectures();
+
+// Builds the model config.json names; throws parity::Error naming an unsupported architecture.
+std::unique_ptr<Model> load_model(const Checkpoint& ck);
+
+// Every row's logits of one single-shot prefill over `tokens` (row t: after tokens[0..t]).
+std::vector<float> score_all_rows(const Model& m, const std::vector<int32_t>& tokens,
+                                  ScanMode mode = ScanMode::Exact, ProbeHooks* hooks = nullptr);
+
+// The checks every forward makes before touching state (slots, positions, KV capacity, token ids,
+// logit rows, request ids).
+void validate_batch(const ForwardBatch& b, const cache::ModelCache& cache, int vocab_size, ScanMode mode);
+
+// Row → (sequence, absolute position) for probe hooks; empty when there are no hooks.
+ProbeRows probe_rows(const ForwardBatch& b, const ProbeHooks* hooks);
+
+}  // namespace parity::model
