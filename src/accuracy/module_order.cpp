@@ -8,10 +8,14 @@
 namespace parity::accuracy {
 namespace {
 
-// Within a layer, in the order the Mamba2 forward probes them; the block output comes last.
-// A layer point that is not listed (e.g. a router of a hybrid) goes between the mixer and the
-// block output, where a second sub-module of a block sits.
-constexpr const char* kLayerOrder[] = {"mixer.in_proj", "mixer.conv1d", "mixer.dt", "mixer.norm", "mixer"};
+// Within a layer, in the order the Mamba2 and GraniteMoeHybrid forwards probe them; the block
+// output comes last. A layer point that is not listed goes after the listed ones.
+constexpr const char* kLayerOrder[] = {"mixer.in_proj",      "mixer.conv1d",      "mixer.dt",
+                                       "mixer.norm",         "mixer",             "mamba.in_proj",
+                                       "mamba.conv1d",       "mamba.dt",          "mamba.norm",
+                                       "mamba",              "self_attn.q_proj",  "self_attn.k_proj",
+                                       "self_attn.v_proj",   "self_attn",         "block_sparse_moe.router",
+                                       "block_sparse_moe",   "shared_mlp"};
 
 struct Key {
   int layer;    // -1 before the layers, INT_MAX after them

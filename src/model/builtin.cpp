@@ -9,7 +9,9 @@
 
 #include "common/dtype.h"
 #include "common/error.h"
+#include "io/granite_config.h"
 #include "io/hf_config.h"
+#include "model/granite_hybrid_weights.h"
 #include "kernels/math.h"
 
 namespace parity::model {
@@ -64,6 +66,36 @@ std::vector<float> normal_vec(Rng& r, std::size_t n, float std, float mean = 0.0
   return v;
 }
 
+// One Mamba2 mixer's tensors under prefix p (shared by the Mamba2 and hybrid built-ins).
+void put_mixer(BuiltinStore& st, Rng& r, const io::Mamba2Config& c, const std::string& p, DType wt) {
+  const int D = c.hidden_size, I = c.intermediate_size, H = c.num_heads;
+  const int conv = c.conv_dim(), proj = c.in_proj_dim(), K = c.conv_kernel;
+  const float proj_std = 1.0f / std::sqrt(static_cast<float>(D));
+  const float out_std = 1.0f / std::sqrt(static_cast<float>(I)) / std::sqrt(2.0f * c.num_hidden_layers);
+  put(st, p + "in_proj.weight", {proj, D}, normal_vec(r, std::size_t(proj) * D, proj_std), wt);
+  if (c.use_bias) put(st, p + "in_proj.bias", {proj}, normal_vec(r, proj, 0.02f), wt);
+  std::vector<float> cw(std::size_t(conv) * K);
+  for (auto& x : cw) x = (r.uniform() - 0.5f) * (2.0f / std::sqrt(static_cast<float>(K)));
+  put(st, p + "conv1d.weight", {conv, 1, K}, cw, wt);
+  if (c.use_conv_bias) put(st, p + "conv1d.bias", {conv}, normal_vec(r, conv, 0.1f), wt);
+  // Realistic Mamba2 init: A = -U(1, 16); dt log-uniform in [1e-3, 1e-1] (tiny-g2 reaches above
+  // its 0.05 limit on purpose, so the clamp is exercised); dt_bias = softplus^-1(dt).
+  std::vector<float> alog(H), dtb(H), dd(H);
+  for (int h = 0; h < H; ++h) {
+    alog[h] = kernels::log_f(1.0f + 15.0f * r.uniform());
+    float lo = kernels::log_f(1e-3f), hi = kernels::log_f(1e-1f);
+    float dt = kernels::exp_f(lo + (hi - lo) * r.uniform());
+    dtb[h] = kernels::log_f(kernels::exp_f(dt) - 1.0f);
+    dd[h] = 1.0f + 0.1f * r.normal();
+  }
+  put(st, p + "A_log", {H}, alog, DType::F32);
+  put(st, p + "dt_bias", {H}, dtb, DType::F32);
+  put(st, p + "D", {H}, dd, DType::F32);
+  put(st, p + "norm.weight", {I}, normal_vec(r, I, 0.05f, 1.0f), wt);
+  put(st, p + "out_proj.weight", {D, I}, normal_vec(r, std::size_t(D) * I, out_std), wt);
+  if (c.use_bias) put(st, p + "out_proj.bias", {D}, normal_vec(r, D, 0.02f), wt);
+}
+
 io::Mamba2Config builtin_config(const std::string& name) {
   io::Mamba2Config c;
   if (name == "tiny" || name == "tiny-g2") {
@@ -111,50 +143,11 @@ uint64_t seed_of(const std::string& name) {
 
 }  // namespace
 
-std::vector<std::string> builtin_names() { return {"tiny", "tiny-g2", "mamba2-130m"}; }
+std::vector<std::string> builtin_names() { return {"tiny", "tiny-g2", "tiny-hybrid", "mamba2-130m"}; }
 
-Checkpoint make_builtin(const std::string& name) {
-  const io::Mamba2Config c = builtin_config(name);
-  auto st = std::make_shared<BuiltinStore>();
-  Rng r(seed_of(name));
-  const int D = c.hidden_size, I = c.intermediate_size, H = c.num_heads, V = c.vocab_size;
-  const int conv = c.conv_dim(), proj = c.in_proj_dim(), K = c.conv_kernel;
-  const DType wt = DType::BF16;
-  const float proj_std = 1.0f / std::sqrt(static_cast<float>(D));
-  const float out_std = 1.0f / std::sqrt(static_cast<float>(I)) / std::sqrt(2.0f * c.num_hidden_layers);
-  // std 0.1: tied logits then spread over a few units, so sampling has a real distribution to
-  // draw from (0.5 made the tiny model repeat one token with near certainty).
-  put(*st, "backbone.embeddings.weight", {V, D}, normal_vec(r, std::size_t(V) * D, 0.1f), wt);
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "backbone.layers." + std::to_string(l) + ".";
-    put(*st, p + "norm.weight", {D}, normal_vec(r, D, 0.05f, 1.0f), wt);
-    put(*st, p + "mixer.in_proj.weight", {proj, D}, normal_vec(r, std::size_t(proj) * D, proj_std), wt);
-    if (c.use_bias) put(*st, p + "mixer.in_proj.bias", {proj}, normal_vec(r, proj, 0.02f), wt);
-    std::vector<float> cw(std::size_t(conv) * K);
-    for (auto& x : cw) x = (r.uniform() - 0.5f) * (2.0f / std::sqrt(static_cast<float>(K)));
-    put(*st, p + "mixer.conv1d.weight", {conv, 1, K}, cw, wt);
-    if (c.use_conv_bias) put(*st, p + "mixer.conv1d.bias", {conv}, normal_vec(r, conv, 0.1f), wt);
-    // Realistic Mamba2 init: A = -U(1, 16); dt log-uniform in [1e-3, 1e-1] (tiny-g2 reaches above
-    // its 0.05 limit on purpose, so the clamp is exercised); dt_bias = softplus^-1(dt).
-    std::vector<float> alog(H), dtb(H), dd(H);
-    for (int h = 0; h < H; ++h) {
-      alog[h] = kernels::log_f(1.0f + 15.0f * r.uniform());
-      float lo = kernels::log_f(1e-3f), hi = kernels::log_f(1e-1f);
-      float dt = kernels::exp_f(lo + (hi - lo) * r.uniform());
-      dtb[h] = kernels::log_f(kernels::exp_f(dt) - 1.0f);
-      dd[h] = 1.0f + 0.1f * r.normal();
-    }
-    put(*st, p + "mixer.A_log", {H}, alog, DType::F32);
-    put(*st, p + "mixer.dt_bias", {H}, dtb, DType::F32);
-    put(*st, p + "mixer.D", {H}, dd, DType::F32);
-    put(*st, p + "mixer.norm.weight", {I}, normal_vec(r, I, 0.05f, 1.0f), wt);
-    put(*st, p + "mixer.out_proj.weight", {D, I}, normal_vec(r, std::size_t(D) * I, out_std), wt);
-    if (c.use_bias) put(*st, p + "mixer.out_proj.bias", {D}, normal_vec(r, D, 0.02f), wt);
-  }
-  put(*st, "backbone.norm_f.weight", {D}, normal_vec(r, D, 0.05f, 1.0f), wt);
-  if (!c.tie_word_embeddings)
-    put(*st, "lm_head.weight", {V, D}, normal_vec(r, std::size_t(V) * D, proj_std), wt);
+namespace {
 
+Checkpoint finish(std::shared_ptr<BuiltinStore> st, const std::string& name, nlohmann::json config) {
   for (auto& [n, t] : st->owned) {
     io::TensorView v;
     v.name = n;
@@ -166,13 +159,117 @@ Checkpoint make_builtin(const std::string& name) {
   }
   Checkpoint ck;
   ck.origin = "builtin:" + name;
-  ck.config = io::to_json(c);
+  ck.config = std::move(config);
   ck.find = [st](const std::string& n) -> const io::TensorView* {
     auto it = st->views.find(n);
     return it == st->views.end() ? nullptr : &it->second;
   };
   ck.keepalive = st;
   return ck;
+}
+
+// A small GraniteMoeHybrid: Mamba layers 0 and 2, attention (GQA 4:1, RoPE) in 1 and 3, 8 experts
+// top-2 plus the shared MLP after every layer, and the fixture's µP multipliers, so that every
+// part of the hybrid forward runs in fast tests.
+nlohmann::json tiny_hybrid_config() {
+  return nlohmann::json{{"architectures", {"GraniteMoeHybridForCausalLM"}},
+                        {"model_type", "granitemoehybrid"},
+                        {"vocab_size", 512},
+                        {"hidden_size", 64},
+                        {"num_hidden_layers", 4},
+                        {"layer_types", {"mamba", "attention", "mamba", "attention"}},
+                        {"num_attention_heads", 4},
+                        {"num_key_value_heads", 1},
+                        {"attention_bias", false},
+                        {"position_embedding_type", "rope"},
+                        {"rope_theta", 10000.0},
+                        {"embedding_multiplier", 12.0},
+                        {"attention_multiplier", 0.0625},
+                        {"residual_multiplier", 0.25},
+                        {"logits_scaling", 4.0},
+                        {"rms_norm_eps", 1e-5},
+                        {"hidden_act", "silu"},
+                        {"tie_word_embeddings", false},
+                        {"num_local_experts", 8},
+                        {"num_experts_per_tok", 2},
+                        {"intermediate_size", 32},
+                        {"shared_intermediate_size", 48},
+                        {"mamba_n_heads", 4},
+                        {"mamba_n_groups", 1},
+                        {"mamba_d_state", 16},
+                        {"mamba_d_head", 32},
+                        {"mamba_d_conv", 4},
+                        {"mamba_expand", 2},
+                        {"mamba_chunk_size", 32},
+                        {"mamba_conv_bias", true},
+                        {"mamba_proj_bias", false}};
+}
+
+Checkpoint make_tiny_hybrid(const std::string& name) {
+  const nlohmann::json config = tiny_hybrid_config();
+  const io::GraniteHybridConfig c = io::parse_granite_hybrid_config(config);
+  const io::Mamba2Config mc = io::to_mamba2_config(c);
+  auto st = std::make_shared<BuiltinStore>();
+  Rng r(seed_of(name));
+  const int D = c.hidden_size, V = c.vocab_size, E = c.num_local_experts, F = c.intermediate_size;
+  const int S = c.shared_intermediate_size, q = c.q_dim(), kv = c.kv_dim();
+  const DType wt = DType::BF16;
+  const float in_std = 1.0f / std::sqrt(static_cast<float>(D));
+  auto norm = [&](const std::string& n) { put(*st, n, {D}, normal_vec(r, D, 0.05f, 1.0f), wt); };
+  auto lin = [&](const std::string& n, std::vector<int64_t> shape, float sd) {
+    std::size_t count = 1;
+    for (int64_t x : shape) count *= static_cast<std::size_t>(x);
+    put(*st, n, std::move(shape), normal_vec(r, count, sd), wt);
+  };
+  // With embedding_multiplier 12 the residual stream starts at about unit scale.
+  lin("model.embed_tokens.weight", {V, D}, 0.1f);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    norm(p + "input_layernorm.weight");
+    if (c.layer_types[static_cast<std::size_t>(l)] == io::GraniteLayerType::Mamba) {
+      put_mixer(*st, r, mc, p + "mamba.", wt);
+    } else {
+      lin(p + "self_attn.q_proj.weight", {q, D}, in_std);
+      lin(p + "self_attn.k_proj.weight", {kv, D}, in_std);
+      lin(p + "self_attn.v_proj.weight", {kv, D}, in_std);
+      lin(p + "self_attn.o_proj.weight", {D, q}, 1.0f / std::sqrt(static_cast<float>(q)));
+    }
+    norm(p + "post_attention_layernorm.weight");
+    // Router std 2/sqrt(D): logits of a few units, so the top-2 choice is rarely a near tie.
+    lin(p + "block_sparse_moe.router.layer.weight", {E, D}, 2.0f * in_std);
+    lin(p + "block_sparse_moe.input_linear.weight", {E, 2 * F, D}, in_std);
+    lin(p + "block_sparse_moe.output_linear.weight", {E, D, F}, 1.0f / std::sqrt(static_cast<float>(F)));
+    lin(p + "shared_mlp.input_linear.weight", {2 * S, D}, in_std);
+    lin(p + "shared_mlp.output_linear.weight", {D, S}, 1.0f / std::sqrt(static_cast<float>(S)));
+  }
+  norm("model.norm.weight");
+  // logits_scaling 4 divides: a wider head keeps the logits spread over a few units.
+  lin("lm_head.weight", {V, D}, 4.0f * in_std);
+  return finish(st, name, config);
+}
+
+}  // namespace
+
+Checkpoint make_builtin(const std::string& name) {
+  if (name == "tiny-hybrid") return make_tiny_hybrid(name);
+  const io::Mamba2Config c = builtin_config(name);
+  auto st = std::make_shared<BuiltinStore>();
+  Rng r(seed_of(name));
+  const int D = c.hidden_size, V = c.vocab_size;
+  const DType wt = DType::BF16;
+  const float proj_std = 1.0f / std::sqrt(static_cast<float>(D));
+  // std 0.1: tied logits then spread over a few units, so sampling has a real distribution to
+  // draw from (0.5 made the tiny model repeat one token with near certainty).
+  put(*st, "backbone.embeddings.weight", {V, D}, normal_vec(r, std::size_t(V) * D, 0.1f), wt);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "backbone.layers." + std::to_string(l) + ".";
+    put(*st, p + "norm.weight", {D}, normal_vec(r, D, 0.05f, 1.0f), wt);
+    put_mixer(*st, r, c, p + "mixer.", wt);
+  }
+  put(*st, "backbone.norm_f.weight", {D}, normal_vec(r, D, 0.05f, 1.0f), wt);
+  if (!c.tie_word_embeddings)
+    put(*st, "lm_head.weight", {V, D}, normal_vec(r, std::size_t(V) * D, proj_std), wt);
+  return finish(st, name, io::to_json(c));
 }
 
 void save_checkpoint(const Checkpoint& ck, const std::string& dir) {
@@ -182,13 +279,18 @@ void save_checkpoint(const Checkpoint& ck, const std::string& dir) {
     f << ck.config.dump(2) << "\n";
     if (!f) throw Error("cannot write " + dir + "/config.json");
   }
-  auto cfg = io::parse_mamba2_config(ck.config);
-  std::vector<std::string> names = {"backbone.embeddings.weight", "backbone.norm_f.weight", "lm_head.weight"};
-  const char* per_layer[] = {"norm.weight", "mixer.in_proj.weight", "mixer.in_proj.bias", "mixer.conv1d.weight",
-                             "mixer.conv1d.bias", "mixer.A_log", "mixer.dt_bias", "mixer.D", "mixer.norm.weight",
-                             "mixer.out_proj.weight", "mixer.out_proj.bias"};
-  for (int l = 0; l < cfg.num_hidden_layers; ++l)
-    for (auto* s : per_layer) names.push_back("backbone.layers." + std::to_string(l) + "." + s);
+  std::vector<std::string> names;
+  if (io::architecture_of(ck.config) == "GraniteMoeHybridForCausalLM") {
+    names = granite_hybrid_tensor_names(io::parse_granite_hybrid_config(ck.config));
+  } else {
+    auto cfg = io::parse_mamba2_config(ck.config);
+    names = {"backbone.embeddings.weight", "backbone.norm_f.weight", "lm_head.weight"};
+    const char* per_layer[] = {"norm.weight", "mixer.in_proj.weight", "mixer.in_proj.bias", "mixer.conv1d.weight",
+                               "mixer.conv1d.bias", "mixer.A_log", "mixer.dt_bias", "mixer.D", "mixer.norm.weight",
+                               "mixer.out_proj.weight", "mixer.out_proj.bias"};
+    for (int l = 0; l < cfg.num_hidden_layers; ++l)
+      for (auto* s : per_layer) names.push_back("backbone.layers." + std::to_string(l) + "." + s);
+  }
   std::vector<io::TensorToWrite> out;
   for (auto& n : names) {
     const io::TensorView* v = ck.find(n);

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "io/hf_config.h"
+#include "model/granite_hybrid_model.h"
 #include "model/mamba2_model.h"
 
 namespace parity::model {
@@ -13,6 +14,7 @@ std::vector<std::string> supported_architectures() { return {"Mamba2ForCausalLM"
 std::unique_ptr<Model> load_model(const Checkpoint& ck) {
   const std::string arch = io::architecture_of(ck.config);
   if (arch == "Mamba2ForCausalLM") return Mamba2Model::load(ck);
+  if (arch == "GraniteMoeHybridForCausalLM") return GraniteHybridModel::load(ck);
   std::string all;
   for (const auto& a : supported_architectures()) all += (all.empty() ? "" : ", ") + a;
   throw Error(ck.origin + ": architecture '" + arch + "' is not supported (supported: " + all + ")");
