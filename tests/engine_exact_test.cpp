@@ -94,7 +94,8 @@ TEST_P(ExactGate, PlainModeMismatchesShowTheCheckCanFail) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ExactGate,
-                         ::testing::Values("builtin:tiny", "builtin:tiny-g2", "mamba2_g1", "mamba2_g2"),
+                         ::testing::Values("builtin:tiny", "builtin:tiny-g2", "mamba2_g1", "mamba2_g2",
+                                           "builtin:tiny-hybrid", "granite_hybrid"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (auto& c : s)
@@ -105,7 +106,7 @@ INSTANTIATE_TEST_SUITE_P(Models, ExactGate,
 // Random schedules: token budgets, arrivals, preemption points and prompt lengths on, one before
 // and one after a chunk boundary, several requests sharing passes.
 TEST(EngineExact, RandomSchedulesAreBitIdenticalToSingleShot) {
-  for (const char* spec : {"builtin:tiny", "builtin:tiny-g2"}) {
+  for (const char* spec : {"builtin:tiny", "builtin:tiny-g2", "builtin:tiny-hybrid"}) {
     const auto& m = load(spec);
     const int cs = m.chunk_size(), V = m.vocab_size();
     std::mt19937 rng(7);

@@ -99,6 +99,11 @@ bool Engine::has_unfinished() const {
   return !sched_->running().empty() || !sched_->waiting().empty();
 }
 
+int Engine::num_preemptions(uint64_t id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? 0 : it->second->num_preemptions;
+}
+
 std::vector<StepOutput> Engine::step() {
   ++step_;
   if (step_ == cfg_.preempt_at_step) {

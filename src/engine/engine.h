@@ -56,6 +56,7 @@ class Engine {
   // Preempts one running request now (it recomputes later under the same id).
   bool preempt(uint64_t id);
   bool has_unfinished() const;
+  int num_preemptions(uint64_t id) const;  // 0 for an unknown id
 
   // Accuracy tools. Hooks see every probe point of every pass (rows carry request ids and
   // absolute positions); the listener hears of each accepted request before it is scheduled.

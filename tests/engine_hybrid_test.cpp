@@ -1,0 +1,292 @@
+// Hybrid models in the engine: the paged KV cache and its allocator, the planner's split of one
+// budget between state slots and KV blocks, preemption when KV blocks run out (exact mode stays
+// bit-identical to single-shot prefill; plain mode is the companion that differs), and rejection
+// of a request that could never fit the KV cache.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "cache/kv_cache.h"
+#include "cache/planner.h"
+#include "common/error.h"
+#include "engine/engine.h"
+#include "model/checkpoint.h"
+#include "model/model.h"
+#include "test_support.h"
+
+using namespace parity;
+using engine::Engine;
+using engine::EngineConfig;
+using engine::RequestSpec;
+using model::ScanMode;
+
+namespace {
+
+const model::Model& hybrid() {
+  static auto m = model::load_model(model::open_checkpoint("builtin:tiny-hybrid"));
+  return *m;
+}
+
+std::vector<int32_t> stream(uint32_t seed, int n) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(static_cast<std::size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(rng() % 512);
+  return t;
+}
+
+RequestSpec all_rows(const std::vector<int32_t>& s, int prompt_len) {
+  RequestSpec r;
+  r.prompt.assign(s.begin(), s.begin() + prompt_len);
+  r.forced.assign(s.begin() + prompt_len, s.end());
+  r.return_logits = true;
+  r.return_prompt_logits = true;
+  return r;
+}
+
+// Bytes of one sequence's state and of one KV block for the given mode.
+struct Sizes {
+  std::size_t state, block;
+};
+Sizes sizes(ScanMode mode) {
+  cache::MambaCacheOptions o;
+  o.exact = mode == ScanMode::Exact;
+  o.ssm_dtype = o.exact ? DType::F32 : DType::BF16;
+  const cache::CachePlan p = cache::plan_cache(hybrid().cache_spec(), o, 0, 1);
+  return {p.per_seq.total(), p.kv_per_token * static_cast<std::size_t>(p.kv_block_size)};
+}
+
+// Four staggered requests of 80 tokens (5 blocks each, 20 in all) over a cache of 10 blocks.
+struct TightRun {
+  std::map<uint64_t, engine::RequestResult> out;
+  std::map<uint64_t, std::vector<int32_t>> streams;
+  std::map<uint64_t, int> prompt_len;
+  int preemptions = 0;
+  int free_blocks_after = -1, blocks = 0;
+};
+
+TightRun run_tight(ScanMode mode, int budget_tokens) {
+  const Sizes z = sizes(mode);
+  EngineConfig c;
+  c.mode = mode;
+  c.sched.max_num_seqs = 4;
+  c.sched.max_num_batched_tokens = budget_tokens;
+  c.state_memory_budget = 4 * z.state + 10 * z.block;
+  Engine e(hybrid(), c);
+  EXPECT_EQ(e.plan().num_slots, 4);
+  EXPECT_EQ(e.plan().kv_num_blocks, 10);
+  TightRun r;
+  for (int step = 0; r.streams.size() < 4 || e.has_unfinished(); ++step) {
+    if (r.streams.size() < 4 && step % 2 == 0) {
+      const int i = static_cast<int>(r.streams.size());
+      std::vector<int32_t> s = stream(40 + i, 80);
+      const uint64_t id = e.add_request(all_rows(s, 30 + 3 * i));
+      r.streams[id] = s;
+      r.prompt_len[id] = 30 + 3 * i;
+    }
+    Engine::accumulate(r.out, e.step());
+  }
+  for (const auto& [id, s] : r.streams) r.preemptions += e.num_preemptions(id);
+  r.free_blocks_after = e.cache().kv()->num_free_blocks();
+  r.blocks = e.cache().kv()->num_blocks();
+  return r;
+}
+
+int mismatched_rows(const TightRun& r) {
+  const int V = hybrid().vocab_size();
+  int bad = 0;
+  for (const auto& [id, s] : r.streams) {
+    const auto ref = model::score_all_rows(hybrid(), s);
+    const engine::RequestResult& got = r.out.at(id);
+    EXPECT_EQ(got.logit_positions.size(), s.size());
+    for (std::size_t i = 0; i < got.logit_positions.size(); ++i) {
+      EXPECT_EQ(got.logit_positions[i], static_cast<int64_t>(i));
+      bad += !test::same_bits(got.logit_rows[i].data(), ref.data() + i * V, static_cast<std::size_t>(V));
+    }
+  }
+  return bad;
+}
+
+}  // namespace
+
+TEST(KvCache, ReservesGrowsReleasesAndRefusesWhenOut) {
+  cache::KvCache kv(2, {1, 16, 16}, 5, 3);
+  EXPECT_EQ(kv.blocks_for(0), 0);
+  EXPECT_EQ(kv.blocks_for(16), 1);
+  EXPECT_EQ(kv.blocks_for(17), 2);
+  EXPECT_TRUE(kv.reserve(0, 20));  // 2 blocks
+  EXPECT_EQ(kv.capacity(0), 32);
+  EXPECT_TRUE(kv.reserve(0, 32));  // already there
+  EXPECT_EQ(kv.num_free_blocks(), 3);
+  EXPECT_TRUE(kv.reserve(1, 48));  // 3 blocks
+  EXPECT_EQ(kv.num_free_blocks(), 0);
+  EXPECT_FALSE(kv.reserve(2, 1));
+  EXPECT_FALSE(kv.reserve(0, 33));
+  EXPECT_EQ(kv.capacity(0), 32) << "a refused reserve takes nothing";
+  // Distinct physical blocks across slots.
+  std::vector<int> seen = {kv.block_table(0)[0], kv.block_table(0)[1], kv.block_table(1)[0], kv.block_table(1)[1],
+                           kv.block_table(1)[2]};
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<int>{0, 1, 2, 3, 4}));
+  kv.release(1);
+  EXPECT_EQ(kv.num_free_blocks(), 3);
+  EXPECT_EQ(kv.capacity(1), 0);
+  EXPECT_TRUE(kv.reserve(2, 40));
+  EXPECT_EQ(kv.bytes_per_token(), 2u * 2u * 16u * 4u);
+  EXPECT_THROW(cache::KvCache(1, {1, 16, 24}, 4, 1), Error);  // block size not a multiple of 16
+}
+
+TEST(CachePlanner, SplitsOneBudgetBetweenStateSlotsAndKvBlocks) {
+  const Sizes z = sizes(ScanMode::Exact);
+  cache::MambaCacheOptions o;
+  o.exact = true;
+  const auto& spec = hybrid().cache_spec();
+  // Unlimited: max_num_seqs slots, KV room for min(max_model_len, 4096) tokens each.
+  cache::CachePlan p = cache::plan_cache(spec, o, 0, 3, 100);
+  EXPECT_EQ(p.num_slots, 3);
+  EXPECT_EQ(p.kv_num_blocks, 3 * 7);
+  EXPECT_EQ(p.kv_per_token, 2u * 2u * 1u * 16u * 4u);  // 2 attention layers, K + V, 1 kv head × 16
+  // A budget: every slot gets at least one block, the rest goes to KV.
+  p = cache::plan_cache(spec, o, 2 * z.state + 7 * z.block, 8);
+  EXPECT_EQ(p.num_slots, 2);
+  EXPECT_EQ(p.kv_num_blocks, 7);
+  p = cache::plan_cache(spec, o, 8 * (z.state + z.block) - 1, 8);
+  EXPECT_EQ(p.num_slots, 7);
+  EXPECT_THROW(cache::plan_cache(spec, o, z.state + z.block - 1, 8), Error);
+  const std::string d = p.describe();
+  EXPECT_NE(d.find("per sequence"), std::string::npos) << d;
+  EXPECT_NE(d.find("per token"), std::string::npos) << d;
+  // A Mamba-only model plans no KV.
+  auto tiny = model::load_model(model::open_checkpoint("builtin:tiny"));
+  EXPECT_EQ(cache::plan_cache(tiny->cache_spec(), o, 0, 2).kv_num_blocks, 0);
+}
+
+// KV blocks run out: requests are preempted (latest arrival first), recompute later under the
+// same id, and every logit row is still bit-identical to single-shot prefill.
+TEST(EngineHybrid, KvExhaustionPreemptsAndExactModeStaysBitIdentical) {
+  for (int budget : {24, 7}) {
+    SCOPED_TRACE("max_num_batched_tokens " + std::to_string(budget));
+    const TightRun r = run_tight(ScanMode::Exact, budget);
+    RecordProperty("preemptions_budget_" + std::to_string(budget), std::to_string(r.preemptions));
+    EXPECT_GT(r.preemptions, 0);
+    EXPECT_EQ(mismatched_rows(r), 0);
+    for (const auto& [id, s] : r.streams)
+      EXPECT_EQ(r.out.at(id).tokens, std::vector<int32_t>(s.begin() + r.prompt_len.at(id), s.end()));
+    EXPECT_EQ(r.free_blocks_after, r.blocks) << "every block back on the free list";
+  }
+}
+
+// The companion: the same schedule in plain mode differs from single-shot, so the check can fail.
+TEST(EngineHybrid, KvExhaustionPlainModeDiffers) {
+  const TightRun r = run_tight(ScanMode::Plain, 24);
+  EXPECT_GT(r.preemptions, 0);
+  EXPECT_GT(mismatched_rows(r), 0);
+}
+
+// Greedy generation under KV pressure gives the tokens of an unconstrained run.
+TEST(EngineHybrid, GreedyTokensSurvivePreemption) {
+  auto run = [](std::size_t budget, int* preemptions) {
+    EngineConfig c;
+    c.mode = ScanMode::Exact;
+    c.sched.max_num_seqs = 3;
+    c.sched.max_num_batched_tokens = 32;
+    c.state_memory_budget = budget;
+    Engine e(hybrid(), c);
+    std::vector<uint64_t> ids;
+    for (int i = 0; i < 3; ++i) {
+      RequestSpec s;
+      s.prompt = stream(70 + i, 20 + 5 * i);
+      s.sampling.max_tokens = 40;
+      ids.push_back(e.add_request(s));
+    }
+    auto out = e.run_to_completion();
+    std::vector<std::vector<int32_t>> toks;
+    for (auto id : ids) {
+      toks.push_back(out[id].tokens);
+      *preemptions += out[id].num_preemptions;
+    }
+    return toks;
+  };
+  const Sizes z = sizes(ScanMode::Exact);
+  int p_free = 0, p_tight = 0;
+  const auto free_run = run(0, &p_free);
+  const auto tight_run = run(3 * z.state + 6 * z.block, &p_tight);
+  EXPECT_EQ(p_free, 0);
+  EXPECT_GT(p_tight, 0);
+  EXPECT_EQ(free_run, tight_run);
+  for (const auto& t : free_run) EXPECT_EQ(t.size(), 40u);
+}
+
+TEST(EngineHybrid, RequestLargerThanTheWholeKvCacheIsRejected) {
+  const Sizes z = sizes(ScanMode::Exact);
+  EngineConfig c;
+  c.mode = ScanMode::Exact;
+  c.state_memory_budget = 2 * z.state + 4 * z.block;  // 64 tokens of KV
+  c.sched.max_num_seqs = 2;
+  Engine e(hybrid(), c);
+  RequestSpec ok;
+  ok.prompt = stream(1, 30);
+  ok.sampling.max_tokens = 34;  // 64 tokens: fits exactly
+  const uint64_t id = e.add_request(ok);
+  RequestSpec big;
+  big.prompt = stream(2, 30);
+  big.sampling.max_tokens = 35;
+  try {
+    e.add_request(big);
+    ADD_FAILURE() << "a 65-token request over a 64-token KV cache was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("KV cache"), std::string::npos) << err.what();
+  }
+  auto out = e.run_to_completion();
+  EXPECT_EQ(out[id].tokens.size(), 34u);
+}
+
+// The attention and MoE parts hold no per-schedule state: a hybrid sequence alone and packed
+// with others (different slots, different KV blocks) gives the same bits, in both modes.
+TEST(EngineHybrid, PackingInvarianceInOnePass) {
+  const auto& m = hybrid();
+  const auto a = stream(5, 45), s = stream(6, 77), c = stream(7, 20);
+  for (auto mode : {ScanMode::Exact, ScanMode::Plain}) {
+    cache::ModelCacheOptions o;
+    o.mamba.exact = mode == ScanMode::Exact;
+    o.mamba.num_slots = 3;
+    o.kv_num_blocks = 16;
+    cache::ModelCache cc(m.cache_spec(), o);
+    model::ForwardBatch b;
+    for (const auto* t : {&a, &s, &c}) b.tokens.insert(b.tokens.end(), t->begin(), t->end());
+    b.seqs = {{cc.allocate(), 0, 45}, {cc.allocate(), 0, 77}, {cc.allocate(), 0, 20}};
+    // Slot 0 takes its blocks last, so the middle sequence does not sit in blocks 0.. as alone.
+    ASSERT_TRUE(cc.reserve(b.seqs[2].slot, 20));
+    ASSERT_TRUE(cc.reserve(b.seqs[1].slot, 77));
+    ASSERT_TRUE(cc.reserve(b.seqs[0].slot, 45));
+    for (int i = 0; i < 77; ++i) b.logit_rows.push_back(45 + i);
+    std::vector<float> packed(77 * static_cast<std::size_t>(m.vocab_size()));
+    m.forward(b, cc, mode, packed.data());
+    const auto alone = model::score_all_rows(m, s, mode);
+    EXPECT_TRUE(test::same_bits(packed.data(), alone.data(), packed.size()));
+  }
+}
+
+TEST(EngineHybrid, ForwardRefusesAChunkBeyondItsKvBlocks) {
+  const auto& m = hybrid();
+  cache::ModelCacheOptions o;
+  o.mamba.exact = true;
+  o.kv_num_blocks = 4;
+  cache::ModelCache cc(m.cache_spec(), o);
+  const int slot = cc.allocate();
+  ASSERT_TRUE(cc.reserve(slot, 16));
+  model::ForwardBatch b;
+  b.tokens = stream(3, 17);
+  b.seqs = {{slot, 0, 17}};
+  EXPECT_THROW(m.forward(b, cc, ScanMode::Exact, nullptr), Error);
+  EXPECT_EQ(cc.position(slot), 0);
+}
+
+TEST(EngineHybrid, VerifyCommandPassesOnHybrids) {
+  for (const std::string& model : {std::string("builtin:tiny-hybrid"), std::string(PARITY_TEST_DATA) + "/granite_hybrid"}) {
+    auto r = test::run_cli("verify " + model + " --prompt-len 40 --forced-len 10");
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("GraniteMoeHybridForCausalLM"), std::string::npos) << r.out;
+  }
+}
