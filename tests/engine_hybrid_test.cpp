@@ -4,10 +4,13 @@
 // of a request that could never fit the KV cache.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <map>
 #include <random>
 
+#include "accuracy/capture_run.h"
 #include "cache/kv_cache.h"
+#include "io/safetensors.h"
 #include "cache/planner.h"
 #include "common/error.h"
 #include "engine/engine.h"
@@ -289,4 +292,103 @@ TEST(EngineHybrid, VerifyCommandPassesOnHybrids) {
     EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("GraniteMoeHybridForCausalLM"), std::string::npos) << r.out;
   }
+}
+
+// Captures through the engine under KV pressure (chunked prefill, preemption, shared passes)
+// equal a single-shot pass: the router logits of every layer and the logits (lm_head).
+TEST(EngineHybrid, RouterAndLogitCapturesThroughTheEngineEqualSingleShot) {
+  const auto& m = hybrid();
+  const Sizes z = sizes(ScanMode::Exact);
+  accuracy::CaptureSpec spec;
+  for (int i = 0; i < 3; ++i) spec.prompts.push_back(stream(90 + i, 25 + 4 * i));
+  spec.forced = {stream(99, 30)};
+  spec.modules = {"model.layers.0.block_sparse_moe.router", "model.layers.3.block_sparse_moe.router", "lm_head"};
+  spec.engine.mode = ScanMode::Exact;
+  spec.engine.sched.max_num_seqs = 3;
+  spec.engine.sched.max_num_batched_tokens = 20;
+  spec.engine.state_memory_budget = 3 * z.state + 6 * z.block;
+  const accuracy::Captures c = accuracy::capture_through_engine(m, spec);
+  ASSERT_EQ(c.prompts.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    std::vector<int32_t> all = spec.prompts[i];
+    all.insert(all.end(), spec.forced[0].begin(), spec.forced[0].end());
+    std::map<std::string, std::vector<float>> want;
+    struct Rec : model::ProbeHooks {
+      std::map<std::string, std::vector<float>>* out;
+      const std::vector<std::string>* names;
+      bool wants(const std::string& n) const override {
+        return std::find(names->begin(), names->end(), n) != names->end();
+      }
+      void visit(const std::string& n, float* d, int rows, int cols, const model::ProbeRows&) override {
+        (*out)[n].assign(d, d + std::size_t(rows) * cols);
+      }
+    } rec;
+    rec.out = &want;
+    rec.names = &spec.modules;
+    const auto logits = model::score_all_rows(m, all, ScanMode::Exact, &rec);
+    EXPECT_TRUE(test::same_bits(want["lm_head"].data(), logits.data(), logits.size()));
+    for (const auto& name : spec.modules) {
+      const accuracy::Matrix& got = c.prompts[i].flat.at(name);
+      ASSERT_EQ(got.data.size(), want[name].size()) << name;
+      EXPECT_TRUE(test::same_bits(got.data.data(), want[name].data(), got.data.size())) << name << " prompt " << i;
+    }
+  }
+}
+
+// ---- the commands on a hybrid: export + score round trip, generate's logit rows, rejection.
+
+namespace {
+
+std::string csv(const std::vector<int32_t>& t) {
+  std::string s;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(t[i]);
+  }
+  return s;
+}
+
+std::vector<float> logits_file(const std::string& path) {
+  auto f = io::SafetensorsFile::open(path);
+  const io::TensorView* t = f->find("logits");
+  if (!t) return {};
+  const float* p = static_cast<const float*>(t->data);
+  return std::vector<float>(p, p + t->numel());
+}
+
+}  // namespace
+
+TEST(HybridCli, ExportScoreAndGenerateAgreeWithInProcess) {
+  namespace fs = std::filesystem;
+  const fs::path dir = test::scratch_dir("hybrid_cli");
+  const auto s = stream(123, 50);
+  const std::vector<int32_t> prompt(s.begin(), s.begin() + 35), forced(s.begin() + 35, s.end());
+  const auto want = model::score_all_rows(hybrid(), s);
+  const std::size_t V = static_cast<std::size_t>(hybrid().vocab_size());
+
+  auto r = test::run_cli("export builtin:tiny-hybrid --out " + (dir / "m").string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = test::run_cli("score " + (dir / "m").string() + " --tokens " + csv(s) + " --out " + (dir / "s.st").string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto scored = logits_file((dir / "s.st").string());
+  ASSERT_EQ(scored.size(), want.size());
+  EXPECT_TRUE(test::same_bits(scored.data(), want.data(), want.size()));
+
+  r = test::run_cli("generate builtin:tiny-hybrid --exact --prompt " + csv(prompt) + " --forced " + csv(forced) +
+                    " --max-num-batched-tokens 9 --preempt-at-step 5 --dump-logits " + (dir / "g.st").string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("KV cache:"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("\"preemptions\":1"), std::string::npos) << r.out;
+  const auto gen = logits_file((dir / "g.st").string());
+  ASSERT_EQ(gen.size(), (forced.size() + 1) * V);
+  EXPECT_TRUE(test::same_bits(gen.data(), want.data() + (prompt.size() - 1) * V, gen.size()));
+  fs::remove_all(dir);
+}
+
+TEST(HybridCli, GenerateRejectsARequestLargerThanTheKvCache) {
+  // 0.08 MiB: one exact-mode slot (about 73 KiB of Mamba state) and two 16-token KV blocks.
+  auto r = test::run_cli("generate builtin:tiny-hybrid --exact --state-memory-mb 0.08 --prompt " +
+                         csv(stream(5, 20)) + " --max-tokens 20");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("KV cache holds 32"), std::string::npos) << r.err;
 }

@@ -70,7 +70,9 @@ std::vector<ProbePoint> GraniteHybridModel::probe_points() const {
     p.push_back({n.layer, H, "layer output (residual stream)"});
   }
   p.push_back({"model.norm", H, "final RMSNorm output"});
-  p.push_back({"lm_head", c.vocab_size, "lm_head output (before the division by logits_scaling)"});
+  // As for every model here, "lm_head" is the logits: HF's lm_head module output divided by
+  // logits_scaling, what GraniteMoeHybridForCausalLM returns and what validate compares.
+  p.push_back({"lm_head", c.vocab_size, "logits (lm_head output / logits_scaling)"});
   return p;
 }
 
@@ -203,12 +205,10 @@ void GraniteHybridModel::forward(const ForwardBatch& b, cache::ModelCache& mc, S
     kernels::rmsnorm(resid.data(), T, H, w_.norm.data(), eps, hn.data());
     probe("model.norm", hn.data(), H);
     kernels::gemm(hn.data(), T, H, w_.lm_head, nullptr, all.data(), V);
+    for (float& x : all) x = x / scaling;
     probe("lm_head", all.data(), V);
-    for (std::size_t i = 0; i < b.logit_rows.size(); ++i) {
-      const float* src = all.data() + std::size_t(b.logit_rows[i]) * V;
-      float* dst = logits + i * std::size_t(V);
-      for (int j = 0; j < V; ++j) dst[j] = src[j] / scaling;
-    }
+    for (std::size_t i = 0; i < b.logit_rows.size(); ++i)
+      std::memcpy(logits + i * std::size_t(V), all.data() + std::size_t(b.logit_rows[i]) * V, std::size_t(V) * 4);
     return;
   }
   const int R = static_cast<int>(b.logit_rows.size());

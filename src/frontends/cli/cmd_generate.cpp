@@ -46,7 +46,7 @@ Runner add_generate(CLI::App& app) {
   sub->add_option("--max-num-batched-tokens", o->max_batched, "token budget per pass")->check(CLI::Range(1, 1 << 24));
   sub->add_option("--max-num-seqs", o->max_seqs, "sequences per pass")->check(CLI::Range(1, 4096));
   sub->add_option("--max-model-len", o->max_model_len, "longest request (prompt + continuation)")->check(CLI::PositiveNumber);
-  sub->add_option("--state-memory-mb", o->state_mb, "state cache budget in MiB (default: one slot per sequence)")
+  sub->add_option("--state-memory-mb", o->state_mb, "state + KV cache budget in MiB (default: one slot per sequence, KV for 4096 tokens each)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--preempt-at-step", o->preempt_at, "preempt every running request at this step (then recompute)")
       ->check(CLI::PositiveNumber);
