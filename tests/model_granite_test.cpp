@@ -116,6 +116,9 @@ TEST(GraniteHybrid, RouterProbeMatchesHuggingFaceRouterLogits) {
     ASSERT_EQ(want.cols, 8);
     ASSERT_EQ(rec.got[n].size(), want.data.size()) << n;
     const Err e = error_vs(rec.got[n].data(), want.data.data(), want.data.size());
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.3g / %.3g", e.rel, e.max_abs);
+    RecordProperty(n, buf);
     EXPECT_LE(e.rel, 1e-5) << n;
     EXPECT_LE(e.max_abs, 1e-4) << n;
     // The same two experts for every token: compare the top-2 sets.
