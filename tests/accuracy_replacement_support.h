@@ -1,5 +1,5 @@
 #pragma once
-// Helpers for the replacement and validation tests: models loaded once, a single-shot score, and
+// Helpers for the replacement and validation tests: models loaded once, and
 // probe hooks of the tests' own (recording rows by (request, position), adding a perturbation,
 // chaining two hooks), so these tests do not depend on the capture command's code.
 #include <cmath>
@@ -24,12 +24,6 @@ inline const model::Model& acc_model(const std::string& spec) {
     m = model::load_model(model::open_checkpoint(path));
   }
   return *m;
-}
-
-// Every row's logits of one single-shot prefill, optionally with hooks (request id 0).
-inline std::vector<float> acc_score(const model::Model& m, const std::vector<int32_t>& toks,
-                                    model::ProbeHooks* hooks = nullptr) {
-  return model::score_all_rows(m, toks, model::ScanMode::Exact, hooks);
 }
 
 // Records the rows of chosen modules per (request, position); notes whether any pass mixed

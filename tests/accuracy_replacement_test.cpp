@@ -222,7 +222,7 @@ TEST(AccuracyReplacementE2E, SeedBucketedContextGivesTheSameBitsAsTheNativePath)
   // Native path: rows carry request 0 (score passes no ids).
   ReplacementSession native(in_memory(c), tiny());
   native.replacer().register_request(0, toks);
-  std::vector<float> a = test::acc_score(tiny(), toks, &native.hooks());
+  std::vector<float> a = model::score_all_rows(tiny(), toks, model::ScanMode::Exact, &native.hooks());
   // Seed path: one prefill, bucket padded with repeated positions, context set around the pass.
   TensorReplacer r = TensorReplacer::from_captures(c);
   r.register_request(0, toks);
@@ -234,12 +234,12 @@ TEST(AccuracyReplacementE2E, SeedBucketedContextGivesTheSameBitsAsTheNativePath)
   std::vector<float> b;
   {
     ActiveContextScope scope(std::make_shared<ReplacementContext>(r.build_context({0}, pos, true)));
-    b = test::acc_score(tiny(), toks, &ctx_hooks);
+    b = model::score_all_rows(tiny(), toks, model::ScanMode::Exact, &ctx_hooks);
   }
   ASSERT_EQ(a.size(), b.size());
   EXPECT_TRUE(test::same_bits(a.data(), b.data(), a.size()));
   test::PerturbHooks add(kMixer0, {{0, 0}});
-  std::vector<float> want = test::acc_score(tiny(), toks, &add);
+  std::vector<float> want = model::score_all_rows(tiny(), toks, model::ScanMode::Exact, &add);
   EXPECT_TRUE(test::same_bits(a.data(), want.data(), a.size()));
 }
 
@@ -278,7 +278,7 @@ TEST(AccuracyReplacementCli, ScoreAndGenerateAcceptAdditionalConfig) {
   std::vector<int32_t> toks = s.prompt;
   toks.insert(toks.end(), s.forced.begin(), s.forced.end());
   test::PerturbHooks add(kMixer0, {{0, 0}});
-  const std::vector<float> want = test::acc_score(tiny(), toks, &add);
+  const std::vector<float> want = model::score_all_rows(tiny(), toks, model::ScanMode::Exact, &add);
   const std::string cfg = "'{\"tensor_replacement\": {\"tensors_path\": \"" + ref + "\"}}'";
 
   auto r = test::run_cli("score builtin:tiny --tokens " + join(toks) + " --out " + (dir / "s.safetensors").string() +

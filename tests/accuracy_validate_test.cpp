@@ -184,7 +184,7 @@ PromptReference reference_of(const Fixture& f, const std::vector<int32_t>& cont)
   r.prompt = f.prompt;
   r.logits.rows = static_cast<int64_t>(toks.size());
   r.logits.cols = f.V;
-  r.logits.data = test::acc_score(*f.m, toks);
+  r.logits.data = model::score_all_rows(*f.m, toks);
   return r;
 }
 
@@ -350,7 +350,7 @@ TEST(AccuracyValidate, WithTensorReplacementEachRunIsBoundToItsPrompt) {
   std::vector<int32_t> toks = f.prompt;
   toks.insert(toks.end(), pt.stream.begin(), pt.stream.end());
   test::RowRecorder rec({"backbone.layers.0.mixer"});
-  test::acc_score(*f.m, toks, &rec);
+  model::score_all_rows(*f.m, toks, model::ScanMode::Exact, &rec);
   ReplacementConfig cfg;
   cfg.tensors = Captures{};
   PromptCapture pc;

@@ -9,6 +9,7 @@
 #include "engine/exactness_gate.h"
 #include "kernels/isa.h"
 #include "model/checkpoint.h"
+#include "model/model.h"
 #include "test_support.h"
 
 using namespace parity;
@@ -27,10 +28,6 @@ const model::Model& load(const std::string& spec) {
     m = model::load_model(model::open_checkpoint(path));
   }
   return *m;
-}
-
-std::vector<float> score(const model::Model& m, const std::vector<int32_t>& toks) {
-  return model::score_all_rows(m, toks);
 }
 
 std::vector<int32_t> stream(std::mt19937& rng, int n, int vocab) {
@@ -133,7 +130,7 @@ TEST(EngineExact, RandomSchedulesAreBitIdenticalToSingleShot) {
         engine::Engine::accumulate(out, e.step());
       }
       for (auto& [id, idx] : which) {
-        auto ref = score(m, streams[idx]);
+        auto ref = model::score_all_rows(m, streams[idx]);
         EXPECT_EQ(count_mismatches(out[id], ref, V, static_cast<int64_t>(streams[idx].size())), 0);
       }
     }
@@ -152,7 +149,7 @@ TEST(EngineExact, PlainModeRandomSchedulesDiffer) {
   Engine e(m, cfg);
   auto id = e.add_request(all_rows_spec(s, static_cast<int>(s.size()) - 10));
   auto out = e.run_to_completion();
-  EXPECT_GT(count_mismatches(out[id], score(m, s), V, static_cast<int64_t>(s.size())), 0);
+  EXPECT_GT(count_mismatches(out[id], model::score_all_rows(m, s), V, static_cast<int64_t>(s.size())), 0);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "accuracy/captures_file.h"
 #include "accuracy/module_order.h"
 #include "common/error.h"
+#include "engine/exactness_gate.h"
 #include "io/safetensors.h"
 #include "io/token_file.h"
 #include "model/checkpoint.h"
@@ -233,4 +234,47 @@ TEST_F(GraniteBadCheckpoint, UnknownArchitectureListsTheSupportedOnes) {
   EXPECT_NE(e.find("JambaForCausalLM"), std::string::npos) << e;
   EXPECT_NE(e.find("GraniteMoeHybridForCausalLM"), std::string::npos) << e;
   EXPECT_NE(e.find("Mamba2ForCausalLM"), std::string::npos) << e;
+}
+
+// Variants the fixture does not cover: no experts (the shared MLP alone is the FFN, as in
+// granite-4.0-h-350m), no position embedding (the Granite 4.0 H checkpoints are NoPE) and no Mamba
+// layer at all (a cache with KV blocks only; layers 0 and 2 borrow the attention weights of 1 and 3). Each
+// changes the logits and stays bit-identical to single-shot prefill under decode and chunked prefill.
+TEST(GraniteHybrid, DenseNopeAndAttentionOnlyVariantsAreScheduleInvariant) {
+  const auto toks = io::read_tokens(kFixture + "/tokens.json");
+  const std::vector<int32_t> t(toks.begin(), toks.begin() + 40);
+  auto base = model::load_model(model::open_checkpoint("builtin:tiny-hybrid"));
+  const auto base_logits = model::score_all_rows(*base, t);
+  for (const std::string variant : {"dense", "nope", "attention-only"}) {
+    SCOPED_TRACE(variant);
+    model::Checkpoint ck = model::open_checkpoint("builtin:tiny-hybrid");
+    if (variant == "dense") ck.config["num_local_experts"] = 0;
+    if (variant == "nope") ck.config["position_embedding_type"] = "nope";
+    if (variant == "attention-only") {
+      ck.config["layer_types"] = {"attention", "attention", "attention", "attention"};
+      ck.find = [inner = ck.find](const std::string& n) {
+        for (const auto& [from, to] : {std::pair<std::string, std::string>{"model.layers.0.self_attn", "model.layers.1.self_attn"},
+                                       {"model.layers.2.self_attn", "model.layers.3.self_attn"}})
+          if (n.rfind(from, 0) == 0) return inner(to + n.substr(from.size()));
+        return inner(n);
+      };
+    }
+    auto m = model::load_model(ck);
+    bool has_router = false;
+    for (const auto& p : m->probe_points()) has_router = has_router || p.name.find(".router") != std::string::npos;
+    EXPECT_EQ(has_router, variant != "dense");
+    EXPECT_EQ(m->cache_spec().num_mamba_layers, variant == "attention-only" ? 0 : 2);
+    const auto logits = model::score_all_rows(*m, t);
+    EXPECT_FALSE(test::same_bits(logits.data(), base_logits.data(), logits.size()));
+    for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+    engine::GateOptions g;
+    g.prompt_len = 40;
+    g.forced_len = 10;
+    g.modes = {model::ScanMode::Exact};
+    g.scenarios = {"decode", "chunked-prefill"};
+    for (const auto& r : engine::run_exactness_gate(*m, g)) {
+      EXPECT_GT(r.all.rows, 0) << r.scenario;
+      EXPECT_EQ(r.all.mismatched, 0) << r.scenario;
+    }
+  }
 }

@@ -19,10 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<float> run_score(const model::Model& m, const std::vector<int32_t>& toks) {
-  return model::score_all_rows(m, toks);
-}
-
 class Fixture : public ::testing::TestWithParam<std::string> {};
 
 // The committed fixtures come from tools/hf_reference.py: bf16 weights and logits from an
@@ -35,7 +31,7 @@ TEST_P(Fixture, LogitsMatchFloat64Reference) {
   const io::TensorView* ref = ref_file->find("logits");
   ASSERT_NE(ref, nullptr);
   ASSERT_EQ(ref->shape, (std::vector<int64_t>{static_cast<int64_t>(toks.size()), m->vocab_size()}));
-  auto got = run_score(*m, toks);
+  auto got = model::score_all_rows(*m, toks);
   const float* r = static_cast<const float*>(ref->data);
   double num = 0, den = 0, maxd = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -57,7 +53,7 @@ TEST(Model, BuiltinIsDeterministic) {
   auto a = model::load_model(model::open_checkpoint("builtin:tiny"));
   auto b = model::load_model(model::open_checkpoint("builtin:tiny"));
   std::vector<int32_t> t = {1, 2, 3, 4, 5, 6, 7};
-  auto la = run_score(*a, t), lb = run_score(*b, t);
+  auto la = model::score_all_rows(*a, t), lb = model::score_all_rows(*b, t);
   EXPECT_TRUE(test::same_bits(la.data(), lb.data(), la.size()));
   EXPECT_THROW(model::open_checkpoint("builtin:nope"), Error);
 }
@@ -85,7 +81,7 @@ TEST(Model, PackingInvariance) {
     for (int i = 0; i < 77; ++i) b.logit_rows.push_back(45 + i);
     std::vector<float> packed(77 * m->vocab_size());
     m->forward(b, cc, mode, packed.data());
-    auto alone = run_score(*m, s);
+    auto alone = model::score_all_rows(*m, s);
     EXPECT_TRUE(test::same_bits(packed.data(), alone.data(), packed.size()));
   }
 }
@@ -133,7 +129,7 @@ TEST_F(ScoreCli, WorksOnExportedBuiltinAndMatchesInProcess) {
   ASSERT_EQ(r.status, 0) << r.err;
   auto f = io::SafetensorsFile::open((dir / "o.safetensors").string());
   auto m = model::load_model(model::open_checkpoint("builtin:tiny"));
-  auto want = run_score(*m, {1, 2, 3, 4});
+  auto want = model::score_all_rows(*m, {1, 2, 3, 4});
   ASSERT_EQ(f->find("logits")->shape, (std::vector<int64_t>{4, 512}));
   EXPECT_TRUE(test::same_bits(static_cast<const float*>(f->find("logits")->data), want.data(), want.size()));
 }
