@@ -229,19 +229,25 @@ TEST(EngineHybrid, RequestLargerThanTheWholeKvCacheIsRejected) {
   Engine e(hybrid(), c);
   RequestSpec ok;
   ok.prompt = stream(1, 30);
-  ok.sampling.max_tokens = 34;  // 64 tokens: fits exactly
+  ok.sampling.max_tokens = 35;  // feeds 30 + 34 = 64 tokens (the last sampled one is never fed): fits
   const uint64_t id = e.add_request(ok);
-  RequestSpec big;
-  big.prompt = stream(2, 30);
-  big.sampling.max_tokens = 35;
-  try {
-    e.add_request(big);
-    ADD_FAILURE() << "a 65-token request over a 64-token KV cache was accepted";
-  } catch (const Error& err) {
-    EXPECT_NE(std::string(err.what()).find("KV cache"), std::string::npos) << err.what();
+  RequestSpec forced;
+  forced.prompt = stream(3, 30);
+  forced.forced = stream(4, 34);  // feeds all 64
+  const uint64_t id2 = e.add_request(forced);
+  for (RequestSpec big : {ok, forced}) {
+    if (big.forced.empty()) big.sampling.max_tokens++;
+    else big.forced.push_back(1);
+    try {
+      e.add_request(big);
+      ADD_FAILURE() << "a request feeding 65 tokens over a 64-token KV cache was accepted";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("KV cache holds 64"), std::string::npos) << err.what();
+    }
   }
   auto out = e.run_to_completion();
-  EXPECT_EQ(out[id].tokens.size(), 34u);
+  EXPECT_EQ(out[id].tokens.size(), 35u);
+  EXPECT_EQ(out[id2].tokens, forced.forced);
 }
 
 // The attention and MoE parts hold no per-schedule state: a hybrid sequence alone and packed
@@ -283,6 +289,14 @@ TEST(EngineHybrid, ForwardRefusesAChunkBeyondItsKvBlocks) {
   b.seqs = {{slot, 0, 17}};
   EXPECT_THROW(m.forward(b, cc, ScanMode::Exact, nullptr), Error);
   EXPECT_EQ(cc.position(slot), 0);
+  // A cache built for another model's layers is refused, not indexed out of range.
+  auto tiny = model::load_model(model::open_checkpoint("builtin:tiny"));
+  cache::ModelCacheOptions to;
+  to.mamba.exact = true;
+  cache::ModelCache other(tiny->cache_spec(), to);
+  b.seqs = {{other.allocate(), 0, 17}};
+  EXPECT_THROW(m.forward(b, other, ScanMode::Exact, nullptr), Error);
+  EXPECT_THROW(tiny->forward(b, cc, ScanMode::Exact, nullptr), Error);
 }
 
 TEST(EngineHybrid, VerifyCommandPassesOnHybrids) {
@@ -386,7 +400,8 @@ TEST(HybridCli, ExportScoreAndGenerateAgreeWithInProcess) {
 }
 
 TEST(HybridCli, GenerateRejectsARequestLargerThanTheKvCache) {
-  // 0.08 MiB: one exact-mode slot (about 73 KiB of Mamba state) and two 16-token KV blocks.
+  // 0.08 MiB: one exact-mode slot (about 73 KiB of Mamba state) and two 16-token KV blocks; the
+  // request feeds 39 tokens.
   auto r = test::run_cli("generate builtin:tiny-hybrid --exact --state-memory-mb 0.08 --prompt " +
                          csv(stream(5, 20)) + " --max-tokens 20");
   EXPECT_EQ(r.status, 1) << r.err;

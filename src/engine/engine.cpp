@@ -61,8 +61,10 @@ uint64_t Engine::add_request(RequestSpec spec) {
   if (len > cfg_.max_model_len)
     throw Error("request rejected: prompt + continuation is " + std::to_string(len) +
                 " tokens, more than max_model_len " + std::to_string(cfg_.max_model_len));
-  if (const cache::KvCache* kv = cache_->kv(); kv && kv->blocks_for(len) > kv->num_blocks())
-    throw Error("request rejected: prompt + continuation is " + std::to_string(len) + " tokens, but the whole KV cache holds " +
+  // The last sampled token is never fed; every forced token is (it yields the row after it).
+  const int64_t fed = spec.forced.empty() ? len - 1 : len;
+  if (const cache::KvCache* kv = cache_->kv(); kv && kv->blocks_for(fed) > kv->num_blocks())
+    throw Error("request rejected: it feeds up to " + std::to_string(fed) + " tokens, but the whole KV cache holds " +
                 std::to_string(plan_.kv_tokens()) + " (" + std::to_string(kv->num_blocks()) + " blocks of " +
                 std::to_string(kv->layout().block_size) + "); raise --state-memory-mb");
   if (spec.sampling.temperature < 0 || spec.sampling.top_p <= 0 || spec.sampling.top_p > 1 || spec.sampling.top_k < 0)

@@ -148,7 +148,7 @@ void GraniteHybridModel::feed_forward(const GraniteLayerWeights& L, const LayerN
 
 void GraniteHybridModel::forward(const ForwardBatch& b, cache::ModelCache& mc, ScanMode mode, float* logits,
                                  ProbeHooks* hooks) const {
-  validate_batch(b, mc, cfg_.vocab_size, mode);
+  validate_batch(*this, b, mc, mode);
   const io::GraniteHybridConfig& c = cfg_;
   const int T = static_cast<int>(b.tokens.size()), H = c.hidden_size, V = c.vocab_size;
   const float eps = static_cast<float>(c.rms_norm_eps);

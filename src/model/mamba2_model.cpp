@@ -48,7 +48,7 @@ std::vector<ProbePoint> Mamba2Model::probe_points() const {
 
 void Mamba2Model::forward(const ForwardBatch& b, cache::ModelCache& mc, ScanMode mode, float* logits,
                           ProbeHooks* hooks) const {
-  validate_batch(b, mc, cfg_.vocab_size, mode);
+  validate_batch(*this, b, mc, mode);
   cache::MambaStateCache& cache = *mc.mamba();
   const int T = static_cast<int>(b.tokens.size());
   const int D = cfg_.hidden_size;

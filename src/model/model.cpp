@@ -36,7 +36,17 @@ std::vector<float> score_all_rows(const Model& m, const std::vector<int32_t>& to
   return out;
 }
 
-void validate_batch(const ForwardBatch& b, const cache::ModelCache& cache, int vocab_size, ScanMode mode) {
+void validate_batch(const Model& m, const ForwardBatch& b, const cache::ModelCache& cache, ScanMode mode) {
+  const cache::ModelCacheSpec &want = m.cache_spec(), &have = cache.spec();
+  if (want.num_mamba_layers != have.num_mamba_layers || want.num_attention_layers != have.num_attention_layers ||
+      want.num_kv_heads != have.num_kv_heads || want.head_dim != have.head_dim ||
+      (want.num_mamba_layers > 0 && (want.mamba.conv_dim() != have.mamba.conv_dim() ||
+                                     want.mamba.num_heads != have.mamba.num_heads ||
+                                     want.mamba.head_dim != have.mamba.head_dim ||
+                                     want.mamba.state_size != have.mamba.state_size ||
+                                     want.mamba.chunk_size != have.mamba.chunk_size)))
+    throw Error("forward: the cache was built for another model's layers");
+  const int vocab_size = m.vocab_size();
   if (mode == ScanMode::Exact && !cache.exact())
     throw Error("forward: exact mode needs a state cache built with replay rows (exact = true)");
   if (!b.request_ids.empty() && b.request_ids.size() != b.seqs.size())

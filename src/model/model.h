@@ -43,9 +43,9 @@ std::unique_ptr<Model> load_model(const Checkpoint& ck);
 std::vector<float> score_all_rows(const Model& m, const std::vector<int32_t>& tokens,
                                   ScanMode mode = ScanMode::Exact, ProbeHooks* hooks = nullptr);
 
-// The checks every forward makes before touching state (slots, positions, KV capacity, token ids,
-// logit rows, request ids).
-void validate_batch(const ForwardBatch& b, const cache::ModelCache& cache, int vocab_size, ScanMode mode);
+// The checks every forward makes before touching state (a cache built for this model's layers,
+// slots, positions, KV capacity, token ids, logit rows, request ids).
+void validate_batch(const Model& m, const ForwardBatch& b, const cache::ModelCache& cache, ScanMode mode);
 
 // Row → (sequence, absolute position) for probe hooks; empty when there are no hooks.
 ProbeRows probe_rows(const ForwardBatch& b, const ProbeHooks* hooks);
