@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/error.h"
 #include "kernels/isa.h"
 #include "kernels/math.h"
@@ -310,6 +311,38 @@ TEST(KernelsSsdBitwise, SsuSameBitsOnEveryIsaAndThreadCount) {
   }
 }
 
+// The fused bf16 SSU is widen → ssu_step → round, bit for bit, NaNs included.
+TEST(KernelsSsdBitwise, SsuBf16EqualsWidenStepRoundOnEveryIsaAndThreadCount) {
+  for (const SsdShape& shape : {kSmall, kLarge, kOdd, kOdd2, kWide}) {
+    Problem pr = make_problem(shape, 1, 21);
+    std::vector<uint16_t> s16(pr.s0.size());
+    for (std::size_t i = 0; i < s16.size(); ++i) s16[i] = f32_to_bf16(pr.s0[i]);
+    s16[3] = f32_to_bf16(NAN);
+    std::vector<float> s32(s16.size()), y_ref(pr.ldx());
+    for (std::size_t i = 0; i < s16.size(); ++i) s32[i] = bf16_to_f32(s16[i]);
+    {
+      IsaGuard guard(Isa::Portable);
+      ssu_step(shape, pr.x.data(), pr.dt.data(), pr.A.data(), pr.B.data(), pr.C.data(), pr.D.data(), s32.data(),
+               y_ref.data());
+    }
+    std::vector<uint16_t> want(s16.size());
+    for (std::size_t i = 0; i < want.size(); ++i) want[i] = f32_to_bf16(s32[i]);
+    for (Isa isa : kAllIsas) {
+      if (!cpu_has(isa)) continue;
+      IsaGuard guard(isa);
+      for (int threads : {1, 2}) {
+        ThreadGuard tg(threads);
+        std::vector<uint16_t> st = s16;
+        std::vector<float> y(pr.ldx());
+        ssu_step_bf16(shape, pr.x.data(), pr.dt.data(), pr.A.data(), pr.B.data(), pr.C.data(), pr.D.data(), st.data(),
+                      y.data());
+        EXPECT_EQ(std::memcmp(st.data(), want.data(), st.size() * 2), 0) << isa_name(isa) << " threads " << threads;
+        EXPECT_EQ(count_bit_mismatches(y.data(), y_ref.data(), y.size()), 0u) << isa_name(isa) << " threads " << threads;
+      }
+    }
+  }
+}
+
 TEST(KernelsSsdBitwise, RejectsBadArguments) {
   const Problem pr = make_problem(kSmall, 10, 6);
   std::vector<float> y(10 * pr.ldx()), fs(pr.state_elems());
@@ -550,6 +583,155 @@ TEST(KernelsSsdCompanion, StateStepPartsFromSsuOnlyBelowTheFloor) {
   ssd_state_step(pr.shape, pr.x.data(), pr.dt.data(), pr.A.data(), pr.B.data(), S1.data());
   ssu_step(pr.shape, pr.x.data(), pr.dt.data(), pr.A.data(), pr.B.data(), pr.C.data(), pr.D.data(), S2.data(), y.data());
   EXPECT_GT(count_bit_mismatches(S1.data(), S2.data(), S1.size()), S1.size() / 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batched exact decode: one call serves sequences at different rows of their chunks.
+
+struct DecodeSeq {
+  Problem pr;
+  int t, folded = 0;
+  std::vector<float> xhm, running, y;  // head-major replay x, running fold in/out, output row
+};
+
+// layer (optional): the sequence takes its A and D, as sequences of one layer share them.
+// folded: rows already in the running fold (the rest of rows ≤ t are folded by the call).
+DecodeSeq make_decode_seq(const SsdShape& sh, int t, uint32_t seed, const Problem* layer = nullptr, int folded = -1) {
+  DecodeSeq d{make_problem(sh, sh.chunk_size, seed), t, 0, {}, {}, {}};
+  if (layer) {
+    d.pr.A = layer->A;
+    d.pr.D = layer->D;
+  }
+  const int H = sh.nheads, P = sh.headdim, L = sh.chunk_size;
+  d.xhm.assign(size_t(H) * L * P, NAN);  // rows past t stay NaN: the kernel must not read them
+  for (int s = 0; s <= t; ++s)
+    for (int h = 0; h < H; ++h)
+      for (int p = 0; p < P; ++p) d.xhm[(size_t(h) * L + s) * P + p] = d.pr.x[s * d.pr.ldx() + h * P + p];
+  if (folded < 0) folded = t;
+  d.folded = folded;
+  d.running = d.pr.s0;
+  for (int s = 0; s < folded; ++s)
+    ssd_state_step_reference(sh, d.pr.x.data() + s * d.pr.ldx(), d.pr.dt.data() + size_t(s) * H, d.pr.A.data(),
+                             d.pr.B.data() + s * d.pr.ldb(), d.running.data());
+  if (folded == 0) d.running.assign(d.running.size(), NAN);  // not read: the fold starts at the boundary
+  d.y.assign(size_t(d.pr.ldx()), NAN);
+  return d;
+}
+
+TEST(KernelsSsdDecodeRows, EveryRowEqualsScanRowAndFoldOnEveryIsaAndThreadCount) {
+  for (const SsdShape& shape : {kSmall, kLarge, kOdd, kOdd2, kWide}) {
+    const int L = shape.chunk_size;
+    std::vector<int> ts = {0, 1, 2, 15, 16, 17, L / 2, L - 2, L - 1};
+    for (int& t : ts) t = std::min(std::max(t, 0), L - 1);
+    for (Isa isa : kAllIsas) {
+      if (!cpu_has(isa)) continue;
+      IsaGuard guard(isa);
+      for (int threads : {1, 2}) {
+        ThreadGuard tg(threads);
+        // All sequences share A and D (one layer); each has its own stream and boundary state.
+        std::vector<DecodeSeq> seqs;
+        const Problem layer = make_problem(shape, 1, 39);
+        // Each row once folding only itself, once folding a group of up to 6 rows.
+        for (std::size_t i = 0; i < ts.size(); ++i) {
+          seqs.push_back(make_decode_seq(shape, ts[i], 40 + uint32_t(i), &layer));
+          seqs.push_back(make_decode_seq(shape, ts[i], 60 + uint32_t(i), &layer, std::max(0, ts[i] - 5)));
+        }
+        std::vector<SsdDecodeRow> rows;
+        for (DecodeSeq& d : seqs) {
+          SsdDecodeRow r;
+          r.t = d.t;
+          r.x = d.xhm.data();
+          r.dt = d.pr.dt.data();
+          r.B = d.pr.B.data();
+          r.C = d.pr.C.data() + d.t * d.pr.ldb();
+          r.boundary = d.pr.s0.data();
+          r.running = d.running.data();
+          r.folded = d.folded;
+          r.fold_to = d.t + 1;
+          r.y = d.y.data();
+          rows.push_back(r);
+        }
+        // A chunk's last row may fold straight into its boundary state (read first for y).
+        std::vector<std::vector<float>> boundaries;
+        for (std::size_t i = 0; i < seqs.size(); ++i)
+          if (seqs[i].t == L - 1) boundaries.push_back(seqs[i].pr.s0);
+        for (std::size_t i = 0, b = 0; i < seqs.size(); ++i)
+          if (seqs[i].t == L - 1 && i % 2 == 1) {
+            rows[i].boundary = boundaries[b].data();
+            rows[i].fold_dst = boundaries[b++].data();
+          } else if (seqs[i].t == L - 1) {
+            ++b;
+          }
+        ssd_decode_rows(shape, seqs[0].pr.A.data(), seqs[0].pr.D.data(), rows.data(), int(rows.size()));
+        for (std::size_t i = 0; i < seqs.size(); ++i) {
+          const DecodeSeq& d = seqs[i];
+          const ScanOut o = run_scan(d.pr, 0, d.t + 1, d.t, d.pr.s0.data());
+          const float* got = rows[i].fold_dst ? rows[i].fold_dst : d.running.data();
+          EXPECT_TRUE(same_bits(d.y.data(), o.y.data(), d.y.size()))
+              << isa_name(isa) << " threads " << threads << " H" << shape.nheads << " t " << d.t << ": "
+              << count_bit_mismatches(d.y.data(), o.y.data(), d.y.size()) << " output elements differ";
+          EXPECT_TRUE(same_bits(got, o.final_state.data(), o.final_state.size()))
+              << isa_name(isa) << " threads " << threads << " H" << shape.nheads << " t " << d.t
+              << (rows[i].fold_dst ? " (folded into the boundary)" : "");
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelsSsdDecodeRows, WithoutFoldLeavesRunningAlone) {
+  DecodeSeq d = make_decode_seq(kLarge, 37, 7, nullptr, 32);
+  const std::vector<float> before = d.running;
+  SsdDecodeRow r;
+  r.t = d.t;
+  r.x = d.xhm.data();
+  r.dt = d.pr.dt.data();
+  r.B = d.pr.B.data();
+  r.C = d.pr.C.data() + d.t * d.pr.ldb();
+  r.boundary = d.pr.s0.data();
+  r.running = d.running.data();
+  r.folded = d.folded;
+  r.y = d.y.data();
+  ssd_decode_rows(kLarge, d.pr.A.data(), d.pr.D.data(), &r, 1);
+  EXPECT_TRUE(same_bits(before.data(), d.running.data(), before.size()));
+  const ScanOut o = run_scan(d.pr, 0, d.t + 1, d.t, d.pr.s0.data());
+  EXPECT_TRUE(same_bits(d.y.data(), o.y.data(), d.y.size()));
+  r.fold_to = d.t + 2;  // past the new row
+  EXPECT_THROW(ssd_decode_rows(kLarge, d.pr.A.data(), d.pr.D.data(), &r, 1), Error);
+}
+
+TEST(KernelsSsdDecodeRows, RejectsRowOutsideTheChunk) {
+  DecodeSeq d = make_decode_seq(kSmall, 0, 3);
+  SsdDecodeRow r;
+  r.t = kSmall.chunk_size;
+  r.x = d.xhm.data();
+  r.dt = d.pr.dt.data();
+  r.B = d.pr.B.data();
+  r.C = d.pr.C.data();
+  r.boundary = d.pr.s0.data();
+  r.running = d.running.data();
+  r.y = d.y.data();
+  EXPECT_THROW(ssd_decode_rows(kSmall, d.pr.A.data(), d.pr.D.data(), &r, 1), Error);
+}
+
+// Companion: the same decode row computed from a boundary state one chunk later (a grid that is
+// not anchored where prefill put it) changes bits, so the equality above is not vacuous.
+TEST(KernelsSsdCompanion, DecodeRowFromAnotherBoundaryDiffers) {
+  DecodeSeq d = make_decode_seq(kLarge, 100, 5);
+  std::vector<float> other = d.pr.s0;
+  for (float& v : other) v = v * 1.0000001f + 1e-7f;
+  SsdDecodeRow r;
+  r.t = d.t;
+  r.x = d.xhm.data();
+  r.dt = d.pr.dt.data();
+  r.B = d.pr.B.data();
+  r.C = d.pr.C.data() + d.t * d.pr.ldb();
+  r.boundary = other.data();
+  r.running = d.running.data();
+  r.y = d.y.data();
+  ssd_decode_rows(kLarge, d.pr.A.data(), d.pr.D.data(), &r, 1);
+  const ScanOut o = run_scan(d.pr, 0, d.t + 1, d.t, d.pr.s0.data());
+  EXPECT_GT(count_bit_mismatches(d.y.data(), o.y.data(), d.y.size()), 0u);
 }
 
 // ---------------------------------------------------------------------------------------------

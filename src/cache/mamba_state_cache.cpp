@@ -56,6 +56,7 @@ MambaStateCache::MambaStateCache(const io::Mamba2Config& cfg, int num_mamba_laye
   if (ssm_bf16_.size()) std::memset(ssm_bf16_.data(), 0, ssm_bf16_.size() * sizeof(uint16_t));
   used_.assign(opt.num_slots, 0);
   pos_.assign(opt.num_slots, 0);
+  folded_.assign(ls, 0);
 }
 
 int MambaStateCache::num_free() const {
@@ -68,6 +69,7 @@ int MambaStateCache::allocate() {
     used_[s] = 1;
     pos_[s] = 0;
     for (int l = 0; l < layers_; ++l) {
+      folded_[std::size_t(l) * opt_.num_slots + s] = 0;
       std::memset(conv_state(l, s), 0, conv_elems_ * sizeof(float));
       std::size_t off = (std::size_t(l) * opt_.num_slots + s) * ssm_elems_;
       if (opt_.ssm_dtype == DType::F32) std::memset(ssm_f32_.data() + off, 0, ssm_elems_ * sizeof(float));
@@ -90,6 +92,11 @@ float* MambaStateCache::conv_state(int layer, int slot) {
 float* MambaStateCache::ssm_f32(int layer, int slot) {
   if (opt_.ssm_dtype != DType::F32) throw Error("internal: direct SSM state access needs a float32 cache");
   return ssm_f32_.data() + (std::size_t(layer) * opt_.num_slots + slot) * ssm_elems_;
+}
+
+uint16_t* MambaStateCache::ssm_bf16(int layer, int slot) {
+  if (opt_.ssm_dtype != DType::BF16) throw Error("internal: direct bf16 SSM state access needs a bfloat16 cache");
+  return ssm_bf16_.data() + (std::size_t(layer) * opt_.num_slots + slot) * ssm_elems_;
 }
 
 void MambaStateCache::load_ssm(int layer, int slot, float* dst) const {
@@ -115,6 +122,11 @@ void MambaStateCache::store_ssm(int layer, int slot, const float* src) {
 float* MambaStateCache::running(int layer, int slot) {
   if (!opt_.exact) throw Error("internal: the running fold exists in exact mode only");
   return run_.data() + (std::size_t(layer) * opt_.num_slots + slot) * ssm_elems_;
+}
+
+int& MambaStateCache::running_rows(int layer, int slot) {
+  if (!opt_.exact) throw Error("internal: the running fold exists in exact mode only");
+  return folded_[std::size_t(layer) * opt_.num_slots + slot];
 }
 
 float* MambaStateCache::replay_x(int layer, int slot) {

@@ -5,7 +5,8 @@
 //                                        exact mode: the fp32 *boundary state* at the last
 //                                        multiple of chunk_size
 //   running      exact mode only: fp32 fold of the rows since the boundary (becomes the next
-//                boundary state when the chunk completes; decode advances it one row per step)
+//                boundary state when the chunk completes; decode advances it a group of rows
+//                at a time)
 //   replay rows  exact mode only: x, dt, B of the tokens since the boundary,
 //                at most chunk_size rows each (C is never needed: replayed rows emit nothing)
 // Kernels know nothing of slots; the model reads and writes them through this class.
@@ -58,15 +59,22 @@ class MambaStateCache {
   float* conv_state(int layer, int slot);
   // Direct fp32 state (F32 caches only: exact mode always, plain mode with float32).
   float* ssm_f32(int layer, int slot);
+  // Direct bf16 state (BF16 caches only: plain mode's default, updated in place by ssu_step_bf16).
+  uint16_t* ssm_bf16(int layer, int slot);
   // fp32 copy of the SSM state whatever the dtype; bf16 caches round once on store.
   void load_ssm(int layer, int slot, float* dst) const;
   void store_ssm(int layer, int slot, const float* src);  // rounds once for bf16
 
-  // Running fold since the boundary (exact mode).
+  // Running fold since the boundary (exact mode): the fold of the chunk's first running_rows()
+  // rows. Decode folds rows in groups (model/mamba2_scan.cpp), so it may lag the position.
   float* running(int layer, int slot);
+  int& running_rows(int layer, int slot);
 
-  // Replay rows (exact mode), chunk_size rows each, in the layout ssd_scan reads, so a decode
-  // step appends its row and scans the buffer in place. Row i = position boundary + i.
+  // Replay rows (exact mode), chunk_size rows each; row i = position boundary + i. x is kept
+  // HEAD-MAJOR, [heads][chunk_size][head_dim]: a decode step reads every earlier row of a head, and
+  // a head's rows are then one contiguous stream instead of 256-byte pieces a row apart (the
+  // layout kernels::ssd_decode_rows reads in place). dt is [chunk_size][heads], B
+  // [chunk_size][groups·state].
   // dt is kept after softplus(raw + dt_bias) and the time_step_limit clamp: a pure function of
   // the raw dt, so keeping it instead of the raw value changes no bit and saves H softplus per
   // replayed row per step.
@@ -88,6 +96,7 @@ class MambaStateCache {
   AlignedBuffer<float> run_, rx_, rdt_, rb_;
   std::vector<uint8_t> used_;
   std::vector<int64_t> pos_;
+  std::vector<int> folded_;  // per (layer, slot): rows in the running fold
 };
 
 }  // namespace parity::cache

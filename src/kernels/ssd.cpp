@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/aligned.h"
+#include "common/dtype.h"
 #include "common/error.h"
 #include "kernels/isa.h"
 #include "kernels/math.h"
@@ -60,6 +61,22 @@ void state_step_reference_head(int P, int N, const float* x, float dt, float A, 
   }
 }
 
+// Output row t of one head by the row routine, as ssd_internal.h writes it: xrow(s) / brow(s) give
+// the head's x and the group's B of chunk row s; sum and w are scratch of t + 2 floats.
+template <class XRow, class BRow>
+void reference_row(int P, int N, int t, XRow xrow, BRow brow, const float* Ct, const float* dA, const float* dtc,
+                   const float* Sb, float Dh, float* sum, float* w, float* yt) {
+  decay_sums(dA, t, sum);
+  const float exp_cs = decay_f(sum[t + 1]);
+  for (int s = 0; s <= t; ++s) w[s] = (dot16(Ct, brow(s), N) * decay_f(sum[s])) * dtc[s];
+  for (int p = 0; p < P; ++p) {
+    float intra = 0.0f;
+    for (int s = 0; s <= t; ++s) intra = std::fma(w[s], xrow(s)[p], intra);
+    const float sc = dot16(Sb + int64_t(p) * N, Ct, N);
+    yt[p] = std::fma(Dh, xrow(t)[p], std::fma(exp_cs, sc, intra));
+  }
+}
+
 // One head over all chunks of the call, in the order of ssd_internal.h, with nothing shared
 // between heads and no vector code: the readable statement of the arithmetic.
 void reference_head(const ScanArgs& a, int h) {
@@ -85,17 +102,8 @@ void reference_head(const ScanArgs& a, int h) {
 
     for (int t = std::max(0, a.first_out - c0); t < Lc; ++t) {
       const int64_t out = c0 + t - a.first_out;
-      const float* Ct = a.C + out * ldb + int64_t(g) * N;
-      decay_sums(dA.data(), t, sum.data());
-      const float exp_cs = decay_f(sum[t + 1]);
-      for (int s = 0; s <= t; ++s) w[s] = (dot16(Ct, brow(s), N) * decay_f(sum[s])) * dtc[s];
-      float* yt = a.y + out * ldx + int64_t(h) * P;
-      for (int p = 0; p < P; ++p) {
-        float intra = 0.0f;
-        for (int s = 0; s <= t; ++s) intra = std::fma(w[s], xrow(s)[p], intra);
-        const float sc = dot16(S.data() + int64_t(p) * N, Ct, N);
-        yt[p] = std::fma(Dh, xrow(t)[p], std::fma(exp_cs, sc, intra));
-      }
+      reference_row(P, N, t, xrow, brow, a.C + out * ldb + int64_t(g) * N, dA.data(), dtc.data(), S.data(), Dh,
+                    sum.data(), w.data(), a.y + out * ldx + int64_t(h) * P);
     }
 
     // The output rows above read the boundary state, so the fold runs after them.
@@ -313,6 +321,119 @@ void ssd_state_step_reference(const SsdShape& shape, const float* x, const float
   }
 }
 
+void ssd_decode_rows(const SsdShape& shape, const float* A, const float* D, const SsdDecodeRow* rows, int count) {
+  check_shape(shape);
+  const int H = shape.nheads, P = shape.headdim, G = shape.ngroups, N = shape.dstate, L = shape.chunk_size;
+  const int hpg = H / G;
+  const int64_t ldb = int64_t(G) * N, pn = int64_t(P) * N;
+  for (int i = 0; i < count; ++i) {
+    const SsdDecodeRow& r = rows[i];
+    if (r.t < 0 || r.t >= L)
+      throw Error("ssd_decode_rows: row " + std::to_string(r.t) + " is outside the chunk [0, " + std::to_string(L) +
+                  ")");
+    if (r.fold_to != 0 && (r.folded < 0 || r.folded >= r.fold_to || r.fold_to > r.t + 1))
+      throw Error("ssd_decode_rows: cannot fold rows [" + std::to_string(r.folded) + ", " + std::to_string(r.fold_to) +
+                  ") at row " + std::to_string(r.t));
+  }
+  if (count == 0) return;
+  const bool avx512 = active_isa() == Isa::Avx512;
+  // CB rows per (sequence, group), shared by the group's heads. ldcb 0 in HeadChunk: the row routine
+  // reads CB only for the one output row.
+  const int ldcb = round_up(L, 16);
+  thread_local AlignedBuffer<float> cb_buf;
+  if (avx512 && cb_buf.size() < size_t(count) * G * ldcb) cb_buf.resize(size_t(count) * G * ldcb);
+  float* const cb_all = cb_buf.data();
+  double flops = 0;
+  for (int i = 0; i < count; ++i)
+    flops += double(rows[i].t + 1) * (H * P + N * G) + (2.0 + 2.0 * std::max(0, rows[i].fold_to - rows[i].folded)) * H * pn;
+  const int nthreads = kernels::num_threads();
+#pragma omp parallel num_threads(nthreads) if (flops > kParallelFlops)
+  {
+    if (avx512) {
+#pragma omp for schedule(static)
+      for (int it = 0; it < count * G; ++it) {
+        const SsdDecodeRow& r = rows[it / G];
+        const int g = it % G;
+        ssd_detail::cb_row_avx512(r.B + int64_t(g) * N, ldb, r.C + int64_t(g) * N, N, r.t, cb_all + size_t(it) * ldcb);
+      }
+    }
+#pragma omp for schedule(static)
+    for (int it = 0; it < count * H; ++it) {
+      const int i = it / H, h = it % H, g = h / hpg;
+      const SsdDecodeRow& r = rows[i];
+      const int t = r.t;
+      HeadScratch& scr = head_scratch();
+      scr.reserve(L, P);
+      for (int s = 0; s <= t; ++s) {
+        scr.dtc[s] = r.dt[int64_t(s) * H + h];
+        scr.dA[s] = scr.dtc[s] * A[h];
+      }
+      const float* xh = r.x + int64_t(h) * L * P;
+      const float* Bg = r.B + int64_t(g) * N;
+      const float* Sb = r.boundary + int64_t(h) * pn;
+      if (avx512) {
+        HeadChunk k{};
+        k.P = P;
+        k.N = N;
+        k.Lc = t + 1;
+        k.ldx = P;
+        k.ldb = ldb;
+        k.ldy = 0;
+        k.x = xh;
+        k.Bg = Bg;
+        k.Cg = r.C + int64_t(g) * N;
+        k.yh = r.y + int64_t(h) * P;
+        k.out0 = -t;  // the one output row t sits at C / y row 0
+        k.cb = cb_all + (size_t(i) * G + g) * ldcb;
+        k.ldcb = 0;
+        k.Sb = Sb;
+        k.D = D[h];
+        k.dA = scr.dA.data();
+        k.dtc = scr.dtc.data();
+        k.sum = scr.sum.data();
+        k.w = scr.w.data();
+        k.sc = scr.sc.data();
+        k.u = scr.u.data();
+        k.lpad = scr.lpad;
+        k.ppad = scr.ppad;
+        ssd_detail::head_rows_avx512(k, t);
+      } else {
+        reference_row(
+            P, N, t, [&](int s) { return xh + int64_t(s) * P; }, [&](int s) { return Bg + int64_t(s) * ldb; },
+            r.C + int64_t(g) * N, scr.dA.data(), scr.dtc.data(), Sb, D[h], scr.sum.data(), scr.w.data(),
+            r.y + int64_t(h) * P);
+      }
+      if (r.fold_to == 0) continue;
+      // The rows enter the running fold while this head's data is still in cache.
+      float* R = (r.fold_dst ? r.fold_dst : r.running) + int64_t(h) * pn;
+      const float* src = r.folded == 0 ? Sb : r.running + int64_t(h) * pn;
+      const int f0 = r.folded, nf = r.fold_to - r.folded;
+      if (avx512) {
+        HeadChunk k{};
+        k.P = P;
+        k.N = N;
+        k.Lc = nf;
+        k.ldx = P;
+        k.ldb = ldb;
+        k.x = xh + int64_t(f0) * P;
+        k.Bg = Bg + int64_t(f0) * ldb;
+        k.Sb = src;
+        k.dA = scr.dA.data() + f0;
+        k.dtc = scr.dtc.data() + f0;
+        k.w = scr.w.data();
+        k.u = scr.u.data();
+        k.lpad = scr.lpad;
+        k.ppad = scr.ppad;
+        ssd_detail::fold_avx512(k, R);
+      } else {
+        if (src != R) std::memcpy(R, src, sizeof(float) * pn);
+        for (int s = f0; s < r.fold_to; ++s)
+          state_step_reference_head(P, N, xh + int64_t(s) * P, scr.dtc[s], A[h], Bg + int64_t(s) * ldb, R);
+      }
+    }
+  }
+}
+
 void ssu_step(const SsdShape& shape, const float* x, const float* dt, const float* A, const float* B,
               const float* C, const float* D, float* state, float* y) {
   check_shape(shape);
@@ -324,6 +445,31 @@ void ssu_step(const SsdShape& shape, const float* x, const float* dt, const floa
     const int64_t g = h / hpg;
     head_fn(P, N, x + int64_t(h) * P, dt[h], A[h], D[h], B + g * N, C + g * N, state + int64_t(h) * P * N,
             y + int64_t(h) * P);
+  }
+}
+
+void ssu_step_bf16(const SsdShape& shape, const float* x, const float* dt, const float* A, const float* B,
+                   const float* C, const float* D, uint16_t* state, float* y) {
+  check_shape(shape);
+  const int H = shape.nheads, P = shape.headdim, N = shape.dstate, hpg = H / shape.ngroups;
+  const bool avx512 = active_isa() == Isa::Avx512;
+  const double flops = 2.0 * H * P * N;
+#pragma omp parallel for num_threads(kernels::num_threads()) schedule(static) if (flops > kParallelFlops)
+  for (int h = 0; h < H; ++h) {
+    thread_local AlignedBuffer<float> scratch;
+    const std::size_t need = std::size_t(std::max(16, P)) * N;
+    if (scratch.size() < need) scratch.resize(need);
+    const int64_t g = h / hpg;
+    uint16_t* Sh = state + int64_t(h) * P * N;
+    if (avx512) {
+      ssd_detail::ssu_head_bf16_avx512(P, N, x + int64_t(h) * P, dt[h], A[h], D[h], B + g * N, C + g * N, Sh,
+                                       y + int64_t(h) * P, scratch.data());
+    } else {
+      for (int64_t i = 0; i < int64_t(P) * N; ++i) scratch[i] = bf16_to_f32(Sh[i]);
+      ssu_reference_head(P, N, x + int64_t(h) * P, dt[h], A[h], D[h], B + g * N, C + g * N, scratch.data(),
+                         y + int64_t(h) * P);
+      for (int64_t i = 0; i < int64_t(P) * N; ++i) Sh[i] = f32_to_bf16(scratch[i]);
+    }
   }
 }
 

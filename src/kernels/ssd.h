@@ -66,6 +66,35 @@ void ssd_state_step(const SsdShape& shape, const float* x, const float* dt, cons
 void ssd_state_step_reference(const SsdShape& shape, const float* x, const float* dt, const float* A,
                               const float* B, float* state);
 
+// Exact-mode decode for many sequences at once: for each, the output row of ONE new token at row t
+// (0 <= t < chunk_size) of its chunk, computed by ssd_scan's row routine from the chunk's boundary
+// state and its rows 0..t, read from the sequence's replay buffers. Bit for bit, y equals
+// ssd_scan(rows 0..t, first_out = t). Optionally the running fold then takes the rows
+// [folded, fold_to): afterwards it equals ssd_state_step over rows 0..fold_to-1 from the boundary
+// state (and ssd_scan's final_state over those rows). Folding rows in groups instead of one per
+// step moves the running state through memory once per group: on a batch of long states that
+// traffic, not arithmetic, is what a decode step costs.
+// One parallel region over (sequence, head) items, so a decode step of a large batch pays one
+// fork-join, and each item touches its head's boundary state, replay rows and running fold while
+// they are hot.
+struct SsdDecodeRow {
+  int t = 0;                    // row of the new token inside its chunk
+  const float* x = nullptr;     // replay rows, HEAD-MAJOR: x[h][s][p] at (h·chunk_size + s)·headdim + p; rows ≤ t filled
+  const float* dt = nullptr;    // [t+1][nheads], after softplus and clamp
+  const float* B = nullptr;     // [t+1][ngroups·dstate]
+  const float* C = nullptr;     // [ngroups·dstate] of the new token
+  const float* boundary = nullptr;  // boundary state [nheads][headdim][dstate]
+  float* running = nullptr;     // fold of rows 0..folded-1 (read only when folded > 0)
+  int folded = 0;               // rows already in running
+  int fold_to = 0;              // 0: leave running alone; else fold rows [folded, fold_to), folded < fold_to <= t+1
+  // Where the fold goes: running (nullptr), or, at a chunk's last row, the boundary state itself
+  // (its old value is read for y first, head by head): the completed chunk's state then becomes
+  // the new boundary without a copy.
+  float* fold_dst = nullptr;
+  float* y = nullptr;           // [nheads·headdim]
+};
+void ssd_decode_rows(const SsdShape& shape, const float* A, const float* D, const SsdDecodeRow* rows, int count);
+
 // SSU: the recurrent one-token update used by plain-mode decode (vLLM's selective_state_update):
 //   S = exp(dt·A) · S + dt · x ⊗ B ;  y = S C + D · x
 // Its state update is ssd_state_step's element sequence but with exp_f unfloored: plain mode
@@ -73,5 +102,12 @@ void ssd_state_step_reference(const SsdShape& shape, const float* x, const float
 // state is updated in place (fp32). x [nheads*headdim], dt [nheads], B, C [ngroups*dstate].
 void ssu_step(const SsdShape& shape, const float* x, const float* dt, const float* A, const float* B,
               const float* C, const float* D, float* state, float* y);
+
+// ssu_step on a bf16 state (plain mode's default cache, as vLLM's): every element is widened,
+// updated and y read exactly as ssu_step on an fp32 copy would, then rounded once to bf16 (nearest
+// even) on store: the same bits as widen → ssu_step → round, without the fp32 copy's memory
+// traffic.
+void ssu_step_bf16(const SsdShape& shape, const float* x, const float* dt, const float* A, const float* B,
+                   const float* C, const float* D, uint16_t* state, float* y);
 
 }  // namespace parity::kernels

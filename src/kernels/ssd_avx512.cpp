@@ -538,4 +538,55 @@ void ssu_head_avx512(int P, int N, const float* x, float dt, float A, float D, c
   }
 }
 
+namespace {
+
+// bf16 → fp32 (exact: a shift) and fp32 → bf16 with common/dtype.h's rounding: nearest-even on
+// the integer image, NaNs kept quiet NaNs.
+inline __m512 widen_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+
+inline __m256i round_bf16(__m512 f) {
+  const __m512i u = _mm512_castps_si512(f);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
+}
+
+}  // namespace
+
+void ssu_head_bf16_avx512(int P, int N, const float* x, float dt, float A, float D, const float* B, const float* C,
+                          uint16_t* S, float* y, float* rows16) {
+  const __m512 decay = _mm512_set1_ps(exp_one(dt * A));
+  // Each state row is widened, updated, stored rounded, and kept in fp32 for its dot (the dot
+  // reads the unrounded state, as when the update runs on an fp32 copy).
+  auto update_row = [&](int p, float* out) {
+    const __m512 u = _mm512_set1_ps(dt * x[p]);
+    uint16_t* Sp = S + int64_t(p) * N;
+    for (int k = 0; k < N; k += kW) {
+      const __mmask16 m = tail_mask(N - k);
+      const __m512 old = widen_bf16(_mm256_maskz_loadu_epi16(m, Sp + k));
+      const __m512 s = _mm512_fmadd_ps(u, _mm512_maskz_loadu_ps(m, B + k), _mm512_mul_ps(decay, old));
+      _mm512_mask_storeu_ps(out + k, m, s);
+      _mm256_mask_storeu_epi16(Sp + k, m, round_bf16(s));
+    }
+  };
+  int p = 0;
+  for (; p + 16 <= P; p += 16) {
+    const float* rows[16];
+    for (int i = 0; i < 16; ++i) {
+      update_row(p + i, rows16 + int64_t(i) * N);
+      rows[i] = rows16 + int64_t(i) * N;
+    }
+    alignas(64) float dots[16];
+    dot16x16(rows, C, N, dots);
+    for (int i = 0; i < 16; ++i) y[p + i] = fma_one(D, x[p + i], dots[i]);
+  }
+  for (; p < P; ++p) {
+    update_row(p, rows16);
+    y[p] = fma_one(D, x[p], dot16_one(rows16, C, N));
+  }
+}
+
 }  // namespace parity::kernels::ssd_detail

@@ -27,6 +27,11 @@ void mamba2_mixer_forward(const io::Mamba2Config& cfg, const Mamba2LayerWeights&
                           const ForwardBatch& b, const float* x, float* out, cache::MambaStateCache& cache,
                           ScanMode mode, const MixerProbeNames& names, ProbeHooks* hooks, const ProbeRows& meta);
 
+// Exact-mode decode folds rows into the running fold this many at a time (mamba2_scan.cpp): after
+// a decode at chunk row t, MambaStateCache::running_rows() is (t + 1) / kDecodeFoldGroup ·
+// kDecodeFoldGroup (0 after the chunk's last row).
+inline constexpr int kDecodeFoldGroup = 16;
+
 // The recurrent core for every sequence of the pass (mamba2_scan.cpp): y = SSD/SSU(x, dt, B, C)
 // with the state kept in the cache. xbc [T][conv_dim] after SiLU, dt_raw [T][heads], y [T][I].
 void mamba2_scan(const io::Mamba2Config& cfg, const Mamba2LayerWeights& w, int cache_layer,
