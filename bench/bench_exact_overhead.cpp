@@ -16,15 +16,14 @@
 
 #include "model/checkpoint.h"
 #include "model/mamba2_mixer.h"
-#include "model/mamba2_model.h"
+#include "model/model.h"
 
 using namespace parity;
 
 namespace {
 
-const model::Mamba2Model& model_130m() {
-  static std::unique_ptr<model::Mamba2Model> m =
-      model::Mamba2Model::load(model::open_checkpoint("builtin:mamba2-130m"));
+const model::Model& model_130m() {
+  static std::unique_ptr<model::Model> m = model::load_model(model::open_checkpoint("builtin:mamba2-130m"));
   return *m;
 }
 
@@ -35,17 +34,17 @@ double median(std::vector<double> v) {
 }
 
 struct ModeRun {
-  std::unique_ptr<cache::MambaStateCache> cache;
+  std::unique_ptr<cache::ModelCache> cache;
   model::ForwardBatch batch;
   model::ScanMode mode;
 };
 
-ModeRun make_run(const model::Mamba2Model& m, bool exact, int batch) {
-  cache::MambaCacheOptions o;
-  o.exact = exact;
-  o.ssm_dtype = exact ? DType::F32 : DType::BF16;  // each mode's default
-  o.num_slots = batch;
-  ModeRun r{std::make_unique<cache::MambaStateCache>(m.config(), m.num_layers(), o), {},
+ModeRun make_run(const model::Model& m, bool exact, int batch) {
+  cache::ModelCacheOptions o;
+  o.mamba.exact = exact;
+  o.mamba.ssm_dtype = exact ? DType::F32 : DType::BF16;  // each mode's default
+  o.mamba.num_slots = batch;
+  ModeRun r{std::make_unique<cache::ModelCache>(m.cache_spec(), o), {},
             exact ? model::ScanMode::Exact : model::ScanMode::Plain};
   for (int i = 0; i < batch; ++i) {
     r.batch.seqs.push_back({r.cache->allocate(), 0, 1});
@@ -59,7 +58,8 @@ void BM_ExactOverhead(benchmark::State& st) {
   const auto& m = model_130m();
   const int batch = static_cast<int>(st.range(0));
   const int pos = static_cast<int>(st.range(1));
-  const int cs = m.config().chunk_size;
+  const int cs = m.chunk_size();
+  const int layers = m.cache_spec().num_mamba_layers;
   ModeRun plain = make_run(m, false, batch), exact = make_run(m, true, batch);
   std::vector<float> logits(std::size_t(batch) * m.vocab_size());
   std::vector<double> ratios, tp, te;
@@ -72,8 +72,8 @@ void BM_ExactOverhead(benchmark::State& st) {
       s.start = start;
       r.cache->set_position(s.slot, start);
       if (r.mode == model::ScanMode::Exact)
-        for (int l = 0; l < m.num_layers(); ++l)
-          r.cache->running_rows(l, s.slot) = t / model::kDecodeFoldGroup * model::kDecodeFoldGroup;
+        for (int l = 0; l < layers; ++l)
+          r.cache->mamba()->running_rows(l, s.slot) = t / model::kDecodeFoldGroup * model::kDecodeFoldGroup;
     }
     const auto t0 = std::chrono::steady_clock::now();
     m.forward(r.batch, *r.cache, r.mode, logits.data());

@@ -1,5 +1,5 @@
-// Model-level benchmarks on builtin:mamba2-130m: prefill and decode tokens/s, exact vs plain decode
-// step time by batch and chunk position, and engine throughput on a mixed workload.
+// Model-level benchmarks on builtin:mamba2-130m: prefill tokens/s and engine throughput on a mixed
+// workload (exact vs plain decode step: bench_exact_overhead.cpp).
 //
 //   build/parity_bench --benchmark_filter='Model|Engine' --benchmark_min_time=1
 #include <benchmark/benchmark.h>
@@ -49,40 +49,8 @@ void BM_ModelPrefill(benchmark::State& st) {
 }
 BENCHMARK(BM_ModelPrefill)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// One decode step of `batch` sequences whose new token sits at `pos` inside its chunk (after one
-// full chunk). State values do not change the work, so the slots are positioned directly instead
-// of prefilled; each iteration rewinds them.
-void BM_ModelDecodeStep(benchmark::State& st) {
-  const auto& m = m130();
-  const bool exact = st.range(0) == 1;
-  const int batch = static_cast<int>(st.range(1));
-  const int pos = static_cast<int>(st.range(2));
-  cache::ModelCacheOptions o;
-  o.mamba.exact = exact;
-  o.mamba.ssm_dtype = exact ? DType::F32 : DType::BF16;
-  o.mamba.num_slots = batch;
-  cache::ModelCache c(m.cache_spec(), o);
-  model::ForwardBatch b;
-  const int64_t start = m.chunk_size() + pos;
-  for (int i = 0; i < batch; ++i) {
-    int s = c.allocate();
-    b.seqs.push_back({s, start, 1});
-    b.tokens.push_back(100 + i);
-    b.logit_rows.push_back(i);
-  }
-  std::vector<float> logits(std::size_t(batch) * m.vocab_size());
-  for (auto _ : st) {
-    for (auto& s : b.seqs) c.set_position(s.slot, start);
-    m.forward(b, c, exact ? model::ScanMode::Exact : model::ScanMode::Plain, logits.data());
-  }
-  st.SetItemsProcessed(st.iterations() * batch);
-  st.SetLabel(exact ? "exact" : "plain");
-}
-BENCHMARK(BM_ModelDecodeStep)
-    ->ArgNames({"exact", "batch", "chunkpos"})
-    ->ArgsProduct({{0, 1}, {1, 8, 32}, {1, 64, 128, 255}})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+// Decode step time, exact vs plain, by batch and chunk position: bench_exact_overhead.cpp (the
+// two modes interleaved, so that the ratio survives a noisy machine).
 
 // Mixed workload: 8 requests, prompts of 64–512 tokens arriving together, 32 generated tokens each,
 // token budget 512 so prefill chunks and decodes share passes.
