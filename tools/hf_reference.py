@@ -32,6 +32,15 @@ The granite-hybrid preset (GraniteMoeHybridForCausalLM) writes the same four fil
                                      p0/prompt_token_ids I64 [P], metadata layout/modules/num_prompts.
 Its reference is `granite_reference_forward` (equations in docs/granite-hybrid.md), checked against HF in
 float64 by `granite_hf_comparisons`.
+
+    python tools/hf_reference.py --preset granite-hybrid --out tests/data/granite_hybrid --forced-routing
+adds, to a folder this preset built (its checkpoint and tokens are read, not rewritten):
+    forced_router_logits.safetensors     router logits to inject (same layout as router_logits.safetensors):
+                                         per layer the natural ones, experts reversed, plus noise; most tokens'
+                                         top-k sets change
+    forced_reference_logits.safetensors  `logits` [len(tokens), vocab]: HF float64 (fp32 casts removed) with
+                                         every router's logits replaced by those, rounded to fp32; checked
+                                         against the own reference under the same forcing
 """
 
 import argparse
@@ -635,10 +644,11 @@ def _swiglu64(x, w_in, w_out):
     return (_silu64(hcat[..., :F_]) * hcat[..., F_:]) @ w_out.T
 
 
-def _moe64(xn, g, k_top, stats):
+def _moe64(xn, g, k_top, stats, forced=None):
     """Top-k routing: router logits [T, E]; the k largest (ties to the lower index), softmax over those k;
-    sum of gate * SwiGLU expert. Returns (out [T, H], router logits [T, E])."""
-    logits = xn @ _first(g, "router.layer.weight", "router.weight").T
+    sum of gate * SwiGLU expert. Returns (out [T, H], router logits [T, E]). `forced` [T, E] stands in for
+    the router's output (forced routing)."""
+    logits = xn @ _first(g, "router.layer.weight", "router.weight").T if forced is None else forced
     T, E = logits.shape
     w_in = _first(g, "input_linear.weight", "experts.gate_up_proj")  # [E, 2F, H]
     w_out = _first(g, "output_linear.weight", "experts.down_proj")   # [E, H, F]
@@ -658,9 +668,10 @@ def _moe64(xn, g, k_top, stats):
     return out, logits
 
 
-def granite_reference_forward(W, cfg, tokens, stats=None, rope=True):
+def granite_reference_forward(W, cfg, tokens, stats=None, rope=True, forced_routers=None):
     """Float64 GraniteMoeHybrid forward from the checkpoint's values widened. Returns (logits [T, vocab],
-    {router module name: router logits [T, E]}). rope=False drops RoPE (position_embedding_type None/"nope")."""
+    {router module name: router logits [T, E]}). rope=False drops RoPE (position_embedding_type None/"nope").
+    forced_routers {router module name: [T, E]} replaces those routers' logits (forced routing)."""
     stats = {} if stats is None else stats
     L = cfg["num_hidden_layers"]
     eps = cfg["rms_norm_eps"]
@@ -691,8 +702,9 @@ def granite_reference_forward(W, cfg, tokens, stats=None, rope=True):
         xn = _rmsnorm64(h, W[pre + "post_attention_layernorm.weight"], eps)
         ffn = _swiglu64(xn, W[pre + "shared_mlp.input_linear.weight"], W[pre + "shared_mlp.output_linear.weight"])
         if E > 0:
+            forced = (forced_routers or {}).get(pre + "block_sparse_moe.router")
             moe, rl = _moe64(xn, lambda name: W.get(pre + "block_sparse_moe." + name), cfg["num_experts_per_tok"],
-                             stats)
+                             stats, None if forced is None else forced.to(torch.float64))
             routers[pre + "block_sparse_moe.router"] = rl
             ffn = moe + ffn
         h = residual + ffn * mult_r
@@ -1051,6 +1063,175 @@ def granite_main(args, p):
 
 
 # ----------------------------------------------------------------------------------------------------------
+# Forced routing (preset granite-hybrid, --forced-routing): Hugging Face run with router logits injected
+# ----------------------------------------------------------------------------------------------------------
+
+def _layer_of(name):
+    return int(name.split(".")[2])
+
+
+def granite_forced_routers(natural, k, seed, min_gap):
+    """Router logits to inject, per layer: the natural ones with the expert axis reversed plus Gaussian noise of
+    half their spread, rounded to fp32 (the injected values are these fp32 numbers, for HF and parity alike).
+    The first seed whose every row has a top-k gap >= min_gap is taken, so no routing hangs on a near-tie."""
+    names = sorted(natural, key=_layer_of)
+    for attempt in range(20):
+        gen = torch.Generator().manual_seed(seed + attempt)
+        forced = {}
+        gap = float("inf")
+        for n in names:
+            nat = natural[n].to(torch.float64)
+            noise = torch.randn(nat.shape, generator=gen, dtype=torch.float64)
+            f = (nat.flip(-1) + 0.5 * float(nat.std()) * noise).to(torch.float32)
+            top = f.to(torch.float64).sort(-1, descending=True).values
+            gap = min(gap, float((top[:, k - 1] - top[:, k]).min()))
+            forced[n] = f
+        if gap >= min_gap:
+            return forced, seed + attempt, gap
+    raise RuntimeError("no forced routing with a clear top-k gap in 20 tries")
+
+
+class _RouterForce:
+    """Makes every MoE router of an HF GraniteMoeHybrid model produce given logits [T, E] in place of its linear
+    map; the rest of the router (top-k, softmax over the k) and of the model is HF's own. Covers a router with a
+    `layer` nn.Linear (older transformers) and one holding `weight` itself (F.linear inside its forward)."""
+
+    def __init__(self, model, forced):
+        self.hits = {}
+        self.handles = []
+        self.patched = []
+        self.sources = {}
+        for name, mod in model.named_modules():
+            if not name.endswith("block_sparse_moe.router"):
+                continue
+            if name not in forced:
+                raise RuntimeError(f"no forced logits for {name}")
+            self.hits[name] = 0
+            val = forced[name]
+            lin = getattr(mod, "layer", None)
+            if isinstance(lin, torch.nn.Linear):
+                self.handles.append(lin.register_forward_hook(self._replace_output(name, val)))
+            else:
+                self._wrap_forward(name, mod, val)
+            try:
+                import inspect
+                self.sources[name] = inspect.getsource(type(mod))[:3000]
+            except Exception as e:  # for the report only
+                self.sources[name] = f"{type(e).__name__}: {e}"
+        if sorted(self.hits) != sorted(forced):
+            raise RuntimeError(f"routers {sorted(self.hits)} vs forced {sorted(forced)}")
+
+    def _replace_output(self, name, val):
+        def hook(mod, inp, out):
+            self.hits[name] += 1
+            return val.to(out.dtype).reshape(out.shape)
+        return hook
+
+    def _wrap_forward(self, name, mod, val):
+        w = mod.weight
+        orig = mod.forward
+
+        def fwd(*a, **kw):
+            real = torch.nn.functional.linear
+
+            def linear(x, weight, bias=None):
+                if weight.data_ptr() == w.data_ptr() and tuple(weight.shape) == tuple(w.shape):
+                    self.hits[name] += 1
+                    return val.to(x.dtype).reshape(*x.shape[:-1], val.shape[-1])
+                return real(x, weight, bias)
+
+            torch.nn.functional.linear = linear
+            try:
+                return orig(*a, **kw)
+            finally:
+                torch.nn.functional.linear = real
+
+        mod.forward = fwd
+        self.patched.append(mod)
+
+    def close(self):
+        for h in self.handles:
+            h.remove()
+        for m in self.patched:
+            del m.forward
+
+
+def granite_forced_routing_main(args, p):
+    """Adds the forced-routing reference to a fixture folder this preset built (checkpoint and tokens.json are
+    read, never rewritten)."""
+    import transformers
+    d = args.out
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    with open(os.path.join(d, "tokens.json")) as f:
+        tokens = json.load(f)
+    W = {k: v.to(torch.float64) for k, v in load_tensors(os.path.join(d, "model.safetensors")).items()}
+    k = cfg["num_experts_per_tok"]
+    ref64, natural = granite_reference_forward(W, cfg, tokens)
+    forced, noise_seed, gap = granite_forced_routers(natural, k, p["seed"] + 100, p["min_topk_gap"])
+    own_forced, _ = granite_reference_forward(W, cfg, tokens, forced_routers=forced)
+
+    ids = torch.tensor([tokens], dtype=torch.long)
+    theta = granite_rope_theta(cfg)
+    dim = granite_head_dim(cfg)
+    res = {}
+    with torch.no_grad():
+        model = granite_load(d, attn_implementation="sdpa").double().eval()
+        with granite_hf_clean_f64(model, cfg["mamba_n_groups"], theta, dim):
+            hf_natural = model(ids, use_cache=False).logits[0]
+            force = _RouterForce(model, forced)  # first: a tap on the same module then sees the injected values
+            tap = _RouterTap(model)
+            try:
+                hf_forced = model(ids, use_cache=False).logits[0]
+                seen = dict(tap.out)
+            finally:
+                force.close()
+                tap.close()
+            hf_after = model(ids, use_cache=False).logits[0]
+        del model
+    if any(h != 1 for h in force.hits.values()):
+        raise RuntimeError(f"router injection hits {force.hits} (expected 1 per router); router sources: "
+                           + json.dumps(force.sources))
+    res["hf_natural_vs_own_natural"] = err(hf_natural, ref64)
+    res["hf_forced_vs_own_forced"] = err(hf_forced, own_forced)
+    res["hf_forced_vs_own_natural"] = err(hf_forced, ref64)
+    res["hf_after_release_vs_own_natural"] = err(hf_after, ref64)
+    res["router_logits_seen_by_hf_vs_injected"] = {
+        n: err(seen[n], forced[n]) for n in sorted(seen, key=_layer_of)} if seen else "no router output tapped"
+    changed = {n: sum(a != b for a, b in zip(_topk_sets(forced[n].to(torch.float64), k),
+                                              _topk_sets(natural[n], k)))
+               for n in sorted(forced, key=_layer_of)}
+    res["tokens_with_changed_topk_set"] = changed
+    if res["hf_forced_vs_own_forced"]["rel_fro"] > 1e-12 or res["hf_after_release_vs_own_natural"]["rel_fro"] > 1e-12:
+        raise RuntimeError("HF under forced routing does not match the own reference: " + json.dumps(res))
+
+    names = sorted(forced, key=_layer_of)
+    rt = {"p0/prompt_token_ids": torch.tensor(tokens, dtype=torch.int64)}
+    for n in names:
+        rt["p0/" + n] = forced[n]
+    rmeta = {"layout": "flat", "modules": ",".join(names), "num_prompts": "1",
+             "source": "forced routing (tools/hf_reference.py --forced-routing): per layer the float64 reference's "
+                       "natural router logits with the expert axis reversed, plus N(0, (0.5 std)^2) noise, "
+                       "rounded to fp32; these are the exact values injected into HF",
+             "noise_seed": str(noise_seed), "min_topk_gap": f"{gap:.4g}",
+             "tokens_with_changed_topk_set": json.dumps(changed),
+             "transformers_version": transformers.__version__}
+    write_safetensors(os.path.join(d, "forced_router_logits.safetensors"), rt, rmeta)
+    meta = {"reference": "Hugging Face GraniteMoeHybridForCausalLM, float64 with its fp32 casts removed "
+                         "(granite_hf_clean_f64), sdpa, full-sequence forward without cache, every router's logits "
+                         "replaced by forced_router_logits.safetensors (widened to float64); rounded to fp32",
+            "rows": str(len(tokens)), "transformers_version": transformers.__version__,
+            "torch_version": torch.__version__}
+    for name, r in res.items():
+        meta["vs_" + name] = json.dumps(r)
+    how = write_logits(os.path.join(d, "forced_reference_logits.safetensors"), hf_forced.to(torch.float32), meta)
+    print(json.dumps({"out": d, "logits_writer": how, "results": res, "noise_seed": noise_seed, "min_topk_gap": gap,
+                      "injection_hits": force.hits, "router_source": next(iter(force.sources.values()))},
+                     indent=1))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------------
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1059,6 +1240,8 @@ def main():
     ap.add_argument("--seed", type=int, default=None, help="override the preset's seed")
     ap.add_argument("--tokens", type=int, default=None, help="override the preset's token count")
     ap.add_argument("--skip-hf-check", action="store_true", help="skip the comparisons against HF")
+    ap.add_argument("--forced-routing", action="store_true",
+                    help="granite-hybrid: add the forced-routing reference to the fixture already in --out")
     args = ap.parse_args()
 
     import transformers
@@ -1069,6 +1252,10 @@ def main():
         p["seed"] = args.seed
     if args.tokens is not None:
         p["n_tokens"] = args.tokens
+    if args.forced_routing:
+        if p.get("arch") != "granite":
+            raise SystemExit("--forced-routing needs a GraniteMoeHybrid preset")
+        return granite_forced_routing_main(args, p)
     if p.get("arch") == "granite":
         return granite_main(args, p)
     os.makedirs(args.out, exist_ok=True)
