@@ -143,7 +143,7 @@ uint64_t seed_of(const std::string& name) {
 
 }  // namespace
 
-std::vector<std::string> builtin_names() { return {"tiny", "tiny-g2", "tiny-hybrid", "mamba2-130m"}; }
+std::vector<std::string> builtin_names() { return {"tiny", "tiny-g2", "tiny-hybrid", "granite-h-bench", "mamba2-130m"}; }
 
 namespace {
 
@@ -205,8 +205,31 @@ nlohmann::json tiny_hybrid_config() {
                         {"mamba_proj_bias", false}};
 }
 
-Checkpoint make_tiny_hybrid(const std::string& name) {
-  const nlohmann::json config = tiny_hybrid_config();
+// A benchmark-size GraniteMoeHybrid (about 190M parameters): the Mamba mixer of mamba2-130m
+// (24 heads × 64, state 128, chunk 256) in 12 of 16 layers, GQA attention (12 heads, 4 kv heads,
+// head_dim 64, RoPE) in every 4th, 8 experts top-2 of width 256 plus a shared MLP of 1024 after
+// every layer. Granite 4.0 H's proportions at a size a 2-core machine can step through.
+nlohmann::json bench_hybrid_config() {
+  nlohmann::json c = tiny_hybrid_config();
+  std::vector<std::string> types;
+  for (int l = 0; l < 16; ++l) types.push_back(l % 4 == 3 ? "attention" : "mamba");
+  c["vocab_size"] = 32000;
+  c["hidden_size"] = 768;
+  c["num_hidden_layers"] = 16;
+  c["layer_types"] = types;
+  c["num_attention_heads"] = 12;
+  c["num_key_value_heads"] = 4;
+  c["attention_multiplier"] = 0.015625;
+  c["intermediate_size"] = 256;
+  c["shared_intermediate_size"] = 1024;
+  c["mamba_n_heads"] = 24;
+  c["mamba_d_state"] = 128;
+  c["mamba_d_head"] = 64;
+  c["mamba_chunk_size"] = 256;
+  return c;
+}
+
+Checkpoint make_hybrid(const std::string& name, const nlohmann::json& config) {
   const io::GraniteHybridConfig c = io::parse_granite_hybrid_config(config);
   const io::Mamba2Config mc = io::to_mamba2_config(c);
   auto st = std::make_shared<BuiltinStore>();
@@ -251,7 +274,8 @@ Checkpoint make_tiny_hybrid(const std::string& name) {
 }  // namespace
 
 Checkpoint make_builtin(const std::string& name) {
-  if (name == "tiny-hybrid") return make_tiny_hybrid(name);
+  if (name == "tiny-hybrid") return make_hybrid(name, tiny_hybrid_config());
+  if (name == "granite-h-bench") return make_hybrid(name, bench_hybrid_config());
   const io::Mamba2Config c = builtin_config(name);
   auto st = std::make_shared<BuiltinStore>();
   Rng r(seed_of(name));
