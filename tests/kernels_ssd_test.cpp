@@ -618,6 +618,22 @@ DecodeSeq make_decode_seq(const SsdShape& sh, int t, uint32_t seed, const Proble
   return d;
 }
 
+// The kernel's view of a prepared sequence: fold its remaining rows through t into running.
+SsdDecodeRow row_of(DecodeSeq& d) {
+  SsdDecodeRow r;
+  r.t = d.t;
+  r.x = d.xhm.data();
+  r.dt = d.pr.dt.data();
+  r.B = d.pr.B.data();
+  r.C = d.pr.C.data() + d.t * d.pr.ldb();
+  r.boundary = d.pr.s0.data();
+  r.running = d.running.data();
+  r.folded = d.folded;
+  r.fold_to = d.t + 1;
+  r.y = d.y.data();
+  return r;
+}
+
 TEST(KernelsSsdDecodeRows, EveryRowEqualsScanRowAndFoldOnEveryIsaAndThreadCount) {
   for (const SsdShape& shape : {kSmall, kLarge, kOdd, kOdd2, kWide}) {
     const int L = shape.chunk_size;
@@ -637,20 +653,7 @@ TEST(KernelsSsdDecodeRows, EveryRowEqualsScanRowAndFoldOnEveryIsaAndThreadCount)
           seqs.push_back(make_decode_seq(shape, ts[i], 60 + uint32_t(i), &layer, std::max(0, ts[i] - 5)));
         }
         std::vector<SsdDecodeRow> rows;
-        for (DecodeSeq& d : seqs) {
-          SsdDecodeRow r;
-          r.t = d.t;
-          r.x = d.xhm.data();
-          r.dt = d.pr.dt.data();
-          r.B = d.pr.B.data();
-          r.C = d.pr.C.data() + d.t * d.pr.ldb();
-          r.boundary = d.pr.s0.data();
-          r.running = d.running.data();
-          r.folded = d.folded;
-          r.fold_to = d.t + 1;
-          r.y = d.y.data();
-          rows.push_back(r);
-        }
+        for (DecodeSeq& d : seqs) rows.push_back(row_of(d));
         // A chunk's last row may fold straight into its boundary state (read first for y).
         std::vector<std::vector<float>> boundaries;
         for (std::size_t i = 0; i < seqs.size(); ++i)
@@ -682,16 +685,8 @@ TEST(KernelsSsdDecodeRows, EveryRowEqualsScanRowAndFoldOnEveryIsaAndThreadCount)
 TEST(KernelsSsdDecodeRows, WithoutFoldLeavesRunningAlone) {
   DecodeSeq d = make_decode_seq(kLarge, 37, 7, nullptr, 32);
   const std::vector<float> before = d.running;
-  SsdDecodeRow r;
-  r.t = d.t;
-  r.x = d.xhm.data();
-  r.dt = d.pr.dt.data();
-  r.B = d.pr.B.data();
-  r.C = d.pr.C.data() + d.t * d.pr.ldb();
-  r.boundary = d.pr.s0.data();
-  r.running = d.running.data();
-  r.folded = d.folded;
-  r.y = d.y.data();
+  SsdDecodeRow r = row_of(d);
+  r.fold_to = 0;
   ssd_decode_rows(kLarge, d.pr.A.data(), d.pr.D.data(), &r, 1);
   EXPECT_TRUE(same_bits(before.data(), d.running.data(), before.size()));
   const ScanOut o = run_scan(d.pr, 0, d.t + 1, d.t, d.pr.s0.data());
@@ -702,15 +697,8 @@ TEST(KernelsSsdDecodeRows, WithoutFoldLeavesRunningAlone) {
 
 TEST(KernelsSsdDecodeRows, RejectsRowOutsideTheChunk) {
   DecodeSeq d = make_decode_seq(kSmall, 0, 3);
-  SsdDecodeRow r;
+  SsdDecodeRow r = row_of(d);
   r.t = kSmall.chunk_size;
-  r.x = d.xhm.data();
-  r.dt = d.pr.dt.data();
-  r.B = d.pr.B.data();
-  r.C = d.pr.C.data();
-  r.boundary = d.pr.s0.data();
-  r.running = d.running.data();
-  r.y = d.y.data();
   EXPECT_THROW(ssd_decode_rows(kSmall, d.pr.A.data(), d.pr.D.data(), &r, 1), Error);
 }
 
@@ -720,15 +708,8 @@ TEST(KernelsSsdCompanion, DecodeRowFromAnotherBoundaryDiffers) {
   DecodeSeq d = make_decode_seq(kLarge, 100, 5);
   std::vector<float> other = d.pr.s0;
   for (float& v : other) v = v * 1.0000001f + 1e-7f;
-  SsdDecodeRow r;
-  r.t = d.t;
-  r.x = d.xhm.data();
-  r.dt = d.pr.dt.data();
-  r.B = d.pr.B.data();
-  r.C = d.pr.C.data() + d.t * d.pr.ldb();
+  SsdDecodeRow r = row_of(d);
   r.boundary = other.data();
-  r.running = d.running.data();
-  r.y = d.y.data();
   ssd_decode_rows(kLarge, d.pr.A.data(), d.pr.D.data(), &r, 1);
   const ScanOut o = run_scan(d.pr, 0, d.t + 1, d.t, d.pr.s0.data());
   EXPECT_GT(count_bit_mismatches(d.y.data(), o.y.data(), d.y.size()), 0u);

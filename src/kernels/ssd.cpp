@@ -153,6 +153,23 @@ HeadScratch& head_scratch() {
   return s;
 }
 
+// A HeadChunk wired to the calling thread's scratch (dt and dA of the chunk's rows go in
+// scr.dtc / scr.dA); the caller sets the row range and the data pointers.
+HeadChunk scratch_chunk(HeadScratch& scr, int P, int N) {
+  HeadChunk k{};
+  k.P = P;
+  k.N = N;
+  k.dA = scr.dA.data();
+  k.dtc = scr.dtc.data();
+  k.sum = scr.sum.data();
+  k.w = scr.w.data();
+  k.sc = scr.sc.data();
+  k.u = scr.u.data();
+  k.lpad = scr.lpad;
+  k.ppad = scr.ppad;
+  return k;
+}
+
 // The chunk loop of the optimized path. Per chunk: CB(t, s) once per group (shared by the
 // group's heads), then per head the output rows (row routine) and the chunk-end state (fold).
 // Chunks run in order because each starts from the previous one's state; inside a chunk the
@@ -233,9 +250,7 @@ void scan_optimized(const ScanArgs& a) {
           scr.dtc[s] = d;
           scr.dA[s] = d * Ah;
         }
-        HeadChunk k{};
-        k.P = P;
-        k.N = N;
+        HeadChunk k = scratch_chunk(scr, P, N);
         k.Lc = Lc;
         k.ldx = ldx;
         k.ldb = ldb;
@@ -256,14 +271,6 @@ void scan_optimized(const ScanArgs& a) {
         k.ldcb = ldcb;
         k.Sb = Sb + int64_t(h) * pn;
         k.D = a.D[h];
-        k.dA = scr.dA.data();
-        k.dtc = scr.dtc.data();
-        k.sum = scr.sum.data();
-        k.w = scr.w.data();
-        k.sc = scr.sc.data();
-        k.u = scr.u.data();
-        k.lpad = scr.lpad;
-        k.ppad = scr.ppad;
         if (t_lo < Lc) ssd_detail::head_rows_avx512(k, t_lo);
         if (do_fold) ssd_detail::fold_avx512(k, dst + int64_t(h) * pn);
       }
@@ -372,9 +379,7 @@ void ssd_decode_rows(const SsdShape& shape, const float* A, const float* D, cons
       const float* Bg = r.B + int64_t(g) * N;
       const float* Sb = r.boundary + int64_t(h) * pn;
       if (avx512) {
-        HeadChunk k{};
-        k.P = P;
-        k.N = N;
+        HeadChunk k = scratch_chunk(scr, P, N);
         k.Lc = t + 1;
         k.ldx = P;
         k.ldb = ldb;
@@ -388,14 +393,6 @@ void ssd_decode_rows(const SsdShape& shape, const float* A, const float* D, cons
         k.ldcb = 0;
         k.Sb = Sb;
         k.D = D[h];
-        k.dA = scr.dA.data();
-        k.dtc = scr.dtc.data();
-        k.sum = scr.sum.data();
-        k.w = scr.w.data();
-        k.sc = scr.sc.data();
-        k.u = scr.u.data();
-        k.lpad = scr.lpad;
-        k.ppad = scr.ppad;
         ssd_detail::head_rows_avx512(k, t);
       } else {
         reference_row(
@@ -409,21 +406,15 @@ void ssd_decode_rows(const SsdShape& shape, const float* A, const float* D, cons
       const float* src = r.folded == 0 ? Sb : r.running + int64_t(h) * pn;
       const int f0 = r.folded, nf = r.fold_to - r.folded;
       if (avx512) {
-        HeadChunk k{};
-        k.P = P;
-        k.N = N;
+        HeadChunk k = scratch_chunk(scr, P, N);
         k.Lc = nf;
         k.ldx = P;
         k.ldb = ldb;
         k.x = xh + int64_t(f0) * P;
         k.Bg = Bg + int64_t(f0) * ldb;
         k.Sb = src;
-        k.dA = scr.dA.data() + f0;
-        k.dtc = scr.dtc.data() + f0;
-        k.w = scr.w.data();
-        k.u = scr.u.data();
-        k.lpad = scr.lpad;
-        k.ppad = scr.ppad;
+        k.dA += f0;
+        k.dtc += f0;
         ssd_detail::fold_avx512(k, R);
       } else {
         if (src != R) std::memcpy(R, src, sizeof(float) * pn);

@@ -1,0 +1,90 @@
+#pragma once
+// Shared by the exact-vs-plain decode benchmarks: one decode token per sequence, slots positioned
+// directly (state values do not change the work) and the two modes timed back to back in every
+// iteration, so that load from other processes on a shared machine hits both alike.
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "model/mamba2_mixer.h"
+#include "model/model.h"
+
+namespace parity::bench {
+
+struct DecodeRun {
+  std::unique_ptr<cache::ModelCache> cache;
+  model::ForwardBatch batch;
+  model::ScanMode mode;
+};
+
+// `batch` slots (KV reserved for `kv_tokens` positions when the model has attention), each mode with its
+// default SSM cache dtype: plain bf16, exact fp32.
+inline DecodeRun make_decode_run(const model::Model& m, bool exact, int batch, int64_t kv_tokens) {
+  cache::ModelCacheOptions o;
+  o.mamba.exact = exact;
+  o.mamba.ssm_dtype = exact ? DType::F32 : DType::BF16;
+  o.mamba.num_slots = batch;
+  if (m.cache_spec().num_attention_layers > 0)
+    o.kv_num_blocks = static_cast<int>(batch * ((kv_tokens + o.kv_block_size - 1) / o.kv_block_size));
+  DecodeRun r{std::make_unique<cache::ModelCache>(m.cache_spec(), o), {},
+              exact ? model::ScanMode::Exact : model::ScanMode::Plain};
+  for (int i = 0; i < batch; ++i) {
+    const int slot = r.cache->allocate();
+    r.cache->reserve(slot, kv_tokens);
+    r.batch.seqs.push_back({slot, 0, 1});
+    r.batch.tokens.push_back(100 + 7 * i);
+    r.batch.logit_rows.push_back(i);
+  }
+  return r;
+}
+
+// One step at absolute position `start`, in milliseconds. The running fold is set as far along as
+// a real decode would have taken it (the grouped fold of mamba2_scan.cpp).
+inline double time_decode_step(const model::Model& m, DecodeRun& r, int64_t start, float* logits) {
+  const int t = static_cast<int>(start % m.chunk_size());
+  for (auto& s : r.batch.seqs) {
+    s.start = start;
+    r.cache->set_position(s.slot, start);
+    if (r.mode == model::ScanMode::Exact)
+      for (int l = 0; l < m.cache_spec().num_mamba_layers; ++l)
+        r.cache->mamba()->running_rows(l, s.slot) = t / model::kDecodeFoldGroup * model::kDecodeFoldGroup;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  m.forward(r.batch, *r.cache, r.mode, logits);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// The benchmark body: batch = range(0), chunk position = range(1) (-1: cycle through the chunk's rows
+// with stride 37, coprime to 256), the step at absolute position chunk_size + chunk position.
+// Counters: median plain and exact step times and the median per-iteration ratio.
+inline void interleaved_decode(benchmark::State& st, const model::Model& m) {
+  const int batch = static_cast<int>(st.range(0));
+  const int pos = static_cast<int>(st.range(1));
+  const int cs = m.chunk_size();
+  DecodeRun plain = make_decode_run(m, false, batch, 2 * cs), exact = make_decode_run(m, true, batch, 2 * cs);
+  std::vector<float> logits(static_cast<std::size_t>(batch) * m.vocab_size());
+  std::vector<double> tp, te, ratio;
+  int64_t step = 0;
+  for (auto _ : st) {
+    const int64_t start = cs + (pos >= 0 ? pos : (step++ * 37) % cs);
+    const double a = time_decode_step(m, plain, start, logits.data());
+    const double b = time_decode_step(m, exact, start, logits.data());
+    tp.push_back(a);
+    te.push_back(b);
+    ratio.push_back(b / a);
+  }
+  st.counters["plain_ms"] = median(tp);
+  st.counters["exact_ms"] = median(te);
+  st.counters["exact/plain"] = median(ratio);
+  st.counters["plain_tok_s"] = batch * 1000.0 / median(tp);
+}
+
+}  // namespace parity::bench
