@@ -18,6 +18,13 @@ class ChainedHooks : public model::ProbeHooks {
     if (a_.wants(name)) a_.visit(name, data, rows, cols, meta);
     if (b_.wants(name)) b_.visit(name, data, rows, cols, meta);
   }
+  // A fetched replacement is the point's value for this pass: the capture records it.
+  bool fetch_replacement(const std::string& name, float* dst, int rows, int cols,
+                         const model::ProbeRows& meta) override {
+    if (!a_.wants(name) || !a_.fetch_replacement(name, dst, rows, cols, meta)) return false;
+    if (b_.wants(name)) b_.visit(name, dst, rows, cols, meta);
+    return true;
+  }
 
  private:
   model::ProbeHooks& a_;

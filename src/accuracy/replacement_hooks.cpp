@@ -27,6 +27,13 @@ void ReplacementHooks::visit(const std::string& name, float* data, int rows, int
                 data + static_cast<std::size_t>(t) * static_cast<std::size_t>(cols));
 }
 
+bool ReplacementHooks::fetch_replacement(const std::string& name, float* dst, int rows, int cols,
+                                        const model::ProbeRows& meta) {
+  if (!r_.has_module(name)) return false;
+  visit(name, dst, rows, cols, meta);
+  return true;
+}
+
 bool ContextHooks::wants(const std::string& name) const { return get_replacement_tensor(name) != nullptr; }
 
 void ContextHooks::visit(const std::string& name, float* data, int rows, int cols, const model::ProbeRows&) {
@@ -37,6 +44,13 @@ void ContextHooks::visit(const std::string& name, float* data, int rows, int col
     throw Error("tensor replacement: the context for " + name + " has " + std::to_string(m->rows) +
                 " slots but the pass has " + std::to_string(rows) + " rows");
   std::memcpy(data, m->data.data(), static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) * sizeof(float));
+}
+
+bool ContextHooks::fetch_replacement(const std::string& name, float* dst, int rows, int cols,
+                                    const model::ProbeRows& meta) {
+  if (!get_replacement_tensor(name)) return false;
+  visit(name, dst, rows, cols, meta);
+  return true;
 }
 
 }  // namespace parity::accuracy

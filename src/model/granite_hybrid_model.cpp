@@ -7,15 +7,17 @@
 #include "kernels/gemm.h"
 #include "kernels/moe.h"
 #include "kernels/norm.h"
+#include "model/granite_moe.h"
 #include "model/mamba2_mixer.h"
 
 namespace parity::model {
 
 using io::GraniteLayerType;
 
-std::unique_ptr<GraniteHybridModel> GraniteHybridModel::load(const Checkpoint& ck) {
+std::unique_ptr<GraniteHybridModel> GraniteHybridModel::load(const Checkpoint& ck, const ModelOptions& opts) {
   auto m = std::unique_ptr<GraniteHybridModel>(new GraniteHybridModel());
   m->cfg_ = io::parse_granite_hybrid_config(ck.config);
+  m->opts_ = opts;
   const io::GraniteHybridConfig& c = m->cfg_;
   m->origin_ = ck.origin;
   m->keepalive_ = ck.keepalive;
@@ -125,16 +127,11 @@ void GraniteHybridModel::feed_forward(const GraniteLayerWeights& L, const LayerN
   };
   std::vector<float> moe;
   if (c.has_experts()) {
-    const int E = c.num_local_experts, K = c.num_experts_per_tok, F = c.intermediate_size;
-    std::vector<float> router(std::size_t(T) * E), gates(std::size_t(T) * K);
-    std::vector<int> idx(std::size_t(T) * K);
-    kernels::gemm(x, T, H, L.moe.router, nullptr, router.data(), E);
-    // A replaced router tensor is what top-k reads: the routing follows the injected logits.
-    probe(N.router, router.data(), E);
-    kernels::router_topk_softmax(router.data(), T, E, K, idx.data(), gates.data());
-    const kernels::MoeRouting r = kernels::moe_route(idx.data(), T, E, K);
+    // The router probe is an interception point: replaced logits are what top-k reads, in either
+    // routing pattern (granite_moe.h).
+    const MoeBlockShape s{H, c.num_local_experts, c.num_experts_per_tok, c.intermediate_size};
     moe.resize(std::size_t(T) * H);
-    kernels::moe_experts(x, H, F, r, gates.data(), L.moe.w_in.data(), L.moe.w_out.data(), moe.data());
+    granite_moe_forward(opts_.moe_routing, L.moe, s, x, T, N.router, hooks, meta, moe.data());
     probe(N.moe, moe.data(), H);
   }
   std::vector<float> gu(std::size_t(T) * 2 * S), act(std::size_t(T) * S);

@@ -16,9 +16,10 @@ namespace parity::model {
 
 class GraniteHybridModel : public Model {
  public:
-  static std::unique_ptr<GraniteHybridModel> load(const Checkpoint& ck);
+  static std::unique_ptr<GraniteHybridModel> load(const Checkpoint& ck, const ModelOptions& opts = {});
 
   const io::GraniteHybridConfig& config() const { return cfg_; }
+  MoeRoutingPattern moe_routing() const { return opts_.moe_routing; }
 
   const std::string& architecture() const override { return arch_; }
   const std::string& origin() const override { return origin_; }
@@ -39,6 +40,7 @@ class GraniteHybridModel : public Model {
                     ProbeHooks* hooks, const ProbeRows& meta) const;
 
   io::GraniteHybridConfig cfg_;
+  ModelOptions opts_;
   io::Mamba2Config mamba_cfg_;  // the Mamba mixer shape (unused without Mamba layers)
   std::string arch_ = "GraniteMoeHybridForCausalLM";
   std::string origin_;

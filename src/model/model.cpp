@@ -11,10 +11,10 @@ namespace parity::model {
 
 std::vector<std::string> supported_architectures() { return {"Mamba2ForCausalLM", "GraniteMoeHybridForCausalLM"}; }
 
-std::unique_ptr<Model> load_model(const Checkpoint& ck) {
+std::unique_ptr<Model> load_model(const Checkpoint& ck, const ModelOptions& opts) {
   const std::string arch = io::architecture_of(ck.config);
   if (arch == "Mamba2ForCausalLM") return Mamba2Model::load(ck);
-  if (arch == "GraniteMoeHybridForCausalLM") return GraniteHybridModel::load(ck);
+  if (arch == "GraniteMoeHybridForCausalLM") return GraniteHybridModel::load(ck, opts);
   std::string all;
   for (const auto& a : supported_architectures()) all += (all.empty() ? "" : ", ") + a;
   throw Error(ck.origin + ": architecture '" + arch + "' is not supported (supported: " + all + ")");

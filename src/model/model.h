@@ -9,6 +9,7 @@
 #include "cache/model_cache.h"
 #include "model/checkpoint.h"
 #include "model/forward_batch.h"
+#include "model/model_options.h"
 #include "model/probe.h"
 
 namespace parity::model {
@@ -37,7 +38,7 @@ class Model {
 std::vector<std::string> supported_architectures();
 
 // Builds the model config.json names; throws parity::Error naming an unsupported architecture.
-std::unique_ptr<Model> load_model(const Checkpoint& ck);
+std::unique_ptr<Model> load_model(const Checkpoint& ck, const ModelOptions& opts = {});
 
 // Every row's logits of one single-shot prefill over `tokens` (row t: after tokens[0..t]).
 std::vector<float> score_all_rows(const Model& m, const std::vector<int32_t>& tokens,

@@ -29,6 +29,15 @@ class ProbeHooks {
   // The live fp32 tensor [rows, cols], row-major. A capture reads it; a replacement overwrites it
   // in place and the rest of the forward uses the new values.
   virtual void visit(const std::string& name, float* data, int rows, int cols, const ProbeRows& meta) = 0;
+  // Seed 000's direct interception: a point whose computation can be skipped (the MoE router)
+  // asks for a replacement first, and only when wants(name). Returning true means dst
+  // [rows, cols] holds the tensor the model must use and this hook has already seen it: the model
+  // computes nothing there and makes no visit() call for the point in this pass. False (the
+  // default): the model computes the tensor and visits it as usual.
+  virtual bool fetch_replacement(const std::string& name, float* dst, int rows, int cols, const ProbeRows& meta) {
+    (void)name, (void)dst, (void)rows, (void)cols, (void)meta;
+    return false;
+  }
 };
 
 struct ProbePoint {

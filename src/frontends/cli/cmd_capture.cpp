@@ -11,6 +11,7 @@
 #include "accuracy/module_pattern.h"
 #include "common/error.h"
 #include "frontends/cli/commands.h"
+#include "frontends/cli/moe_routing_flag.h"
 #include "io/token_file.h"
 #include "kernels/isa.h"
 #include "model/checkpoint.h"
@@ -22,7 +23,7 @@ DType parse_cache_dtype(const std::string& s);  // cmd_generate.cpp
 
 Runner add_capture(CLI::App& app) {
   struct Opts {
-    std::string model, out, layout = "flat", cache_dtype, additional;
+    std::string model, out, layout = "flat", cache_dtype, additional, moe_routing;
     std::vector<std::string> prompts, forced, modules;
     int max_tokens = 0, threads = 0, max_batched = 2048, max_seqs = 8;
     int64_t preempt_at = -1;
@@ -55,6 +56,7 @@ Runner add_capture(CLI::App& app) {
   sub->add_option("--threads", o->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
   sub->add_option("--additional-config", o->additional,
                   "JSON, e.g. {\"tensor_replacement\": {\"tensors_path\": …}}: replacement active while capturing");
+  add_moe_routing_flag(sub, o->moe_routing);
   return [o]() {
     if (o->threads > 0) kernels::set_num_threads(o->threads);
     accuracy::CaptureSpec spec;
@@ -71,7 +73,7 @@ Runner add_capture(CLI::App& app) {
     spec.engine.sched.max_num_seqs = o->max_seqs;
     spec.engine.preempt_at_step = o->preempt_at;
 
-    auto model = model::load_model(model::open_checkpoint(o->model));
+    auto model = model::load_model(model::open_checkpoint(o->model), model_options(o->moe_routing));
     std::vector<std::string> names;
     for (const auto& p : model->probe_points()) names.push_back(p.name);
     spec.modules = accuracy::expand_module_patterns(o->modules, names);

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "engine/engine.h"
 #include "frontends/cli/commands.h"
+#include "frontends/cli/moe_routing_flag.h"
 #include "io/safetensors.h"
 #include "io/token_file.h"
 #include "kernels/isa.h"
@@ -25,7 +26,7 @@ DType parse_cache_dtype(const std::string& s) {
 
 Runner add_generate(CLI::App& app) {
   struct Opts {
-    std::string model, prompt, forced, dump, cache_dtype, additional;
+    std::string model, prompt, forced, dump, cache_dtype, additional, moe_routing;
     int max_tokens = 0, threads = 0, max_batched = 2048, max_seqs = 8, top_k = 0, logprobs = 0;
     int64_t preempt_at = -1, max_model_len = 1 << 20;
     bool exact = false;
@@ -59,6 +60,7 @@ Runner add_generate(CLI::App& app) {
   sub->add_option("--stop", o->stop, "stop token ids")->delimiter(',');
   sub->add_option("--logprobs", o->logprobs, "top-N log-probs per token")->check(CLI::Range(0, 100));
   sub->add_option("--additional-config", o->additional, "JSON, e.g. {\"tensor_replacement\": {\"tensors_path\": …}}");
+  add_moe_routing_flag(sub, o->moe_routing);
   return [o]() {
     if (o->forced.empty() && o->max_tokens == 0) throw Error("generate needs --forced or --max-tokens");
     if (o->threads > 0) kernels::set_num_threads(o->threads);
@@ -90,7 +92,7 @@ Runner add_generate(CLI::App& app) {
         o->additional.empty() ? nlohmann::json::object() : accuracy::parse_additional_config(o->additional);
     accuracy::replacement_config_from_json(additional);
 
-    auto model = model::load_model(model::open_checkpoint(o->model));
+    auto model = model::load_model(model::open_checkpoint(o->model), model_options(o->moe_routing));
     engine::Engine eng(*model, cfg);
     auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);
     if (replacement) replacement->attach(eng);

@@ -6,6 +6,7 @@
 
 #include "accuracy/additional_config.h"
 #include "frontends/cli/commands.h"
+#include "frontends/cli/moe_routing_flag.h"
 #include "io/safetensors.h"
 #include "io/token_file.h"
 #include "kernels/isa.h"
@@ -17,7 +18,7 @@ namespace parity::cli {
 
 Runner add_score(CLI::App& app) {
   struct Opts {
-    std::string model, tokens, out, additional;
+    std::string model, tokens, out, additional, moe_routing;
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -27,13 +28,14 @@ Runner add_score(CLI::App& app) {
   sub->add_option("--out", o->out, "output safetensors file (tensor 'logits' [rows, vocab] F32)")->required();
   sub->add_option("--threads", o->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
   sub->add_option("--additional-config", o->additional, "JSON, e.g. {\"tensor_replacement\": {\"tensors_path\": …}}");
+  add_moe_routing_flag(sub, o->moe_routing);
   return [o]() {
     if (o->threads > 0) kernels::set_num_threads(o->threads);
     std::vector<int32_t> tokens = io::read_tokens(o->tokens);
     const nlohmann::json additional =
         o->additional.empty() ? nlohmann::json::object() : accuracy::parse_additional_config(o->additional);
     accuracy::replacement_config_from_json(additional);  // a bad config fails before the model loads
-    auto model = model::load_model(model::open_checkpoint(o->model));
+    auto model = model::load_model(model::open_checkpoint(o->model), model_options(o->moe_routing));
     // The scored stream is one request without an id (rows report request 0): prefix matching
     // of its tokens picks the reference prompt.
     auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);

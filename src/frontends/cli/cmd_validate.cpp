@@ -12,6 +12,7 @@
 #include "accuracy/validation_report.h"
 #include "common/error.h"
 #include "frontends/cli/commands.h"
+#include "frontends/cli/moe_routing_flag.h"
 #include "io/json_file.h"
 #include "kernels/isa.h"
 #include "model/checkpoint.h"
@@ -21,7 +22,7 @@ namespace parity::cli {
 
 Runner add_validate(CLI::App& app) {
   struct Opts {
-    std::string model, reference, tol_map, json_out, additional;
+    std::string model, reference, tol_map, json_out, additional, moe_routing;
     int prompt_index = -1, max_tokens = 0, threads = 0, max_batched = 2048;
     bool exact = false;
     double divergence_tol = 0.001;
@@ -43,6 +44,7 @@ Runner add_validate(CLI::App& app) {
   sub->add_option("--additional-config", o->additional, "JSON, e.g. {\"tensor_replacement\": {\"tensors_path\": …}}");
   sub->add_option("--max-num-batched-tokens", o->max_batched, "token budget per pass")->check(CLI::Range(1, 1 << 24));
   sub->add_option("--threads", o->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
+  add_moe_routing_flag(sub, o->moe_routing);
   return [o]() {
     if (o->threads > 0) kernels::set_num_threads(o->threads);
     accuracy::ValidationOptions opt;
@@ -59,7 +61,7 @@ Runner add_validate(CLI::App& app) {
     opt.engine.sched.max_num_batched_tokens = o->max_batched;
     const auto refs = accuracy::logit_reference_from_captures(accuracy::read_captures(o->reference));
 
-    auto model = model::load_model(model::open_checkpoint(o->model));
+    auto model = model::load_model(model::open_checkpoint(o->model), model_options(o->moe_routing));
     auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);
     opt.replacement = replacement.get();
     const accuracy::ValidationReport rep = accuracy::validate_logits(*model, refs, opt);
