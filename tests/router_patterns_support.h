@@ -1,0 +1,73 @@
+#pragma once
+// Helpers for the router-pattern and forced-routing tests: models loaded once per (checkpoint,
+// MoE routing pattern), whole-stream logits through the engine, and the relative error measure.
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/engine.h"
+#include "io/safetensors.h"
+#include "model/checkpoint.h"
+#include "model/model.h"
+
+namespace parity::test {
+
+inline const std::string kGraniteFixture = std::string(PARITY_TEST_DATA) + "/granite_hybrid";
+
+// spec: builtin:NAME or a folder path.
+inline const model::Model& routed_model(const std::string& spec, model::MoeRoutingPattern p) {
+  static std::map<std::pair<std::string, int>, std::unique_ptr<model::Model>> cache;
+  auto& m = cache[{spec, static_cast<int>(p)}];
+  if (!m) {
+    model::ModelOptions o;
+    o.moe_routing = p;
+    m = model::load_model(model::open_checkpoint(spec), o);
+  }
+  return *m;
+}
+
+inline constexpr model::MoeRoutingPattern kPatterns[] = {model::MoeRoutingPattern::Direct,
+                                                         model::MoeRoutingPattern::Fused};
+
+// Relative Frobenius error ‖got − ref‖ / ‖ref‖, in double.
+inline double rel_fro(const float* got, const float* ref, std::size_t n) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(got[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// Every row (positions 0 … P+K−1) of prompt + teacher-forced continuation through the engine
+// under `cfg`; `attach` sets hooks on the engine before the request is added.
+template <class Attach>
+std::vector<float> engine_rows(const model::Model& m, const std::vector<int32_t>& stream, std::size_t prompt_len,
+                               engine::EngineConfig cfg, Attach&& attach) {
+  engine::Engine eng(m, cfg);
+  attach(eng);
+  engine::RequestSpec s;
+  s.prompt.assign(stream.begin(), stream.begin() + static_cast<std::ptrdiff_t>(prompt_len));
+  s.forced.assign(stream.begin() + static_cast<std::ptrdiff_t>(prompt_len), stream.end());
+  s.return_logits = true;
+  s.return_prompt_logits = true;
+  const uint64_t id = eng.add_request(s);
+  auto res = eng.run_to_completion();
+  std::vector<float> out;
+  for (const auto& r : res.at(id).logit_rows) out.insert(out.end(), r.begin(), r.end());
+  return out;
+}
+
+inline std::vector<float> read_logits(const std::string& path) {
+  auto f = io::SafetensorsFile::open(path);
+  const io::TensorView* t = f->find("logits");
+  if (!t || t->dtype != DType::F32) return {};
+  const float* p = static_cast<const float*>(t->data);
+  return std::vector<float>(p, p + t->numel());
+}
+
+}  // namespace parity::test
