@@ -36,15 +36,6 @@ std::vector<int32_t> stream(std::mt19937& rng, int n, int vocab) {
   return t;
 }
 
-RequestSpec all_rows_spec(const std::vector<int32_t>& s, int prompt_len) {
-  RequestSpec r;
-  r.prompt.assign(s.begin(), s.begin() + prompt_len);
-  r.forced.assign(s.begin() + prompt_len, s.end());
-  r.return_logits = true;
-  r.return_prompt_logits = true;
-  return r;
-}
-
 // Rows that differ from the reference; every position 0..len-1 must be present exactly once.
 int count_mismatches(const engine::RequestResult& r, const std::vector<float>& ref, int vocab, int64_t len) {
   EXPECT_EQ(static_cast<int64_t>(r.logit_positions.size()), len);
@@ -125,7 +116,7 @@ TEST(EngineExact, RandomSchedulesAreBitIdenticalToSingleShot) {
         if (which.size() < 3 && rng() % 3 == 0) {
           int plen = prompts[which.size()];
           streams.push_back(stream(rng, plen + 1 + static_cast<int>(rng() % cs), V));
-          which[e.add_request(all_rows_spec(streams.back(), plen))] = static_cast<int>(streams.size()) - 1;
+          which[e.add_request(test::teacher_forced_all_rows(streams.back(), plen))] = static_cast<int>(streams.size()) - 1;
         }
         engine::Engine::accumulate(out, e.step());
       }
@@ -147,7 +138,7 @@ TEST(EngineExact, PlainModeRandomSchedulesDiffer) {
   cfg.mode = ScanMode::Plain;
   cfg.sched.max_num_batched_tokens = 7;
   Engine e(m, cfg);
-  auto id = e.add_request(all_rows_spec(s, static_cast<int>(s.size()) - 10));
+  auto id = e.add_request(test::teacher_forced_all_rows(s, static_cast<int>(s.size()) - 10));
   auto out = e.run_to_completion();
   EXPECT_GT(count_mismatches(out[id], model::score_all_rows(m, s), V, static_cast<int64_t>(s.size())), 0);
 }

@@ -38,15 +38,6 @@ std::vector<int32_t> stream(uint32_t seed, int n) {
   return t;
 }
 
-RequestSpec all_rows(const std::vector<int32_t>& s, int prompt_len) {
-  RequestSpec r;
-  r.prompt.assign(s.begin(), s.begin() + prompt_len);
-  r.forced.assign(s.begin() + prompt_len, s.end());
-  r.return_logits = true;
-  r.return_prompt_logits = true;
-  return r;
-}
-
 // Bytes of one sequence's state and of one KV block for the given mode.
 struct Sizes {
   std::size_t state, block;
@@ -83,7 +74,7 @@ TightRun run_tight(ScanMode mode, int budget_tokens) {
     if (r.streams.size() < 4 && step % 2 == 0) {
       const int i = static_cast<int>(r.streams.size());
       std::vector<int32_t> s = stream(40 + i, 80);
-      const uint64_t id = e.add_request(all_rows(s, 30 + 3 * i));
+      const uint64_t id = e.add_request(test::teacher_forced_all_rows(s, 30 + 3 * i));
       r.streams[id] = s;
       r.prompt_len[id] = 30 + 3 * i;
     }

@@ -12,6 +12,7 @@
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
+#include "test_support.h"
 
 namespace parity::test {
 
@@ -50,12 +51,7 @@ std::vector<float> engine_rows(const model::Model& m, const std::vector<int32_t>
                                engine::EngineConfig cfg, Attach&& attach) {
   engine::Engine eng(m, cfg);
   attach(eng);
-  engine::RequestSpec s;
-  s.prompt.assign(stream.begin(), stream.begin() + static_cast<std::ptrdiff_t>(prompt_len));
-  s.forced.assign(stream.begin() + static_cast<std::ptrdiff_t>(prompt_len), stream.end());
-  s.return_logits = true;
-  s.return_prompt_logits = true;
-  const uint64_t id = eng.add_request(s);
+  const uint64_t id = eng.add_request(teacher_forced_all_rows(stream, static_cast<int>(prompt_len)));
   auto res = eng.run_to_completion();
   std::vector<float> out;
   for (const auto& r : res.at(id).logit_rows) out.insert(out.end(), r.begin(), r.end());

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/request.h"
+
 namespace parity::test {
 
 inline std::filesystem::path scratch_dir(const std::string& name) {
@@ -50,5 +52,16 @@ inline void write_text(const std::filesystem::path& p, const std::string& s) {
 }
 
 inline bool same_bits(const float* a, const float* b, std::size_t n) { return std::memcmp(a, b, n * 4) == 0; }
+
+// Prompt s[0, prompt_len), the rest of s teacher-forced, every logit row returned (prompt rows
+// included): a request whose rows line up one for one with single-shot scoring of s.
+inline engine::RequestSpec teacher_forced_all_rows(const std::vector<int32_t>& s, int prompt_len) {
+  engine::RequestSpec r;
+  r.prompt.assign(s.begin(), s.begin() + prompt_len);
+  r.forced.assign(s.begin() + prompt_len, s.end());
+  r.return_logits = true;
+  r.return_prompt_logits = true;
+  return r;
+}
 
 }  // namespace parity::test
