@@ -20,29 +20,14 @@
 #include "common/error.h"
 #include "kernels/attention.h"
 #include "kernels/isa.h"
+#include "isa_test_support.h"
 #include "kernels/trig.h"
 
 namespace parity::kernels {
 namespace {
 
-bool cpu_has(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(detected_isa()); }
+using namespace test;
 
-class IsaGuard {
- public:
-  explicit IsaGuard(Isa isa) { set_isa_override(isa); }
-  ~IsaGuard() { clear_isa_override(); }
-};
-
-class ThreadGuard {
- public:
-  explicit ThreadGuard(int n) : saved_(num_threads()) { set_num_threads(n); }
-  ~ThreadGuard() { set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
-const Isa kAllIsas[] = {Isa::Portable, Isa::Avx2, Isa::Avx512};
 
 bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 

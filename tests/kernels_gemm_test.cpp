@@ -12,29 +12,13 @@
 #include "common/error.h"
 #include "kernels/gemm.h"
 #include "kernels/isa.h"
+#include "isa_test_support.h"
 
 namespace parity::kernels {
 namespace {
 
-bool cpu_has(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(detected_isa()); }
+using namespace test;
 
-// Forces one instruction set for the guard's lifetime.
-class IsaGuard {
- public:
-  explicit IsaGuard(Isa isa) { set_isa_override(isa); }
-  ~IsaGuard() { clear_isa_override(); }
-};
-
-class ThreadGuard {
- public:
-  explicit ThreadGuard(int n) : saved_(num_threads()) { set_num_threads(n); }
-  ~ThreadGuard() { set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
-const Isa kAllIsas[] = {Isa::Portable, Isa::Avx2, Isa::Avx512};
 const DType kWeightTypes[] = {DType::F32, DType::BF16, DType::F16};
 
 // A random finite half (normal, |x| in [2^-6, 2^2)) as raw bits.

@@ -12,30 +12,15 @@
 #include "common/error.h"
 #include "kernels/conv1d.h"
 #include "kernels/isa.h"
+#include "isa_test_support.h"
 #include "kernels/math.h"
 #include "kernels/norm.h"
 
 namespace parity::kernels {
 namespace {
 
-bool cpu_has(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(detected_isa()); }
+using namespace test;
 
-class IsaGuard {
- public:
-  explicit IsaGuard(Isa isa) { set_isa_override(isa); }
-  ~IsaGuard() { clear_isa_override(); }
-};
-
-class ThreadGuard {
- public:
-  explicit ThreadGuard(int n) : saved_(num_threads()) { set_num_threads(n); }
-  ~ThreadGuard() { set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
-const Isa kAllIsas[] = {Isa::Portable, Isa::Avx2, Isa::Avx512};
 
 std::vector<float> random_floats(std::size_t n, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
   std::mt19937 rng(seed);

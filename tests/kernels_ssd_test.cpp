@@ -17,30 +17,15 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "kernels/isa.h"
+#include "isa_test_support.h"
 #include "kernels/math.h"
 #include "kernels/ssd.h"
 
 namespace parity::kernels {
 namespace {
 
-bool cpu_has(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(detected_isa()); }
+using namespace test;
 
-class IsaGuard {
- public:
-  explicit IsaGuard(Isa isa) { set_isa_override(isa); }
-  ~IsaGuard() { clear_isa_override(); }
-};
-
-class ThreadGuard {
- public:
-  explicit ThreadGuard(int n) : saved_(num_threads()) { set_num_threads(n); }
-  ~ThreadGuard() { set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
-const Isa kAllIsas[] = {Isa::Portable, Isa::Avx2, Isa::Avx512};
 
 // A token stream with Mamba2's initialisation statistics: A in [-16, -1], dt = softplus(dt_bias +
 // noise) with softplus(dt_bias) log-uniform in [1e-3, 1e-1], D near 1, x, B, C ~ N(0, 1), and a
