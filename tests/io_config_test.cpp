@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+
+#include "error_test_support.h"
 #include <unistd.h>
 
 #include <cmath>
@@ -18,17 +20,7 @@ using namespace parity::io;
 
 namespace {
 
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (const auto& part : parts)
-      EXPECT_NE(msg.find(part), std::string::npos) << "message: " << msg << "\nmissing: " << part;
-    return;
-  }
-  ADD_FAILURE() << "no parity::Error thrown";
-}
+using parity::test::expect_error;
 
 json base_config() {
   return json::parse(R"({

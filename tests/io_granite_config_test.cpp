@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "error_test_support.h"
+
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -22,17 +24,7 @@ namespace {
 
 using LT = GraniteLayerType;
 
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (const auto& part : parts)
-      EXPECT_NE(msg.find(part), std::string::npos) << "message: " << msg << "\nmissing: " << part;
-    return;
-  }
-  ADD_FAILURE() << "no parity::Error thrown";
-}
+using parity::test::expect_error;
 
 void expect_refused(const json& cfg, const std::vector<std::string>& parts) {
   expect_error([&] { parse_granite_hybrid_config(cfg); }, parts);

@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+
+#include "error_test_support.h"
 #include <unistd.h>
 
 #include <cstring>
@@ -57,18 +59,7 @@ void write_raw(const std::string& p, const std::string& header, std::size_t buff
   write_bytes(p, u64le(header.size()) + header + std::string(buffer_bytes, '\x5a'));
 }
 
-// Runs fn, which must throw parity::Error whose message holds every one of `parts`.
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (const auto& part : parts)
-      EXPECT_NE(msg.find(part), std::string::npos) << "message: " << msg << "\nmissing: " << part;
-    return;
-  }
-  ADD_FAILURE() << "no parity::Error thrown";
-}
+using parity::test::expect_error;
 
 void expect_open_error(const std::string& p, std::vector<std::string> parts) {
   parts.push_back(p);

@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+
+#include "error_test_support.h"
 #include <unistd.h>
 
 #include <filesystem>
@@ -32,17 +34,7 @@ class IoTokens : public ::testing::Test {
   fs::path dir_;
 };
 
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (const auto& part : parts)
-      EXPECT_NE(msg.find(part), std::string::npos) << "message: " << msg << "\nmissing: " << part;
-    return;
-  }
-  ADD_FAILURE() << "no parity::Error thrown";
-}
+using parity::test::expect_error;
 
 using Tokens = std::vector<int32_t>;
 
