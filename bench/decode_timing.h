@@ -41,16 +41,15 @@ inline DecodeRun make_decode_run(const model::Model& m, bool exact, int batch, i
   return r;
 }
 
-// One step at absolute position `start`, in milliseconds. The running fold is set as far along as
-// a real decode would have taken it (the grouped fold of mamba2_scan.cpp).
+// One step at absolute position `start`, in milliseconds. The slots look as a decode from the
+// chunk's start leaves them: no rows left folded by a multi-token call, and each head's running
+// fold where its staggered groups (model::decode_fold) have taken it.
 inline double time_decode_step(const model::Model& m, DecodeRun& r, int64_t start, float* logits) {
-  const int t = static_cast<int>(start % m.chunk_size());
   for (auto& s : r.batch.seqs) {
     s.start = start;
     r.cache->set_position(s.slot, start);
     if (r.mode == model::ScanMode::Exact)
-      for (int l = 0; l < m.cache_spec().num_mamba_layers; ++l)
-        r.cache->mamba()->running_rows(l, s.slot) = t / model::kDecodeFoldGroup * model::kDecodeFoldGroup;
+      for (int l = 0; l < m.cache_spec().num_mamba_layers; ++l) r.cache->mamba()->running_rows(l, s.slot) = 0;
   }
   const auto t0 = std::chrono::steady_clock::now();
   m.forward(r.batch, *r.cache, r.mode, logits);

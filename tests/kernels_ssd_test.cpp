@@ -680,6 +680,71 @@ TEST(KernelsSsdDecodeRows, WithoutFoldLeavesRunningAlone) {
   EXPECT_THROW(ssd_decode_rows(kLarge, d.pr.A.data(), d.pr.D.data(), &r, 1), Error);
 }
 
+// Per-head fold ranges: each head folds its own rows [from_h, to_h) (or none), from a running
+// fold that holds a different number of rows per head, and ends with ssd_scan's state over its
+// rows 0..to_h-1; a head that does not fold keeps its running fold untouched.
+TEST(KernelsSsdDecodeRows, PerHeadFoldRangesEqualTheScanStatePerHead) {
+  for (const SsdShape& shape : {kLarge, kOdd}) {
+    const int H = shape.nheads, t = std::min(37, shape.chunk_size - 1);
+    const int64_t pn = int64_t(shape.headdim) * shape.dstate;
+    for (Isa isa : kAllIsas) {
+      if (!cpu_has(isa)) continue;
+      IsaGuard guard(isa);
+      DecodeSeq d = make_decode_seq(shape, t, 21, nullptr, 0);
+      // Head h's running fold holds rows 0..from[h]-1, computed one head at a time by the reference.
+      std::vector<int> from(H), to(H);
+      for (int h = 0; h < H; ++h) {
+        from[h] = (h * 7) % (t + 1);
+        to[h] = h % 3 == 2 ? 0 : t + 1 - (h % 3) * (t - from[h]) / 2;
+        if (to[h] != 0 && to[h] <= from[h]) to[h] = from[h] + 1;
+      }
+      for (int h = 0; h < H; ++h) {
+        float* R = d.running.data() + h * pn;
+        std::memcpy(R, d.pr.s0.data() + h * pn, sizeof(float) * pn);
+        if (from[h] == 0) std::fill(R, R + pn, NAN);  // not read: that head folds from the boundary
+        for (int s = 0; s < from[h]; ++s)
+          ssd_state_step_reference({1, shape.headdim, 1, shape.dstate, shape.chunk_size},
+                                   d.pr.x.data() + s * d.pr.ldx() + h * shape.headdim,
+                                   d.pr.dt.data() + size_t(s) * H + h, d.pr.A.data() + h,
+                                   d.pr.B.data() + s * d.pr.ldb() + (h / (H / shape.ngroups)) * shape.dstate, R);
+      }
+      const std::vector<float> before = d.running;
+      SsdDecodeRow r = row_of(d);
+      r.head_folded = from.data();
+      r.head_fold_to = to.data();
+      ssd_decode_rows(shape, d.pr.A.data(), d.pr.D.data(), &r, 1);
+      const ScanOut o = run_scan(d.pr, 0, d.t + 1, d.t, d.pr.s0.data());
+      EXPECT_TRUE(same_bits(d.y.data(), o.y.data(), d.y.size())) << isa_name(isa);
+      for (int h = 0; h < H; ++h) {
+        const float* got = d.running.data() + h * pn;
+        if (to[h] == 0) {
+          EXPECT_TRUE(same_bits(got, before.data() + h * pn, pn)) << isa_name(isa) << " head " << h << " folded nothing";
+          continue;
+        }
+        const ScanOut w = run_scan(d.pr, 0, to[h], to[h], d.pr.s0.data());
+        EXPECT_TRUE(same_bits(got, w.final_state.data() + h * pn, pn))
+            << isa_name(isa) << " head " << h << " rows [" << from[h] << ", " << to[h] << ")";
+      }
+    }
+  }
+}
+
+TEST(KernelsSsdDecodeRows, RejectsBadPerHeadFoldRanges) {
+  DecodeSeq d = make_decode_seq(kLarge, 20, 4, nullptr, 0);
+  std::vector<int> from(kLarge.nheads, 0), to(kLarge.nheads, 21);
+  SsdDecodeRow r = row_of(d);
+  r.head_folded = from.data();  // head_fold_to missing
+  EXPECT_THROW(ssd_decode_rows(kLarge, d.pr.A.data(), d.pr.D.data(), &r, 1), Error);
+  r.head_fold_to = to.data();
+  to[3] = 22;  // past the new row
+  try {
+    ssd_decode_rows(kLarge, d.pr.A.data(), d.pr.D.data(), &r, 1);
+    ADD_FAILURE() << "fold past the new row accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("of head 3"), std::string::npos) << e.what();
+  }
+}
+
 TEST(KernelsSsdDecodeRows, RejectsRowOutsideTheChunk) {
   DecodeSeq d = make_decode_seq(kSmall, 0, 3);
   SsdDecodeRow r = row_of(d);

@@ -11,6 +11,7 @@
 #include "io/token_file.h"
 #include "model/builtin.h"
 #include "model/checkpoint.h"
+#include "model/mamba2_mixer.h"
 #include "model/model.h"
 #include "test_support.h"
 
@@ -190,3 +191,31 @@ TEST_F(ScoreCli, BadFlagsAndUnknownBuiltin) {
 }
 
 }  // namespace
+
+// Exact decode's staggered running fold (model::decode_fold): every head takes each row of its
+// chunk exactly once and in order, in groups of at most kDecodeFoldGroup rows, finishes at the
+// chunk's last row, and on any other step only about 1/kDecodeFoldGroup of the heads fold.
+TEST(DecodeFold, EveryHeadFoldsEveryRowOnceInOrderAndStepsShareTheWork) {
+  for (const int L : {256, 20, 40}) {
+    for (const int base : {0, 1, 7, 16, L - 1}) {
+      const int H = 24;
+      std::vector<int> held(H, base);
+      for (int t = base; t < L; ++t) {
+        int folding = 0;
+        for (int h = 0; h < H; ++h) {
+          const model::DecodeFold f = model::decode_fold(h, t, base, L);
+          ASSERT_EQ(f.from, held[h]) << "L " << L << " base " << base << " head " << h << " row " << t;
+          if (f.to == 0) continue;
+          ASSERT_EQ(f.to, t + 1);
+          ASSERT_LE(f.to - f.from, model::kDecodeFoldGroup);
+          held[h] = f.to;
+          ++folding;
+        }
+        if (t < L - 1) {
+          EXPECT_LE(folding, (H + model::kDecodeFoldGroup - 1) / model::kDecodeFoldGroup) << "row " << t;
+        }
+      }
+      for (int h = 0; h < H; ++h) EXPECT_EQ(held[h], L) << "head " << h << " did not reach the chunk's end";
+    }
+  }
+}

@@ -65,8 +65,10 @@ class MambaStateCache {
   void load_ssm(int layer, int slot, float* dst) const;
   void store_ssm(int layer, int slot, const float* src);  // rounds once for bf16
 
-  // Running fold since the boundary (exact mode): the fold of the chunk's first running_rows()
-  // rows. Decode folds rows in groups (model/mamba2_scan.cpp), so it may lag the position.
+  // Running fold since the boundary (exact mode), per head the fold of the chunk's first rows.
+  // running_rows() is the count every head holds at least: what the last multi-token call left
+  // (0 at a chunk start). Decode steps since then fold each head's rows in staggered groups
+  // (model::decode_fold), so a head may hold more, computed from this count and the position.
   float* running(int layer, int slot);
   int& running_rows(int layer, int slot);
 

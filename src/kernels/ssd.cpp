@@ -338,9 +338,14 @@ void ssd_decode_rows(const SsdShape& shape, const float* A, const float* D, cons
     if (r.t < 0 || r.t >= L)
       throw Error("ssd_decode_rows: row " + std::to_string(r.t) + " is outside the chunk [0, " + std::to_string(L) +
                   ")");
-    if (r.fold_to != 0 && (r.folded < 0 || r.folded >= r.fold_to || r.fold_to > r.t + 1))
-      throw Error("ssd_decode_rows: cannot fold rows [" + std::to_string(r.folded) + ", " + std::to_string(r.fold_to) +
-                  ") at row " + std::to_string(r.t));
+    if ((r.head_folded == nullptr) != (r.head_fold_to == nullptr))
+      throw Error("ssd_decode_rows: per-head fold ranges need both head_folded and head_fold_to");
+    for (int h = 0; h < (r.head_folded ? H : 1); ++h) {
+      const int from = r.head_folded ? r.head_folded[h] : r.folded, to = r.head_fold_to ? r.head_fold_to[h] : r.fold_to;
+      if (to != 0 && (from < 0 || from >= to || to > r.t + 1))
+        throw Error("ssd_decode_rows: cannot fold rows [" + std::to_string(from) + ", " + std::to_string(to) +
+                    ") at row " + std::to_string(r.t) + (r.head_folded ? " of head " + std::to_string(h) : ""));
+    }
   }
   if (count == 0) return;
   const bool avx512 = active_isa() == Isa::Avx512;
@@ -351,8 +356,14 @@ void ssd_decode_rows(const SsdShape& shape, const float* A, const float* D, cons
   if (avx512 && cb_buf.size() < size_t(count) * G * ldcb) cb_buf.resize(size_t(count) * G * ldcb);
   float* const cb_all = cb_buf.data();
   double flops = 0;
-  for (int i = 0; i < count; ++i)
-    flops += double(rows[i].t + 1) * (H * P + N * G) + (2.0 + 2.0 * std::max(0, rows[i].fold_to - rows[i].folded)) * H * pn;
+  for (int i = 0; i < count; ++i) {
+    const SsdDecodeRow& r = rows[i];
+    flops += double(r.t + 1) * (H * P + N * G) + 2.0 * H * pn;
+    for (int h = 0; h < (r.head_folded ? H : 1); ++h) {
+      const int from = r.head_folded ? r.head_folded[h] : r.folded, to = r.head_fold_to ? r.head_fold_to[h] : r.fold_to;
+      flops += 2.0 * std::max(0, to - from) * pn * (r.head_folded ? 1 : H);
+    }
+  }
   const int nthreads = kernels::num_threads();
 #pragma omp parallel num_threads(nthreads) if (flops > kParallelFlops)
   {
@@ -400,11 +411,13 @@ void ssd_decode_rows(const SsdShape& shape, const float* A, const float* D, cons
             r.C + int64_t(g) * N, scr.dA.data(), scr.dtc.data(), Sb, D[h], scr.sum.data(), scr.w.data(),
             r.y + int64_t(h) * P);
       }
-      if (r.fold_to == 0) continue;
+      const int f0 = r.head_folded ? r.head_folded[h] : r.folded;
+      const int fold_to = r.head_fold_to ? r.head_fold_to[h] : r.fold_to;
+      if (fold_to == 0) continue;
       // The rows enter the running fold while this head's data is still in cache.
       float* R = (r.fold_dst ? r.fold_dst : r.running) + int64_t(h) * pn;
-      const float* src = r.folded == 0 ? Sb : r.running + int64_t(h) * pn;
-      const int f0 = r.folded, nf = r.fold_to - r.folded;
+      const float* src = f0 == 0 ? Sb : r.running + int64_t(h) * pn;
+      const int nf = fold_to - f0;
       if (avx512) {
         HeadChunk k = scratch_chunk(scr, P, N);
         k.Lc = nf;
@@ -418,7 +431,7 @@ void ssd_decode_rows(const SsdShape& shape, const float* A, const float* D, cons
         ssd_detail::fold_avx512(k, R);
       } else {
         if (src != R) std::memcpy(R, src, sizeof(float) * pn);
-        for (int s = f0; s < r.fold_to; ++s)
+        for (int s = f0; s < fold_to; ++s)
           state_step_reference_head(P, N, xh + int64_t(s) * P, scr.dtc[s], A[h], Bg + int64_t(s) * ldb, R);
       }
     }

@@ -87,6 +87,12 @@ struct SsdDecodeRow {
   float* running = nullptr;     // fold of rows 0..folded-1 (read only when folded > 0)
   int folded = 0;               // rows already in running
   int fold_to = 0;              // 0: leave running alone; else fold rows [folded, fold_to), folded < fold_to <= t+1
+  // Per-head fold ranges, overriding folded / fold_to when set ([nheads] each): head h's running
+  // fold holds rows 0..head_folded[h]-1 and takes rows [head_folded[h], head_fold_to[h]) (none when
+  // head_fold_to[h] is 0). Heads then need not fold on the same steps: spreading the heads' folds
+  // over the steps spreads their cost (mamba2_scan.cpp).
+  const int* head_folded = nullptr;
+  const int* head_fold_to = nullptr;
   // Where the fold goes: running (nullptr), or, at a chunk's last row, the boundary state itself
   // (its old value is read for y first, head by head): the completed chunk's state then becomes
   // the new boundary without a copy.

@@ -5,11 +5,13 @@
 // is the same function of (boundary state, rows of its chunk) that single-shot prefill computes:
 //  - decode (one new token) takes the fast path: the token's row is appended to the replay rows
 //    and kernels::ssd_decode_rows computes the rows of every such sequence of the pass in one
-//    parallel region, reading the replay rows in place. Every kFoldGroup rows, and at the chunk's
-//    last row, the rows since the last fold enter the running fold: the state then crosses memory
-//    once per group rather than once per token, which is most of what a decode step of a large
-//    batch costs. The fold's per-element sequence is the same in either grouping (ssd.h), so
-//    the bits do not depend on it;
+//    parallel region, reading the replay rows in place. Each head's rows since its last fold
+//    enter its running fold in groups of kDecodeFoldGroup, on steps staggered across the heads
+//    (decode_fold, mamba2_mixer.h), and at the chunk's last row. A group moves the running state
+//    through memory once rather than once per token; staggering spreads the groups' arithmetic
+//    (two operations per state element per row) over the steps instead of piling it on every
+//    16th. The fold's per-element sequence is the same in any grouping (ssd.h), so the bits do
+//    not depend on it;
 //  - a call of several tokens (prefill, a chunk of a split prefill, a recompute) re-feeds the buffered rows: they enter the sums and emit nothing,
 //    and the fold re-runs over them from the boundary — the same forward recurrence the running
 //    fold went through, so every state has the bits decode would have reached.
@@ -27,10 +29,6 @@
 
 namespace parity::model {
 namespace {
-
-// Rows a decode folds at once (see above). 16 divides every chunk size seen in checkpoints; a
-// chunk whose size it does not divide folds its tail at the chunk's last row.
-constexpr int kFoldGroup = kDecodeFoldGroup;
 
 struct ScanShape {
   int H, P, I, GN, conv, cs;
@@ -159,6 +157,7 @@ void mamba2_scan(const io::Mamba2Config& cfg, const Mamba2LayerWeights& w, int l
   if (mode == ScanMode::Exact && !cache.options().exact)
     throw Error("internal: exact-mode pass over a cache without replay rows");
   std::vector<kernels::SsdDecodeRow> decodes;
+  std::vector<int> fold_rows;  // per decode: [H] first row to fold, then [H] fold_to (decode_fold)
   std::size_t row0 = 0;
   for (const SeqChunk& s : seqs) {
     const float* sx = xbc + row0 * z.conv;
@@ -184,15 +183,17 @@ void mamba2_scan(const io::Mamba2Config& cfg, const Mamba2LayerWeights& w, int l
       float* Sb = cache.ssm_f32(l, s.slot);
       d.boundary = Sb;
       d.running = cache.running(l, s.slot);
-      int& folded = cache.running_rows(l, s.slot);
-      d.folded = folded;
-      if ((t + 1) % kFoldGroup == 0 || t == z.cs - 1) {
-        d.fold_to = t + 1;
-        folded = t + 1;
+      int& base = cache.running_rows(l, s.slot);
+      const std::size_t at = fold_rows.size();
+      fold_rows.resize(at + 2 * std::size_t(z.H));
+      for (int h = 0; h < z.H; ++h) {
+        const DecodeFold f = decode_fold(h, t, base, z.cs);
+        fold_rows[at + h] = f.from;
+        fold_rows[at + z.H + h] = f.to;
       }
       if (t == z.cs - 1) {  // the chunk completes: its fold is the next boundary state
         d.fold_dst = Sb;
-        folded = 0;
+        base = 0;
       }
       d.y = sy;
       decodes.push_back(d);
@@ -200,6 +201,11 @@ void mamba2_scan(const io::Mamba2Config& cfg, const Mamba2LayerWeights& w, int l
       scan_exact_refeed(cfg, w, l, s, sx, sdt, sy, cache);
     }
     row0 += static_cast<std::size_t>(s.n);
+  }
+  // The per-head ranges live in one vector that is complete only now (it may have moved while growing).
+  for (std::size_t i = 0; i < decodes.size(); ++i) {
+    decodes[i].head_folded = fold_rows.data() + 2 * i * std::size_t(z.H);
+    decodes[i].head_fold_to = decodes[i].head_folded + z.H;
   }
   if (!decodes.empty())
     kernels::ssd_decode_rows(z.ssd, w.A.data(), w.D.data(), decodes.data(), static_cast<int>(decodes.size()));
