@@ -297,6 +297,16 @@ TEST(EngineHybrid, VerifyCommandPassesOnHybrids) {
     EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("GraniteMoeHybridForCausalLM"), std::string::npos) << r.out;
   }
+  // The other router pattern (seed 000's fused top-k) through the gate too; a pattern that does not
+  // exist is refused, naming the flag.
+  auto fused = test::run_cli("verify builtin:tiny-hybrid --prompt-len 40 --forced-len 10 --moe-routing fused "
+                             "--scenario decode --scenario concurrent-8");
+  EXPECT_EQ(fused.status, 0) << fused.out << fused.err;
+  EXPECT_NE(fused.out.find("PASS"), std::string::npos) << fused.out;
+  EXPECT_NE(fused.out.find("concurrent-8"), std::string::npos) << fused.out;
+  auto bad = test::run_cli("verify builtin:tiny-hybrid --moe-routing sideways");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("--moe-routing"), std::string::npos) << bad.err;
 }
 
 // Captures through the engine under KV pressure (chunked prefill, preemption, shared passes)

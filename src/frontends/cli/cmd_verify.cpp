@@ -7,6 +7,7 @@
 
 #include "engine/exactness_gate.h"
 #include "frontends/cli/commands.h"
+#include "frontends/cli/moe_routing_flag.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
 
@@ -18,6 +19,7 @@ Runner add_verify(CLI::App& app) {
     int prompt_len = 0, forced_len = 0;
     uint64_t seed = 1;
     std::vector<std::string> scenarios;
+    std::string moe_routing;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
@@ -28,8 +30,9 @@ Runner add_verify(CLI::App& app) {
   sub->add_option("--seed", o->seed, "token stream seed");
   sub->add_option("--scenario", o->scenarios, "run only these scenarios")
       ->check(CLI::IsMember(engine::gate_scenarios()));
+  add_moe_routing_flag(sub, o->moe_routing);
   return [o]() {
-    auto model = model::load_model(model::open_checkpoint(o->model));
+    auto model = model::load_model(model::open_checkpoint(o->model), model_options(o->moe_routing));
     engine::GateOptions g;
     g.prompt_len = o->prompt_len;
     g.forced_len = o->forced_len;
