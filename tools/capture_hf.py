@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Capture named intermediate tensors from a Hugging Face Mamba2ForCausalLM, under parity's names and in
-parity's captures-file format, so that `parity compare` can put parity's own capture beside it.
+"""Capture named intermediate tensors from a Hugging Face Mamba2ForCausalLM or GraniteMoeHybridForCausalLM
+(chosen by `architectures` in the checkpoint's config.json; any other exits with an error naming it), under
+parity's names and in parity's captures-file format, so that `parity compare` can put parity's own capture
+beside it, or tensor replacement can inject it (e.g. HF's router logits).
 
 Usage:
     python tools/capture_hf.py CHECKPOINT --prompt T [--prompt T ...] [--forced T ... | --max-tokens N]
@@ -40,6 +42,23 @@ How Hugging Face's modules map to parity's probe points (`parity probes MODEL`):
   backbone.layers.N               block output (residual stream after the layer)
   backbone.norm_f, lm_head        final norm output, logits
 
+GraniteMoeHybridForCausalLM (names as `parity probes`, identical to HF's module names where one exists):
+  model.embed_tokens              Embedding output, before embedding_multiplier
+  model.layers.N.mamba.in_proj, .mamba.conv1d, .mamba.dt, .mamba.norm   as backbone.layers.N.mixer.* above
+  model.layers.N.mamba            mamba mixer output (out_proj), before residual_multiplier
+  model.layers.N.self_attn.{q,k,v}_proj   projections, before RoPE
+  model.layers.N.self_attn        attention output (o_proj), before residual_multiplier
+  model.layers.N.block_sparse_moe.router  router logits [positions, experts], pre-top-k: the router's `layer`
+                                  Linear output (older transformers) or, in transformers 5, the router_logits
+                                  element of the router's (top_k_index, top_k_weights, router_logits) output;
+                                  checked against the router's linear map of its input
+  model.layers.N.block_sparse_moe, .shared_mlp   MoE output (top-k experts combined), shared MLP output
+  model.layers.N                  layer output (residual stream)
+  model.norm                      final RMSNorm output
+  lm_head                         the lm_head module's output divided by logits_scaling (= HF's logits)
+The float64 run uses sdpa attention and the eager MoE, with granite_hf_clean_f64 of tools/hf_reference.py
+(fp32 casts removed, float64 RMSNorms and RoPE angles, gated norm per group unless --hf-gated-norm).
+
 --dtype float64 (the default) widens the weights exactly and removes HF's internal fp32 casts (the
 `.float()` calls on the SSD inputs and A_log, the fp32 RMSNorms, residual_in_fp32), with the patches of
 tools/hf_reference.py, so the result is a float64 reference rounded to fp32 only when written. Its gated
@@ -59,7 +78,29 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the network (e.g
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_reference import hf_clean_f64  # noqa: E402
+from hf_reference import (hf_clean_f64, granite_hf_clean_f64, granite_head_dim, granite_layer_kinds,  # noqa: E402
+                          granite_load, granite_mamba_dims, granite_rope_theta)
+
+SUPPORTED_ARCHITECTURES = ("Mamba2ForCausalLM", "GraniteMoeHybridForCausalLM")
+
+
+def checkpoint_architecture(checkpoint):
+    """(architecture, config dict) from the checkpoint's config.json `architectures`; exits naming it and the
+    supported ones when it is none of them."""
+    path = os.path.join(checkpoint, "config.json")
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"error: cannot read {path}: {e}")
+    archs = cfg.get("architectures") or []
+    if isinstance(archs, str):
+        archs = [archs]
+    for a in archs:
+        if a in SUPPORTED_ARCHITECTURES:
+            return a, cfg
+    raise SystemExit(f"error: {path}: architecture {', '.join(map(str, archs)) if archs else '(none given)'} "
+                     f"is not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -77,6 +118,31 @@ def probe_points(cfg):
         pts += [(b + ".mixer.in_proj", I + conv + nh), (b + ".mixer.conv1d", conv), (b + ".mixer.dt", nh),
                 (b + ".mixer.norm", I), (b + ".mixer", H), (b, H)]
     pts += [("backbone.norm_f", H), ("lm_head", cfg.vocab_size)]
+    return pts
+
+
+def granite_probe_points(cfg):
+    """GraniteMoeHybrid probe points in parity's order (`parity probes`); cfg: the config.json dict."""
+    H, L = cfg["hidden_size"], cfg["num_hidden_layers"]
+    kinds = granite_layer_kinds(cfg)
+    E = cfg.get("num_local_experts", 0) or 0
+    pts = [("model.embed_tokens", H)]
+    for l in range(L):
+        b = f"model.layers.{l}"
+        if kinds[l] == "mamba":
+            I, nh, P, N, G, K = granite_mamba_dims(cfg)
+            conv = I + 2 * G * N
+            pts += [(b + ".mamba.in_proj", I + conv + nh), (b + ".mamba.conv1d", conv), (b + ".mamba.dt", nh),
+                    (b + ".mamba.norm", I), (b + ".mamba", H)]
+        else:
+            d = granite_head_dim(cfg)
+            nq, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+            pts += [(b + ".self_attn.q_proj", nq * d), (b + ".self_attn.k_proj", nkv * d),
+                    (b + ".self_attn.v_proj", nkv * d), (b + ".self_attn", H)]
+        if E > 0:
+            pts += [(b + ".block_sparse_moe.router", E), (b + ".block_sparse_moe", H)]
+        pts += [(b + ".shared_mlp", H), (b, H)]
+    pts += [("model.norm", H), ("lm_head", cfg["vocab_size"])]
     return pts
 
 
@@ -147,6 +213,20 @@ def _first(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
+def _conv_of(mods, prefix, zxbcdt):
+    """The conv1d module's output over the xBC columns of in_proj, before SiLU. transformers >= 5 does not
+    call the module (it passes its weights to causal_conv1d_fn or that function's PyTorch reference), so its
+    forward hook never fires: the same depthwise conv is applied here with the module's own weights, padding
+    and groups, and the first L steps are kept. prefix: the mixer's module name with a trailing dot."""
+    conv = mods[prefix + "conv1d"]
+    I = mods[prefix + "out_proj"].in_features
+    L = zxbcdt.shape[1]
+    xbc = zxbcdt[..., I:I + conv.in_channels].transpose(1, 2)
+    y = torch.nn.functional.conv1d(xbc, conv.weight, conv.bias, stride=conv.stride,
+                                   padding=conv.padding, dilation=conv.dilation, groups=conv.groups)
+    return y[..., :L].transpose(1, 2)
+
+
 class Recorder:
     """Forward hooks that keep one [L, E] float tensor per probe point for the current forward."""
 
@@ -165,17 +245,7 @@ class Recorder:
             self.rows[name] = t[0].detach().clone()
 
         def conv_of(prefix, zxbcdt):
-            """The conv1d module's output over the xBC columns of in_proj, before SiLU. transformers >= 5
-            does not call the module (it passes its weights to causal_conv1d_fn or that function's
-            PyTorch reference), so its forward hook never fires: the same depthwise conv is applied here
-            with the module's own weights, padding and groups, and the first L steps are kept."""
-            conv = mods[prefix + "conv1d"]
-            I = mods[prefix + "out_proj"].in_features
-            L = zxbcdt.shape[1]
-            xbc = zxbcdt[..., I:I + conv.in_channels].transpose(1, 2)
-            y = torch.nn.functional.conv1d(xbc, conv.weight, conv.bias, stride=conv.stride,
-                                           padding=conv.padding, dilation=conv.dilation, groups=conv.groups)
-            return y[..., :L].transpose(1, 2)
+            return _conv_of(mods, prefix, zxbcdt)
 
         def hook_for(name):
             if name.endswith(".mixer.in_proj"):
@@ -205,6 +275,107 @@ class Recorder:
             if n not in mods:
                 raise RuntimeError(f"the Hugging Face model has no module {n}")
             self.handles.append(mods[n].register_forward_hook(hook_for(n)))
+
+    def take(self):
+        r, self.rows = self.rows, {}
+        return r
+
+
+class GraniteRecorder:
+    """Forward hooks on an HF GraniteMoeHybridForCausalLM keeping one [L, E] tensor per probe point.
+      model.embed_tokens                 the Embedding module's output (before embedding_multiplier)
+      model.layers.N.mamba.in_proj       in_proj output [z | xBC | dt]
+      model.layers.N.mamba.conv1d        derived from in_proj's output as for Mamba2 (causal conv, before SiLU)
+      model.layers.N.mamba.dt            the last mamba_n_heads columns of in_proj's output
+      model.layers.N.mamba.norm          gated RMSNorm output
+      model.layers.N.mamba / .self_attn  mixer output (out_proj / o_proj), before residual_multiplier
+      model.layers.N.self_attn.{q,k,v}_proj  the projections (before RoPE)
+      model.layers.N.block_sparse_moe.router  pre-top-k router logits [tokens, E]: the output of the router's
+                                         `layer` Linear (older transformers), else the [tokens, E] tensor of
+                                         the router's output that equals its linear map of its input (checked)
+      model.layers.N.block_sparse_moe    MoE output; .shared_mlp shared MLP output; model.layers.N layer output
+      model.norm                         final RMSNorm output
+      lm_head                            the lm_head module's output divided by logits_scaling (as HF's logits)"""
+
+    def __init__(self, model, wanted, cols, logits_scaling):
+        self.rows = {}
+        self.handles = []
+        self.wanted = set(wanted)
+        mods = dict(model.named_modules())
+
+        def keep(name, t):
+            if name in self.rows:
+                raise RuntimeError(f"{name} was computed twice in one forward")
+            E = cols[name]
+            if t.dim() == 3 and t.shape[0] == 1 and t.shape[-1] == E:
+                t = t[0]
+            elif not (t.dim() == 2 and t.shape[-1] == E):
+                raise RuntimeError(f"{name}: unexpected output shape {tuple(t.shape)}")
+            self.rows[name] = t.detach().clone()
+
+        def in_proj_hook(name):
+            prefix = name[: -len("in_proj")]
+            nh = cols[prefix + "dt"]
+
+            def h(mod, args, out):
+                o = _first(out)
+                if name in self.wanted:
+                    keep(name, o)
+                if prefix + "dt" in self.wanted:
+                    keep(prefix + "dt", o[..., -nh:])
+                if prefix + "conv1d" in self.wanted:
+                    keep(prefix + "conv1d", _conv_of(mods, prefix, o))
+            return h
+
+        def router_hooks(name, mod):
+            E = cols[name]
+            lin = getattr(mod, "layer", None)
+            if isinstance(lin, torch.nn.Linear):
+                def h(m, args, out):
+                    keep(name, _first(out).reshape(-1, E))
+                return [lin.register_forward_hook(h)]
+            w = getattr(mod, "weight", None)
+            if not isinstance(w, torch.Tensor) or w.dim() != 2 or w.shape[0] != E:
+                raise RuntimeError(f"{name}: router {type(mod).__name__} has neither a `layer` Linear nor a "
+                                   f"[{E}, hidden] weight; cannot tell its logits")
+
+            def h(m, args, kwargs, out):
+                x = args[0] if args else next(iter(kwargs.values()))
+                ref = torch.nn.functional.linear(x.reshape(-1, w.shape[1]).to(w.dtype), w)
+                cands = [out] if torch.is_tensor(out) else [o for o in out if torch.is_tensor(o)]
+                cands = [c.reshape(-1, E) for c in cands
+                         if c.is_floating_point() and c.shape[-1] == E and c.numel() == ref.numel()]
+                errs = [float((c.to(ref.dtype) - ref).abs().max()) for c in cands]
+                scale = max(1.0, float(ref.abs().max()))
+                if not cands or min(errs) > 1e-5 * scale:
+                    raise RuntimeError(f"{name}: no [tokens, {E}] tensor in the router's output equals its "
+                                       f"linear map (max |diff| {errs}); cannot tell its logits")
+                keep(name, cands[errs.index(min(errs))])
+            return [mod.register_forward_hook(h, with_kwargs=True)]
+
+        def plain_hook(name):
+            div = logits_scaling if name == "lm_head" else None
+
+            def h(mod, args, out):
+                t = _first(out)
+                keep(name, t / div if div is not None else t)
+            return h
+
+        targets = set(wanted)
+        for n in wanted:
+            for derived in (".mamba.dt", ".mamba.conv1d"):
+                if n.endswith(derived):
+                    targets.discard(n)
+                    targets.add(n[: -len(derived)] + ".mamba.in_proj")
+        for n in sorted(targets):
+            if n not in mods or mods[n] is None:
+                raise RuntimeError(f"the Hugging Face model has no module {n}")
+            if n.endswith(".mamba.in_proj"):
+                self.handles.append(mods[n].register_forward_hook(in_proj_hook(n)))
+            elif n.endswith(".block_sparse_moe.router"):
+                self.handles += router_hooks(n, mods[n])
+            else:
+                self.handles.append(mods[n].register_forward_hook(plain_hook(n)))
 
     def take(self):
         r, self.rows = self.rows, {}
@@ -246,7 +417,8 @@ def write_file(path, data):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("checkpoint", help="Hugging Face checkpoint folder (Mamba2ForCausalLM)")
+    ap.add_argument("checkpoint", help="Hugging Face checkpoint folder ("
+                    + " or ".join(SUPPORTED_ARCHITECTURES) + ", from config.json's architectures)")
     ap.add_argument("--prompt", action="append", required=True, help="prompt tokens (repeat for several)")
     ap.add_argument("--forced", action="append", default=[], help="forced continuation: one shared or one per prompt")
     ap.add_argument("--max-tokens", type=int, default=0, help="greedy continuation length")
@@ -257,9 +429,10 @@ def main():
     ap.add_argument("--logits-out", help="also write lm_head as a logits file (one prompt only)")
     args = ap.parse_args()
     assert sys.byteorder == "little"
+    arch, cfg_json = checkpoint_architecture(args.checkpoint)
+    granite = arch == "GraniteMoeHybridForCausalLM"
 
     import transformers
-    from transformers import Mamba2ForCausalLM
 
     if args.forced and args.max_tokens:
         raise SystemExit("error: --forced and --max-tokens exclude each other")
@@ -270,11 +443,22 @@ def main():
     if args.logits_out and len(prompts) != 1:
         raise SystemExit("error: --logits-out writes one prompt's logits; give one --prompt")
 
-    model = Mamba2ForCausalLM.from_pretrained(args.checkpoint).eval()
+    if granite:
+        from transformers import GraniteMoeHybridForCausalLM
+        if args.dtype == "float64":  # as tools/hf_reference.py: sdpa, eager (per-expert loop) MoE
+            model = granite_load(args.checkpoint, attn_implementation="sdpa").eval()
+        else:
+            model = GraniteMoeHybridForCausalLM.from_pretrained(args.checkpoint).eval()
+        points = granite_probe_points(cfg_json)
+    else:
+        from transformers import Mamba2ForCausalLM
+        model = Mamba2ForCausalLM.from_pretrained(args.checkpoint).eval()
     model = model.to(torch.float64 if args.dtype == "float64" else torch.float32)
     cfg = model.config
-    names = [n for n, _ in probe_points(cfg)]
-    cols = dict(probe_points(cfg))
+    if not granite:
+        points = probe_points(cfg)
+    names = [n for n, _ in points]
+    cols = dict(points)
     modules = expand_patterns(args.modules, names)
     for p in prompts + forced:
         bad = [t for t in p if t >= cfg.vocab_size]
@@ -282,9 +466,16 @@ def main():
             raise SystemExit(f"error: token id {bad[0]} is outside the vocabulary [0, {cfg.vocab_size})")
 
     import contextlib
-    ctx = (hf_clean_f64(model, 1 if args.hf_gated_norm else cfg.n_groups) if args.dtype == "float64"
-           else contextlib.nullcontext())
-    rec = Recorder(model, modules, cfg)
+    if args.dtype == "float32":
+        ctx = contextlib.nullcontext()
+    elif granite:
+        rope = cfg_json.get("position_embedding_type") == "rope"
+        ctx = granite_hf_clean_f64(model, 1 if args.hf_gated_norm else cfg_json["mamba_n_groups"],
+                                   granite_rope_theta(cfg_json) if rope else None, granite_head_dim(cfg_json))
+    else:
+        ctx = hf_clean_f64(model, 1 if args.hf_gated_norm else cfg.n_groups)
+    rec = (GraniteRecorder(model, modules, cols, float(cfg_json["logits_scaling"])) if granite
+           else Recorder(model, modules, cfg))
     tensors = []
     logits0 = None
     with ctx:
@@ -300,6 +491,8 @@ def main():
                 fed = seq[:-1]
             logits = run(model, fed)
             got = rec.take()
+            if granite and "lm_head" in got and not torch.allclose(got["lm_head"], logits, rtol=1e-6, atol=0):
+                raise RuntimeError("lm_head / logits_scaling differs from the model's logits")
             if i == 0:
                 logits0 = logits
             tensors.append((f"p{i}/prompt_token_ids", "I64", [len(prompt)], raw(torch.tensor(prompt, dtype=torch.int64))))
