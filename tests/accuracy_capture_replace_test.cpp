@@ -24,6 +24,8 @@ TEST(AccuracyCaptureReplaceCli, ReplacedPointFlowsIntoTheCapture) {
   // Same tensors injected: every captured logit keeps its bits.
   r = test::run_cli(base + "--modules lm_head " + cfg(a) + "--max-num-batched-tokens 3 --out " + b);
   ASSERT_EQ(r.status, 0) << r.err;
+  // The summary comes after the run: every fed position's row (10 prompt + 3 forced) was replaced.
+  EXPECT_NE(r.err.find("13 rows replaced"), std::string::npos) << r.err;
   auto A = accuracy::read_captures(a), B = accuracy::read_captures(b);
   const auto& la = A.prompts[0].flat.at("lm_head");
   const auto& lb = B.prompts[0].flat.at("lm_head");

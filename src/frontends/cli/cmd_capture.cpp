@@ -81,10 +81,11 @@ Runner add_capture(CLI::App& app) {
     if (!o->additional.empty()) {
       replacement =
           accuracy::make_replacement_from_additional_config(accuracy::parse_additional_config(o->additional), *model);
-      if (replacement) std::fprintf(stderr, "%s\n", replacement->describe().c_str());
       spec.replacement = replacement.get();
     }
     accuracy::Captures c = accuracy::capture_through_engine(*model, spec);
+    // After the run: the summary counts the rows the run replaced.
+    if (replacement) std::fprintf(stderr, "%s\n", replacement->describe().c_str());
     accuracy::write_captures(o->out, c);
 
     nlohmann::json out;
