@@ -227,6 +227,18 @@ def _conv_of(mods, prefix, zxbcdt):
     return y[..., :L].transpose(1, 2)
 
 
+def _hook_targets(wanted, mixer):
+    """The modules to hook for the wanted points: HF has no module for `<layer>.<mixer>.dt` and
+    `<layer>.<mixer>.conv1d`, so those are read off `<layer>.<mixer>.in_proj`'s output instead."""
+    targets = set(wanted)
+    for n in wanted:
+        for derived in (f".{mixer}.dt", f".{mixer}.conv1d"):
+            if n.endswith(derived):
+                targets.discard(n)
+                targets.add(n[: -len(derived)] + f".{mixer}.in_proj")
+    return targets
+
+
 class Recorder:
     """Forward hooks that keep one [L, E] float tensor per probe point for the current forward."""
 
@@ -265,13 +277,7 @@ class Recorder:
                 keep(name, _first(out))
             return h
 
-        targets = set(wanted)
-        for n in wanted:
-            for derived in (".mixer.dt", ".mixer.conv1d"):
-                if n.endswith(derived):
-                    targets.discard(n)
-                    targets.add(n[: -len(derived)] + ".mixer.in_proj")
-        for n in sorted(targets):
+        for n in sorted(_hook_targets(wanted, "mixer")):
             if n not in mods:
                 raise RuntimeError(f"the Hugging Face model has no module {n}")
             self.handles.append(mods[n].register_forward_hook(hook_for(n)))
@@ -361,13 +367,7 @@ class GraniteRecorder:
                 keep(name, t / div if div is not None else t)
             return h
 
-        targets = set(wanted)
-        for n in wanted:
-            for derived in (".mamba.dt", ".mamba.conv1d"):
-                if n.endswith(derived):
-                    targets.discard(n)
-                    targets.add(n[: -len(derived)] + ".mamba.in_proj")
-        for n in sorted(targets):
+        for n in sorted(_hook_targets(wanted, "mamba")):
             if n not in mods or mods[n] is None:
                 raise RuntimeError(f"the Hugging Face model has no module {n}")
             if n.endswith(".mamba.in_proj"):
