@@ -239,6 +239,21 @@ def _hook_targets(wanted, mixer):
     return targets
 
 
+def _in_proj_hook(mods, name, wanted, keep, num_heads):
+    """The hook on a Mamba mixer's in_proj: its output, and the dt and conv1d points read off it."""
+    prefix = name[: -len("in_proj")]
+
+    def h(mod, args, out):
+        o = _first(out)
+        if name in wanted:
+            keep(name, o)
+        if prefix + "dt" in wanted:
+            keep(prefix + "dt", o[..., -num_heads:])
+        if prefix + "conv1d" in wanted:
+            keep(prefix + "conv1d", _conv_of(mods, prefix, o))
+    return h
+
+
 class Recorder:
     """Forward hooks that keep one [L, E] float tensor per probe point for the current forward."""
 
@@ -256,22 +271,9 @@ class Recorder:
                 raise RuntimeError(f"{name}: unexpected output shape {tuple(t.shape)}")
             self.rows[name] = t[0].detach().clone()
 
-        def conv_of(prefix, zxbcdt):
-            return _conv_of(mods, prefix, zxbcdt)
-
         def hook_for(name):
             if name.endswith(".mixer.in_proj"):
-                prefix = name[: -len("in_proj")]
-
-                def h(mod, args, out):
-                    o = _first(out)
-                    if name in self.wanted:
-                        keep(name, o)
-                    if prefix + "dt" in self.wanted:
-                        keep(prefix + "dt", o[..., -nh:])
-                    if prefix + "conv1d" in self.wanted:
-                        keep(prefix + "conv1d", conv_of(prefix, o))
-                return h
+                return _in_proj_hook(mods, name, self.wanted, keep, nh)
 
             def h(mod, args, out):
                 keep(name, _first(out))
@@ -320,18 +322,7 @@ class GraniteRecorder:
             self.rows[name] = t.detach().clone()
 
         def in_proj_hook(name):
-            prefix = name[: -len("in_proj")]
-            nh = cols[prefix + "dt"]
-
-            def h(mod, args, out):
-                o = _first(out)
-                if name in self.wanted:
-                    keep(name, o)
-                if prefix + "dt" in self.wanted:
-                    keep(prefix + "dt", o[..., -nh:])
-                if prefix + "conv1d" in self.wanted:
-                    keep(prefix + "conv1d", _conv_of(mods, prefix, o))
-            return h
+            return _in_proj_hook(mods, name, self.wanted, keep, cols[name[: -len("in_proj")] + "dt"])
 
         def router_hooks(name, mod):
             E = cols[name]
