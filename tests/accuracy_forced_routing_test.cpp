@@ -16,9 +16,11 @@
 #include "common/error.h"
 #include "io/token_file.h"
 #include "router_patterns_support.h"
+#include "error_test_support.h"
 #include "test_support.h"
 
 using namespace parity;
+using test::error_of;
 using model::MoeRoutingPattern;
 using test::kGraniteFixture;
 namespace fs = std::filesystem;
@@ -151,16 +153,6 @@ std::string write_router_file(const fs::path& dir, const std::string& module, st
                          {"p0/prompt_token_ids", DType::I64, {static_cast<int64_t>(ids.size())}, ids.data()}},
                         {{"layout", "flat"}, {"modules", module}, {"num_prompts", "1"}});
   return path;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no parity::Error)";
 }
 
 }  // namespace

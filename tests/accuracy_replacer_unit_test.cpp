@@ -15,9 +15,11 @@
 #include "accuracy_replacement_support.h"
 #include "common/error.h"
 #include "io/safetensors.h"
+#include "error_test_support.h"
 #include "test_support.h"
 
 using namespace parity;
+using test::error_of;
 using namespace parity::accuracy;
 
 namespace {
@@ -38,16 +40,6 @@ float at(const Matrix& m, int64_t r, int64_t c) { return m.data[static_cast<std:
 TensorReplacer two_prompts(std::vector<int32_t> a = {10, 20, 30}, std::vector<int32_t> b = {40, 50},
                            MissingPosition pol = MissingPosition::Error) {
   return TensorReplacer({{{"m", mat(16, 2, 0)}}, {{"m", mat(16, 2, 1)}}}, {std::move(a), std::move(b)}, pol);
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace

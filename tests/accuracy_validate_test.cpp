@@ -17,22 +17,14 @@
 #include "accuracy_replacement_support.h"
 #include "common/error.h"
 #include "engine/engine.h"
+#include "error_test_support.h"
 #include "test_support.h"
 
 using namespace parity;
+using test::error_of;
 using namespace parity::accuracy;
 
 namespace {
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 std::vector<float> ramp(int n) {  // distinct values, argmax n-1
   std::vector<float> v(static_cast<std::size_t>(n));

@@ -23,4 +23,15 @@ inline void expect_error(const std::function<void()>& fn, const std::vector<std:
   ADD_FAILURE() << "no parity::Error thrown";
 }
 
+// The message of the parity::Error fn throws, or "(no parity::Error)" when it throws none: for
+// tests that check several things about one message.
+inline std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no parity::Error)";
+}
+
 }  // namespace parity::test
