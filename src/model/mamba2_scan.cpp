@@ -158,6 +158,7 @@ void mamba2_scan(const io::Mamba2Config& cfg, const Mamba2LayerWeights& w, int l
     throw Error("internal: exact-mode pass over a cache without replay rows");
   std::vector<kernels::SsdDecodeRow> decodes;
   std::vector<int> fold_rows;  // per decode: [H] first row to fold, then [H] fold_to (decode_fold)
+  fold_rows.reserve(seqs.size() * 2 * std::size_t(z.H));
   std::size_t row0 = 0;
   for (const SeqChunk& s : seqs) {
     const float* sx = xbc + row0 * z.conv;
@@ -202,7 +203,7 @@ void mamba2_scan(const io::Mamba2Config& cfg, const Mamba2LayerWeights& w, int l
     }
     row0 += static_cast<std::size_t>(s.n);
   }
-  // The per-head ranges live in one vector that is complete only now (it may have moved while growing).
+  // The per-head ranges live in one vector, complete only now; point the rows into it.
   for (std::size_t i = 0; i < decodes.size(); ++i) {
     decodes[i].head_folded = fold_rows.data() + 2 * i * std::size_t(z.H);
     decodes[i].head_fold_to = decodes[i].head_folded + z.H;
