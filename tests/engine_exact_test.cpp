@@ -2,6 +2,7 @@
 // bit under every schedule; plain mode, the same checks, finds differences (so they can fail).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 
@@ -47,35 +48,82 @@ int count_mismatches(const engine::RequestResult& r, const std::vector<float>& r
   return bad;
 }
 
+// Gate lengths of the tests: a prompt ending inside the third chunk, a continuation that
+// crosses the next boundary (75 and 38 at chunk 32, the gate's defaults).
+int gate_prompt_len(int cs) { return 2 * cs + cs / 3 + 1; }
+int gate_forced_len(int cs) { return cs + 6; }
+
+struct ExpectedRows {
+  int64_t rows = 0, after_boundary = 0;
+};
+
+// Positions first..last compared; those past the chunk of `first` are after the boundary.
+ExpectedRows span(int64_t first, int64_t last, int cs) {
+  const int64_t next_chunk = (first / cs + 1) * cs;
+  return {last - first + 1, std::max<int64_t>(0, last - std::max(first, next_chunk) + 1)};
+}
+
+// What the gate compares in each scenario with prompt P and continuation K: decode-like
+// scenarios compare rows P-1 … P+K-1, the chunked prefill every row, the concurrent scenario
+// every row of its eight streams (lengths (P+K)·(5+i)/12).
+ExpectedRows expected_rows(const std::string& scenario, int P, int K, int cs) {
+  if (scenario == "decode" || scenario == "threads-2" || scenario == "preempt-recompute") return span(P - 1, P + K - 1, cs);
+  if (scenario == "chunked-prefill") return span(0, P + K - 1, cs);
+  if (scenario == "concurrent-8") {
+    ExpectedRows e;
+    for (int i = 0; i < 8; ++i) {
+      const ExpectedRows one = span(0, std::max(4, (P + K) * (5 + i) / 12) - 1, cs);
+      e.rows += one.rows;
+      e.after_boundary += one.after_boundary;
+    }
+    return e;
+  }
+  ADD_FAILURE() << "no expected row count for gate scenario " << scenario;
+  return {};
+}
+
 class ExactGate : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ExactGate, EveryScenarioBitIdenticalInExactMode) {
   const auto& m = load(GetParam());
+  const int cs = m.chunk_size(), P = gate_prompt_len(cs), K = gate_forced_len(cs);
   for (uint64_t seed : {1u, 2u, 3u}) {
     engine::GateOptions g;
     g.seed = seed;
+    g.prompt_len = P;
+    g.forced_len = K;
     g.modes = {ScanMode::Exact};
     auto res = engine::run_exactness_gate(m, g);
     ASSERT_EQ(res.size(), engine::gate_scenarios().size());
     for (const auto& r : res) {
       SCOPED_TRACE(r.scenario + " seed " + std::to_string(seed));
-      EXPECT_GT(r.all.rows, 0);
-      EXPECT_GT(r.after_boundary.rows, 0) << "the stream must cross a chunk boundary";
+      const ExpectedRows want = expected_rows(r.scenario, P, K, cs);
+      EXPECT_EQ(r.all.rows, want.rows);
+      EXPECT_EQ(r.after_boundary.rows, want.after_boundary);
+      EXPECT_GT(want.after_boundary, 0) << "the stream must cross a chunk boundary";
+      EXPECT_EQ(r.first_chunk.rows + r.after_boundary.rows, r.all.rows);
       EXPECT_EQ(r.all.mismatched, 0);
       EXPECT_EQ(r.max_abs, 0.0f);
     }
   }
 }
 
-// The companion: the same comparisons in plain mode (vLLM's SSD/SSU split) do find differences,
-// so the exact-mode assertions above are able to fail.
+// The companion: the same comparisons in plain mode (vLLM's SSD/SSU split, its chunk grid
+// restarting at every call) do find differences in every scenario, so the exact-mode assertions
+// above are able to fail.
 TEST_P(ExactGate, PlainModeMismatchesShowTheCheckCanFail) {
   const auto& m = load(GetParam());
+  const int cs = m.chunk_size();
   engine::GateOptions g;
+  g.prompt_len = gate_prompt_len(cs);
+  g.forced_len = gate_forced_len(cs);
   g.modes = {ScanMode::Plain};
-  g.scenarios = {"decode", "chunked-prefill", "preempt-recompute"};
-  for (const auto& r : engine::run_exactness_gate(m, g)) {
+  g.scenarios = {"decode", "chunked-prefill", "preempt-recompute", "concurrent-8", "threads-2"};
+  const auto res = engine::run_exactness_gate(m, g);
+  ASSERT_EQ(res.size(), g.scenarios.size());
+  for (const auto& r : res) {
     SCOPED_TRACE(r.scenario);
+    EXPECT_EQ(r.all.rows, expected_rows(r.scenario, g.prompt_len, g.forced_len, cs).rows);
     EXPECT_GT(r.all.mismatched, 0);
     EXPECT_GT(r.max_abs, 0.0f);
   }

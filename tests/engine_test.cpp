@@ -74,11 +74,26 @@ TEST(EngineSampling, GreedyPicksArgmaxAndDrawsAreSeedIndexed) {
   std::vector<float> l = {0.1f, 2.0f, -1.0f, 2.0f};
   engine::SamplingParams p;
   EXPECT_EQ(engine::sample_token(l.data(), 4, p, 0), 1);  // ties → lowest id
-  EXPECT_EQ(engine::draw_uniform(5, 3), engine::draw_uniform(5, 3));
-  EXPECT_NE(engine::draw_uniform(5, 3), engine::draw_uniform(5, 4));
+  // The draw stream is pinned (splitmix64 of seed ^ golden·(index+1), top 53 bits): a change
+  // would silently change every seeded request's tokens.
+  EXPECT_EQ(engine::draw_uniform(5, 3), 3927412742104442.0 / 9007199254740992.0);
+  EXPECT_EQ(engine::draw_uniform(5, 4), 1949510179313395.0 / 9007199254740992.0);
   p.temperature = 1.0f;
   p.top_k = 1;
   for (int i = 0; i < 20; ++i) EXPECT_EQ(engine::sample_token(l.data(), 4, p, i), 1);
+  // Two equally likely tokens: draw i alone picks the token (u < 0.5 → the first), and over 64
+  // draws both come up.
+  const std::vector<float> even = {0.0f, 0.0f};
+  p.top_k = 0;
+  p.seed = 5;
+  int ones = 0;
+  for (int i = 0; i < 64; ++i) {
+    const int32_t t = engine::sample_token(even.data(), 2, p, i);
+    EXPECT_EQ(t, engine::draw_uniform(5, i) < 0.5 ? 0 : 1) << i;
+    ones += t;
+  }
+  EXPECT_GT(ones, 16);
+  EXPECT_LT(ones, 48);
 }
 
 TEST(Engine, MaxTokensAndStopTokens) {
