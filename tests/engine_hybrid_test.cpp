@@ -267,6 +267,43 @@ TEST(EngineHybrid, PackingInvarianceInOnePass) {
   }
 }
 
+// The companion: the same comparison sees a hybrid sequence that starts from its neighbour's
+// Mamba state and KV blocks (attention then also reads the neighbour's keys). In exact mode that
+// sequence is the continuation of the neighbour, bit for bit.
+TEST(EngineHybrid, PackingInvarianceCheckSeesALeakedState) {
+  const auto& m = hybrid();
+  const auto a = stream(5, 45), s = stream(6, 77), c = stream(7, 20);
+  std::vector<int32_t> as = a;
+  as.insert(as.end(), s.begin(), s.end());
+  const std::size_t V = static_cast<std::size_t>(m.vocab_size());
+  for (auto mode : {ScanMode::Exact, ScanMode::Plain}) {
+    SCOPED_TRACE(mode == ScanMode::Exact ? "exact" : "plain");
+    cache::ModelCacheOptions o;
+    o.mamba.exact = mode == ScanMode::Exact;
+    o.mamba.num_slots = 2;
+    o.kv_num_blocks = 16;
+    cache::ModelCache cc(m.cache_spec(), o);
+    const int leaky = cc.allocate(), other = cc.allocate();
+    ASSERT_TRUE(cc.reserve(leaky, 45 + 77));
+    ASSERT_TRUE(cc.reserve(other, 20));
+    model::ForwardBatch first;  // a's state and keys are left in the slot s is then given
+    first.tokens = a;
+    first.seqs = {{leaky, 0, 45}};
+    m.forward(first, cc, mode, nullptr);
+    model::ForwardBatch b;
+    for (const auto* t : {&s, &c}) b.tokens.insert(b.tokens.end(), t->begin(), t->end());
+    b.seqs = {{leaky, 45, 77}, {other, 0, 20}};
+    for (int i = 0; i < 77; ++i) b.logit_rows.push_back(i);
+    std::vector<float> packed(77 * V);
+    m.forward(b, cc, mode, packed.data());
+    EXPECT_FALSE(test::same_bits(packed.data(), model::score_all_rows(m, s, mode).data(), packed.size()));
+    if (mode == ScanMode::Exact) {
+      const auto continued = model::score_all_rows(m, as, mode);
+      EXPECT_TRUE(test::same_bits(packed.data(), continued.data() + 45 * V, packed.size()));
+    }
+  }
+}
+
 TEST(EngineHybrid, ForwardRefusesAChunkBeyondItsKvBlocks) {
   const auto& m = hybrid();
   cache::ModelCacheOptions o;

@@ -311,6 +311,43 @@ TEST(KernelsConv, CausalEqualsRepeatedUpdates) {
   }
 }
 
+// The companion: the prefill-vs-decode comparison sees an order change. The one-token update is
+// the documented chain (bias, then FMAs over the window oldest first); a decode that ran the
+// chain newest first, as a kernel written another way might, gives other bits for many outputs.
+TEST(KernelsConv, DecodeOrderIsObservable) {
+  const int ch = 45, k = 4, n = 23;
+  std::vector<float> in = random_floats(static_cast<std::size_t>(n) * ch, 95u, -3.0f, 3.0f);
+  std::vector<float> w = random_floats(static_cast<std::size_t>(ch) * k, 96u);
+  std::vector<float> bias = random_floats(ch, 97u);
+  std::vector<float> state0 = random_floats(static_cast<std::size_t>(k - 1) * ch, 98u);
+  // [state0; in]: row r of the input is row r + k - 1 here.
+  std::vector<float> rows = state0;
+  rows.insert(rows.end(), in.begin(), in.end());
+  std::vector<float> oldest_first(in.size()), newest_first(in.size());
+  for (int t = 0; t < n; ++t) {
+    for (int c = 0; c < ch; ++c) {
+      float a = bias[c], b = bias[c];
+      for (int j = 0; j < k; ++j) a = std::fma(w[c * k + j], rows[(t + j) * ch + c], a);
+      for (int j = k - 1; j >= 0; --j) b = std::fma(w[c * k + j], rows[(t + j) * ch + c], b);
+      oldest_first[t * ch + c] = a;
+      newest_first[t * ch + c] = b;
+    }
+  }
+  for (Isa isa : kAllIsas) {
+    if (!cpu_has(isa)) continue;
+    IsaGuard g(isa);
+    std::vector<float> st = state0, decoded(in.size());
+    for (int t = 0; t < n; ++t) {
+      conv1d_update(in.data() + t * ch, ch, w.data(), bias.data(), k, st.data(), false, decoded.data() + t * ch);
+    }
+    EXPECT_TRUE(same_bits(decoded, oldest_first)) << isa_name(isa);
+    EXPECT_FALSE(same_bits(decoded, newest_first)) << isa_name(isa);
+  }
+  int differ = 0;
+  for (std::size_t i = 0; i < in.size(); ++i) differ += oldest_first[i] != newest_first[i];
+  EXPECT_GT(differ, static_cast<int>(in.size()) / 10);
+}
+
 // Chunked prefill: splitting the sequence anywhere (also before k-1 rows) changes no bits.
 TEST(KernelsConv, SplitSequenceBitwise) {
   const int ch = 100, k = 4, n = 17;

@@ -87,6 +87,48 @@ TEST(Model, PackingInvariance) {
   }
 }
 
+// The companion: the same comparison sees a sequence that starts from its neighbour's state
+// instead of a fresh one (the leak packing must not have). In exact mode that sequence is the
+// continuation of the neighbour, bit for bit.
+TEST(Model, PackingInvarianceCheckSeesALeakedState) {
+  auto m = model::load_model(model::open_checkpoint("builtin:tiny-g2"));
+  std::mt19937 rng(3);
+  auto mk = [&](int n) {
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = static_cast<int32_t>(rng() % m->vocab_size());
+    return t;
+  };
+  auto a = mk(45), s = mk(77), c = mk(20);
+  const auto alone = model::score_all_rows(*m, s);
+  std::vector<int32_t> as = a;
+  as.insert(as.end(), s.begin(), s.end());
+  const auto continued = model::score_all_rows(*m, as);
+  const std::size_t V = static_cast<std::size_t>(m->vocab_size());
+  for (auto mode : {model::ScanMode::Exact, model::ScanMode::Plain}) {
+    SCOPED_TRACE(mode == model::ScanMode::Exact ? "exact" : "plain");
+    cache::ModelCacheOptions o;
+    o.mamba.exact = mode == model::ScanMode::Exact;
+    o.mamba.num_slots = 2;
+    cache::ModelCache cc(m->cache_spec(), o);
+    const int leaky = cc.allocate(), other = cc.allocate();
+    model::ForwardBatch first;  // a's state is left in the slot s is then given
+    first.tokens = a;
+    first.seqs = {{leaky, 0, 45}};
+    m->forward(first, cc, mode, nullptr);
+    model::ForwardBatch b;
+    b.tokens = s;
+    b.tokens.insert(b.tokens.end(), c.begin(), c.end());
+    b.seqs = {{leaky, 45, 77}, {other, 0, 20}};
+    for (int i = 0; i < 77; ++i) b.logit_rows.push_back(i);
+    std::vector<float> packed(77 * V);
+    m->forward(b, cc, mode, packed.data());
+    EXPECT_FALSE(test::same_bits(packed.data(), alone.data(), packed.size()));
+    if (mode == model::ScanMode::Exact) {
+      EXPECT_TRUE(test::same_bits(packed.data(), continued.data() + 45 * V, packed.size()));
+    }
+  }
+}
+
 TEST(Model, ForwardRejectsInvalidBatchesWithoutTouchingState) {
   auto m = model::load_model(model::open_checkpoint("builtin:tiny"));
   cache::ModelCacheOptions o;
