@@ -267,7 +267,7 @@ class AccuracyHfCapture : public ::testing::TestWithParam<std::string> {};
 TEST_P(AccuracyHfCapture, ParityMatchesHuggingFace) {
   const std::string dir = std::string(PARITY_TEST_DATA) + "/" + GetParam();
   const std::string file = dir + "/hf_captures.safetensors";
-  if (!fs::exists(file)) GTEST_SKIP() << file << " is absent (made by tools/capture_hf.py)";
+  ASSERT_TRUE(fs::exists(file)) << "the committed fixture " << file << " is missing (made by tools/capture_hf.py)";
   const Captures hf = read_captures(file);
   const auto model = model::load_model(model::open_checkpoint(dir));
   for (int budget : {1000, 13}) {

@@ -89,6 +89,26 @@ std::string where(Isa isa, DType dt, int m, int n, int k, bool bias) {
          " k=" + std::to_string(k) + (bias ? " bias" : " no-bias");
 }
 
+// Paths the CPU cannot run are counted once per test and reported, never left out silently.
+TEST(KernelsIsa, PathsTheCpuCannotRunAreCountedAndReported) {
+  IsaNotRunTally t;
+  EXPECT_EQ(t.summary(), "");
+  EXPECT_TRUE(t.record("A.x", Isa::Avx512));
+  EXPECT_FALSE(t.record("A.x", Isa::Avx512));  // once per test
+  EXPECT_TRUE(t.record("A.y", Isa::Avx512));
+  EXPECT_TRUE(t.record("A.y", Isa::Avx2));
+  EXPECT_EQ(t.tests(Isa::Avx512), 2);
+  EXPECT_EQ(t.tests(Isa::Portable), 0);
+  EXPECT_EQ(t.summary(), "ISA avx2: not run on this CPU (1 test)\nISA avx512: not run on this CPU (2 tests)\n");
+  // On this CPU: cpu_has is false exactly beyond the detected path, and each such path is recorded.
+  for (Isa isa : kAllIsas) {
+    const int before = isa_not_run().tests(isa);
+    const bool has = cpu_has(isa);
+    EXPECT_EQ(has, static_cast<int>(isa) <= static_cast<int>(detected_isa())) << isa_name(isa);
+    EXPECT_EQ(isa_not_run().tests(isa) - before, has ? 0 : 1) << isa_name(isa);
+  }
+}
+
 TEST(KernelsIsa, OverrideAndThreads) {
   for (Isa isa : kAllIsas) {
     if (cpu_has(isa)) {
