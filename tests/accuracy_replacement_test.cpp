@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include "accuracy/active_context.h"
@@ -121,6 +122,18 @@ ReplacementConfig in_memory(Captures c, MissingPosition pol = MissingPosition::E
   return cfg;
 }
 
+// Attaches `s` and notes the prompt each request is bound to on arrival (the binding itself is
+// released when the request finishes).
+auto attach_noting(ReplacementSession& s, std::map<uint64_t, int>& bound) {
+  return [&s, &bound](engine::Engine& e) {
+    s.attach(e);
+    e.set_request_listener([&s, &bound](uint64_t id, const engine::RequestSpec& r) {
+      s.on_request(id, r);
+      bound[id] = s.replacer().resolve(id);
+    });
+  };
+}
+
 }  // namespace
 
 TEST(AccuracyReplacementE2E, SameTensorsGiveTheSameBitsUnderAnotherMixedSchedule) {
@@ -203,13 +216,63 @@ TEST(AccuracyReplacementE2E, ExplicitBindingResolvesTheCornerCase) {
   Captures exact_for_0 = c;
   exact_for_0.prompts[0].flat = one.prompts[0].flat;  // prompt 0: the true values
   ReplacementSession by_prefix(in_memory(exact_for_0), tiny());
-  RunResult prefix = run({s}, exact(16), [&](engine::Engine& e) { by_prefix.attach(e); });
-  EXPECT_EQ(by_prefix.replacer().resolve(1), 1);
+  std::map<uint64_t, int> prefix_bound, explicit_bound;
+  RunResult prefix = run({s}, exact(16), attach_noting(by_prefix, prefix_bound));
+  EXPECT_EQ(prefix_bound, (std::map<uint64_t, int>{{1, 1}}));
   EXPECT_FALSE(same(base, prefix));
   ReplacementSession bound(in_memory(exact_for_0), tiny());
-  RunResult b = run({s}, exact(16), [&](engine::Engine& e) { bound.attach(e); }, {0});
-  EXPECT_EQ(bound.replacer().resolve(1), 0);
+  RunResult b = run({s}, exact(16), attach_noting(bound, explicit_bound), {0});
+  EXPECT_EQ(explicit_bound, (std::map<uint64_t, int>{{1, 0}}));
   EXPECT_TRUE(same(base, b));
+}
+
+// A binding lives as long as its request: made on arrival, kept across a preemption (the request
+// recomputes under the same id), released when the request finishes or is aborted, so an engine
+// serving for days does not accumulate one per request it ever served.
+TEST(AccuracyReplacementE2E, BindingsAreReleasedWhenRequestsFinishOrAreAborted) {
+  const auto ss = streams();
+  RunResult base;
+  Captures c = capture(ss, {kMixer0}, 16, &base);
+  ReplacementSession session(in_memory(c), tiny());
+  const PromptIndex& ix = session.replacer().prompt_index();
+  engine::EngineConfig cfg = exact(16);
+  cfg.preempt_at_step = 3;
+  engine::Engine eng(tiny(), cfg);
+  session.attach(eng);
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<uint64_t> ids;
+    for (const Stream& st : ss) {
+      engine::RequestSpec r;
+      r.prompt = st.prompt;
+      r.forced = st.forced;
+      r.return_logits = r.return_prompt_logits = true;
+      ids.push_back(eng.add_request(r));
+    }
+    EXPECT_EQ(ix.num_requests(), 3u);
+    ASSERT_TRUE(eng.abort(ids[2]));
+    EXPECT_FALSE(ix.known(ids[2]));
+    EXPECT_EQ(ix.num_requests(), 2u);
+    std::map<uint64_t, engine::RequestResult> out;
+    while (eng.has_unfinished()) {
+      engine::Engine::accumulate(out, eng.step());
+      for (uint64_t id : {ids[0], ids[1]}) EXPECT_EQ(ix.known(id), out[id].finish == engine::FinishReason::None) << id;
+    }
+    EXPECT_EQ(ix.num_requests(), 0u);
+    // The preempted requests resumed under their bindings: replaced by their own values, every row
+    // is the baseline's.
+    if (round == 0) {
+      EXPECT_GT(eng.num_preemptions(ids[0]) + eng.num_preemptions(ids[1]), 0);
+    }
+    for (int i : {0, 1}) {
+      const auto& got = out[ids[static_cast<std::size_t>(i)]].logit_rows;
+      ASSERT_EQ(got.size(), base.rows[static_cast<std::size_t>(i)].size());
+      for (std::size_t r = 0; r < got.size(); ++r)
+        EXPECT_TRUE(test::same_bits(got[r].data(), base.rows[static_cast<std::size_t>(i)][r].data(), got[r].size()))
+            << i << " row " << r;
+    }
+  }
+  EXPECT_GT(session.replacer().stats().rows_replaced, 0u);
 }
 
 TEST(AccuracyReplacementE2E, SeedBucketedContextGivesTheSameBitsAsTheNativePath) {

@@ -83,8 +83,12 @@ TEST(AccuracyPromptIndex, ResumedRequestKeepsItsPrompt) {
   PromptIndex ix({{1, 2, 3}, {4, 5}});
   EXPECT_EQ(ix.register_request(3, {1, 2, 3}), 0);
   EXPECT_EQ(ix.register_request(3, {4, 5, 6}), 0);  // same id again (recompute): not re-matched
+  ix.bind_request(4, 1);
+  EXPECT_EQ(ix.num_requests(), 2u);
   ix.forget_request(3);
   EXPECT_FALSE(ix.known(3));
+  EXPECT_EQ(ix.num_requests(), 1u);
+  EXPECT_EQ(ix.register_request(3, {4, 5, 6}), 1);  // a new request under a freed id is matched afresh
 }
 
 TEST(AccuracyPromptIndex, VerifiesTokensNotJustLengths) {

@@ -356,6 +356,10 @@ TEST(AccuracyValidate, WithTensorReplacementEachRunIsBoundToItsPrompt) {
   pc.flat["backbone.layers.0.mixer"] = rec.matrix("backbone.layers.0.mixer", 0);
   cfg.tensors->prompts = {pc, pc};
   cfg.tensors->prompts[1].prompt_token_ids = toks;  // a longer prompt every retry would prefix-match
+  // Prompt 1's values are perturbed: a run replaced from it instead of prompt 0 would show.
+  Matrix& other = cfg.tensors->prompts[1].flat["backbone.layers.0.mixer"];
+  for (int64_t r = 0; r < other.rows; ++r)
+    for (int64_t c = 0; c < other.cols; ++c) other.data[static_cast<std::size_t>(r * other.cols + c)] += test::perturbation(1, r, c);
   ReplacementSession session(std::move(cfg), *f.m);
   ValidationOptions o = exact_opts();
   o.replacement = &session;
@@ -363,9 +367,19 @@ TEST(AccuracyValidate, WithTensorReplacementEachRunIsBoundToItsPrompt) {
   EXPECT_EQ(rep.prompts[0].first_failure(), 4);
   EXPECT_EQ(rep.prompts[0].runs, 2);
   for (int j : {0, 1, 2, 3, 5, 6, 7, 8, 9}) EXPECT_EQ(rep.prompts[0].tokens[static_cast<std::size_t>(j)].status, TokenStatus::Matched) << j;
+  for (const auto& t : rep.prompts[0].tokens) {
+    if (t.index == 4) continue;  // the edited reference row
+    for (const auto& e : t.errors) EXPECT_EQ(e.max_abs, 0.0) << t.index;
+  }
   EXPECT_GT(session.replacer().stats().rows_replaced, 0u);
-  EXPECT_EQ(session.replacer().resolve(1), 0);
-  EXPECT_EQ(session.replacer().resolve(2), 0);
+  EXPECT_EQ(session.replacer().prompt_index().num_requests(), 0u);  // both runs' bindings released
+  // The companion: validated as reference prompt 1, the runs take prompt 1's perturbed values.
+  o.prompt_indices = {1};
+  ValidationReport other_rep = validate_logits(*f.m, {pt.ref, pt.ref}, o);
+  double worst = 0;
+  for (const auto& t : other_rep.prompts[0].tokens)
+    for (const auto& e : t.errors) worst = std::max(worst, e.max_abs);
+  EXPECT_GT(worst, 0.0);
 }
 
 TEST(AccuracyValidate, Errors) {

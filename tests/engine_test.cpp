@@ -130,6 +130,42 @@ TEST(Engine, AbortStopsOneRequestOthersContinueUnchanged) {
   EXPECT_EQ(out[ib].tokens, solo_b);
 }
 
+// The finish listener hears of every request once, with how it ended, in the step that ended it
+// (or from abort); a preemption is no end.
+TEST(Engine, FinishListenerHearsEachEndOnce) {
+  EngineConfig c = config();
+  c.preempt_at_step = 3;
+  Engine e(tiny(), c);
+  std::vector<std::pair<uint64_t, FinishReason>> heard;
+  e.set_finish_listener([&](uint64_t id, FinishReason why) { heard.emplace_back(id, why); });
+  const auto len = e.add_request(prompt_spec(7, 20, 6));
+  RequestSpec st = prompt_spec(10, 20, 30);
+  st.sampling.stop_token_ids = {run_one(st).at(2)};
+  const auto stop = e.add_request(st);
+  RequestSpec f = prompt_spec(8, 15, 0);
+  f.forced = {1, 2, 3};
+  const auto forced = e.add_request(f);
+  const auto aborted = e.add_request(prompt_spec(9, 12, 10));
+  EXPECT_TRUE(e.abort(aborted));
+  EXPECT_FALSE(e.abort(aborted));
+  ASSERT_EQ(heard.size(), 1u);
+  std::map<uint64_t, engine::RequestResult> out;
+  while (e.has_unfinished()) {
+    const std::size_t before = heard.size();
+    const auto step = e.step();
+    Engine::accumulate(out, step);
+    std::vector<std::pair<uint64_t, FinishReason>> ended;
+    for (const auto& o : step)
+      if (o.finished != FinishReason::None) ended.emplace_back(o.id, o.finished);
+    EXPECT_EQ(std::vector(heard.begin() + static_cast<long>(before), heard.end()), ended) << "step " << e.steps();
+  }
+  EXPECT_GT(e.num_preemptions(len), 0);
+  const std::map<uint64_t, FinishReason> want = {
+      {len, FinishReason::Length}, {stop, FinishReason::Stop}, {forced, FinishReason::Forced}, {aborted, FinishReason::Aborted}};
+  EXPECT_EQ((std::map<uint64_t, FinishReason>(heard.begin(), heard.end())), want);
+  EXPECT_EQ(heard.size(), 4u);
+}
+
 TEST(Engine, PreemptAndResumeLosesNoToken) {
   for (ScanMode mode : {ScanMode::Exact, ScanMode::Plain}) {
     RequestSpec s = prompt_spec(5, 45, 30);

@@ -45,8 +45,7 @@ Captures capture_through_engine(const model::Model& model, const CaptureSpec& sp
   if (spec.replacement) {
     chain = std::make_unique<ChainedHooks>(spec.replacement->hooks(), hooks);
     eng.set_probe_hooks(chain.get());
-    ReplacementSession* rs = spec.replacement;
-    eng.set_request_listener([rs](uint64_t id, const engine::RequestSpec& r) { rs->on_request(id, r); });
+    spec.replacement->listen(eng);
   } else {
     eng.set_probe_hooks(&hooks);
   }

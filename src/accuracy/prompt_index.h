@@ -27,10 +27,11 @@ class PromptIndex {
   int match(const std::vector<int32_t>& tokens) const;
 
   // Request bookkeeping. register_request keeps an existing entry (a preempted request resumes
-  // under the same id); bind_request overrides it.
+  // under the same id); bind_request overrides it; forget_request drops it (the request ended).
   int register_request(uint64_t request, const std::vector<int32_t>& tokens);
   void bind_request(uint64_t request, int prompt);
   void forget_request(uint64_t request) { requests_.erase(request); }
+  std::size_t num_requests() const { return requests_.size(); }  // live bindings
   // Throws parity::Error for a request that was never registered or bound.
   int resolve(uint64_t request) const;
   bool known(uint64_t request) const { return requests_.count(request) != 0; }

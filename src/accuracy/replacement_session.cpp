@@ -107,7 +107,12 @@ ReplacementSession::ReplacementSession(ReplacementConfig cfg, const model::Model
 
 void ReplacementSession::attach(engine::Engine& e) {
   e.set_probe_hooks(hooks_.get());
+  listen(e);
+}
+
+void ReplacementSession::listen(engine::Engine& e) {
   e.set_request_listener([this](uint64_t id, const engine::RequestSpec& spec) { on_request(id, spec); });
+  e.set_finish_listener([this](uint64_t id, engine::FinishReason) { on_finish(id); });
 }
 
 void ReplacementSession::on_request(uint64_t id, const engine::RequestSpec& spec) {

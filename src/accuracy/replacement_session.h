@@ -42,10 +42,15 @@ class ReplacementSession {
 
   TensorReplacer& replacer() { return *replacer_; }
   model::ProbeHooks& hooks() { return *hooks_; }
-  // Sets the engine's probe hooks and request listener to this session's.
+  // Sets the engine's probe hooks and request listeners to this session's.
   void attach(engine::Engine& e);
+  // Only the request listeners (for a caller that chains the hooks itself).
+  void listen(engine::Engine& e);
   // What the listener does: explicit binding when spec.reference_prompt >= 0, else prefix match.
   void on_request(uint64_t id, const engine::RequestSpec& spec);
+  // What the finish listener does: the request's binding is released (a long-running engine
+  // would otherwise keep one per request it ever served).
+  void on_finish(uint64_t id) { replacer_->forget_request(id); }
   std::string describe() const;  // one line for stderr: modules, prompts, policy, counts
 
  private:

@@ -53,6 +53,7 @@ class TensorReplacer {
     return index_.register_request(request, prompt_tokens);
   }
   void bind_request(uint64_t request, int prompt) { index_.bind_request(request, prompt); }
+  void forget_request(uint64_t request) { index_.forget_request(request); }
   int resolve(uint64_t request) const { return index_.resolve(request); }
   const PromptIndex& prompt_index() const { return index_; }
 

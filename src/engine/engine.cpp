@@ -87,6 +87,7 @@ bool Engine::abort(uint64_t id) {
   if (it == requests_.end() || it->second->status == RequestStatus::Finished) return false;
   sched_->finish(it->second.get());
   it->second->finish = FinishReason::Aborted;
+  if (finish_listener_) finish_listener_(id, FinishReason::Aborted);
   return true;
 }
 
@@ -188,6 +189,7 @@ std::vector<StepOutput> Engine::step() {
     if (r->finish != FinishReason::None) {
       o.finished = r->finish;
       sched_->finish(r);
+      if (finish_listener_) finish_listener_(id, r->finish);
     }
     result.push_back(std::move(o));
   }

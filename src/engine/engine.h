@@ -59,10 +59,14 @@ class Engine {
   int num_preemptions(uint64_t id) const;  // 0 for an unknown id
 
   // Accuracy tools. Hooks see every probe point of every pass (rows carry request ids and
-  // absolute positions); the listener hears of each accepted request before it is scheduled.
+  // absolute positions); the listener hears of each accepted request before it is scheduled, the
+  // finish listener of each request that finished or was aborted, once, after its last pass
+  // (not of a preemption: the request resumes under the same id).
   void set_probe_hooks(model::ProbeHooks* hooks) { hooks_ = hooks; }
   using RequestListener = std::function<void(uint64_t id, const RequestSpec& spec)>;
   void set_request_listener(RequestListener l) { listener_ = std::move(l); }
+  using FinishListener = std::function<void(uint64_t id, FinishReason why)>;
+  void set_finish_listener(FinishListener l) { finish_listener_ = std::move(l); }
   int64_t steps() const { return step_; }
   const cache::CachePlan& plan() const { return plan_; }
   const cache::ModelCache& cache() const { return *cache_; }
@@ -84,6 +88,7 @@ class Engine {
   std::map<uint64_t, int64_t> next_logit_pos_;  // first position whose raw logits are not yet emitted
   model::ProbeHooks* hooks_ = nullptr;
   RequestListener listener_;
+  FinishListener finish_listener_;
   uint64_t next_id_ = 1;
   int64_t step_ = 0;
 };
