@@ -1,18 +1,17 @@
-// Why exact decode costs what it costs late in a chunk: the SSM part of one decode step of a batch
-// (24 layers of the mamba2-130m mixer shape, every sequence and layer in its own buffers, as in
-// the cache) measured two ways, each interleaved plain / exact inside every iteration so that
-// load on a shared machine hits both alike:
+// The SSM part of one decode step of a batch (24 layers of the mamba2-130m mixer shape, every
+// sequence and layer in its own buffers, as in the cache), plain against exact at the same state
+// dtype, measured two ways, each interleaved plain / exact inside every iteration so that load on
+// a shared machine hits both alike:
 //
-//   BM_DecodeSsmKernels  the real kernels: ssu_step_bf16 per sequence (plain) against
-//                        ssd_decode_rows over the batch with the running fold where mamba2_scan
-//                        has it (exact).
+//   BM_DecodeSsmKernels  the real kernels: ssu_step / ssu_step_bf16 per sequence (plain) against
+//                        ssd_grid_decode over the batch on the default exact grid (exact).
 //   BM_DecodeSsmFloor    only the memory traffic those kernels cannot avoid, with no arithmetic:
-//                        plain reads and rewrites its bf16 state; exact reads its fp32 boundary
-//                        state and the replay x and B of rows 0..t, and the heads that fold this
-//                        step read their running fold and write its destination. Each floor is
-//                        what its kernel would cost if it did no arithmetic: a kernel near its floor
-//                        is bound by memory, one far above it by arithmetic.
+//                        plain reads and rewrites its state; exact reads its boundary state and
+//                        each head's ring rows since its boundary, and the heads whose cell ends
+//                        at this step write their state. A kernel near its floor is bound by
+//                        memory, one far above it by arithmetic.
 //
+// Arguments: batch, position (absolute; the grid repeats every cell), dtype (0 float32, 1 bfloat16).
 //   OMP_NUM_THREADS=1 build/parity_bench --benchmark_filter=DecodeSsm --benchmark_min_time=1
 #include <benchmark/benchmark.h>
 
@@ -25,7 +24,7 @@
 #include "common/aligned.h"
 #include "decode_timing.h"
 #include "kernels/ssd.h"
-#include "model/mamba2_mixer.h"
+#include "kernels/ssd_grid.h"
 
 namespace {
 
@@ -34,19 +33,22 @@ using kernels::SsdShape;
 
 const SsdShape kShape{24, 64, 1, 128, 256};
 constexpr int kLayers = 24;
+const kernels::ExactGrid kGrid{kernels::kDefaultExactCell, true, 24};
 
 // Every (sequence, layer) of the batch in its own memory, as the state cache holds them.
 struct Batch {
   int seqs = 0;
-  std::size_t S = 0, ld = 0;  // state floats; replay x floats per (sequence, layer)
-  AlignedBuffer<uint16_t> plain;                   // bf16 states
-  AlignedBuffer<float> boundary, running, rx, rdt, rB, C, x, dt, y;
+  bool bf16 = false;
+  std::size_t S = 0;
+  kernels::RingSizes ring{0, 0, 0};
+  AlignedBuffer<uint16_t> plain16, exact16;  // bf16 states
+  AlignedBuffer<float> plain32, exact32, rx, rdt, rB, B, C, x, dt, y;
   std::vector<float> A, D;
 
-  Batch(int n) : seqs(n) {
-    const int H = kShape.nheads, P = kShape.headdim, N = kShape.dstate, L = kShape.chunk_size;
+  Batch(int n, bool use_bf16) : seqs(n), bf16(use_bf16) {
+    const int H = kShape.nheads, P = kShape.headdim, N = kShape.dstate;
     S = static_cast<std::size_t>(kShape.state_elems());
-    ld = std::size_t(H) * L * P;
+    ring = kernels::ring_sizes(kShape, kGrid);
     const std::size_t m = std::size_t(n) * kLayers;
     std::mt19937 rng(7);
     std::normal_distribution<float> nd(0.0f, 0.5f);
@@ -54,15 +56,21 @@ struct Batch {
       b.resize(count);
       for (std::size_t i = 0; i < count; ++i) b[i] = nd(rng);
     };
-    plain.resize(m * S);
-    for (std::size_t i = 0; i < m * S; ++i) plain[i] = 0x3c00;  // bf16 0.0078125
-    fill(boundary, m * S);
-    fill(running, m * S);
-    fill(rx, m * ld);
-    fill(rB, m * L * N);
+    if (bf16) {
+      for (auto* b : {&plain16, &exact16}) {
+        b->resize(m * S);
+        for (std::size_t i = 0; i < m * S; ++i) (*b)[i] = 0x3c00;  // bf16 0.0078125
+      }
+    } else {
+      fill(plain32, m * S);
+      fill(exact32, m * S);
+    }
+    fill(rx, m * std::size_t(ring.x));
+    fill(rB, m * std::size_t(ring.B));
+    fill(B, m * N);
     fill(C, m * N);
     fill(x, m * H * P);
-    rdt.resize(m * L * H);
+    rdt.resize(m * std::size_t(ring.dt));
     for (std::size_t i = 0; i < rdt.size(); ++i) rdt[i] = 0.01f;
     dt.resize(m * H);
     for (std::size_t i = 0; i < dt.size(); ++i) dt[i] = 0.01f;
@@ -78,41 +86,33 @@ void plain_kernels(Batch& b) {
   for (int l = 0; l < kLayers; ++l)
     for (int i = 0; i < b.seqs; ++i) {
       const std::size_t k = b.at(i, l);
-      kernels::ssu_step_bf16(kShape, b.x.data() + k * H * P, b.dt.data() + k * H, b.A.data(),
-                             b.rB.data() + k * kShape.chunk_size * N, b.C.data() + k * N, b.D.data(),
-                             b.plain.data() + k * b.S, b.y.data() + k * H * P);
+      if (b.bf16)
+        kernels::ssu_step_bf16(kShape, b.x.data() + k * H * P, b.dt.data() + k * H, b.A.data(), b.B.data() + k * N,
+                               b.C.data() + k * N, b.D.data(), b.plain16.data() + k * b.S, b.y.data() + k * H * P);
+      else
+        kernels::ssu_step(kShape, b.x.data() + k * H * P, b.dt.data() + k * H, b.A.data(), b.B.data() + k * N,
+                          b.C.data() + k * N, b.D.data(), b.plain32.data() + k * b.S, b.y.data() + k * H * P);
     }
 }
 
-// The decode rows mamba2_scan hands the kernel at chunk row t (running fold as far along as a real
-// decode leaves it).
-void exact_kernels(Batch& b, int t) {
-  const int H = kShape.nheads, P = kShape.headdim, N = kShape.dstate, L = kShape.chunk_size;
-  std::vector<kernels::SsdDecodeRow> rows(b.seqs);
-  std::vector<int> fold(std::size_t(b.seqs) * 2 * H);
+// The decode rows mamba2_scan hands the kernel for tokens at position pos (rings filled).
+void exact_kernels(Batch& b, int64_t pos) {
+  const int H = kShape.nheads, P = kShape.headdim, N = kShape.dstate;
+  std::vector<kernels::GridDecodeRow> rows(b.seqs);
   for (int l = 0; l < kLayers; ++l) {
     for (int i = 0; i < b.seqs; ++i) {
       const std::size_t k = b.at(i, l);
-      kernels::SsdDecodeRow& d = rows[i];
-      d = {};
-      d.t = t;
-      d.x = b.rx.data() + k * b.ld;
-      d.dt = b.rdt.data() + k * L * H;
-      d.B = b.rB.data() + k * L * N;
+      kernels::GridDecodeRow& d = rows[i];
+      d.pos = pos;
+      d.x_ring = b.rx.data() + k * b.ring.x;
+      d.dt_ring = b.rdt.data() + k * b.ring.dt;
+      d.b_ring = b.rB.data() + k * b.ring.B;
       d.C = b.C.data() + k * N;
-      d.boundary = b.boundary.data() + k * b.S;
-      d.running = b.running.data() + k * b.S;
-      for (int h = 0; h < H; ++h) {
-        const model::DecodeFold f = model::decode_fold(h, t, 0, L);
-        fold[std::size_t(i) * 2 * H + h] = f.from;
-        fold[std::size_t(i) * 2 * H + H + h] = f.to;
-      }
-      d.head_folded = fold.data() + std::size_t(i) * 2 * H;
-      d.head_fold_to = d.head_folded + H;
-      if (t == L - 1) d.fold_dst = b.boundary.data() + k * b.S;
+      d.state = b.bf16 ? kernels::GridState{nullptr, b.exact16.data() + k * b.S}
+                       : kernels::GridState{b.exact32.data() + k * b.S, nullptr};
       d.y = b.y.data() + k * H * P;
     }
-    kernels::ssd_decode_rows(kShape, b.A.data(), b.D.data(), rows.data(), b.seqs);
+    kernels::ssd_grid_decode(kShape, kGrid, b.A.data(), b.D.data(), rows.data(), b.seqs);
   }
 }
 
@@ -138,32 +138,47 @@ volatile uint16_t g_zero16 = 0;
 volatile uint32_t g_zero32 = 0;
 
 void plain_floor(Batch& b) {
-  const uint16_t z = g_zero16;
+  const uint16_t z16 = g_zero16;
+  const uint32_t z32 = g_zero32;
   for (int l = 0; l < kLayers; ++l)
-    for (int i = 0; i < b.seqs; ++i) rewrite_u16(b.plain.data() + b.at(i, l) * b.S, b.S, z);
+    for (int i = 0; i < b.seqs; ++i) {
+      if (b.bf16) {
+        rewrite_u16(b.plain16.data() + b.at(i, l) * b.S, b.S, z16);
+      } else {
+        float* s = b.plain32.data() + b.at(i, l) * b.S;
+        copy_floats(s, s, b.S, z32);
+      }
+    }
 }
 
-// Exact decode at chunk row t: the boundary state and the replay x and B of rows 0..t are read,
-// and every head that folds this step reads its running fold (or the boundary, for a group
-// starting at row 0) and writes the destination.
-uint32_t exact_floor(Batch& b, int t) {
-  const int H = kShape.nheads, P = kShape.headdim, N = kShape.dstate, L = kShape.chunk_size;
+// Exact decode at position pos: every head's boundary state and its ring rows since its boundary
+// are read, and the heads whose cell ends here write their state.
+uint32_t exact_floor(Batch& b, int64_t pos) {
+  const int H = kShape.nheads, P = kShape.headdim, N = kShape.dstate, G = kGrid.cell;
   const std::size_t pn = std::size_t(P) * N;
-  const uint32_t z = g_zero32;
+  const uint16_t z16 = g_zero16;
+  const uint32_t z32 = g_zero32;
   uint32_t sink = 0;
   for (int l = 0; l < kLayers; ++l)
     for (int i = 0; i < b.seqs; ++i) {
       const std::size_t k = b.at(i, l);
-      float* Sb = b.boundary.data() + k * b.S;
-      float* R = b.running.data() + k * b.S;
-      const float* xs = b.rx.data() + k * b.ld;
       for (int h = 0; h < H; ++h) {
-        sink ^= read_floats(Sb + h * pn, pn);
-        sink ^= read_floats(xs + std::size_t(h) * L * P, std::size_t(t + 1) * P);
-        const model::DecodeFold f = model::decode_fold(h, t, 0, L);
-        if (f.to != 0) copy_floats(f.from == 0 ? Sb + h * pn : R + h * pn, t == L - 1 ? Sb + h * pn : R + h * pn, pn, z);
+        const int64_t start = kGrid.cell_start(h, pos);
+        const int rows = static_cast<int>(pos - start) + 1;
+        const bool fold = pos + 1 == kGrid.cell_end(h, start);
+        if (b.bf16) {
+          uint16_t* s = b.exact16.data() + k * b.S + h * pn;
+          if (fold) rewrite_u16(s, pn, z16);
+          else sink ^= read_floats(reinterpret_cast<const float*>(s), pn / 2);
+        } else {
+          float* s = b.exact32.data() + k * b.S + h * pn;
+          if (fold) copy_floats(s, s, pn, z32);
+          else sink ^= read_floats(s, pn);
+        }
+        sink ^= read_floats(b.rx.data() + k * b.ring.x + (std::size_t(h) * G + kGrid.ring_slot(h, start)) * P,
+                            std::size_t(rows) * P);
       }
-      sink ^= read_floats(b.rB.data() + k * L * N, std::size_t(t + 1) * N);
+      sink ^= read_floats(b.rB.data() + k * b.ring.B, std::size_t(G) * N);
     }
   return sink;
 }
@@ -191,26 +206,26 @@ void interleave(benchmark::State& st, Fa&& plain, Fb&& exact) {
 }
 
 void BM_DecodeSsmKernels(benchmark::State& st) {
-  Batch b(static_cast<int>(st.range(0)));
-  const int t = static_cast<int>(st.range(1));
+  Batch b(static_cast<int>(st.range(0)), st.range(2) != 0);
+  const int64_t t = st.range(1);
   interleave(st, [&] { plain_kernels(b); }, [&] { exact_kernels(b, t); });
 }
 BENCHMARK(BM_DecodeSsmKernels)
-    ->ArgNames({"batch", "chunkpos"})
-    ->ArgsProduct({{1, 8, 32}, {1, 64, 128, 255}})
+    ->ArgNames({"batch", "pos", "bf16"})
+    ->ArgsProduct({{1, 8, 32}, {256, 257, 263, 271}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
 void BM_DecodeSsmFloor(benchmark::State& st) {
-  Batch b(static_cast<int>(st.range(0)));
-  const int t = static_cast<int>(st.range(1));
+  Batch b(static_cast<int>(st.range(0)), st.range(2) != 0);
+  const int64_t t = st.range(1);
   uint32_t sink = 0;
   interleave(st, [&] { plain_floor(b); }, [&] { sink ^= exact_floor(b, t); });
   benchmark::DoNotOptimize(sink);
 }
 BENCHMARK(BM_DecodeSsmFloor)
-    ->ArgNames({"batch", "chunkpos"})
-    ->ArgsProduct({{1, 8, 32}, {1, 64, 128, 255}})
+    ->ArgNames({"batch", "pos", "bf16"})
+    ->ArgsProduct({{1, 8, 32}, {256, 257, 263, 271}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -27,15 +27,15 @@ const model::Model& model_130m() {
 
 void BM_ExactOverhead(benchmark::State& st) { bench::interleaved_decode(st, model_130m()); }
 BENCHMARK(BM_ExactOverhead)
-    ->ArgNames({"batch", "chunkpos"})
-    ->ArgsProduct({{1, 8, 32}, {1, 64, 127, 128, 255}})
+    ->ArgNames({"batch", "chunkpos", "bf16"})
+    ->ArgsProduct({{1, 8, 32}, {0, 1, 7, 15, 64, 127, 128, 255}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 // The average over a chunk: every row of it once (decode_timing.h).
 BENCHMARK(BM_ExactOverhead)
     ->Name("BM_ExactOverheadChunkMean")
-    ->ArgNames({"batch", "chunkpos"})
-    ->ArgsProduct({{1, 8, 32}, {-1}})
+    ->ArgNames({"batch", "chunkpos", "bf16"})
+    ->ArgsProduct({{1, 8, 32}, {-1}, {0, 1}})
     ->Iterations(256)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

@@ -67,15 +67,15 @@ BENCHMARK(BM_HybridPrefill)
 // Decode at absolute position 256 + chunkpos: the attention layers read that many keys.
 void BM_HybridDecodeStep(benchmark::State& st) { bench::interleaved_decode(st, hybrid()); }
 BENCHMARK(BM_HybridDecodeStep)
-    ->ArgNames({"batch", "chunkpos"})
-    ->ArgsProduct({{1, 8}, {1, 128, 255}})
+    ->ArgNames({"batch", "chunkpos", "bf16"})
+    ->ArgsProduct({{1, 8}, {1, 128, 255}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 // The average over a chunk: every row of it once (decode_timing.h).
 BENCHMARK(BM_HybridDecodeStep)
     ->Name("BM_HybridDecodeChunkMean")
-    ->ArgNames({"batch", "chunkpos"})
-    ->ArgsProduct({{1, 8}, {-1}})
+    ->ArgNames({"batch", "chunkpos", "bf16"})
+    ->ArgsProduct({{1, 8}, {-1}, {0, 1}})
     ->Iterations(256)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

@@ -9,7 +9,6 @@
 
 #include <benchmark/benchmark.h>
 
-#include "model/mamba2_mixer.h"
 #include "model/model.h"
 
 namespace parity::bench {
@@ -20,12 +19,12 @@ struct DecodeRun {
   model::ScanMode mode;
 };
 
-// `batch` slots (KV reserved for `kv_tokens` positions when the model has attention), each mode with its
-// default SSM cache dtype: plain bf16, exact fp32.
-inline DecodeRun make_decode_run(const model::Model& m, bool exact, int batch, int64_t kv_tokens) {
+// `batch` slots (KV reserved for `kv_tokens` positions when the model has attention), with the
+// given SSM state dtype and exact mode's default grid.
+inline DecodeRun make_decode_run(const model::Model& m, bool exact, int batch, int64_t kv_tokens, DType dtype) {
   cache::ModelCacheOptions o;
   o.mamba.exact = exact;
-  o.mamba.ssm_dtype = exact ? DType::F32 : DType::BF16;
+  o.mamba.ssm_dtype = dtype;
   o.mamba.num_slots = batch;
   if (m.cache_spec().num_attention_layers > 0)
     o.kv_num_blocks = static_cast<int>(batch * ((kv_tokens + o.kv_block_size - 1) / o.kv_block_size));
@@ -41,15 +40,12 @@ inline DecodeRun make_decode_run(const model::Model& m, bool exact, int batch, i
   return r;
 }
 
-// One step at absolute position `start`, in milliseconds. The slots look as a decode from the
-// chunk's start leaves them: no rows left folded by a multi-token call, and each head's running
-// fold where its staggered groups (model::decode_fold) have taken it.
+// One step at absolute position `start`, in milliseconds. The state values do not change the work;
+// exact mode's ring holds whatever the earlier steps left.
 inline double time_decode_step(const model::Model& m, DecodeRun& r, int64_t start, float* logits) {
   for (auto& s : r.batch.seqs) {
     s.start = start;
     r.cache->set_position(s.slot, start);
-    if (r.mode == model::ScanMode::Exact)
-      for (int l = 0; l < m.cache_spec().num_mamba_layers; ++l) r.cache->mamba()->running_rows(l, s.slot) = 0;
   }
   const auto t0 = std::chrono::steady_clock::now();
   m.forward(r.batch, *r.cache, r.mode, logits);
@@ -62,7 +58,7 @@ inline double median(std::vector<double> v) {
 }
 
 // The benchmark body: batch = range(0), chunk position = range(1), the step at absolute position
-// chunk_size + chunk position. Counters: median plain and exact step times and the median
+// chunk_size + chunk position, both modes with the state dtype range(2) (0 float32, 1 bfloat16). Counters: median plain and exact step times and the median
 // per-iteration ratio exact/plain.
 // Chunk position -1 measures the average over a chunk instead: the steps cycle through the chunk's
 // rows with stride 37 (coprime to the chunk size, so 256 iterations visit every row once; register
@@ -72,7 +68,8 @@ inline void interleaved_decode(benchmark::State& st, const model::Model& m) {
   const int batch = static_cast<int>(st.range(0));
   const int pos = static_cast<int>(st.range(1));
   const int cs = m.chunk_size();
-  DecodeRun plain = make_decode_run(m, false, batch, 2 * cs), exact = make_decode_run(m, true, batch, 2 * cs);
+  const DType dtype = st.range(2) ? DType::BF16 : DType::F32;
+  DecodeRun plain = make_decode_run(m, false, batch, 2 * cs, dtype), exact = make_decode_run(m, true, batch, 2 * cs, dtype);
   std::vector<float> logits(static_cast<std::size_t>(batch) * m.vocab_size());
   std::vector<double> tp, te, ratio;
   int64_t step = 0;

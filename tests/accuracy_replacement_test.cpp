@@ -344,7 +344,7 @@ TEST(AccuracyReplacementCli, ScoreAndGenerateAcceptAdditionalConfig) {
   const std::vector<float> want = model::score_all_rows(tiny(), toks, model::ScanMode::Exact, &add);
   const std::string cfg = "'{\"tensor_replacement\": {\"tensors_path\": \"" + ref + "\"}}'";
 
-  auto r = test::run_cli("score builtin:tiny --tokens " + join(toks) + " --out " + (dir / "s.safetensors").string() +
+  auto r = test::run_cli("score builtin:tiny --exact --tokens " + join(toks) + " --out " + (dir / "s.safetensors").string() +
                          " --additional-config " + cfg);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("rows replaced"), std::string::npos) << r.err;

@@ -271,6 +271,7 @@ TEST(GraniteHybrid, DenseNopeAndAttentionOnlyVariantsAreScheduleInvariant) {
     g.prompt_len = 40;
     g.forced_len = 10;
     g.modes = {model::ScanMode::Exact};
+    g.exact_dtypes = {DType::F32};
     g.scenarios = {"decode", "chunked-prefill"};
     const auto res = engine::run_exactness_gate(*m, g);
     ASSERT_EQ(res.size(), 2u);

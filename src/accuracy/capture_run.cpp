@@ -64,6 +64,7 @@ Captures capture_through_engine(const model::Model& model, const CaptureSpec& sp
   c.metadata["source"] = "parity";
   c.metadata["model"] = model.origin();
   c.metadata["mode"] = spec.engine.mode == model::ScanMode::Exact ? "exact" : "plain";
+  for (const auto& [k, v] : eng.numerics().metadata()) c.metadata[k] = v;
   c.metadata["max_num_batched_tokens"] = std::to_string(spec.engine.sched.max_num_batched_tokens);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const engine::RequestResult& r = results.at(ids[i]);

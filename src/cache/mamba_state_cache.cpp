@@ -7,15 +7,22 @@
 
 namespace parity::cache {
 
+kernels::SsdShape ssd_shape(const io::Mamba2Config& cfg) {
+  return {cfg.num_heads, cfg.head_dim, cfg.n_groups, cfg.state_size, cfg.chunk_size};
+}
+
+}  // namespace parity::cache
+
+namespace parity::cache {
+
 SlotBytes slot_bytes(const io::Mamba2Config& cfg, int num_mamba_layers, const MambaCacheOptions& opt) {
   SlotBytes b;
   const std::size_t L = static_cast<std::size_t>(num_mamba_layers);
   b.conv = L * std::size_t(cfg.conv_kernel - 1) * cfg.conv_dim() * sizeof(float);
   b.ssm = L * std::size_t(cfg.num_heads) * cfg.head_dim * cfg.state_size * dtype_size(opt.ssm_dtype);
   if (opt.exact) {
-    b.running = L * std::size_t(cfg.num_heads) * cfg.head_dim * cfg.state_size * sizeof(float);
-    std::size_t per_row = std::size_t(cfg.intermediate_size) + cfg.num_heads + std::size_t(cfg.n_groups) * cfg.state_size;
-    b.replay = L * std::size_t(cfg.chunk_size) * per_row * sizeof(float);
+    const kernels::RingSizes r = kernels::ring_sizes(ssd_shape(cfg), opt.grid);
+    b.replay = L * std::size_t(r.x + r.dt + r.B) * sizeof(float);
   }
   return b;
 }
@@ -23,40 +30,34 @@ SlotBytes slot_bytes(const io::Mamba2Config& cfg, int num_mamba_layers, const Ma
 void validate(const MambaCacheOptions& opt) {
   if (opt.ssm_dtype != DType::F32 && opt.ssm_dtype != DType::BF16)
     throw Error("mamba SSM cache dtype must be float32 or bfloat16");
-  if (opt.exact && opt.ssm_dtype != DType::F32)
-    throw Error(
-        "exact mode needs --mamba-ssm-cache-dtype float32: a bfloat16 boundary state is rounded on "
-        "every store, so a resumed chunk would start from a different state than single-shot prefill");
+  if (opt.exact && (opt.grid.cell < 1 || opt.grid.cell > 4096 || (opt.grid.cell & (opt.grid.cell - 1)) != 0))
+    throw Error("--exact-grid must be a power of two between 1 and 4096 (got " + std::to_string(opt.grid.cell) + ")");
   if (opt.num_slots < 1) throw Error("the state cache needs at least one slot");
 }
 
 MambaStateCache::MambaStateCache(const io::Mamba2Config& cfg, int num_mamba_layers, const MambaCacheOptions& opt)
     : cfg_(cfg), layers_(num_mamba_layers), opt_(opt) {
+  opt_.grid.nheads = cfg.num_heads;
   validate(opt_);
-  bytes_ = slot_bytes(cfg, num_mamba_layers, opt);
+  bytes_ = slot_bytes(cfg, num_mamba_layers, opt_);
   conv_elems_ = std::size_t(cfg.conv_kernel - 1) * cfg.conv_dim();
   ssm_elems_ = std::size_t(cfg.num_heads) * cfg.head_dim * cfg.state_size;
-  const std::size_t cs = opt.exact ? cfg.chunk_size : 0;
-  rx_elems_ = cs * cfg.intermediate_size;
-  rdt_elems_ = cs * cfg.num_heads;
-  rb_elems_ = cs * std::size_t(cfg.n_groups) * cfg.state_size;
+  if (opt_.exact) ring_ = kernels::ring_sizes(ssd_shape(cfg), opt_.grid);
   const std::size_t ls = std::size_t(layers_) * opt.num_slots;
   conv_.resize(ls * conv_elems_);
   if (opt.ssm_dtype == DType::F32) ssm_f32_.resize(ls * ssm_elems_);
   else ssm_bf16_.resize(ls * ssm_elems_);
-  run_.resize(opt.exact ? ls * ssm_elems_ : 0);
-  rx_.resize(ls * rx_elems_);
-  rdt_.resize(ls * rdt_elems_);
-  rb_.resize(ls * rb_elems_);
-  // Zeroed once: a slot's replay rows and running fold are always written before they are read,
+  rx_.resize(ls * std::size_t(ring_.x));
+  rdt_.resize(ls * std::size_t(ring_.dt));
+  rb_.resize(ls * std::size_t(ring_.B));
+  // Zeroed once: a slot's replay rows are always written before they are read,
   // but uninitialised memory could hold NaNs or subnormals that make a benchmark (which positions
   // slots directly) crawl, and zeros make every run start from the same bytes.
-  for (AlignedBuffer<float>* b : {&conv_, &ssm_f32_, &run_, &rx_, &rdt_, &rb_})
+  for (AlignedBuffer<float>* b : {&conv_, &ssm_f32_, &rx_, &rdt_, &rb_})
     if (b->size()) std::memset(b->data(), 0, b->size() * sizeof(float));
   if (ssm_bf16_.size()) std::memset(ssm_bf16_.data(), 0, ssm_bf16_.size() * sizeof(uint16_t));
   used_.assign(opt.num_slots, 0);
   pos_.assign(opt.num_slots, 0);
-  folded_.assign(ls, 0);
 }
 
 int MambaStateCache::num_free() const {
@@ -69,7 +70,6 @@ int MambaStateCache::allocate() {
     used_[s] = 1;
     pos_[s] = 0;
     for (int l = 0; l < layers_; ++l) {
-      folded_[std::size_t(l) * opt_.num_slots + s] = 0;
       std::memset(conv_state(l, s), 0, conv_elems_ * sizeof(float));
       std::size_t off = (std::size_t(l) * opt_.num_slots + s) * ssm_elems_;
       if (opt_.ssm_dtype == DType::F32) std::memset(ssm_f32_.data() + off, 0, ssm_elems_ * sizeof(float));
@@ -119,24 +119,19 @@ void MambaStateCache::store_ssm(int layer, int slot, const float* src) {
   }
 }
 
-float* MambaStateCache::running(int layer, int slot) {
-  if (!opt_.exact) throw Error("internal: the running fold exists in exact mode only");
-  return run_.data() + (std::size_t(layer) * opt_.num_slots + slot) * ssm_elems_;
+kernels::GridState MambaStateCache::grid_state(int layer, int slot) {
+  if (!opt_.exact) throw Error("internal: boundary states exist in exact mode only");
+  kernels::GridState st;
+  if (opt_.ssm_dtype == DType::F32) st.f32 = ssm_f32(layer, slot);
+  else st.bf16 = ssm_bf16(layer, slot);
+  return st;
 }
 
-int& MambaStateCache::running_rows(int layer, int slot) {
-  if (!opt_.exact) throw Error("internal: the running fold exists in exact mode only");
-  return folded_[std::size_t(layer) * opt_.num_slots + slot];
-}
-
-float* MambaStateCache::replay_x(int layer, int slot) {
-  return rx_.data() + (std::size_t(layer) * opt_.num_slots + slot) * rx_elems_;
-}
-float* MambaStateCache::replay_dt(int layer, int slot) {
-  return rdt_.data() + (std::size_t(layer) * opt_.num_slots + slot) * rdt_elems_;
-}
-float* MambaStateCache::replay_b(int layer, int slot) {
-  return rb_.data() + (std::size_t(layer) * opt_.num_slots + slot) * rb_elems_;
+kernels::ReplayRing MambaStateCache::ring(int layer, int slot) {
+  if (!opt_.exact) throw Error("internal: the replay ring exists in exact mode only");
+  const std::size_t i = std::size_t(layer) * opt_.num_slots + slot;
+  return {rx_.data() + i * std::size_t(ring_.x), rdt_.data() + i * std::size_t(ring_.dt),
+          rb_.data() + i * std::size_t(ring_.B)};
 }
 
 }  // namespace parity::cache

@@ -2,13 +2,10 @@
 // Per-sequence recurrent memory of every Mamba2 layer, one *slot* per live sequence:
 //   conv state   (k-1) × conv_dim fp32   the last k-1 conv inputs
 //   SSM state    H × P × N  fp32 | bf16  plain mode: the state after the last token;
-//                                        exact mode: the fp32 *boundary state* at the last
-//                                        multiple of chunk_size
-//   running      exact mode only: fp32 fold of the rows since the boundary (becomes the next
-//                boundary state when the chunk completes; decode advances it a group of rows
-//                at a time)
-//   replay rows  exact mode only: x, dt, B of the tokens since the boundary,
-//                at most chunk_size rows each (C is never needed: replayed rows emit nothing)
+//                                        exact mode: per head the *boundary state* at the
+//                                        head's last boundary of the exact grid
+//   replay ring  exact mode only: x, dt, B of the last `cell` positions, enough to re-feed
+//                every head's current cell (layout in kernels/ssd_grid.h)
 // Kernels know nothing of slots; the model reads and writes them through this class.
 #include <cstdint>
 #include <string>
@@ -17,24 +14,30 @@
 #include "common/aligned.h"
 #include "common/dtype.h"
 #include "io/hf_config.h"
+#include "kernels/exact_grid.h"
+#include "kernels/ssd_grid.h"
 
 namespace parity::cache {
 
 struct MambaCacheOptions {
   int num_slots = 1;
   DType ssm_dtype = DType::F32;  // F32 or BF16
-  bool exact = false;            // keep replay rows (requires F32; checked by validate())
+  bool exact = false;            // keep the boundary state on the exact grid and its replay ring
+  kernels::ExactGrid grid;       // exact mode's grid (nheads is filled in from the model)
 };
 
 // Bytes one sequence needs, by part, for the planner's report.
 struct SlotBytes {
-  std::size_t conv = 0, ssm = 0, running = 0, replay = 0;
-  std::size_t total() const { return conv + ssm + running + replay; }
+  std::size_t conv = 0, ssm = 0, replay = 0;
+  std::size_t total() const { return conv + ssm + replay; }
 };
 
 SlotBytes slot_bytes(const io::Mamba2Config& cfg, int num_mamba_layers, const MambaCacheOptions& opt);
 
-// Throws parity::Error when the options cannot give the promised numerics (exact + bf16).
+// The SSD kernels' view of a Mamba2 mixer's shape.
+kernels::SsdShape ssd_shape(const io::Mamba2Config& cfg);
+
+// Throws parity::Error naming the problem when the options are unusable (dtype, grid, slots).
 void validate(const MambaCacheOptions& opt);
 
 class MambaStateCache {
@@ -57,7 +60,7 @@ class MambaStateCache {
   void set_position(int slot, int64_t p) { pos_[slot] = p; }
 
   float* conv_state(int layer, int slot);
-  // Direct fp32 state (F32 caches only: exact mode always, plain mode with float32).
+  // Direct fp32 state (F32 caches only).
   float* ssm_f32(int layer, int slot);
   // Direct bf16 state (BF16 caches only: plain mode's default, updated in place by ssu_step_bf16).
   uint16_t* ssm_bf16(int layer, int slot);
@@ -65,24 +68,10 @@ class MambaStateCache {
   void load_ssm(int layer, int slot, float* dst) const;
   void store_ssm(int layer, int slot, const float* src);  // rounds once for bf16
 
-  // Running fold since the boundary (exact mode), per head the fold of the chunk's first rows.
-  // running_rows() is the count every head holds at least: what the last multi-token call left
-  // (0 at a chunk start). Decode steps since then fold each head's rows in staggered groups
-  // (model::decode_fold), so a head may hold more, computed from this count and the position.
-  float* running(int layer, int slot);
-  int& running_rows(int layer, int slot);
-
-  // Replay rows (exact mode), chunk_size rows each; row i = position boundary + i. x is kept
-  // HEAD-MAJOR, [heads][chunk_size][head_dim]: a decode step reads every earlier row of a head, and
-  // a head's rows are then one contiguous stream instead of 256-byte pieces a row apart (the
-  // layout kernels::ssd_decode_rows reads in place). dt is [chunk_size][heads], B
-  // [chunk_size][groups·state].
-  // dt is kept after softplus(raw + dt_bias) and the time_step_limit clamp: a pure function of
-  // the raw dt, so keeping it instead of the raw value changes no bit and saves H softplus per
-  // replayed row per step.
-  float* replay_x(int layer, int slot);
-  float* replay_dt(int layer, int slot);
-  float* replay_b(int layer, int slot);
+  // Exact mode: the boundary states of the slot in the cache dtype, and its replay ring.
+  kernels::GridState grid_state(int layer, int slot);
+  kernels::ReplayRing ring(int layer, int slot);
+  const kernels::ExactGrid& grid() const { return opt_.grid; }
 
   SlotBytes bytes_per_slot() const { return bytes_; }
 
@@ -91,14 +80,14 @@ class MambaStateCache {
   int layers_;
   MambaCacheOptions opt_;
   SlotBytes bytes_;
-  std::size_t conv_elems_, ssm_elems_, rx_elems_, rdt_elems_, rb_elems_;
+  std::size_t conv_elems_, ssm_elems_;
+  kernels::RingSizes ring_{0, 0, 0};
   AlignedBuffer<float> conv_;
   AlignedBuffer<float> ssm_f32_;
   AlignedBuffer<uint16_t> ssm_bf16_;
-  AlignedBuffer<float> run_, rx_, rdt_, rb_;
+  AlignedBuffer<float> rx_, rdt_, rb_;
   std::vector<uint8_t> used_;
   std::vector<int64_t> pos_;
-  std::vector<int> folded_;  // per (layer, slot): rows in the running fold
 };
 
 }  // namespace parity::cache

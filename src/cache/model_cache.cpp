@@ -61,11 +61,14 @@ void ModelCache::set_position(int slot, int64_t p) {
   if (mamba_) mamba_->set_position(slot, p);
 }
 
-ModelCache make_single_cache(const ModelCacheSpec& spec, int64_t tokens, bool exact) {
+ModelCache make_single_cache(const ModelCacheSpec& spec, int64_t tokens, const Numerics& numerics) {
   ModelCacheOptions o;
   o.mamba.num_slots = 1;
-  o.mamba.exact = exact;
-  o.mamba.ssm_dtype = DType::F32;
+  o.mamba.exact = numerics.exact;
+  o.mamba.grid = numerics.grid;
+  // One call holds every row: plain mode's state is never stored between rows, so its dtype
+  // cannot matter; exact mode rounds at its boundaries in the dtype asked for.
+  o.mamba.ssm_dtype = numerics.exact ? numerics.ssm_dtype : DType::F32;
   o.kv_num_blocks = static_cast<int>(std::max<int64_t>(1, (tokens + o.kv_block_size - 1) / o.kv_block_size));
   return ModelCache(spec, o);
 }

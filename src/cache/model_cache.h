@@ -8,6 +8,7 @@
 
 #include "cache/kv_cache.h"
 #include "cache/mamba_state_cache.h"
+#include "cache/numerics.h"
 #include "io/hf_config.h"
 
 namespace parity::cache {
@@ -19,7 +20,7 @@ struct ModelCacheSpec {
   int num_attention_layers = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
-  int chunk_size = 256;  // exact mode's chunk grid (the Mamba chunk size)
+  int chunk_size = 256;  // the Mamba chunk size (plain mode's SSD grid)
 };
 
 struct ModelCacheOptions {
@@ -64,6 +65,6 @@ class ModelCache {
 };
 
 // A one-sequence cache that holds `tokens` positions (single-shot scoring, tests).
-ModelCache make_single_cache(const ModelCacheSpec& spec, int64_t tokens, bool exact);
+ModelCache make_single_cache(const ModelCacheSpec& spec, int64_t tokens, const Numerics& numerics);
 
 }  // namespace parity::cache

@@ -32,8 +32,8 @@ ModelCacheOptions CachePlan::options(const MambaCacheOptions& mamba) const {
 std::string CachePlan::describe() const {
   std::string s = "state cache: " + std::to_string(num_slots) + " slots × " + mib(per_seq.total()) + " = " +
                   mib(per_seq.total() * static_cast<std::size_t>(num_slots)) + "\n";
-  s += "  per sequence: conv " + mib(per_seq.conv) + ", ssm " + mib(per_seq.ssm) + ", running fold " +
-       mib(per_seq.running) + ", replay buffers " + mib(per_seq.replay) + ", total " + mib(per_seq.total()) + "\n";
+  s += "  per sequence: conv " + mib(per_seq.conv) + ", ssm " + mib(per_seq.ssm) + ", replay ring " +
+       mib(per_seq.replay) + ", total " + mib(per_seq.total()) + "\n";
   if (kv_num_blocks > 0)
     s += "KV cache: " + std::to_string(kv_num_blocks) + " blocks × " + std::to_string(kv_block_size) + " tokens = " +
          std::to_string(kv_tokens()) + " tokens, " + kib(kv_per_token) + " per token, " + mib(kv_bytes()) + "\n";

@@ -31,9 +31,12 @@ class Engine::Slots : public SlotPool {
 };
 
 Engine::Engine(const model::Model& model, EngineConfig cfg) : model_(model), cfg_(cfg) {
+  numerics_ = cache::resolve_numerics(cfg_.mode == model::ScanMode::Exact, cfg_.ssm_cache_dtype, cfg_.exact_grid,
+                                      cfg_.exact_stagger, model.chunk_size());
   cache::MambaCacheOptions opt;
-  opt.exact = cfg_.mode == model::ScanMode::Exact;
-  opt.ssm_dtype = cfg_.ssm_cache_dtype.value_or(opt.exact ? DType::F32 : DType::BF16);
+  opt.exact = numerics_.exact;
+  opt.ssm_dtype = numerics_.ssm_dtype;
+  opt.grid = numerics_.grid;
   if (cfg_.sched.max_num_batched_tokens < 1) throw Error("max_num_batched_tokens must be at least 1");
   plan_ = cache::plan_cache(model.cache_spec(), opt, cfg_.state_memory_budget, cfg_.sched.max_num_seqs,
                             cfg_.max_model_len, cfg_.kv_block_size);

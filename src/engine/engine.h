@@ -23,6 +23,9 @@ struct EngineConfig {
   model::ScanMode mode = model::ScanMode::Plain;
   // Empty: bfloat16 in plain mode (vLLM's default), float32 in exact mode.
   std::optional<DType> ssm_cache_dtype;
+  // Exact mode's grid cell (empty: the backend's default) and stagger (cache/numerics.h).
+  std::optional<int> exact_grid;
+  cache::StaggerChoice exact_stagger = cache::StaggerChoice::Auto;
   // bytes for the state and KV caches together; 0 = one slot per max_num_seqs and KV room for
   // min(max_model_len, cache::kDefaultKvTokensPerSeq) tokens per slot
   std::size_t state_memory_budget = 0;
@@ -71,6 +74,7 @@ class Engine {
   const cache::CachePlan& plan() const { return plan_; }
   const cache::ModelCache& cache() const { return *cache_; }
   const EngineConfig& config() const { return cfg_; }
+  const cache::Numerics& numerics() const { return numerics_; }
 
   // Steps until every request has finished, folding the step outputs per request.
   std::map<uint64_t, RequestResult> run_to_completion();
@@ -80,6 +84,7 @@ class Engine {
   class Slots;
   const model::Model& model_;
   EngineConfig cfg_;
+  cache::Numerics numerics_;
   cache::CachePlan plan_;
   std::unique_ptr<cache::ModelCache> cache_;
   std::unique_ptr<Slots> slots_;

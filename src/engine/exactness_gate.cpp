@@ -47,9 +47,12 @@ void compare(const RequestResult& got, const std::vector<float>& ref, int vocab,
   }
 }
 
-EngineConfig base_config(model::ScanMode mode, int budget) {
+EngineConfig base_config(const cache::Numerics& n, const GateOptions& opt, int budget) {
   EngineConfig c;
-  c.mode = mode;
+  c.mode = n.exact ? model::ScanMode::Exact : model::ScanMode::Plain;
+  c.ssm_cache_dtype = n.ssm_dtype;
+  c.exact_grid = n.grid.cell;
+  c.exact_stagger = opt.stagger;
   c.sched.max_num_seqs = 8;
   c.sched.max_num_batched_tokens = budget;
   return c;
@@ -70,7 +73,7 @@ RequestSpec forced_spec(const std::vector<int32_t>& stream, int prompt_len, bool
 const char* mode_name(model::ScanMode m) { return m == model::ScanMode::Exact ? "exact" : "plain"; }
 
 std::vector<std::string> gate_scenarios() {
-  return {"decode", "chunked-prefill", "preempt-recompute", "concurrent-8", "threads-2"};
+  return {"decode", "chunked-prefill", "preempt-recompute", "concurrent-8", "threads-2", "isa"};
 }
 
 std::vector<ScenarioResult> run_exactness_gate(const model::Model& m, const GateOptions& opt,
@@ -87,43 +90,63 @@ std::vector<ScenarioResult> run_exactness_gate(const model::Model& m, const Gate
     if (std::find(all.begin(), all.end(), s) == all.end()) throw Error("verify: unknown scenario '" + s + "'");
   }
   const int saved_threads = kernels::num_threads();
+  const bool saved_force = kernels::force_parallel();
   kernels::set_num_threads(1);
-  const std::vector<int32_t> stream = random_stream(opt.seed, P + K, V);
-  const std::vector<float> ref = model::score_all_rows(m, stream);
-  // Eight streams of different lengths for the concurrent scenario.
-  std::vector<std::vector<int32_t>> streams;
-  std::vector<std::vector<float>> refs;
-  if (std::find(scen.begin(), scen.end(), "concurrent-8") != scen.end()) {
-    for (int i = 0; i < 8; ++i) {
-      int len = std::max(4, (P + K) * (5 + i) / 12);
-      streams.push_back(random_stream(opt.seed * 1000 + i + 1, len, V));
-      refs.push_back(model::score_all_rows(m, streams.back()));
+  // Every numerics the gate runs: exact mode per state dtype, plain mode with its default.
+  std::vector<cache::Numerics> configs;
+  for (model::ScanMode mode : opt.modes) {
+    if (mode == model::ScanMode::Exact) {
+      for (DType d : opt.exact_dtypes)
+        configs.push_back(cache::resolve_numerics(true, d, opt.exact_grid, opt.stagger, cs));
+    } else {
+      configs.push_back(cache::resolve_numerics(false, std::nullopt, std::nullopt, opt.stagger, cs));
     }
   }
+  const std::vector<int32_t> stream = random_stream(opt.seed, P + K, V);
+  const bool concurrent = std::find(scen.begin(), scen.end(), "concurrent-8") != scen.end();
+  std::vector<std::vector<int32_t>> streams;  // eight streams of different lengths (concurrent-8)
+  for (int i = 0; concurrent && i < 8; ++i)
+    streams.push_back(random_stream(opt.seed * 1000 + i + 1, std::max(4, (P + K) * (5 + i) / 12), V));
 
   std::vector<ScenarioResult> results;
-  const int total = static_cast<int>(scen.size() * opt.modes.size());
+  const int total = static_cast<int>(scen.size() * configs.size());
   int done = 0;
-  for (const std::string& s : scen) {
-    for (model::ScanMode mode : opt.modes) {
-      if (progress) progress(done, total, s + " / " + mode_name(mode));
+  for (const cache::Numerics& num : configs) {
+    const model::ScanMode mode = num.exact ? model::ScanMode::Exact : model::ScanMode::Plain;
+    // Single-shot prefill with the same numerics is what every schedule must reproduce.
+    kernels::set_num_threads(1);
+    const std::vector<float> ref = model::score_all_rows(m, stream, num);
+    std::vector<std::vector<float>> refs;
+    for (const auto& st : streams) refs.push_back(model::score_all_rows(m, st, num));
+    auto decode_run = [&](int threads) {
+      kernels::set_num_threads(threads);
+      Engine e(m, base_config(num, opt, P + K));
+      const uint64_t id = e.add_request(forced_spec(stream, P, false));
+      auto out = e.run_to_completion();
+      kernels::set_num_threads(1);
+      return out[id];
+    };
+    for (const std::string& s : scen) {
+      if (progress) progress(done, total, s + " / " + num.describe());
       ScenarioResult res;
       res.scenario = s;
       res.mode = mode;
+      res.numerics = num;
       kernels::set_num_threads(1);
-      if (s == "decode" || s == "threads-2") {
-        if (s == "threads-2") kernels::set_num_threads(2);
-        Engine e(m, base_config(mode, P + K));
-        uint64_t id = e.add_request(forced_spec(stream, P, false));
-        auto out = e.run_to_completion();
-        compare(out[id], ref, V, cs, P - 1, res);
+      if (s == "decode") {
+        compare(decode_run(1), ref, V, cs, P - 1, res);
+      } else if (s == "threads-2") {
+        kernels::set_force_parallel(true);  // small models would otherwise run every kernel on one thread
+        const RequestResult r = decode_run(2);
+        kernels::set_force_parallel(saved_force);
+        compare(r, ref, V, cs, P - 1, res);
       } else if (s == "chunked-prefill") {
-        Engine e(m, base_config(mode, split));
+        Engine e(m, base_config(num, opt, split));
         uint64_t id = e.add_request(forced_spec(stream, P + K, true));
         auto out = e.run_to_completion();
         compare(out[id], ref, V, cs, 0, res);
       } else if (s == "preempt-recompute") {
-        EngineConfig c = base_config(mode, P + K);
+        EngineConfig c = base_config(num, opt, P + K);
         c.preempt_at_step = 1 + K / 2;  // mid-decode: step 1 is the prefill
         Engine e(m, c);
         uint64_t id = e.add_request(forced_spec(stream, P, false));
@@ -131,7 +154,7 @@ std::vector<ScenarioResult> run_exactness_gate(const model::Model& m, const Gate
         if (out[id].num_preemptions != 1) throw Error("verify: the forced preemption did not happen");
         compare(out[id], ref, V, cs, P - 1, res);
       } else if (s == "concurrent-8") {
-        Engine e(m, base_config(mode, split));
+        Engine e(m, base_config(num, opt, split));
         std::map<uint64_t, int> which;
         std::map<uint64_t, RequestResult> out;
         int added = 0;
@@ -147,6 +170,29 @@ std::vector<ScenarioResult> run_exactness_gate(const model::Model& m, const Gate
           Engine::accumulate(out, e.step());
         }
         for (auto& [id, idx] : which) compare(out[id], refs[idx], V, cs, 0, res);
+      } else if (s == "isa") {
+        // The decode schedule under every instruction set, against the same schedule under the
+        // one the CPU picks: whole-model bits may not depend on the kernels' ISA (rule 3).
+        const RequestResult base = decode_run(1);
+        std::vector<float> base_rows(std::size_t(P + K) * V);
+        for (std::size_t i = 0; i < base.logit_positions.size(); ++i)
+          std::copy(base.logit_rows[i].begin(), base.logit_rows[i].end(),
+                    base_rows.begin() + std::size_t(base.logit_positions[i]) * V);
+        for (kernels::Isa isa : {kernels::Isa::Portable, kernels::Isa::Avx2, kernels::Isa::Avx512}) {
+          ScenarioResult r = res;
+          r.scenario = std::string("isa-") + kernels::isa_name(isa);
+          if (static_cast<int>(isa) > static_cast<int>(kernels::detected_isa())) {
+            r.not_run = std::string("this CPU has no ") + kernels::isa_name(isa);
+          } else {
+            kernels::set_isa_override(isa);
+            const RequestResult got = decode_run(1);
+            kernels::clear_isa_override();
+            compare(got, base_rows, V, cs, P - 1, r);
+          }
+          results.push_back(r);
+        }
+        ++done;
+        continue;
       }
       results.push_back(res);
       ++done;
@@ -154,23 +200,30 @@ std::vector<ScenarioResult> run_exactness_gate(const model::Model& m, const Gate
   }
   if (progress) progress(done, total, "done");
   kernels::set_num_threads(saved_threads);
+  kernels::set_force_parallel(saved_force);
   return results;
 }
 
 std::string format_gate_table(const std::vector<ScenarioResult>& results) {
   std::string s;
   char line[256];
-  std::snprintf(line, sizeof line, "%-18s %-6s %16s %12s %14s %16s %14s\n", "scenario", "mode", "mismatched rows",
+  std::snprintf(line, sizeof line, "%-18s %-12s %16s %12s %14s %16s %14s\n", "scenario", "mode", "mismatched rows",
                 "max |Δ|", "first chunk", "after boundary", "elements");
   s += line;
   for (const auto& r : results) {
+    const std::string mode = !r.numerics.exact ? "plain" : r.numerics.ssm_dtype == DType::F32 ? "exact-f32" : "exact-bf16";
+    if (!r.not_run.empty()) {
+      std::snprintf(line, sizeof line, "%-18s %-12s not run: %s\n", r.scenario.c_str(), mode.c_str(), r.not_run.c_str());
+      s += line;
+      continue;
+    }
     char a[32], b[32], c[32], d[40];
     std::snprintf(a, sizeof a, "%lld/%lld", (long long)r.all.mismatched, (long long)r.all.rows);
     std::snprintf(b, sizeof b, "%lld/%lld", (long long)r.first_chunk.mismatched, (long long)r.first_chunk.rows);
     std::snprintf(c, sizeof c, "%lld/%lld", (long long)r.after_boundary.mismatched, (long long)r.after_boundary.rows);
     std::snprintf(d, sizeof d, "%.1f%% equal",
                   r.elements ? 100.0 * double(r.elements - r.mismatched_elements) / double(r.elements) : 100.0);
-    std::snprintf(line, sizeof line, "%-18s %-6s %16s %12.4g %14s %16s %14s\n", r.scenario.c_str(), mode_name(r.mode),
+    std::snprintf(line, sizeof line, "%-18s %-12s %16s %12.4g %14s %16s %14s\n", r.scenario.c_str(), mode.c_str(),
                   a, static_cast<double>(r.max_abs), b, c, d);
     s += line;
   }

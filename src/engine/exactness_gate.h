@@ -4,9 +4,12 @@
 // exact and plain mode. `parity verify` prints it; the tests assert on it.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "cache/numerics.h"
+#include "common/dtype.h"
 #include "model/model.h"
 
 namespace parity::engine {
@@ -16,6 +19,10 @@ struct GateOptions {
   int forced_len = 0;  // 0: 300 × chunk/256
   uint64_t seed = 1;
   std::vector<model::ScanMode> modes = {model::ScanMode::Exact, model::ScanMode::Plain};
+  // Exact mode runs once per state dtype; plain mode with its default (bfloat16).
+  std::vector<DType> exact_dtypes = {DType::F32, DType::BF16};
+  std::optional<int> exact_grid;  // empty: the default cell
+  cache::StaggerChoice stagger = cache::StaggerChoice::Auto;
   std::vector<std::string> scenarios;  // empty: all of gate_scenarios()
 };
 
@@ -24,14 +31,18 @@ struct RowTally {
 };
 
 struct ScenarioResult {
-  std::string scenario;
+  std::string scenario;  // the isa scenario reports one row per instruction set: isa-portable, …
   model::ScanMode mode;
+  cache::Numerics numerics;
+  std::string not_run;  // why the scenario could not run here (an ISA this CPU lacks); empty when it ran
   RowTally all, first_chunk, after_boundary;  // split by the chunk of the first compared row
   float max_abs = 0.0f;
   int64_t mismatched_elements = 0, elements = 0;
 };
 
-std::vector<std::string> gate_scenarios();  // decode, chunked-prefill, preempt-recompute, concurrent-8, threads-2
+// decode, chunked-prefill, preempt-recompute, concurrent-8, threads-2 (two threads with every kernel
+// forced parallel), isa (the decode schedule under each instruction set against the detected one).
+std::vector<std::string> gate_scenarios();
 
 using GateProgress = std::function<void(int done, int total, const std::string& what)>;
 

@@ -150,7 +150,7 @@ void attention_varlen(const KvLayout& L, int num_heads, float scale, const float
   }
   const int nt = num_threads();
   // Later rows cost more, so tasks run from the last one back (better balance, same bits).
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && total > 1 && work >= 2e5)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nt > 1 && total > 1 && (work >= 2e5 || force_parallel()))
   for (int64_t it = 0; it < total; ++it) {
     const int64_t t = total - 1 - it;
     const int s = static_cast<int>(std::upper_bound(first.begin(), first.end(), t) - first.begin()) - 1;
@@ -254,7 +254,7 @@ void rope_apply_at(float* x, int n, int heads, int head_dim, const int64_t* posi
   const int half = head_dim / 2;
   const int64_t ld = int64_t(heads) * head_dim;
   const int nt = num_threads();
-#pragma omp parallel num_threads(nt) if (nt > 1 && int64_t(n) * ld >= (1 << 16))
+#pragma omp parallel num_threads(nt) if (nt > 1 && (int64_t(n) * ld >= (1 << 16) || force_parallel()))
   {
     std::vector<float> cs(half), sn(half);
 #pragma omp for schedule(static)

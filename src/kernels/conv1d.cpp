@@ -49,7 +49,7 @@ void conv1d_causal(const float* in, int n, int ch, const float* w, const float* 
   auto row = [&](int r) -> const float* {
     return r < k - 1 ? state + static_cast<std::size_t>(r) * ch : in + static_cast<std::size_t>(r - (k - 1)) * ch;
   };
-  const bool threads = n > 1 && static_cast<long long>(n) * ch * k >= (1 << 18);
+  const bool threads = n > 1 && (force_parallel() || static_cast<long long>(n) * ch * k >= (1 << 18));
 #pragma omp parallel for schedule(static) num_threads(num_threads()) if (threads)
   for (int t = 0; t < n; ++t) {
     const float* win[kMaxK];

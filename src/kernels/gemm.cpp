@@ -99,7 +99,7 @@ void gemm(const float* a, int m, int lda, const PackedWeight& w, const float* bi
   constexpr int kRowQuantum = 6;  // the AVX-512 kernel's row block: keeps row splits on its boundary
   int nt = num_threads();
   const double flops = 2.0 * m * static_cast<double>(w.n) * std::max(w.k, 1);
-  if (flops < 2.0e5) nt = 1;  // a parallel region costs more than the work
+  if (flops < 2.0e5 && !force_parallel()) nt = 1;  // a parallel region costs more than the work
   const int col_splits = std::max(1, std::min(nt, panels));
   int row_splits = 1;
   if (col_splits < nt) row_splits = std::min((nt + col_splits - 1) / col_splits, (m + kRowQuantum - 1) / kRowQuantum);

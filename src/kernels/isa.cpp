@@ -67,6 +67,13 @@ void set_num_threads(int n) {
   g_threads.store(n, std::memory_order_relaxed);
 }
 
+namespace {
+std::atomic<bool> g_force_parallel{false};
+}
+
+void set_force_parallel(bool on) { g_force_parallel.store(on, std::memory_order_relaxed); }
+bool force_parallel() { return g_force_parallel.load(std::memory_order_relaxed); }
+
 int num_threads() {
   int n = g_threads.load(std::memory_order_relaxed);
   return n > 0 ? n : omp_get_max_threads();

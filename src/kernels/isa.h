@@ -15,4 +15,10 @@ void clear_isa_override();
 void set_num_threads(int n);
 int num_threads();
 
+// Forces every parallel kernel to split its independent outputs across the threads however small
+// the work (normally small problems run on one thread: waking the others costs more). Tests and
+// verify's threads scenario use it so that a small model really runs multi-threaded kernels.
+void set_force_parallel(bool on);
+bool force_parallel();
+
 }  // namespace parity::kernels

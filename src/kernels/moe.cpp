@@ -88,7 +88,7 @@ void swiglu(const float* gate_up, int n, int F, float* out) {
     case Isa::Portable: break;
   }
   const int nt = num_threads();
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && n > 1 && int64_t(n) * F >= (1 << 16))
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && n > 1 && (int64_t(n) * F >= (1 << 16) || force_parallel()))
   for (int i = 0; i < n; ++i) {
     const float* g = gate_up + int64_t(i) * 2 * F;
     row(g, g + F, F, out + int64_t(i) * F);
@@ -131,7 +131,7 @@ void moe_gather(const float* x, int D, const MoeRouting& r, float* xg) {
 void moe_combine(const float* yg, int D, const MoeRouting& r, const float* weights, float* out) {
   const int T = r.num_tokens, k = r.top_k;
   const int nt = num_threads();
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && T > 1 && int64_t(T) * k * D >= (1 << 18))
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1 && T > 1 && (int64_t(T) * k * D >= (1 << 18) || force_parallel()))
   for (int t = 0; t < T; ++t) {
     float* o = out + int64_t(t) * D;
     std::fill(o, o + D, 0.0f);

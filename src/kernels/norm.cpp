@@ -70,7 +70,9 @@ namespace {
 float inv_rms(float sumsq, int n, float eps) { return 1.0f / std::sqrt(sumsq / static_cast<float>(n) + eps); }
 
 // Rows are independent; a team is worth starting only for a few hundred thousand elements.
-bool worth_threads(int rows, int dim) { return rows > 1 && static_cast<long long>(rows) * dim >= (1 << 18); }
+bool worth_threads(int rows, int dim) {
+  return rows > 1 && (force_parallel() || static_cast<long long>(rows) * dim >= (1 << 18));
+}
 
 }  // namespace
 

@@ -13,67 +13,30 @@
 #include "kernels/isa.h"
 #include "kernels/math.h"
 #include "kernels/ssd_internal.h"
+#include "kernels/ssd_shared.h"
 
 namespace parity::kernels {
 
 namespace {
 
+using ssd_detail::check_shape;
 using ssd_detail::decay_f;
-using ssd_detail::decay_sums;
 using ssd_detail::dot16;
+using ssd_detail::head_scratch;
 using ssd_detail::HeadChunk;
+using ssd_detail::HeadScratch;
+using ssd_detail::kParallelFlops;
+using ssd_detail::reference_row;
+using ssd_detail::round_up;
 using ssd_detail::ScanArgs;
-
-int round_up(int v, int m) { return (v + m - 1) / m * m; }
-
-// Below this many multiply-adds a parallel region costs more than it saves (a few microseconds
-// to wake the other threads); the mamba2-130m decode step is well above it.
-constexpr double kParallelFlops = 65536.0;
-
-void check_shape(const SsdShape& s) {
-  if (s.nheads <= 0 || s.headdim <= 0 || s.ngroups <= 0 || s.dstate <= 0 || s.chunk_size <= 0) {
-    throw Error("ssd: shape fields must be positive (nheads " + std::to_string(s.nheads) + ", headdim " +
-                std::to_string(s.headdim) + ", ngroups " + std::to_string(s.ngroups) + ", dstate " +
-                std::to_string(s.dstate) + ", chunk_size " + std::to_string(s.chunk_size) + ")");
-  }
-  if (s.nheads % s.ngroups != 0) {
-    throw Error("ssd: nheads " + std::to_string(s.nheads) + " is not a multiple of ngroups " +
-                std::to_string(s.ngroups));
-  }
-}
+using ssd_detail::scratch_chunk;
+using ssd_detail::state_step_reference_head;
 
 void check_scan(const ScanArgs& a) {
   check_shape(a.shape);
   if (a.n < 0 || a.first_out < 0 || a.first_out > a.n) {
     throw Error("ssd_scan: need 0 <= first_out <= n (n " + std::to_string(a.n) + ", first_out " +
                 std::to_string(a.first_out) + ")");
-  }
-}
-
-// One fold row of one head (ssd_internal.h): the scalar statement of the recurrence, shared by
-// the reference scan's fold and ssd_state_step's scalar path so the two cannot drift apart.
-void state_step_reference_head(int P, int N, const float* x, float dt, float A, const float* B, float* S) {
-  const float e = decay_f(dt * A);
-  for (int p = 0; p < P; ++p) {
-    const float u = dt * x[p];
-    float* Sp = S + int64_t(p) * N;
-    for (int k = 0; k < N; ++k) Sp[k] = std::fma(u, B[k], e * Sp[k]);
-  }
-}
-
-// Output row t of one head by the row routine, as ssd_internal.h writes it: xrow(s) / brow(s) give
-// the head's x and the group's B of chunk row s; sum and w are scratch of t + 2 floats.
-template <class XRow, class BRow>
-void reference_row(int P, int N, int t, XRow xrow, BRow brow, const float* Ct, const float* dA, const float* dtc,
-                   const float* Sb, float Dh, float* sum, float* w, float* yt) {
-  decay_sums(dA, t, sum);
-  const float exp_cs = decay_f(sum[t + 1]);
-  for (int s = 0; s <= t; ++s) w[s] = (dot16(Ct, brow(s), N) * decay_f(sum[s])) * dtc[s];
-  for (int p = 0; p < P; ++p) {
-    float intra = 0.0f;
-    for (int s = 0; s <= t; ++s) intra = std::fma(w[s], xrow(s)[p], intra);
-    const float sc = dot16(Sb + int64_t(p) * N, Ct, N);
-    yt[p] = std::fma(Dh, xrow(t)[p], std::fma(exp_cs, sc, intra));
   }
 }
 
@@ -128,48 +91,6 @@ void ssu_reference_head(int P, int N, const float* x, float dt, float A, float D
   }
 }
 
-// Per-thread scratch of the optimized path, grown on demand so that steady-state calls
-// allocate nothing.
-struct HeadScratch {
-  AlignedBuffer<float> dA, dtc, sum, w, sc, u, xc;
-  int lpad = 0, ppad = 0;
-  void reserve(int L, int P) {
-    const int lp = round_up(L + 2, 16), pp = round_up(P, 16);
-    if (lp <= lpad && pp <= ppad) return;
-    lpad = std::max(lp, lpad);
-    ppad = std::max(pp, ppad);
-    dA.resize(lpad);
-    dtc.resize(lpad);
-    sum.resize(size_t(16) * lpad);
-    w.resize(size_t(16) * lpad);
-    sc.resize(size_t(16) * ppad);
-    u.resize(size_t(lpad) * ppad);
-    xc.resize(size_t(lpad) * ppad);
-  }
-};
-
-HeadScratch& head_scratch() {
-  thread_local HeadScratch s;
-  return s;
-}
-
-// A HeadChunk wired to the calling thread's scratch (dt and dA of the chunk's rows go in
-// scr.dtc / scr.dA); the caller sets the row range and the data pointers.
-HeadChunk scratch_chunk(HeadScratch& scr, int P, int N) {
-  HeadChunk k{};
-  k.P = P;
-  k.N = N;
-  k.dA = scr.dA.data();
-  k.dtc = scr.dtc.data();
-  k.sum = scr.sum.data();
-  k.w = scr.w.data();
-  k.sc = scr.sc.data();
-  k.u = scr.u.data();
-  k.lpad = scr.lpad;
-  k.ppad = scr.ppad;
-  return k;
-}
-
 // The chunk loop of the optimized path. Per chunk: CB(t, s) once per group (shared by the
 // group's heads), then per head the output rows (row routine) and the chunk-end state (fold).
 // Chunks run in order because each starts from the previous one's state; inside a chunk the
@@ -220,7 +141,7 @@ void scan_optimized(const ScanArgs& a) {
       const int per_group = (e16 - t_lo) / 16 + (Lc - e16);
       const int items = G * per_group;
       const double flops = double(Lc - t_lo) * (t_lo + (Lc - t_lo) / 2 + 16) * N * G;
-#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if (flops > kParallelFlops)
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if (flops > kParallelFlops || force_parallel())
       for (int it = 0; it < items; ++it) {
         const int g = it / per_group, j = it % per_group;
         const float* Bg = Bc + int64_t(g) * N;
@@ -239,7 +160,7 @@ void scan_optimized(const ScanArgs& a) {
     if (t_lo < Lc || do_fold) {
       // Rough multiply-adds of this chunk: boundary term and intra sum of the output rows, fold.
       const double head_flops = double(Lc - t_lo) * P * (N + Lc) + (do_fold ? 2.0 * Lc * P * N : 0.0);
-#pragma omp parallel for num_threads(nthreads) schedule(static) if (head_flops * H > kParallelFlops)
+#pragma omp parallel for num_threads(nthreads) schedule(static) if (head_flops * H > kParallelFlops || force_parallel())
       for (int h = 0; h < H; ++h) {
         HeadScratch& scr = head_scratch();
         scr.reserve(L, P);
@@ -312,7 +233,7 @@ void ssd_state_step(const SsdShape& shape, const float* x, const float* dt, cons
   const int H = shape.nheads, P = shape.headdim, N = shape.dstate, hpg = H / shape.ngroups;
   const auto head_fn = active_isa() == Isa::Avx512 ? ssd_detail::state_step_head_avx512 : state_step_reference_head;
   const double flops = double(H) * P * N;
-#pragma omp parallel for num_threads(kernels::num_threads()) schedule(static) if (flops > kParallelFlops)
+#pragma omp parallel for num_threads(kernels::num_threads()) schedule(static) if (flops > kParallelFlops || force_parallel())
   for (int h = 0; h < H; ++h) {
     head_fn(P, N, x + int64_t(h) * P, dt[h], A[h], B + int64_t(h / hpg) * N, state + int64_t(h) * P * N);
   }
@@ -328,123 +249,13 @@ void ssd_state_step_reference(const SsdShape& shape, const float* x, const float
   }
 }
 
-void ssd_decode_rows(const SsdShape& shape, const float* A, const float* D, const SsdDecodeRow* rows, int count) {
-  check_shape(shape);
-  const int H = shape.nheads, P = shape.headdim, G = shape.ngroups, N = shape.dstate, L = shape.chunk_size;
-  const int hpg = H / G;
-  const int64_t ldb = int64_t(G) * N, pn = int64_t(P) * N;
-  for (int i = 0; i < count; ++i) {
-    const SsdDecodeRow& r = rows[i];
-    if (r.t < 0 || r.t >= L)
-      throw Error("ssd_decode_rows: row " + std::to_string(r.t) + " is outside the chunk [0, " + std::to_string(L) +
-                  ")");
-    if ((r.head_folded == nullptr) != (r.head_fold_to == nullptr))
-      throw Error("ssd_decode_rows: per-head fold ranges need both head_folded and head_fold_to");
-    for (int h = 0; h < (r.head_folded ? H : 1); ++h) {
-      const int from = r.head_folded ? r.head_folded[h] : r.folded, to = r.head_fold_to ? r.head_fold_to[h] : r.fold_to;
-      if (to != 0 && (from < 0 || from >= to || to > r.t + 1))
-        throw Error("ssd_decode_rows: cannot fold rows [" + std::to_string(from) + ", " + std::to_string(to) +
-                    ") at row " + std::to_string(r.t) + (r.head_folded ? " of head " + std::to_string(h) : ""));
-    }
-  }
-  if (count == 0) return;
-  const bool avx512 = active_isa() == Isa::Avx512;
-  // CB rows per (sequence, group), shared by the group's heads. ldcb 0 in HeadChunk: the row routine
-  // reads CB only for the one output row.
-  const int ldcb = round_up(L, 16);
-  thread_local AlignedBuffer<float> cb_buf;
-  if (avx512 && cb_buf.size() < size_t(count) * G * ldcb) cb_buf.resize(size_t(count) * G * ldcb);
-  float* const cb_all = cb_buf.data();
-  double flops = 0;
-  for (int i = 0; i < count; ++i) {
-    const SsdDecodeRow& r = rows[i];
-    flops += double(r.t + 1) * (H * P + N * G) + 2.0 * H * pn;
-    for (int h = 0; h < (r.head_folded ? H : 1); ++h) {
-      const int from = r.head_folded ? r.head_folded[h] : r.folded, to = r.head_fold_to ? r.head_fold_to[h] : r.fold_to;
-      flops += 2.0 * std::max(0, to - from) * pn * (r.head_folded ? 1 : H);
-    }
-  }
-  const int nthreads = kernels::num_threads();
-#pragma omp parallel num_threads(nthreads) if (flops > kParallelFlops)
-  {
-    if (avx512) {
-#pragma omp for schedule(static)
-      for (int it = 0; it < count * G; ++it) {
-        const SsdDecodeRow& r = rows[it / G];
-        const int g = it % G;
-        ssd_detail::cb_row_avx512(r.B + int64_t(g) * N, ldb, r.C + int64_t(g) * N, N, r.t, cb_all + size_t(it) * ldcb);
-      }
-    }
-#pragma omp for schedule(static)
-    for (int it = 0; it < count * H; ++it) {
-      const int i = it / H, h = it % H, g = h / hpg;
-      const SsdDecodeRow& r = rows[i];
-      const int t = r.t;
-      HeadScratch& scr = head_scratch();
-      scr.reserve(L, P);
-      for (int s = 0; s <= t; ++s) {
-        scr.dtc[s] = r.dt[int64_t(s) * H + h];
-        scr.dA[s] = scr.dtc[s] * A[h];
-      }
-      const float* xh = r.x + int64_t(h) * L * P;
-      const float* Bg = r.B + int64_t(g) * N;
-      const float* Sb = r.boundary + int64_t(h) * pn;
-      if (avx512) {
-        HeadChunk k = scratch_chunk(scr, P, N);
-        k.Lc = t + 1;
-        k.ldx = P;
-        k.ldb = ldb;
-        k.ldy = 0;
-        k.x = xh;
-        k.Bg = Bg;
-        k.Cg = r.C + int64_t(g) * N;
-        k.yh = r.y + int64_t(h) * P;
-        k.out0 = -t;  // the one output row t sits at C / y row 0
-        k.cb = cb_all + (size_t(i) * G + g) * ldcb;
-        k.ldcb = 0;
-        k.Sb = Sb;
-        k.D = D[h];
-        ssd_detail::head_rows_avx512(k, t);
-      } else {
-        reference_row(
-            P, N, t, [&](int s) { return xh + int64_t(s) * P; }, [&](int s) { return Bg + int64_t(s) * ldb; },
-            r.C + int64_t(g) * N, scr.dA.data(), scr.dtc.data(), Sb, D[h], scr.sum.data(), scr.w.data(),
-            r.y + int64_t(h) * P);
-      }
-      const int f0 = r.head_folded ? r.head_folded[h] : r.folded;
-      const int fold_to = r.head_fold_to ? r.head_fold_to[h] : r.fold_to;
-      if (fold_to == 0) continue;
-      // The rows enter the running fold while this head's data is still in cache.
-      float* R = (r.fold_dst ? r.fold_dst : r.running) + int64_t(h) * pn;
-      const float* src = f0 == 0 ? Sb : r.running + int64_t(h) * pn;
-      const int nf = fold_to - f0;
-      if (avx512) {
-        HeadChunk k = scratch_chunk(scr, P, N);
-        k.Lc = nf;
-        k.ldx = P;
-        k.ldb = ldb;
-        k.x = xh + int64_t(f0) * P;
-        k.Bg = Bg + int64_t(f0) * ldb;
-        k.Sb = src;
-        k.dA += f0;
-        k.dtc += f0;
-        ssd_detail::fold_avx512(k, R);
-      } else {
-        if (src != R) std::memcpy(R, src, sizeof(float) * pn);
-        for (int s = f0; s < fold_to; ++s)
-          state_step_reference_head(P, N, xh + int64_t(s) * P, scr.dtc[s], A[h], Bg + int64_t(s) * ldb, R);
-      }
-    }
-  }
-}
-
 void ssu_step(const SsdShape& shape, const float* x, const float* dt, const float* A, const float* B,
               const float* C, const float* D, float* state, float* y) {
   check_shape(shape);
   const int H = shape.nheads, P = shape.headdim, N = shape.dstate, hpg = H / shape.ngroups;
   const auto head_fn = active_isa() == Isa::Avx512 ? ssd_detail::ssu_head_avx512 : ssu_reference_head;
   const double flops = 2.0 * H * P * N;
-#pragma omp parallel for num_threads(kernels::num_threads()) schedule(static) if (flops > kParallelFlops)
+#pragma omp parallel for num_threads(kernels::num_threads()) schedule(static) if (flops > kParallelFlops || force_parallel())
   for (int h = 0; h < H; ++h) {
     const int64_t g = h / hpg;
     head_fn(P, N, x + int64_t(h) * P, dt[h], A[h], D[h], B + g * N, C + g * N, state + int64_t(h) * P * N,
@@ -458,7 +269,7 @@ void ssu_step_bf16(const SsdShape& shape, const float* x, const float* dt, const
   const int H = shape.nheads, P = shape.headdim, N = shape.dstate, hpg = H / shape.ngroups;
   const bool avx512 = active_isa() == Isa::Avx512;
   const double flops = 2.0 * H * P * N;
-#pragma omp parallel for num_threads(kernels::num_threads()) schedule(static) if (flops > kParallelFlops)
+#pragma omp parallel for num_threads(kernels::num_threads()) schedule(static) if (flops > kParallelFlops || force_parallel())
   for (int h = 0; h < H; ++h) {
     thread_local AlignedBuffer<float> scratch;
     const std::size_t need = std::size_t(std::max(16, P)) * N;

@@ -4,8 +4,10 @@
 // Notation per head h: dA_t = dt_t · A_h (dt after softplus + clamp), state S ∈ R^{P×N}
 // (P = head_dim, N = d_state), group g(h) = h / (H/G) owns B_t, C_t ∈ R^N.
 //
-// Exact formulation (DESIGN.md rule 6). The rows passed in start at a chunk-grid boundary; the
-// caller supplies the boundary state S0. For row t (0-based inside its chunk, chunk boundary
+// The chunked scan (DESIGN.md rules 6, 8). The rows passed in start at a chunk-grid boundary; the
+// caller supplies the boundary state S0. Plain-mode prefill runs it with the grid restarting at
+// the call's first row; exact mode runs the same row and fold routines on its own grid
+// (ssd_grid.h). For row t (0-based inside its chunk, chunk boundary
 // state S_b), with decay(t, s) = exp(Σ_{r=s+1..t} dA_r) summed sequentially from r = t down:
 //   y_t = exp(Σ_{r=0..t} dA_r) · (S_b C_t) + Σ_{s=0..t} (C_t·B_s) · decay(t,s) · dt_s · x_s + D · x_t
 // evaluated by ONE row routine (s visited in increasing order), whether the call holds one row or
@@ -13,9 +15,8 @@
 // recurrence over the chunk's rows starting from S_b:
 //   S ← decay_f(dA_s) · S + (dt_s · x_s) ⊗ B_s    for s = 0 .. L-1   (element-wise, no reduction)
 // (decay_f = exp_f with the floor below; per element one multiply and one FMA, ssd_internal.h).
-// Because it runs forward one row at a time, exact-mode decode advances a running copy by one row
-// per step (ssd_state_step) and reaches the chunk end with the same bits prefill's fold gives,
-// instead of folding 256 rows at once at the boundary. Decay factors below e^-60 are taken as 0
+// Because it runs forward one row at a time, a fold may be cut anywhere (ssd_state_step advances
+// it by one row) and reaches the chunk end with the same bits. Decay factors below e^-60 are taken as 0
 // in every path (see ssd_internal.h: subnormals cost microcode assists; the term is < 1e-26).
 // Hence an output row depends only on (S_b, the chunk's rows ≤ t): prefix-, packing- and
 // split-invariant by construction.
@@ -43,7 +44,7 @@ struct SsdShape {
 // chunk_states (nullable): receives the state at the end of every *complete* chunk, in order,
 //   floor(n / chunk_size) states. final_state (nullable): the state after row n-1: the fold
 //   recurrence continued over the trailing partial chunk (equals the last chunk state when n is a
-//   multiple of chunk_size) — in exact mode, the running state decode then advances row by row.
+//   multiple of chunk_size).
 // Parallel over heads.
 void ssd_scan(const SsdShape& shape, const float* x, const float* dt, const float* A, const float* B,
               const float* C, const float* D, int n, int first_out, const float* s0, float* y,
@@ -65,41 +66,6 @@ void ssd_state_step(const SsdShape& shape, const float* x, const float* dt, cons
 // Plain scalar twin of ssd_state_step; tests compare the two bitwise.
 void ssd_state_step_reference(const SsdShape& shape, const float* x, const float* dt, const float* A,
                               const float* B, float* state);
-
-// Exact-mode decode for many sequences at once: for each, the output row of ONE new token at row t
-// (0 <= t < chunk_size) of its chunk, computed by ssd_scan's row routine from the chunk's boundary
-// state and its rows 0..t, read from the sequence's replay buffers. Bit for bit, y equals
-// ssd_scan(rows 0..t, first_out = t). Optionally the running fold then takes the rows
-// [folded, fold_to): afterwards it equals ssd_state_step over rows 0..fold_to-1 from the boundary
-// state (and ssd_scan's final_state over those rows). Folding rows in groups instead of one per
-// step moves the running state through memory once per group: on a batch of long states that
-// traffic, not arithmetic, is what a decode step costs.
-// One parallel region over (sequence, head) items, so a decode step of a large batch pays one
-// fork-join, and each item touches its head's boundary state, replay rows and running fold while
-// they are hot.
-struct SsdDecodeRow {
-  int t = 0;                    // row of the new token inside its chunk
-  const float* x = nullptr;     // replay rows, HEAD-MAJOR: x[h][s][p] at (h·chunk_size + s)·headdim + p; rows ≤ t filled
-  const float* dt = nullptr;    // [t+1][nheads], after softplus and clamp
-  const float* B = nullptr;     // [t+1][ngroups·dstate]
-  const float* C = nullptr;     // [ngroups·dstate] of the new token
-  const float* boundary = nullptr;  // boundary state [nheads][headdim][dstate]
-  float* running = nullptr;     // fold of rows 0..folded-1 (read only when folded > 0)
-  int folded = 0;               // rows already in running
-  int fold_to = 0;              // 0: leave running alone; else fold rows [folded, fold_to), folded < fold_to <= t+1
-  // Per-head fold ranges, overriding folded / fold_to when set ([nheads] each): head h's running
-  // fold holds rows 0..head_folded[h]-1 and takes rows [head_folded[h], head_fold_to[h]) (none when
-  // head_fold_to[h] is 0). Heads then need not fold on the same steps: spreading the heads' folds
-  // over the steps spreads their cost (mamba2_scan.cpp).
-  const int* head_folded = nullptr;
-  const int* head_fold_to = nullptr;
-  // Where the fold goes: running (nullptr), or, at a chunk's last row, the boundary state itself
-  // (its old value is read for y first, head by head): the completed chunk's state then becomes
-  // the new boundary without a copy.
-  float* fold_dst = nullptr;
-  float* y = nullptr;           // [nheads·headdim]
-};
-void ssd_decode_rows(const SsdShape& shape, const float* A, const float* D, const SsdDecodeRow* rows, int count);
 
 // SSU: the recurrent one-token update used by plain-mode decode (vLLM's selective_state_update):
 //   S = exp(dt·A) · S + dt · x ⊗ B ;  y = S C + D · x

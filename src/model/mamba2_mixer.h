@@ -27,29 +27,6 @@ void mamba2_mixer_forward(const io::Mamba2Config& cfg, const Mamba2LayerWeights&
                           const ForwardBatch& b, const float* x, float* out, cache::MambaStateCache& cache,
                           ScanMode mode, const MixerProbeNames& names, ProbeHooks* hooks, const ProbeRows& meta);
 
-// Exact-mode decode's running fold (mamba2_scan.cpp). Folding a row costs two operations per
-// state element, as much arithmetic as a plain SSU step; folding rows kDecodeFoldGroup at a time
-// moves the running state through memory once per group instead of once per token. The heads
-// take their groups on staggered steps (head h when (t + 1 + h) is a multiple of the group), so a
-// step folds about 1/kDecodeFoldGroup of the heads instead of every 16th step folding all of them.
-// At the chunk's last row every head folds what it has left, into the boundary state.
-inline constexpr int kDecodeFoldGroup = 16;
-
-// The rows [from, to) head h folds at the decode of chunk row t, when every head's running fold
-// held at least `base` rows before the decode steps since (MambaStateCache::running_rows(): the
-// rows a multi-token call left folded, 0 after a chunk's end). to == 0: none this step.
-struct DecodeFold {
-  int from = 0, to = 0;
-};
-inline DecodeFold decode_fold(int head, int t, int base, int chunk_size) {
-  const int offset = head % kDecodeFoldGroup;
-  const int last_group_end = t - (t + offset) % kDecodeFoldGroup;  // rows folded at that head's last turn
-  DecodeFold f;
-  f.from = last_group_end > base ? last_group_end : base;
-  if ((t + 1 + offset) % kDecodeFoldGroup == 0 || t == chunk_size - 1) f.to = t + 1;
-  return f;
-}
-
 // The recurrent core for every sequence of the pass (mamba2_scan.cpp): y = SSD/SSU(x, dt, B, C)
 // with the state kept in the cache. xbc [T][conv_dim] after SiLU, dt_raw [T][heads], y [T][I].
 void mamba2_scan(const io::Mamba2Config& cfg, const Mamba2LayerWeights& w, int cache_layer,

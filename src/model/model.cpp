@@ -20,11 +20,22 @@ std::unique_ptr<Model> load_model(const Checkpoint& ck, const ModelOptions& opts
   throw Error(ck.origin + ": architecture '" + arch + "' is not supported (supported: " + all + ")");
 }
 
+cache::Numerics default_numerics(const Model& m, ScanMode mode) {
+  return cache::resolve_numerics(mode == ScanMode::Exact, std::nullopt, std::nullopt, cache::StaggerChoice::Auto,
+                                 m.chunk_size());
+}
+
 std::vector<float> score_all_rows(const Model& m, const std::vector<int32_t>& tokens, ScanMode mode,
+                                  ProbeHooks* hooks) {
+  return score_all_rows(m, tokens, default_numerics(m, mode), hooks);
+}
+
+std::vector<float> score_all_rows(const Model& m, const std::vector<int32_t>& tokens, const cache::Numerics& numerics,
                                   ProbeHooks* hooks) {
   const int n = static_cast<int>(tokens.size());
   if (n == 0) throw Error("score: the token list is empty");
-  cache::ModelCache c = cache::make_single_cache(m.cache_spec(), n, mode == ScanMode::Exact);
+  const ScanMode mode = numerics.exact ? ScanMode::Exact : ScanMode::Plain;
+  cache::ModelCache c = cache::make_single_cache(m.cache_spec(), n, numerics);
   ForwardBatch b;
   b.tokens = tokens;
   const int slot = c.allocate();

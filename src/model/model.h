@@ -40,9 +40,15 @@ std::vector<std::string> supported_architectures();
 // Builds the model config.json names; throws parity::Error naming an unsupported architecture.
 std::unique_ptr<Model> load_model(const Checkpoint& ck, const ModelOptions& opts = {});
 
-// Every row's logits of one single-shot prefill over `tokens` (row t: after tokens[0..t]).
+// Every row's logits of one single-shot prefill over `tokens` (row t: after tokens[0..t]), with
+// the given numerics (exact mode: its grid and state dtype).
+std::vector<float> score_all_rows(const Model& m, const std::vector<int32_t>& tokens, const cache::Numerics& numerics,
+                                  ProbeHooks* hooks = nullptr);
+// The same with a mode's defaults (exact: the default grid, fp32 state).
 std::vector<float> score_all_rows(const Model& m, const std::vector<int32_t>& tokens,
                                   ScanMode mode = ScanMode::Exact, ProbeHooks* hooks = nullptr);
+// A mode's default numerics for this model.
+cache::Numerics default_numerics(const Model& m, ScanMode mode);
 
 // The checks every forward makes before touching state (a cache built for this model's layers,
 // slots, positions, KV capacity, token ids, logit rows, request ids).

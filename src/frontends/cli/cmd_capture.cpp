@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "frontends/cli/commands.h"
 #include "frontends/cli/moe_routing_flag.h"
+#include "frontends/cli/numerics_flags.h"
 #include "io/token_file.h"
 #include "kernels/isa.h"
 #include "model/checkpoint.h"
@@ -19,15 +20,14 @@
 
 namespace parity::cli {
 
-DType parse_cache_dtype(const std::string& s);  // cmd_generate.cpp
 
 Runner add_capture(CLI::App& app) {
   struct Opts {
-    std::string model, out, layout = "flat", cache_dtype, additional, moe_routing;
+    std::string model, out, layout = "flat", additional, moe_routing;
     std::vector<std::string> prompts, forced, modules;
     int max_tokens = 0, threads = 0, max_batched = 2048, max_seqs = 8;
     int64_t preempt_at = -1;
-    bool exact = false;
+    NumericsFlags num;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("capture", "Capture named intermediate tensors of requests run through the engine");
@@ -47,8 +47,7 @@ Runner add_capture(CLI::App& app) {
   sub->add_option("--out", o->out, "output captures file (safetensors)")->required();
   sub->add_option("--layout", o->layout, "flat ([positions, E] per module) or step (seed 000's per-step tensors)")
       ->check(CLI::IsMember({"flat", "step"}));
-  sub->add_flag("--exact", o->exact, "exact mode: captures bit-identical under any schedule");
-  sub->add_option("--mamba-ssm-cache-dtype", o->cache_dtype, "float32 | bfloat16 (default: bfloat16 plain, float32 exact)");
+  add_numerics_flags(sub, o->num);
   sub->add_option("--max-num-batched-tokens", o->max_batched, "token budget per pass")->check(CLI::Range(1, 1 << 24));
   sub->add_option("--max-num-seqs", o->max_seqs, "sequences per pass")->check(CLI::Range(1, 4096));
   sub->add_option("--preempt-at-step", o->preempt_at, "preempt every running request at this step (then recompute)")
@@ -67,8 +66,8 @@ Runner add_capture(CLI::App& app) {
                   " --prompt (give one shared --forced or one per prompt)");
     spec.max_tokens = o->max_tokens > 0 ? o->max_tokens : 1;
     spec.layout = o->layout == "step" ? accuracy::CaptureLayout::Step : accuracy::CaptureLayout::Flat;
-    spec.engine.mode = o->exact ? model::ScanMode::Exact : model::ScanMode::Plain;
-    if (!o->cache_dtype.empty()) spec.engine.ssm_cache_dtype = parse_cache_dtype(o->cache_dtype);
+    o->num.check();
+    o->num.apply(spec.engine);
     spec.engine.sched.max_num_batched_tokens = o->max_batched;
     spec.engine.sched.max_num_seqs = o->max_seqs;
     spec.engine.preempt_at_step = o->preempt_at;
@@ -91,7 +90,7 @@ Runner add_capture(CLI::App& app) {
     nlohmann::json out;
     out["out"] = o->out;
     out["layout"] = o->layout;
-    out["mode"] = o->exact ? "exact" : "plain";
+    out["mode"] = o->num.exact ? "exact" : "plain";
     out["modules"] = spec.modules;
     out["prompts"] = nlohmann::json::array();
     for (const auto& p : c.prompts) {

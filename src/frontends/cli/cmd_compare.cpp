@@ -6,6 +6,7 @@
 
 #include "accuracy/compare.h"
 #include "accuracy/compare_report.h"
+#include "cache/numerics.h"
 #include "frontends/cli/commands.h"
 #include "io/file_util.h"
 
@@ -30,12 +31,17 @@ Runner add_compare(CLI::App& app) {
     const accuracy::Captures a = accuracy::read_captures(o->a);
     const accuracy::Captures b = accuracy::read_captures(o->b);
     const accuracy::CompareResult r = accuracy::compare_captures(a, b, {o->atol, o->rtol});
+    // Exact-mode bits are promised for one numerics identity: a difference in it explains a diff.
+    const std::string numerics = cache::numerics_difference(a.metadata, b.metadata);
+    if (!numerics.empty()) std::printf("note: the files were made with different numerics: %s\n", numerics.c_str());
     if (!o->html.empty()) {
       const std::string page = accuracy::compare_html(r, o->a, o->b);
       io::write_file_atomic(o->html, {page});
     }
     if (!o->json.empty()) {
-      const std::string text = accuracy::compare_json(r, o->a, o->b).dump(1) + "\n";
+      nlohmann::json j = accuracy::compare_json(r, o->a, o->b);
+      if (!numerics.empty()) j["numerics_difference"] = numerics;
+      const std::string text = j.dump(1) + "\n";
       io::write_file_atomic(o->json, {text});
     }
     std::fputs(accuracy::compare_table(r).c_str(), stdout);

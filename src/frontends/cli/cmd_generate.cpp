@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "frontends/cli/commands.h"
 #include "frontends/cli/moe_routing_flag.h"
+#include "frontends/cli/numerics_flags.h"
 #include "io/safetensors.h"
 #include "io/token_file.h"
 #include "kernels/isa.h"
@@ -18,18 +19,12 @@
 
 namespace parity::cli {
 
-DType parse_cache_dtype(const std::string& s) {
-  if (s == "float32") return DType::F32;
-  if (s == "bfloat16") return DType::BF16;
-  throw Error("--mamba-ssm-cache-dtype must be float32 or bfloat16, not '" + s + "'");
-}
-
 Runner add_generate(CLI::App& app) {
   struct Opts {
-    std::string model, prompt, forced, dump, cache_dtype, additional, moe_routing;
+    std::string model, prompt, forced, dump, additional, moe_routing;
     int max_tokens = 0, threads = 0, max_batched = 2048, max_seqs = 8, top_k = 0, logprobs = 0;
     int64_t preempt_at = -1, max_model_len = 1 << 20;
-    bool exact = false;
+    NumericsFlags num;
     float temperature = 0.0f, top_p = 1.0f;
     uint64_t seed = 0;
     double state_mb = 0;
@@ -42,8 +37,7 @@ Runner add_generate(CLI::App& app) {
   auto* f = sub->add_option("--forced", o->forced, "teacher-forced continuation tokens: JSON file or 1,2,3");
   auto* m = sub->add_option("--max-tokens", o->max_tokens, "tokens to generate")->check(CLI::Range(1, 1 << 30));
   f->excludes(m);
-  sub->add_flag("--exact", o->exact, "exact mode: logits bit-identical to single-shot prefill under any schedule");
-  sub->add_option("--mamba-ssm-cache-dtype", o->cache_dtype, "float32 | bfloat16 (default: bfloat16 plain, float32 exact)");
+  add_numerics_flags(sub, o->num);
   sub->add_option("--max-num-batched-tokens", o->max_batched, "token budget per pass")->check(CLI::Range(1, 1 << 24));
   sub->add_option("--max-num-seqs", o->max_seqs, "sequences per pass")->check(CLI::Range(1, 4096));
   sub->add_option("--max-model-len", o->max_model_len, "longest request (prompt + continuation)")->check(CLI::PositiveNumber);
@@ -76,18 +70,13 @@ Runner add_generate(CLI::App& app) {
     spec.sampling.logprobs = o->logprobs;
     spec.return_logits = !o->dump.empty();
     engine::EngineConfig cfg;
-    cfg.mode = o->exact ? model::ScanMode::Exact : model::ScanMode::Plain;
-    if (!o->cache_dtype.empty()) cfg.ssm_cache_dtype = parse_cache_dtype(o->cache_dtype);
+    o->num.apply(cfg);
     cfg.sched.max_num_batched_tokens = o->max_batched;
     cfg.sched.max_num_seqs = o->max_seqs;
     cfg.max_model_len = o->max_model_len;
     cfg.preempt_at_step = o->preempt_at;
     cfg.state_memory_budget = static_cast<std::size_t>(o->state_mb * 1024.0 * 1024.0);
-    // Refuse an impossible configuration before the (possibly slow) model load.
-    cache::MambaCacheOptions probe;
-    probe.exact = o->exact;
-    probe.ssm_dtype = cfg.ssm_cache_dtype.value_or(o->exact ? DType::F32 : DType::BF16);
-    cache::validate(probe);
+    o->num.check();  // an impossible configuration fails before the (possibly slow) model load
     const nlohmann::json additional =
         o->additional.empty() ? nlohmann::json::object() : accuracy::parse_additional_config(o->additional);
     accuracy::replacement_config_from_json(additional);
@@ -105,7 +94,8 @@ Runner add_generate(CLI::App& app) {
     out["finish_reason"] = engine::finish_reason_name(r.finish);
     out["steps"] = eng.steps();
     out["preemptions"] = r.num_preemptions;
-    out["mode"] = o->exact ? "exact" : "plain";
+    out["mode"] = o->num.exact ? "exact" : "plain";
+    out["numerics"] = eng.numerics().metadata();
     if (o->logprobs > 0) {
       nlohmann::json lp = nlohmann::json::array();
       for (const auto& v : r.logprobs) {
@@ -120,10 +110,12 @@ Runner add_generate(CLI::App& app) {
       const int rows = static_cast<int>(r.logit_rows.size());
       std::vector<float> flat(std::size_t(rows) * V);
       for (int i = 0; i < rows; ++i) std::copy(r.logit_rows[i].begin(), r.logit_rows[i].end(), flat.begin() + std::size_t(i) * V);
-      io::write_safetensors(o->dump, {{"logits", DType::F32, {rows, V}, flat.data()}},
-                            {{"model", model->origin()},
-                             {"mode", o->exact ? "exact" : "plain"},
-                             {"first_position", std::to_string(r.logit_positions.empty() ? 0 : r.logit_positions[0])}});
+      std::map<std::string, std::string> meta = eng.numerics().metadata();
+      meta["model"] = model->origin();
+      meta["mode"] = o->num.exact ? "exact" : "plain";
+      meta["command"] = "generate";
+      meta["first_position"] = std::to_string(r.logit_positions.empty() ? 0 : r.logit_positions[0]);
+      io::write_safetensors(o->dump, {{"logits", DType::F32, {rows, V}, flat.data()}}, meta);
     }
     if (replacement) std::fprintf(stderr, "%s\n", replacement->describe().c_str());
     std::printf("%s\n", out.dump().c_str());

@@ -1,5 +1,7 @@
-// parity score MODEL --tokens T --out F: one single-shot prefill over all of T; row t of the
-// `logits` tensor is the distribution after tokens[0..t].
+// parity score MODEL --tokens T --out F [--exact …]: one single-shot prefill over all of T; row t
+// of the `logits` tensor is the distribution after tokens[0..t]. Plain mode is the standard
+// chunked scan at the model's chunk_size; --exact uses exact mode's grid, so its rows equal what
+// `generate --exact` produces under any schedule (the trainer's scoring pass).
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -7,6 +9,7 @@
 #include "accuracy/additional_config.h"
 #include "frontends/cli/commands.h"
 #include "frontends/cli/moe_routing_flag.h"
+#include "frontends/cli/numerics_flags.h"
 #include "io/safetensors.h"
 #include "io/token_file.h"
 #include "kernels/isa.h"
@@ -20,6 +23,7 @@ Runner add_score(CLI::App& app) {
   struct Opts {
     std::string model, tokens, out, additional, moe_routing;
     int threads = 0;
+    NumericsFlags num;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("score", "Single-shot prefill over a token list; writes every row's logits");
@@ -29,8 +33,10 @@ Runner add_score(CLI::App& app) {
   sub->add_option("--threads", o->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
   sub->add_option("--additional-config", o->additional, "JSON, e.g. {\"tensor_replacement\": {\"tensors_path\": …}}");
   add_moe_routing_flag(sub, o->moe_routing);
+  add_numerics_flags(sub, o->num);
   return [o]() {
     if (o->threads > 0) kernels::set_num_threads(o->threads);
+    o->num.check();
     std::vector<int32_t> tokens = io::read_tokens(o->tokens);
     const nlohmann::json additional =
         o->additional.empty() ? nlohmann::json::object() : accuracy::parse_additional_config(o->additional);
@@ -42,11 +48,15 @@ Runner add_score(CLI::App& app) {
     if (replacement) replacement->replacer().register_request(0, tokens);
     const int n = static_cast<int>(tokens.size());
     const int V = model->vocab_size();
+    const cache::Numerics numerics = o->num.resolve(model->chunk_size());
     std::vector<float> logits =
-        model::score_all_rows(*model, tokens, model::ScanMode::Exact, replacement ? &replacement->hooks() : nullptr);
+        model::score_all_rows(*model, tokens, numerics, replacement ? &replacement->hooks() : nullptr);
     if (replacement) std::fprintf(stderr, "%s\n", replacement->describe().c_str());
-    io::write_safetensors(o->out, {{"logits", DType::F32, {n, V}, logits.data()}},
-                          {{"model", model->origin()}, {"command", "score"}});
+    std::map<std::string, std::string> meta = numerics.metadata();
+    meta["model"] = model->origin();
+    meta["command"] = "score";
+    io::write_safetensors(o->out, {{"logits", DType::F32, {n, V}, logits.data()}}, meta);
+    std::fprintf(stderr, "score: %d rows, numerics %s\n", n, numerics.describe().c_str());
     return 0;
   };
 }

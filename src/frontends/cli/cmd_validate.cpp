@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "frontends/cli/commands.h"
 #include "frontends/cli/moe_routing_flag.h"
+#include "frontends/cli/numerics_flags.h"
 #include "io/json_file.h"
 #include "kernels/isa.h"
 #include "model/checkpoint.h"
@@ -24,7 +25,7 @@ Runner add_validate(CLI::App& app) {
   struct Opts {
     std::string model, reference, tol_map, json_out, additional, moe_routing;
     int prompt_index = -1, max_tokens = 0, threads = 0, max_batched = 2048;
-    bool exact = false;
+    NumericsFlags num;
     double divergence_tol = 0.001;
   };
   auto o = std::make_shared<Opts>();
@@ -34,7 +35,7 @@ Runner add_validate(CLI::App& app) {
       ->required();
   sub->add_option("--prompt-index", o->prompt_index, "validate only this prompt (default: all)")
       ->check(CLI::NonNegativeNumber);
-  sub->add_flag("--exact", o->exact, "run the engine in exact mode");
+  add_numerics_flags(sub, o->num);
   sub->add_option("--max-tokens", o->max_tokens, "check at most N generated tokens per prompt")
       ->check(CLI::Range(1, 1 << 30));
   sub->add_option("--tol-map", o->tol_map, "JSON (inline or a file): {\"5\": [atol, rtol], …, \"all\": [atol, rtol]}");
@@ -57,19 +58,28 @@ Runner add_validate(CLI::App& app) {
     opt.divergence_tol = o->divergence_tol;
     opt.max_tokens = o->max_tokens;
     if (o->prompt_index >= 0) opt.prompt_indices = {o->prompt_index};
-    opt.engine.mode = o->exact ? model::ScanMode::Exact : model::ScanMode::Plain;
+    o->num.check();
+    o->num.apply(opt.engine);
     opt.engine.sched.max_num_batched_tokens = o->max_batched;
-    const auto refs = accuracy::logit_reference_from_captures(accuracy::read_captures(o->reference));
+    const accuracy::Captures ref_file = accuracy::read_captures(o->reference);
+    const auto refs = accuracy::logit_reference_from_captures(ref_file);
 
     auto model = model::load_model(model::open_checkpoint(o->model), model_options(o->moe_routing));
     auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);
     opt.replacement = replacement.get();
     const accuracy::ValidationReport rep = accuracy::validate_logits(*model, refs, opt);
+    // A reference made by parity with another numerics identity cannot match bit for bit.
+    const std::string numerics =
+        cache::numerics_difference(o->num.resolve(model->chunk_size()).metadata(), ref_file.metadata);
+    if (!numerics.empty())
+      std::printf("note: this run and the reference were made with different numerics: %s\n", numerics.c_str());
     if (!o->json_out.empty()) {
       nlohmann::json j = accuracy::validation_to_json(rep);
       j["model"] = model->origin();
       j["reference"] = o->reference;
-      j["mode"] = o->exact ? "exact" : "plain";
+      j["mode"] = o->num.exact ? "exact" : "plain";
+      j["numerics"] = o->num.resolve(model->chunk_size()).metadata();
+      if (!numerics.empty()) j["numerics_difference"] = numerics;
       std::ofstream f(o->json_out);
       f << j.dump(2) << "\n";
       if (!f) throw Error(o->json_out + ": cannot write the report");

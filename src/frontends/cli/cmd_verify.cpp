@@ -8,6 +8,7 @@
 #include "engine/exactness_gate.h"
 #include "frontends/cli/commands.h"
 #include "frontends/cli/moe_routing_flag.h"
+#include "kernels/isa.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
 
@@ -19,7 +20,8 @@ Runner add_verify(CLI::App& app) {
     int prompt_len = 0, forced_len = 0;
     uint64_t seed = 1;
     std::vector<std::string> scenarios;
-    std::string moe_routing;
+    std::string moe_routing, cache_dtype = "both", stagger = "auto";
+    int exact_grid = 0;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
@@ -31,13 +33,24 @@ Runner add_verify(CLI::App& app) {
   sub->add_option("--scenario", o->scenarios, "run only these scenarios")
       ->check(CLI::IsMember(engine::gate_scenarios()));
   add_moe_routing_flag(sub, o->moe_routing);
+  sub->add_option("--mamba-ssm-cache-dtype", o->cache_dtype, "exact mode's state dtype: float32, bfloat16 or both (default)")
+      ->check(CLI::IsMember({"float32", "bfloat16", "both"}));
+  sub->add_option("--exact-grid", o->exact_grid, "exact mode's grid cell (a power of two; default " +
+                                                     std::to_string(kernels::kDefaultExactCell) + ")");
+  sub->add_option("--exact-stagger", o->stagger, "auto | none | spread");
   return [o]() {
+    const cache::StaggerChoice stagger = cache::parse_stagger(o->stagger);
+    if (o->exact_grid) cache::resolve_numerics(true, std::nullopt, o->exact_grid, stagger, 0);
     auto model = model::load_model(model::open_checkpoint(o->model), model_options(o->moe_routing));
     engine::GateOptions g;
     g.prompt_len = o->prompt_len;
     g.forced_len = o->forced_len;
     g.seed = o->seed;
     g.scenarios = o->scenarios;
+    g.stagger = stagger;
+    if (o->exact_grid) g.exact_grid = o->exact_grid;
+    if (o->cache_dtype == "float32") g.exact_dtypes = {DType::F32};
+    if (o->cache_dtype == "bfloat16") g.exact_dtypes = {DType::BF16};
     const bool tty = isatty(fileno(stderr));
     auto progress = [tty](int done, int total, const std::string& what) {
       const int width = 30;
@@ -49,8 +62,11 @@ Runner add_verify(CLI::App& app) {
       std::fflush(stderr);
     };
     auto results = engine::run_exactness_gate(*model, g, progress);
-    std::printf("model %s (%s), chunk %d\n%s", model->origin().c_str(), model->architecture().c_str(), model->chunk_size(),
-                engine::format_gate_table(results).c_str());
+    std::printf("model %s (%s), chunk %d, isa %s\n", model->origin().c_str(), model->architecture().c_str(),
+                model->chunk_size(), kernels::isa_name(kernels::detected_isa()));
+    for (const auto& r : results)
+      if (r.scenario == results.front().scenario) std::printf("  %s\n", r.numerics.describe().c_str());
+    std::fputs(engine::format_gate_table(results).c_str(), stdout);
     int64_t bad = 0;
     for (const auto& r : results)
       if (r.mode == model::ScanMode::Exact) bad += r.all.mismatched;

@@ -1,0 +1,61 @@
+#include "cache/numerics.h"
+
+#include "common/error.h"
+
+namespace parity::cache {
+
+namespace {
+const char* const kIdentityKeys[] = {"numerics", "ssm_state_dtype", "exact_grid", "exact_stagger"};
+}
+
+std::map<std::string, std::string> Numerics::metadata() const {
+  std::map<std::string, std::string> m{{"numerics", exact ? "exact" : "plain"}, {"ssm_state_dtype", ssm_dtype == DType::F32 ? "float32" : "bfloat16"}};
+  if (exact) {
+    m["exact_grid"] = std::to_string(grid.cell);
+    m["exact_stagger"] = grid.stagger ? "spread" : "none";
+  }
+  return m;
+}
+
+std::string Numerics::describe() const {
+  const char* state = ssm_dtype == DType::F32 ? "float32" : "bfloat16";
+  if (!exact) return std::string("plain (vLLM: chunked SSD prefill, SSU decode, state ") + state + ")";
+  return "exact (grid " + std::to_string(grid.cell) + ", stagger " + (grid.stagger ? "spread" : "none") + ", state " + state + ")";
+}
+
+Numerics resolve_numerics(bool exact, std::optional<DType> ssm_dtype, std::optional<int> exact_cell,
+                          StaggerChoice stagger, int chunk_size) {
+  Numerics n;
+  n.exact = exact;
+  n.ssm_dtype = ssm_dtype.value_or(exact ? DType::F32 : DType::BF16);
+  if (n.ssm_dtype != DType::F32 && n.ssm_dtype != DType::BF16)
+    throw Error("--mamba-ssm-cache-dtype must be float32 or bfloat16");
+  const int cell = exact_cell.value_or(kernels::kDefaultExactCell);
+  if (cell < 1 || cell > 4096 || (cell & (cell - 1)) != 0)
+    throw Error("--exact-grid must be a power of two between 1 and 4096 (got " + std::to_string(cell) + ")");
+  n.grid.cell = cell;
+  n.grid.stagger = stagger == StaggerChoice::Spread || (stagger == StaggerChoice::Auto && cell != chunk_size);
+  return n;
+}
+
+StaggerChoice parse_stagger(const std::string& s) {
+  if (s == "auto") return StaggerChoice::Auto;
+  if (s == "none") return StaggerChoice::None;
+  if (s == "spread") return StaggerChoice::Spread;
+  throw Error("--exact-stagger must be auto, none or spread (got '" + s + "')");
+}
+
+std::string numerics_difference(const std::map<std::string, std::string>& a,
+                                const std::map<std::string, std::string>& b) {
+  if (!a.count("numerics") || !b.count("numerics")) return "";
+  std::string out;
+  for (const char* k : kIdentityKeys) {
+    auto ia = a.find(k), ib = b.find(k);
+    const std::string va = ia == a.end() ? "(none)" : ia->second, vb = ib == b.end() ? "(none)" : ib->second;
+    if (va == vb) continue;
+    out += (out.empty() ? "" : ", ") + std::string(k) + " " + va + " vs " + vb;
+  }
+  return out;
+}
+
+}  // namespace parity::cache

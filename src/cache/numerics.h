@@ -1,0 +1,41 @@
+#pragma once
+// How a run rounds: plain or exact mode and, in exact mode, its identity (DESIGN.md rules 6–7):
+// the exact grid's cell G, the per-head stagger and the SSM state dtype. Logits and captures are
+// bit-reproducible only for the same identity, so every file that carries them records it
+// (metadata()) and compare / validate say when two files were made with different ones.
+#include <map>
+#include <optional>
+#include <string>
+
+#include "common/dtype.h"
+#include "kernels/exact_grid.h"
+
+namespace parity::cache {
+
+enum class StaggerChoice { Auto, None, Spread };  // Auto: spread unless the cell is the chunk size
+
+struct Numerics {
+  bool exact = false;
+  DType ssm_dtype = DType::BF16;
+  kernels::ExactGrid grid;  // meaningful in exact mode
+
+  // {"numerics": "exact"|"plain", "ssm_state_dtype": ..., and in exact mode "exact_grid",
+  // "exact_stagger"}: the keys files carry.
+  std::map<std::string, std::string> metadata() const;
+  std::string describe() const;  // e.g. "exact (grid 16, stagger spread, state float32)"
+};
+
+// What the flags ask for; empty fields take the defaults: bfloat16 in plain mode (vLLM's), float32
+// in exact mode, the backend's default cell, the stagger by StaggerChoice::Auto. Throws
+// parity::Error naming the flag for a cell that is not a power of two in [1, 4096].
+Numerics resolve_numerics(bool exact, std::optional<DType> ssm_dtype, std::optional<int> exact_cell,
+                          StaggerChoice stagger, int chunk_size);
+
+StaggerChoice parse_stagger(const std::string& s);  // auto | none | spread, else parity::Error
+
+// The identity keys on which two files' metadata differ, e.g. "exact_grid 16 vs 256"; empty when
+// they agree or when either records none (a file from another tool, e.g. a Hugging Face reference).
+std::string numerics_difference(const std::map<std::string, std::string>& a,
+                                const std::map<std::string, std::string>& b);
+
+}  // namespace parity::cache

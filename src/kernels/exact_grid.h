@@ -1,0 +1,45 @@
+#pragma once
+// Exact mode's own SSD grid (DESIGN.md rule 6): cells of `cell` rows anchored at absolute position
+// 0, independent of the model's chunk_size. With the stagger on, head h's grid is shifted by a
+// fixed offset o_h = h·cell / nheads: its boundaries are 0 and every p > 0 with p ≡ o_h (mod cell),
+// so its first cell is [0, o_h) (or [0, cell) when o_h is 0). A head's cell ends on about 1/cell of
+// the steps, and the steps on which it does are spread over the heads: a decode step folds
+// ~nheads/cell heads instead of every cell-th step folding all of them.
+//
+// The grid, the stagger and the state dtype are exact mode's identity (they change the bits);
+// `cell` = chunk_size with the stagger off is the RFC's layout, whose rows equal a single-shot
+// standard chunked scan at chunk_size.
+#include <cstdint>
+
+namespace parity::kernels {
+
+// The exact-mode default on the CPU: the cache of a 16-row cell costs ≤ 1.3× plain mode's at the
+// same state dtype, and the decode step measured fastest there (docs/performance.md).
+inline constexpr int kDefaultExactCell = 16;
+
+struct ExactGrid {
+  int cell = kDefaultExactCell;  // G, a power of two
+  bool stagger = true;
+  int nheads = 1;
+
+  int offset(int head) const { return stagger ? static_cast<int>(int64_t(head) * cell / nheads) % cell : 0; }
+  // Start of the cell of `head` holding absolute position pos.
+  int64_t cell_start(int head, int64_t pos) const {
+    const int o = offset(head);
+    return pos < o ? 0 : pos - (pos - o) % cell;
+  }
+  // The boundary after the cell that starts at `start`.
+  int64_t cell_end(int head, int64_t start) const {
+    const int o = offset(head);
+    return (start == 0 && o > 0) ? o : start + cell;
+  }
+  // Slot of position pos in head h's ring of `cell` rows: a cell of the head occupies consecutive
+  // slots (a cell after the first starts at slot 0), so the kernels read it as one stream.
+  int ring_slot(int head, int64_t pos) const {
+    const int64_t r = (pos - offset(head)) % cell;
+    return static_cast<int>(r < 0 ? r + cell : r);
+  }
+  bool operator==(const ExactGrid&) const = default;
+};
+
+}  // namespace parity::kernels
