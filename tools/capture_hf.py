@@ -14,7 +14,8 @@ Usage:
     PATTERN: as `parity capture --modules`: an exact name, a layer range (backbone.layers.0-3.mixer), or
        re:REGEX (Python `re.fullmatch`; keep to the syntax ECMAScript shares, as parity uses std::regex).
 
-Needs only torch, transformers and safetensors (the last to read the file back). Computes on the CPU and
+Needs only torch, transformers and safetensors (the last to read the file back). Files are written by
+safetensors_io.py, the tools' one byte-reproducible writer. Computes on the CPU and
 downloads nothing.
 
 Each prompt is one full-sequence forward without cache over the tokens parity's engine would feed:
@@ -56,12 +57,12 @@ GraniteMoeHybridForCausalLM (names as `parity probes`, identical to HF's module 
   model.layers.N                  layer output (residual stream)
   model.norm                      final RMSNorm output
   lm_head                         the lm_head module's output divided by logits_scaling (= HF's logits)
-The float64 run uses sdpa attention and the eager MoE, with granite_hf_clean_f64 of tools/hf_reference.py
+The float64 run uses sdpa attention and the eager MoE, with granite_hf_clean_f64 of tools/hf_f64.py
 (fp32 casts removed, float64 RMSNorms and RoPE angles, gated norm per group unless --hf-gated-norm).
 
 --dtype float64 (the default) widens the weights exactly and removes HF's internal fp32 casts (the
 `.float()` calls on the SSD inputs and A_log, the fp32 RMSNorms, residual_in_fp32), with the patches of
-tools/hf_reference.py, so the result is a float64 reference rounded to fp32 only when written. Its gated
+tools/hf_f64.py, so the result is a float64 reference rounded to fp32 only when written. Its gated
 RMSNorm is made per group of intermediate/n_groups (mamba_ssm's and parity's semantics); --hf-gated-norm
 keeps HF's whole-width norm (differs only when n_groups > 1). --dtype float32 runs HF as shipped.
 """
@@ -70,7 +71,6 @@ import argparse
 import json
 import os
 import re
-import struct
 import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the network (e.g. hub kernels)
@@ -78,8 +78,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the network (e.g
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_reference import (hf_clean_f64, granite_hf_clean_f64, granite_head_dim, granite_layer_kinds,  # noqa: E402
-                          granite_load, granite_mamba_dims, granite_rope_theta)
+from hf_f64 import granite_hf_clean_f64, hf_clean_f64  # noqa: E402
+from hf_granite_reference import (granite_head_dim, granite_layer_kinds, granite_load,  # noqa: E402
+                                  granite_mamba_dims, granite_rope_theta)
+from safetensors_io import write_logits, write_safetensors  # noqa: E402
 
 SUPPORTED_ARCHITECTURES = ("Mamba2ForCausalLM", "GraniteMoeHybridForCausalLM")
 
@@ -378,34 +380,6 @@ def run(model, ids):
         return model(torch.tensor([ids], dtype=torch.long), use_cache=False).logits[0]
 
 
-def safetensors_bytes(tensors, metadata):
-    """tensors: list of (name, dtype string, shape, raw bytes). Hand-written so that the output is
-    byte-reproducible (the safetensors package orders __metadata__ at random)."""
-    header = {"__metadata__": dict(sorted(metadata.items()))}
-    off = 0
-    for name, dt, shape, raw in tensors:
-        header[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(raw)]}
-        off += len(raw)
-    hb = json.dumps(header, separators=(",", ":")).encode()
-    hb += b" " * ((8 - len(hb) % 8) % 8)
-    return struct.pack("<Q", len(hb)) + hb + b"".join(t[3] for t in tensors)
-
-
-def raw(t):
-    t = t.contiguous()
-    try:
-        return t.numpy().tobytes()
-    except (ImportError, RuntimeError):
-        return bytes(t.view(torch.uint8).reshape(-1).tolist())
-
-
-def write_file(path, data):
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("checkpoint", help="Hugging Face checkpoint folder ("
@@ -436,7 +410,7 @@ def main():
 
     if granite:
         from transformers import GraniteMoeHybridForCausalLM
-        if args.dtype == "float64":  # as tools/hf_reference.py: sdpa, eager (per-expert loop) MoE
+        if args.dtype == "float64":  # as hf_granite_reference.py: sdpa, eager (per-expert loop) MoE
             model = granite_load(args.checkpoint, attn_implementation="sdpa").eval()
         else:
             model = GraniteMoeHybridForCausalLM.from_pretrained(args.checkpoint).eval()
@@ -486,18 +460,16 @@ def main():
                 raise RuntimeError("lm_head / logits_scaling differs from the model's logits")
             if i == 0:
                 logits0 = logits
-            tensors.append((f"p{i}/prompt_token_ids", "I64", [len(prompt)], raw(torch.tensor(prompt, dtype=torch.int64))))
+            tensors.append((f"p{i}/prompt_token_ids", torch.tensor(prompt, dtype=torch.int64)))
             if cont:
-                tensors.append((f"p{i}/continuation_token_ids", "I64", [len(cont)],
-                                raw(torch.tensor(cont, dtype=torch.int64))))
+                tensors.append((f"p{i}/continuation_token_ids", torch.tensor(cont, dtype=torch.int64)))
             for m in modules:
                 t = got.get(m)
                 if t is None:
                     raise RuntimeError(f"{m} was not computed by the forward (hook never fired)")
                 if tuple(t.shape) != (len(fed), cols[m]):
                     raise RuntimeError(f"{m}: captured shape {tuple(t.shape)}, expected {(len(fed), cols[m])}")
-                t32 = t.to(torch.float32)
-                tensors.append((f"p{i}/{m}", "F32", list(t32.shape), raw(t32)))
+                tensors.append((f"p{i}/{m}", t.to(torch.float32)))
 
     meta = {
         "layout": "flat",
@@ -510,21 +482,10 @@ def main():
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__.split("+")[0],
     }
-    write_file(args.out, safetensors_bytes(tensors, meta))
+    write_safetensors(args.out, tensors, meta)  # and reads it back (names, metadata, every tensor)
     if args.logits_out:
-        l32 = logits0.to(torch.float32)
-        write_file(args.logits_out, safetensors_bytes([("logits", "F32", list(l32.shape), raw(l32))],
-                                                      {"model": meta["model"], "command": "capture_hf.py",
-                                                       "first_position": "0", "dtype": meta["dtype"]}))
-
-    try:
-        from safetensors import safe_open
-    except ImportError:
-        safe_open = None
-    if safe_open is not None:  # read back with the reference reader
-        with safe_open(args.out, framework="pt") as f:
-            assert set(f.keys()) == {t[0] for t in tensors}, "captures file does not read back"
-            assert f.metadata() == meta, "captures metadata does not read back"
+        write_logits(args.logits_out, logits0.to(torch.float32),
+                     {"model": meta["model"], "command": "capture_hf.py", "first_position": "0", "dtype": meta["dtype"]})
     print(json.dumps({"out": args.out, "modules": modules, "num_prompts": len(prompts), "dtype": meta["dtype"],
                       "bytes": os.path.getsize(args.out)}))
     return 0
