@@ -420,7 +420,7 @@ TEST(HybridCli, ExportScoreAndGenerateAgreeWithInProcess) {
 
   auto r = test::run_cli("export builtin:tiny-hybrid --out " + (dir / "m").string());
   ASSERT_EQ(r.status, 0) << r.err;
-  r = test::run_cli("score " + (dir / "m").string() + " --tokens " + csv(s) + " --out " + (dir / "s.st").string());
+  r = test::run_cli("score " + (dir / "m").string() + " --exact --tokens " + csv(s) + " --out " + (dir / "s.st").string());
   ASSERT_EQ(r.status, 0) << r.err;
   const auto scored = logits_file((dir / "s.st").string());
   ASSERT_EQ(scored.size(), want.size());
@@ -438,9 +438,9 @@ TEST(HybridCli, ExportScoreAndGenerateAgreeWithInProcess) {
 }
 
 TEST(HybridCli, GenerateRejectsARequestLargerThanTheKvCache) {
-  // 0.08 MiB: one exact-mode slot (about 73 KiB of Mamba state) and two 16-token KV blocks; the
-  // request feeds 39 tokens.
-  auto r = test::run_cli("generate builtin:tiny-hybrid --exact --state-memory-mb 0.08 --prompt " +
+  // 0.05 MiB: one exact-mode slot (about 41 KiB of Mamba state on the 16-row grid) and two 16-token
+  // KV blocks; the request feeds 39 tokens.
+  auto r = test::run_cli("generate builtin:tiny-hybrid --exact --state-memory-mb 0.05 --prompt " +
                          csv(stream(5, 20)) + " --max-tokens 20");
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_NE(r.err.find("KV cache holds 32"), std::string::npos) << r.err;

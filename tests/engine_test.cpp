@@ -193,17 +193,25 @@ TEST(Engine, ExplicitPreemptRequeuesUnderTheSameId) {
   EXPECT_EQ(r[id].tokens.size(), 7u);  // the first token came from the step before preemption
 }
 
-TEST(Engine, ExactModeWithBf16CacheIsRefused) {
+// Exact mode keeps a bf16 boundary state (rounded at every grid boundary), and its identity is
+// the resolved grid; a grid that is not a power of two is refused naming the flag.
+TEST(Engine, ExactModeNumericsAreResolvedAndBadGridsRefused) {
   EngineConfig c = config(ScanMode::Exact);
   c.ssm_cache_dtype = DType::BF16;
+  Engine e(tiny(), c);
+  EXPECT_TRUE(e.numerics().exact);
+  EXPECT_EQ(e.numerics().ssm_dtype, DType::BF16);
+  EXPECT_EQ(e.numerics().grid.cell, kernels::kDefaultExactCell);
+  EXPECT_EQ(e.numerics().grid.stagger, kernels::kDefaultExactCell != tiny().chunk_size());
+  c.exact_grid = tiny().chunk_size();
+  EXPECT_FALSE(Engine(tiny(), c).numerics().grid.stagger) << "the chunk-size grid is the RFC layout: no stagger";
+  c.exact_grid = 24;
   try {
-    Engine e(tiny(), c);
-    FAIL() << "exact + bfloat16 must be refused";
+    Engine bad(tiny(), c);
+    FAIL() << "a 24-row grid must be refused";
   } catch (const Error& err) {
-    EXPECT_NE(std::string(err.what()).find("float32"), std::string::npos);
+    EXPECT_NE(std::string(err.what()).find("--exact-grid"), std::string::npos) << err.what();
   }
-  c.ssm_cache_dtype = DType::F32;
-  EXPECT_NO_THROW(Engine(tiny(), c));
 }
 
 TEST(Engine, BadRequestsAreRejectedWhileOthersKeepRunning) {
@@ -232,7 +240,7 @@ TEST(Engine, BadRequestsAreRejectedWhileOthersKeepRunning) {
 
 TEST(Engine, StateBudgetLimitsConcurrentSequences) {
   EngineConfig c = config();
-  auto one = cache::slot_bytes(tiny().cache_spec().mamba, tiny().cache_spec().num_mamba_layers, {1, DType::F32, true}).total();
+  auto one = cache::slot_bytes(tiny().cache_spec().mamba, tiny().cache_spec().num_mamba_layers, {1, DType::F32, true, {}}).total();
   c.state_memory_budget = one * 2 + 1;
   Engine e(tiny(), c);
   EXPECT_EQ(e.plan().num_slots, 2);

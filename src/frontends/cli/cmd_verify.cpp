@@ -21,7 +21,7 @@ Runner add_verify(CLI::App& app) {
     uint64_t seed = 1;
     std::vector<std::string> scenarios;
     std::string moe_routing, cache_dtype = "both", stagger = "auto";
-    int exact_grid = 0;
+    int exact_grid = -1;  // -1: the default
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
@@ -40,7 +40,7 @@ Runner add_verify(CLI::App& app) {
   sub->add_option("--exact-stagger", o->stagger, "auto | none | spread");
   return [o]() {
     const cache::StaggerChoice stagger = cache::parse_stagger(o->stagger);
-    if (o->exact_grid) cache::resolve_numerics(true, std::nullopt, o->exact_grid, stagger, 0);
+    if (o->exact_grid != -1) cache::resolve_numerics(true, std::nullopt, o->exact_grid, stagger, 0);
     auto model = model::load_model(model::open_checkpoint(o->model), model_options(o->moe_routing));
     engine::GateOptions g;
     g.prompt_len = o->prompt_len;
@@ -48,7 +48,7 @@ Runner add_verify(CLI::App& app) {
     g.seed = o->seed;
     g.scenarios = o->scenarios;
     g.stagger = stagger;
-    if (o->exact_grid) g.exact_grid = o->exact_grid;
+    if (o->exact_grid != -1) g.exact_grid = o->exact_grid;
     if (o->cache_dtype == "float32") g.exact_dtypes = {DType::F32};
     if (o->cache_dtype == "bfloat16") g.exact_dtypes = {DType::BF16};
     const bool tty = isatty(fileno(stderr));

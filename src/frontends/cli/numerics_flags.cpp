@@ -29,19 +29,19 @@ void add_numerics_flags(CLI::App* sub, NumericsFlags& f) {
 void NumericsFlags::check() const {
   cache_dtype_of(cache_dtype);
   cache::parse_stagger(stagger);
-  if (exact_grid != 0) cache::resolve_numerics(true, std::nullopt, exact_grid, cache::StaggerChoice::Auto, 0);
+  if (exact_grid != -1) cache::resolve_numerics(true, std::nullopt, exact_grid, cache::StaggerChoice::Auto, 0);
 }
 
 cache::Numerics NumericsFlags::resolve(int chunk_size) const {
   return cache::resolve_numerics(exact, cache_dtype_of(cache_dtype),
-                                 exact_grid ? std::optional<int>(exact_grid) : std::nullopt,
+                                 exact_grid != -1 ? std::optional<int>(exact_grid) : std::nullopt,
                                  cache::parse_stagger(stagger), chunk_size);
 }
 
 void NumericsFlags::apply(engine::EngineConfig& cfg) const {
   cfg.mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
   cfg.ssm_cache_dtype = cache_dtype_of(cache_dtype);
-  if (exact_grid) cfg.exact_grid = exact_grid;
+  if (exact_grid != -1) cfg.exact_grid = exact_grid;
   cfg.exact_stagger = cache::parse_stagger(stagger);
 }
 

@@ -17,7 +17,7 @@ namespace parity::cli {
 struct NumericsFlags {
   bool exact = false;
   std::string cache_dtype;  // empty: the mode's default
-  int exact_grid = 0;       // 0: the default
+  int exact_grid = -1;      // -1: the default
   std::string stagger = "auto";
 
   // Checks what can be checked before a model is loaded (dtype, grid, stagger names).

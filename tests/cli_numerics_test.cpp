@@ -1,0 +1,140 @@
+// The numerics flags end to end through the `parity` binary: score --exact equals generate --exact
+// under a split schedule for several grids and both state dtypes, every logits file records its
+// numerics identity, --mamba-exact-replay is --exact, compare notes a difference in identity, and
+// bad values are refused naming the flag. Companion: a different grid changes the bits.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cache/numerics.h"
+#include "common/error.h"
+#include "io/safetensors.h"
+#include "test_support.h"
+
+namespace parity {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string csv(int from, int to) {
+  std::string s;
+  for (int i = from; i < to; ++i) s += (s.empty() ? "" : ",") + std::to_string((i * 37 + 11) % 500);
+  return s;
+}
+
+struct LogitsFile {
+  std::vector<float> logits;
+  std::map<std::string, std::string> meta;
+};
+LogitsFile read_logits(const fs::path& p) {
+  auto f = io::SafetensorsFile::open(p.string());
+  const io::TensorView* t = f->find("logits");
+  LogitsFile r;
+  if (!t) return r;
+  const float* d = static_cast<const float*>(t->data);
+  r.logits.assign(d, d + t->shape[0] * t->shape[1]);
+  r.meta = f->metadata();
+  return r;
+}
+
+class CliNumerics : public ::testing::Test {
+ protected:
+  fs::path dir = test::scratch_dir("cli_numerics");
+  void TearDown() override { fs::remove_all(dir); }
+  std::string out(const std::string& name) const { return (dir / name).string(); }
+};
+
+constexpr int kPrompt = 37, kTotal = 70, kVocab = 512;  // builtin:tiny
+
+TEST_F(CliNumerics, ScoreExactEqualsGenerateExactForEveryIdentity) {
+  for (const std::string flags : {"", "--exact-grid 32", "--exact-grid 8 --exact-stagger none",
+                                  "--mamba-ssm-cache-dtype bfloat16", "--exact-grid 4 --mamba-ssm-cache-dtype bfloat16"}) {
+    SCOPED_TRACE(flags);
+    auto r = test::run_cli("score builtin:tiny --exact " + flags + " --tokens " + csv(0, kTotal) + " --out " + out("s.st"));
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("numerics exact (grid"), std::string::npos) << r.err;
+    r = test::run_cli("generate builtin:tiny --exact " + flags + " --max-num-batched-tokens 5 --prompt " + csv(0, kPrompt) +
+                      " --forced " + csv(kPrompt, kTotal) + " --dump-logits " + out("g.st"));
+    ASSERT_EQ(r.status, 0) << r.err;
+    const LogitsFile s = read_logits(out("s.st")), g = read_logits(out("g.st"));
+    ASSERT_EQ(g.logits.size(), std::size_t(kTotal - kPrompt + 1) * kVocab);
+    EXPECT_TRUE(test::same_bits(g.logits.data(), s.logits.data() + std::size_t(kPrompt - 1) * kVocab, g.logits.size()));
+    for (const char* key : {"numerics", "exact_grid", "exact_stagger", "ssm_state_dtype"}) {
+      ASSERT_TRUE(s.meta.count(key)) << key;
+      EXPECT_EQ(s.meta.at(key), g.meta.at(key)) << key;
+    }
+    EXPECT_EQ(s.meta.at("numerics"), "exact");
+    EXPECT_EQ(s.meta.at("ssm_state_dtype"), flags.find("bfloat16") != std::string::npos ? "bfloat16" : "float32");
+    EXPECT_NE(r.out.find("\"exact_grid\""), std::string::npos) << r.out;
+  }
+}
+
+// Companion: the grid is part of the identity: a generation on another grid differs from score.
+TEST_F(CliNumerics, AnotherGridChangesTheBits) {
+  ASSERT_EQ(test::run_cli("score builtin:tiny --exact --tokens " + csv(0, kTotal) + " --out " + out("s.st")).status, 0);
+  auto r = test::run_cli("generate builtin:tiny --exact --exact-grid 8 --prompt " + csv(0, kPrompt) + " --forced " +
+                         csv(kPrompt, kTotal) + " --dump-logits " + out("g.st"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const LogitsFile s = read_logits(out("s.st")), g = read_logits(out("g.st"));
+  ASSERT_EQ(g.logits.size(), std::size_t(kTotal - kPrompt + 1) * kVocab);
+  EXPECT_FALSE(test::same_bits(g.logits.data(), s.logits.data() + std::size_t(kPrompt - 1) * kVocab, g.logits.size()));
+  EXPECT_EQ(g.meta.at("exact_grid"), "8");
+}
+
+TEST_F(CliNumerics, MambaExactReplayIsExactAndPlainScoreSaysPlain) {
+  ASSERT_EQ(test::run_cli("score builtin:tiny --exact --tokens " + csv(0, 40) + " --out " + out("a.st")).status, 0);
+  ASSERT_EQ(test::run_cli("score builtin:tiny --mamba-exact-replay --tokens " + csv(0, 40) + " --out " + out("b.st")).status, 0);
+  auto r = test::run_cli("score builtin:tiny --tokens " + csv(0, 40) + " --out " + out("c.st"));
+  ASSERT_EQ(r.status, 0);
+  EXPECT_NE(r.err.find("numerics plain"), std::string::npos) << r.err;
+  const LogitsFile a = read_logits(out("a.st")), b = read_logits(out("b.st")), c = read_logits(out("c.st"));
+  EXPECT_TRUE(test::same_bits(a.logits.data(), b.logits.data(), a.logits.size()));
+  EXPECT_EQ(b.meta.at("numerics"), "exact");
+  EXPECT_EQ(c.meta.at("numerics"), "plain");
+  EXPECT_EQ(c.meta.count("exact_grid"), 0u);
+}
+
+TEST_F(CliNumerics, CompareNotesADifferentIdentity) {
+  const std::string base = "capture builtin:tiny --prompt " + csv(0, 30) + " --forced " + csv(30, 40) + " --modules lm_head --exact";
+  ASSERT_EQ(test::run_cli(base + " --out " + out("a.st")).status, 0);
+  ASSERT_EQ(test::run_cli(base + " --exact-grid 8 --out " + out("b.st")).status, 0);
+  ASSERT_EQ(test::run_cli(base + " --out " + out("c.st")).status, 0);
+  auto r = test::run_cli("compare " + out("a.st") + " " + out("b.st"));
+  EXPECT_EQ(r.status, 1) << "another grid changes the bits";
+  EXPECT_NE(r.out.find("different numerics: exact_grid 16 vs 8"), std::string::npos) << r.out;
+  r = test::run_cli("compare " + out("a.st") + " " + out("c.st"));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("different numerics"), std::string::npos) << r.out;
+}
+
+TEST_F(CliNumerics, BadValuesAreRefusedNamingTheFlag) {
+  for (const std::string& cmd : std::vector<std::string>{"score builtin:tiny --tokens 1,2 --out " + out("x.st") + " --exact --exact-grid 24",
+                                "generate builtin:tiny --prompt 1,2 --max-tokens 2 --exact --exact-grid 0",
+                                "generate builtin:tiny --prompt 1,2 --max-tokens 2 --exact --exact-stagger diagonal",
+                                "generate builtin:tiny --prompt 1,2 --max-tokens 2 --mamba-ssm-cache-dtype float16",
+                                "verify builtin:tiny --exact-grid 48"}) {
+    SCOPED_TRACE(cmd);
+    auto r = test::run_cli(cmd);
+    EXPECT_EQ(r.status, 1) << r.err;
+    const bool names_flag = r.err.find("--exact-grid") != std::string::npos ||
+                            r.err.find("--exact-stagger") != std::string::npos ||
+                            r.err.find("--mamba-ssm-cache-dtype") != std::string::npos;
+    EXPECT_TRUE(names_flag) << r.err;
+  }
+  EXPECT_FALSE(fs::exists(out("x.st"))) << "nothing is written on failure";
+}
+
+TEST(Numerics, DifferenceNamesTheKeysAndIgnoresFilesWithoutAnIdentity) {
+  const cache::Numerics a = cache::resolve_numerics(true, std::nullopt, 16, cache::StaggerChoice::Auto, 256);
+  const cache::Numerics b = cache::resolve_numerics(true, DType::BF16, 256, cache::StaggerChoice::Auto, 256);
+  EXPECT_EQ(cache::numerics_difference(a.metadata(), a.metadata()), "");
+  EXPECT_EQ(cache::numerics_difference(a.metadata(), b.metadata()),
+            "ssm_state_dtype float32 vs bfloat16, exact_grid 16 vs 256, exact_stagger spread vs none");
+  EXPECT_EQ(cache::numerics_difference(a.metadata(), {{"source", "huggingface"}}), "");
+  EXPECT_THROW(cache::resolve_numerics(true, std::nullopt, 3, cache::StaggerChoice::Auto, 256), Error);
+  EXPECT_THROW(cache::parse_stagger("both"), Error);
+}
+
+}  // namespace
+}  // namespace parity
