@@ -145,23 +145,30 @@ INSTANTIATE_TEST_SUITE_P(Models, ExactGate,
                            return s;
                          });
 
-// Random schedules: token budgets, arrivals, preemption points and prompt lengths on, one before
-// and one after a chunk boundary, several requests sharing passes.
+// Random schedules: token budgets, arrivals, preemption points (mostly inside a grid cell) and
+// prompt lengths on, one before and one after a chunk boundary or a grid boundary of head 0 or
+// head 1 (staggered), several requests sharing passes; random grids (the RFC's chunk-size layout
+// among them) and both state dtypes, each against single-shot prefill with the same numerics.
 TEST(EngineExact, RandomSchedulesAreBitIdenticalToSingleShot) {
   for (const char* spec : {"builtin:tiny", "builtin:tiny-g2", "builtin:tiny-hybrid"}) {
     const auto& m = load(spec);
     const int cs = m.chunk_size(), V = m.vocab_size();
     std::mt19937 rng(7);
-    for (int trial = 0; trial < 6; ++trial) {
-      SCOPED_TRACE(std::string(spec) + " trial " + std::to_string(trial));
+    for (int trial = 0; trial < 8; ++trial) {
       EngineConfig cfg;
       cfg.mode = ScanMode::Exact;
+      const int grids[4] = {4, 16, 16, cs};
+      cfg.exact_grid = grids[rng() % 4];
+      cfg.ssm_cache_dtype = rng() % 2 ? DType::BF16 : DType::F32;
       cfg.sched.max_num_batched_tokens = 1 + static_cast<int>(rng() % (3 * cs));
       cfg.sched.max_num_seqs = 1 + static_cast<int>(rng() % 4);
       cfg.preempt_at_step = 2 + static_cast<int64_t>(rng() % 20);
       kernels::set_num_threads(1 + static_cast<int>(rng() % 2));
       Engine e(m, cfg);
-      const int boundary = cs * (1 + static_cast<int>(rng() % 3));
+      SCOPED_TRACE(std::string(spec) + " trial " + std::to_string(trial) + " " + e.numerics().describe());
+      const int G = e.numerics().grid.cell;
+      int boundary = cs * (1 + static_cast<int>(rng() % 3));
+      if (rng() % 2) boundary = G * (1 + static_cast<int>(rng() % 5)) + e.numerics().grid.offset(static_cast<int>(rng() % 2));
       std::vector<std::vector<int32_t>> streams;
       std::map<uint64_t, int> which;
       std::map<uint64_t, engine::RequestResult> out;
@@ -175,7 +182,7 @@ TEST(EngineExact, RandomSchedulesAreBitIdenticalToSingleShot) {
         engine::Engine::accumulate(out, e.step());
       }
       for (auto& [id, idx] : which) {
-        auto ref = model::score_all_rows(m, streams[idx]);
+        auto ref = model::score_all_rows(m, streams[idx], e.numerics());
         EXPECT_EQ(count_mismatches(out[id], ref, V, static_cast<int64_t>(streams[idx].size())), 0);
       }
     }
