@@ -10,6 +10,8 @@
 //                        each head's ring rows since its boundary, and the heads whose cell ends
 //                        at this step write their state. A kernel near its floor is bound by
 //                        memory, one far above it by arithmetic.
+//   BM_DecodeSsmVsFloor  the four interleaved in every iteration (plain kernel, plain floor, exact
+//                        kernel, exact floor), so the kernel/floor ratios come from one run too.
 //
 // Arguments: batch, position (absolute; the grid repeats every cell), dtype (0 float32, 1 bfloat16).
 //   OMP_NUM_THREADS=1 build/parity_bench --benchmark_filter=DecodeSsm --benchmark_min_time=1
@@ -224,6 +226,37 @@ void BM_DecodeSsmFloor(benchmark::State& st) {
   benchmark::DoNotOptimize(sink);
 }
 BENCHMARK(BM_DecodeSsmFloor)
+    ->ArgNames({"batch", "pos", "bf16"})
+    ->ArgsProduct({{1, 8, 32}, {256, 257, 263, 271}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+void BM_DecodeSsmVsFloor(benchmark::State& st) {
+  Batch b(static_cast<int>(st.range(0)), st.range(2) != 0);
+  const int64_t t = st.range(1);
+  uint32_t sink = 0;
+  std::vector<double> pk, pf, ek, ef, rp, re, rep;
+  for (auto _ : st) {
+    const double a = time_ms([&] { plain_kernels(b); }), af = time_ms([&] { plain_floor(b); });
+    const double c = time_ms([&] { exact_kernels(b, t); }), cf = time_ms([&] { sink ^= exact_floor(b, t); });
+    pk.push_back(a);
+    pf.push_back(af);
+    ek.push_back(c);
+    ef.push_back(cf);
+    rp.push_back(a / af);
+    re.push_back(c / cf);
+    rep.push_back(c / a);
+  }
+  benchmark::DoNotOptimize(sink);
+  st.counters["plain_ms"] = bench::median(pk);
+  st.counters["plain_floor_ms"] = bench::median(pf);
+  st.counters["exact_ms"] = bench::median(ek);
+  st.counters["exact_floor_ms"] = bench::median(ef);
+  st.counters["plain/floor"] = bench::median(rp);
+  st.counters["exact/floor"] = bench::median(re);
+  st.counters["exact/plain"] = bench::median(rep);
+}
+BENCHMARK(BM_DecodeSsmVsFloor)
     ->ArgNames({"batch", "pos", "bf16"})
     ->ArgsProduct({{1, 8, 32}, {256, 257, 263, 271}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
