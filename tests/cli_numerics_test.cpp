@@ -19,7 +19,10 @@ namespace fs = std::filesystem;
 
 std::string csv(int from, int to) {
   std::string s;
-  for (int i = from; i < to; ++i) s += (s.empty() ? "" : ",") + std::to_string((i * 37 + 11) % 500);
+  for (int i = from; i < to; ++i) {
+    if (!s.empty()) s += ',';
+    s += std::to_string((i * 37 + 11) % 500);
+  }
   return s;
 }
 
