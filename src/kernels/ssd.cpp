@@ -271,15 +271,15 @@ void ssu_step_bf16(const SsdShape& shape, const float* x, const float* dt, const
   const double flops = 2.0 * H * P * N;
 #pragma omp parallel for num_threads(kernels::num_threads()) schedule(static) if (flops > kParallelFlops || force_parallel())
   for (int h = 0; h < H; ++h) {
-    thread_local AlignedBuffer<float> scratch;
-    const std::size_t need = std::size_t(std::max(16, P)) * N;
-    if (scratch.size() < need) scratch.resize(need);
     const int64_t g = h / hpg;
     uint16_t* Sh = state + int64_t(h) * P * N;
     if (avx512) {
       ssd_detail::ssu_head_bf16_avx512(P, N, x + int64_t(h) * P, dt[h], A[h], D[h], B + g * N, C + g * N, Sh,
-                                       y + int64_t(h) * P, scratch.data());
+                                       y + int64_t(h) * P);
     } else {
+      thread_local AlignedBuffer<float> scratch;
+      const std::size_t need = std::size_t(P) * N;
+      if (scratch.size() < need) scratch.resize(need);
       for (int64_t i = 0; i < int64_t(P) * N; ++i) scratch[i] = bf16_to_f32(Sh[i]);
       ssu_reference_head(P, N, x + int64_t(h) * P, dt[h], A[h], D[h], B + g * N, C + g * N, scratch.data(),
                          y + int64_t(h) * P);

@@ -544,49 +544,109 @@ namespace {
 // the integer image, NaNs kept quiet NaNs.
 inline __m512 widen_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 
-inline __m256i round_bf16(__m512 f) {
+// The rounded value in the high 16 bits of each lane, for a lane that is not NaN: the integer
+// image plus 0x7fff plus the lsb of the kept half (f32_to_bf16's u + 0x7fff + ((u >> 16) & 1)).
+inline __m512i round_hi_bf16(__m512 f) {
   const __m512i u = _mm512_castps_si512(f);
-  const __mmask16 nan =
-      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
-  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
+  const __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
+  const __m512i t = _mm512_add_epi32(u, _mm512_set1_epi32(0x7fff));
+  return _mm512_mask_add_epi32(t, odd, t, _mm512_set1_epi32(1));
+}
+// round_hi_bf16 with NaN lanes replaced by the quiet NaN (u >> 16) | 0x40 (in the high half).
+inline __m512i round_hi_bf16_nan(__m512 f) {
+  const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+  return _mm512_mask_or_epi32(round_hi_bf16(f), nan, _mm512_castps_si512(f), _mm512_set1_epi32(0x400000));
+}
+// The high halves of a (words 0..15) and b (words 16..31): one shuffle for 32 values.
+inline __m512i pack_hi16(__m512i a, __m512i b) {
+  alignas(64) static const uint16_t kOdd[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
+                                                33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+  return _mm512_permutex2var_epi16(a, _mm512_load_si512(kOdd), b);
+}
+
+inline __m256i round_bf16(__m512 f) {
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_hi_bf16_nan(f), 16));
+}
+
+inline __mmask16 lane_mask(int count) {
+  return count <= 0 ? static_cast<__mmask16>(0) : tail_mask(count);
+}
+
+// Columns k .. k+16*NV-1 of one bf16 state row (rem of them present when kTail): widened, updated
+// (s = fma(u, B, decay * S)), the unrounded s accumulated into the row's dot16 lanes (acc, lane j
+// takes n = j, j+16, ... in increasing n), then rounded and stored. A NaN in s makes its acc lane
+// NaN, so the per-lane NaN handling runs only when acc shows one.
+template <int NV, bool kTail>
+inline void ssu_bf16_cols(uint16_t* Sp, const float* B, const float* C, __m512 u, __m512 decay, int rem,
+                          __m512& acc) {
+  __mmask16 m[NV];
+  __m512 sv[NV];
+  #pragma GCC unroll 16
+  for (int v = 0; v < NV; ++v) {
+    m[v] = kTail ? lane_mask(rem - kW * v) : static_cast<__mmask16>(0xFFFF);
+    const __m512 old = widen_bf16(kTail ? _mm256_maskz_loadu_epi16(m[v], Sp + kW * v)
+                                        : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(Sp + kW * v)));
+    const __m512 bv = kTail ? _mm512_maskz_loadu_ps(m[v], B + kW * v) : _mm512_loadu_ps(B + kW * v);
+    sv[v] = _mm512_fmadd_ps(u, bv, _mm512_mul_ps(decay, old));
+    if (kTail)
+      acc = _mm512_mask3_fmadd_ps(sv[v], _mm512_maskz_loadu_ps(m[v], C + kW * v), acc, m[v]);
+    else
+      acc = _mm512_fmadd_ps(sv[v], _mm512_loadu_ps(C + kW * v), acc);
+  }
+  const bool nan = _mm512_cmp_ps_mask(acc, acc, _CMP_UNORD_Q) != 0;
+  #pragma GCC unroll 16
+  for (int v = 0; v < NV; v += 2) {
+    const int v1 = v + 1 < NV ? v + 1 : v;
+    const __m512i t0 = nan ? round_hi_bf16_nan(sv[v]) : round_hi_bf16(sv[v]);
+    const __m512i t1 = nan ? round_hi_bf16_nan(sv[v1]) : round_hi_bf16(sv[v1]);
+    const __m512i packed = pack_hi16(t0, t1);
+    if (kTail || v1 == v) {
+      const __mmask32 sm = static_cast<__mmask32>(m[v]) | (v1 != v ? static_cast<__mmask32>(m[v1]) << 16 : 0u);
+      _mm512_mask_storeu_epi16(Sp + kW * v, sm, packed);
+    } else {
+      _mm512_storeu_si512(Sp + kW * v, packed);
+    }
+  }
+}
+
+// One row of ssu_head_bf16_avx512; returns its dot16 lanes against C.
+inline __m512 ssu_bf16_row(uint16_t* Sp, int N, const float* B, const float* C, __m512 u, __m512 decay) {
+  __m512 acc = _mm512_setzero_ps();
+  int k = 0;
+  for (; k + 8 * kW <= N; k += 8 * kW) ssu_bf16_cols<8, false>(Sp + k, B + k, C + k, u, decay, 8 * kW, acc);
+  const int rem = N - k;
+  switch ((rem + kW - 1) / kW) {
+    case 0: break;
+    case 1: ssu_bf16_cols<1, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
+    case 2: ssu_bf16_cols<2, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
+    case 3: ssu_bf16_cols<3, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
+    case 4: ssu_bf16_cols<4, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
+    case 5: ssu_bf16_cols<5, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
+    case 6: ssu_bf16_cols<6, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
+    case 7: ssu_bf16_cols<7, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
+    default: ssu_bf16_cols<8, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
+  }
+  return acc;
 }
 
 }  // namespace
 
 void ssu_head_bf16_avx512(int P, int N, const float* x, float dt, float A, float D, const float* B, const float* C,
-                          uint16_t* S, float* y, float* rows16) {
+                          uint16_t* S, float* y) {
   const __m512 decay = _mm512_set1_ps(exp_one(dt * A));
-  // Each state row is widened, updated, stored rounded, and kept in fp32 for its dot (the dot
-  // reads the unrounded state, as when the update runs on an fp32 copy).
-  auto update_row = [&](int p, float* out) {
-    const __m512 u = _mm512_set1_ps(dt * x[p]);
-    uint16_t* Sp = S + int64_t(p) * N;
-    for (int k = 0; k < N; k += kW) {
-      const __mmask16 m = tail_mask(N - k);
-      const __m512 old = widen_bf16(_mm256_maskz_loadu_epi16(m, Sp + k));
-      const __m512 s = _mm512_fmadd_ps(u, _mm512_maskz_loadu_ps(m, B + k), _mm512_mul_ps(decay, old));
-      _mm512_mask_storeu_ps(out + k, m, s);
-      _mm256_mask_storeu_epi16(Sp + k, m, round_bf16(s));
-    }
-  };
+  // Each state row is widened, updated and stored rounded in one pass; its dot reads the
+  // unrounded update from registers (as when the update runs on an fp32 copy).
   int p = 0;
   for (; p + 16 <= P; p += 16) {
-    const float* rows[16];
-    for (int i = 0; i < 16; ++i) {
-      update_row(p + i, rows16 + int64_t(i) * N);
-      rows[i] = rows16 + int64_t(i) * N;
-    }
-    alignas(64) float dots[16];
-    dot16x16(rows, C, N, dots);
-    for (int i = 0; i < 16; ++i) y[p + i] = fma_one(D, x[p + i], dots[i]);
+    __m512 acc[16];
+    #pragma GCC unroll 1
+    for (int i = 0; i < 16; ++i)
+      acc[i] = ssu_bf16_row(S + int64_t(p + i) * N, N, B, C, _mm512_set1_ps(dt * x[p + i]), decay);
+    const __m512 xv = _mm512_loadu_ps(x + p);
+    _mm512_storeu_ps(y + p, _mm512_fmadd_ps(_mm512_set1_ps(D), xv, reduce16x16(acc)));
   }
-  for (; p < P; ++p) {
-    update_row(p, rows16);
-    y[p] = fma_one(D, x[p], dot16_one(rows16, C, N));
-  }
+  for (; p < P; ++p)
+    y[p] = fma_one(D, x[p], reduce16(ssu_bf16_row(S + int64_t(p) * N, N, B, C, _mm512_set1_ps(dt * x[p]), decay)));
 }
 
 }  // namespace parity::kernels::ssd_detail

@@ -135,8 +135,9 @@ void state_step_head_avx512(int P, int N, const float* x, float dt, float A, con
 void ssu_head_avx512(int P, int N, const float* x, float dt, float A, float D, const float* B, const float* C,
                      float* S, float* y);
 
-// ssu_head_avx512 on a bf16 state: widened on load, rounded on store; rows16 is scratch of 16·N floats.
+// ssu_head_avx512 on a bf16 state: widened on load, rounded (common/dtype.h's f32_to_bf16) on store;
+// y reads the unrounded update.
 void ssu_head_bf16_avx512(int P, int N, const float* x, float dt, float A, float D, const float* B, const float* C,
-                          uint16_t* S, float* y, float* rows16);
+                          uint16_t* S, float* y);
 
 }  // namespace parity::kernels::ssd_detail
