@@ -103,8 +103,49 @@ inline float reduce16(__m512 a) {
   return _mm_cvtss_f32(l4);
 }
 
+// bf16 → fp32 (exact: a shift) and fp32 → bf16 with common/dtype.h's rounding: nearest-even on
+// the integer image, NaNs kept quiet NaNs.
+inline __m512 widen_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+
+// The rounded value in the high 16 bits of each lane, for a lane that is not NaN: the integer
+// image plus 0x7fff plus the lsb of the kept half (f32_to_bf16's u + 0x7fff + ((u >> 16) & 1)).
+inline __m512i round_hi_bf16(__m512 f) {
+  const __m512i u = _mm512_castps_si512(f);
+  const __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
+  const __m512i t = _mm512_add_epi32(u, _mm512_set1_epi32(0x7fff));
+  return _mm512_mask_add_epi32(t, odd, t, _mm512_set1_epi32(1));
+}
+// round_hi_bf16 with NaN lanes replaced by the quiet NaN (u >> 16) | 0x40 (in the high half).
+inline __m512i round_hi_bf16_nan(__m512 f) {
+  const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+  return _mm512_mask_or_epi32(round_hi_bf16(f), nan, _mm512_castps_si512(f), _mm512_set1_epi32(0x400000));
+}
+// The high halves of a (words 0..15) and b (words 16..31): one shuffle for 32 values.
+inline __m512i pack_hi16(__m512i a, __m512i b) {
+  alignas(64) static const uint16_t kOdd[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
+                                                33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+  return _mm512_permutex2var_epi16(a, _mm512_load_si512(kOdd), b);
+}
+
+inline __m256i round_bf16(__m512 f) {
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_hi_bf16_nan(f), 16));
+}
+
+
+// A state vector as fp32: an fp32 state is loaded, a bf16 one widened in registers (exact).
+inline __m512 load_state(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load_state(const uint16_t* p) {
+  return widen_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512 maskz_load_state(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 maskz_load_state(__mmask16 m, const uint16_t* p) { return widen_bf16(_mm256_maskz_loadu_epi16(m, p)); }
+// An fp32 state is stored as is, a bf16 one rounded (f32_to_bf16, NaNs included).
+inline void mask_store_state(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
+inline void mask_store_state(uint16_t* p, __mmask16 m, __m512 v) { _mm256_mask_storeu_epi16(p, m, round_bf16(v)); }
+
 // out[i] = dot16(rows[i], c) for i < 16.
-inline void dot16x16(const float* const* rows, const float* c, int N, float* out) {
+template <class T>
+inline void dot16x16(const T* const* rows, const float* c, int N, float* out) {
   __m512 acc[16];
   #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
@@ -112,35 +153,38 @@ inline void dot16x16(const float* const* rows, const float* c, int N, float* out
   for (; k + kW <= N; k += kW) {
     const __m512 cv = _mm512_loadu_ps(c + k);
     #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(rows[i] + k), cv, acc[i]);
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(load_state(rows[i] + k), cv, acc[i]);
   }
   if (k < N) {  // absent lanes keep their sum untouched, as in the scalar loop
     const __mmask16 m = tail_mask(N - k);
     const __m512 cv = _mm512_maskz_loadu_ps(m, c + k);
     #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i) {
-      acc[i] = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, rows[i] + k), cv, acc[i], m);
+      acc[i] = _mm512_mask3_fmadd_ps(maskz_load_state(m, rows[i] + k), cv, acc[i], m);
     }
   }
   _mm512_storeu_ps(out, reduce16x16(acc));
 }
 
-inline float dot16_one(const float* a, const float* b, int N) {
+template <class T>
+inline float dot16_one(const T* a, const float* b, int N) {
   __m512 acc = _mm512_setzero_ps();
   int k = 0;
-  for (; k + kW <= N; k += kW) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), acc);
+  for (; k + kW <= N; k += kW) acc = _mm512_fmadd_ps(load_state(a + k), _mm512_loadu_ps(b + k), acc);
   if (k < N) {
     const __mmask16 m = tail_mask(N - k);
-    acc = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k), _mm512_maskz_loadu_ps(m, b + k), acc, m);
+    acc = _mm512_mask3_fmadd_ps(maskz_load_state(m, a + k), _mm512_maskz_loadu_ps(m, b + k), acc, m);
   }
   return reduce16(acc);
 }
 
 // out[p] = dot16(S[p][:], c) for p < P (S rows of N floats).
-void dots_rows(const float* S, int P, int N, const float* c, float* out) {
+// S is the fp32 state or the bf16 one (widened in registers).
+template <class T>
+void dots_rows(const T* S, int P, int N, const float* c, float* out) {
   int p = 0;
   for (; p + 16 <= P; p += 16) {
-    const float* rows[16];
+    const T* rows[16];
     #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i) rows[i] = S + int64_t(p + i) * N;
     dot16x16(rows, c, N, out + p);
@@ -150,18 +194,19 @@ void dots_rows(const float* S, int P, int N, const float* c, float* out) {
 
 // out[r][p] = dot16(S[p][:], c[r]) for four vectors c: each S load feeds four FMAs, which
 // halves the loads per FMA compared with dots_rows (the row routine is load-bound there).
-void dots_rows4(const float* S, int P, int N, const float* const* c, float* const* out) {
+template <class T>
+void dots_rows4(const T* S, int P, int N, const float* const* c, float* const* out) {
   int p = 0;
   for (; p + 4 <= P; p += 4) {
     __m512 acc[16];
     #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
-    const float* a0 = S + int64_t(p) * N;
+    const T* a0 = S + int64_t(p) * N;
     int k = 0;
     for (; k + kW <= N; k += kW) {
       __m512 sv[4];
       #pragma GCC unroll 16
-      for (int i = 0; i < 4; ++i) sv[i] = _mm512_loadu_ps(a0 + int64_t(i) * N + k);
+      for (int i = 0; i < 4; ++i) sv[i] = load_state(a0 + int64_t(i) * N + k);
       #pragma GCC unroll 16
       for (int r = 0; r < 4; ++r) {
         const __m512 cv = _mm512_loadu_ps(c[r] + k);
@@ -173,7 +218,7 @@ void dots_rows4(const float* S, int P, int N, const float* const* c, float* cons
       const __mmask16 m = tail_mask(N - k);
       __m512 sv[4];
       #pragma GCC unroll 16
-      for (int i = 0; i < 4; ++i) sv[i] = _mm512_maskz_loadu_ps(m, a0 + int64_t(i) * N + k);
+      for (int i = 0; i < 4; ++i) sv[i] = maskz_load_state(m, a0 + int64_t(i) * N + k);
       #pragma GCC unroll 16
       for (int r = 0; r < 4; ++r) {
         const __m512 cv = _mm512_maskz_loadu_ps(m, c[r] + k);
@@ -191,6 +236,14 @@ void dots_rows4(const float* S, int P, int N, const float* const* c, float* cons
   for (; p < P; ++p)
     #pragma GCC unroll 16
     for (int r = 0; r < 4; ++r) out[r][p] = dot16_one(S + int64_t(p) * N, c[r], N);
+}
+
+// SC of four rows from the boundary state, fp32 or bf16 (HeadChunk::Sb16).
+inline void state_dots4(const HeadChunk& k, const float* const* c, float* const* out) {
+  if (k.Sb16)
+    dots_rows4(k.Sb16, k.P, k.N, c, out);
+  else
+    dots_rows4(k.Sb, k.P, k.N, c, out);
 }
 
 // decay_f and exp_f for one value, through the vector code (same bits; see the note on
@@ -318,10 +371,15 @@ void row_block(const HeadChunk& k, int t0) {
   #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) Ct[r] = k.Cg + (k.out0 + t0 + r) * k.ldb;
   if constexpr (R == 4) {
-    dots_rows4(k.Sb, k.P, k.N, Ct, sc);
+    state_dots4(k, Ct, sc);
   } else {
     #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) dots_rows(k.Sb, k.P, k.N, Ct[r], sc[r]);
+    for (int r = 0; r < R; ++r) {
+      if (k.Sb16)
+        dots_rows(k.Sb16, k.P, k.N, Ct[r], sc[r]);
+      else
+        dots_rows(k.Sb, k.P, k.N, Ct[r], sc[r]);
+    }
   }
   intra_all_columns<R>(k, t0, w, 1, sc, exp_cs);
 }
@@ -357,15 +415,15 @@ void row_block16(const HeadChunk& k, int t0) {
       sc[r] = k.sc + int64_t(4 * q + r) * k.ppad;
       wr[r] = w + 4 * q + r;
     }
-    dots_rows4(k.Sb, k.P, k.N, Ct, sc);
+    state_dots4(k, Ct, sc);
     intra_all_columns<4>(k, t0 + 4 * q, wr, 16, sc, exp_cs + 4 * q);
   }
 }
 
 // The fold recurrence on a PB x 16*NV tile of the state held in registers, rows s_begin..s_end-1
 // in order: acc = fma(u_s[p], B_s, e_s * acc), the scalar sequence element by element.
-template <int PB, int NV>
-void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* e, const float* src, float* dst, int p0,
+template <int PB, int NV, class TS, class TD>
+void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int p0,
                int n0, int s_begin, int s_end) {
   __mmask16 m[NV];
   #pragma GCC unroll 16
@@ -374,7 +432,7 @@ void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* e, cons
   #pragma GCC unroll 16
   for (int i = 0; i < PB; ++i) {
     #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_maskz_loadu_ps(m[v], src + int64_t(p0 + i) * k.N + n0 + kW * v);
+    for (int v = 0; v < NV; ++v) acc[i][v] = maskz_load_state(m[v], src + int64_t(p0 + i) * k.N + n0 + kW * v);
   }
   for (int s = s_begin; s < s_end; ++s) {
     const float* bs = k.Bg + s * k.ldb + n0;
@@ -394,27 +452,38 @@ void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* e, cons
   for (int i = 0; i < PB; ++i) {
     #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) {
-      _mm512_mask_storeu_ps(dst + int64_t(p0 + i) * k.N + n0 + kW * v, m[v], acc[i][v]);
+      mask_store_state(dst + int64_t(p0 + i) * k.N + n0 + kW * v, m[v], acc[i][v]);
     }
   }
 }
 
-template <int PB>
-void fold_tiles_n(const HeadChunk& k, const float* u, int ldu, const float* e, const float* src, float* dst, int p0,
+template <int PB, class TS, class TD>
+void fold_tiles_n(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int p0,
                   int sb, int se) {
   for (int n0 = 0; n0 < k.N; n0 += 4 * kW) {
     const int nv = imin(4, (k.N - n0 + kW - 1) / kW);
     switch (nv) {
-      case 4: fold_tile<PB, 4>(k, u, ldu, e, src, dst, p0, n0, sb, se); break;
-      case 3: fold_tile<PB, 3>(k, u, ldu, e, src, dst, p0, n0, sb, se); break;
-      case 2: fold_tile<PB, 2>(k, u, ldu, e, src, dst, p0, n0, sb, se); break;
-      default: fold_tile<PB, 1>(k, u, ldu, e, src, dst, p0, n0, sb, se); break;
+      case 4: fold_tile<PB, 4, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se); break;
+      case 3: fold_tile<PB, 3, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se); break;
+      case 2: fold_tile<PB, 2, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se); break;
+      default: fold_tile<PB, 1, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se); break;
     }
   }
 }
 
-// The fold routine: state after the chunk's Lc rows from k.Sb into dst (dst may equal k.Sb).
-void fold(const HeadChunk& k, float* dst) {
+// One s-tile of the fold over every (p, n) tile of the state.
+template <class TS, class TD>
+void fold_stile(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int sb, int se) {
+  int p0 = 0;
+  for (; p0 + 4 <= k.P; p0 += 4) fold_tiles_n<4>(k, u, ldu, e, src, dst, p0, sb, se);
+  for (; p0 < k.P; ++p0) fold_tiles_n<1>(k, u, ldu, e, src, dst, p0, sb, se);
+}
+
+// The fold routine: state after the chunk's Lc rows from the boundary state (k.Sb, or k.Sb16 when
+// set) into dst (fp32), or into dst16 rounded to bf16 with fp32 work space `tmp` between s-tiles
+// (needed only when Lc > kSTile). dst / dst16 may be the boundary state itself.
+constexpr int kSTile = 32;
+void fold(const HeadChunk& k, float* dst, uint16_t* dst16, float* tmp) {
   const int Lc = k.Lc;
   float* e = k.w;
   for (int s = 0; s < Lc; s += kW) {
@@ -433,13 +502,24 @@ void fold(const HeadChunk& k, float* dst) {
   }
   // s is cut into tiles so that the tile's B rows and u rows stay in L1 across all (p, n) blocks;
   // every state element still sees s in increasing order.
-  constexpr int kSTile = 32;
+  float* work = dst16 ? tmp : dst;
   for (int sb = 0; sb < Lc; sb += kSTile) {
     const int se = imin(Lc, sb + kSTile);
-    const float* src = sb == 0 ? k.Sb : dst;
-    int p0 = 0;
-    for (; p0 + 4 <= k.P; p0 += 4) fold_tiles_n<4>(k, u, ldu, e, src, dst, p0, sb, se);
-    for (; p0 < k.P; ++p0) fold_tiles_n<1>(k, u, ldu, e, src, dst, p0, sb, se);
+    const bool first = sb == 0, last = se == Lc;
+    if (dst16 && last) {
+      if (!first)
+        fold_stile(k, u, ldu, e, work, dst16, sb, se);
+      else if (k.Sb16)
+        fold_stile(k, u, ldu, e, k.Sb16, dst16, sb, se);
+      else
+        fold_stile(k, u, ldu, e, k.Sb, dst16, sb, se);
+    } else if (!first) {
+      fold_stile(k, u, ldu, e, work, work, sb, se);
+    } else if (k.Sb16) {
+      fold_stile(k, u, ldu, e, k.Sb16, work, sb, se);
+    } else {
+      fold_stile(k, u, ldu, e, k.Sb, work, sb, se);
+    }
   }
 }
 
@@ -488,7 +568,9 @@ void head_rows_avx512(const HeadChunk& k, int t_lo) {
   for (; t < k.Lc; ++t) row_block<1>(k, t);
 }
 
-void fold_avx512(const HeadChunk& k, float* dst) { fold(k, dst); }
+void fold_avx512(const HeadChunk& k, float* dst) { fold(k, dst, nullptr, nullptr); }
+
+void fold_bf16_avx512(const HeadChunk& k, uint16_t* dst, float* tmp) { fold(k, nullptr, dst, tmp); }
 
 void state_step_head_avx512(int P, int N, const float* x, float dt, float A, const float* B, float* S) {
   const __m512 e = _mm512_set1_ps(decay_one(dt * A));
@@ -539,34 +621,6 @@ void ssu_head_avx512(int P, int N, const float* x, float dt, float A, float D, c
 }
 
 namespace {
-
-// bf16 → fp32 (exact: a shift) and fp32 → bf16 with common/dtype.h's rounding: nearest-even on
-// the integer image, NaNs kept quiet NaNs.
-inline __m512 widen_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
-
-// The rounded value in the high 16 bits of each lane, for a lane that is not NaN: the integer
-// image plus 0x7fff plus the lsb of the kept half (f32_to_bf16's u + 0x7fff + ((u >> 16) & 1)).
-inline __m512i round_hi_bf16(__m512 f) {
-  const __m512i u = _mm512_castps_si512(f);
-  const __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
-  const __m512i t = _mm512_add_epi32(u, _mm512_set1_epi32(0x7fff));
-  return _mm512_mask_add_epi32(t, odd, t, _mm512_set1_epi32(1));
-}
-// round_hi_bf16 with NaN lanes replaced by the quiet NaN (u >> 16) | 0x40 (in the high half).
-inline __m512i round_hi_bf16_nan(__m512 f) {
-  const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
-  return _mm512_mask_or_epi32(round_hi_bf16(f), nan, _mm512_castps_si512(f), _mm512_set1_epi32(0x400000));
-}
-// The high halves of a (words 0..15) and b (words 16..31): one shuffle for 32 values.
-inline __m512i pack_hi16(__m512i a, __m512i b) {
-  alignas(64) static const uint16_t kOdd[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
-                                                33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
-  return _mm512_permutex2var_epi16(a, _mm512_load_si512(kOdd), b);
-}
-
-inline __m256i round_bf16(__m512 f) {
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_hi_bf16_nan(f), 16));
-}
 
 inline __mmask16 lane_mask(int count) {
   return count <= 0 ? static_cast<__mmask16>(0) : tail_mask(count);

@@ -34,7 +34,9 @@ void check_grid(const SsdShape& s, const ExactGrid& g) {
 // values) by store().
 class HeadState {
  public:
+  // An empty GridState gives an empty HeadState (data() null; at_boundary and store do nothing).
   HeadState(const GridState& st, int h, int64_t pn) : pn_(pn) {
+    if (!st.f32 && !st.bf16) return;
     if (st.f32) {
       S_ = st.f32 + h * pn;
       return;
@@ -76,9 +78,12 @@ struct Cell {
   int64_t ldy = 0;            // row stride of C (in ldb units: same as B) and y
 };
 
-// Rows and fold of one cell with the row and fold routines of ssd.cpp; S is read by the rows and
-// then, when the cell completes, replaced by the state at its end.
-void run_cell(const SsdShape& sh, int64_t ldb, float A, float D, const Cell& c, float* S, bool avx512) {
+// Rows and fold of one cell with the row and fold routines of ssd.cpp; the state is read by the
+// rows and then, when the cell completes, replaced by the state at its end. It is S (fp32), or on
+// AVX-512 S16 (bf16: the row routine widens it in registers, the fold writes it rounded), so a
+// bf16 state is never copied.
+void run_cell(const SsdShape& sh, int64_t ldb, float A, float D, const Cell& c, float* S, uint16_t* S16,
+              bool avx512) {
   const int P = sh.headdim, N = sh.dstate;
   HeadScratch& scr = head_scratch();
   scr.reserve(std::max(c.Lc, 16), P);
@@ -111,6 +116,7 @@ void run_cell(const SsdShape& sh, int64_t ldb, float A, float D, const Cell& c, 
   k.ldb = ldb;
   k.Bg = c.Bg;
   k.Sb = S;
+  k.Sb16 = S16;
   k.D = D;
   if (rows) {
     // CB(t, s) of this head's cell in HeadChunk::cb's layout; one output row needs only its own.
@@ -129,7 +135,14 @@ void run_cell(const SsdShape& sh, int64_t ldb, float A, float D, const Cell& c, 
     for (int t = e16; t < c.Lc; ++t) cb_row_avx512(c.Bg, ldb, k.Cg + t * ldb, N, t, cb + int64_t(t) * ldcb);
     head_rows_avx512(k, c.t_lo);
   }
-  if (c.fold) fold_avx512(k, S);
+  if (!c.fold) return;
+  if (!S16) {
+    fold_avx512(k, S);
+    return;
+  }
+  thread_local AlignedBuffer<float> tmp;  // fp32 rows between s-tiles of a long cell
+  if (c.Lc > 32 && tmp.size() < std::size_t(P) * N) tmp.resize(std::size_t(P) * N);
+  fold_bf16_avx512(k, S16, tmp.data());
 }
 
 struct GridCall {
@@ -162,7 +175,10 @@ void grid_head(const GridCall& a, int h, bool avx512) {
   const int H = sh.nheads, P = sh.headdim, N = sh.dstate, g = h / (H / sh.ngroups);
   const int64_t ldx = int64_t(H) * P, ldb = int64_t(sh.ngroups) * N;
   const int64_t out_pos = a.pos0 + a.first_out, end = a.pos0 + a.n;
-  HeadState S(a.state, h, int64_t(P) * N);
+  // AVX-512 reads and writes a bf16 state in place (rounded by the fold at every boundary); the
+  // scalar twin works on a widened copy rounded at every boundary, the same bits.
+  uint16_t* S16 = avx512 && a.state.bf16 ? a.state.bf16 + h * int64_t(P) * N : nullptr;
+  HeadState S(S16 ? GridState{nullptr, nullptr} : a.state, h, int64_t(P) * N);
   for (int64_t c0 = a.grid.cell_start(h, out_pos); c0 < end;) {
     const int64_t full_end = a.grid.cell_end(h, c0), c1 = std::min(full_end, end);
     const int64_t r0 = c0 - a.pos0;  // call row of the cell's first row
@@ -179,7 +195,7 @@ void grid_head(const GridCall& a, int h, bool avx512) {
     c.Cg = a.C + out * ldb + int64_t(g) * N;
     c.yh = a.y + out * ldx + int64_t(h) * P;
     c.ldy = ldx;
-    run_cell(sh, ldb, a.A[h], a.D[h], c, S.data(), avx512);
+    run_cell(sh, ldb, a.A[h], a.D[h], c, S.data(), S16, avx512);
     if (!c.fold) break;
     S.at_boundary();
     c0 = c1;
@@ -277,8 +293,12 @@ void ssd_grid_decode(const SsdShape& shape, const ExactGrid& grid, const float* 
     c.Cg = r.C + int64_t(g) * N;
     c.yh = r.y + int64_t(h) * P;
     c.ldy = 0;
+    if (avx512 && r.state.bf16) {
+      run_cell(shape, ldb, A[h], D[h], c, nullptr, r.state.bf16 + h * pn, avx512);
+      continue;
+    }
     HeadState S(r.state, h, pn);
-    run_cell(shape, ldb, A[h], D[h], c, S.data(), avx512);
+    run_cell(shape, ldb, A[h], D[h], c, S.data(), nullptr, avx512);
     if (c.fold) {
       S.at_boundary();
       S.store();

@@ -106,6 +106,7 @@ struct HeadChunk {
   const float* cb;
   int ldcb;
   const float* Sb;   // boundary state of this head, [P][N]
+  const uint16_t* Sb16;  // when set, the boundary state in bf16 (read widened; Sb is unused)
   float D;
   const float* dA;   // dt_s * A for the chunk's rows
   const float* dtc;  // dt_s for the chunk's rows
@@ -129,6 +130,9 @@ void head_rows_avx512(const HeadChunk& k, int t_lo);
 // Uses k.x/ldx, k.Bg/ldb, k.dA, k.dtc and the scratch k.u (u[s][p] = dt_s * x_s[p], ld k.ppad)
 // and k.w (e_s).
 void fold_avx512(const HeadChunk& k, float* dst);
+// The fold into a bf16 state: dst [P][N] rounded (f32_to_bf16) once, at the end; the rows in
+// between stay fp32 (in tmp, P·N floats, needed only for Lc > 32). Reads k.Sb16 when set.
+void fold_bf16_avx512(const HeadChunk& k, uint16_t* dst, float* tmp);
 // One fold row of one head, S [P][N] in place: S = fma(dt * x, B, decay_f(dt*A) * S).
 void state_step_head_avx512(int P, int N, const float* x, float dt, float A, const float* B, float* S);
 // One SSU step of one head: S [P][N] in place, y [P].
