@@ -293,6 +293,10 @@ void ssd_grid_decode(const SsdShape& shape, const ExactGrid& grid, const float* 
     c.Cg = r.C + int64_t(g) * N;
     c.yh = r.y + int64_t(h) * P;
     c.ldy = 0;
+    // The head's ring rows (contiguous) are read after the state term: ask for them now, so they
+    // arrive while the state streams.
+    const char* xr = reinterpret_cast<const char*>(c.x);
+    for (int64_t o = 0; o < int64_t(c.Lc) * P * int64_t(sizeof(float)); o += 64) __builtin_prefetch(xr + o);
     if (avx512 && r.state.bf16) {
       run_cell(shape, ldb, A[h], D[h], c, nullptr, r.state.bf16 + h * pn, avx512);
       continue;
