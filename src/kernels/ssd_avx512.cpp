@@ -693,6 +693,7 @@ inline void ssu_bf16_cols(uint16_t* Sp, const float* B, const float* C, __m512 u
 
 // One row of ssu_head_bf16_avx512; returns its dot16 lanes against C.
 inline __m512 ssu_bf16_row(uint16_t* Sp, int N, const float* B, const float* C, __m512 u, __m512 decay) {
+  prefetch_ahead(Sp, N);
   __m512 acc = _mm512_setzero_ps();
   int k = 0;
   for (; k + 8 * kW <= N; k += 8 * kW) ssu_bf16_cols<8, false>(Sp + k, B + k, C + k, u, decay, 8 * kW, acc);
