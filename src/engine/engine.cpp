@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "engine/runner.h"
 #include "engine/sampler.h"
 
 namespace parity::engine {
@@ -120,32 +121,9 @@ std::vector<StepOutput> Engine::step() {
   std::vector<ScheduledChunk> chunks = sched_->schedule();
   if (chunks.empty()) return {};
 
-  // Runner: pack the chunks and decide which rows reach the head.
-  model::ForwardBatch batch;
-  struct RowUse {
-    Request* req;
-    int64_t pos;
-  };
-  std::vector<RowUse> uses;
-  int row = 0;
-  for (const ScheduledChunk& c : chunks) {
-    Request* r = c.req;
-    batch.seqs.push_back({r->slot, r->num_computed, c.n});
-    batch.request_ids.push_back(r->id);
-    const int64_t last = static_cast<int64_t>(r->tokens.size()) - 1;
-    const int64_t from = std::max<int64_t>(next_logit_pos_[r->id], r->num_computed);
-    for (int i = 0; i < c.n; ++i) {
-      const int64_t pos = r->num_computed + i;
-      batch.tokens.push_back(r->tokens[pos]);
-      const bool raw = (r->spec.return_logits || r->spec.return_prompt_logits) && pos >= from &&
-                       (r->spec.return_prompt_logits || pos >= r->prompt_len() - 1);
-      if (pos == last || raw) {
-        batch.logit_rows.push_back(row);
-        uses.push_back({r, pos});
-      }
-      ++row;
-    }
-  }
+  PackedPass pass = pack_pass(chunks, next_logit_pos_);
+  const model::ForwardBatch& batch = pass.batch;
+  const std::vector<PackedPass::RowUse>& uses = pass.uses;
   const int V = model_.vocab_size();
   std::vector<float> logits(batch.logit_rows.size() * static_cast<std::size_t>(V));
   model_.forward(batch, *cache_, cfg_.mode, logits.data(), hooks_);
