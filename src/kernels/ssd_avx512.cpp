@@ -448,11 +448,25 @@ void row_block16(const HeadChunk& k, int t0) {
   }
 }
 
+// Lines of HeadChunk::pf_next still to ask for, handed out a few per fold tile and one per s row
+// inside it, so that the requests trickle out at about the pace the memory answers them.
+struct FoldPrefetch {
+  const char* at = nullptr;
+  const char* end = nullptr;
+  int per_tile = 0, quota = 0;
+  void one() {
+    if (at >= end) return;
+    _mm_prefetch(at, _MM_HINT_T0);
+    at += 64;
+  }
+};
+
 // The fold recurrence on a PB x 16*NV tile of the state held in registers, rows s_begin..s_end-1
 // in order: acc = fma(u_s[p], B_s, e_s * acc), the scalar sequence element by element.
 template <int PB, int NV, class TS, class TD>
 void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int p0,
-               int n0, int s_begin, int s_end) {
+               int n0, int s_begin, int s_end, FoldPrefetch& pf) {
+  pf.quota = pf.per_tile;
   __mmask16 m[NV];
   #pragma GCC unroll 16
   for (int v = 0; v < NV; ++v) m[v] = tail_mask(k.N - n0 - kW * v);
@@ -467,6 +481,10 @@ void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* e, cons
     __m512 bv[NV];
     #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_maskz_loadu_ps(m[v], bs + kW * v);
+    if (pf.quota > 0) {
+      pf.one();
+      --pf.quota;
+    }
     const __m512 es = _mm512_set1_ps(e[s]);
     const float* us = u + int64_t(s) * ldu + p0;
     #pragma GCC unroll 16
@@ -483,28 +501,30 @@ void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* e, cons
       mask_store_state(dst + int64_t(p0 + i) * k.N + n0 + kW * v, m[v], acc[i][v]);
     }
   }
+  for (; pf.quota > 0; --pf.quota) pf.one();
 }
 
 template <int PB, class TS, class TD>
 void fold_tiles_n(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int p0,
-                  int sb, int se) {
+                  int sb, int se, FoldPrefetch& pf) {
   for (int n0 = 0; n0 < k.N; n0 += 4 * kW) {
     const int nv = imin(4, (k.N - n0 + kW - 1) / kW);
     switch (nv) {
-      case 4: fold_tile<PB, 4, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se); break;
-      case 3: fold_tile<PB, 3, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se); break;
-      case 2: fold_tile<PB, 2, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se); break;
-      default: fold_tile<PB, 1, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se); break;
+      case 4: fold_tile<PB, 4, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se, pf); break;
+      case 3: fold_tile<PB, 3, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se, pf); break;
+      case 2: fold_tile<PB, 2, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se, pf); break;
+      default: fold_tile<PB, 1, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se, pf); break;
     }
   }
 }
 
 // One s-tile of the fold over every (p, n) tile of the state.
 template <class TS, class TD>
-void fold_stile(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int sb, int se) {
+void fold_stile(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int sb, int se,
+                FoldPrefetch& pf) {
   int p0 = 0;
-  for (; p0 + 4 <= k.P; p0 += 4) fold_tiles_n<4>(k, u, ldu, e, src, dst, p0, sb, se);
-  for (; p0 < k.P; ++p0) fold_tiles_n<1>(k, u, ldu, e, src, dst, p0, sb, se);
+  for (; p0 + 4 <= k.P; p0 += 4) fold_tiles_n<4>(k, u, ldu, e, src, dst, p0, sb, se, pf);
+  for (; p0 < k.P; ++p0) fold_tiles_n<1>(k, u, ldu, e, src, dst, p0, sb, se, pf);
 }
 
 // The fold routine: state after the chunk's Lc rows from the boundary state (k.Sb, or k.Sb16 when
@@ -531,22 +551,30 @@ void fold(const HeadChunk& k, float* dst, uint16_t* dst16, float* tmp) {
   // s is cut into tiles so that the tile's B rows and u rows stay in L1 across all (p, n) blocks;
   // every state element still sees s in increasing order.
   float* work = dst16 ? tmp : dst;
+  FoldPrefetch pf;
+  if (k.pf_next && k.pf_bytes > 0) {
+    const int tiles = (Lc + kSTile - 1) / kSTile * (k.P / 4 + k.P % 4) * ((k.N + 4 * kW - 1) / (4 * kW));
+    const int64_t lines = (k.pf_bytes + 63) / 64;
+    pf.at = static_cast<const char*>(k.pf_next);
+    pf.end = pf.at + lines * 64;
+    pf.per_tile = static_cast<int>((lines + tiles - 1) / tiles);
+  }
   for (int sb = 0; sb < Lc; sb += kSTile) {
     const int se = imin(Lc, sb + kSTile);
     const bool first = sb == 0, last = se == Lc;
     if (dst16 && last) {
       if (!first)
-        fold_stile(k, u, ldu, e, work, dst16, sb, se);
+        fold_stile(k, u, ldu, e, work, dst16, sb, se, pf);
       else if (k.Sb16)
-        fold_stile(k, u, ldu, e, k.Sb16, dst16, sb, se);
+        fold_stile(k, u, ldu, e, k.Sb16, dst16, sb, se, pf);
       else
-        fold_stile(k, u, ldu, e, k.Sb, dst16, sb, se);
+        fold_stile(k, u, ldu, e, k.Sb, dst16, sb, se, pf);
     } else if (!first) {
-      fold_stile(k, u, ldu, e, work, work, sb, se);
+      fold_stile(k, u, ldu, e, work, work, sb, se, pf);
     } else if (k.Sb16) {
-      fold_stile(k, u, ldu, e, k.Sb16, work, sb, se);
+      fold_stile(k, u, ldu, e, k.Sb16, work, sb, se, pf);
     } else {
-      fold_stile(k, u, ldu, e, k.Sb, work, sb, se);
+      fold_stile(k, u, ldu, e, k.Sb, work, sb, se, pf);
     }
   }
 }

@@ -76,6 +76,8 @@ struct Cell {
   const float* Cg = nullptr;  // the group's C of output row t_lo
   float* yh = nullptr;        // the head's y of output row t_lo
   int64_t ldy = 0;            // row stride of C (in ldb units: same as B) and y
+  const void* pf_next = nullptr;  // what the caller reads next, prefetched during the fold
+  int64_t pf_bytes = 0;
 };
 
 // Rows and fold of one cell with the row and fold routines of ssd.cpp; the state is read by the
@@ -118,6 +120,8 @@ void run_cell(const SsdShape& sh, int64_t ldb, float A, float D, const Cell& c, 
   k.Sb = S;
   k.Sb16 = S16;
   k.D = D;
+  k.pf_next = c.pf_next;
+  k.pf_bytes = c.pf_bytes;
   if (rows) {
     // CB(t, s) of this head's cell in HeadChunk::cb's layout; one output row needs only its own.
     const int ldcb = round_up(std::max(c.Lc, 16), 16);
@@ -297,6 +301,15 @@ void ssd_grid_decode(const SsdShape& shape, const ExactGrid& grid, const float* 
     // arrive while the state streams.
     const char* xr = reinterpret_cast<const char*>(c.x);
     for (int64_t o = 0; o < int64_t(c.Lc) * P * int64_t(sizeof(float)); o += 64) __builtin_prefetch(xr + o);
+    if (c.fold && it + 1 < count * H) {
+      // The fold is arithmetic on data already in cache, during which no memory traffic would be
+      // in flight: the next item's state is asked for meanwhile (its dots then read it from L1).
+      const GridDecodeRow& rn = rows[(it + 1) / H];
+      const int64_t hn = (it + 1) % H;
+      c.pf_next = rn.state.bf16 ? static_cast<const void*>(rn.state.bf16 + hn * pn)
+                                : static_cast<const void*>(rn.state.f32 + hn * pn);
+      c.pf_bytes = pn * (rn.state.bf16 ? 2 : 4);
+    }
     if (avx512 && r.state.bf16) {
       run_cell(shape, ldb, A[h], D[h], c, nullptr, r.state.bf16 + h * pn, avx512);
       continue;

@@ -117,6 +117,10 @@ struct HeadChunk {
   float* sc;
   float* u;
   int lpad, ppad;
+  // Memory the caller reads next (decode: the next head's state), asked for during the fold, whose
+  // arithmetic would otherwise run with no memory traffic in flight. Prefetches only.
+  const void* pf_next = nullptr;
+  int64_t pf_bytes = 0;
 };
 
 // AVX-512 kernels; call only after kernels::active_isa() reports AVX-512.
