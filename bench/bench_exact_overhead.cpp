@@ -40,4 +40,27 @@ BENCHMARK(BM_ExactOverhead)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// Decode throughput at the batch sizes of the ggml side-by-side (docs/performance.md): batch 1 and
+// 16, bf16 state (plain mode's default), 64 steps spread over the chunk; plain_tok_s is the figure
+// compared with ggml, exact/plain the same as above.
+BENCHMARK(BM_ExactOverhead)
+    ->Name("BM_DecodePeer")
+    ->ArgNames({"batch", "chunkpos", "bf16"})
+    ->ArgsProduct({{1, 16}, {-1}, {1}})
+    ->Iterations(64)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Choosing exact mode's default cell: the average over a chunk for each candidate grid (the stagger
+// on), both state dtypes. Arguments: batch, -1 (chunk mean), bf16, cell.
+void BM_ExactGridChoice(benchmark::State& st) {
+  bench::interleaved_decode(st, model_130m(), static_cast<int>(st.range(3)));
+}
+BENCHMARK(BM_ExactGridChoice)
+    ->ArgNames({"batch", "chunkpos", "bf16", "cell"})
+    ->ArgsProduct({{8, 32}, {-1}, {0, 1}, {4, 8, 16, 32}})
+    ->Iterations(256)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 }  // namespace

@@ -31,7 +31,7 @@ std::vector<int32_t> tokens(int n, uint32_t seed) {
 }
 
 // Single-shot prefill of n tokens, plain (the chunked scan at chunk_size) and exact (its own
-// grid) interleaved in every iteration; counters are the median times and the median ratio. One
+// grid of `cell` rows) interleaved in every iteration; counters are the median times and the median ratio. One
 // untimed pass of each first, so that first-touch page faults of the activations and caches are
 // not counted.
 void BM_ModelPrefill(benchmark::State& st) {
@@ -41,6 +41,7 @@ void BM_ModelPrefill(benchmark::State& st) {
   auto make_cache = [&](bool exact) {
     cache::ModelCacheOptions o;
     o.mamba.exact = exact;
+    o.mamba.grid.cell = static_cast<int>(st.range(1));
     o.mamba.ssm_dtype = DType::F32;
     return std::make_unique<cache::ModelCache>(m.cache_spec(), o);
   };
@@ -71,7 +72,11 @@ void BM_ModelPrefill(benchmark::State& st) {
   st.counters["plain_tok_s"] = n * 1000.0 / bench::median(tp);
   st.SetItemsProcessed(st.iterations() * 2 * n);
 }
-BENCHMARK(BM_ModelPrefill)->Arg(512)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ModelPrefill)
+    ->ArgNames({"n", "cell"})
+    ->ArgsProduct({{512, 4096}, {8, 16}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // Decode step time, exact vs plain, by batch and chunk position: bench_exact_overhead.cpp (the
 // two modes interleaved, so that the ratio survives a noisy machine).

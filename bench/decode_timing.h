@@ -21,9 +21,11 @@ struct DecodeRun {
 
 // `batch` slots (KV reserved for `kv_tokens` positions when the model has attention), with the
 // given SSM state dtype and exact mode's default grid.
-inline DecodeRun make_decode_run(const model::Model& m, bool exact, int batch, int64_t kv_tokens, DType dtype) {
+inline DecodeRun make_decode_run(const model::Model& m, bool exact, int batch, int64_t kv_tokens, DType dtype,
+                                 int exact_cell = kernels::kDefaultExactCell) {
   cache::ModelCacheOptions o;
   o.mamba.exact = exact;
+  o.mamba.grid.cell = exact_cell;
   o.mamba.ssm_dtype = dtype;
   o.mamba.num_slots = batch;
   if (m.cache_spec().num_attention_layers > 0)
@@ -64,12 +66,13 @@ inline double median(std::vector<double> v) {
 // rows with stride 37 (coprime to the chunk size, so 256 iterations visit every row once; register
 // it with Iterations(chunk_size)), and the counters are MEAN step times and the ratio of the means.
 // A median would hide the steps that fold, which are what an average over a chunk is about.
-inline void interleaved_decode(benchmark::State& st, const model::Model& m) {
+inline void interleaved_decode(benchmark::State& st, const model::Model& m,
+                               int exact_cell = kernels::kDefaultExactCell) {
   const int batch = static_cast<int>(st.range(0));
   const int pos = static_cast<int>(st.range(1));
   const int cs = m.chunk_size();
   const DType dtype = st.range(2) ? DType::BF16 : DType::F32;
-  DecodeRun plain = make_decode_run(m, false, batch, 2 * cs, dtype), exact = make_decode_run(m, true, batch, 2 * cs, dtype);
+  DecodeRun plain = make_decode_run(m, false, batch, 2 * cs, dtype), exact = make_decode_run(m, true, batch, 2 * cs, dtype, exact_cell);
   std::vector<float> logits(static_cast<std::size_t>(batch) * m.vocab_size());
   std::vector<double> tp, te, ratio;
   int64_t step = 0;

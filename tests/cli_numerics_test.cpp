@@ -9,6 +9,7 @@
 
 #include "cache/numerics.h"
 #include "common/error.h"
+#include "kernels/exact_grid.h"
 #include "io/safetensors.h"
 #include "test_support.h"
 
@@ -76,13 +77,13 @@ TEST_F(CliNumerics, ScoreExactEqualsGenerateExactForEveryIdentity) {
 // Companion: the grid is part of the identity: a generation on another grid differs from score.
 TEST_F(CliNumerics, AnotherGridChangesTheBits) {
   ASSERT_EQ(test::run_cli("score builtin:tiny --exact --tokens " + csv(0, kTotal) + " --out " + out("s.st")).status, 0);
-  auto r = test::run_cli("generate builtin:tiny --exact --exact-grid 8 --prompt " + csv(0, kPrompt) + " --forced " +
+  auto r = test::run_cli("generate builtin:tiny --exact --exact-grid 32 --prompt " + csv(0, kPrompt) + " --forced " +
                          csv(kPrompt, kTotal) + " --dump-logits " + out("g.st"));
   ASSERT_EQ(r.status, 0) << r.err;
   const LogitsFile s = read_logits(out("s.st")), g = read_logits(out("g.st"));
   ASSERT_EQ(g.logits.size(), std::size_t(kTotal - kPrompt + 1) * kVocab);
   EXPECT_FALSE(test::same_bits(g.logits.data(), s.logits.data() + std::size_t(kPrompt - 1) * kVocab, g.logits.size()));
-  EXPECT_EQ(g.meta.at("exact_grid"), "8");
+  EXPECT_EQ(g.meta.at("exact_grid"), "32");
 }
 
 TEST_F(CliNumerics, MambaExactReplayIsExactAndPlainScoreSaysPlain) {
@@ -101,11 +102,11 @@ TEST_F(CliNumerics, MambaExactReplayIsExactAndPlainScoreSaysPlain) {
 TEST_F(CliNumerics, CompareNotesADifferentIdentity) {
   const std::string base = "capture builtin:tiny --prompt " + csv(0, 30) + " --forced " + csv(30, 40) + " --modules lm_head --exact";
   ASSERT_EQ(test::run_cli(base + " --out " + out("a.st")).status, 0);
-  ASSERT_EQ(test::run_cli(base + " --exact-grid 8 --out " + out("b.st")).status, 0);
+  ASSERT_EQ(test::run_cli(base + " --exact-grid 16 --out " + out("b.st")).status, 0);
   ASSERT_EQ(test::run_cli(base + " --out " + out("c.st")).status, 0);
   auto r = test::run_cli("compare " + out("a.st") + " " + out("b.st"));
   EXPECT_EQ(r.status, 1) << "another grid changes the bits";
-  EXPECT_NE(r.out.find("different numerics: exact_grid 16 vs 8"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("different numerics: exact_grid " + std::to_string(kernels::kDefaultExactCell) + " vs 16"), std::string::npos) << r.out;
   r = test::run_cli("compare " + out("a.st") + " " + out("c.st"));
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.find("different numerics"), std::string::npos) << r.out;

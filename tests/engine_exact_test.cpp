@@ -68,9 +68,9 @@ ExpectedRows span(int64_t first, int64_t last, int cs) {
 // every row of its eight streams (lengths (P+K)·(5+i)/12).
 ExpectedRows expected_rows(const std::string& scenario, int P, int K, int cs) {
   if (scenario == "decode" || scenario == "threads-2" || scenario == "preempt-recompute") return span(P - 1, P + K - 1, cs);
-  if (scenario.rfind("isa-", 0) == 0) {  // a chunk and a half of prompt, three 16-row cells of decode
+  if (scenario.rfind("isa-", 0) == 0) {  // a chunk and a half of prompt, three grid cells of decode
     const int ip = std::min(P, cs + cs / 2 + 1);
-    return span(ip - 1, std::min(P + K, ip + 3 * 16 + 1) - 1, cs);
+    return span(ip - 1, std::min(P + K, ip + 3 * kernels::kDefaultExactCell + 1) - 1, cs);
   }
   if (scenario == "chunked-prefill") return span(0, P + K - 1, cs);
   if (scenario == "concurrent-8") {

@@ -438,9 +438,9 @@ TEST(HybridCli, ExportScoreAndGenerateAgreeWithInProcess) {
 }
 
 TEST(HybridCli, GenerateRejectsARequestLargerThanTheKvCache) {
-  // 0.05 MiB: one exact-mode slot (about 41 KiB of Mamba state on the 16-row grid) and two 16-token
-  // KV blocks; the request feeds 39 tokens.
-  auto r = test::run_cli("generate builtin:tiny-hybrid --exact --state-memory-mb 0.05 --prompt " +
+  // 0.04 MiB: one exact-mode slot (about 33 KiB of Mamba state on the default 8-row grid) and two
+  // 16-token KV blocks; the request feeds 39 tokens.
+  auto r = test::run_cli("generate builtin:tiny-hybrid --exact --state-memory-mb 0.04 --prompt " +
                          csv(stream(5, 20)) + " --max-tokens 20");
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_NE(r.err.find("KV cache holds 32"), std::string::npos) << r.err;

@@ -22,7 +22,7 @@ struct Numerics {
   // {"numerics": "exact"|"plain", "ssm_state_dtype": ..., and in exact mode "exact_grid",
   // "exact_stagger"}: the keys files carry.
   std::map<std::string, std::string> metadata() const;
-  std::string describe() const;  // e.g. "exact (grid 16, stagger spread, state float32)"
+  std::string describe() const;  // e.g. "exact (grid 8, stagger spread, state float32)"
 };
 
 // What the flags ask for; empty fields take the defaults: bfloat16 in plain mode (vLLM's), float32

@@ -13,9 +13,11 @@
 
 namespace parity::kernels {
 
-// The exact-mode default on the CPU: the cache of a 16-row cell costs ≤ 1.3× plain mode's at the
-// same state dtype, and the decode step measured fastest there (docs/performance.md).
-inline constexpr int kDefaultExactCell = 16;
+// The exact-mode default on the CPU, chosen by measurement (docs/performance.md, "Choosing the
+// cell"): decode steps with cells of 4, 8 and 16 rows cost the same within noise, 8 slightly least;
+// the ring, and so the cache, grows with the cell (8: 1.14× plain's bytes at bf16, 16: 1.28×, 32:
+// 1.56×); prefill is below plain's cost at 8 and 16.
+inline constexpr int kDefaultExactCell = 8;
 
 struct ExactGrid {
   int cell = kDefaultExactCell;  // G, a power of two
