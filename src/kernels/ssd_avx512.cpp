@@ -166,18 +166,6 @@ inline void dot16x16(const T* const* rows, const float* c, int N, float* out) {
   _mm512_storeu_ps(out, reduce16x16(acc));
 }
 
-template <class T>
-inline float dot16_one(const T* a, const float* b, int N) {
-  __m512 acc = _mm512_setzero_ps();
-  int k = 0;
-  for (; k + kW <= N; k += kW) acc = _mm512_fmadd_ps(load_state(a + k), _mm512_loadu_ps(b + k), acc);
-  if (k < N) {
-    const __mmask16 m = tail_mask(N - k);
-    acc = _mm512_mask3_fmadd_ps(maskz_load_state(m, a + k), _mm512_maskz_loadu_ps(m, b + k), acc, m);
-  }
-  return reduce16(acc);
-}
-
 // The 16 lane accumulators of dot16(a, c) before the fold tree.
 template <class T>
 inline __m512 dot16_lanes(const T* a, const float* c, int N) {
@@ -189,6 +177,11 @@ inline __m512 dot16_lanes(const T* a, const float* c, int N) {
     acc = _mm512_mask3_fmadd_ps(maskz_load_state(m, a + k), _mm512_maskz_loadu_ps(m, c + k), acc, m);
   }
   return acc;
+}
+
+template <class T>
+inline float dot16_one(const T* a, const float* b, int N) {
+  return reduce16(dot16_lanes(a, b, N));
 }
 
 // out[p] = dot16(S[p][:], c) for p < P (S rows of N values). S is the fp32 state or the bf16 one
