@@ -112,6 +112,24 @@ TEST_F(CliNumerics, CompareNotesADifferentIdentity) {
   EXPECT_EQ(r.out.find("different numerics"), std::string::npos) << r.out;
 }
 
+// validate against a reference that parity captured: the same identity reproduces it exactly (max
+// |d| 0), another grid is named in a note (and differs, within tolerance).
+TEST_F(CliNumerics, ValidateNotesADifferentIdentity) {
+  ASSERT_EQ(test::run_cli("capture builtin:tiny --prompt " + csv(0, 16) + " --forced " + csv(16, 28) +
+                          " --modules lm_head --exact --out " + out("ref.st"))
+                .status,
+            0);
+  auto r = test::run_cli("validate builtin:tiny --exact --reference " + out("ref.st"));
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.find("different numerics"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("worst all: |Δ| 0.000e+00"), std::string::npos) << r.out;
+  r = test::run_cli("validate builtin:tiny --exact --exact-grid 16 --reference " + out("ref.st"));
+  EXPECT_NE(r.out.find("different numerics: exact_grid 16 vs " + std::to_string(kernels::kDefaultExactCell)),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("worst all: |Δ| 0.000e+00"), std::string::npos) << "another grid changes the bits";
+}
+
 TEST_F(CliNumerics, BadValuesAreRefusedNamingTheFlag) {
   for (const std::string& cmd : std::vector<std::string>{"score builtin:tiny --tokens 1,2 --out " + out("x.st") + " --exact --exact-grid 24",
                                 "generate builtin:tiny --prompt 1,2 --max-tokens 2 --exact --exact-grid 0",
