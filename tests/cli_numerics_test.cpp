@@ -135,6 +135,7 @@ TEST_F(CliNumerics, BadValuesAreRefusedNamingTheFlag) {
                                 "generate builtin:tiny --prompt 1,2 --max-tokens 2 --exact --exact-grid 0",
                                 "generate builtin:tiny --prompt 1,2 --max-tokens 2 --exact --exact-stagger diagonal",
                                 "generate builtin:tiny --prompt 1,2 --max-tokens 2 --mamba-ssm-cache-dtype float16",
+                                "generate builtin:tiny --prompt 1,2 --max-tokens 2 --exact-grid 16",
                                 "verify builtin:tiny --exact-grid 48"}) {
     SCOPED_TRACE(cmd);
     auto r = test::run_cli(cmd);

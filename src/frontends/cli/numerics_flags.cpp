@@ -27,6 +27,9 @@ void add_numerics_flags(CLI::App* sub, NumericsFlags& f) {
 }
 
 void NumericsFlags::check() const {
+  if (!exact && (exact_grid != -1 || stagger != "auto"))
+    throw Error("--exact-grid and --exact-stagger choose exact mode's grid: add --exact (plain mode uses the model's "
+                "chunk_size grid)");
   cache_dtype_of(cache_dtype);
   cache::parse_stagger(stagger);
   if (exact_grid != -1) cache::resolve_numerics(true, std::nullopt, exact_grid, cache::StaggerChoice::Auto, 0);
