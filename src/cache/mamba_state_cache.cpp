@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cache/numerics.h"
 #include "common/error.h"
 
 namespace parity::cache {
@@ -30,8 +31,7 @@ SlotBytes slot_bytes(const io::Mamba2Config& cfg, int num_mamba_layers, const Ma
 void validate(const MambaCacheOptions& opt) {
   if (opt.ssm_dtype != DType::F32 && opt.ssm_dtype != DType::BF16)
     throw Error("mamba SSM cache dtype must be float32 or bfloat16");
-  if (opt.exact && (opt.grid.cell < 1 || opt.grid.cell > 4096 || (opt.grid.cell & (opt.grid.cell - 1)) != 0))
-    throw Error("--exact-grid must be a power of two between 1 and 4096 (got " + std::to_string(opt.grid.cell) + ")");
+  if (opt.exact) validate_exact_cell(opt.grid.cell);
   if (opt.num_slots < 1) throw Error("the state cache needs at least one slot");
 }
 

@@ -31,11 +31,15 @@ Numerics resolve_numerics(bool exact, std::optional<DType> ssm_dtype, std::optio
   if (n.ssm_dtype != DType::F32 && n.ssm_dtype != DType::BF16)
     throw Error("--mamba-ssm-cache-dtype must be float32 or bfloat16");
   const int cell = exact_cell.value_or(kernels::kDefaultExactCell);
-  if (cell < 1 || cell > 4096 || (cell & (cell - 1)) != 0)
-    throw Error("--exact-grid must be a power of two between 1 and 4096 (got " + std::to_string(cell) + ")");
+  validate_exact_cell(cell);
   n.grid.cell = cell;
   n.grid.stagger = stagger == StaggerChoice::Spread || (stagger == StaggerChoice::Auto && cell != chunk_size);
   return n;
+}
+
+void validate_exact_cell(int cell) {
+  if (cell < 1 || cell > 4096 || (cell & (cell - 1)) != 0)
+    throw Error("--exact-grid must be a power of two between 1 and 4096 (got " + std::to_string(cell) + ")");
 }
 
 StaggerChoice parse_stagger(const std::string& s) {

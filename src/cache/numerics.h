@@ -33,6 +33,9 @@ Numerics resolve_numerics(bool exact, std::optional<DType> ssm_dtype, std::optio
 
 StaggerChoice parse_stagger(const std::string& s);  // auto | none | spread, else parity::Error
 
+// Throws parity::Error naming --exact-grid unless cell is a power of two in [1, 4096].
+void validate_exact_cell(int cell);
+
 // The identity keys on which two files' metadata differ, e.g. "exact_grid 16 vs 256"; empty when
 // they agree or when either records none (a file from another tool, e.g. a Hugging Face reference).
 std::string numerics_difference(const std::map<std::string, std::string>& a,

@@ -40,7 +40,7 @@ Runner add_verify(CLI::App& app) {
   sub->add_option("--exact-stagger", o->stagger, "auto | none | spread");
   return [o]() {
     const cache::StaggerChoice stagger = cache::parse_stagger(o->stagger);
-    if (o->exact_grid != -1) cache::resolve_numerics(true, std::nullopt, o->exact_grid, stagger, 0);
+    if (o->exact_grid != -1) cache::validate_exact_cell(o->exact_grid);
     auto model = model::load_model(model::open_checkpoint(o->model), model_options(o->moe_routing));
     engine::GateOptions g;
     g.prompt_len = o->prompt_len;

@@ -32,7 +32,7 @@ void NumericsFlags::check() const {
                 "chunk_size grid)");
   cache_dtype_of(cache_dtype);
   cache::parse_stagger(stagger);
-  if (exact_grid != -1) cache::resolve_numerics(true, std::nullopt, exact_grid, cache::StaggerChoice::Auto, 0);
+  if (exact_grid != -1) cache::validate_exact_cell(exact_grid);
 }
 
 cache::Numerics NumericsFlags::resolve(int chunk_size) const {
