@@ -335,6 +335,13 @@ TEST(IoJson, ParseErrorsNameTheSourceAndOriginalPosition) {
   expect_error([] { parse_hf_json("[--Infinity]", "m.json"); }, {"m.json: invalid JSON"});
 }
 
+// Found by fuzz_config: nlohmann throws out_of_range, not parse_error, for a float past double's range.
+TEST(IoJson, FloatOverflowIsAParseErrorNamingTheFile) {
+  expect_error([] { parse_hf_json(R"({"layer_norm_epsilon": 1e400})", "cfg.json"); },
+               {"cfg.json: invalid JSON: a number is outside the range of a double"});
+  EXPECT_EQ(parse_hf_json(R"({"e": 1e300})", "cfg.json")["e"].get<double>(), 1e300);
+}
+
 TEST(IoJson, AsFloatRefusesOtherValues) {
   expect_error([] { as_float(json("1.0"), "eps"); }, {"eps: expected a number"});
   expect_error([] { as_float(json(true), "eps"); }, {"eps: expected a number"});

@@ -215,6 +215,12 @@ TEST_F(IoSafetensors, HeaderNotJson) {
   expect_open_error(path("j.safetensors"), {"header is not valid JSON", "syntax error"});
 }
 
+// Found by fuzzing: a float past double's range is nlohmann's out_of_range, which must become a parity::Error.
+TEST_F(IoSafetensors, HeaderNumberOverflow) {
+  write_raw(path("f.safetensors"), R"({"__metadata__": {}, "x": 1e400})", 0);
+  expect_open_error(path("f.safetensors"), {"header is not valid JSON", "outside the range of a double"});
+}
+
 TEST_F(IoSafetensors, HeaderNotObject) {
   write_raw(path("o.safetensors"), "[1, 2, 3]", 0);
   expect_open_error(path("o.safetensors"), {"header is not a JSON object"});

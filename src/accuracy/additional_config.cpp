@@ -40,6 +40,8 @@ nlohmann::json parse_additional_config(const std::string& text) {
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(std::string(kWhere) + ": not valid JSON: " + io::json_error_reason(e) + " (at byte " +
                 std::to_string(e.byte) + ")");
+  } catch (const nlohmann::json::out_of_range&) {
+    throw Error(std::string(kWhere) + ": not valid JSON: a number is outside the range of a double");
   }
   if (!j.is_object()) throw Error(std::string(kWhere) + ": expected a JSON object, got " + j.dump());
   return j;

@@ -116,6 +116,9 @@ nlohmann::json parse_hf_json(const std::string& text, const std::string& what) {
     throw Error(what + ": invalid JSON at line " + std::to_string(line) + ", column " +
                 std::to_string(column) + " (byte " + std::to_string(pos) +
                 "): " + json_error_reason(e));
+  } catch (const nlohmann::json::out_of_range&) {
+    // nlohmann reports a float literal beyond double's range (1e400) this way, not as a parse_error.
+    throw Error(what + ": invalid JSON: a number is outside the range of a double");
   }
 }
 

@@ -122,6 +122,8 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   } catch (const ojson::parse_error& e) {
     throw fail("header is not valid JSON (at byte " + std::to_string(e.byte) + " of the header): " +
                json_error_reason(e));
+  } catch (const ojson::out_of_range&) {
+    throw fail("header is not valid JSON: a number is outside the range of a double");
   }
   if (!header.is_object()) throw fail("header is not a JSON object");
   if (!duplicate.empty()) throw fail("tensor '" + duplicate + "' appears twice in the header");

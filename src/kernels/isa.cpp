@@ -1,5 +1,6 @@
 #include "kernels/isa.h"
 
+#include <cpuid.h>
 #include <omp.h>
 
 #include <atomic>
@@ -16,11 +17,17 @@ namespace {
 std::atomic<int> g_override{-1};
 std::atomic<int> g_threads{0};  // 0 means "not set yet": use OpenMP's default
 
+// CPUID leaf 1, ECX bit 29. Asked directly because clang's __builtin_cpu_supports has no "f16c".
+bool has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+
 Isa detect() {
   __builtin_cpu_init();
   // F16C is needed for the fp16 weight path of both SIMD kernels; every AVX2 CPU has it, but
   // checking costs nothing and keeps a strange hypervisor mask from crashing us.
-  const bool fma = __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const bool fma = __builtin_cpu_supports("fma") && has_f16c();
   if (fma && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
     return Isa::Avx512;
