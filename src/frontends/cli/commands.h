@@ -16,5 +16,6 @@ Runner add_validate(CLI::App& app);
 Runner add_probes(CLI::App& app);
 Runner add_capture(CLI::App& app);
 Runner add_compare(CLI::App& app);
+Runner add_serve(CLI::App& app);
 
 }  // namespace parity::cli

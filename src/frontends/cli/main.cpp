@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   reg(parity::cli::add_probes);
   reg(parity::cli::add_capture);
   reg(parity::cli::add_compare);
+  reg(parity::cli::add_serve);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
