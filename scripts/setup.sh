@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
       libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev python3 ccache
-      libpcre2-dev pybind11-dev python3-dev python3-pybind11 python3-numpy python3-pytest
+      libpcre2-dev libicu-dev pybind11-dev python3-dev python3-pybind11 python3-numpy python3-pytest
       clang libclang-rt-14-dev libomp-14-dev nginx-light curl)
 missing=()
 for p in "${PKGS[@]}"; do

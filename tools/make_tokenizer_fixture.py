@@ -13,6 +13,10 @@ strings, so that parity's tokenizer (src/tokenizer/) can be checked against HF i
             no normalizer, merges in the ["a","b"] pair form, TemplateProcessing that prepends
             <|begin_of_text|>, chat template in chat_template.jinja.
   digits/   StarCoder / Granite-3 style: Sequence[Digits(individual), ByteLevel(add_prefix_space)].
+  behaviors/ neox's model and added tokens behind a Sequence of Splits with every behavior
+            (merged_with_previous, merged_with_next, contiguous, removed, invert, a String
+            pattern), Digits(contiguous) and ByteLevel(use_regex=false): not a real model's shape,
+            it pins down the split rules.
 
 Each folder gets tokenizer.json, tokenizer_config.json (eos, bos, chat template where it lives there)
 and fixture.json: {"tokenizers_version", "vocab_size", "eos_token_id", "bos_token_id", "cases":
@@ -116,6 +120,19 @@ def train(kind, vocab_size):
     return tok
 
 
+def behaviors_variant(neox_text):
+    tok = Tokenizer.from_str(neox_text)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(pattern=Regex(r"\s+"), behavior="merged_with_previous"),
+        pre_tokenizers.Split(pattern="-", behavior="merged_with_next"),
+        pre_tokenizers.Split(pattern=Regex(r"\p{P}"), behavior="contiguous", invert=True),
+        pre_tokenizers.Digits(individual_digits=False),
+        pre_tokenizers.Split(pattern=Regex(r"x|(?=q)"), behavior="removed"),
+        pre_tokenizers.Split(pattern=Regex(r"\w+"), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    return tok
+
+
 def to_json(tok, merges_as_strings):
     doc = json.loads(tok.to_str())
     merges = doc["model"]["merges"]
@@ -139,7 +156,7 @@ def tricky_strings(added):
         "مرحبا بالعالم", "שלום עולם", "हिन्दी पाठ", "ภาษาไทย", "🙂", "🙂🙃😀", "a🙂b",
         "👩‍💻 👨‍👩‍👧‍👦 🏳️‍🌈", "🇫🇷🇯🇵", "👍🏽", "\u200d", "\u200b zero\u200bwidth", "\ufeffBOM",
         "nbsp\u00a0here", "ideographic\u3000space", "nel\u0085next", "line\u2028sep\u2029para",
-        "ogham\u1680space", "thin\u2009space", "\x00nul\x01ctl\x7f", "\U0010ffff\ue000", "\\ back\\slash",
+        "ogham\u1680space", "mongolian\u180evowel \u180e ", "thin\u2009space", "\x00nul\x01ctl\x7f", "\U0010ffff\ue000", "\\ back\\slash",
         "<html><body class=\"x\">a &amp; b</body></html>", "def f(x):\n    return x ** 2\n",
         "    four-space indent", "        eight", "\t\tdouble tab", "a  b   c    d     e",
         "ok", "ok then", "look okay ok.", "book ok", "(ok)", "_ok_",
@@ -151,7 +168,7 @@ def tricky_strings(added):
 
 def random_strings(rng, added, count):
     pool = list("abcdefghijklmnopqrstuvwxyzABCXYZ0123456789'\".,!?-_:/()") + [
-        " ", " ", " ", "  ", "\t", "\n", "\r\n", "\u0085", "\u00a0", "\u2028", "\u3000", "é", "e\u0301",
+        " ", " ", " ", "  ", "\t", "\n", "\r\n", "\u0085", "\u180e", "\u00a0", "\u2028", "\u3000", "é", "e\u0301",
         "ñ", "日本", "語", "한국어", "\u1100\u1161", "🙂", "👩‍💻", "🇫🇷", "\u200d", "ß", "İ", "ſ", "'S",
         "'LL", "'ve", "٣", "²", "½", "Ⅻ", "\ufeff", "\x00", "the", " the", "token", " model"] + list(added)
     out = []
@@ -219,10 +236,13 @@ def main():
         "granite": (1200, False, ["<|end_of_text|>", "<|begin_of_text|>", "<|start|>"],
                     "<|end_of_text|>", "<|begin_of_text|>", True),
         "digits": (1000, True, ["<|endoftext|>", "<|note|>"], "<|endoftext|>", None, False),
+        "behaviors": (None, True, ["<|endoftext|>", "<|padding|>", "    ", "  ", "ok", "<|note|>", "<mask>"],
+                      "<|endoftext|>", None, False),
     }
+    texts = {}
     for seed, (kind, (vocab_size, as_strings, added, eos, bos, template_file)) in enumerate(specs.items()):
-        tok = build(kind, vocab_size)
-        text = to_json(tok, as_strings)
+        tok = behaviors_variant(texts["neox"]) if kind == "behaviors" else build(kind, vocab_size)
+        text = texts[kind] = to_json(tok, as_strings)
         tok = Tokenizer.from_str(text)  # the ids below come from exactly the file written
         folder = os.path.join(args.out, kind)
         os.makedirs(folder, exist_ok=True)

@@ -296,6 +296,12 @@ Checkpoint make_builtin(const std::string& name) {
   return finish(st, name, io::to_json(c));
 }
 
+int builtin_vocab_size(const std::string& name) {
+  if (name == "tiny-hybrid") return tiny_hybrid_config()["vocab_size"].get<int>();
+  if (name == "granite-h-bench") return bench_hybrid_config()["vocab_size"].get<int>();
+  return builtin_config(name).vocab_size;
+}
+
 void save_checkpoint(const Checkpoint& ck, const std::string& dir) {
   std::filesystem::create_directories(dir);
   {

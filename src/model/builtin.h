@@ -14,6 +14,7 @@ namespace parity::model {
 
 std::vector<std::string> builtin_names();
 Checkpoint make_builtin(const std::string& name);  // throws parity::Error listing the names
+int builtin_vocab_size(const std::string& name);   // without generating weights (the built-in tokenizer's size)
 
 // Writes a checkpoint folder (config.json + model.safetensors) in Hugging Face layout.
 void save_checkpoint(const Checkpoint& ck, const std::string& dir);
