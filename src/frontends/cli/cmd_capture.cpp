@@ -13,6 +13,7 @@
 #include "frontends/cli/commands.h"
 #include "frontends/cli/moe_routing_flag.h"
 #include "frontends/cli/numerics_flags.h"
+#include "frontends/cli/text_flags.h"
 #include "io/token_file.h"
 #include "kernels/isa.h"
 #include "model/checkpoint.h"
@@ -24,7 +25,7 @@ namespace parity::cli {
 Runner add_capture(CLI::App& app) {
   struct Opts {
     std::string model, out, layout = "flat", additional, moe_routing;
-    std::vector<std::string> prompts, forced, modules;
+    std::vector<std::string> prompts, forced, modules, prompt_texts, forced_texts;
     int max_tokens = 0, threads = 0, max_batched = 2048, max_seqs = 8;
     int64_t preempt_at = -1;
     NumericsFlags num;
@@ -32,15 +33,22 @@ Runner add_capture(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("capture", "Capture named intermediate tensors of requests run through the engine");
   sub->add_option("model", o->model, "checkpoint folder or builtin:NAME")->required();
-  sub->add_option("--prompt", o->prompts, "prompt tokens: JSON file or 1,2,3 (repeat for several prompts)")
-      ->required()
-      ->allow_extra_args(false);  // one list per --prompt, so a positional after it stays positional
+  auto* p = sub->add_option("--prompt", o->prompts,
+                            "prompt tokens: JSON file, 1,2,3 or a .txt file (repeat for several prompts)")
+                ->allow_extra_args(false);  // one list per --prompt, so a positional after it stays positional
+  auto* pt = sub->add_option("--prompt-text", o->prompt_texts, "prompt as text (repeat for several prompts)")
+                 ->allow_extra_args(false);
+  p->excludes(pt);
   auto* f = sub->add_option("--forced", o->forced,
                             "teacher-forced continuation: one shared, or one per prompt (repeat)")
                 ->allow_extra_args(false);
+  auto* ft = sub->add_option("--forced-text", o->forced_texts, "teacher-forced continuation as text (one shared, or one per prompt)")
+                 ->allow_extra_args(false);
+  f->excludes(ft);
   auto* m = sub->add_option("--max-tokens", o->max_tokens, "tokens to generate greedily (default: prompt only)")
                 ->check(CLI::Range(1, 1 << 30));
   f->excludes(m);
+  ft->excludes(m);
   sub->add_option("--modules", o->modules,
                   "probe points: exact names, layer ranges (backbone.layers.0-3.mixer) or re:REGEX (full match)")
       ->required();
@@ -59,8 +67,12 @@ Runner add_capture(CLI::App& app) {
   return [o]() {
     if (o->threads > 0) kernels::set_num_threads(o->threads);
     accuracy::CaptureSpec spec;
-    for (const std::string& p : o->prompts) spec.prompts.push_back(io::read_tokens(p));
-    for (const std::string& t : o->forced) spec.forced.push_back(io::read_tokens(t));
+    TextTokens text(o->model);
+    if (o->prompts.empty() && o->prompt_texts.empty()) throw Error("capture needs --prompt or --prompt-text");
+    for (const std::string& p : o->prompts) spec.prompts.push_back(text.from_spec(p, "--prompt", true));
+    for (const std::string& p : o->prompt_texts) spec.prompts.push_back(text.from_text(p, "--prompt-text", true));
+    for (const std::string& t : o->forced) spec.forced.push_back(text.from_spec(t, "--forced", false));
+    for (const std::string& t : o->forced_texts) spec.forced.push_back(text.from_text(t, "--forced-text", false));
     if (spec.forced.size() > 1 && spec.forced.size() != spec.prompts.size())
       throw Error("capture: " + std::to_string(spec.forced.size()) + " --forced for " + std::to_string(spec.prompts.size()) +
                   " --prompt (give one shared --forced or one per prompt)");

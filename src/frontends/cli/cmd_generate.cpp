@@ -11,6 +11,7 @@
 #include "frontends/cli/commands.h"
 #include "frontends/cli/moe_routing_flag.h"
 #include "frontends/cli/numerics_flags.h"
+#include "frontends/cli/text_flags.h"
 #include "io/safetensors.h"
 #include "io/token_file.h"
 #include "kernels/isa.h"
@@ -29,14 +30,20 @@ Runner add_generate(CLI::App& app) {
     uint64_t seed = 0;
     double state_mb = 0;
     std::vector<int32_t> stop;
+    std::optional<std::string> prompt_text, forced_text;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("generate", "Generate (or teacher-force) one request through the engine");
   sub->add_option("model", o->model, "checkpoint folder or builtin:NAME")->required();
-  sub->add_option("--prompt", o->prompt, "prompt tokens: JSON file or 1,2,3")->required();
-  auto* f = sub->add_option("--forced", o->forced, "teacher-forced continuation tokens: JSON file or 1,2,3");
+  auto* p = sub->add_option("--prompt", o->prompt, "prompt tokens: JSON file, 1,2,3, or a .txt file (its text)");
+  auto* pt = sub->add_option("--prompt-text", o->prompt_text, "prompt as text (the model's tokenizer encodes it)");
+  p->excludes(pt);
+  auto* f = sub->add_option("--forced", o->forced, "teacher-forced continuation tokens: JSON file, 1,2,3 or a .txt file");
+  auto* ft = sub->add_option("--forced-text", o->forced_text, "teacher-forced continuation as text");
+  f->excludes(ft);
   auto* m = sub->add_option("--max-tokens", o->max_tokens, "tokens to generate")->check(CLI::Range(1, 1 << 30));
   f->excludes(m);
+  ft->excludes(m);
   add_numerics_flags(sub, o->num);
   sub->add_option("--max-num-batched-tokens", o->max_batched, "token budget per pass")->check(CLI::Range(1, 1 << 24));
   sub->add_option("--max-num-seqs", o->max_seqs, "sequences per pass")->check(CLI::Range(1, 4096));
@@ -56,11 +63,14 @@ Runner add_generate(CLI::App& app) {
   sub->add_option("--additional-config", o->additional, "JSON, e.g. {\"tensor_replacement\": {\"tensors_path\": …}}");
   add_moe_routing_flag(sub, o->moe_routing);
   return [o]() {
-    if (o->forced.empty() && o->max_tokens == 0) throw Error("generate needs --forced or --max-tokens");
+    if (o->forced.empty() && !o->forced_text && o->max_tokens == 0)
+      throw Error("generate needs --forced, --forced-text or --max-tokens");
     if (o->threads > 0) kernels::set_num_threads(o->threads);
+    TextTokens text(o->model);
     engine::RequestSpec spec;
-    spec.prompt = io::read_tokens(o->prompt);
-    if (!o->forced.empty()) spec.forced = io::read_tokens(o->forced);
+    spec.prompt = tokens_or_text(text, o->prompt, "--prompt", o->prompt_text, "--prompt-text", true, true);
+    // A continuation is not a new text: no BOS or other template tokens.
+    spec.forced = tokens_or_text(text, o->forced, "--forced", o->forced_text, "--forced-text", false, false);
     spec.sampling.max_tokens = o->max_tokens > 0 ? o->max_tokens : 1;
     spec.sampling.temperature = o->temperature;
     spec.sampling.top_k = o->top_k;
@@ -91,6 +101,12 @@ Runner add_generate(CLI::App& app) {
     const engine::RequestResult& r = results[id];
     nlohmann::json out;
     out["tokens"] = r.tokens;
+    // The generated text, special tokens left out (as vLLM's default), when the model has a tokenizer.
+    std::string why;
+    if (const tokenizer::Tokenizer* tok = text.optional(&why))
+      out["text"] = tok->decode(r.tokens, true);
+    else if (why.find("has no tokenizer.json") == std::string::npos)
+      std::fprintf(stderr, "note: no \"text\" in the output: %s\n", why.c_str());
     out["finish_reason"] = engine::finish_reason_name(r.finish);
     out["steps"] = eng.steps();
     out["preemptions"] = r.num_preemptions;

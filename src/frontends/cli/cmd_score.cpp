@@ -10,6 +10,7 @@
 #include "frontends/cli/commands.h"
 #include "frontends/cli/moe_routing_flag.h"
 #include "frontends/cli/numerics_flags.h"
+#include "frontends/cli/text_flags.h"
 #include "io/safetensors.h"
 #include "io/token_file.h"
 #include "kernels/isa.h"
@@ -24,11 +25,14 @@ Runner add_score(CLI::App& app) {
     std::string model, tokens, out, additional, moe_routing;
     int threads = 0;
     NumericsFlags num;
+    std::optional<std::string> text;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("score", "Single-shot prefill over a token list; writes every row's logits");
   sub->add_option("model", o->model, "checkpoint folder or builtin:NAME")->required();
-  sub->add_option("--tokens", o->tokens, "JSON file with an array of token ids, or 1,2,3")->required();
+  auto* tk = sub->add_option("--tokens", o->tokens, "JSON file with an array of token ids, 1,2,3, or a .txt file (its text)");
+  auto* tx = sub->add_option("--text", o->text, "the text to score (the model's tokenizer encodes it)");
+  tk->excludes(tx);
   sub->add_option("--out", o->out, "output safetensors file (tensor 'logits' [rows, vocab] F32)")->required();
   sub->add_option("--threads", o->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
   sub->add_option("--additional-config", o->additional, "JSON, e.g. {\"tensor_replacement\": {\"tensors_path\": …}}");
@@ -37,7 +41,8 @@ Runner add_score(CLI::App& app) {
   return [o]() {
     if (o->threads > 0) kernels::set_num_threads(o->threads);
     o->num.check();
-    std::vector<int32_t> tokens = io::read_tokens(o->tokens);
+    TextTokens text(o->model);
+    std::vector<int32_t> tokens = tokens_or_text(text, o->tokens, "--tokens", o->text, "--text", true, true);
     const nlohmann::json additional =
         o->additional.empty() ? nlohmann::json::object() : accuracy::parse_additional_config(o->additional);
     accuracy::replacement_config_from_json(additional);  // a bad config fails before the model loads

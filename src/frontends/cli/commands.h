@@ -17,5 +17,7 @@ Runner add_probes(CLI::App& app);
 Runner add_capture(CLI::App& app);
 Runner add_compare(CLI::App& app);
 Runner add_serve(CLI::App& app);
+Runner add_tokenize(CLI::App& app);
+Runner add_detokenize(CLI::App& app);
 
 }  // namespace parity::cli

@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   reg(parity::cli::add_capture);
   reg(parity::cli::add_compare);
   reg(parity::cli::add_serve);
+  reg(parity::cli::add_tokenize);
+  reg(parity::cli::add_detokenize);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
