@@ -51,6 +51,16 @@ TEST_F(TokenizerCli, TokenizeAndDetokenizeRoundTrip) {
   EXPECT_EQ(nlohmann::json::parse(r.out).get<std::vector<int32_t>>(), with_newline);
 }
 
+TEST_F(TokenizerCli, ExportedBuiltinModelCarriesItsTokenizer) {
+  const std::string folder = (dir / "tiny").string();
+  ASSERT_EQ(test::run_cli("export builtin:tiny --out " + folder).status, 0);
+  auto a = test::run_cli("tokenize " + folder + " --text " + q("Hello there"));
+  auto b = test::run_cli("tokenize builtin:tiny --text " + q("Hello there"));
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(tokenizer::load_for_model(folder)->eos_token_id(), std::optional<int32_t>(0));
+}
+
 TEST_F(TokenizerCli, CheckpointFolderTokenizerAndSpecialTokens) {
   const std::string folder = std::string(PARITY_TEST_DATA) + "/tokenizer_bpe/granite";
   auto r = test::run_cli("tokenize " + folder + " --text " + q("Hi there"));

@@ -136,13 +136,21 @@ std::string builtin_tokenizer_json(int vocab_size) {
     if (t.rfind(G, 0) == 0 && all_letters(t, G.size())) starts.push_back(t);
     if (all_letters(t, 0)) tails.push_back(t);
   }
-  for (const std::string& b : tails)
-    for (const std::string& a : starts) {
-      if (have.size() >= want) break;
-      if (have.count(a + b)) continue;
-      merges.push_back(a + " " + b);
-      add_token(a + b);
-    }
+  auto fill = [&](const std::vector<std::string>& lefts, const std::vector<std::string>& rights,
+                  std::vector<std::string>* made) {
+    for (const std::string& b : rights)
+      for (const std::string& a : lefts) {
+        if (have.size() >= want) return;
+        if (have.count(a + b)) continue;
+        merges.push_back(a + " " + b);
+        add_token(a + b);
+        if (made) made->push_back(a + b);
+      }
+  };
+  std::vector<std::string> words2;
+  fill(starts, tails, &words2);  // " the" + "re"
+  fill(tails, tails, nullptr);   // "re" + "ad"
+  fill(words2, tails, nullptr);  // " there" + "ad"
   // Ids that still have no token (only possible for vocabularies far beyond the text): padding tokens.
   for (int id = static_cast<int>(have.size()) + 1; id < vocab_size; ++id) add_token("<|pad_" + std::to_string(id) + "|>");
 

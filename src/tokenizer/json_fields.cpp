@@ -48,14 +48,15 @@ const nlohmann::json& object_field(const nlohmann::json& node, const char* key, 
 }
 
 int32_t id_value(const nlohmann::json& v, const std::string& where) {
+  // The largest id is INT32_MAX - 1, so that the vocabulary size (largest id + 1) is an int too.
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max() - 1;
   if (!v.is_number_integer()) throw Error(where + ": id " + v.dump() + " is not an integer");
   if (v.is_number_unsigned()) {
-    if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
-      throw Error(where + ": id " + v.dump() + " is too large");
+    if (v.get<uint64_t>() > static_cast<uint64_t>(kMax)) throw Error(where + ": id " + v.dump() + " is too large");
     return static_cast<int32_t>(v.get<uint64_t>());
   }
   const int64_t s = v.get<int64_t>();
-  if (s < 0 || s > std::numeric_limits<int32_t>::max()) throw Error(where + ": id " + v.dump() + " is out of range");
+  if (s < 0 || s > kMax) throw Error(where + ": id " + v.dump() + " is out of range");
   return static_cast<int32_t>(s);
 }
 

@@ -12,6 +12,6 @@ bool bool_field(const nlohmann::json& node, const char* key, const std::string& 
 std::string string_field(const nlohmann::json& node, const char* key, const std::string& where);
 const nlohmann::json& array_field(const nlohmann::json& node, const char* key, const std::string& where);
 const nlohmann::json& object_field(const nlohmann::json& node, const char* key, const std::string& where);
-int32_t id_value(const nlohmann::json& v, const std::string& where);  // 0 … INT32_MAX
+int32_t id_value(const nlohmann::json& v, const std::string& where);  // 0 … INT32_MAX - 1
 
 }  // namespace parity::tokenizer::json_fields

@@ -42,6 +42,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view json_text, cons
     j = nlohmann::json::parse(json_text.begin(), json_text.end());
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(origin + ": not valid JSON: " + io::json_error_reason(e));
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number past double's range (out_of_range 406)
+    throw Error(origin + ": not valid JSON: " + e.what());
   }
   try {
     if (!j.is_object()) throw Error("the top level must be a JSON object");

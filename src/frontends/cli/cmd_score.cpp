@@ -11,12 +11,14 @@
 #include "frontends/cli/moe_routing_flag.h"
 #include "frontends/cli/numerics_flags.h"
 #include "frontends/cli/text_flags.h"
+#include "io/file_util.h"
 #include "io/safetensors.h"
 #include "io/token_file.h"
 #include "kernels/isa.h"
 #include "model/builtin.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
+#include "tokenizer/builtin_tokenizer.h"
 
 namespace parity::cli {
 
@@ -78,6 +80,14 @@ Runner add_export(CLI::App& app) {
     model::Checkpoint ck = model::open_checkpoint(o->model);
     model::load_model(ck);  // validate before writing anything
     model::save_checkpoint(ck, o->out);
+    // A built-in model's folder gets its (synthetic) tokenizer, so text works on the export too.
+    const std::string prefix = "builtin:";
+    if (o->model.rfind(prefix, 0) == 0) {
+      const std::string json = tokenizer::builtin_tokenizer_json(model::builtin_vocab_size(o->model.substr(prefix.size())));
+      const std::string config = "{\n  \"eos_token\": \"<|endoftext|>\",\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\"\n}\n";
+      io::write_file_atomic(o->out + "/tokenizer.json", {json});
+      io::write_file_atomic(o->out + "/tokenizer_config.json", {config});
+    }
     return 0;
   };
 }
