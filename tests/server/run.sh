@@ -26,5 +26,5 @@ fi
 # Each test gets its own copy of the scripts; Node finds node_modules in the parent folder.
 dir="$work/${test%.mjs}"
 mkdir -p "$dir"
-cp "$here"/*.mjs "$dir/"
+cp "$here"/*.mjs "$here"/*.in "$dir/"
 cd "$dir" && PARITY_BIN="$parity" exec node "$test"
