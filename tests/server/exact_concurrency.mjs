@@ -26,7 +26,7 @@ async function fire(url, reqs) {
   // All at once: the server batches them (max-num-seqs 6) and queues the rest.
   return Promise.all(reqs.map(async (r, i) => {
     const stream = i % 2 === 0;
-    const body = { model: "builtin:tiny", ...r, stream, return_token_ids: true, return_tokens_as_token_ids: true };
+    const body = { model: "builtin:tiny", ...r, stream, ignore_eos: true, return_token_ids: true, return_tokens_as_token_ids: true };
     if (!stream) {
       const res = await postJson(url + "/v1/completions", body);
       if (res.status !== 200) throw new Error(`request ${i}: HTTP ${res.status} ${res.text}`);

@@ -14,7 +14,7 @@ await main("limits", async () => {
     const ctl = new AbortController();
     const long = await fetch(srv.url + "/v1/completions", { method: "POST", signal: ctl.signal,
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ prompt: [1, 2, 3], max_tokens: 4000, temperature: 0, stream: true }) });
+      body: JSON.stringify({ prompt: [1, 2, 3], max_tokens: 4000, temperature: 0, stream: true, ignore_eos: true }) });
     equal(long.status, 200, "a long streaming request is admitted");
     const reader = long.body.getReader();
     for (let got = 0; got < 3;) got += (await reader.read()).value ? 1 : 0;  // a few events arrived
@@ -47,7 +47,7 @@ await main("limits", async () => {
   // SIGTERM while a request runs: it finishes, new requests are refused, exit status 0.
   const s2 = await startServer(["--max-num-seqs", "2"]);
   const inflight = fetch(s2.url + "/v1/completions", { method: "POST", headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ prompt: [4, 5, 6], max_tokens: 300, temperature: 0, stream: true }) }).then((r) => r.text());
+    body: JSON.stringify({ prompt: [4, 5, 6], max_tokens: 300, temperature: 0, stream: true, ignore_eos: true }) }).then((r) => r.text());
   await sleep(300);
   s2.proc.kill("SIGTERM");
   const text = await inflight;

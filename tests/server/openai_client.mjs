@@ -12,7 +12,8 @@ await main("openai_client", async () => {
     const models = await client.models.list();
     equal(models.data.map((m) => m.id), ["builtin:tiny"], "models.list names the served model");
 
-    const req = { prompt: [5, 6, 7, 8], max_tokens: 12, temperature: 0.8, top_k: 40, seed: 1234, logprobs: 3 };
+    // ignore_eos: parity generate does not stop at the tokenizer's end-of-sequence token.
+    const req = { prompt: [5, 6, 7, 8], max_tokens: 12, temperature: 0.8, top_k: 40, seed: 1234, logprobs: 3, ignore_eos: true };
     const expected = trimOffline(offline("builtin:tiny", req), 3);
     const res = await client.completions.create({ model: "builtin:tiny", ...req, return_token_ids: true,
       return_tokens_as_token_ids: true });
@@ -40,7 +41,7 @@ await main("openai_client", async () => {
 
     // n > 1: choice i samples with seed + i.
     const two = await client.completions.create({ model: "builtin:tiny", prompt: [9, 10], max_tokens: 6, temperature: 1,
-      seed: 77, n: 2, return_token_ids: true });
+      seed: 77, n: 2, ignore_eos: true, return_token_ids: true });
     for (let i = 0; i < 2; i++)
       equal(two.choices[i].token_ids, offline("builtin:tiny", { prompt: [9, 10], max_tokens: 6, temperature: 1, seed: 77 + i }).tokens,
         `n=2: choice ${i} equals parity generate --seed ${77 + i}`);

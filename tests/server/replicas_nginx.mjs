@@ -31,7 +31,7 @@ function requests(count, salt) {
 }
 
 async function through(client, r, i) {
-  const body = { model: "builtin:tiny", ...r, return_token_ids: true, return_tokens_as_token_ids: true };
+  const body = { model: "builtin:tiny", ...r, ignore_eos: true, return_token_ids: true, return_tokens_as_token_ids: true };
   if (i % 2 === 0) {
     const { data, response } = await client.completions.create(body).withResponse();
     return { got: fromChoice(data.choices[0]), upstream: response.headers.get("x-upstream") };
@@ -82,7 +82,7 @@ await main("replicas_nginx", async () => {
 
     // SSE through nginx arrives as the tokens are made, not in one buffered block.
     const res = await fetch(url + "/v1/completions", { method: "POST", headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ prompt: [1, 2, 3], max_tokens: 2000, temperature: 0, stream: true }) });
+      body: JSON.stringify({ prompt: [1, 2, 3], max_tokens: 2000, temperature: 0, stream: true, ignore_eos: true }) });
     const reader = res.body.getReader();
     let reads = 0;
     while (!(await reader.read()).done) reads++;

@@ -7,7 +7,7 @@ import { check, equal, startServer, main, postJson } from "./lib.mjs";
 await main("sse_curl", async () => {
   const srv = await startServer(["--exact"]);
   try {
-    const body = { prompt: [7, 8, 9], max_tokens: 10, temperature: 0.9, seed: 5, stream: true };
+    const body = { prompt: [7, 8, 9], max_tokens: 10, temperature: 0.9, seed: 5, stream: true, ignore_eos: true };
     const out = execFileSync("curl", ["-sS", "-N", "-D", "-", "-H", "Content-Type: application/json",
       "-d", JSON.stringify(body), srv.url + "/v1/completions"], { timeout: 30000 }).toString();
     const [head, ...rest] = out.split("\r\n\r\n");

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -98,9 +99,18 @@ class Server {
   Metrics metrics_;
   httplib::Server http_;
   std::atomic<bool> draining_{false};
+  int listen_fd_ = -1;
 };
 
 void Server::routes() {
+  // httplib listens with a backlog of 5: a burst of clients connecting at once overflows it and
+  // their SYNs wait for the kernel's one-second retransmit. Keep the socket to listen again with
+  // a deep backlog after binding (and set SO_REUSEADDR only: a second server on the port fails).
+  http_.set_socket_options([this](int fd) {
+    int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd_ = fd;
+  });
   http_.set_payload_max_length(opt_.max_body_bytes);
   http_.set_keep_alive_timeout(2);
   const int threads = opt_.http_threads > 0 ? opt_.http_threads : loop_.max_sequences() + 16;
@@ -288,6 +298,7 @@ int Server::run() {
   } else if (!http_.bind_to_port(opt_.host, port)) {
     throw Error("cannot listen on " + opt_.host + ":" + std::to_string(port) + " (in use, or not an address of this host)");
   }
+  if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
   std::fprintf(stderr, "parity serve: model '%s' listening on http://%s:%d%s\n", opt_.model_name.c_str(),
                opt_.host.c_str(), port, opt_.api_key.empty() ? "" : " (API key required)");
   std::fflush(stderr);
