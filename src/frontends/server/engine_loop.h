@@ -40,7 +40,8 @@ class Ticket : public std::enable_shared_from_this<Ticket> {
   // Waits up to `timeout` for news and returns the events since the last call.
   std::vector<SequenceEvent> wait(std::chrono::milliseconds timeout);
   State state() const;
-  // Blocks until the loop has admitted or rejected the ticket; returns the state.
+  // Blocks until the loop has admitted or rejected the ticket; returns the state (Running, Rejected,
+  // or already Finished: a short request can end before its client looks).
   State wait_admission();
   std::string error() const;  // why it was rejected
   // Aborts every unfinished sequence (the client went away); events stop coming.
