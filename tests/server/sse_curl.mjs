@@ -7,7 +7,8 @@ import { check, equal, startServer, main, postJson } from "./lib.mjs";
 await main("sse_curl", async () => {
   const srv = await startServer(["--exact"]);
   try {
-    const body = { prompt: [7, 8, 9], max_tokens: 10, temperature: 0.9, seed: 5, stream: true, ignore_eos: true };
+    const body = { prompt: [7, 8, 9], max_tokens: 10, temperature: 0.9, seed: 5, stream: true, ignore_eos: true,
+      return_token_ids: true };
     const out = execFileSync("curl", ["-sS", "-N", "-D", "-", "-H", "Content-Type: application/json",
       "-d", JSON.stringify(body), srv.url + "/v1/completions"], { timeout: 30000 }).toString();
     const [head, ...rest] = out.split("\r\n\r\n");
@@ -20,6 +21,8 @@ await main("sse_curl", async () => {
     const tokens = events.slice(0, -1).flatMap((e) => JSON.parse(e.slice(6)).choices.flatMap((c) => c.token_ids));
     const plain = await postJson(srv.url + "/v1/completions", { ...body, stream: false });
     equal(tokens, plain.json.choices[0].token_ids, "streamed tokens equal the non-streamed response");
+    const text = events.slice(0, -1).map((e) => JSON.parse(e.slice(6)).choices.map((c) => c.text).join("")).join("");
+    equal(text, plain.json.choices[0].text, "streamed text pieces add up to the non-streamed text");
     equal(events.length - 1, 10, "one event per generated token");
   } finally {
     await srv.stop();
