@@ -9,7 +9,7 @@ namespace parity::cache {
 
 ModelCache::ModelCache(const ModelCacheSpec& spec, const ModelCacheOptions& opt) : spec_(spec), opt_(opt) {
   validate(opt_.mamba);
-  if (spec.num_mamba_layers > 0)
+  if (spec.num_mamba_layers > 0 && !spec.state_on_device)
     mamba_ = std::make_unique<MambaStateCache>(spec.mamba, spec.num_mamba_layers, opt.mamba);
   if (spec.num_attention_layers > 0) {
     if (opt.kv_num_blocks < 1) throw Error("the model has attention layers: its KV cache needs at least one block");

@@ -21,6 +21,9 @@ struct ModelCacheSpec {
   int num_kv_heads = 0;
   int head_dim = 0;
   int chunk_size = 256;  // the Mamba chunk size (plain mode's SSD grid)
+  // The model keeps its Mamba state in its own (device) memory: the cache then holds only slots,
+  // positions and KV blocks, and backend_state() carries the device buffers.
+  bool state_on_device = false;
 };
 
 struct ModelCacheOptions {
@@ -51,13 +54,16 @@ class ModelCache {
   int64_t position(int slot) const { return pos_[static_cast<std::size_t>(slot)]; }
   void set_position(int slot, int64_t p);
 
-  MambaStateCache* mamba() { return mamba_.get(); }  // null without Mamba layers
+  MambaStateCache* mamba() { return mamba_.get(); }  // null without Mamba layers or with state_on_device
+  // A backend's per-cache state (the CUDA backend's device buffers), freed with the cache.
+  std::shared_ptr<void>& backend_state() { return backend_state_; }
   KvCache* kv() { return kv_.get(); }                // null without attention layers
   const KvCache* kv() const { return kv_.get(); }
 
  private:
   ModelCacheSpec spec_;
   ModelCacheOptions opt_;
+  std::shared_ptr<void> backend_state_;
   std::unique_ptr<MambaStateCache> mamba_;
   std::unique_ptr<KvCache> kv_;
   std::vector<uint8_t> used_;

@@ -24,13 +24,13 @@ std::string Numerics::describe() const {
 }
 
 Numerics resolve_numerics(bool exact, std::optional<DType> ssm_dtype, std::optional<int> exact_cell,
-                          StaggerChoice stagger, int chunk_size) {
+                          StaggerChoice stagger, int chunk_size, int default_cell) {
   Numerics n;
   n.exact = exact;
   n.ssm_dtype = ssm_dtype.value_or(exact ? DType::F32 : DType::BF16);
   if (n.ssm_dtype != DType::F32 && n.ssm_dtype != DType::BF16)
     throw Error("--mamba-ssm-cache-dtype must be float32 or bfloat16");
-  const int cell = exact_cell.value_or(kernels::kDefaultExactCell);
+  const int cell = exact_cell.value_or(default_cell);
   validate_exact_cell(cell);
   n.grid.cell = cell;
   n.grid.stagger = stagger == StaggerChoice::Spread || (stagger == StaggerChoice::Auto && cell != chunk_size);

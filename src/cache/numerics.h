@@ -28,8 +28,9 @@ struct Numerics {
 // What the flags ask for; empty fields take the defaults: bfloat16 in plain mode (vLLM's), float32
 // in exact mode, the backend's default cell, the stagger by StaggerChoice::Auto. Throws
 // parity::Error naming the flag for a cell that is not a power of two in [1, 4096].
+// default_cell is the backend's measured best cell (model::Model::default_exact_cell()).
 Numerics resolve_numerics(bool exact, std::optional<DType> ssm_dtype, std::optional<int> exact_cell,
-                          StaggerChoice stagger, int chunk_size);
+                          StaggerChoice stagger, int chunk_size, int default_cell = kernels::kDefaultExactCell);
 
 StaggerChoice parse_stagger(const std::string& s);  // auto | none | spread, else parity::Error
 

@@ -97,7 +97,7 @@ std::vector<ScenarioResult> run_exactness_gate(const model::Model& m, const Gate
   for (model::ScanMode mode : opt.modes) {
     if (mode == model::ScanMode::Exact) {
       for (DType d : opt.exact_dtypes)
-        configs.push_back(cache::resolve_numerics(true, d, opt.exact_grid, opt.stagger, cs));
+        configs.push_back(cache::resolve_numerics(true, d, opt.exact_grid, opt.stagger, cs, m.default_exact_cell()));
     } else {
       configs.push_back(cache::resolve_numerics(false, std::nullopt, std::nullopt, opt.stagger, cs));
     }
@@ -134,6 +134,13 @@ std::vector<ScenarioResult> run_exactness_gate(const model::Model& m, const Gate
       res.mode = mode;
       res.numerics = num;
       kernels::set_num_threads(1);
+      if ((s == "threads-2" || s == "isa") && std::string(m.device()) != "cpu") {
+        // CPU thread counts and instruction sets do not reach a model on another device.
+        res.not_run = std::string("CPU kernels only; the model runs on ") + m.device();
+        results.push_back(res);
+        ++done;
+        continue;
+      }
       if (s == "decode") {
         compare(decode_run(1), ref, V, cs, P - 1, res);
       } else if (s == "threads-2") {

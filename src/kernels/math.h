@@ -7,6 +7,13 @@
 #include <cstdint>
 #include <cstring>
 
+// The same sequences run in CUDA kernels (src/kernels_cuda), so a GPU exp is the CPU's exp.
+#if defined(__CUDACC__)
+#define PARITY_HD __host__ __device__
+#else
+#define PARITY_HD
+#endif
+
 namespace parity::kernels {
 
 namespace mathc {
@@ -23,25 +30,25 @@ inline constexpr float kL3 = 1.0f / 3, kL5 = 1.0f / 5, kL7 = 1.0f / 7, kL9 = 1.0
 inline constexpr float kSqrtHalf = 0.70710678118654752f;
 }  // namespace mathc
 
-inline float bits_to_float(uint32_t u) {
+PARITY_HD inline float bits_to_float(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
 }
-inline uint32_t float_to_bits(float f) {
+PARITY_HD inline uint32_t float_to_bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
 }
 
 // 2^n for integer n in [-252, 254], as a product of two normal powers so subnormal results round once.
-inline float exp2i_scale(float p, int n) {
+PARITY_HD inline float exp2i_scale(float p, int n) {
   int n1 = n / 2;
   int n2 = n - n1;
   return p * bits_to_float(static_cast<uint32_t>(n1 + 127) << 23) * bits_to_float(static_cast<uint32_t>(n2 + 127) << 23);
 }
 
-inline float exp_f(float x) {
+PARITY_HD inline float exp_f(float x) {
   using namespace mathc;
   if (!(x == x)) return x;  // NaN
   if (x > kExpMax) return INFINITY;
@@ -61,7 +68,7 @@ inline float exp_f(float x) {
 }
 
 // Natural log for finite v > 0 (callers guarantee it).
-inline float log_f(float v) {
+PARITY_HD inline float log_f(float v) {
   using namespace mathc;
   uint32_t u = float_to_bits(v);
   int e;
@@ -91,17 +98,17 @@ inline float log_f(float v) {
 }
 
 // log(1 + y) for y >= 0 (finite), with the classic correction for the rounding of 1 + y.
-inline float log1p_f(float y) {
+PARITY_HD inline float log1p_f(float y) {
   float u = 1.0f + y;
   if (u == 1.0f) return y;
   return log_f(u) - ((u - 1.0f) - y) / u;
 }
 
 // softplus with PyTorch's threshold 20 (F.softplus default, as HF and vLLM use).
-inline float softplus_f(float x) { return x > 20.0f ? x : log1p_f(exp_f(x)); }
+PARITY_HD inline float softplus_f(float x) { return x > 20.0f ? x : log1p_f(exp_f(x)); }
 
-inline float sigmoid_f(float x) { return 1.0f / (1.0f + exp_f(-x)); }
+PARITY_HD inline float sigmoid_f(float x) { return 1.0f / (1.0f + exp_f(-x)); }
 
-inline float silu_f(float x) { return x / (1.0f + exp_f(-x)); }
+PARITY_HD inline float silu_f(float x) { return x / (1.0f + exp_f(-x)); }
 
 }  // namespace parity::kernels

@@ -22,7 +22,7 @@ std::unique_ptr<Model> load_model(const Checkpoint& ck, const ModelOptions& opts
 
 cache::Numerics default_numerics(const Model& m, ScanMode mode) {
   return cache::resolve_numerics(mode == ScanMode::Exact, std::nullopt, std::nullopt, cache::StaggerChoice::Auto,
-                                 m.chunk_size());
+                                 m.chunk_size(), m.default_exact_cell());
 }
 
 std::vector<float> score_all_rows(const Model& m, const std::vector<int32_t>& tokens, ScanMode mode,

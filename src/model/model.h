@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cache/model_cache.h"
+#include "kernels/exact_grid.h"
 #include "model/checkpoint.h"
 #include "model/forward_batch.h"
 #include "model/model_options.h"
@@ -33,6 +34,10 @@ class Model {
                        ProbeHooks* hooks = nullptr) const = 0;
 
   int chunk_size() const { return cache_spec().chunk_size; }
+  // Exact mode's cell when none is asked for: each backend's measured best (DESIGN.md rule 6).
+  virtual int default_exact_cell() const { return kernels::kDefaultExactCell; }
+  // Where the forward runs: "cpu", or "cuda" for the GPU backend (src/backend_cuda).
+  virtual const char* device() const { return "cpu"; }
 };
 
 std::vector<std::string> supported_architectures();

@@ -8,6 +8,7 @@
 
 #include "accuracy/additional_config.h"
 #include "frontends/cli/commands.h"
+#include "frontends/cli/device_flags.h"
 #include "frontends/cli/moe_routing_flag.h"
 #include "frontends/cli/numerics_flags.h"
 #include "frontends/cli/text_flags.h"
@@ -24,6 +25,7 @@ namespace parity::cli {
 
 Runner add_score(CLI::App& app) {
   struct Opts {
+    DeviceFlags dev;
     std::string model, tokens, out, additional, moe_routing;
     int threads = 0;
     NumericsFlags num;
@@ -32,6 +34,7 @@ Runner add_score(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("score", "Single-shot prefill over a token list; writes every row's logits");
   sub->add_option("model", o->model, "checkpoint folder or builtin:NAME")->required();
+  add_device_flags(sub, o->dev);
   auto* tk = sub->add_option("--tokens", o->tokens, "JSON file with an array of token ids, 1,2,3, or a .txt file (its text)");
   auto* tx = sub->add_option("--text", o->text, "the text to score (the model's tokenizer encodes it)");
   tk->excludes(tx);
@@ -48,14 +51,14 @@ Runner add_score(CLI::App& app) {
     const nlohmann::json additional =
         o->additional.empty() ? nlohmann::json::object() : accuracy::parse_additional_config(o->additional);
     accuracy::replacement_config_from_json(additional);  // a bad config fails before the model loads
-    auto model = model::load_model(model::open_checkpoint(o->model), model_options(o->moe_routing));
+    auto model = o->dev.load(o->model, model_options(o->moe_routing));
     // The scored stream is one request without an id (rows report request 0): prefix matching
     // of its tokens picks the reference prompt.
     auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);
     if (replacement) replacement->replacer().register_request(0, tokens);
     const int n = static_cast<int>(tokens.size());
     const int V = model->vocab_size();
-    const cache::Numerics numerics = o->num.resolve(model->chunk_size());
+    const cache::Numerics numerics = o->num.resolve(model->chunk_size(), model->default_exact_cell());
     std::vector<float> logits =
         model::score_all_rows(*model, tokens, numerics, replacement ? &replacement->hooks() : nullptr);
     if (replacement) std::fprintf(stderr, "%s\n", replacement->describe().c_str());

@@ -12,6 +12,7 @@
 #include "accuracy/validation_report.h"
 #include "common/error.h"
 #include "frontends/cli/commands.h"
+#include "frontends/cli/device_flags.h"
 #include "frontends/cli/moe_routing_flag.h"
 #include "frontends/cli/numerics_flags.h"
 #include "io/json_file.h"
@@ -23,6 +24,7 @@ namespace parity::cli {
 
 Runner add_validate(CLI::App& app) {
   struct Opts {
+    DeviceFlags dev;
     std::string model, reference, tol_map, json_out, additional, moe_routing;
     int prompt_index = -1, max_tokens = 0, threads = 0, max_batched = 2048;
     NumericsFlags num;
@@ -31,6 +33,7 @@ Runner add_validate(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("validate", "Teacher-forced logit validation against reference logits");
   sub->add_option("model", o->model, "checkpoint folder or builtin:NAME")->required();
+  add_device_flags(sub, o->dev);
   sub->add_option("--reference", o->reference, "captures file with lm_head rows and prompt_token_ids per prompt")
       ->required();
   sub->add_option("--prompt-index", o->prompt_index, "validate only this prompt (default: all)")
@@ -64,13 +67,13 @@ Runner add_validate(CLI::App& app) {
     const accuracy::Captures ref_file = accuracy::read_captures(o->reference);
     const auto refs = accuracy::logit_reference_from_captures(ref_file);
 
-    auto model = model::load_model(model::open_checkpoint(o->model), model_options(o->moe_routing));
+    auto model = o->dev.load(o->model, model_options(o->moe_routing));
     auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);
     opt.replacement = replacement.get();
     const accuracy::ValidationReport rep = accuracy::validate_logits(*model, refs, opt);
     // A reference made by parity with another numerics identity cannot match bit for bit.
     const std::string numerics =
-        cache::numerics_difference(o->num.resolve(model->chunk_size()).metadata(), ref_file.metadata);
+        cache::numerics_difference(o->num.resolve(model->chunk_size(), model->default_exact_cell()).metadata(), ref_file.metadata);
     if (!numerics.empty())
       std::printf("note: this run and the reference were made with different numerics: %s\n", numerics.c_str());
     if (!o->json_out.empty()) {
@@ -78,7 +81,7 @@ Runner add_validate(CLI::App& app) {
       j["model"] = model->origin();
       j["reference"] = o->reference;
       j["mode"] = o->num.exact ? "exact" : "plain";
-      j["numerics"] = o->num.resolve(model->chunk_size()).metadata();
+      j["numerics"] = o->num.resolve(model->chunk_size(), model->default_exact_cell()).metadata();
       if (!numerics.empty()) j["numerics_difference"] = numerics;
       std::ofstream f(o->json_out);
       f << j.dump(2) << "\n";

@@ -35,10 +35,10 @@ void NumericsFlags::check() const {
   if (exact_grid != -1) cache::validate_exact_cell(exact_grid);
 }
 
-cache::Numerics NumericsFlags::resolve(int chunk_size) const {
+cache::Numerics NumericsFlags::resolve(int chunk_size, int default_cell) const {
   return cache::resolve_numerics(exact, cache_dtype_of(cache_dtype),
                                  exact_grid != -1 ? std::optional<int>(exact_grid) : std::nullopt,
-                                 cache::parse_stagger(stagger), chunk_size);
+                                 cache::parse_stagger(stagger), chunk_size, default_cell);
 }
 
 void NumericsFlags::apply(engine::EngineConfig& cfg) const {

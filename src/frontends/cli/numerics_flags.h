@@ -22,7 +22,7 @@ struct NumericsFlags {
 
   // Checks what can be checked before a model is loaded (dtype, grid, stagger names).
   void check() const;
-  cache::Numerics resolve(int chunk_size) const;
+  cache::Numerics resolve(int chunk_size, int default_cell = kernels::kDefaultExactCell) const;
   void apply(engine::EngineConfig& cfg) const;  // mode, dtype, grid, stagger
 };
 
