@@ -127,6 +127,17 @@ io::Mamba2Config builtin_config(const std::string& name) {
     c.expand = 2;
     c.intermediate_size = 1536;
     c.chunk_size = 256;
+  } else if (name == "mamba2-2.7b") {
+    // state-spaces/mamba2-2.7b's shape (random weights): the GPU benchmarks' real-size model.
+    c.vocab_size = 50288;
+    c.hidden_size = 2560;
+    c.num_hidden_layers = 64;
+    c.num_heads = 80;
+    c.head_dim = 64;
+    c.state_size = 128;
+    c.expand = 2;
+    c.intermediate_size = 5120;
+    c.chunk_size = 256;
   } else {
     std::string all;
     for (auto& n : builtin_names()) all += (all.empty() ? "" : ", ") + n;
@@ -143,7 +154,7 @@ uint64_t seed_of(const std::string& name) {
 
 }  // namespace
 
-std::vector<std::string> builtin_names() { return {"tiny", "tiny-g2", "tiny-hybrid", "granite-h-bench", "mamba2-130m"}; }
+std::vector<std::string> builtin_names() { return {"tiny", "tiny-g2", "tiny-hybrid", "granite-h-bench", "mamba2-130m", "mamba2-2.7b"}; }
 
 namespace {
 

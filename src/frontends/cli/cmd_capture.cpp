@@ -11,6 +11,7 @@
 #include "accuracy/module_pattern.h"
 #include "common/error.h"
 #include "frontends/cli/commands.h"
+#include "frontends/cli/device_flags.h"
 #include "frontends/cli/moe_routing_flag.h"
 #include "frontends/cli/numerics_flags.h"
 #include "frontends/cli/text_flags.h"
@@ -24,6 +25,7 @@ namespace parity::cli {
 
 Runner add_capture(CLI::App& app) {
   struct Opts {
+    DeviceFlags dev;
     std::string model, out, layout = "flat", additional, moe_routing;
     std::vector<std::string> prompts, forced, modules, prompt_texts, forced_texts;
     int max_tokens = 0, threads = 0, max_batched = 2048, max_seqs = 8;
@@ -33,6 +35,7 @@ Runner add_capture(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("capture", "Capture named intermediate tensors of requests run through the engine");
   sub->add_option("model", o->model, "checkpoint folder or builtin:NAME")->required();
+  add_device_flags(sub, o->dev);
   auto* p = sub->add_option("--prompt", o->prompts,
                             "prompt tokens: JSON file, 1,2,3 or a .txt file (repeat for several prompts)")
                 ->allow_extra_args(false);  // one list per --prompt, so a positional after it stays positional
@@ -84,7 +87,7 @@ Runner add_capture(CLI::App& app) {
     spec.engine.sched.max_num_seqs = o->max_seqs;
     spec.engine.preempt_at_step = o->preempt_at;
 
-    auto model = model::load_model(model::open_checkpoint(o->model), model_options(o->moe_routing));
+    auto model = o->dev.load(o->model, model_options(o->moe_routing));
     std::vector<std::string> names;
     for (const auto& p : model->probe_points()) names.push_back(p.name);
     spec.modules = accuracy::expand_module_patterns(o->modules, names);

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "engine/engine.h"
 #include "frontends/cli/commands.h"
+#include "frontends/cli/device_flags.h"
 #include "frontends/cli/moe_routing_flag.h"
 #include "frontends/cli/numerics_flags.h"
 #include "frontends/cli/text_flags.h"
@@ -22,6 +23,7 @@ namespace parity::cli {
 
 Runner add_generate(CLI::App& app) {
   struct Opts {
+    DeviceFlags dev;
     std::string model, prompt, forced, dump, additional, moe_routing;
     int max_tokens = 0, threads = 0, max_batched = 2048, max_seqs = 8, top_k = 0, logprobs = 0;
     int64_t preempt_at = -1, max_model_len = 1 << 20;
@@ -35,6 +37,7 @@ Runner add_generate(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("generate", "Generate (or teacher-force) one request through the engine");
   sub->add_option("model", o->model, "checkpoint folder or builtin:NAME")->required();
+  add_device_flags(sub, o->dev);
   auto* p = sub->add_option("--prompt", o->prompt, "prompt tokens: JSON file, 1,2,3, or a .txt file (its text)");
   auto* pt = sub->add_option("--prompt-text", o->prompt_text, "prompt as text (the model's tokenizer encodes it)");
   p->excludes(pt);
@@ -91,7 +94,7 @@ Runner add_generate(CLI::App& app) {
         o->additional.empty() ? nlohmann::json::object() : accuracy::parse_additional_config(o->additional);
     accuracy::replacement_config_from_json(additional);
 
-    auto model = model::load_model(model::open_checkpoint(o->model), model_options(o->moe_routing));
+    auto model = o->dev.load(o->model, model_options(o->moe_routing));
     engine::Engine eng(*model, cfg);
     auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);
     if (replacement) replacement->attach(eng);

@@ -7,6 +7,7 @@
 
 #include "engine/exactness_gate.h"
 #include "frontends/cli/commands.h"
+#include "frontends/cli/device_flags.h"
 #include "frontends/cli/moe_routing_flag.h"
 #include "kernels/isa.h"
 #include "model/checkpoint.h"
@@ -16,6 +17,7 @@ namespace parity::cli {
 
 Runner add_verify(CLI::App& app) {
   struct Opts {
+    DeviceFlags dev;
     std::string model = "builtin:tiny";
     int prompt_len = 0, forced_len = 0;
     uint64_t seed = 1;
@@ -27,6 +29,7 @@ Runner add_verify(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "verify", "Compare engine logits under many schedules with single-shot prefill, exact and plain mode");
   sub->add_option("model", o->model, "checkpoint folder or builtin:NAME (default builtin:tiny)");
+  add_device_flags(sub, o->dev);
   sub->add_option("--prompt-len", o->prompt_len, "P (default 600 × chunk/256)")->check(CLI::Range(2, 1 << 20));
   sub->add_option("--forced-len", o->forced_len, "K (default 300 × chunk/256)")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--seed", o->seed, "token stream seed");
@@ -41,7 +44,7 @@ Runner add_verify(CLI::App& app) {
   return [o]() {
     const cache::StaggerChoice stagger = cache::parse_stagger(o->stagger);
     if (o->exact_grid != -1) cache::validate_exact_cell(o->exact_grid);
-    auto model = model::load_model(model::open_checkpoint(o->model), model_options(o->moe_routing));
+    auto model = o->dev.load(o->model, model_options(o->moe_routing));
     engine::GateOptions g;
     g.prompt_len = o->prompt_len;
     g.forced_len = o->forced_len;
@@ -62,8 +65,9 @@ Runner add_verify(CLI::App& app) {
       std::fflush(stderr);
     };
     auto results = engine::run_exactness_gate(*model, g, progress);
-    std::printf("model %s (%s), chunk %d, isa %s\n", model->origin().c_str(), model->architecture().c_str(),
-                model->chunk_size(), kernels::isa_name(kernels::detected_isa()));
+    std::printf("model %s (%s), chunk %d, device %s, isa %s\n", model->origin().c_str(),
+                model->architecture().c_str(), model->chunk_size(), model->device(),
+                kernels::isa_name(kernels::detected_isa()));
     for (const auto& r : results)
       if (r.scenario == results.front().scenario) std::printf("  %s\n", r.numerics.describe().c_str());
     std::fputs(engine::format_gate_table(results).c_str(), stdout);

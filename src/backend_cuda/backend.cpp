@@ -1,0 +1,30 @@
+#include "backend_cuda/backend.h"
+
+#include <cstdio>
+
+#include <cuda_runtime_api.h>
+
+#include "backend_cuda/cuda_mamba2_model.h"
+#include "kernels_cuda/ops.h"
+
+namespace parity::backend_cuda {
+
+bool built_with_cuda() { return true; }
+
+int device_count() { return cuda::device_count(); }
+
+std::string describe_device() {
+  if (cuda::device_count() == 0) return "no CUDA device is visible (no GPU or no driver)";
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) return "CUDA device 0 could not be queried";
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%.256s (sm_%d%d, %.1f GiB)", p.name, p.major, p.minor,
+                static_cast<double>(p.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+std::unique_ptr<model::Model> load_model(const model::Checkpoint& ck, const CudaModelOptions& opt) {
+  return CudaMamba2Model::load(ck, opt);
+}
+
+}  // namespace parity::backend_cuda

@@ -1,0 +1,27 @@
+#pragma once
+// The CUDA backend, as the frontends see it: whether it is here, and a Model that runs on the GPU.
+// Built when CMake finds nvcc (PARITY_CUDA=AUTO|ON|OFF); without it every entry point says so.
+#include <memory>
+#include <string>
+
+#include "model/checkpoint.h"
+#include "model/model.h"
+
+namespace parity::backend_cuda {
+
+struct CudaModelOptions {
+  // false: bf16 GEMM inputs on tensor cores (DESIGN.md rule 5); true: an fp32 FMA GEMM for
+  // accuracy work (`--dtype float32`). Norms, conv, scan and state are fp32 either way.
+  bool fp32 = false;
+};
+
+bool built_with_cuda();
+int device_count();  // 0 without a usable GPU (or when built without CUDA)
+// "NVIDIA H200 (sm_90, 139.8 GiB)" or why there is none.
+std::string describe_device();
+
+// Mamba2ForCausalLM on GPU 0; throws parity::Error naming the problem (no CUDA build, no device,
+// an architecture the backend does not run yet, a bad tensor).
+std::unique_ptr<model::Model> load_model(const model::Checkpoint& ck, const CudaModelOptions& opt = {});
+
+}  // namespace parity::backend_cuda

@@ -1,0 +1,234 @@
+#include "backend_cuda/cuda_mamba2_model.h"
+
+#include <cstring>
+#include <string>
+
+#include "backend_cuda/device_state.h"
+#include "kernels_cuda/pass_plan.h"
+#include "common/error.h"
+#include "kernels/math.h"
+#include "model/weight_loading.h"
+
+namespace parity::backend_cuda {
+namespace {
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> o(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) o[i] = f32_to_bf16(v[i]);
+  return o;
+}
+
+void upload_f32(cuda::DeviceBuffer<float>& d, const std::vector<float>& v) {
+  if (!v.empty()) d.upload(v);
+}
+
+// A GEMM weight [rows][k] in the form the run computes with: bf16 for tensor cores (zero rows up to
+// a whole 16-row strip, for the few-rows kernel), or fp32.
+void upload_weight(bool fp32, const std::vector<float>& w, int64_t rows, cuda::DeviceBuffer<uint16_t>& b16,
+                   cuda::DeviceBuffer<float>& f32) {
+  if (fp32) {
+    f32.upload(w);
+    return;
+  }
+  std::vector<uint16_t> b = to_bf16(w);
+  b.resize(static_cast<std::size_t>(cuda::padded_rows(static_cast<int>(rows))) * (w.size() / rows), 0);
+  b16.upload(b);
+}
+
+}  // namespace
+
+std::unique_ptr<CudaMamba2Model> CudaMamba2Model::load(const model::Checkpoint& ck, const CudaModelOptions& opt) {
+  const std::string arch = io::architecture_of(ck.config);
+  if (arch != "Mamba2ForCausalLM")
+    throw Error(ck.origin + ": the CUDA backend runs Mamba2ForCausalLM; '" + arch + "' runs with --device cpu");
+  if (cuda::device_count() == 0) throw Error("--device cuda: " + describe_device());
+  auto m = std::unique_ptr<CudaMamba2Model>(new CudaMamba2Model());
+  const io::Mamba2Config c = io::parse_mamba2_config(ck.config);
+  m->cfg_ = c;
+  m->origin_ = ck.origin;
+  m->fp32_ = opt.fp32;
+  m->spec_.num_mamba_layers = c.num_hidden_layers;
+  m->spec_.mamba = c;
+  m->spec_.chunk_size = c.chunk_size;
+  m->spec_.state_on_device = true;
+  const int64_t D = c.hidden_size, I = c.intermediate_size, H = c.num_heads, V = c.vocab_size;
+  const int64_t conv = c.conv_dim(), proj = c.in_proj_dim(), K = c.conv_kernel;
+  if (I != H * c.head_dim) throw Error(ck.origin + ": intermediate_size must be heads × head_dim");
+
+  const std::string emb = ck.find("backbone.embeddings.weight") ? "backbone.embeddings.weight" : "backbone.embedding.weight";
+  const std::vector<float> E = model::widen(model::need_tensor(ck, emb, {V, D}));
+  if (opt.fp32) m->embed_f32_.upload(E);
+  else upload_weight(false, E, V, m->embed_bf16_, m->embed_f32_);
+  if (!c.tie_word_embeddings)
+    upload_weight(opt.fp32, model::widen(model::need_tensor(ck, "lm_head.weight", {V, D})), V, m->lm_head_bf16_,
+                  m->lm_head_f32_);
+  upload_f32(m->norm_f_, model::widen(model::need_tensor(ck, "backbone.norm_f.weight", {D})));
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string b = "backbone.layers." + std::to_string(l);
+    const std::string p = b + ".mixer.";
+    Layer L;
+    upload_f32(L.norm, model::widen(model::need_tensor(ck, b + ".norm.weight", {D})));
+    upload_weight(opt.fp32, model::widen(model::need_tensor(ck, p + "in_proj.weight", {proj, D})), proj, L.in_proj_bf16,
+                  L.in_proj_f32);
+    if (c.use_bias) upload_f32(L.in_proj_bias, model::widen(model::need_tensor(ck, p + "in_proj.bias", {proj})));
+    upload_f32(L.conv_w, model::widen(model::need_tensor(ck, p + "conv1d.weight", {conv, 1, K})));
+    if (c.use_conv_bias) upload_f32(L.conv_b, model::widen(model::need_tensor(ck, p + "conv1d.bias", {conv})));
+    upload_f32(L.dt_bias, model::widen(model::need_tensor(ck, p + "dt_bias", {H})));
+    std::vector<float> A = model::widen(model::need_tensor(ck, p + "A_log", {H}));
+    for (float& a : A) a = -kernels::exp_f(a);  // as the CPU model: A = -exp(A_log)
+    upload_f32(L.A, A);
+    upload_f32(L.D, model::widen(model::need_tensor(ck, p + "D", {H})));
+    upload_f32(L.gate_norm, model::widen(model::need_tensor(ck, p + "norm.weight", {I})));
+    upload_weight(opt.fp32, model::widen(model::need_tensor(ck, p + "out_proj.weight", {D, I})), D, L.out_proj_bf16,
+                  L.out_proj_f32);
+    if (c.use_bias) upload_f32(L.out_proj_bias, model::widen(model::need_tensor(ck, p + "out_proj.bias", {D})));
+    m->layers_.push_back(std::move(L));
+    m->names_.push_back({p + "in_proj", p + "conv1d", p + "dt", p + "norm", b + ".mixer", b});
+  }
+  m->scratch_ = std::make_unique<Scratch>();
+  return m;
+}
+
+std::vector<model::ProbePoint> CudaMamba2Model::probe_points() const {
+  std::vector<model::ProbePoint> p;
+  p.push_back({"backbone.embeddings", cfg_.hidden_size, "token embeddings"});
+  for (const Names& n : names_) {
+    p.push_back({n.in_proj, cfg_.in_proj_dim(), "in_proj output [z | xBC | dt]"});
+    p.push_back({n.conv1d, cfg_.conv_dim(), "causal conv1d output over xBC, before SiLU"});
+    p.push_back({n.dt, cfg_.num_heads, "raw dt (before dt_bias, softplus and clamp)"});
+    p.push_back({n.norm, cfg_.intermediate_size, "gated RMSNorm output"});
+    p.push_back({n.mixer, cfg_.hidden_size, "mixer output (out_proj)"});
+    p.push_back({n.block, cfg_.hidden_size, "block output (residual stream)"});
+  }
+  p.push_back({"backbone.norm_f", cfg_.hidden_size, "final RMSNorm output"});
+  p.push_back({"lm_head", cfg_.vocab_size, "logits"});
+  return p;
+}
+
+void CudaMamba2Model::forward(const model::ForwardBatch& b, cache::ModelCache& mc, model::ScanMode mode, float* logits,
+                              model::ProbeHooks* hooks) const {
+  model::validate_batch(*this, b, mc, mode);
+  const cache::MambaCacheOptions& mo = mc.options().mamba;
+  cuda::ScanGrid grid;
+  grid.exact = mode == model::ScanMode::Exact;
+  grid.cell = grid.exact ? mo.grid.cell : kCudaPlainCell;
+  grid.stagger = grid.exact && mo.grid.stagger;
+  if (grid.exact && grid.cell > cuda::kMaxCell)
+    throw Error("--exact-grid " + std::to_string(grid.cell) + ": the CUDA backend runs exact grids of 1.." +
+                std::to_string(cuda::kMaxCell) + " rows");
+  DeviceState& ds = device_state_of(mc, cfg_, grid.exact ? grid.cell : 0);
+  Scratch& sc = *scratch_;
+  cudaStream_t st = nullptr;
+
+  const int T = static_cast<int>(b.tokens.size());
+  const int R = static_cast<int>(b.logit_rows.size());
+  const int D = cfg_.hidden_size, I = cfg_.intermediate_size, H = cfg_.num_heads, V = cfg_.vocab_size;
+  const int conv = cfg_.conv_dim(), proj = cfg_.in_proj_dim(), K = cfg_.conv_kernel;
+  const float eps = static_cast<float>(cfg_.layer_norm_epsilon);
+
+  std::vector<cuda::SeqSpan> spans;
+  for (const auto& q : b.seqs) spans.push_back({q.slot, q.start, q.n});
+  const cuda::PassPlan plan(spans, grid, b.tokens, b.logit_rows);
+  const cuda::PassSeqs ps = plan.upload(sc.ints, sc.starts);
+  const int32_t* di = sc.ints.data();
+  const std::size_t o_logit = plan.extra_offset();
+  if (plan.num_new_slots() > 0) ds.zero_slots(di + plan.new_slots_offset(), plan.num_new_slots(), st);
+
+  const std::size_t TD = static_cast<std::size_t>(T) * D;
+  sc.resid.resize(TD);
+  sc.normed.resize(TD);
+  sc.out.resize(TD);
+  sc.zx.resize(static_cast<std::size_t>(T) * proj);
+  sc.xbc.resize(static_cast<std::size_t>(T) * conv);
+  sc.dt.resize(static_cast<std::size_t>(T) * H);
+  sc.decay.resize(static_cast<std::size_t>(T) * H);
+  sc.y.resize(static_cast<std::size_t>(T) * I);
+  sc.g.resize(static_cast<std::size_t>(T) * I);
+
+  const model::ProbeRows meta = model::probe_rows(b, hooks);
+  // A probed tensor goes to the host, through the hook, and back (a replacement may change it).
+  auto probe = [&](const std::string& name, float* dev, int rows, int cols, int ld) {
+    if (!hooks || !hooks->wants(name)) return;
+    std::vector<float> h(static_cast<std::size_t>(rows) * cols);
+    cuda::cuda_check(cudaMemcpy2D(h.data(), cols * 4, dev, static_cast<std::size_t>(ld) * 4, cols * 4, rows,
+                                  cudaMemcpyDeviceToHost),
+                     "probe copy");
+    hooks->visit(name, h.data(), rows, cols, meta);
+    cuda::cuda_check(cudaMemcpy2D(dev, static_cast<std::size_t>(ld) * 4, h.data(), cols * 4, cols * 4, rows,
+                                  cudaMemcpyHostToDevice),
+                     "probe copy back");
+  };
+  auto gemm = [&](const float* A, int M, int Kd, const cuda::DeviceBuffer<uint16_t>& wb,
+                  const cuda::DeviceBuffer<float>& wf, int N, const cuda::DeviceBuffer<float>& bias, float* C) {
+    const float* bp = bias.size() ? bias.data() : nullptr;
+    if (fp32_) cuda::gemm(A, M, Kd, Kd, wf.data(), cuda::WeightType::F32, N, bp, C, N, st);
+    else cuda::gemm(A, M, Kd, Kd, wb.data(), cuda::WeightType::BF16, N, bp, C, N, st, cuda::padded_rows(N));
+  };
+
+  if (fp32_) cuda::gather_rows(embed_f32_.data(), D, di, T, D, sc.resid.data(), st);
+  else cuda::embed_bf16(embed_bf16_.data(), di, T, D, sc.resid.data(), st);
+  probe("backbone.embeddings", sc.resid.data(), T, D, D);
+
+  const cuda::SsdShape sh{H, cfg_.head_dim, cfg_.state_size, cfg_.n_groups};
+  const float lo = static_cast<float>(cfg_.time_step_min_limit), hi = static_cast<float>(cfg_.time_step_max_limit);
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const Layer& L = layers_[l];
+    const Names& nm = names_[l];
+    cuda::rmsnorm(sc.resid.data(), T, D, L.norm.data(), eps, sc.normed.data(), st);
+    gemm(sc.normed.data(), T, D, L.in_proj_bf16, L.in_proj_f32, proj, L.in_proj_bias, sc.zx.data());
+    probe(nm.in_proj, sc.zx.data(), T, proj, proj);
+    probe(nm.dt, sc.zx.data() + I + conv, T, H, proj);
+    const bool probe_conv = hooks && hooks->wants(nm.conv1d);
+    cuda::conv1d(sc.zx.data() + I, proj, conv, L.conv_w.data(), L.conv_b.size() ? L.conv_b.data() : nullptr, K,
+                 ds.conv_state(l), ps, !probe_conv, sc.xbc.data(), st);
+    if (probe_conv) {
+      probe(nm.conv1d, sc.xbc.data(), T, conv, conv);
+      cuda::silu_inplace(sc.xbc.data(), static_cast<std::size_t>(T) * conv, st);
+    }
+    cuda::ssd_dt(sc.zx.data() + I + conv, proj, T, H, L.dt_bias.data(), lo, hi, sc.dt.data(), st);
+    cuda::ssd_scan(sh, grid, ps, sc.xbc.data(), conv, sc.dt.data(), L.A.data(), L.D.data(), ds.ssd(l), sc.decay.data(),
+                   sc.y.data(), st);
+    cuda::gated_rmsnorm(sc.y.data(), sc.zx.data(), proj, T, I, I / cfg_.n_groups, L.gate_norm.data(), eps,
+                        cfg_.norm_before_gate, sc.g.data(), st);
+    probe(nm.norm, sc.g.data(), T, I, I);
+    gemm(sc.g.data(), T, I, L.out_proj_bf16, L.out_proj_f32, D, L.out_proj_bias, sc.out.data());
+    probe(nm.mixer, sc.out.data(), T, D, D);
+    cuda::add_inplace(sc.resid.data(), sc.out.data(), TD, st);
+    probe(nm.block, sc.resid.data(), T, D, D);
+  }
+  for (const auto& q : b.seqs) mc.set_position(q.slot, q.start + q.n);
+
+  const bool tied = cfg_.tie_word_embeddings;
+  const cuda::DeviceBuffer<uint16_t>& hb = tied ? embed_bf16_ : lm_head_bf16_;
+  const cuda::DeviceBuffer<float>& hf = tied ? embed_f32_ : lm_head_f32_;
+  const cuda::DeviceBuffer<float> no_bias;
+  const bool probe_head = hooks && (hooks->wants("backbone.norm_f") || hooks->wants("lm_head"));
+  if (probe_head) {
+    // Every row through the head (row-wise norm, M-invariant GEMM: the same bits per row).
+    sc.head.resize(TD);
+    sc.logits.resize(static_cast<std::size_t>(T) * V);
+    cuda::rmsnorm(sc.resid.data(), T, D, norm_f_.data(), eps, sc.head.data(), st);
+    probe("backbone.norm_f", sc.head.data(), T, D, D);
+    gemm(sc.head.data(), T, D, hb, hf, V, no_bias, sc.logits.data());
+    probe("lm_head", sc.logits.data(), T, V, V);
+    if (R == 0) return;
+    sc.out.resize(static_cast<std::size_t>(R) * V);
+    cuda::gather_rows(sc.logits.data(), V, di + o_logit, R, V, sc.out.data(), st);
+    cuda::cuda_check(cudaMemcpy(logits, sc.out.data(), static_cast<std::size_t>(R) * V * 4, cudaMemcpyDeviceToHost),
+                     "logits to host");
+    return;
+  }
+  if (R == 0) {
+    cuda::cuda_check(cudaStreamSynchronize(st), "forward");
+    return;
+  }
+  sc.head.resize(static_cast<std::size_t>(R) * D);
+  sc.logits.resize(static_cast<std::size_t>(R) * V);
+  cuda::gather_rows(sc.resid.data(), D, di + o_logit, R, D, sc.head.data(), st);
+  cuda::rmsnorm(sc.head.data(), R, D, norm_f_.data(), eps, sc.head.data(), st);
+  gemm(sc.head.data(), R, D, hb, hf, V, no_bias, sc.logits.data());
+  cuda::cuda_check(cudaMemcpy(logits, sc.logits.data(), static_cast<std::size_t>(R) * V * 4, cudaMemcpyDeviceToHost),
+                   "logits to host");
+}
+
+}  // namespace parity::backend_cuda

@@ -1,0 +1,73 @@
+#include "backend_cuda/device_state.h"
+
+#include <memory>
+#include <string>
+
+#include "common/error.h"
+
+namespace parity::backend_cuda {
+
+DeviceState DeviceState::make(const io::Mamba2Config& c, int layers, const cache::ModelCacheOptions& opt, int cell) {
+  DeviceState d;
+  d.layers = layers;
+  d.slots = opt.mamba.num_slots;
+  d.exact = opt.mamba.exact;
+  d.bf16 = opt.mamba.ssm_dtype == DType::BF16;
+  d.cell = cell;
+  const std::size_t H = c.num_heads, P = c.head_dim, N = c.state_size, G = c.n_groups;
+  d.conv_per_slot = static_cast<std::size_t>(c.conv_kernel - 1) * c.conv_dim();
+  d.ssm_per_slot = H * P * N;
+  const std::size_t LS = static_cast<std::size_t>(layers) * d.slots;
+  d.conv = cuda::DeviceBuffer<float>(LS * d.conv_per_slot);
+  if (d.bf16) d.ssm_bf16 = cuda::DeviceBuffer<uint16_t>(LS * d.ssm_per_slot);
+  else d.ssm_f32 = cuda::DeviceBuffer<float>(LS * d.ssm_per_slot);
+  if (d.exact) {
+    d.ringx_per_slot = H * cell * P;
+    d.ringdt_per_slot = H * cell;
+    d.ringb_per_slot = G * cell * N;
+    d.ring_x = cuda::DeviceBuffer<float>(LS * d.ringx_per_slot);
+    d.ring_dt = cuda::DeviceBuffer<float>(LS * d.ringdt_per_slot);
+    d.ring_B = cuda::DeviceBuffer<float>(LS * d.ringb_per_slot);
+  }
+  return d;
+}
+
+cuda::SsdState DeviceState::ssd(int layer) {
+  const std::size_t l = static_cast<std::size_t>(layer) * slots;
+  cuda::SsdState s;
+  if (bf16) s.state_bf16 = ssm_bf16.data() + l * ssm_per_slot;
+  else s.state_f32 = ssm_f32.data() + l * ssm_per_slot;
+  if (exact) {
+    s.ring_x = ring_x.data() + l * ringx_per_slot;
+    s.ring_dt = ring_dt.data() + l * ringdt_per_slot;
+    s.ring_B = ring_B.data() + l * ringb_per_slot;
+  }
+  return s;
+}
+
+void DeviceState::zero_slots(const int32_t* slots_dev, int n, cudaStream_t s) {
+  const std::size_t conv_b = conv_per_slot * sizeof(float);
+  cuda::zero_slot_slices(conv.data(), conv_b, conv_b * slots, layers, slots_dev, n, s);
+  const std::size_t ssm_b = ssm_per_slot * (bf16 ? 2 : 4);
+  void* base = bf16 ? static_cast<void*>(ssm_bf16.data()) : static_cast<void*>(ssm_f32.data());
+  cuda::zero_slot_slices(base, ssm_b, ssm_b * slots, layers, slots_dev, n, s);
+}
+
+std::size_t DeviceState::bytes() const {
+  return conv.size() * 4 + ssm_f32.size() * 4 + ssm_bf16.size() * 2 + (ring_x.size() + ring_dt.size() + ring_B.size()) * 4;
+}
+
+DeviceState& device_state_of(cache::ModelCache& mc, const io::Mamba2Config& cfg, int cell) {
+  std::shared_ptr<void>& slot = mc.backend_state();
+  const cache::ModelCacheOptions& o = mc.options();
+  auto* have = static_cast<DeviceState*>(slot.get());
+  if (!have || have->slots != o.mamba.num_slots || have->exact != o.mamba.exact ||
+      have->bf16 != (o.mamba.ssm_dtype == DType::BF16) || have->cell != cell) {
+    auto d = std::make_shared<DeviceState>(DeviceState::make(cfg, mc.spec().num_mamba_layers, o, cell));
+    slot = d;
+    have = d.get();
+  }
+  return *have;
+}
+
+}  // namespace parity::backend_cuda

@@ -1,0 +1,160 @@
+// Batch-invariant GEMM: C[M][N] = A[M][K] · W[N][K]ᵀ (+ bias).
+//
+// Every output element accumulates over K in one order: 32-wide K tiles ascending, and within a
+// tile two 16-deep tensor-core steps (bf16) or 32 FMAs (fp32) ascending, into one fp32
+// accumulator; the bias is added once at the end. The tile an element lands in, M, and the
+// element's place in the tile change nothing in that sequence, so a row's bits are the same for
+// M = 1 and M = 4096 (DESIGN.md rule 3; tests/cuda_gemm_test.cu checks M = 1..4096).
+#include <mma.h>
+
+#include <cuda_bf16.h>
+
+#include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/ops.h"
+
+namespace parity::cuda {
+namespace {
+
+constexpr int kBM = 64, kBN = 64, kBK = 32, kThreads = 128;
+constexpr int kPad = 8;  // bf16 row padding: ldm stays a multiple of 8 and banks spread
+
+__global__ void __launch_bounds__(kThreads) gemm_bf16_kernel(const float* A, int M, int K, int lda,
+                                                             const __nv_bfloat16* W, int N, const float* bias,
+                                                             float* C, int ldc) {
+  using namespace nvcuda;
+  __shared__ __align__(32) __nv_bfloat16 As[kBM][kBK + kPad];
+  __shared__ __align__(32) __nv_bfloat16 Ws[kBN][kBK + kPad];
+  __shared__ __align__(32) float Cs[kBM][kBN + 4];
+  const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
+  const int warp = threadIdx.x / 32;
+  const int wm = (warp / 2) * 32, wn = (warp % 2) * 32;  // each warp: a 32×32 quarter
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+
+  for (int k0 = 0; k0 < K; k0 += kBK) {
+    // 64×32 elements of each operand, 16 per thread; zero outside the matrices.
+    for (int e = threadIdx.x; e < kBM * kBK; e += kThreads) {
+      const int r = e / kBK, c = e % kBK;
+      const int gm = m0 + r, gk = k0 + c;
+      As[r][c] = __float2bfloat16_rn(gm < M && gk < K ? A[static_cast<std::size_t>(gm) * lda + gk] : 0.0f);
+      const int gn = n0 + r;
+      Ws[r][c] = gn < N && gk < K ? W[static_cast<std::size_t>(gn) * K + gk] : __float2bfloat16_rn(0.0f);
+    }
+    __syncthreads();
+    for (int kk = 0; kk < kBK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a[2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b[2];
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(a[i], &As[wm + 16 * i][kk], kBK + kPad);
+      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(b[j], &Ws[wn + 16 * j][kk], kBK + kPad);
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j)
+      wmma::store_matrix_sync(&Cs[wm + 16 * i][wn + 16 * j], acc[i][j], kBN + 4, wmma::mem_row_major);
+  __syncthreads();
+  for (int e = threadIdx.x; e < kBM * kBN; e += kThreads) {
+    const int r = e / kBN, c = e % kBN;
+    const int gm = m0 + r, gn = n0 + c;
+    if (gm < M && gn < N) C[static_cast<std::size_t>(gm) * ldc + gn] = bias ? Cs[r][c] + bias[gn] : Cs[r][c];
+  }
+}
+
+// Few rows (decode): one 16-row tile, each warp a 16-column strip over the whole K, weights read
+// straight from global memory with the loads of several k-steps in flight. Each output element
+// is the same chain of 16-deep tensor-core steps in the same order as the tiled kernel above, so
+// switching kernels at M = 16 changes no bit (tests/cuda/cuda_gemm_test.cpp checks M = 1..4096).
+constexpr int kSkinnyWarps = 4, kSkinnyKC = 512;
+
+__global__ void __launch_bounds__(kSkinnyWarps * 32) gemm_bf16_skinny_kernel(const float* A, int M, int K, int lda,
+                                                                           const __nv_bfloat16* W, int N,
+                                                                           const float* bias, float* C, int ldc) {
+  using namespace nvcuda;
+  __shared__ __align__(32) __nv_bfloat16 As[16][kSkinnyKC + 16];
+  __shared__ __align__(32) float Cs[kSkinnyWarps][16][16 + 4];
+  const int warp = threadIdx.x / 32;
+  const int n0 = (blockIdx.x * kSkinnyWarps + warp) * 16;
+  const bool active = n0 < N;  // the whole warp: weights are padded to whole 16-row strips
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::fill_fragment(acc, 0.0f);
+  for (int k0 = 0; k0 < K; k0 += kSkinnyKC) {
+    const int kc = K - k0 < kSkinnyKC ? K - k0 : kSkinnyKC;
+    __syncthreads();
+    for (int e = threadIdx.x; e < 16 * kc; e += kSkinnyWarps * 32) {
+      const int r = e / kc, c = e % kc;
+      As[r][c] = __float2bfloat16_rn(r < M ? A[static_cast<std::size_t>(r) * lda + k0 + c] : 0.0f);
+    }
+    __syncthreads();
+    if (active) {
+      const __nv_bfloat16* wp = W + static_cast<std::size_t>(n0) * K + k0;
+#pragma unroll 8
+      for (int kk = 0; kk < kc; kk += 16) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+        wmma::load_matrix_sync(b, wp + kk, K);
+        wmma::load_matrix_sync(a, &As[0][kk], kSkinnyKC + 16);
+        wmma::mma_sync(acc, a, b, acc);
+      }
+    }
+  }
+  if (!active) return;
+  wmma::store_matrix_sync(&Cs[warp][0][0], acc, 16 + 4, wmma::mem_row_major);
+  __syncwarp();
+  for (int e = threadIdx.x % 32; e < 16 * 16; e += 32) {
+    const int r = e / 16, c = e % 16, gn = n0 + c;
+    if (r < M && gn < N) C[static_cast<std::size_t>(r) * ldc + gn] = bias ? Cs[warp][r][c] + bias[gn] : Cs[warp][r][c];
+  }
+}
+
+// The fp32 path for accuracy work: each thread owns a 4×4 block of outputs, one fmaf chain per
+// element over k ascending.
+__global__ void __launch_bounds__(256) gemm_f32_kernel(const float* A, int M, int K, int lda, const float* W, int N,
+                                                       const float* bias, float* C, int ldc) {
+  __shared__ float As[kBK][kBM + 1];
+  __shared__ float Ws[kBK][kBN + 1];
+  const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
+  const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;  // 16×16 threads, 4×4 outputs each
+  float acc[4][4] = {};
+  for (int k0 = 0; k0 < K; k0 += kBK) {
+    for (int e = threadIdx.x; e < kBM * kBK; e += 256) {
+      const int r = e / kBK, c = e % kBK;
+      const int gm = m0 + r, gn = n0 + r, gk = k0 + c;
+      As[c][r] = gm < M && gk < K ? A[static_cast<std::size_t>(gm) * lda + gk] : 0.0f;
+      Ws[c][r] = gn < N && gk < K ? W[static_cast<std::size_t>(gn) * K + gk] : 0.0f;
+    }
+    __syncthreads();
+    for (int k = 0; k < kBK; ++k)
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(As[k][tr * 4 + i], Ws[k][tc * 4 + j], acc[i][j]);
+    __syncthreads();
+  }
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) {
+      const int gm = m0 + tr * 4 + i, gn = n0 + tc * 4 + j;
+      if (gm < M && gn < N) C[static_cast<std::size_t>(gm) * ldc + gn] = bias ? acc[i][j] + bias[gn] : acc[i][j];
+    }
+}
+
+}  // namespace
+
+void gemm(const float* A, int M, int K, int lda, const void* W, WeightType wt, int N, const float* bias, float* C,
+          int ldc, cudaStream_t s, int w_rows) {
+  if (M <= 0 || N <= 0) return;
+  const dim3 grid((N + kBN - 1) / kBN, (M + kBM - 1) / kBM);
+  const int strips = (N + 15) / 16;
+  if (wt == WeightType::BF16 && M <= 16 && K % kBK == 0 && w_rows >= strips * 16) {
+    const unsigned blocks = static_cast<unsigned>((strips + kSkinnyWarps - 1) / kSkinnyWarps);
+    gemm_bf16_skinny_kernel<<<blocks, kSkinnyWarps * 32, 0, s>>>(A, M, K, lda, static_cast<const __nv_bfloat16*>(W), N,
+                                                                 bias, C, ldc);
+  } else if (wt == WeightType::BF16) {
+    gemm_bf16_kernel<<<grid, kThreads, 0, s>>>(A, M, K, lda, static_cast<const __nv_bfloat16*>(W), N, bias, C, ldc);
+  } else {
+    gemm_f32_kernel<<<grid, 256, 0, s>>>(A, M, K, lda, static_cast<const float*>(W), N, bias, C, ldc);
+  }
+  check_launch("gemm");
+}
+
+}  // namespace parity::cuda

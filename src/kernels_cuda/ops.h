@@ -1,0 +1,101 @@
+#pragma once
+// The CUDA twins of src/kernels: the same jobs on device pointers, launched on a stream.
+// Every kernel parallelises over independent outputs and gives each output one fixed sequence of
+// fp32 operations (DESIGN.md rules 1–4): an output's bits never depend on how many rows the pass
+// holds, where the row sits in it, or the launch shape. Transcendentals are kernels/math.h's.
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/math.h"  // PARITY_HD
+
+namespace parity::cuda {
+
+// ---- rows: embedding, norms, residual ------------------------------------------------------
+// out[t] = table[tokens[t]] widened from bf16 (table [V][D]).
+void embed_bf16(const uint16_t* table, const int32_t* tokens, int T, int D, float* out, cudaStream_t s);
+// out = (x · rsqrt(mean(x²) + eps)) · w per row; out may alias x.
+void rmsnorm(const float* x, int rows, int dim, const float* w, float eps, float* out, cudaStream_t s);
+// Mamba2's gated RMSNorm per group (kernels/norm.h semantics); z has row stride ldz.
+void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, int group, const float* w, float eps,
+                   bool norm_before_gate, float* out, cudaStream_t s);
+void add_inplace(float* x, const float* y, std::size_t n, cudaStream_t s);
+void silu_inplace(float* x, std::size_t n, cudaStream_t s);
+// Zeroes, for every layer l < layers and every listed slot, the slice_bytes at
+// base + l·layer_bytes + slot·slice_bytes (a new sequence's state).
+void zero_slot_slices(void* base, std::size_t slice_bytes, std::size_t layer_bytes, int layers, const int32_t* slots,
+                      int n, cudaStream_t s);
+// out[i] = x[rows[i]] (cols floats each, row stride ld).
+void gather_rows(const float* x, int ld, const int32_t* rows, int R, int cols, float* out, cudaStream_t s);
+
+// ---- GEMM ------------------------------------------------------------------------------------
+// C[M][N] = A[M][K] · W[N][K]ᵀ (+ bias), fp32 accumulation. With bf16 weights A is rounded to
+// bf16 on load and the products run on tensor cores (DESIGN.md rule 5); with fp32 weights it is an
+// fp32 FMA chain. Fixed 64×64 tiles, K in one ascending order, no split-K: batch invariant.
+enum class WeightType { BF16, F32 };
+// w_rows: rows of W that may be read (>= N); bf16 weights padded to whole 16-row strips let
+// decode-sized M take the few-rows kernel, which gives the same bits.
+void gemm(const float* A, int M, int K, int lda, const void* W, WeightType wt, int N, const float* bias, float* C,
+          int ldc, cudaStream_t s, int w_rows = 0);
+inline int padded_rows(int n) { return (n + 15) / 16 * 16; }
+
+// ---- a pass's sequences, as the kernels see them --------------------------------------------
+struct PassSeqs {
+  int num_seqs = 0, num_rows = 0;
+  const int32_t* slot = nullptr;      // [S]
+  const int64_t* start = nullptr;     // [S] absolute position of the sequence's first row in the pass
+  const int32_t* n = nullptr;         // [S]
+  const int32_t* row0 = nullptr;      // [S] first packed row
+  const int32_t* row_seq = nullptr;   // [T]
+  const int32_t* cell_task = nullptr; // [tasks][2] (seq, k-th cell of the call), built by the host
+  int num_cell_tasks = 0;
+};
+
+// Causal depthwise conv1d over each sequence's rows, continuing from the slot's conv state
+// [slots][K-1][ch] (the last K-1 inputs), which is then advanced. w [ch][K]; silu fused if asked.
+void conv1d(const float* in, int ld_in, int ch, const float* w, const float* bias, int K, float* conv_state,
+            const PassSeqs& p, bool silu, float* out, cudaStream_t s);
+
+// ---- SSD / SSU -------------------------------------------------------------------------------
+struct SsdShape {
+  int H = 0, P = 0, N = 0, groups = 1;
+  PARITY_HD int heads_per_group() const { return H / groups; }
+};
+
+// The grid a pass scans on. Exact: cells of `cell` rows anchored at position 0 (per-head stagger
+// as kernels/exact_grid.h). Plain: cells of `cell` rows restarting at each call's first row, every
+// cell folded (the state after the call's last row), one-token decode by SSU.
+struct ScanGrid {
+  bool exact = false;
+  int cell = 64;
+  bool stagger = true;
+};
+inline constexpr int kMaxCell = 64;  // the SSD kernels stage a whole cell on chip
+
+// Per-slot recurrent memory on the device.
+struct SsdState {
+  float* state_f32 = nullptr;      // [slots][H][P][N] (one of the two)
+  uint16_t* state_bf16 = nullptr;  // bf16, rounded at every boundary
+  float* ring_x = nullptr;         // exact: [slots][H][cell][P]
+  float* ring_dt = nullptr;        // exact: [slots][H][cell]
+  float* ring_B = nullptr;         // exact: [slots][groups][cell][N], slot = pos mod cell
+};
+
+// dt = clamp(softplus(dt_raw + bias), lo, hi) for T rows (dt_raw row stride ld).
+void ssd_dt(const float* dt_raw, int ld, int T, int H, const float* dt_bias, float lo, float hi, float* dt,
+            cudaStream_t s);
+
+// The whole recurrent core of one layer: y [T][H·P] from xbc [T][ld_xbc] (x | B | C), dt [T][H],
+// A, D [H], the slots' state and (exact) replay ring; decay [T][H] is scratch. Cell tasks in p
+// (seq, k) cover every cell of every multi-row or exact sequence (host: cell_tasks()).
+void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld_xbc,
+              const float* dt, const float* A, const float* D, SsdState st, float* decay, float* y, cudaStream_t s);
+
+// Whether the pass handles sequence (start, n) by the one-token SSU update (plain mode's decode).
+PARITY_HD inline bool uses_ssu(const ScanGrid& g, int64_t start, int n) { return !g.exact && n == 1 && start > 0; }
+
+// ---- device ----------------------------------------------------------------------------------
+int device_count();  // 0 when there is no usable device (or no driver)
+
+}  // namespace parity::cuda

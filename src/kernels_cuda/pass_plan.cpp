@@ -1,0 +1,59 @@
+#include "kernels_cuda/pass_plan.h"
+
+namespace parity::cuda {
+
+PassPlan::PassPlan(const std::vector<SeqSpan>& seqs, const ScanGrid& grid, const std::vector<int32_t>& tokens,
+                   const std::vector<int32_t>& extra_rows) {
+  ints_ = tokens;
+  num_seqs_ = static_cast<int>(seqs.size());
+  o_rowseq_ = ints_.size();
+  for (int s = 0; s < num_seqs_; ++s) ints_.insert(ints_.end(), static_cast<std::size_t>(seqs[s].n), s);
+  num_rows_ = static_cast<int>(ints_.size() - o_rowseq_);
+  o_slot_ = ints_.size();
+  for (const auto& q : seqs) ints_.push_back(q.slot);
+  o_n_ = ints_.size();
+  for (const auto& q : seqs) ints_.push_back(q.n);
+  o_row0_ = ints_.size();
+  int row = 0;
+  for (const auto& q : seqs) {
+    ints_.push_back(row);
+    row += q.n;
+    starts_.push_back(q.start);
+  }
+  o_tasks_ = ints_.size();
+  for (int s = 0; s < num_seqs_; ++s) {
+    const SeqSpan& q = seqs[s];
+    if (uses_ssu(grid, q.start, q.n)) continue;
+    // Any head's cells over the call: the stagger can add one partial cell at the front.
+    const int k_max = (q.n + grid.cell - 1) / grid.cell + 1;
+    for (int k = 0; k < k_max; ++k, ++num_tasks_) {
+      ints_.push_back(s);
+      ints_.push_back(k);
+    }
+  }
+  o_extra_ = ints_.size();
+  ints_.insert(ints_.end(), extra_rows.begin(), extra_rows.end());
+  o_new_ = ints_.size();
+  for (const auto& q : seqs)
+    if (q.start == 0) ints_.push_back(q.slot);
+  num_new_ = static_cast<int>(ints_.size() - o_new_);
+}
+
+PassSeqs PassPlan::upload(DeviceBuffer<int32_t>& ints, DeviceBuffer<int64_t>& starts) const {
+  ints.upload(ints_);
+  starts.upload(starts_);
+  const int32_t* d = ints.data();
+  PassSeqs p;
+  p.num_seqs = num_seqs_;
+  p.num_rows = num_rows_;
+  p.slot = d + o_slot_;
+  p.start = starts.data();
+  p.n = d + o_n_;
+  p.row0 = d + o_row0_;
+  p.row_seq = d + o_rowseq_;
+  p.cell_task = d + o_tasks_;
+  p.num_cell_tasks = num_tasks_;
+  return p;
+}
+
+}  // namespace parity::cuda

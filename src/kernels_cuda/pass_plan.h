@@ -1,0 +1,39 @@
+#pragma once
+// The host side of a pass's metadata: which rows belong to which sequence, and the (sequence, k)
+// cell tasks of the SSD kernels, packed into one int32 and one int64 upload.
+#include <cstdint>
+#include <vector>
+
+#include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/ops.h"
+
+namespace parity::cuda {
+
+struct SeqSpan {
+  int slot = 0;
+  int64_t start = 0;
+  int n = 0;
+};
+
+class PassPlan {
+ public:
+  // tokens may be empty (kernel tests); extra_rows are appended (e.g. logit rows) and new_slots
+  // lists the slots of sequences starting at position 0.
+  PassPlan(const std::vector<SeqSpan>& seqs, const ScanGrid& grid, const std::vector<int32_t>& tokens = {},
+           const std::vector<int32_t>& extra_rows = {});
+  // Uploads into the two buffers and returns the kernels' view of them.
+  PassSeqs upload(DeviceBuffer<int32_t>& ints, DeviceBuffer<int64_t>& starts) const;
+
+  std::size_t tokens_offset() const { return 0; }
+  std::size_t extra_offset() const { return o_extra_; }
+  std::size_t new_slots_offset() const { return o_new_; }
+  int num_new_slots() const { return num_new_; }
+
+ private:
+  std::vector<int32_t> ints_;
+  std::vector<int64_t> starts_;
+  std::size_t o_rowseq_ = 0, o_slot_ = 0, o_n_ = 0, o_row0_ = 0, o_tasks_ = 0, o_extra_ = 0, o_new_ = 0;
+  int num_seqs_ = 0, num_rows_ = 0, num_tasks_ = 0, num_new_ = 0;
+};
+
+}  // namespace parity::cuda

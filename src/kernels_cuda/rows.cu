@@ -1,0 +1,142 @@
+// Row-wise kernels: embedding, RMSNorm, gated RMSNorm, residual add. One block per row (or per
+// row and group); the reduction is block_sum's fixed tree over a fixed 256 threads.
+#include <cmath>
+
+#include "kernels/math.h"
+#include "kernels_cuda/block_reduce.cuh"
+#include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/ops.h"
+
+namespace parity::cuda {
+namespace {
+
+constexpr int kRowThreads = 256;
+
+__device__ float bf16_bits_to_float(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+
+__global__ void embed_kernel(const uint16_t* table, const int32_t* tokens, int D, float* out) {
+  const int t = blockIdx.x;
+  const uint16_t* src = table + static_cast<std::size_t>(tokens[t]) * D;
+  float* dst = out + static_cast<std::size_t>(t) * D;
+  for (int i = threadIdx.x; i < D; i += blockDim.x) dst[i] = bf16_bits_to_float(src[i]);
+}
+
+__device__ float sumsq(const float* x, int n) {
+  float a = 0.0f;
+  for (int i = threadIdx.x; i < n; i += kRowThreads) a = fmaf(x[i], x[i], a);
+  __shared__ float scratch[kRowThreads / 32];
+  return block_sum<kRowThreads>(a, scratch);
+}
+
+// The same scalar tail as the CPU (kernels/norm.cpp): mean, add eps, sqrt, reciprocal.
+__device__ float inv_rms(float s, int n, float eps) { return 1.0f / sqrtf(s / static_cast<float>(n) + eps); }
+
+__global__ void rmsnorm_kernel(const float* x, int dim, const float* w, float eps, float* out) {
+  const std::size_t off = static_cast<std::size_t>(blockIdx.x) * dim;
+  const float r = inv_rms(sumsq(x + off, dim), dim, eps);
+  for (int i = threadIdx.x; i < dim; i += kRowThreads) out[off + i] = (x[off + i] * r) * w[i];
+}
+
+__global__ void gated_rmsnorm_kernel(const float* y, const float* z, int ldz, int dim, int group, const float* w,
+                                     float eps, bool norm_before_gate, float* out) {
+  const int row = blockIdx.x, g = blockIdx.y;
+  const std::size_t off = static_cast<std::size_t>(row) * dim + static_cast<std::size_t>(g) * group;
+  const float* yr = y + off;
+  const float* zr = z + static_cast<std::size_t>(row) * ldz + static_cast<std::size_t>(g) * group;
+  const float* wg = w + static_cast<std::size_t>(g) * group;
+  float* o = out + off;
+  if (norm_before_gate) {
+    const float r = inv_rms(sumsq(yr, group), group, eps);
+    for (int i = threadIdx.x; i < group; i += kRowThreads)
+      o[i] = ((yr[i] * r) * wg[i]) * kernels::silu_f(zr[i]);
+  } else {
+    for (int i = threadIdx.x; i < group; i += kRowThreads) o[i] = yr[i] * kernels::silu_f(zr[i]);
+    __syncthreads();
+    const float r = inv_rms(sumsq(o, group), group, eps);
+    for (int i = threadIdx.x; i < group; i += kRowThreads) o[i] = (o[i] * r) * wg[i];
+  }
+}
+
+__global__ void add_kernel(float* x, const float* y, std::size_t n) {
+  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = x[i] + y[i];
+}
+
+__global__ void silu_kernel(float* x, std::size_t n) {
+  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = kernels::silu_f(x[i]);
+}
+
+__global__ void gather_kernel(const float* x, int ld, const int32_t* rows, int cols, float* out) {
+  const float* src = x + static_cast<std::size_t>(rows[blockIdx.x]) * ld;
+  float* dst = out + static_cast<std::size_t>(blockIdx.x) * cols;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) dst[i] = src[i];
+}
+
+__global__ void zero_slices_kernel(unsigned char* base, std::size_t slice, std::size_t layer_bytes,
+                                   const int32_t* slots) {
+  unsigned char* p = base + blockIdx.x * layer_bytes + static_cast<std::size_t>(slots[blockIdx.y]) * slice;
+  for (std::size_t i = threadIdx.x; i < slice; i += blockDim.x) p[i] = 0;
+}
+
+unsigned blocks_for(std::size_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+}  // namespace
+
+void embed_bf16(const uint16_t* table, const int32_t* tokens, int T, int D, float* out, cudaStream_t s) {
+  if (T <= 0) return;
+  embed_kernel<<<T, kRowThreads, 0, s>>>(table, tokens, D, out);
+  check_launch("embed");
+}
+
+void rmsnorm(const float* x, int rows, int dim, const float* w, float eps, float* out, cudaStream_t s) {
+  if (rows <= 0) return;
+  rmsnorm_kernel<<<rows, kRowThreads, 0, s>>>(x, dim, w, eps, out);
+  check_launch("rmsnorm");
+}
+
+void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, int group, const float* w, float eps,
+                   bool norm_before_gate, float* out, cudaStream_t s) {
+  if (rows <= 0) return;
+  if (group <= 0 || dim % group != 0) throw Error("gated_rmsnorm: group does not divide the width");
+  gated_rmsnorm_kernel<<<dim3(rows, dim / group), kRowThreads, 0, s>>>(y, z, ldz, dim, group, w, eps,
+                                                                       norm_before_gate, out);
+  check_launch("gated_rmsnorm");
+}
+
+void add_inplace(float* x, const float* y, std::size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n, 256), 256, 0, s>>>(x, y, n);
+  check_launch("add");
+}
+
+void silu_inplace(float* x, std::size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  silu_kernel<<<blocks_for(n, 256), 256, 0, s>>>(x, n);
+  check_launch("silu");
+}
+
+void gather_rows(const float* x, int ld, const int32_t* rows, int R, int cols, float* out, cudaStream_t s) {
+  if (R <= 0) return;
+  gather_kernel<<<R, kRowThreads, 0, s>>>(x, ld, rows, cols, out);
+  check_launch("gather_rows");
+}
+
+void zero_slot_slices(void* base, std::size_t slice_bytes, std::size_t layer_bytes, int layers, const int32_t* slots,
+                      int n, cudaStream_t s) {
+  if (n <= 0 || layers <= 0 || slice_bytes == 0) return;
+  zero_slices_kernel<<<dim3(layers, n), 256, 0, s>>>(static_cast<unsigned char*>(base), slice_bytes, layer_bytes,
+                                                     slots);
+  check_launch("zero_slot_slices");
+}
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace parity::cuda
