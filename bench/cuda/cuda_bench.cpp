@@ -1,0 +1,287 @@
+// GPU benchmarks (Google Benchmark, manual time from CUDA events). Run by scripts/test-gpu.sh on an
+// H200; figures and ratios in docs/performance.md ("CUDA"). Shapes are the anchors: 32 heads
+// × 64, state 128, bf16 inputs, fp32 state, 2048-token sequences; GEMMs at mamba2-2.7b's shapes.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <random>
+#include <vector>
+
+#include "backend_cuda/backend.h"
+#include "common/dtype.h"
+#include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/pass_plan.h"
+#include "model/checkpoint.h"
+#include "model/model.h"
+
+namespace parity {
+namespace {
+
+constexpr int H = 32, P = 64, N = 128, GR = 1, I = H * P, LD = I + 2 * GR * N;
+
+std::vector<float> rnd(std::size_t n, uint64_t seed, float lo, float hi) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+struct Timer {
+  cudaEvent_t a, b;
+  Timer() {
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+  }
+  ~Timer() {
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  void start() { cudaEventRecord(a); }
+  double stop_s() {
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    return ms / 1000.0;
+  }
+};
+
+// One layer's scan buffers for `seqs` sequences of `rows` rows each.
+struct ScanBench {
+  cuda::ScanGrid g;
+  bool bf16;
+  int seqs, rows;
+  cuda::DeviceBuffer<float> xbc, dt, y, decay, A, D, s32, rx, rdt, rb;
+  cuda::DeviceBuffer<uint16_t> s16;
+  cuda::DeviceBuffer<int32_t> ints;
+  cuda::DeviceBuffer<int64_t> starts;
+  ScanBench(cuda::ScanGrid grid, bool b16, int nseq, int nrows) : g(grid), bf16(b16), seqs(nseq), rows(nrows) {
+    const std::size_t T = std::size_t(nseq) * nrows;
+    xbc.upload(rnd(T * LD, 1, -1, 1));
+    dt.upload(rnd(T * H, 2, 0.001f, 0.1f));
+    y.resize(T * I);
+    decay.resize(T * H);
+    A.upload(rnd(H, 3, -8, -1));
+    D.upload(rnd(H, 4, 0, 1));
+    const std::size_t S = std::size_t(nseq) * H * P * N;
+    if (bf16) {
+      s16.resize(S);
+      s16.zero();
+    } else {
+      s32.upload(rnd(S, 5, -0.1f, 0.1f));
+    }
+    const int cell = std::max(1, g.cell);
+    rx.upload(rnd(std::size_t(nseq) * H * cell * P, 6, -1, 1));
+    rdt.upload(rnd(std::size_t(nseq) * H * cell, 7, 0.001f, 0.1f));
+    rb.upload(rnd(std::size_t(nseq) * GR * cell * N, 8, -1, 1));
+  }
+  cuda::PassSeqs ps;
+  // The pass's metadata goes up once per forward (shared by every layer): not part of a layer's time.
+  void prepare(int64_t start) {
+    std::vector<cuda::SeqSpan> spans;
+    for (int s = 0; s < seqs; ++s) spans.push_back({s, start, rows});
+    const cuda::PassPlan plan(spans, g);
+    ps = plan.upload(ints, starts);
+  }
+  void pass(int64_t start) {
+    prepare(start);
+    run();
+  }
+  void run() {
+    cuda::SsdState st;
+    st.state_f32 = bf16 ? nullptr : s32.data();
+    st.state_bf16 = bf16 ? s16.data() : nullptr;
+    st.ring_x = rx.data();
+    st.ring_dt = rdt.data();
+    st.ring_B = rb.data();
+    cuda::ssd_scan({H, P, N, GR}, g, ps, xbc.data(), LD, dt.data(), A.data(), D.data(), st, decay.data(), y.data(),
+                   nullptr);
+  }
+};
+
+bool have_gpu(benchmark::State& state) {
+  if (cuda::device_count() > 0) return true;
+  state.SkipWithError("no CUDA device: not run");
+  return false;
+}
+
+// SSD prefill of batch × 2048 tokens. arg1: 0 = plain (64-row cells from the call's start),
+// else the exact grid's cell (staggered).
+void BM_CudaSsdPrefill(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
+  const cuda::ScanGrid g{cell != 0, cell != 0 ? cell : cuda::kMaxCell, cell != 0};
+  ScanBench b(g, false, batch, 2048);
+  b.pass(0);
+  Timer t;
+  for (auto _ : state) {
+    t.start();
+    b.run();
+    state.SetIterationTime(t.stop_s());
+  }
+  state.SetItemsProcessed(state.iterations() * batch * 2048);
+}
+BENCHMARK(BM_CudaSsdPrefill)->ArgsProduct({{1, 8, 32}, {0, 8, 16, 32, 64}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// One decode step's SSM part for `batch` sequences. arg1: 0 plain SSU, else exact cell; arg2: 1 = bf16
+// state. Steps walk through consecutive positions, so every position of the cell is in the mean;
+// the slowest position is reported as the counter max_us.
+void BM_CudaDecodeSsm(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
+  const bool bf16 = state.range(2) != 0;
+  const cuda::ScanGrid g{cell != 0, cell != 0 ? cell : cuda::kMaxCell, cell != 0};
+  ScanBench b(g, bf16, batch, 1);
+  int64_t pos = 1000;
+  for (int i = 0; i < 8; ++i) b.pass(pos++);
+  const int period = cell != 0 ? cell : 1;
+  std::vector<double> per(static_cast<std::size_t>(period), 0.0);
+  std::vector<int64_t> cnt(per.size(), 0);
+  Timer t;
+  for (auto _ : state) {
+    b.prepare(pos);
+    t.start();
+    b.run();
+    const double s = t.stop_s();
+    state.SetIterationTime(s);
+    const std::size_t k = static_cast<std::size_t>(pos % period);
+    per[k] += s;
+    cnt[k] += 1;
+    ++pos;
+  }
+  double worst = 0;
+  for (std::size_t k = 0; k < per.size(); ++k)
+    if (cnt[k]) worst = std::max(worst, per[k] / cnt[k]);
+  state.counters["max_us"] = worst * 1e6;
+}
+BENCHMARK(BM_CudaDecodeSsm)
+    ->ArgsProduct({{1, 8, 64, 256}, {0, 8, 16, 32, 64}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The batch-invariant GEMM at mamba2-2.7b's shapes: arg1 0 = in_proj (10576 × 2560), 1 = out_proj
+// (2560 × 5120), 2 = lm_head (50288 × 2560).
+void BM_CudaGemm(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int M = static_cast<int>(state.range(0));
+  const int shapes[3][2] = {{10576, 2560}, {2560, 5120}, {50288, 2560}};
+  const int Nn = shapes[state.range(1)][0], K = shapes[state.range(1)][1];
+  cuda::DeviceBuffer<float> a, c(std::size_t(M) * Nn);
+  a.upload(rnd(std::size_t(M) * K, 9, -1, 1));
+  std::vector<float> wf = rnd(std::size_t(Nn) * K, 10, -0.05f, 0.05f);
+  std::vector<uint16_t> w16(wf.size());
+  for (std::size_t i = 0; i < wf.size(); ++i) w16[i] = f32_to_bf16(wf[i]);
+  cuda::DeviceBuffer<uint16_t> w;
+  w.upload(w16);
+  cuda::gemm(a.data(), M, K, K, w.data(), cuda::WeightType::BF16, Nn, nullptr, c.data(), Nn, nullptr, Nn);
+  Timer t;
+  for (auto _ : state) {
+    t.start();
+    cuda::gemm(a.data(), M, K, K, w.data(), cuda::WeightType::BF16, Nn, nullptr, c.data(), Nn, nullptr, Nn);
+    state.SetIterationTime(t.stop_s());
+  }
+  state.counters["TFLOPs"] = benchmark::Counter(2.0 * M * Nn * K * state.iterations() / 1e12, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_CudaGemm)->ArgsProduct({{1, 8, 64, 512, 4096}, {0, 1, 2}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// Device-to-device copy: the bandwidth the weight-read floor is measured against.
+void BM_CudaCopy(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const std::size_t n = std::size_t(1) << 30;
+  cuda::DeviceBuffer<uint8_t> a(n), b(n);
+  a.zero();
+  Timer t;
+  for (auto _ : state) {
+    t.start();
+    cudaMemcpy(b.data(), a.data(), n, cudaMemcpyDeviceToDevice);
+    state.SetIterationTime(t.stop_s());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * static_cast<int64_t>(n));  // read + write
+}
+BENCHMARK(BM_CudaCopy)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// End to end on builtin:mamba2-2.7b (loaded once): arg0 batch, arg1 0 = plain, 1 = exact. A decode
+// step of `batch` sequences (after a 16-token prefill each), wall time of Model::forward (its logits
+// copy synchronises), CPU launch overhead included (no CUDA graphs yet).
+const model::Model& big_model() {
+  static std::unique_ptr<model::Model> m = backend_cuda::load_model(model::open_checkpoint("builtin:mamba2-2.7b"));
+  return *m;
+}
+
+void BM_CudaModelDecode(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const model::Model& m = big_model();
+  const int batch = static_cast<int>(state.range(0));
+  const bool exact = state.range(1) != 0;
+  const cache::Numerics num = model::default_numerics(m, exact ? model::ScanMode::Exact : model::ScanMode::Plain);
+  cache::ModelCacheOptions o;
+  o.mamba.num_slots = batch;
+  o.mamba.exact = num.exact;
+  o.mamba.grid = num.grid;
+  o.mamba.ssm_dtype = num.ssm_dtype;
+  cache::ModelCache mc(m.cache_spec(), o);
+  model::ForwardBatch b;
+  for (int s = 0; s < batch; ++s) {
+    mc.allocate();
+    for (int i = 0; i < 16; ++i) b.tokens.push_back((s * 31 + i * 7) % 50000);
+    b.seqs.push_back({s, 0, 16});
+    b.logit_rows.push_back(s * 16 + 15);
+  }
+  std::vector<float> logits(std::size_t(batch) * m.vocab_size());
+  const model::ScanMode mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
+  m.forward(b, mc, mode, logits.data());
+  int64_t pos = 16;
+  model::ForwardBatch d;
+  for (int s = 0; s < batch; ++s) {
+    d.tokens.push_back(s + 1);
+    d.seqs.push_back({s, pos, 1});
+    d.logit_rows.push_back(s);
+  }
+  for (auto _ : state) {
+    for (auto& q : d.seqs) q.start = pos;
+    const auto t0 = std::chrono::steady_clock::now();
+    m.forward(d, mc, mode, logits.data());
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    ++pos;
+  }
+  state.SetItemsProcessed(state.iterations() * batch);  // tokens
+}
+BENCHMARK(BM_CudaModelDecode)->ArgsProduct({{1, 64, 256}, {0, 1}})->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// Prefill of 8 × 2048 tokens on builtin:mamba2-2.7b (arg: 0 plain, 1 exact), last-row logits only.
+void BM_CudaModelPrefill(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const model::Model& m = big_model();
+  const bool exact = state.range(0) != 0;
+  const int batch = 8, len = 2048;
+  const cache::Numerics num = model::default_numerics(m, exact ? model::ScanMode::Exact : model::ScanMode::Plain);
+  cache::ModelCacheOptions o;
+  o.mamba.num_slots = batch;
+  o.mamba.exact = num.exact;
+  o.mamba.grid = num.grid;
+  o.mamba.ssm_dtype = num.ssm_dtype;
+  cache::ModelCache mc(m.cache_spec(), o);
+  model::ForwardBatch b;
+  for (int s = 0; s < batch; ++s) {
+    mc.allocate();
+    for (int i = 0; i < len; ++i) b.tokens.push_back((s * 131 + i * 17) % 50000);
+    b.seqs.push_back({s, 0, len});
+    b.logit_rows.push_back(s * len + len - 1);
+  }
+  std::vector<float> logits(std::size_t(batch) * m.vocab_size());
+  const model::ScanMode mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
+  for (auto _ : state) {
+    for (int s = 0; s < batch; ++s) mc.set_position(s, 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    m.forward(b, mc, mode, logits.data());
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  state.SetItemsProcessed(state.iterations() * batch * len);
+}
+BENCHMARK(BM_CudaModelPrefill)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace parity
+
+BENCHMARK_MAIN();

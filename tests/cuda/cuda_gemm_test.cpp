@@ -1,0 +1,97 @@
+// The GPU GEMM: batch invariance for M = 1..4096 (bit for bit, any row position), its companion
+// (a split-K order does change bits), and agreement with the CPU's scalar twin.
+#include <cmath>
+#include <cstring>
+
+#include "kernels/gemm.h"
+#include "kernels_cuda/device_buffer.h"
+#include "tests/cuda/gpu_test_support.h"
+
+namespace parity {
+namespace {
+
+constexpr int K = 800, N = 528, MMAX = 4096;  // neither a multiple of the 64-wide tiles
+
+struct Operands {
+  std::vector<float> a, w;
+  cuda::DeviceBuffer<float> da, dw32;
+  cuda::DeviceBuffer<uint16_t> dw16;
+  Operands() : a(test::uniform(std::size_t(MMAX) * K, 1)), w(test::round_bf16(test::uniform(std::size_t(N) * K, 2))) {
+    da.upload(a);
+    dw32.upload(w);
+    dw16.upload(test::to_bf16(w));
+  }
+  std::vector<float> run(int row0, int M, cuda::WeightType wt, int k = K, int k0 = 0) {
+    cuda::DeviceBuffer<float> c(std::size_t(M) * N);
+    const void* w = wt == cuda::WeightType::BF16 ? static_cast<const void*>(dw16.data()) : dw32.data();
+    // A K-slice [k0, k0 + k) is read through lda = K; the weights' slice is a separate matrix.
+    if (k != K) {
+      std::vector<float> ws(std::size_t(N) * k);
+      for (int n = 0; n < N; ++n) std::memcpy(&ws[std::size_t(n) * k], &this->w[std::size_t(n) * K + k0], k * 4);
+      cuda::DeviceBuffer<uint16_t> w16;
+      w16.upload(test::to_bf16(ws));
+      cuda::gemm(da.data() + std::size_t(row0) * K + k0, M, k, K, w16.data(), cuda::WeightType::BF16, N, nullptr,
+                 c.data(), N, nullptr);
+      return c.download(std::size_t(M) * N);
+    }
+    // w_rows = N (a whole number of 16-row strips): M <= 16 takes the few-rows kernel.
+    cuda::gemm(da.data() + std::size_t(row0) * K, M, K, K, w, wt, N, nullptr, c.data(), N, nullptr, N);
+    return c.download(std::size_t(M) * N);
+  }
+};
+
+TEST(CudaGemm, RowsAreBitIdenticalForEveryMFrom1To4096AndAnyRowPosition) {
+  PARITY_REQUIRE_GPU();
+  Operands op;
+  for (cuda::WeightType wt : {cuda::WeightType::BF16, cuda::WeightType::F32}) {
+    const std::vector<float> full = op.run(0, MMAX, wt);
+    std::vector<int> ms;
+    for (int m = 1; m <= 130; ++m) ms.push_back(m);
+    for (int m : {255, 256, 257, 1000, 2047, 2048, 3333, 4095}) ms.push_back(m);
+    for (int m : ms) {
+      const std::vector<float> c = op.run(0, m, wt);
+      ASSERT_TRUE(test::same_bits(c.data(), full.data(), c.size())) << "M=" << m;
+    }
+    // The same rows at other places in the batch (shifted by 5 and by 77 rows).
+    for (int shift : {5, 77}) {
+      const std::vector<float> c = op.run(shift, 300, wt);
+      ASSERT_TRUE(test::same_bits(c.data(), full.data() + std::size_t(shift) * N, c.size())) << "shift " << shift;
+    }
+  }
+}
+
+// The check above can fail: accumulating K in two halves (a split-K order) gives other bits.
+TEST(CudaGemm, CompanionSplitKChangesBits) {
+  PARITY_REQUIRE_GPU();
+  Operands op;
+  const std::vector<float> full = op.run(0, 64, cuda::WeightType::BF16);
+  const std::vector<float> lo = op.run(0, 64, cuda::WeightType::BF16, K / 2, 0);
+  const std::vector<float> hi = op.run(0, 64, cuda::WeightType::BF16, K - K / 2, K / 2);
+  int differ = 0;
+  for (std::size_t i = 0; i < full.size(); ++i) differ += (lo[i] + hi[i]) != full[i];
+  EXPECT_GT(differ, 0);
+}
+
+TEST(CudaGemm, AgreesWithTheCpuScalarTwin) {
+  PARITY_REQUIRE_GPU();
+  Operands op;
+  const int M = 37;
+  const std::vector<float> a16 = test::round_bf16(std::vector<float>(op.a.begin(), op.a.begin() + std::size_t(M) * K));
+  for (cuda::WeightType wt : {cuda::WeightType::BF16, cuda::WeightType::F32}) {
+    const std::vector<float> gpu = op.run(0, M, wt);
+    const std::vector<float>& a = wt == cuda::WeightType::BF16 ? a16 : op.a;
+    std::vector<float> cpu(std::size_t(M) * N);
+    kernels::gemm_reference(a.data(), M, K, op.w.data(), DType::F32, N, K, nullptr, cpu.data(), N);
+    for (int m = 0; m < M; ++m)
+      for (int n = 0; n < N; ++n) {
+        double mag = 0;
+        for (int k = 0; k < K; ++k) mag += std::fabs(double(a[std::size_t(m) * K + k]) * op.w[std::size_t(n) * K + k]);
+        // Both sums are fp32 over the same bf16-exact products in different orders: K roundings apart.
+        ASSERT_LE(std::fabs(gpu[std::size_t(m) * N + n] - cpu[std::size_t(m) * N + n]), 1e-6 * K * mag / 64 + 1e-30)
+            << "m " << m << " n " << n;
+      }
+  }
+}
+
+}  // namespace
+}  // namespace parity

@@ -1,0 +1,55 @@
+#pragma once
+// GPU tests run only where a CUDA device is visible; elsewhere (CI compiles them but has no GPU)
+// every one of them reports itself as not run, never as passed.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/dtype.h"
+#include "kernels_cuda/ops.h"
+
+#define PARITY_REQUIRE_GPU()                                                             \
+  do {                                                                                   \
+    if (::parity::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: GPU test not run"; \
+  } while (0)
+
+namespace parity::test {
+
+// The fixtures folder: PARITY_TEST_DATA from the environment (a build carried to another machine),
+// else the source tree's tests/data.
+inline std::string test_data() {
+  const char* e = std::getenv("PARITY_TEST_DATA");
+  return e ? e : PARITY_TEST_DATA;
+}
+
+inline std::vector<float> uniform(std::size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+inline std::vector<float> round_bf16(std::vector<float> v) {
+  for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+  return v;
+}
+
+inline std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> o(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) o[i] = f32_to_bf16(v[i]);
+  return o;
+}
+
+inline bool same_bits(const float* a, const float* b, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (std::memcmp(a + i, b + i, 4) != 0) return false;
+  return true;
+}
+
+}  // namespace parity::test
