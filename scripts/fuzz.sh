@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-30}; shift || true
 dir=build-fuzz
-CC=clang CXX=clang++ cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPARITY_FUZZ=ON \
+CC=clang CXX=clang++ cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPARITY_FUZZ=ON -DPARITY_CUDA=OFF \
   -DPARITY_BUILD_BENCH=OFF >/dev/null
 cmake --build "$dir" -j"$(nproc)" --target parity_fuzz_targets
 targets=("$@")

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "engine/engine.h"
 #include "frontends/cli/commands.h"
+#include "frontends/cli/device_flags.h"
 #include "frontends/cli/moe_routing_flag.h"
 #include "frontends/cli/numerics_flags.h"
 #include "frontends/server/server.h"
@@ -22,6 +23,7 @@ namespace parity::cli {
 
 Runner add_serve(CLI::App& app) {
   struct Opts {
+    DeviceFlags dev;
     std::string model, additional, moe_routing;
     int threads = 0, max_batched = 2048, max_seqs = 16;
     int64_t max_model_len = 4096;
@@ -32,6 +34,7 @@ Runner add_serve(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, …)");
   sub->add_option("model", o->model, "checkpoint folder or builtin:NAME")->required();
+  add_device_flags(sub, o->dev);
   add_numerics_flags(sub, o->num);
   sub->add_option("--host", o->serve.host, "address to listen on (default 127.0.0.1: this machine only)");
   sub->add_option("--port", o->serve.port, "port (0: any free port; the chosen one is printed)")->check(CLI::Range(0, 65535));
@@ -74,7 +77,7 @@ Runner add_serve(CLI::App& app) {
         o->additional.empty() ? nlohmann::json::object() : accuracy::parse_additional_config(o->additional);
     accuracy::replacement_config_from_json(additional);
 
-    auto model = model::load_model(model::open_checkpoint(o->model), model_options(o->moe_routing));
+    auto model = o->dev.load(o->model, model_options(o->moe_routing));
     auto codec = server::TextCodec::for_model(o->model);
     engine::Engine eng(*model, cfg);
     auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);
