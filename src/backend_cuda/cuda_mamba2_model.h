@@ -17,7 +17,7 @@ namespace parity::backend_cuda {
 
 // Scan cell of the GPU: exact mode's default (chosen by measurement, docs/performance.md "CUDA")
 // and plain mode's chunk, which restarts at each call like vLLM's chunk_size grid.
-inline constexpr int kCudaDefaultExactCell = 32;
+inline constexpr int kCudaDefaultExactCell = 16;
 inline constexpr int kCudaPlainCell = cuda::kMaxCell;
 
 class CudaMamba2Model : public model::Model {

@@ -118,7 +118,7 @@ std::vector<int> ones() { return std::vector<int>(T, 1); }
 TEST(CudaSsd, ExactRowsAreBitIdenticalUnderEverySchedule) {
   PARITY_REQUIRE_GPU();
   const Stream s(11), other(12);
-  for (int cell : {1, 8, 32, 64})
+  for (int cell : {1, 8, 16, 32, 64})
     for (bool stagger : {true, false})
       for (bool bf16 : {false, true}) {
         const cuda::ScanGrid g{true, cell, stagger};
