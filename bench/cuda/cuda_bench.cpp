@@ -209,18 +209,23 @@ const model::Model& big_model() {
   return *m;
 }
 
+// A cache of `slots` slots with the mode's default numerics.
+cache::ModelCache cache_for(const model::Model& m, bool exact, int slots) {
+  const cache::Numerics num = model::default_numerics(m, exact ? model::ScanMode::Exact : model::ScanMode::Plain);
+  cache::ModelCacheOptions o;
+  o.mamba.num_slots = slots;
+  o.mamba.exact = num.exact;
+  o.mamba.grid = num.grid;
+  o.mamba.ssm_dtype = num.ssm_dtype;
+  return cache::ModelCache(m.cache_spec(), o);
+}
+
 void BM_CudaModelDecode(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const model::Model& m = big_model();
   const int batch = static_cast<int>(state.range(0));
   const bool exact = state.range(1) != 0;
-  const cache::Numerics num = model::default_numerics(m, exact ? model::ScanMode::Exact : model::ScanMode::Plain);
-  cache::ModelCacheOptions o;
-  o.mamba.num_slots = batch;
-  o.mamba.exact = num.exact;
-  o.mamba.grid = num.grid;
-  o.mamba.ssm_dtype = num.ssm_dtype;
-  cache::ModelCache mc(m.cache_spec(), o);
+  cache::ModelCache mc = cache_for(m, exact, batch);
   model::ForwardBatch b;
   for (int s = 0; s < batch; ++s) {
     mc.allocate();
@@ -255,13 +260,7 @@ void BM_CudaModelPrefill(benchmark::State& state) {
   const model::Model& m = big_model();
   const bool exact = state.range(0) != 0;
   const int batch = 8, len = 2048;
-  const cache::Numerics num = model::default_numerics(m, exact ? model::ScanMode::Exact : model::ScanMode::Plain);
-  cache::ModelCacheOptions o;
-  o.mamba.num_slots = batch;
-  o.mamba.exact = num.exact;
-  o.mamba.grid = num.grid;
-  o.mamba.ssm_dtype = num.ssm_dtype;
-  cache::ModelCache mc(m.cache_spec(), o);
+  cache::ModelCache mc = cache_for(m, exact, batch);
   model::ForwardBatch b;
   for (int s = 0; s < batch; ++s) {
     mc.allocate();

@@ -7,6 +7,7 @@
 #include "kernels_cuda/pass_plan.h"
 #include "common/error.h"
 #include "kernels/math.h"
+#include "model/mamba2_model.h"
 #include "model/weight_loading.h"
 
 namespace parity::backend_cuda {
@@ -89,21 +90,7 @@ std::unique_ptr<CudaMamba2Model> CudaMamba2Model::load(const model::Checkpoint& 
   return m;
 }
 
-std::vector<model::ProbePoint> CudaMamba2Model::probe_points() const {
-  std::vector<model::ProbePoint> p;
-  p.push_back({"backbone.embeddings", cfg_.hidden_size, "token embeddings"});
-  for (const Names& n : names_) {
-    p.push_back({n.in_proj, cfg_.in_proj_dim(), "in_proj output [z | xBC | dt]"});
-    p.push_back({n.conv1d, cfg_.conv_dim(), "causal conv1d output over xBC, before SiLU"});
-    p.push_back({n.dt, cfg_.num_heads, "raw dt (before dt_bias, softplus and clamp)"});
-    p.push_back({n.norm, cfg_.intermediate_size, "gated RMSNorm output"});
-    p.push_back({n.mixer, cfg_.hidden_size, "mixer output (out_proj)"});
-    p.push_back({n.block, cfg_.hidden_size, "block output (residual stream)"});
-  }
-  p.push_back({"backbone.norm_f", cfg_.hidden_size, "final RMSNorm output"});
-  p.push_back({"lm_head", cfg_.vocab_size, "logits"});
-  return p;
-}
+std::vector<model::ProbePoint> CudaMamba2Model::probe_points() const { return model::mamba2_probe_points(cfg_); }
 
 void CudaMamba2Model::forward(const model::ForwardBatch& b, cache::ModelCache& mc, model::ScanMode mode, float* logits,
                               model::ProbeHooks* hooks) const {

@@ -30,21 +30,24 @@ std::unique_ptr<Mamba2Model> Mamba2Model::load(const Checkpoint& ck) {
   return m;
 }
 
-std::vector<ProbePoint> Mamba2Model::probe_points() const {
+std::vector<ProbePoint> mamba2_probe_points(const io::Mamba2Config& c) {
   std::vector<ProbePoint> p;
-  p.push_back({"backbone.embeddings", cfg_.hidden_size, "token embeddings"});
-  for (const LayerNames& n : names_) {
-    p.push_back({n.in_proj, cfg_.in_proj_dim(), "in_proj output [z | xBC | dt]"});
-    p.push_back({n.conv1d, cfg_.conv_dim(), "causal conv1d output over xBC, before SiLU"});
-    p.push_back({n.dt, cfg_.num_heads, "raw dt (before dt_bias, softplus and clamp)"});
-    p.push_back({n.norm, cfg_.intermediate_size, "gated RMSNorm output"});
-    p.push_back({n.mixer, cfg_.hidden_size, "mixer output (out_proj)"});
-    p.push_back({n.block, cfg_.hidden_size, "block output (residual stream)"});
+  p.push_back({"backbone.embeddings", c.hidden_size, "token embeddings"});
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string b = "backbone.layers." + std::to_string(l);
+    p.push_back({b + ".mixer.in_proj", c.in_proj_dim(), "in_proj output [z | xBC | dt]"});
+    p.push_back({b + ".mixer.conv1d", c.conv_dim(), "causal conv1d output over xBC, before SiLU"});
+    p.push_back({b + ".mixer.dt", c.num_heads, "raw dt (before dt_bias, softplus and clamp)"});
+    p.push_back({b + ".mixer.norm", c.intermediate_size, "gated RMSNorm output"});
+    p.push_back({b + ".mixer", c.hidden_size, "mixer output (out_proj)"});
+    p.push_back({b, c.hidden_size, "block output (residual stream)"});
   }
-  p.push_back({"backbone.norm_f", cfg_.hidden_size, "final RMSNorm output"});
-  p.push_back({"lm_head", cfg_.vocab_size, "logits"});
+  p.push_back({"backbone.norm_f", c.hidden_size, "final RMSNorm output"});
+  p.push_back({"lm_head", c.vocab_size, "logits"});
   return p;
 }
+
+std::vector<ProbePoint> Mamba2Model::probe_points() const { return mamba2_probe_points(cfg_); }
 
 void Mamba2Model::forward(const ForwardBatch& b, cache::ModelCache& mc, ScanMode mode, float* logits,
                           ProbeHooks* hooks) const {

@@ -14,6 +14,10 @@
 
 namespace parity::model {
 
+// Mamba2ForCausalLM's probe points, in forward order, with Hugging Face module names (shared by
+// every backend that runs the architecture).
+std::vector<ProbePoint> mamba2_probe_points(const io::Mamba2Config& cfg);
+
 class Mamba2Model : public Model {
  public:
   static std::unique_ptr<Mamba2Model> load(const Checkpoint& ck);
