@@ -63,39 +63,60 @@ __global__ void __launch_bounds__(kThreads) gemm_bf16_kernel(const float* A, int
   }
 }
 
-// Few rows (decode): one 16-row tile, each warp a 16-column strip over the whole K, weights read
-// straight from global memory with the loads of several k-steps in flight. Each output element
-// is the same chain of 16-deep tensor-core steps in the same order as the tiled kernel above, so
-// switching kernels at M = 16 changes no bit (tests/cuda/cuda_gemm_test.cpp checks M = 1..4096).
-constexpr int kSkinnyWarps = 4, kSkinnyKC = 512;
+// Few rows (decode): one 16-row tile, each warp a 16-column strip over the whole K. The weights
+// stream through registers: a warp loads the next 256-deep slice of its strip with 16-byte loads
+// (8 per lane, 4 KiB in flight) while its tensor cores work on the current one from shared memory.
+// Each output element is the same chain of 16-deep tensor-core steps in the same order as the tiled
+// kernel above, so switching kernels at M = 16 changes no bit (tests/cuda/cuda_gemm_test.cpp checks
+// M = 1..4096).
+constexpr int kSkinnyWarps = 4, kSkinnyStep = 256, kSkinnyPad = 16;
+constexpr int kSkinnyLoads = 16 * kSkinnyStep / 8 / 32;  // uint4 (8 bf16) per lane per slice
+
+__device__ void skinny_load(const __nv_bfloat16* wp, int K, int k0, int step, int lane, uint4 (&r)[kSkinnyLoads]) {
+  const int per_row = step / 8;  // uint4 per strip row in this slice
+  for (int i = 0; i < kSkinnyLoads; ++i) {
+    const int e = lane + 32 * i, row = e / (kSkinnyStep / 8), col = e % (kSkinnyStep / 8);
+    if (col < per_row) r[i] = *reinterpret_cast<const uint4*>(wp + static_cast<std::size_t>(row) * K + k0 + col * 8);
+  }
+}
 
 __global__ void __launch_bounds__(kSkinnyWarps * 32) gemm_bf16_skinny_kernel(const float* A, int M, int K, int lda,
                                                                            const __nv_bfloat16* W, int N,
                                                                            const float* bias, float* C, int ldc) {
   using namespace nvcuda;
-  __shared__ __align__(32) __nv_bfloat16 As[16][kSkinnyKC + 16];
+  __shared__ __align__(32) __nv_bfloat16 As[16][kSkinnyStep + kSkinnyPad];
+  __shared__ __align__(32) __nv_bfloat16 Ws[kSkinnyWarps][16][kSkinnyStep + kSkinnyPad];
   __shared__ __align__(32) float Cs[kSkinnyWarps][16][16 + 4];
-  const int warp = threadIdx.x / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n0 = (blockIdx.x * kSkinnyWarps + warp) * 16;
   const bool active = n0 < N;  // the whole warp: weights are padded to whole 16-row strips
+  const __nv_bfloat16* wp = W + static_cast<std::size_t>(active ? n0 : 0) * K;
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
   wmma::fill_fragment(acc, 0.0f);
-  for (int k0 = 0; k0 < K; k0 += kSkinnyKC) {
-    const int kc = K - k0 < kSkinnyKC ? K - k0 : kSkinnyKC;
-    __syncthreads();
-    for (int e = threadIdx.x; e < 16 * kc; e += kSkinnyWarps * 32) {
-      const int r = e / kc, c = e % kc;
+  uint4 next[kSkinnyLoads];
+  if (active) skinny_load(wp, K, 0, K < kSkinnyStep ? K : kSkinnyStep, lane, next);
+  for (int k0 = 0; k0 < K; k0 += kSkinnyStep) {
+    const int step = K - k0 < kSkinnyStep ? K - k0 : kSkinnyStep;
+    __syncthreads();  // every warp is done with the previous slice of A
+    for (int e = threadIdx.x; e < 16 * step; e += kSkinnyWarps * 32) {
+      const int r = e / step, c = e % step;
       As[r][c] = __float2bfloat16_rn(r < M ? A[static_cast<std::size_t>(r) * lda + k0 + c] : 0.0f);
+    }
+    if (active) {
+      for (int i = 0; i < kSkinnyLoads; ++i) {
+        const int e = lane + 32 * i, row = e / (kSkinnyStep / 8), col = e % (kSkinnyStep / 8);
+        if (col < step / 8) *reinterpret_cast<uint4*>(&Ws[warp][row][col * 8]) = next[i];
+      }
+      const int k1 = k0 + kSkinnyStep;
+      if (k1 < K) skinny_load(wp, K, k1, K - k1 < kSkinnyStep ? K - k1 : kSkinnyStep, lane, next);
     }
     __syncthreads();
     if (active) {
-      const __nv_bfloat16* wp = W + static_cast<std::size_t>(n0) * K + k0;
-#pragma unroll 8
-      for (int kk = 0; kk < kc; kk += 16) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
+      for (int kk = 0; kk < step; kk += 16) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-        wmma::load_matrix_sync(b, wp + kk, K);
-        wmma::load_matrix_sync(a, &As[0][kk], kSkinnyKC + 16);
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
+        wmma::load_matrix_sync(a, &As[0][kk], kSkinnyStep + kSkinnyPad);
+        wmma::load_matrix_sync(b, &Ws[warp][0][kk], kSkinnyStep + kSkinnyPad);
         wmma::mma_sync(acc, a, b, acc);
       }
     }
@@ -103,7 +124,7 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32) gemm_bf16_skinny_kernel(con
   if (!active) return;
   wmma::store_matrix_sync(&Cs[warp][0][0], acc, 16 + 4, wmma::mem_row_major);
   __syncwarp();
-  for (int e = threadIdx.x % 32; e < 16 * 16; e += 32) {
+  for (int e = lane; e < 16 * 16; e += 32) {
     const int r = e / 16, c = e % 16, gn = n0 + c;
     if (r < M && gn < N) C[static_cast<std::size_t>(r) * ldc + gn] = bias ? Cs[warp][r][c] + bias[gn] : Cs[warp][r][c];
   }
