@@ -83,7 +83,7 @@ TEST_P(TokenizerFixture, IdsAndDecodesEqualHuggingFace) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, TokenizerFixture, ::testing::Values("neox", "granite", "digits"));
+INSTANTIATE_TEST_SUITE_P(Kinds, TokenizerFixture, ::testing::Values("neox", "granite", "digits", "behaviors"));
 
 }  // namespace
 }  // namespace parity
