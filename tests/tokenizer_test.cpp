@@ -199,6 +199,9 @@ TEST(Tokenizer, RefusesWhatItDoesNotSupportNamingIt) {
                  "does not compile");
   expect_refused(with("pre_tokenizer", R"({"type": "Split", "pattern": {"Regex": "[\\S]"}, "behavior": "Isolated"})"),
                  "inside a character class");
+  // \C (one byte) could cut a character in two: refused by PCRE2 at compile time.
+  expect_refused(with("pre_tokenizer", R"({"type": "Split", "pattern": {"Regex": "\\C"}, "behavior": "Isolated"})"),
+                 "does not compile");
   nlohmann::json j = tiny_json();
   j["model"]["type"] = "Unigram";
   expect_refused(j, "unsupported model type 'Unigram'");

@@ -88,7 +88,8 @@ Regex::Regex(const std::string& pattern, const std::string& what)
   int err = 0;
   PCRE2_SIZE offset = 0;
   code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated_.data()), translated_.size(),
-                              PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr);
+                              // \C could split a character, and later matches skip the UTF check.
+                              PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C, &err, &offset, nullptr);
   if (!code_->code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
