@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -60,6 +61,34 @@ TEST(Tokenizer, MergesLowestRankFirstInBothForms) {
   EXPECT_FALSE(t->id_to_token(7).has_value());
   EXPECT_EQ(t->eos_token_id(), std::optional<int32_t>(9));  // <|endoftext|> without a config
   EXPECT_FALSE(t->bos_token_id().has_value());
+}
+
+TEST(Tokenizer, NoDecoderJoinsTokensWithSpacesAlsoWhenStreaming) {
+  nlohmann::json j = tiny_json();
+  j["decoder"] = nullptr;
+  auto t = load(j);
+  EXPECT_EQ(t->decode({5, 9, 4}), "abc <|endoftext|> ab");
+  EXPECT_EQ(t->decode({9, 5, 4}, true), "abc ab");
+  StreamDecoder sd(*t, true);
+  EXPECT_EQ(sd.push(9), "");  // skipped: the next token is still the first one kept
+  EXPECT_EQ(sd.push(5), "abc");
+  EXPECT_EQ(sd.push(4), " ab");
+}
+
+TEST(Tokenizer, ConcurrentEncodesAgree) {
+  // encode is const and shared by server threads: the word cache is the only mutable state.
+  auto t = tokenizer::load_for_model("builtin:tiny");
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "word" + std::to_string(i % 37) + " and more text, " + std::to_string(i) + "\n";
+  const Ids expect = tokenizer::load_for_model("builtin:tiny")->encode(text);
+  std::vector<Ids> got(4);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k)
+    threads.emplace_back([&, k] {
+      for (int rep = 0; rep < 5; ++rep) got[k] = t->encode(text);
+    });
+  for (auto& th : threads) th.join();
+  for (const Ids& g : got) EXPECT_EQ(g, expect);
 }
 
 TEST(Tokenizer, AddedTokenFlags) {

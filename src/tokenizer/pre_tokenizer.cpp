@@ -123,10 +123,4 @@ std::vector<std::string> PreTokenizer::apply(const std::string& text) const {
   return pieces;
 }
 
-bool PreTokenizer::byte_level() const {
-  for (const Step& s : steps_)
-    if (s.kind == Step::Kind::ByteLevel) return true;
-  return false;
-}
-
 }  // namespace parity::tokenizer

@@ -24,9 +24,6 @@ class PreTokenizer {
   // Splits one piece of normalized text into the words the model encodes.
   std::vector<std::string> apply(const std::string& text) const;
 
-  // Whether a ByteLevel step is present (then tokens are byte-level characters).
-  bool byte_level() const;
-
  private:
   struct Step;
   PreTokenizer();
