@@ -68,6 +68,14 @@ ExpectedRows span(int64_t first, int64_t last, int cs) {
 // every row of its eight streams (lengths (P+K)·(5+i)/12).
 ExpectedRows expected_rows(const std::string& scenario, int P, int K, int cs) {
   if (scenario == "decode" || scenario == "threads-2" || scenario == "preempt-recompute") return span(P - 1, P + K - 1, cs);
+  if (scenario == "speculative") {  // two requests, rows P-1 … P+K-2 (the last token is not fed)
+    const ExpectedRows one = span(P - 1, P + K - 2, cs);
+    return {2 * one.rows, 2 * one.after_boundary};
+  }
+  if (scenario == "prefix-cache") {  // three requests, each compared from its last prompt row on
+    const ExpectedRows one = span(P - 1, P + K - 1, cs);
+    return {3 * one.rows, 3 * one.after_boundary};
+  }
   if (scenario.rfind("isa-", 0) == 0) {  // a chunk and a half of prompt, three grid cells of decode
     const int ip = std::min(P, cs + cs / 2 + 1);
     return span(ip - 1, std::min(P + K, ip + 3 * kernels::kDefaultExactCell + 1) - 1, cs);
@@ -127,7 +135,8 @@ TEST_P(ExactGate, PlainModeMismatchesShowTheCheckCanFail) {
   g.prompt_len = gate_prompt_len(cs);
   g.forced_len = gate_forced_len(cs);
   g.modes = {ScanMode::Plain};
-  g.scenarios = {"decode", "chunked-prefill", "preempt-recompute", "concurrent-8", "threads-2"};
+  g.scenarios = {"decode", "chunked-prefill", "preempt-recompute", "concurrent-8", "threads-2", "prefix-cache",
+                 "speculative"};
   const auto res = engine::run_exactness_gate(m, g);
   ASSERT_EQ(res.size(), g.scenarios.size());
   for (const auto& r : res) {

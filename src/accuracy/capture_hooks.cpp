@@ -3,11 +3,40 @@
 #include <algorithm>
 #include <cstring>
 
+#include "accuracy/hooks_identity.h"
 #include "common/error.h"
 
 namespace parity::accuracy {
 
-CaptureHooks::CaptureHooks(const std::vector<std::string>& modules) : wanted_(modules.begin(), modules.end()) {}
+CaptureHooks::CaptureHooks(const std::vector<std::string>& modules)
+    : identity_(new_hooks_identity()), wanted_(modules.begin(), modules.end()) {}
+
+void CaptureHooks::on_prefix_reuse(uint64_t request, uint64_t source, int64_t length) {
+  for (const std::string& m : wanted_) {
+    auto src = rows_.find({source, m});
+    if (src == rows_.end()) continue;  // build() names the missing rows if they are ever needed
+    const Rows& s = src->second;  // std::map: the insertion below moves no node
+    Rows& d = rows_[{request, m}];
+    if (d.cols == 0) d.cols = s.cols;
+    const std::size_t n = std::min(static_cast<std::size_t>(length), s.seen.size());
+    if (d.seen.size() < n) {
+      d.seen.resize(n, 0);
+      d.data.resize(n * static_cast<std::size_t>(d.cols));
+    }
+    std::copy(s.data.begin(), s.data.begin() + static_cast<std::ptrdiff_t>(n * static_cast<std::size_t>(s.cols)),
+              d.data.begin());
+    std::copy(s.seen.begin(), s.seen.begin() + static_cast<std::ptrdiff_t>(n), d.seen.begin());
+  }
+}
+
+void CaptureHooks::on_rows_discarded(uint64_t request, int64_t from) {
+  for (const std::string& m : wanted_) {
+    auto it = rows_.find({request, m});
+    if (it == rows_.end()) continue;
+    for (std::size_t p = static_cast<std::size_t>(std::max<int64_t>(0, from)); p < it->second.seen.size(); ++p)
+      it->second.seen[p] = 0;
+  }
+}
 
 void CaptureHooks::visit(const std::string& name, float* data, int rows, int cols, const model::ProbeRows& meta) {
   Rows* cur = nullptr;

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "accuracy/capture_hooks.h"
+#include "accuracy/hooks_identity.h"
 #include "common/error.h"
 
 namespace parity::accuracy {
@@ -24,6 +25,20 @@ class ChainedHooks : public model::ProbeHooks {
     if (!a_.wants(name) || !a_.fetch_replacement(name, dst, rows, cols, meta)) return false;
     if (b_.wants(name)) b_.visit(name, dst, rows, cols, meta);
     return true;
+  }
+  // Cached state serves a request only when both hooks allow it.
+  std::optional<uint64_t> prefix_identity(uint64_t request) override {
+    const auto a = a_.prefix_identity(request), b = b_.prefix_identity(request);
+    if (!a || !b) return std::nullopt;
+    return combine_identities(*a, *b);
+  }
+  void on_prefix_reuse(uint64_t request, uint64_t source, int64_t length) override {
+    a_.on_prefix_reuse(request, source, length);
+    b_.on_prefix_reuse(request, source, length);
+  }
+  void on_rows_discarded(uint64_t request, int64_t from) override {
+    a_.on_rows_discarded(request, from);
+    b_.on_rows_discarded(request, from);
   }
 
  private:

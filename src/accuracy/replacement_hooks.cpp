@@ -1,8 +1,10 @@
 #include "accuracy/replacement_hooks.h"
 
 #include <cstring>
+#include <vector>
 
 #include "accuracy/active_context.h"
+#include "accuracy/hooks_identity.h"
 #include "common/error.h"
 
 namespace parity::accuracy {
@@ -17,14 +19,39 @@ void check_features(const std::string& name, int64_t ref_cols, int live_cols) {
 
 }  // namespace
 
+ReplacementHooks::ReplacementHooks(TensorReplacer& replacer) : r_(replacer), identity_(new_hooks_identity()) {}
+
+std::optional<uint64_t> ReplacementHooks::prefix_identity(uint64_t request) {
+  return combine_identities(identity_, static_cast<uint64_t>(r_.resolve(request)));
+}
+
 void ReplacementHooks::visit(const std::string& name, float* data, int rows, int cols, const model::ProbeRows& meta) {
   check_features(name, r_.feature_size(name), cols);
   if (static_cast<int>(meta.position.size()) != rows)
     throw Error("tensor replacement: " + name + " has " + std::to_string(rows) + " rows but the pass metadata " +
                 std::to_string(meta.position.size()));
-  for (int t = 0; t < rows; ++t)
-    r_.fill_row(name, meta.request(t), meta.position[static_cast<std::size_t>(t)],
-                data + static_cast<std::size_t>(t) * static_cast<std::size_t>(cols));
+  for (int t = 0; t < rows; ++t) {
+    const uint64_t req = meta.request(t);
+    const int64_t pos = meta.position[static_cast<std::size_t>(t)];
+    float* dst = data + static_cast<std::size_t>(t) * static_cast<std::size_t>(cols);
+    if (meta.is_draft(t) && !r_.covers(name, req, pos)) {
+      std::memset(dst, 0, static_cast<std::size_t>(cols) * sizeof(float));
+      auto [it, fresh] = draft_past_.try_emplace(req, pos, name);
+      if (!fresh && pos < it->second.first) it->second = {pos, name};
+      continue;
+    }
+    r_.fill_row(name, req, pos, dst);
+  }
+}
+
+void ReplacementHooks::on_rows_discarded(uint64_t request, int64_t from) {
+  auto it = draft_past_.find(request);
+  if (it == draft_past_.end()) return;
+  const auto [pos, module] = it->second;
+  draft_past_.erase(it);
+  if (pos >= from) return;  // only rejected drafts went past the reference
+  std::vector<float> row(static_cast<std::size_t>(r_.feature_size(module)));
+  r_.fill_row(module, request, pos, row.data());  // the error, or a counted zero row, as without drafts
 }
 
 bool ReplacementHooks::fetch_replacement(const std::string& name, float* dst, int rows, int cols,

@@ -57,6 +57,10 @@ class TensorReplacer {
   int resolve(uint64_t request) const { return index_.resolve(request); }
   const PromptIndex& prompt_index() const { return index_; }
 
+  // Whether the reference of `module` holds a row for (request, position).
+  bool covers(const std::string& module, uint64_t request, int64_t position) const {
+    return position >= 0 && position < reference(resolve(request), module).rows;
+  }
   // Writes the reference row of `module` for (request, position) to dst (feature_size floats).
   void fill_row(const std::string& module, uint64_t request, int64_t position, float* dst);
 

@@ -1,5 +1,6 @@
 #include "cache/kv_cache.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -28,6 +29,7 @@ KvCache::KvCache(int num_layers, const kernels::KvLayout& layout, int num_blocks
   std::memset(v_.data(), 0, n * sizeof(float));
   free_.reserve(static_cast<std::size_t>(num_blocks));
   for (int b = num_blocks - 1; b >= 0; --b) free_.push_back(b);  // block 0 handed out first
+  refs_.assign(static_cast<std::size_t>(num_blocks), 0);
   tables_.resize(static_cast<std::size_t>(num_slots));
 }
 
@@ -44,17 +46,59 @@ bool KvCache::reserve(int slot, int64_t total_tokens) {
   if (need > static_cast<int>(free_.size())) return false;
   for (int i = 0; i < need; ++i) {
     t.push_back(free_.back());
+    refs_[static_cast<std::size_t>(free_.back())] = 1;
     free_.pop_back();
   }
   return true;
 }
 
-void KvCache::release(int slot) {
+void KvCache::release(int slot) { truncate(slot, 0); }
+
+void KvCache::truncate(int slot, int64_t tokens) {
   std::vector<int>& t = tables_[static_cast<std::size_t>(slot)];
+  const std::size_t keep = static_cast<std::size_t>(std::max(0, blocks_for(tokens)));
   // Reverse order: the slot's first block ends on top of the stack, so a sequence that comes
   // straight back gets the same blocks (not needed for the bits, which never depend on blocks).
-  for (auto it = t.rbegin(); it != t.rend(); ++it) free_.push_back(*it);
-  t.clear();
+  while (t.size() > keep) {
+    drop(t.back());
+    t.pop_back();
+  }
+}
+
+void KvCache::clear_positions(int slot, int64_t from, int64_t to) {
+  to = std::min(to, capacity(slot));
+  if (from >= to) return;
+  const int n = static_cast<int>(to - from);
+  const std::vector<float> zeros(static_cast<std::size_t>(n) * layout_.num_kv_heads * layout_.head_dim, 0.0f);
+  for (int l = 0; l < layers_; ++l)
+    kernels::kv_write(layout_, k(l), v(l), block_table(slot), from, n, zeros.data(), zeros.data());
+}
+
+void KvCache::share(int slot, const std::vector<int>& blocks) {
+  std::vector<int>& t = tables_[static_cast<std::size_t>(slot)];
+  if (!t.empty()) throw Error("internal: KV blocks shared into a slot that already holds blocks");
+  for (int b : blocks) {
+    retain(b);
+    t.push_back(b);
+  }
+}
+
+std::vector<int> KvCache::blocks_of(int slot, int n) const {
+  const std::vector<int>& t = tables_[static_cast<std::size_t>(slot)];
+  if (n > static_cast<int>(t.size())) throw Error("internal: asked for more KV blocks than the slot holds");
+  return std::vector<int>(t.begin(), t.begin() + n);
+}
+
+void KvCache::retain(int block) {
+  int& r = refs_[static_cast<std::size_t>(block)];
+  if (r < 1) throw Error("internal: KV block " + std::to_string(block) + " retained while free");
+  ++r;
+}
+
+void KvCache::drop(int block) {
+  int& r = refs_[static_cast<std::size_t>(block)];
+  if (r < 1) throw Error("internal: KV block " + std::to_string(block) + " dropped while free");
+  if (--r == 0) free_.push_back(block);
 }
 
 int64_t KvCache::capacity(int slot) const {

@@ -3,6 +3,11 @@
 // token slots (layout of kernels/attention.h), a free list, and one block table per sequence
 // slot that grows as the sequence does. A physical block id means the same block in every
 // attention layer, so one table serves them all.
+//
+// Blocks are reference-counted so that the prefix cache can share them: a full block below a
+// cached prefix length is never written again (a pass writes only its own positions), so several
+// sequences and the prefix cache may hold it; it returns to the free list when the last holder
+// lets go.
 #include <cstdint>
 #include <vector>
 
@@ -25,7 +30,21 @@ class KvCache {
   // Makes room for positions [0, total_tokens) of the slot, taking blocks from the free list.
   // false (and nothing taken) when there are not enough free blocks.
   bool reserve(int slot, int64_t total_tokens);
-  void release(int slot);  // every block of the slot back to the free list
+  void release(int slot);  // the slot lets go of every block (a block nobody holds is free again)
+  // Keeps the first blocks_for(tokens) blocks of the slot and lets go of the others (the
+  // speculative rollback: blocks only rejected rows used).
+  void truncate(int slot, int64_t tokens);
+  // Zeroes the K and V of positions [from, to) of the slot in every layer (the positions it holds;
+  // the speculative rollback: rejected rows leave nothing behind).
+  void clear_positions(int slot, int64_t from, int64_t to);
+  // Starts an empty slot's table with `blocks` (a prefix-cache hit); each gains a holder.
+  void share(int slot, const std::vector<int>& blocks);
+  // The first n block ids of the slot's table.
+  std::vector<int> blocks_of(int slot, int n) const;
+  // Holders other than slots (the prefix cache): retain adds one, drop removes one.
+  void retain(int block);
+  void drop(int block);
+  int holders(int block) const { return refs_[static_cast<std::size_t>(block)]; }
   int64_t capacity(int slot) const;  // tokens the slot's blocks hold
   const int* block_table(int slot) const { return tables_[static_cast<std::size_t>(slot)].data(); }
 
@@ -42,6 +61,7 @@ class KvCache {
   std::size_t layer_floats_;
   AlignedBuffer<float> k_, v_;
   std::vector<int> free_;  // a stack: the most recently freed block is reused first
+  std::vector<int> refs_;  // holders per block (0: on the free list)
   std::vector<std::vector<int>> tables_;
 };
 

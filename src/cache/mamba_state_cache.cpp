@@ -134,4 +134,67 @@ kernels::ReplayRing MambaStateCache::ring(int layer, int slot) {
           rb_.data() + i * std::size_t(ring_.B)};
 }
 
+void MambaStateCache::save(int slot, MambaSlotImage& img) const {
+  std::vector<int> heads(static_cast<std::size_t>(cfg_.num_heads));
+  for (int h = 0; h < cfg_.num_heads; ++h) heads[static_cast<std::size_t>(h)] = h;
+  save_heads(slot, std::move(heads), img);
+}
+
+void MambaStateCache::save_for_call(int slot, int64_t from, int64_t to, MambaSlotImage& img) const {
+  std::vector<int> heads;
+  for (int h = 0; h < cfg_.num_heads; ++h)
+    if (!opt_.exact || opt_.grid.cell_start(h, to) > from) heads.push_back(h);
+  save_heads(slot, std::move(heads), img);
+}
+
+void MambaStateCache::save_heads(int slot, std::vector<int> heads, MambaSlotImage& img) const {
+  if (slot < 0 || slot >= opt_.num_slots) throw Error("internal: state image of a slot that does not exist");
+  img.position = pos_[slot];
+  img.heads = std::move(heads);
+  const std::size_t L = static_cast<std::size_t>(layers_), hn = ssm_elems_ / std::size_t(cfg_.num_heads);
+  const std::size_t ring_floats = std::size_t(ring_.x + ring_.dt + ring_.B);
+  img.conv.resize(L * conv_elems_);
+  img.ring.resize(L * ring_floats);
+  const bool f32 = opt_.ssm_dtype == DType::F32;
+  img.ssm_f32.resize(f32 ? L * img.heads.size() * hn : 0);
+  img.ssm_bf16.resize(f32 ? 0 : L * img.heads.size() * hn);
+  for (std::size_t l = 0; l < L; ++l) {
+    const std::size_t i = l * std::size_t(opt_.num_slots) + std::size_t(slot);
+    std::memcpy(img.conv.data() + l * conv_elems_, conv_.data() + i * conv_elems_, conv_elems_ * sizeof(float));
+    float* r = img.ring.data() + l * ring_floats;
+    std::memcpy(r, rx_.data() + i * std::size_t(ring_.x), std::size_t(ring_.x) * sizeof(float));
+    std::memcpy(r + ring_.x, rdt_.data() + i * std::size_t(ring_.dt), std::size_t(ring_.dt) * sizeof(float));
+    std::memcpy(r + ring_.x + ring_.dt, rb_.data() + i * std::size_t(ring_.B), std::size_t(ring_.B) * sizeof(float));
+    for (std::size_t k = 0; k < img.heads.size(); ++k) {
+      const std::size_t src = i * ssm_elems_ + std::size_t(img.heads[k]) * hn, dst = (l * img.heads.size() + k) * hn;
+      if (f32) std::memcpy(img.ssm_f32.data() + dst, ssm_f32_.data() + src, hn * sizeof(float));
+      else std::memcpy(img.ssm_bf16.data() + dst, ssm_bf16_.data() + src, hn * sizeof(uint16_t));
+    }
+  }
+}
+
+void MambaStateCache::load(int slot, const MambaSlotImage& img) {
+  if (slot < 0 || slot >= opt_.num_slots || !used_[slot]) throw Error("internal: state image loaded into a free slot");
+  const std::size_t L = static_cast<std::size_t>(layers_), hn = ssm_elems_ / std::size_t(cfg_.num_heads);
+  const std::size_t ring_floats = std::size_t(ring_.x + ring_.dt + ring_.B);
+  const bool f32 = opt_.ssm_dtype == DType::F32;
+  if (img.conv.size() != L * conv_elems_ || img.ring.size() != L * ring_floats ||
+      (f32 ? img.ssm_f32.size() : img.ssm_bf16.size()) != L * img.heads.size() * hn)
+    throw Error("internal: state image made for another cache layout");
+  for (std::size_t l = 0; l < L; ++l) {
+    const std::size_t i = l * std::size_t(opt_.num_slots) + std::size_t(slot);
+    std::memcpy(conv_.data() + i * conv_elems_, img.conv.data() + l * conv_elems_, conv_elems_ * sizeof(float));
+    const float* r = img.ring.data() + l * ring_floats;
+    std::memcpy(rx_.data() + i * std::size_t(ring_.x), r, std::size_t(ring_.x) * sizeof(float));
+    std::memcpy(rdt_.data() + i * std::size_t(ring_.dt), r + ring_.x, std::size_t(ring_.dt) * sizeof(float));
+    std::memcpy(rb_.data() + i * std::size_t(ring_.B), r + ring_.x + ring_.dt, std::size_t(ring_.B) * sizeof(float));
+    for (std::size_t k = 0; k < img.heads.size(); ++k) {
+      const std::size_t dst = i * ssm_elems_ + std::size_t(img.heads[k]) * hn, src = (l * img.heads.size() + k) * hn;
+      if (f32) std::memcpy(ssm_f32_.data() + dst, img.ssm_f32.data() + src, hn * sizeof(float));
+      else std::memcpy(ssm_bf16_.data() + dst, img.ssm_bf16.data() + src, hn * sizeof(uint16_t));
+    }
+  }
+  pos_[slot] = img.position;
+}
+
 }  // namespace parity::cache

@@ -40,6 +40,22 @@ kernels::SsdShape ssd_shape(const io::Mamba2Config& cfg);
 // Throws parity::Error naming the problem when the options are unusable (dtype, grid, slots).
 void validate(const MambaCacheOptions& opt);
 
+// A copy of one slot's state: the whole of it for the prefix cache (cache/prefix_cache.h), or only
+// what one call over positions [from, to) can change, for the speculative rollback
+// (MambaStateCache::save_for_call). Loading it back gives the slot the bytes it had.
+struct MambaSlotImage {
+  int64_t position = 0;
+  std::vector<float> conv;        // [layer][(k-1)·conv_dim]
+  std::vector<float> ring;        // [layer][x | dt | B], exact mode only
+  std::vector<int> heads;         // heads whose SSM state is held
+  std::vector<float> ssm_f32;     // [layer][heads.size()][P·N] (fp32 caches)
+  std::vector<uint16_t> ssm_bf16; // same layout (bf16 caches)
+  std::size_t bytes() const {
+    return (conv.size() + ring.size() + ssm_f32.size()) * sizeof(float) + ssm_bf16.size() * sizeof(uint16_t) +
+           heads.size() * sizeof(int);
+  }
+};
+
 class MambaStateCache {
  public:
   MambaStateCache(const io::Mamba2Config& cfg, int num_mamba_layers, const MambaCacheOptions& opt);
@@ -75,6 +91,15 @@ class MambaStateCache {
 
   SlotBytes bytes_per_slot() const { return bytes_; }
 
+  // The whole state of the slot at its current position.
+  void save(int slot, MambaSlotImage& img) const;
+  // What a call over positions [from, to) can change: the conv state, the replay ring and, in
+  // exact mode, the boundary states of the heads with a grid boundary in (from, to] (plain mode:
+  // every head). Cheaper than save() when the call is short (a speculative verification).
+  void save_for_call(int slot, int64_t from, int64_t to, MambaSlotImage& img) const;
+  // Writes the image back and sets the slot's position to img.position.
+  void load(int slot, const MambaSlotImage& img);
+
  private:
   io::Mamba2Config cfg_;
   int layers_;
@@ -88,6 +113,8 @@ class MambaStateCache {
   AlignedBuffer<float> rx_, rdt_, rb_;
   std::vector<uint8_t> used_;
   std::vector<int64_t> pos_;
+
+  void save_heads(int slot, std::vector<int> heads, MambaSlotImage& img) const;
 };
 
 }  // namespace parity::cache

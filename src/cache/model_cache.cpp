@@ -61,6 +61,35 @@ void ModelCache::set_position(int slot, int64_t p) {
   if (mamba_) mamba_->set_position(slot, p);
 }
 
+// The image's vectors keep their capacity from one save to the next (the speculative rollback
+// saves every step).
+static void check_host_state(const ModelCacheSpec& spec) {
+  if (spec.num_mamba_layers > 0 && spec.state_on_device)
+    throw Error("prefix caching and speculative decoding copy the Mamba state on the host; this model keeps its "
+                "state on the device, which they do not support yet");
+}
+
+void ModelCache::save_state(int slot, MambaSlotImage& img) const {
+  check_host_state(spec_);
+  if (mamba_) mamba_->save(slot, img);
+  else img = MambaSlotImage{};
+  img.position = position(slot);
+}
+
+void ModelCache::save_for_call(int slot, int64_t from, int64_t to, MambaSlotImage& img) const {
+  check_host_state(spec_);
+  if (mamba_) mamba_->save_for_call(slot, from, to, img);
+  else img = MambaSlotImage{};
+  img.position = position(slot);
+}
+
+void ModelCache::load_state(int slot, const MambaSlotImage& img) {
+  check_host_state(spec_);
+  if (!in_use(slot)) throw Error("internal: state image loaded into a free slot");
+  if (mamba_) mamba_->load(slot, img);
+  set_position(slot, img.position);
+}
+
 ModelCache make_single_cache(const ModelCacheSpec& spec, int64_t tokens, const Numerics& numerics) {
   ModelCacheOptions o;
   o.mamba.num_slots = 1;

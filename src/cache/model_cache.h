@@ -54,7 +54,16 @@ class ModelCache {
   int64_t position(int slot) const { return pos_[static_cast<std::size_t>(slot)]; }
   void set_position(int slot, int64_t p);
 
+  // The slot's Mamba state (conv, SSM, replay ring): whole (save_state) or what a call over
+  // [from, to) can change (save_for_call); load_state writes it back and sets the slot's
+  // position to the image's. Models without Mamba layers keep only the position; a model that
+  // keeps its state on the device (state_on_device) is refused (parity::Error).
+  void save_state(int slot, MambaSlotImage& img) const;
+  void save_for_call(int slot, int64_t from, int64_t to, MambaSlotImage& img) const;
+  void load_state(int slot, const MambaSlotImage& img);
+
   MambaStateCache* mamba() { return mamba_.get(); }  // null without Mamba layers or with state_on_device
+  const MambaStateCache* mamba() const { return mamba_.get(); }
   // A backend's per-cache state (the CUDA backend's device buffers), freed with the cache.
   std::shared_ptr<void>& backend_state() { return backend_state_; }
   KvCache* kv() { return kv_.get(); }                // null without attention layers

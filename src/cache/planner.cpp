@@ -37,11 +37,14 @@ std::string CachePlan::describe() const {
   if (kv_num_blocks > 0)
     s += "KV cache: " + std::to_string(kv_num_blocks) + " blocks × " + std::to_string(kv_block_size) + " tokens = " +
          std::to_string(kv_tokens()) + " tokens, " + kib(kv_per_token) + " per token, " + mib(kv_bytes()) + "\n";
+  if (prefix_cache_bytes > 0)
+    s += "prefix cache: " + mib(prefix_cache_bytes) + " for state images (" +
+         std::to_string(per_seq.total() ? prefix_cache_bytes / per_seq.total() : 0) + " sequences' states)\n";
   return s;
 }
 
 CachePlan plan_cache(const ModelCacheSpec& spec, const MambaCacheOptions& opt, std::size_t budget_bytes,
-                     int max_num_seqs, int64_t max_model_len, int kv_block_size) {
+                     int max_num_seqs, int64_t max_model_len, int kv_block_size, PrefixCacheBudget prefix) {
   validate(opt);
   if (max_num_seqs < 1) throw Error("max_num_seqs must be at least 1");
   CachePlan p;
@@ -50,6 +53,15 @@ CachePlan plan_cache(const ModelCacheSpec& spec, const MambaCacheOptions& opt, s
   const bool attn = spec.num_attention_layers > 0;
   if (attn) p.kv_per_token = kv_bytes_per_token(spec.num_attention_layers, spec.num_kv_heads, spec.head_dim);
   const std::size_t block = p.kv_per_token * static_cast<std::size_t>(kv_block_size);
+  if (prefix.enabled) {
+    p.prefix_cache_bytes = prefix.bytes ? prefix.bytes
+                           : budget_bytes ? budget_bytes / 4
+                                          : p.per_seq.total() * static_cast<std::size_t>(std::max(8, max_num_seqs));
+    if (budget_bytes && p.prefix_cache_bytes >= budget_bytes)
+      throw Error("the prefix cache's " + mib(p.prefix_cache_bytes) + " leave nothing of the " + mib(budget_bytes) +
+                  " budget for the sequences");
+    if (budget_bytes) budget_bytes -= p.prefix_cache_bytes;
+  }
   if (budget_bytes == 0) {
     p.num_slots = max_num_seqs;
     if (attn) {

@@ -6,6 +6,8 @@
 #include "common/error.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
+#include "engine/speculation/draft_model_drafter.h"
+#include "engine/speculation/ngram_drafter.h"
 
 namespace parity::engine {
 
@@ -22,12 +24,38 @@ const char* finish_reason_name(FinishReason r) {
 
 class Engine::Slots : public SlotPool {
  public:
-  explicit Slots(cache::ModelCache& c) : c_(c) {}
+  explicit Slots(Engine& e) : e_(e), c_(*e.cache_) {}
   int allocate() override { return c_.allocate(); }
   void release(int slot) override { c_.release(slot); }
-  bool reserve(int slot, int64_t total_tokens) override { return c_.reserve(slot, total_tokens); }
+  bool reserve(int slot, int64_t total_tokens) override {
+    if (c_.reserve(slot, total_tokens)) return true;
+    // Cached prefixes give their KV blocks back before anyone is preempted.
+    cache::KvCache* kv = c_.kv();
+    if (!e_.prefix_ || !kv) return false;
+    const int need = kv->blocks_for(total_tokens) - static_cast<int>(kv->capacity(slot) / kv->layout().block_size);
+    return e_.prefix_->evict_for_kv(need) && c_.reserve(slot, total_tokens);
+  }
+  int64_t restore_prefix(Request& r) override {
+    if (!e_.prefix_ || !r.prefix_identity) return 0;
+    // At least the last token is computed (its row chooses the next token), and no row the
+    // request still wants raw logits of is skipped.
+    const int64_t max_len = std::min<int64_t>(static_cast<int64_t>(r.tokens.size()) - 1, e_.next_logit_pos_[r.id]);
+    const cache::PrefixHit hit = e_.prefix_->acquire(r.slot, r.tokens, max_len, *r.prefix_identity);
+    if (hit.length > 0 && e_.hooks_) e_.hooks_->on_prefix_reuse(r.id, hit.source, hit.length);
+    return hit.length;
+  }
+  int cut_chunk(const Request& r, int n) override {
+    if (!e_.prefix_ || !r.prefix_identity) return n;
+    // End the chunk on the first block boundary of the prompt inside it, so that the state there
+    // can be cached after the pass.
+    const int64_t B = e_.prefix_->block_tokens();
+    const int64_t next = (r.num_computed / B + 1) * B;
+    if (next <= r.prompt_len() && next < r.num_computed + n) return static_cast<int>(next - r.num_computed);
+    return n;
+  }
 
  private:
+  Engine& e_;
   cache::ModelCache& c_;
 };
 
@@ -40,9 +68,35 @@ Engine::Engine(const model::Model& model, EngineConfig cfg) : model_(model), cfg
   opt.grid = numerics_.grid;
   if (cfg_.sched.max_num_batched_tokens < 1) throw Error("max_num_batched_tokens must be at least 1");
   plan_ = cache::plan_cache(model.cache_spec(), opt, cfg_.state_memory_budget, cfg_.sched.max_num_seqs,
-                            cfg_.max_model_len, cfg_.kv_block_size);
+                            cfg_.max_model_len, cfg_.kv_block_size,
+                            {cfg_.enable_prefix_caching, cfg_.prefix_cache_bytes});
   cache_ = std::make_unique<cache::ModelCache>(model.cache_spec(), plan_.options(opt));
-  slots_ = std::make_unique<Slots>(*cache_);
+  if (cfg_.enable_prefix_caching)
+    prefix_ = std::make_unique<cache::PrefixCache>(*cache_, numerics_, plan_.prefix_cache_bytes,
+                                                   cfg_.prefix_block_tokens);
+  slots_ = std::make_unique<Slots>(*this);
+  const SpeculativeConfig& sp = cfg_.speculative;
+  if ((cfg_.enable_prefix_caching || sp.num_tokens > 0) && model.cache_spec().state_on_device &&
+      model.cache_spec().num_mamba_layers > 0)
+    throw Error("prefix caching and speculative decoding are not supported yet for " + model.origin() +
+                " on a device that keeps the Mamba state (they copy the state on the host)");
+  if (sp.num_tokens < 0 || sp.num_tokens > 64)
+    throw Error("speculative decoding: the number of draft tokens must be between 0 and 64 (got " +
+                std::to_string(sp.num_tokens) + ")");
+  if (sp.num_tokens > 0 && sp.method == SpeculativeMethod::Ngram) {
+    owned_drafter_ = std::make_unique<NgramDrafter>(sp.ngram_min, sp.ngram_max);
+  } else if (sp.num_tokens > 0 && sp.method == SpeculativeMethod::Custom) {
+    if (!sp.drafter) throw Error("speculative decoding: the custom method needs a drafter");
+    drafter_ = sp.drafter;
+  } else if (sp.num_tokens > 0) {
+    if (!sp.draft_model) throw Error("speculative decoding: the draft method needs a draft model (--draft-model)");
+    if (sp.draft_model->vocab_size() != model.vocab_size())
+      throw Error("speculative decoding: the draft model " + sp.draft_model->origin() + " has a vocabulary of " +
+                  std::to_string(sp.draft_model->vocab_size()) + " tokens, the target " + model.origin() + " of " +
+                  std::to_string(model.vocab_size()));
+    owned_drafter_ = std::make_unique<DraftModelDrafter>(*sp.draft_model, cfg_.sched.max_num_seqs, cfg_.max_model_len);
+  }
+  if (owned_drafter_) drafter_ = owned_drafter_.get();
   sched_ = std::make_unique<Scheduler>(cfg_.sched, *slots_);
 }
 
@@ -80,6 +134,9 @@ uint64_t Engine::add_request(RequestSpec spec) {
   r->arrival = static_cast<int64_t>(r->id);
   Request* raw = r.get();
   if (listener_) listener_(raw->id, raw->spec);  // may throw (e.g. unknown reference prompt): nothing queued yet
+  // The probe hooks say whether (and as what) the request may share cached state; without hooks
+  // every request shares under one identity.
+  if (prefix_) raw->prefix_identity = hooks_ ? hooks_->prefix_identity(raw->id) : std::optional<uint64_t>(0);
   next_logit_pos_[raw->id] = raw->spec.return_prompt_logits ? 0 : raw->prompt_len() - 1;
   requests_[raw->id] = std::move(r);
   sched_->add(raw);
@@ -89,9 +146,8 @@ uint64_t Engine::add_request(RequestSpec spec) {
 bool Engine::abort(uint64_t id) {
   auto it = requests_.find(id);
   if (it == requests_.end() || it->second->status == RequestStatus::Finished) return false;
-  sched_->finish(it->second.get());
   it->second->finish = FinishReason::Aborted;
-  if (finish_listener_) finish_listener_(id, FinishReason::Aborted);
+  finish_request(it->second.get());
   return true;
 }
 
@@ -118,8 +174,24 @@ std::vector<StepOutput> Engine::step() {
     std::vector<Request*> victims(sched_->running().rbegin(), sched_->running().rend());
     for (Request* r : victims) sched_->preempt(r);
   }
+  if (drafter_) {
+    // Room for drafts: sampled requests past their prompt, never beyond the tokens they may still
+    // feed (the last generated token is never fed, so a draft there could not be kept).
+    for (Request* r : sched_->running()) {
+      const int left = r->spec.sampling.max_tokens - r->num_generated - 1;
+      const bool eligible = r->spec.forced.empty() && r->num_generated >= 1;
+      r->spec_allowance = eligible ? std::max(0, std::min(cfg_.speculative.num_tokens, left)) : 0;
+    }
+  }
   std::vector<ScheduledChunk> chunks = sched_->schedule();
   if (chunks.empty()) return {};
+  if (drafter_) propose_drafts(chunks);
+  // The way back for every chunk that carries drafts: what its call can change.
+  undo_.resize(std::max(undo_.size(), chunks.size()));
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    const Request* r = chunks[i].req;
+    if (!r->drafts.empty()) cache_->save_for_call(r->slot, r->num_computed, r->num_computed + chunks[i].n, undo_[i]);
+  }
 
   PackedPass pass = pack_pass(chunks, next_logit_pos_);
   const model::ForwardBatch& batch = pass.batch;
@@ -128,15 +200,101 @@ std::vector<StepOutput> Engine::step() {
   std::vector<float> logits(batch.logit_rows.size() * static_cast<std::size_t>(V));
   model_.forward(batch, *cache_, cfg_.mode, logits.data(), hooks_);
 
+  // Each request's rows, in position order (the runner packs a chunk's rows in order).
+  std::map<const Request*, std::vector<std::pair<int64_t, const float*>>> rows;
+  for (std::size_t u = 0; u < uses.size(); ++u)
+    rows[uses[u].req].push_back({uses[u].pos, logits.data() + u * static_cast<std::size_t>(V)});
+
   std::map<uint64_t, StepOutput> outs;
-  for (const ScheduledChunk& c : chunks) c.req->num_computed += c.n;
-  for (std::size_t u = 0; u < uses.size(); ++u) {
-    Request* r = uses[u].req;
-    const int64_t pos = uses[u].pos;
-    const float* lrow = logits.data() + u * static_cast<std::size_t>(V);
-    StepOutput& o = outs[r->id];
-    o.id = r->id;
-    const bool want_raw = r->spec.return_logits || r->spec.return_prompt_logits;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    Request* r = chunks[i].req;
+    const int64_t n0 = r->num_computed, end = n0 + chunks[i].n;
+    const int64_t stream = static_cast<int64_t>(r->tokens.size());  // before this pass's tokens
+    auto it = rows.find(r);
+    if (it != rows.end()) {
+      StepOutput& o = outs[r->id];
+      o.id = r->id;
+      take_rows(r, it->second, o);
+    }
+    if (r->drafts.empty()) {
+      r->num_computed = end;
+      // A prompt chunk that ended on a block boundary leaves the state there to the prefix cache.
+      if (prefix_ && r->prefix_identity && r->num_computed <= r->prompt_len() &&
+          r->num_computed % prefix_->block_tokens() == 0)
+        prefix_->insert(r->slot, r->tokens, *r->prefix_identity, r->id);
+      continue;
+    }
+    // Fed positions stay valid while the fed draft equals the token the request now has there.
+    int64_t valid = stream;
+    while (valid < end && valid < static_cast<int64_t>(r->tokens.size()) &&
+           r->drafts[static_cast<std::size_t>(valid - stream)] == r->tokens[static_cast<std::size_t>(valid)])
+      ++valid;
+    spec_stats_.verify_chunks++;
+    spec_stats_.drafted += r->drafts.size();
+    spec_stats_.accepted += static_cast<uint64_t>(valid - stream);
+    if (hooks_) hooks_->on_rows_discarded(r->id, valid);
+    r->drafts.clear();
+    if (valid == end || r->finish != FinishReason::None) {
+      r->num_computed = end;
+      continue;
+    }
+    // Rejected rows leave no trace: the state goes back to before the pass (conv state, replay
+    // ring, the boundary states the call moved; KV blocks only they used are returned), and the
+    // next pass feeds the accepted tokens again — in exact mode to the same bits.
+    cache_->load_state(r->slot, undo_[i]);
+    if (cache::KvCache* kv = cache_->kv()) {
+      kv->clear_positions(r->slot, n0, end);
+      kv->truncate(r->slot, n0);
+    }
+    r->num_computed = n0;
+    spec_stats_.rollbacks++;
+  }
+  std::vector<StepOutput> result;
+  for (auto& [id, o] : outs) {
+    Request* r = requests_[id].get();
+    if (r->finish != FinishReason::None) {
+      o.finished = r->finish;
+      finish_request(r);
+    }
+    result.push_back(std::move(o));
+  }
+  return result;
+}
+
+void Engine::propose_drafts(std::vector<ScheduledChunk>& chunks) {
+  std::vector<DraftQuery> queries;
+  std::vector<std::size_t> which;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    Request* r = chunks[i].req;
+    r->drafts.clear();
+    const int64_t real = static_cast<int64_t>(r->tokens.size()) - r->num_computed;
+    const int room = r->spec_allowance > 0 ? static_cast<int>(chunks[i].n - real) : 0;
+    if (room <= 0) continue;
+    queries.push_back({r->id, &r->tokens, room, {}});
+    which.push_back(i);
+  }
+  if (queries.empty()) return;
+  drafter_->propose(queries);
+  for (std::size_t q = 0; q < queries.size(); ++q) {
+    ScheduledChunk& c = chunks[which[q]];
+    Request* r = c.req;
+    const int64_t real = static_cast<int64_t>(r->tokens.size()) - r->num_computed;
+    r->drafts = std::move(queries[q].drafts);
+    if (static_cast<int>(r->drafts.size()) > queries[q].room) r->drafts.resize(static_cast<std::size_t>(queries[q].room));
+    c.n = static_cast<int>(real + static_cast<int64_t>(r->drafts.size()));
+  }
+}
+
+void Engine::take_rows(Request* r, const std::vector<std::pair<int64_t, const float*>>& rows, StepOutput& o) {
+  const int V = model_.vocab_size();
+  const int64_t stream = static_cast<int64_t>(r->tokens.size());
+  const bool want_raw = r->spec.return_logits || r->spec.return_prompt_logits;
+  for (const auto& [pos, lrow] : rows) {
+    if (r->finish != FinishReason::None) break;
+    // A draft row counts only when its draft became the request's token there.
+    if (pos >= stream && (pos >= static_cast<int64_t>(r->tokens.size()) ||
+                          r->drafts[static_cast<std::size_t>(pos - stream)] != r->tokens[static_cast<std::size_t>(pos)]))
+      break;
     if (want_raw && pos >= next_logit_pos_[r->id]) {
       o.logit_positions.push_back(pos);
       o.logit_rows.emplace_back(lrow, lrow + V);
@@ -150,8 +308,10 @@ std::vector<StepOutput> Engine::step() {
         r->finish = FinishReason::Forced;
         continue;
       }
-      tok = r->spec.forced[r->num_generated];
+      tok = r->spec.forced[static_cast<std::size_t>(r->num_generated)];
     } else {
+      // The draw depends on (seed, index of the generated token) only: the same with or without
+      // speculation, so a draft is accepted exactly when it is the token this row gives.
       tok = sample_token(lrow, V, r->spec.sampling, r->num_generated);
     }
     if (r->spec.sampling.logprobs > 0) o.logprobs.push_back(top_logprobs(lrow, V, r->spec.sampling.logprobs, tok));
@@ -164,17 +324,12 @@ std::vector<StepOutput> Engine::step() {
       else if (r->num_generated >= r->spec.sampling.max_tokens) r->finish = FinishReason::Length;
     }
   }
-  std::vector<StepOutput> result;
-  for (auto& [id, o] : outs) {
-    Request* r = requests_[id].get();
-    if (r->finish != FinishReason::None) {
-      o.finished = r->finish;
-      sched_->finish(r);
-      if (finish_listener_) finish_listener_(id, r->finish);
-    }
-    result.push_back(std::move(o));
-  }
-  return result;
+}
+
+void Engine::finish_request(Request* r) {
+  sched_->finish(r);
+  if (drafter_) drafter_->forget(r->id);
+  if (finish_listener_) finish_listener_(r->id, r->finish);
 }
 
 void Engine::accumulate(std::map<uint64_t, RequestResult>& results, const std::vector<StepOutput>& outs) {

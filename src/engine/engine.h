@@ -12,11 +12,35 @@
 
 #include "cache/model_cache.h"
 #include "cache/planner.h"
+#include "cache/prefix_cache.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "model/model.h"
 
 namespace parity::engine {
+
+class Drafter;
+
+// Speculative decoding (docs/speculative-decoding.md): a drafter proposes up to num_tokens tokens
+// per request and step, the target verifies them in the same pass (num_tokens + 1 rows), and a
+// draft is accepted when it equals the target's own draw there. In exact mode the output equals
+// non-speculative generation, token for token and logit row for logit row.
+enum class SpeculativeMethod { Ngram, DraftModel, Custom };
+struct SpeculativeConfig {
+  int num_tokens = 0;  // k; 0 = off
+  SpeculativeMethod method = SpeculativeMethod::Ngram;
+  int ngram_min = 1, ngram_max = 4;          // prompt lookup: n-gram sizes tried, longest first
+  const model::Model* draft_model = nullptr;  // DraftModel: same vocabulary as the target
+  Drafter* drafter = nullptr;                 // Custom: the caller's (engine/speculation/drafter.h), not owned
+};
+
+struct SpeculationStats {
+  uint64_t verify_chunks = 0;  // request chunks that carried drafts
+  uint64_t drafted = 0;        // draft tokens verified
+  uint64_t accepted = 0;       // of them, accepted
+  uint64_t rollbacks = 0;      // chunks whose rejected rows were undone
+  double acceptance_rate() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
+};
 
 struct EngineConfig {
   SchedulerConfig sched;
@@ -32,6 +56,14 @@ struct EngineConfig {
   int kv_block_size = 16;
   int64_t max_model_len = 1 << 20;      // prompt + continuation limit per request
   int64_t preempt_at_step = -1;         // preempt every running request at this step (tests, --preempt-at-step)
+  // Prefix caching (docs/prefix-caching.md): requests that share a token prefix reuse its state.
+  // States are kept at multiples of prefix_block_tokens (a multiple of kv_block_size) of each
+  // prompt; prefill chunks end on them. prefix_cache_bytes: the Mamba state images' share of the
+  // memory (0: the planner's default, cache::PrefixCacheBudget).
+  bool enable_prefix_caching = false;
+  int prefix_block_tokens = 256;
+  std::size_t prefix_cache_bytes = 0;
+  SpeculativeConfig speculative;
 };
 
 // Everything a finished request produced, gathered from its step outputs.
@@ -75,6 +107,10 @@ class Engine {
   const cache::ModelCache& cache() const { return *cache_; }
   const EngineConfig& config() const { return cfg_; }
   const cache::Numerics& numerics() const { return numerics_; }
+  // Prefix caching: null when it is off.
+  const cache::PrefixCache* prefix_cache() const { return prefix_.get(); }
+  // Speculative decoding: what the drafts did (all zero when it is off).
+  const SpeculationStats& speculation_stats() const { return spec_stats_; }
 
   // Steps until every request has finished, folding the step outputs per request.
   std::map<uint64_t, RequestResult> run_to_completion();
@@ -82,11 +118,20 @@ class Engine {
 
  private:
   class Slots;
+  void propose_drafts(std::vector<ScheduledChunk>& chunks);
+  // Turns one request's rows of the pass into tokens (sampled or forced), emitting raw logits.
+  void take_rows(Request* r, const std::vector<std::pair<int64_t, const float*>>& rows, StepOutput& o);
+  void finish_request(Request* r);
+  std::unique_ptr<Drafter> owned_drafter_;
+  Drafter* drafter_ = nullptr;
+  SpeculationStats spec_stats_;
+  std::vector<cache::MambaSlotImage> undo_;  // per chunk of the pass: the state before its drafts
   const model::Model& model_;
   EngineConfig cfg_;
   cache::Numerics numerics_;
   cache::CachePlan plan_;
   std::unique_ptr<cache::ModelCache> cache_;
+  std::unique_ptr<cache::PrefixCache> prefix_;
   std::unique_ptr<Slots> slots_;
   std::unique_ptr<Scheduler> sched_;
   std::map<uint64_t, std::unique_ptr<Request>> requests_;

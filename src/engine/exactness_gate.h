@@ -24,6 +24,7 @@ struct GateOptions {
   std::optional<int> exact_grid;  // empty: the default cell
   cache::StaggerChoice stagger = cache::StaggerChoice::Auto;
   std::vector<std::string> scenarios;  // empty: all of gate_scenarios()
+  bool prefix_caching = false;  // every scenario with prefix caching on (the prefix-cache scenario always is)
 };
 
 struct RowTally {
@@ -38,10 +39,14 @@ struct ScenarioResult {
   RowTally all, first_chunk, after_boundary;  // split by the chunk of the first compared row
   float max_abs = 0.0f;
   int64_t mismatched_elements = 0, elements = 0;
+  std::string note;  // what the scenario exercised, e.g. prefix-cache hits
 };
 
 // decode, chunked-prefill, preempt-recompute, concurrent-8, threads-2 (two threads with every kernel
-// forced parallel), isa (the decode schedule under each instruction set against the detected one).
+// forced parallel), isa (the decode schedule under each instruction set against the detected one),
+// prefix-cache (requests that share prefixes of the stream, the later ones starting from cached
+// state, under an unaligned token budget), speculative (generation with draft tokens verified
+// several per pass, greedy and seeded, against single-shot prefill of the generated stream).
 std::vector<std::string> gate_scenarios();
 
 using GateProgress = std::function<void(int done, int total, const std::string& what)>;

@@ -1,6 +1,7 @@
 #pragma once
 // A request as the engine sees it: what the user asked for, and how far it has got.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,13 @@ struct Request {
   int64_t arrival = 0;          // FCFS order key
   RequestStatus status = RequestStatus::Waiting;
   FinishReason finish = FinishReason::None;
+  // Prefix caching: the identity its states are cached under (the probe hooks' for it); no value:
+  // it neither reuses nor leaves cached state.
+  std::optional<uint64_t> prefix_identity;
+  // Speculative decoding: how many draft tokens the next pass may verify after `tokens`
+  // (0: none), and the drafts of the pass being run.
+  int spec_allowance = 0;
+  std::vector<int32_t> drafts;
 
   int64_t prompt_len() const { return static_cast<int64_t>(spec.prompt.size()); }
 };

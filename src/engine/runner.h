@@ -2,7 +2,8 @@
 // The runner (llama.cpp's llama-batch): packs the chunks the scheduler picked into one forward
 // batch — tokens, per-sequence slot and start position, request ids — and decides which rows
 // reach the head: the row after a request's last token (it chooses the next token) and the rows
-// whose raw logits the request asked for and has not received yet.
+// whose raw logits the request asked for and has not received yet. A request with speculative
+// drafts (Request::drafts) feeds them after its stream, and every draft row reaches the head.
 #include <cstdint>
 #include <map>
 #include <vector>

@@ -15,12 +15,12 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
   bool preempted = false;
   for (std::size_t i = 0; i < running_.size() && budget > 0;) {
     Request* r = running_[i];
-    const int64_t need = static_cast<int64_t>(r->tokens.size()) - r->num_computed;
+    const int64_t need = static_cast<int64_t>(r->tokens.size()) - r->num_computed + r->spec_allowance;
     if (need <= 0) {
       ++i;
       continue;
     }
-    const int n = static_cast<int>(std::min<int64_t>(need, budget));
+    const int n = slots_.cut_chunk(*r, static_cast<int>(std::min<int64_t>(need, budget)));
     bool ok = slots_.reserve(r->slot, r->num_computed + n);
     // The victim is the last running request: behind r in arrival order, so not yet scheduled
     // in this pass, unless it is r itself.
@@ -40,14 +40,17 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     Request* r = waiting_.front();
     const int slot = slots_.allocate();
     if (slot < 0) break;  // FCFS: later arrivals do not overtake the head of the queue
-    const int n = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(r->tokens.size()), budget));
-    if (!slots_.reserve(slot, n)) {
+    r->slot = slot;
+    r->num_computed = slots_.restore_prefix(*r);
+    const int n = slots_.cut_chunk(
+        *r, static_cast<int>(std::min<int64_t>(static_cast<int64_t>(r->tokens.size()) - r->num_computed, budget)));
+    if (!slots_.reserve(slot, r->num_computed + n)) {
       slots_.release(slot);
+      r->slot = -1;
+      r->num_computed = 0;
       break;
     }
     waiting_.pop_front();
-    r->slot = slot;
-    r->num_computed = 0;
     r->status = RequestStatus::Running;
     insert_running(r);
     out.push_back({r, n});

@@ -8,6 +8,7 @@
 // request itself was the victim, and no new request is admitted in that pass. Preemption frees a
 // request's slot and blocks and sends it back to the head of the queue; it later recomputes its
 // whole stream (prompt + tokens so far) under the same id. Running requests stay in arrival order.
+// A running request with a speculative allowance asks for that many tokens more (its drafts).
 #include <cstdint>
 #include <deque>
 #include <vector>
@@ -33,6 +34,12 @@ class SlotPool {
   virtual void release(int slot) = 0;
   // Room for positions [0, total_tokens) of the slot; false when the memory is not there.
   virtual bool reserve(int /*slot*/, int64_t /*total_tokens*/) { return true; }
+  // A request was just given r.slot (fresh): the tokens already computed there (a prefix-cache
+  // hit), 0 otherwise.
+  virtual int64_t restore_prefix(Request& /*r*/) { return 0; }
+  // The request's next chunk may take n tokens from r.num_computed on: how many it takes (the
+  // prefix cache cuts prefill chunks at its block boundaries).
+  virtual int cut_chunk(const Request& /*r*/, int n) { return n; }
 };
 
 class Scheduler {

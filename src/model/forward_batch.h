@@ -23,6 +23,9 @@ struct ForwardBatch {
   std::vector<SeqChunk> seqs;
   std::vector<int> logit_rows;   // packed row indices whose logits are wanted, in output order
   std::vector<uint64_t> request_ids;  // optional, one per seq: lets probe hooks map rows to requests
+  // optional, one per seq: the first position holding a speculative draft token (-1: none), so
+  // probe hooks can tell rows that may be rejected (ProbeRows::is_draft)
+  std::vector<int64_t> draft_from;
 };
 
 }  // namespace parity::model

@@ -62,6 +62,8 @@ void validate_batch(const Model& m, const ForwardBatch& b, const cache::ModelCac
     throw Error("forward: exact mode needs a state cache built with replay rows (exact = true)");
   if (!b.request_ids.empty() && b.request_ids.size() != b.seqs.size())
     throw Error("forward: request_ids must have one entry per sequence chunk");
+  if (!b.draft_from.empty() && b.draft_from.size() != b.seqs.size())
+    throw Error("forward: draft_from must have one entry per sequence chunk");
   std::size_t total = 0;
   for (const SeqChunk& s : b.seqs) {
     if (s.n < 1) throw Error("forward: a sequence chunk has no tokens");

@@ -3,6 +3,7 @@
 // named with Hugging Face module names (backbone.layers.3.mixer, lm_head, ...). With no hooks
 // attached a probe costs one pointer test.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,13 @@ struct ProbeRows {
   uint64_t request(int row) const {  // 0 when the runner gave no request ids
     const auto& ids = batch->request_ids;
     return ids.empty() ? 0 : ids[static_cast<std::size_t>(seq[static_cast<std::size_t>(row)])];
+  }
+  // True for a row that holds a speculative draft token (it may be rejected after the pass).
+  bool is_draft(int row) const {
+    const auto& d = batch->draft_from;
+    if (d.empty()) return false;
+    const int64_t from = d[static_cast<std::size_t>(seq[static_cast<std::size_t>(row)])];
+    return from >= 0 && position[static_cast<std::size_t>(row)] >= from;
   }
 };
 
@@ -38,6 +46,25 @@ class ProbeHooks {
     (void)name, (void)dst, (void)rows, (void)cols, (void)meta;
     return false;
   }
+
+  // Prefix caching (docs/prefix-caching.md). May `request` start from cached prefix state, and
+  // under which identity? std::nullopt (the default, right for hooks that must see every row): no,
+  // and its states are not cached either. A value: states made under the same value are
+  // interchangeable for this request; hooks that change tensors return one that names what they
+  // inject (the replacement and the reference prompt the request is bound to).
+  virtual std::optional<uint64_t> prefix_identity(uint64_t request) {
+    (void)request;
+    return std::nullopt;
+  }
+  // The request's positions [0, length) were restored from state computed for request `source`
+  // (under the same identity): their rows will not be visited for `request`.
+  virtual void on_prefix_reuse(uint64_t request, uint64_t source, int64_t length) {
+    (void)request, (void)source, (void)length;
+  }
+  // Speculative decoding (docs/speculative-decoding.md): the rows of `request` at positions >=
+  // `from` that the last pass visited held rejected draft tokens; they count for nothing (the
+  // positions are fed again, with other tokens, in a later pass or never).
+  virtual void on_rows_discarded(uint64_t request, int64_t from) { (void)request, (void)from; }
 };
 
 struct ProbePoint {

@@ -12,6 +12,7 @@
 #include "frontends/cli/device_flags.h"
 #include "frontends/cli/moe_routing_flag.h"
 #include "frontends/cli/numerics_flags.h"
+#include "frontends/cli/serving_flags.h"
 #include "frontends/cli/text_flags.h"
 #include "io/safetensors.h"
 #include "io/token_file.h"
@@ -33,6 +34,8 @@ Runner add_generate(CLI::App& app) {
     double state_mb = 0;
     std::vector<int32_t> stop;
     std::optional<std::string> prompt_text, forced_text;
+    std::vector<std::string> more_prompts;
+    ServingFlags serving;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("generate", "Generate (or teacher-force) one request through the engine");
@@ -48,6 +51,12 @@ Runner add_generate(CLI::App& app) {
   f->excludes(m);
   ft->excludes(m);
   add_numerics_flags(sub, o->num);
+  add_serving_flags(sub, o->serving);
+  sub->add_option("--add-prompt", o->more_prompts,
+                  "another request with these prompt tokens (JSON file, 1,2,3 or .txt), run together with the "
+                  "first and with its settings; repeat for more (the JSON then lists \"requests\")")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--max-num-batched-tokens", o->max_batched, "token budget per pass")->check(CLI::Range(1, 1 << 24));
   sub->add_option("--max-num-seqs", o->max_seqs, "sequences per pass")->check(CLI::Range(1, 4096));
   sub->add_option("--max-model-len", o->max_model_len, "longest request (prompt + continuation)")->check(CLI::PositiveNumber);
@@ -69,6 +78,8 @@ Runner add_generate(CLI::App& app) {
     if (o->forced.empty() && !o->forced_text && o->max_tokens == 0)
       throw Error("generate needs --forced, --forced-text or --max-tokens");
     if (o->threads > 0) kernels::set_num_threads(o->threads);
+    if (!o->more_prompts.empty() && !o->dump.empty()) throw Error("--dump-logits takes one request (no --add-prompt)");
+    o->serving.check();
     TextTokens text(o->model);
     engine::RequestSpec spec;
     spec.prompt = tokens_or_text(text, o->prompt, "--prompt", o->prompt_text, "--prompt-text", true, true);
@@ -95,14 +106,30 @@ Runner add_generate(CLI::App& app) {
     accuracy::replacement_config_from_json(additional);
 
     auto model = o->dev.load(o->model, model_options(o->moe_routing));
+    const auto draft = o->serving.load_draft();
+    o->serving.apply(cfg, draft.get());
     engine::Engine eng(*model, cfg);
     auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);
     if (replacement) replacement->attach(eng);
     std::fputs(eng.plan().describe().c_str(), stderr);
     const uint64_t id = eng.add_request(spec);
+    std::vector<uint64_t> more;
+    for (const std::string& t : o->more_prompts) {
+      engine::RequestSpec s = spec;
+      s.prompt = tokens_or_text(text, t, "--add-prompt", std::nullopt, "", true, true);
+      more.push_back(eng.add_request(s));
+    }
     auto results = eng.run_to_completion();
     const engine::RequestResult& r = results[id];
     nlohmann::json out;
+    if (!more.empty()) {  // every request, the first included; the first's fields stay at the top too
+      out["requests"] = nlohmann::json::array();
+      more.insert(more.begin(), id);
+      for (uint64_t i : more)
+        out["requests"].push_back({{"tokens", results[i].tokens},
+                                   {"finish_reason", engine::finish_reason_name(results[i].finish)},
+                                   {"preemptions", results[i].num_preemptions}});
+    }
     out["tokens"] = r.tokens;
     // The generated text, special tokens left out (as vLLM's default), when the model has a tokenizer.
     std::string why;
@@ -115,6 +142,8 @@ Runner add_generate(CLI::App& app) {
     out["preemptions"] = r.num_preemptions;
     out["mode"] = o->num.exact ? "exact" : "plain";
     out["numerics"] = eng.numerics().metadata();
+    if (eng.prefix_cache()) out["prefix_cache"] = prefix_cache_report(eng);
+    if (cfg.speculative.num_tokens > 0) out["speculative"] = speculation_report(eng);
     if (o->logprobs > 0) {
       nlohmann::json lp = nlohmann::json::array();
       for (const auto& v : r.logprobs) {

@@ -24,6 +24,7 @@ Runner add_verify(CLI::App& app) {
     std::vector<std::string> scenarios;
     std::string moe_routing, cache_dtype = "both", stagger = "auto";
     int exact_grid = -1;  // -1: the default
+    bool prefix_caching = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
@@ -41,6 +42,8 @@ Runner add_verify(CLI::App& app) {
   sub->add_option("--exact-grid", o->exact_grid, "exact mode's grid cell (a power of two; default " +
                                                      std::to_string(kernels::kDefaultExactCell) + ")");
   sub->add_option("--exact-stagger", o->stagger, "auto | none | spread");
+  sub->add_flag("--enable-prefix-caching", o->prefix_caching,
+                "run every scenario with prefix caching on (the prefix-cache scenario always has it)");
   return [o]() {
     const cache::StaggerChoice stagger = cache::parse_stagger(o->stagger);
     if (o->exact_grid != -1) cache::validate_exact_cell(o->exact_grid);
@@ -51,6 +54,7 @@ Runner add_verify(CLI::App& app) {
     g.seed = o->seed;
     g.scenarios = o->scenarios;
     g.stagger = stagger;
+    g.prefix_caching = o->prefix_caching;
     if (o->exact_grid != -1) g.exact_grid = o->exact_grid;
     if (o->cache_dtype == "float32") g.exact_dtypes = {DType::F32};
     if (o->cache_dtype == "bfloat16") g.exact_dtypes = {DType::BF16};
