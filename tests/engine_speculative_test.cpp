@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "engine/engine.h"
+#include "engine/speculation/draft_model_drafter.h"
 #include "engine/speculation/drafter.h"
 #include "engine/speculation/ngram_drafter.h"
 #include "model/checkpoint.h"
@@ -297,6 +298,22 @@ TEST(SpeculativeState, RejectedRowsLeaveNoTrace) {
     EXPECT_GT(spec_e.speculation_stats().rollbacks, 0u);
     EXPECT_GT(compared, 5);
   }
+}
+
+// The draft model keeps a state per request; when a request it still holds is not drafted for (it
+// was preempted), its slot goes to the next one, and coming back it catches up from scratch.
+TEST(DraftModelDrafter, ReusesTheSlotOfARequestNotBeingDrafted) {
+  const auto& m = load("builtin:tiny");
+  engine::DraftModelDrafter d(m, 1, 256);
+  const std::vector<int32_t> a = {1, 2, 3, 4}, b = {9, 8, 7};
+  std::vector<engine::DraftQuery> q1 = {{1, &a, 3, {}}};
+  d.propose(q1);
+  std::vector<engine::DraftQuery> q2 = {{2, &b, 3, {}}};
+  EXPECT_NO_THROW(d.propose(q2));
+  std::vector<engine::DraftQuery> q3 = {{1, &a, 3, {}}};
+  d.propose(q3);
+  EXPECT_EQ(q1[0].drafts, q3[0].drafts);  // recomputed from scratch: the same greedy drafts
+  EXPECT_EQ(q1[0].drafts.size(), 3u);
 }
 
 // Bad configurations are errors that name the problem.

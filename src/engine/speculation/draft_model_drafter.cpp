@@ -17,12 +17,19 @@ DraftModelDrafter::DraftModelDrafter(const model::Model& draft, int max_seqs, in
 
 DraftModelDrafter::~DraftModelDrafter() = default;
 
-DraftModelDrafter::Seq& DraftModelDrafter::seq_for(uint64_t request) {
+DraftModelDrafter::Seq& DraftModelDrafter::seq_for(uint64_t request, const std::vector<DraftQuery>& current) {
   Seq& s = seqs_[request];
-  if (s.slot < 0) {
+  if (s.slot >= 0) return s;
+  s.slot = cache_->allocate();
+  for (auto it = seqs_.begin(); s.slot < 0 && it != seqs_.end(); ++it) {
+    const bool in_use = std::any_of(current.begin(), current.end(),
+                                    [&](const DraftQuery& q) { return q.request == it->first; });
+    if (in_use || it->second.slot < 0) continue;
+    cache_->release(it->second.slot);
+    it->second = Seq{};
     s.slot = cache_->allocate();
-    if (s.slot < 0) throw Error("internal: the draft model has no free slot (more requests than max_num_seqs)");
   }
+  if (s.slot < 0) throw Error("internal: the draft model has no free slot (more queries than max_num_seqs)");
   return s;
 }
 
@@ -52,7 +59,7 @@ void DraftModelDrafter::propose(std::vector<DraftQuery>& queries) {
   for (DraftQuery& q : queries) {
     q.drafts.clear();
     if (q.room < 1) continue;
-    Seq& s = seq_for(q.request);
+    Seq& s = seq_for(q.request, queries);
     rewind(s, *q.tokens);
     s.undo_pos = -1;  // a way back is only good for the drafts fed below
     const int64_t start = static_cast<int64_t>(s.fed.size()), T = static_cast<int64_t>(q.tokens->size());

@@ -30,7 +30,9 @@ class DraftModelDrafter : public Drafter {
     cache::MambaSlotImage undo;  // the state before the last drafts were fed
     int64_t undo_pos = -1;
   };
-  Seq& seq_for(uint64_t request);
+  // The request's state, taking a slot if it has none; when all are taken, the state of a request
+  // not among `current` (one preempted or waiting) is dropped for it (it is recomputed if needed).
+  Seq& seq_for(uint64_t request, const std::vector<DraftQuery>& current);
   void rewind(Seq& s, const std::vector<int32_t>& tokens);
 
   const model::Model& m_;
