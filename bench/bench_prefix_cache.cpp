@@ -4,7 +4,7 @@
 // workload without and with prefix caching, interleaved, so the ratios come from one run:
 // time to first token (mean over the 16 requests) and total time.
 //
-//   build/parity_bench --benchmark_filter=PrefixCache
+//   OMP_NUM_THREADS=1 build/parity_bench --benchmark_filter=PrefixCache
 #include <benchmark/benchmark.h>
 
 #include <chrono>

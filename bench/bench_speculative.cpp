@@ -7,7 +7,7 @@
 // the ngram numbers show the cost of drafts that are rejected, the oracle numbers the gain of
 // drafts that are accepted.
 //
-//   build/parity_bench --benchmark_filter=Speculative
+//   OMP_NUM_THREADS=1 build/parity_bench --benchmark_filter=Speculative
 #include <benchmark/benchmark.h>
 
 #include <chrono>
