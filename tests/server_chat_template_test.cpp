@@ -59,7 +59,9 @@ TEST(ServerChatTemplate, MalformedTemplatesAreErrorsNotCrashes) {
   ChatTemplateInput in;
   in.messages = {{"user", "hi"}};
   for (const char* t : {"{% if x %}", "{% for %}", "{{ 1 +", "{{ 'abc", "{% endfor %}", "{{ [1, 2][5:1:0] }}",
-                        "{{ 1 // 0 }}", "{% set %}", "{{ range(1000000000) }}", "{# open"}) {
+                        "{{ 1 // 0 }}", "{% set %}", "{{ range(1000000000) }}", "{# open",
+                        "{{ 999999999999999999 * 999999999999999999 }}", "{{ 'ab' * 999999999999999999 }}",
+                        "{{ range(1, 999999999999999999, 999999999999999999) | length }}{{ x.y.z() }}"}) {
     SCOPED_TRACE(t);
     EXPECT_THROW(render_chat_template(t, in), Error);
   }

@@ -1093,9 +1093,10 @@ class Renderer {
       }
       if (st == 0) fail("range() step cannot be zero");
       List l;
-      for (int64_t k = b; st > 0 ? k < en : k > en; k += st) {
+      for (int64_t k = b; st > 0 ? k < en : k > en;) {
         if (l.size() > 100000) fail("range() too long");
         l.push_back(Value::integer(k));
+        if (__builtin_add_overflow(k, st, &k)) break;
       }
       return Value::list(std::move(l));
     }
@@ -1138,7 +1139,10 @@ class Renderer {
         if (e.name == "not") return Value::boolean(!truthy(a));
         if (!a.numeric()) fail("unary " + e.name + " of " + repr(a));
         if (e.name == "+") return a;
-        return a.kind == K::Float ? Value::number(-a.f) : Value::integer(-as_int(a, "an operand"));
+        if (a.kind == K::Float) return Value::number(-a.f);
+        const int64_t x = as_int(a, "an operand");
+        if (x == INT64_MIN) fail("integer overflow in unary -");
+        return Value::integer(-x);
       }
       case Expr::K::Binary: break;
     }
@@ -1180,7 +1184,8 @@ class Renderer {
     }
     if (op == "*" && a.kind == K::Str && (b.kind == K::Int || b.kind == K::Bool)) {
       const int64_t times = as_int(b, "a repeat count");
-      if (times > 0 && a.s.size() * static_cast<std::size_t>(times) > (1u << 24)) fail("string repetition too long");
+      if (times > 0 && !a.s.empty() && static_cast<uint64_t>(times) > (uint64_t{1} << 24) / a.s.size())
+        fail("string repetition too long");
       std::string out;
       for (int64_t k = 0; k < times; ++k) out += a.s;
       return Value::str(out);
@@ -1193,10 +1198,16 @@ class Renderer {
     }
     if (ints) {
       const int64_t x = as_int(a, "an operand"), y = as_int(b, "an operand");
-      if (op == "+") return Value::integer(x + y);
-      if (op == "-") return Value::integer(x - y);
-      if (op == "*") return Value::integer(x * y);
+      int64_t r = 0;
+      if (op == "+" || op == "-" || op == "*") {
+        const bool over = op == "+" ? __builtin_add_overflow(x, y, &r)
+                          : op == "-" ? __builtin_sub_overflow(x, y, &r)
+                                      : __builtin_mul_overflow(x, y, &r);
+        if (over) fail("integer overflow in '" + op + "'");
+        return Value::integer(r);
+      }
       if (y == 0) fail("division by zero");
+      if (x == INT64_MIN && y == -1) fail("integer overflow in '" + op + "'");
       const int64_t q = x / y - ((x % y != 0) && ((x < 0) != (y < 0)) ? 1 : 0);  // Python's floor division
       if (op == "//") return Value::integer(q);
       if (op == "%") return Value::integer(x - q * y);
