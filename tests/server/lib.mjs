@@ -46,10 +46,13 @@ export function startServer(args, { env = {}, model = "builtin:tiny" } = {}) {
           url,
           log: () => err,
           exited: new Promise((r) => proc.on("exit", (code, sig) => r({ code, sig }))),
-          async stop() {
-            if (proc.exitCode !== null) return { code: proc.exitCode };
-            proc.kill("SIGTERM");
-            return await this.exited;
+          // SIGTERM, then the exit status; a server that does not exit 0 (a crash, a sanitizer
+          // report at exit) fails the test unless `clean` is false.
+          async stop({ clean = true } = {}) {
+            if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGTERM");
+            const r = await this.exited;
+            if (clean && r.code !== 0) throw new Error(`FAILED: the server exited with ${r.code ?? r.sig}:\n` + err.slice(-3000));
+            return r;
           },
         });
       }

@@ -98,7 +98,7 @@ await main("replicas_nginx", async () => {
     check(after.every((x) => x.upstream.endsWith(`:${b.port}`)), "the survivor served them all");
   } finally {
     nginx.kill("SIGQUIT");
-    await a.stop();
+    await a.stop({ clean: false });  // killed above
     await b.stop();
     rmSync(prefix, { recursive: true, force: true });
   }
