@@ -5,14 +5,15 @@
 // comparison can fail), and the comparator flags one changed log-prob.
 import { check, equal, canonical, startServer, offline, fromChoice, trimOffline, main, postJson } from "./lib.mjs";
 
-// 24 requests: prompts of 3..40 tokens, greedy and sampled, some with stop ids.
+// 24 requests: prompts of 3..45 tokens (every fourth extends the one before), greedy and sampled.
 function requests() {
   const out = [];
   let x = 12345;
   const rnd = (m) => (x = (x * 1103515245 + 12345) % 2147483648) % m;
   for (let i = 0; i < 24; i++) {
     const len = 3 + rnd(38);
-    const prompt = Array.from({ length: len }, () => 1 + rnd(500));
+    let prompt = Array.from({ length: len }, () => 1 + rnd(500));
+    if (i % 4 === 3) prompt = [...out[i - 1].prompt, ...prompt.slice(0, 5)];  // shares a prefix (prefix cache)
     const r = { prompt, max_tokens: 4 + rnd(12), temperature: i % 3 === 0 ? 0 : 0.7 + (i % 4) * 0.2, seed: 1000 + i,
       logprobs: 1 + (i % 4) };
     if (i % 5 === 1) r.top_k = 20;
@@ -59,10 +60,13 @@ await main("exact_concurrency", async () => {
   const reqs = requests();
   // Small token budget and few slots: prompts are cut into chunks and share passes with decodes.
   const flags = ["--max-num-seqs", "6", "--max-num-batched-tokens", "7"];
-  for (const mode of ["exact", "plain"]) {
-    const numerics = mode === "exact" ? ["--exact"] : [];
+  // "exact+features": the same with prefix caching and n-gram speculative decoding on in the server
+  // only (the offline runs use neither); exact mode promises the same bits.
+  const features = ["--enable-prefix-caching", "--prefix-block-tokens", "16", "--speculative-tokens", "2"];
+  for (const mode of ["exact", "exact+features", "plain"]) {
+    const numerics = mode.startsWith("exact") ? ["--exact"] : [];
     const expected = reqs.map((r) => trimOffline(offline("builtin:tiny", r, numerics), r.logprobs));
-    const srv = await startServer([...numerics, ...flags]);
+    const srv = await startServer([...numerics, ...flags, ...(mode === "exact+features" ? features : [])]);
     let got;
     try {
       got = await fire(srv.url, reqs);
@@ -70,7 +74,9 @@ await main("exact_concurrency", async () => {
       await srv.stop();
     }
     const bad = mismatches(got, expected);
-    if (mode === "exact") {
+    if (mode === "exact+features") {
+      equal(bad, 0, `exact with prefix caching and speculative decoding: all ${reqs.length} responses equal the offline runs`);
+    } else if (mode === "exact") {
       equal(bad, 0, `exact: all ${reqs.length} concurrent responses equal their offline runs bit for bit`);
       // The comparator sees a one-ulp change in one log-prob.
       const changed = JSON.parse(JSON.stringify(got));

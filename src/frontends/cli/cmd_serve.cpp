@@ -13,6 +13,7 @@
 #include "frontends/cli/device_flags.h"
 #include "frontends/cli/moe_routing_flag.h"
 #include "frontends/cli/numerics_flags.h"
+#include "frontends/cli/serving_flags.h"
 #include "frontends/server/server.h"
 #include "frontends/server/text_codec.h"
 #include "kernels/isa.h"
@@ -24,6 +25,7 @@ namespace parity::cli {
 Runner add_serve(CLI::App& app) {
   struct Opts {
     DeviceFlags dev;
+    ServingFlags serving;
     std::string model, additional, moe_routing;
     int threads = 0, max_batched = 2048, max_seqs = 16;
     int64_t max_model_len = 4096;
@@ -35,6 +37,7 @@ Runner add_serve(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, …)");
   sub->add_option("model", o->model, "checkpoint folder or builtin:NAME")->required();
   add_device_flags(sub, o->dev);
+  add_serving_flags(sub, o->serving);
   add_numerics_flags(sub, o->num);
   sub->add_option("--host", o->serve.host, "address to listen on (default 127.0.0.1: this machine only)");
   sub->add_option("--port", o->serve.port, "port (0: any free port; the chosen one is printed)")->check(CLI::Range(0, 65535));
@@ -63,6 +66,7 @@ Runner add_serve(CLI::App& app) {
     // Before any thread exists (OpenMP's included), so only the server's signal thread sees SIGTERM.
     server::block_shutdown_signals();
     o->num.check();
+    o->serving.check();
     if (o->serve.api_key.empty())
       if (const char* k = std::getenv("PARITY_API_KEY")) o->serve.api_key = k;
     if (o->serve.model_name.empty()) o->serve.model_name = o->model;
@@ -78,6 +82,8 @@ Runner add_serve(CLI::App& app) {
     accuracy::replacement_config_from_json(additional);
 
     auto model = o->dev.load(o->model, model_options(o->moe_routing));
+    const auto draft = o->serving.load_draft();
+    o->serving.apply(cfg, draft.get());
     auto codec = server::TextCodec::for_model(o->model);
     engine::Engine eng(*model, cfg);
     auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);

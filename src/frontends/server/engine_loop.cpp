@@ -284,6 +284,19 @@ void EngineLoop::refresh_stats() {
     stats_.kv_blocks_total = kv->num_blocks();
     stats_.kv_blocks_free = kv->num_free_blocks();
   }
+  if (const cache::PrefixCache* pc = eng_.prefix_cache()) {
+    const cache::PrefixCacheStats& ps = pc->stats();
+    stats_.prefix_caching = true;
+    stats_.prefix_lookups = ps.lookups;
+    stats_.prefix_hits = ps.hits;
+    stats_.prefix_lookup_tokens = ps.lookup_tokens;
+    stats_.prefix_hit_tokens = ps.hit_tokens;
+  }
+  if (eng_.config().speculative.num_tokens > 0) {
+    stats_.speculation = true;
+    stats_.spec_drafted = eng_.speculation_stats().drafted;
+    stats_.spec_accepted = eng_.speculation_stats().accepted;
+  }
   stats_.healthy = healthy_;
 }
 

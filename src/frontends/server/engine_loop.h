@@ -81,6 +81,11 @@ struct LoopStats {
   std::array<uint64_t, kStepBuckets.size()> step_buckets{};  // cumulative counts ≤ bound
   uint64_t prompt_tokens = 0, generation_tokens = 0;
   uint64_t sequences_finished = 0, sequences_aborted = 0, sequences_rejected = 0;
+  // The engine's serving features, when on (--enable-prefix-caching, --speculative-tokens).
+  bool prefix_caching = false;
+  uint64_t prefix_lookups = 0, prefix_hits = 0, prefix_lookup_tokens = 0, prefix_hit_tokens = 0;
+  bool speculation = false;
+  uint64_t spec_drafted = 0, spec_accepted = 0;
   bool healthy = true;
 };
 

@@ -58,6 +58,20 @@ std::string Metrics::render(const LoopStats& s, int max_sequences) const {
   family("parity_kv_blocks", "gauge", "KV cache blocks (attention layers), by state");
   o << "parity_kv_blocks{state=\"free\"} " << s.kv_blocks_free << '\n';
   o << "parity_kv_blocks{state=\"used\"} " << (s.kv_blocks_total - s.kv_blocks_free) << '\n';
+  if (s.prefix_caching) {
+    family("parity_prefix_cache_queries_total", "counter", "admissions that looked up the prefix cache");
+    o << "parity_prefix_cache_queries_total " << s.prefix_lookups << '\n';
+    family("parity_prefix_cache_hits_total", "counter", "of them, those that reused a cached prefix");
+    o << "parity_prefix_cache_hits_total " << s.prefix_hits << '\n';
+    family("parity_prefix_cache_tokens_total", "counter", "prompt tokens that could be reused, and were");
+    o << "parity_prefix_cache_tokens_total{kind=\"queried\"} " << s.prefix_lookup_tokens << '\n';
+    o << "parity_prefix_cache_tokens_total{kind=\"hit\"} " << s.prefix_hit_tokens << '\n';
+  }
+  if (s.speculation) {
+    family("parity_spec_decode_tokens_total", "counter", "speculative draft tokens verified, and accepted");
+    o << "parity_spec_decode_tokens_total{kind=\"drafted\"} " << s.spec_drafted << '\n';
+    o << "parity_spec_decode_tokens_total{kind=\"accepted\"} " << s.spec_accepted << '\n';
+  }
   family("parity_healthy", "gauge", "1 while the engine runs normally");
   o << "parity_healthy " << (s.healthy ? 1 : 0) << '\n';
   return o.str();
