@@ -46,13 +46,14 @@ await main("limits", async () => {
     await srv.stop();
   }
 
-  // SIGTERM while a request runs: it finishes, new requests are refused, exit status 0.
-  const s2 = await startServer(["--max-num-seqs", "2", "--max-model-len", "20000"]);
-  const inflight = fetch(s2.url + "/v1/completions", { method: "POST", headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ prompt: [4, 5, 6], max_tokens: 8000, temperature: 0, stream: true, ignore_eos: true }) }).then((r) => r.text());
-  await sleep(150);
+  // SIGTERM while a request streams: the stream runs to its end, then the server exits 0.
+  const s2 = await startServer(["--max-num-seqs", "2"]);
+  const res = await fetch(s2.url + "/v1/completions", { method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ prompt: [4, 5, 6], max_tokens: 2000, temperature: 0, stream: true, ignore_eos: true }) });
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let text = (await reader.read()).value;  // the stream has started
   s2.proc.kill("SIGTERM");
-  const text = await inflight;
+  for (let r; !(r = await reader.read()).done;) text += r.value;
   check(text.includes('"finish_reason":"length"') && text.trimEnd().endsWith("data: [DONE]"),
     "SIGTERM lets the in-flight stream finish (finish_reason length, [DONE])");
   const { code } = await s2.exited;
