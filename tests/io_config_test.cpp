@@ -371,3 +371,14 @@ TEST(IoConfig, TransformersWrittenFixtures) {
     EXPECT_EQ(c.time_step_min_limit, 0.0) << d;
   }
 }
+
+// Found through fuzz_config: a state_size whose in_proj width overflows int (UB in conv_dim()).
+TEST(IoConfig, WidthsPastIntAreRefused) {
+  json cfg = base_config();
+  cfg["state_size"] = 2000000000;
+  expect_refused(cfg, {"n_groups = 2 and state_size = 2000000000 are too large", "does not fit in 32 bits"});
+  // The largest state size whose width fits is accepted: the bound is the width, not a guess.
+  cfg["state_size"] = (2147483647LL - 2 * 32 - 8) / 4;
+  const Mamba2Config c = parse_mamba2_config(cfg);
+  EXPECT_EQ(c.in_proj_dim(), 2 * 32 + 4 * c.state_size + 8);
+}

@@ -507,3 +507,19 @@ TEST(IoGraniteConfig, RefusesScalars) {
   j["tie_word_embeddings"] = "true";
   expect_refused(j, {"tie_word_embeddings must be true or false"});
 }
+
+namespace {
+
+// Found through fuzz_config: widths past int (UB in conv_dim() and q_dim()) are refused, naming the fields.
+TEST(IoGraniteConfig, WidthsPastIntAreRefused) {
+  json cfg = base_config();
+  cfg["mamba_d_state"] = 2000000000;
+  expect_refused(cfg, {"mamba_n_groups = 2 and mamba_d_state = 2000000000 are too large"});
+  cfg = base_config();
+  cfg["head_dim"] = 1000000000;
+  expect_refused(cfg, {"num_attention_heads * head_dim = 4 * 1000000000 does not fit in 32 bits"});
+  cfg["head_dim"] = 500000000;
+  EXPECT_EQ(parse_granite_hybrid_config(cfg).q_dim(), 2000000000);
+}
+
+}  // namespace

@@ -151,6 +151,9 @@ void parse_attention(const nlohmann::json& cfg, GraniteHybridConfig& c, bool nee
       refuse("hidden_size / num_attention_heads = " + std::to_string(c.hidden_size) + " / " +
              std::to_string(c.num_attention_heads) + " gives head_dim 0 (and no head_dim is given)");
   }
+  if (static_cast<long long>(c.num_attention_heads) * c.head_dim > std::numeric_limits<int>::max())
+    refuse("num_attention_heads * head_dim = " + std::to_string(c.num_attention_heads) + " * " +
+           std::to_string(c.head_dim) + " does not fit in 32 bits");
   c.attention_bias = bool_or(cfg, "attention_bias", false);
   std::string pet = "none";
   if (const nlohmann::json* v = lookup(cfg, "position_embedding_type")) pet = string_of(*v, "position_embedding_type");
@@ -257,6 +260,8 @@ GraniteHybridConfig parse_granite_hybrid_config(const nlohmann::json& cfg) {
         positive("intermediate_size", req_int(cfg, "intermediate_size", "the expert FFN width; num_local_experts > 0"));
   }
   c.shared_intermediate_size = positive("shared_intermediate_size", req_int(cfg, "shared_intermediate_size"));
+  if (c.num_layers_of(GraniteLayerType::Mamba) > 0)
+    require_mamba2_widths_fit(to_mamba2_config(c), {"mamba_n_groups", "mamba_d_state", "mamba_n_heads"});
   return c;
 }
 

@@ -146,6 +146,7 @@ Mamba2Config parse_mamba2_config(const nlohmann::json& cfg) {
   if ((c.chunk_size & (c.chunk_size - 1)) != 0)
     throw Error("config.json: chunk_size = " + std::to_string(c.chunk_size) +
                 " is not a power of two");
+  require_mamba2_widths_fit(c, {"n_groups", "state_size", "num_heads"});
   if (c.conv_kernel < 1 || c.conv_kernel > 8)
     throw Error("config.json: conv_kernel = " + std::to_string(c.conv_kernel) +
                 " is outside the supported range 1..8");
@@ -184,6 +185,16 @@ Mamba2Config parse_mamba2_config(const nlohmann::json& cfg) {
                   " is greater than max " + std::to_string(c.time_step_max_limit));
   }
   return c;
+}
+
+void require_mamba2_widths_fit(const Mamba2Config& c, const char* const (&names)[3]) {
+  // Found by fuzz_config: state_size 2e9 made conv_dim() overflow (undefined behaviour) downstream.
+  const long long in_proj = 2LL * c.intermediate_size + 2LL * c.n_groups * c.state_size + c.num_heads;
+  if (in_proj > std::numeric_limits<int>::max())
+    throw Error(std::string("config.json: ") + names[0] + " = " + std::to_string(c.n_groups) + " and " + names[1] +
+                " = " + std::to_string(c.state_size) + " are too large: the in_proj width 2 * intermediate + 2 * " +
+                names[0] + " * " + names[1] + " + " + names[2] + " = " + std::to_string(in_proj) +
+                " does not fit in 32 bits");
 }
 
 nlohmann::json to_json(const Mamba2Config& c) {

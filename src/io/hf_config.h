@@ -40,6 +40,10 @@ struct Mamba2Config {
 std::string architecture_of(const nlohmann::json& cfg);
 
 Mamba2Config parse_mamba2_config(const nlohmann::json& cfg);
+
+// Refuses a shape whose derived widths (conv_dim, in_proj_dim: the widest) do not fit an int, naming
+// the config's fields: `names` is {groups, state size, heads} as that config.json spells them.
+void require_mamba2_widths_fit(const Mamba2Config& c, const char* const (&names)[3]);
 nlohmann::json to_json(const Mamba2Config& c);  // for builtin models and fixtures
 
 }  // namespace parity::io
