@@ -1,0 +1,26 @@
+#pragma once
+// A run's numerics as every frontend takes them (the CLI's --exact, --mamba-ssm-cache-dtype,
+// --exact-grid, --exact-stagger; the Python module's keyword arguments of the same names):
+// checked, resolved against the model's chunk size into cache::Numerics (whose metadata() every
+// output file carries) and applied to an engine configuration.
+#include <string>
+
+#include "cache/numerics.h"
+#include "engine/engine.h"
+
+namespace parity::frontends {
+
+struct NumericsOptions {
+  bool exact = false;
+  std::string cache_dtype;  // "float32" | "bfloat16"; empty: the mode's default
+  int exact_grid = -1;      // -1: the default
+  std::string stagger = "auto";
+
+  // Checks what can be checked before a model is loaded (dtype, grid, stagger names).
+  void check() const;
+  // default_cell: the backend's exact cell when exact_grid is not given (the GPU's differs).
+  cache::Numerics resolve(int chunk_size, int default_cell = kernels::kDefaultExactCell) const;
+  void apply(engine::EngineConfig& cfg) const;  // mode, dtype, grid, stagger
+};
+
+}  // namespace parity::frontends

@@ -1,0 +1,87 @@
+#pragma once
+// The Python module's LLM object in plain C++: a loaded model plus the engine options it was
+// opened with, and the five things the CLI does with them (score, generate, probes, capture,
+// validate), each calling the same library functions as the matching src/frontends/cli/cmd_*.cpp.
+// bindings.cpp turns its inputs and results into Python and numpy objects.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "accuracy/captures_file.h"
+#include "engine/engine.h"
+#include "frontends/common/numerics_options.h"
+#include "model/model.h"
+
+namespace parity::python {
+
+struct LlmOptions {
+  frontends::NumericsOptions numerics;
+  std::string additional_config;  // JSON text, as --additional-config; empty: none
+  std::string moe_routing = "direct";
+  int max_num_seqs = 8;
+  int max_num_batched_tokens = 2048;
+  int64_t max_model_len = 1 << 20;
+  double state_memory_mb = 0;  // 0: one slot per sequence (the engine's default plan)
+  int threads = 0;             // 0: leave the process's setting (all cores unless set before)
+};
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> forced;  // teacher forcing; empty: sample
+  engine::SamplingParams sampling;
+  bool return_logits = false;
+};
+
+struct Completion {
+  std::vector<int32_t> prompt_token_ids;
+  engine::RequestResult result;
+};
+
+struct CaptureArgs {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<int32_t>> forced;  // none, one shared, or one per prompt
+  int max_tokens = 0;                        // 0: the prompt only
+  std::vector<std::string> modules;          // patterns, as capture --modules
+  accuracy::CaptureLayout layout = accuracy::CaptureLayout::Flat;
+};
+
+struct ValidateArgs {
+  std::optional<int> prompt_index;
+  int max_tokens = 0;
+  std::string tol_map;  // JSON text; empty: the default map
+  double divergence_tol = 0.001;
+};
+
+struct ValidateResult {
+  bool passed = false;
+  nlohmann::json report;  // validate --json's report
+  std::string summary;    // validate's printed table
+  std::string numerics_difference;  // empty when the reference has this run's numerics identity
+};
+
+class Llm {
+ public:
+  Llm(const std::string& model, LlmOptions opts);
+
+  const model::Model& model() const { return *model_; }
+  const LlmOptions& options() const { return opts_; }
+  cache::Numerics numerics() const;
+
+  std::vector<float> score(const std::vector<int32_t>& tokens) const;  // [rows, vocab] row-major
+  std::vector<Completion> generate(const std::vector<GenerateRequest>& requests) const;
+  accuracy::Captures capture(const CaptureArgs& args) const;
+  ValidateResult validate(const accuracy::Captures& reference, const ValidateArgs& args) const;
+
+ private:
+  engine::EngineConfig engine_config() const;
+
+  LlmOptions opts_;
+  nlohmann::json additional_;
+  std::unique_ptr<model::Model> model_;
+};
+
+}  // namespace parity::python
