@@ -15,7 +15,9 @@ from ._core import (  # noqa: F401  (re-exported)
     CompletionOutput,
     Error,
     PromptCapture,
+    Tokenizer,
     ValidationResult,
+    load_tokenizer,
     read_captures,
 )
 
@@ -25,6 +27,8 @@ __all__ = [
     "CompletionOutput",
     "Error",
     "PromptCapture",
+    "Tokenizer",
     "ValidationResult",
+    "load_tokenizer",
     "read_captures",
 ]

@@ -65,8 +65,10 @@ def test_token_out_of_range(tiny_exact, parity):
 
 
 def test_bad_token_lists(tiny_exact, parity):
-    with pytest.raises(parity.Error, match="got text"):
-        tiny_exact.score("hello")
+    with pytest.raises(parity.Error, match="got bytes"):
+        tiny_exact.score(b"hello")
+    with pytest.raises(parity.Error, match="the text encodes to no tokens"):
+        tiny_exact.score("")
     with pytest.raises(parity.Error, match="not an integer"):
         tiny_exact.score([1, 2.5])
     with pytest.raises(parity.Error, match="token list is empty"):

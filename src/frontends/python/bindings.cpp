@@ -11,6 +11,7 @@
 #include "engine/request.h"
 #include "frontends/python/convert.h"
 #include "frontends/python/llm.h"
+#include "tokenizer/tokenizer.h"
 
 namespace py = pybind11;
 using namespace parity;
@@ -111,6 +112,9 @@ void bind_results(py::module_& m) {
                              "float32 array [rows, vocab] of the raw logits from position P-1 on (P prompt tokens): "
                              "one row per generated token, and with forced tokens one more after the last; what "
                              "`generate --dump-logits` writes. None unless return_logits=True.")
+      .def_readonly("text", &Completion::text,
+                    "The generated tokens as text (special tokens left out, as `parity generate` prints); None when "
+                    "the model has no tokenizer.")
       .def_property_readonly("num_preemptions", [](const Completion& c) { return c.result.num_preemptions; },
                              "How often the scheduler preempted the request (it then recomputed).")
       .def("__repr__", [](const Completion& c) {
@@ -130,6 +134,51 @@ void bind_results(py::module_& m) {
       .def("__repr__", [](const ValidateResult& r) {
         return std::string("<parity.ValidationResult passed=") + (r.passed ? "True" : "False") + ">";
       });
+}
+
+void bind_tokenizer(py::module_& m) {
+  using tokenizer::Tokenizer;
+  py::class_<Tokenizer>(m, "Tokenizer",
+                        "A Hugging Face tokenizer.json (byte-level BPE) giving the ids HF `tokenizers` gives "
+                        "(docs/tokenizer.md); what `parity tokenize` / `detokenize` use.")
+      .def_static(
+          "from_file", [](const std::string& path) { return Tokenizer::from_file(path); }, py::arg("path"),
+          "Load a tokenizer.json (and tokenizer_config.json beside it). Raises parity.Error naming an unsupported part.")
+      .def(
+          "encode",
+          [](const Tokenizer& t, const std::string& text, bool add_special_tokens) {
+            py::gil_scoped_release unlocked;
+            return t.encode(text, add_special_tokens);
+          },
+          py::arg("text"), py::arg("add_special_tokens") = true,
+          "Text → token ids (with the post-processor's special tokens unless add_special_tokens=False).")
+      .def(
+          "decode",
+          [](const Tokenizer& t, const py::object& ids, bool skip_special_tokens) {
+            return t.decode(tokens_from(ids, "decode: ids"), skip_special_tokens);
+          },
+          py::arg("ids"), py::arg("skip_special_tokens") = false,
+          "Token ids → text. Ids with no token are skipped, as Hugging Face does; invalid UTF-8 becomes U+FFFD.")
+      .def_property_readonly("vocab_size", &Tokenizer::vocab_size, "Largest id + 1, added tokens included.")
+      .def_property_readonly("eos_token_id", &Tokenizer::eos_token_id, "The end-of-sequence id, or None.")
+      .def_property_readonly("bos_token_id", &Tokenizer::bos_token_id, "The beginning-of-sequence id, or None.")
+      .def_property_readonly("chat_template", &Tokenizer::chat_template,
+                             "tokenizer_config.json's chat template (Jinja text), or None.")
+      .def("token_to_id", &Tokenizer::token_to_id, py::arg("token"), "The id of a token string, or None.")
+      .def("id_to_token", &Tokenizer::id_to_token, py::arg("id"), "The token string of an id, or None.")
+      .def("__repr__", [](const Tokenizer& t) {
+        return "<parity.Tokenizer " + t.origin() + " vocab=" + std::to_string(t.vocab_size()) + ">";
+      });
+
+  m.def(
+      "load_tokenizer",
+      [](const std::string& model) {
+        auto t = tokenizer::load_for_model(model);
+        if (!t) throw Error(model + " has no tokenizer.json");
+        return t;
+      },
+      py::arg("model"),
+      "The tokenizer of a model spec: tokenizer.json in a checkpoint folder, or builtin:NAME's built-in tokenizer.");
 }
 
 LlmOptions llm_options(bool exact, const py::object& additional_config, const std::optional<std::string>& cache_dtype,
@@ -152,6 +201,14 @@ LlmOptions llm_options(bool exact, const py::object& additional_config, const st
     o.threads = *threads;
   }
   return o;
+}
+
+// Text arguments, encoded as the CLI's --prompt-text (special tokens) and --forced-text (none).
+Encoder prompt_encoder(const Llm& l) {
+  return [&l](const std::string& text, const std::string& what) { return l.encode(text, what, true); };
+}
+Encoder continuation_encoder(const Llm& l) {
+  return [&l](const std::string& text, const std::string& what) { return l.encode(text, what, false); };
 }
 
 constexpr const char* kLlmDoc = R"doc(A model loaded for inference, with the engine options every call uses.
@@ -183,6 +240,7 @@ PYBIND11_MODULE(_core, m) {
 
   bind_captures(m);
   bind_results(m);
+  bind_tokenizer(m);
 
   py::class_<Llm>(m, "LLM", kLlmDoc)
       .def(py::init([](const std::string& model, bool exact, const py::object& additional_config,
@@ -206,13 +264,18 @@ PYBIND11_MODULE(_core, m) {
                              "The checkpoint folder or builtin:NAME the model came from.")
       .def_property_readonly("exact", [](const Llm& l) { return l.options().numerics.exact; },
                              "True in exact mode.")
+      .def_property_readonly(
+          "tokenizer",
+          [](const Llm& l) { return l.tokenizer(); }, py::return_value_policy::reference_internal,
+          "The model's Tokenizer (tokenizer.json in the folder; builtin models have a built-in one), or None. "
+          "Where it exists, prompts may be given as text.")
       .def_property_readonly("numerics", [](const Llm& l) { return l.numerics().metadata(); },
                              "The numerics every call runs with, as files record them: {'numerics': 'exact'|'plain', "
                              "'ssm_state_dtype': …, and in exact mode 'exact_grid', 'exact_stagger'}.")
       .def(
           "score",
           [](const Llm& l, const py::object& tokens) {
-            const std::vector<int32_t> t = tokens_from(tokens, "score: tokens");
+            const std::vector<int32_t> t = tokens_from(tokens, "score: tokens", prompt_encoder(l));
             std::vector<float> logits;
             {
               py::gil_scoped_release unlocked;
@@ -223,7 +286,8 @@ PYBIND11_MODULE(_core, m) {
           py::arg("tokens"),
           R"doc(Logits of every position of one single-shot prefill (the CLI's `score`).
 
-tokens: a list (or 1-D numpy array) of token ids.
+tokens: a list (or 1-D numpy array) of token ids, or a str (encoded with the model's tokenizer,
+  special tokens included, as `score --text`).
 Returns a float32 array [len(tokens), vocab]; row t is the distribution after tokens[0..t].
 Numerics (LLM.numerics): plain mode is the chunked scan at the model's chunk_size; exact mode is
 exact mode's grid, so the rows equal what generate(..., forced=...) produces in exact mode under
@@ -233,9 +297,9 @@ any schedule. The values equal `parity score` with the same flags bit for bit.)d
           [](const Llm& l, const py::object& prompts, int max_tokens, float temperature, float top_p, int top_k,
              uint64_t seed, const std::optional<std::vector<int32_t>>& stop_token_ids, int logprobs,
              const py::object& forced, bool return_logits) {
-            const auto ps = token_lists_from(prompts, "generate: prompts");
+            const auto ps = token_lists_from(prompts, "generate: prompts", prompt_encoder(l));
             std::vector<std::vector<int32_t>> fs;
-            if (!forced.is_none()) fs = token_lists_from(forced, "generate: forced");
+            if (!forced.is_none()) fs = token_lists_from(forced, "generate: forced", continuation_encoder(l));
             if (fs.size() > 1 && fs.size() != ps.size())
               throw Error("generate: " + std::to_string(fs.size()) + " forced continuations for " +
                           std::to_string(ps.size()) + " prompts (give one shared or one per prompt)");
@@ -267,9 +331,9 @@ any schedule. The values equal `parity score` with the same flags bit for bit.)d
           py::arg("logprobs") = 0, py::arg("forced") = py::none(), py::arg("return_logits") = false,
           R"doc(Generate (or teacher-force) through the engine (the CLI's `generate`).
 
-prompts: one prompt (a list of token ids) or a list of prompts; all of them run together in one
-  engine (continuous batching, chunked prefill). In exact mode every request gets the bits it
-  gets alone.
+prompts: one prompt (a list of token ids, or a str when the model has a tokenizer) or a list of
+  prompts; all of them run together in one engine (continuous batching, chunked prefill). In exact
+  mode every request gets the bits it gets alone.
 max_tokens, temperature (0 = greedy), top_p (1 = off), top_k (0 = off), seed (per request),
 stop_token_ids, logprobs (top-N log-probs per token): sampling, as the CLI's flags.
 forced: teacher forcing: a list of token ids fed after the prompt instead of sampled ones (one
@@ -297,8 +361,8 @@ capture(modules=...), compare and tensor replacement use.)doc")
           [](const Llm& l, const py::object& prompts, const std::vector<std::string>& modules, const py::object& forced,
              std::optional<int> max_tokens, const std::string& layout, const std::optional<std::string>& out) {
             CaptureArgs a;
-            a.prompts = token_lists_from(prompts, "capture: prompts");
-            if (!forced.is_none()) a.forced = token_lists_from(forced, "capture: forced");
+            a.prompts = token_lists_from(prompts, "capture: prompts", prompt_encoder(l));
+            if (!forced.is_none()) a.forced = token_lists_from(forced, "capture: forced", continuation_encoder(l));
             a.max_tokens = max_tokens.value_or(0);
             if (max_tokens && *max_tokens < 1) throw Error("capture: max_tokens must be at least 1");
             a.modules = modules;
@@ -312,7 +376,7 @@ capture(modules=...), compare and tensor replacement use.)doc")
           py::arg("max_tokens") = py::none(), py::arg("layout") = "flat", py::arg("out") = py::none(),
           R"doc(Capture named intermediate tensors of requests run through the engine (the CLI's `capture`).
 
-prompts: one prompt or a list of prompts (token id lists).
+prompts: one prompt or a list of prompts (token id lists, or text with a tokenizer).
 modules: probe-point patterns: exact names, layer ranges (backbone.layers.0-3.mixer) or re:REGEX.
 forced: teacher-forced continuation, one shared or one per prompt; or max_tokens: generate that
   many greedily (default: the prompt only).

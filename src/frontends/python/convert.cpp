@@ -14,9 +14,12 @@ bool is_integer(const py::handle& h) {
 }
 }  // namespace
 
-std::vector<int32_t> tokens_from(const py::handle& obj, const std::string& what) {
-  if (py::isinstance<py::str>(obj) || py::isinstance<py::bytes>(obj))
-    throw Error(what + ": expected token ids (a list of integers), got text");
+std::vector<int32_t> tokens_from(const py::handle& obj, const std::string& what, const Encoder& encode) {
+  if (py::isinstance<py::str>(obj)) {
+    if (!encode) throw Error(what + ": expected token ids (a list of integers), got text");
+    return encode(obj.cast<std::string>(), what);
+  }
+  if (py::isinstance<py::bytes>(obj)) throw Error(what + ": expected token ids or a str, got bytes");
   if (!py::isinstance<py::sequence>(obj) && !py::isinstance<py::array>(obj))
     throw Error(what + ": expected a list of token ids, got " + std::string(py::str(py::type::of(obj).attr("__name__"))));
   std::vector<int32_t> out;
@@ -35,20 +38,22 @@ std::vector<int32_t> tokens_from(const py::handle& obj, const std::string& what)
   return out;
 }
 
-bool is_token_list(const py::handle& obj) {
+bool is_single_prompt(const py::handle& obj) {
+  if (py::isinstance<py::str>(obj)) return true;
   if (py::isinstance<py::array>(obj)) return py::array(py::reinterpret_borrow<py::object>(obj)).ndim() <= 1;
   if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj)) return false;
   const py::sequence s = py::reinterpret_borrow<py::sequence>(obj);
   return s.size() == 0 || is_integer(s[0]);
 }
 
-std::vector<std::vector<int32_t>> token_lists_from(const py::handle& obj, const std::string& what) {
+std::vector<std::vector<int32_t>> token_lists_from(const py::handle& obj, const std::string& what,
+                                                   const Encoder& encode) {
   std::vector<std::vector<int32_t>> out;
-  if (is_token_list(obj)) {
-    out.push_back(tokens_from(obj, what));
+  if (is_single_prompt(obj)) {
+    out.push_back(tokens_from(obj, what, encode));
   } else if (py::isinstance<py::sequence>(obj) || py::isinstance<py::array>(obj)) {
     std::size_t i = 0;
-    for (const py::handle& p : obj) out.push_back(tokens_from(p, what + "[" + std::to_string(i++) + "]"));
+    for (const py::handle& p : obj) out.push_back(tokens_from(p, what + "[" + std::to_string(i++) + "]", encode));
   } else {
     throw Error(what + ": expected a list of token ids or a list of such lists");
   }

@@ -27,12 +27,37 @@ Llm::Llm(const std::string& model, LlmOptions opts) : opts_(std::move(opts)) {
   accuracy::replacement_config_from_json(additional_);
   if (opts_.threads > 0) kernels::set_num_threads(opts_.threads);
   model_ = model::load_model(model::open_checkpoint(model), mo);
+  // As the CLI: a model without a (usable) tokenizer still runs on token ids; text is refused then.
+  try {
+    tokenizer_ = tokenizer::load_for_model(model);
+    if (!tokenizer_) tokenizer_error_ = model + " has no tokenizer.json";
+  } catch (const Error& e) {
+    tokenizer_error_ = e.what();
+  }
   // A replacement that cannot bind to this model (unknown module, wrong width) fails here, not
   // at the first call.
   accuracy::make_replacement_from_additional_config(additional_, *model_);
 }
 
 cache::Numerics Llm::numerics() const { return opts_.numerics.resolve(model_->chunk_size()); }
+
+const tokenizer::Tokenizer* Llm::tokenizer(std::string* why) const {
+  if (!tokenizer_ && why) *why = tokenizer_error_;
+  return tokenizer_.get();
+}
+
+// text_flags.cpp's TextTokens::from_text, for Python arguments.
+std::vector<int32_t> Llm::encode(const std::string& text, const std::string& what, bool add_special_tokens) const {
+  if (!tokenizer_) throw Error(what + ": text needs the model's tokenizer: " + tokenizer_error_);
+  std::vector<int32_t> ids;
+  try {
+    ids = tokenizer_->encode(text, add_special_tokens);
+  } catch (const Error& e) {
+    throw Error(what + ": " + e.what());
+  }
+  if (ids.empty()) throw Error(what + ": the text encodes to no tokens");
+  return ids;
+}
 
 engine::EngineConfig Llm::engine_config() const {
   engine::EngineConfig cfg;
@@ -68,7 +93,12 @@ std::vector<Completion> Llm::generate(const std::vector<GenerateRequest>& reques
   }
   auto results = eng.run_to_completion();
   std::vector<Completion> out;
-  for (std::size_t i = 0; i < requests.size(); ++i) out.push_back({requests[i].prompt, std::move(results[ids[i]])});
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    Completion c{requests[i].prompt, std::move(results[ids[i]]), std::nullopt};
+    // As `parity generate`'s "text": special tokens left out (vLLM's default).
+    if (tokenizer_) c.text = tokenizer_->decode(c.result.tokens, true);
+    out.push_back(std::move(c));
+  }
   return out;
 }
 

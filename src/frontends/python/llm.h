@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "frontends/common/numerics_options.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace parity::python {
 
@@ -39,6 +40,7 @@ struct GenerateRequest {
 struct Completion {
   std::vector<int32_t> prompt_token_ids;
   engine::RequestResult result;
+  std::optional<std::string> text;  // the generated tokens decoded, special tokens left out; with a tokenizer
 };
 
 struct CaptureArgs {
@@ -71,6 +73,13 @@ class Llm {
   const LlmOptions& options() const { return opts_; }
   cache::Numerics numerics() const;
 
+  // The model's tokenizer (tokenizer.json in the folder, or builtin:NAME's built-in one), or null
+  // with the reason in *why (no tokenizer.json, or one parity cannot run).
+  const tokenizer::Tokenizer* tokenizer(std::string* why = nullptr) const;
+  // Text as the CLI's --prompt-text / --forced-text take it: `what` names the argument in errors;
+  // prompts get the tokenizer's special tokens (BOS, template), continuations do not.
+  std::vector<int32_t> encode(const std::string& text, const std::string& what, bool add_special_tokens) const;
+
   std::vector<float> score(const std::vector<int32_t>& tokens) const;  // [rows, vocab] row-major
   std::vector<Completion> generate(const std::vector<GenerateRequest>& requests) const;
   accuracy::Captures capture(const CaptureArgs& args) const;
@@ -82,6 +91,8 @@ class Llm {
   LlmOptions opts_;
   nlohmann::json additional_;
   std::unique_ptr<model::Model> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::string tokenizer_error_;
 };
 
 }  // namespace parity::python
