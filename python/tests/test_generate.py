@@ -74,3 +74,21 @@ def test_forced_one_per_prompt_and_stop(tiny_exact):
     stopped = tiny_exact.generate(PROMPT, max_tokens=8, stop_token_ids=[free[2]])[0]
     assert stopped.finish_reason == "stop"
     assert stopped.token_ids == free[: free.index(free[2]) + 1]
+
+
+def test_calls_from_several_threads_take_turns(tiny_exact):
+    # The GIL is released while the engine runs; concurrent calls on one LLM give each call's bits.
+    import threading
+
+    want = {i: tiny_exact.score([i + 1, 2, 3, 4]) for i in range(4)}
+    got = {}
+
+    def work(i):
+        got[i] = tiny_exact.score([i + 1, 2, 3, 4])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(same_bits(got[i], want[i]) for i in range(4))

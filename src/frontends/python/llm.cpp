@@ -71,6 +71,7 @@ engine::EngineConfig Llm::engine_config() const {
 
 // cmd_score.cpp: one single-shot prefill; the scored stream is request 0 for a replacement.
 std::vector<float> Llm::score(const std::vector<int32_t>& tokens) const {
+  std::lock_guard<std::mutex> turn(run_);
   auto replacement = accuracy::make_replacement_from_additional_config(additional_, *model_);
   if (replacement) replacement->replacer().register_request(0, tokens);
   return model::score_all_rows(*model_, tokens, numerics(), replacement ? &replacement->hooks() : nullptr);
@@ -79,6 +80,7 @@ std::vector<float> Llm::score(const std::vector<int32_t>& tokens) const {
 // cmd_generate.cpp, with every request in one engine (continuous batching; in exact mode each
 // request's results are the bits it gets alone).
 std::vector<Completion> Llm::generate(const std::vector<GenerateRequest>& requests) const {
+  std::lock_guard<std::mutex> turn(run_);
   engine::Engine eng(*model_, engine_config());
   auto replacement = accuracy::make_replacement_from_additional_config(additional_, *model_);
   if (replacement) replacement->attach(eng);
@@ -104,6 +106,7 @@ std::vector<Completion> Llm::generate(const std::vector<GenerateRequest>& reques
 
 // cmd_capture.cpp
 accuracy::Captures Llm::capture(const CaptureArgs& args) const {
+  std::lock_guard<std::mutex> turn(run_);
   accuracy::CaptureSpec spec;
   spec.prompts = args.prompts;
   spec.forced = args.forced;
@@ -126,6 +129,7 @@ accuracy::Captures Llm::capture(const CaptureArgs& args) const {
 
 // cmd_validate.cpp
 ValidateResult Llm::validate(const accuracy::Captures& reference, const ValidateArgs& args) const {
+  std::lock_guard<std::mutex> turn(run_);
   accuracy::ValidationOptions opt;
   if (!args.tol_map.empty()) opt.tol_map = accuracy::parse_tol_map(io::parse_hf_json(args.tol_map, "tol_map"));
   opt.divergence_tol = args.divergence_tol;

@@ -5,6 +5,7 @@
 // bindings.cpp turns its inputs and results into Python and numpy objects.
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -93,6 +94,9 @@ class Llm {
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::string tokenizer_error_;
+  // The bindings release the GIL while a call runs; calls on one LLM from several Python threads
+  // take turns (the model's forward and the kernels' thread pool are not meant to run twice at once).
+  mutable std::mutex run_;
 };
 
 }  // namespace parity::python
