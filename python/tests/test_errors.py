@@ -104,3 +104,11 @@ def test_everything_public_has_a_docstring(parity):
         for attr, member in vars(obj).items() if isinstance(obj, type) else []:
             if not attr.startswith("_"):
                 assert member.__doc__, f"{name}.{attr}"
+
+
+def test_bad_device(parity):
+    with pytest.raises(parity.Error, match="--device must be cpu or cuda, not 'tpu'"):
+        parity.LLM("builtin:tiny", device="tpu")
+    with pytest.raises(parity.Error, match="the CPU computes in float32"):
+        parity.LLM("builtin:tiny", dtype="bfloat16")
+    assert parity.LLM("builtin:tiny", dtype="float32").vocab_size == 512

@@ -184,8 +184,11 @@ void bind_tokenizer(py::module_& m) {
 LlmOptions llm_options(bool exact, const py::object& additional_config, const std::optional<std::string>& cache_dtype,
                        const std::optional<int>& exact_grid, const std::string& exact_stagger,
                        const std::string& moe_routing, int max_num_seqs, int max_num_batched_tokens,
-                       int64_t max_model_len, double state_memory_mb, const std::optional<int>& threads) {
+                       int64_t max_model_len, double state_memory_mb, const std::optional<int>& threads,
+                       const std::string& device, const std::optional<std::string>& dtype) {
   LlmOptions o;
+  o.device.device = device;
+  o.device.dtype = dtype.value_or("");
   o.numerics.exact = exact;
   o.numerics.cache_dtype = cache_dtype.value_or("");
   o.numerics.exact_grid = exact_grid.value_or(-1);
@@ -215,7 +218,7 @@ constexpr const char* kLlmDoc = R"doc(A model loaded for inference, with the eng
 
 LLM(model, exact=False, additional_config=None, *, mamba_ssm_cache_dtype=None, exact_grid=None,
     exact_stagger="auto", moe_routing="direct", max_num_seqs=8, max_num_batched_tokens=2048,
-    max_model_len=1048576, state_memory_mb=0.0, threads=None)
+    max_model_len=1048576, state_memory_mb=0.0, threads=None, device="cpu", dtype=None)
 
 model: a Hugging Face checkpoint folder (config.json + safetensors) or "builtin:NAME"
   (tiny, tiny-g2, mamba2-130m, tiny-hybrid, granite-h-bench).
@@ -228,6 +231,8 @@ moe_routing: "direct" or "fused" (the same bits either way; see --moe-routing).
 max_num_seqs, max_num_batched_tokens, max_model_len, state_memory_mb: the engine's scheduler and
   cache limits, as the CLI's flags of the same names.
 threads: worker threads for this process (default: all cores).
+device: "cpu" or "cuda" (GPU 0; needs a CUDA build), dtype: with cuda, "bfloat16" GEMM inputs (default)
+  or "float32", as the CLI's --device and --dtype.
 
 Every bad input raises parity.Error with the message the CLI would print.)doc";
 
@@ -247,9 +252,11 @@ PYBIND11_MODULE(_core, m) {
                        const std::optional<std::string>& cache_dtype, const std::optional<int>& exact_grid,
                        const std::string& exact_stagger, const std::string& moe_routing, int max_num_seqs,
                        int max_num_batched_tokens, int64_t max_model_len, double state_memory_mb,
-                       const std::optional<int>& threads) {
+                       const std::optional<int>& threads, const std::string& device,
+                       const std::optional<std::string>& dtype) {
              LlmOptions o = llm_options(exact, additional_config, cache_dtype, exact_grid, exact_stagger, moe_routing,
-                                        max_num_seqs, max_num_batched_tokens, max_model_len, state_memory_mb, threads);
+                                        max_num_seqs, max_num_batched_tokens, max_model_len, state_memory_mb, threads,
+                                        device, dtype);
              py::gil_scoped_release unlocked;
              return std::make_unique<Llm>(model, std::move(o));
            }),
@@ -257,7 +264,8 @@ PYBIND11_MODULE(_core, m) {
            py::arg("mamba_ssm_cache_dtype") = py::none(), py::arg("exact_grid") = py::none(),
            py::arg("exact_stagger") = "auto", py::arg("moe_routing") = "direct", py::arg("max_num_seqs") = 8,
            py::arg("max_num_batched_tokens") = 2048, py::arg("max_model_len") = int64_t{1} << 20,
-           py::arg("state_memory_mb") = 0.0, py::arg("threads") = py::none())
+           py::arg("state_memory_mb") = 0.0, py::arg("threads") = py::none(), py::arg("device") = "cpu",
+           py::arg("dtype") = py::none())
       .def_property_readonly("vocab_size", [](const Llm& l) { return l.model().vocab_size(); },
                              "Number of rows of the output embedding (logits per position).")
       .def_property_readonly("origin", [](const Llm& l) { return l.model().origin(); },

@@ -26,7 +26,7 @@ Llm::Llm(const std::string& model, LlmOptions opts) : opts_(std::move(opts)) {
                                                 : accuracy::parse_additional_config(opts_.additional_config);
   accuracy::replacement_config_from_json(additional_);
   if (opts_.threads > 0) kernels::set_num_threads(opts_.threads);
-  model_ = model::load_model(model::open_checkpoint(model), mo);
+  model_ = opts_.device.load(model, mo);
   // As the CLI: a model without a (usable) tokenizer still runs on token ids; text is refused then.
   try {
     tokenizer_ = tokenizer::load_for_model(model);
@@ -39,7 +39,9 @@ Llm::Llm(const std::string& model, LlmOptions opts) : opts_(std::move(opts)) {
   accuracy::make_replacement_from_additional_config(additional_, *model_);
 }
 
-cache::Numerics Llm::numerics() const { return opts_.numerics.resolve(model_->chunk_size()); }
+cache::Numerics Llm::numerics() const {
+  return opts_.numerics.resolve(model_->chunk_size(), model_->default_exact_cell());
+}
 
 const tokenizer::Tokenizer* Llm::tokenizer(std::string* why) const {
   if (!tokenizer_ && why) *why = tokenizer_error_;

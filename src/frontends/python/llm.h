@@ -14,6 +14,7 @@
 
 #include "accuracy/captures_file.h"
 #include "engine/engine.h"
+#include "frontends/common/device_options.h"
 #include "frontends/common/numerics_options.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -22,6 +23,7 @@ namespace parity::python {
 
 struct LlmOptions {
   frontends::NumericsOptions numerics;
+  frontends::DeviceOptions device;  // cpu, or cuda (with a CUDA build and a GPU)
   std::string additional_config;  // JSON text, as --additional-config; empty: none
   std::string moe_routing = "direct";
   int max_num_seqs = 8;

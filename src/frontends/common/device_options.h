@@ -1,0 +1,22 @@
+#pragma once
+// Where a model runs, as every frontend takes it (the CLI's --device cpu|cuda and --dtype; the
+// Python module's device= and dtype=). The one place a frontend chooses a backend: model and engine
+// code never ask.
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+#include "model/model_options.h"
+
+namespace parity::frontends {
+
+struct DeviceOptions {
+  std::string device = "cpu";
+  std::string dtype;  // empty: bfloat16 on cuda; float32 is the GPU's accuracy path
+
+  // Loads MODEL (checkpoint folder or builtin:NAME) on the chosen device; parity::Error names
+  // what is wrong (no CUDA build, no GPU, an architecture the GPU does not run, --dtype on cpu).
+  std::unique_ptr<model::Model> load(const std::string& spec, const model::ModelOptions& mo = {}) const;
+};
+
+}  // namespace parity::frontends
