@@ -25,6 +25,9 @@ engine::EngineConfig config(int seqs, model::ScanMode mode = model::ScanMode::Ex
   cfg.sched.max_num_seqs = seqs;
   cfg.sched.max_num_batched_tokens = 5;
   cfg.max_model_len = 4096;
+  // Plain mode (the companion) keeps an fp32 state: a bf16 state can round away the differences a
+  // split prompt makes, and then whether the companion sees them depends on how threads interleave.
+  if (mode == model::ScanMode::Plain) cfg.ssm_cache_dtype = DType::F32;
   return cfg;
 }
 engine::EngineConfig exact_config(int seqs) { return config(seqs); }

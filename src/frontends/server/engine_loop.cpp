@@ -235,7 +235,6 @@ void EngineLoop::run() {
       continue;
     }
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    uint64_t generated = 0;
     for (engine::StepOutput& o : outs) {
       auto it = owners_.find(o.id);
       if (it == owners_.end()) continue;
@@ -245,7 +244,11 @@ void EngineLoop::run() {
       e.index = own.index;
       e.tokens = std::move(o.new_tokens);
       e.logprobs = std::move(o.logprobs);
-      generated += e.tokens.size();
+      {
+        // Counted before the delivery: a client that has its last token sees it in the stats.
+        std::lock_guard<std::mutex> lk(stats_m_);
+        stats_.generation_tokens += e.tokens.size();
+      }
       if (s.prompt_logprobs >= 0) {
         // Row p is the distribution after token p: it scores prompt token p + 1.
         const auto& prompt = s.spec.prompt;
@@ -266,7 +269,6 @@ void EngineLoop::run() {
       stats_.step_seconds_sum += dt;
       for (std::size_t b = 0; b < LoopStats::kStepBuckets.size(); ++b)
         if (dt <= LoopStats::kStepBuckets[b]) ++stats_.step_buckets[b];
-      stats_.generation_tokens += generated;
     }
     refresh_stats();
   }
