@@ -160,15 +160,15 @@ void MambaStateCache::save_heads(int slot, std::vector<int> heads, MambaSlotImag
   img.ssm_bf16.resize(f32 ? 0 : L * img.heads.size() * hn);
   for (std::size_t l = 0; l < L; ++l) {
     const std::size_t i = l * std::size_t(opt_.num_slots) + std::size_t(slot);
-    std::memcpy(img.conv.data() + l * conv_elems_, conv_.data() + i * conv_elems_, conv_elems_ * sizeof(float));
+    std::copy_n(conv_.data() + i * conv_elems_, conv_elems_, img.conv.data() + l * conv_elems_);
     float* r = img.ring.data() + l * ring_floats;
-    std::memcpy(r, rx_.data() + i * std::size_t(ring_.x), std::size_t(ring_.x) * sizeof(float));
-    std::memcpy(r + ring_.x, rdt_.data() + i * std::size_t(ring_.dt), std::size_t(ring_.dt) * sizeof(float));
-    std::memcpy(r + ring_.x + ring_.dt, rb_.data() + i * std::size_t(ring_.B), std::size_t(ring_.B) * sizeof(float));
+    std::copy_n(rx_.data() + i * std::size_t(ring_.x), std::size_t(ring_.x), r);
+    std::copy_n(rdt_.data() + i * std::size_t(ring_.dt), std::size_t(ring_.dt), r + ring_.x);
+    std::copy_n(rb_.data() + i * std::size_t(ring_.B), std::size_t(ring_.B), r + ring_.x + ring_.dt);
     for (std::size_t k = 0; k < img.heads.size(); ++k) {
       const std::size_t src = i * ssm_elems_ + std::size_t(img.heads[k]) * hn, dst = (l * img.heads.size() + k) * hn;
-      if (f32) std::memcpy(img.ssm_f32.data() + dst, ssm_f32_.data() + src, hn * sizeof(float));
-      else std::memcpy(img.ssm_bf16.data() + dst, ssm_bf16_.data() + src, hn * sizeof(uint16_t));
+      if (f32) std::copy_n(ssm_f32_.data() + src, hn, img.ssm_f32.data() + dst);
+      else std::copy_n(ssm_bf16_.data() + src, hn, img.ssm_bf16.data() + dst);
     }
   }
 }
@@ -183,15 +183,15 @@ void MambaStateCache::load(int slot, const MambaSlotImage& img) {
     throw Error("internal: state image made for another cache layout");
   for (std::size_t l = 0; l < L; ++l) {
     const std::size_t i = l * std::size_t(opt_.num_slots) + std::size_t(slot);
-    std::memcpy(conv_.data() + i * conv_elems_, img.conv.data() + l * conv_elems_, conv_elems_ * sizeof(float));
+    std::copy_n(img.conv.data() + l * conv_elems_, conv_elems_, conv_.data() + i * conv_elems_);
     const float* r = img.ring.data() + l * ring_floats;
-    std::memcpy(rx_.data() + i * std::size_t(ring_.x), r, std::size_t(ring_.x) * sizeof(float));
-    std::memcpy(rdt_.data() + i * std::size_t(ring_.dt), r + ring_.x, std::size_t(ring_.dt) * sizeof(float));
-    std::memcpy(rb_.data() + i * std::size_t(ring_.B), r + ring_.x + ring_.dt, std::size_t(ring_.B) * sizeof(float));
+    std::copy_n(r, std::size_t(ring_.x), rx_.data() + i * std::size_t(ring_.x));
+    std::copy_n(r + ring_.x, std::size_t(ring_.dt), rdt_.data() + i * std::size_t(ring_.dt));
+    std::copy_n(r + ring_.x + ring_.dt, std::size_t(ring_.B), rb_.data() + i * std::size_t(ring_.B));
     for (std::size_t k = 0; k < img.heads.size(); ++k) {
       const std::size_t dst = i * ssm_elems_ + std::size_t(img.heads[k]) * hn, src = (l * img.heads.size() + k) * hn;
-      if (f32) std::memcpy(ssm_f32_.data() + dst, img.ssm_f32.data() + src, hn * sizeof(float));
-      else std::memcpy(ssm_bf16_.data() + dst, img.ssm_bf16.data() + src, hn * sizeof(uint16_t));
+      if (f32) std::copy_n(img.ssm_f32.data() + src, hn, ssm_f32_.data() + dst);
+      else std::copy_n(img.ssm_bf16.data() + src, hn, ssm_bf16_.data() + dst);
     }
   }
   pos_[slot] = img.position;
