@@ -114,3 +114,91 @@ def granite_hf_clean_f64(model, gated_norm_groups, rope_theta, rope_dim):
         finally:
             for m in patched:
                 del m.forward
+
+
+@contextlib.contextmanager
+def _f32_casts_noop_on_f64():
+    """`.to(torch.float32)` / `.to(dtype=torch.float32)` / `.type(torch.float32)` of a float64 tensor keep float64
+    while the context is open (the families' routers, norms and mixers cast to fp32 in these spellings too)."""
+    orig_to = torch.Tensor.to
+    orig_type = torch.Tensor.type
+    own_to = "to" in torch.Tensor.__dict__
+    own_type = "type" in torch.Tensor.__dict__
+
+    def _to(self, *a, **k):
+        if self.dtype == torch.float64:
+            a = tuple(torch.float64 if x is torch.float32 else x for x in a)
+            if k.get("dtype") is torch.float32:
+                k["dtype"] = torch.float64
+        return orig_to(self, *a, **k)
+
+    def _type(self, dtype=None, *a, **k):
+        if self.dtype == torch.float64 and dtype in (torch.float32, "torch.FloatTensor"):
+            return self
+        if dtype is None:
+            return orig_type(self, *a, **k)
+        return orig_type(self, dtype, *a, **k)
+
+    torch.Tensor.to = _to
+    torch.Tensor.type = _type
+    try:
+        yield
+    finally:
+        for name, orig, own in (("to", orig_to, own_to), ("type", orig_type, own_type)):
+            if own:
+                setattr(torch.Tensor, name, orig)
+            else:
+                delattr(torch.Tensor, name)
+
+
+def f64_gated_norm_any_forward(mod, n_groups):
+    """A gated RMSNorm of any family in float64: groups from the module (`group_size`: NemotronH's Zamba2 norm;
+    `n_groups`: FalconH1's) or else n_groups; `norm_before_gate` (FalconH1) honoured, else gate first."""
+    before = bool(getattr(mod, "norm_before_gate", False))
+
+    def fwd(hidden_states, gate=None):
+        x = hidden_states
+        width = x.shape[-1]
+        if getattr(mod, "group_size", None):
+            g = width // int(mod.group_size)
+        elif getattr(mod, "n_groups", None):
+            g = int(mod.n_groups)
+        else:
+            g = n_groups
+        if gate is not None and not before:
+            x = x * torch.nn.functional.silu(gate)
+        shp = x.shape
+        xg = x.reshape(*shp[:-1], g, shp[-1] // g)
+        xg = xg / torch.sqrt(xg.pow(2).mean(-1, keepdim=True) + mod.variance_epsilon)
+        y = mod.weight * xg.reshape(shp)
+        if gate is not None and before:
+            y = y * torch.nn.functional.silu(gate)
+        return y
+    return fwd
+
+
+@contextlib.contextmanager
+def hf_generic_clean_f64(model, gated_norm_groups, rope_theta):
+    """Any hybrid family (NemotronH, Bamba, FalconH1) in float64 for real: `.float()`, `.to(float32)` and
+    `.type(float32)` of float64 tensors are no-ops, every RMSNorm and gated norm computes in float64 (gated norms
+    per group), and RoPE's cos/sin come from float64 angles (rotary dim = 2 * len(inv_freq), so partial
+    rotary is covered) when rope_theta is given and the rotary type is the default one."""
+    patched = []
+    with _float_noop_on_f64(), _f32_casts_noop_on_f64():
+        try:
+            for _, mod in model.named_modules():
+                cls = type(mod).__name__
+                if cls.endswith("RMSNormGated"):
+                    mod.forward = f64_gated_norm_any_forward(mod, gated_norm_groups)
+                elif cls.endswith("RMSNorm"):
+                    mod.forward = f64_rmsnorm_forward(mod)
+                elif cls.endswith("RotaryEmbedding") and rope_theta is not None and \
+                        getattr(mod, "rope_type", "default") == "default" and hasattr(mod, "inv_freq"):
+                    mod.forward = f64_rope_forward(mod, rope_theta, 2 * int(mod.inv_freq.shape[-1]))
+                else:
+                    continue
+                patched.append(mod)
+            yield
+        finally:
+            for m in patched:
+                del m.forward

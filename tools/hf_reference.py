@@ -46,6 +46,7 @@ adds, to a folder this preset built (its checkpoint and tokens are read, not rew
 This file is the command line only; the work is done, one job per file, by
     hf_mamba2_reference.py    presets mamba2-g1, mamba2-g2: checkpoint, float64 reference, HF comparisons
     hf_granite_reference.py   preset granite-hybrid: the same for GraniteMoeHybridForCausalLM
+    hf_hybrid_reference.py    presets nemotron-h, nemotron-h-moe, bamba, falcon-h1, falcon-h1-norm
     hf_forced_routing.py      --forced-routing
     ref64.py                  float64 building blocks both references share (the Mamba2 mixer, norms, err)
     hf_f64.py                 running HF in float64 for real (its fp32 casts removed); capture_hf.py uses it too
@@ -62,6 +63,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the network (e.g
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_forced_routing import forced_routing_main  # noqa: E402
 from hf_granite_reference import GRANITE_PRESETS, granite_main  # noqa: E402
+from hf_hybrid_reference import HYBRID_PRESETS, hybrid_main  # noqa: E402
 from hf_mamba2_reference import MAMBA2_PRESETS, mamba2_main  # noqa: E402
 # The metadata of the committed fixtures names these as tools/hf_reference.py's (reference_forward,
 # granite_reference_forward, granite_hf_clean_f64); they stay importable from here.
@@ -69,7 +71,7 @@ from hf_f64 import granite_hf_clean_f64, hf_clean_f64  # noqa: E402,F401
 from hf_granite_reference import granite_reference_forward  # noqa: E402,F401
 from hf_mamba2_reference import reference_forward  # noqa: E402,F401
 
-PRESETS = {**MAMBA2_PRESETS, **GRANITE_PRESETS}
+PRESETS = {**MAMBA2_PRESETS, **GRANITE_PRESETS, **HYBRID_PRESETS}
 
 
 def main():
@@ -94,6 +96,8 @@ def main():
         return forced_routing_main(args, p)
     if p.get("arch") == "granite":
         return granite_main(args, p)
+    if p.get("arch") == "hybrid":
+        return hybrid_main(args, p)
     return mamba2_main(args, p)
 
 
