@@ -21,6 +21,7 @@ is checked (hidden size, layer kinds, parameter count) before anything is writte
 Needs torch and transformers; computes on the CPU and downloads nothing.
 """
 
+import contextlib
 import inspect
 import json
 import math
@@ -405,8 +406,28 @@ class DtypeAudit:
             h.remove()
 
 
-def clean_forward(model, ids, p, config, audit=False):
-    with hf_generic_clean_f64(model, gated_norm_groups=_n_groups(p), rope_theta=rope_theta_of(config)):
+@contextlib.contextmanager
+def no_dt_floor(model, active):
+    """NemotronH's HF mixer (Zamba2's torch path) clamps dt from below at time_step_min (0.001) in prefill and
+    decode; the training code (mamba_ssm's kernels, which HF's own CUDA path calls with dt_limit =
+    time_step_limit) has no such floor. The reference follows the training code: time_step_min is set to 0 for
+    the run (restored after). The floored variant is reported as a comparison."""
+    saved = []
+    if active:
+        for _, mod in model.named_modules():
+            if "Mixer" in type(mod).__name__ and hasattr(mod, "time_step_min"):
+                saved.append((mod, mod.time_step_min))
+                mod.time_step_min = 0.0
+    try:
+        yield len(saved)
+    finally:
+        for mod, v in saved:
+            mod.time_step_min = v
+
+
+def clean_forward(model, ids, p, config, audit=False, dt_floor=False):
+    with hf_generic_clean_f64(model, gated_norm_groups=_n_groups(p), rope_theta=rope_theta_of(config)), \
+            no_dt_floor(model, p["family"] == "nemotron_h" and not dt_floor):
         a = DtypeAudit(model) if audit else None
         try:
             logits = model(ids, use_cache=False).logits[0]
@@ -436,7 +457,8 @@ def hf_cached_decode(model, ids, p, config):
         return model(ids[:, t:t + 1], **kw)
 
     rows = []
-    with hf_generic_clean_f64(model, gated_norm_groups=_n_groups(p), rope_theta=rope_theta_of(config)):
+    with hf_generic_clean_f64(model, gated_norm_groups=_n_groups(p), rope_theta=rope_theta_of(config)), \
+            no_dt_floor(model, p["family"] == "nemotron_h"):
         out = step(0, None)
         past = out.past_key_values
         if past is None:
@@ -470,6 +492,9 @@ def comparisons(p, model_dir, config, ref, ids):
         try:
             m = load_hf(p, model_dir, attn_implementation="sdpa").double().eval()
             res["hf_f64_as_is_sdpa"] = err(m(ids, use_cache=False).logits[0], ref)
+            if p["family"] == "nemotron_h":
+                res["hf_f64_clean_sdpa_with_dt_floor_time_step_min"] = err(
+                    clean_forward(m, ids, p, config, dt_floor=True)[0], ref)
             try:
                 res["hf_f64_clean_sdpa_cached_decode"] = err(hf_cached_decode(m, ids, p, config), ref)
             except Exception as e:
@@ -564,7 +589,8 @@ def hybrid_main(args, p):
     meta = {
         "reference": "Hugging Face " + p["cls"] + " in float64 with its fp32 casts removed "
                      "(tools/hf_f64.py hf_generic_clean_f64: .float()/.to(float32)/.type(float32) of float64 tensors "
-                     "are no-ops, RoPE from float64 angles, gated norm per group), sdpa attention, eager experts, "
+                     "are no-ops, RoPE from float64 angles, gated norm per group; NemotronH: no dt floor at time_step_min, "
+                     "as the training code), sdpa attention, eager experts, "
                      "full-sequence forward without cache, bf16 weights widened; rounded to fp32 at the end",
         "preset": args.preset,
         "seed": str(p["seed"]),
