@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/ops.h"
 
 namespace parity::cuda {
@@ -170,6 +171,8 @@ void gemm(const float* A, int M, int K, int lda, const void* W, WeightType wt, i
     const unsigned blocks = static_cast<unsigned>((strips + kSkinnyWarps - 1) / kSkinnyWarps);
     gemm_bf16_skinny_kernel<<<blocks, kSkinnyWarps * 32, 0, s>>>(A, M, K, lda, static_cast<const __nv_bfloat16*>(W), N,
                                                                  bias, C, ldc);
+  } else if (wt == WeightType::BF16 && gemm_mma_fits(A, K, lda, W)) {
+    gemm_bf16_mma(A, M, K, lda, W, w_rows > N ? w_rows : N, N, bias, C, ldc, s);
   } else if (wt == WeightType::BF16) {
     gemm_bf16_kernel<<<grid, kThreads, 0, s>>>(A, M, K, lda, static_cast<const __nv_bfloat16*>(W), N, bias, C, ldc);
   } else {

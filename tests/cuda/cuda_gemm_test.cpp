@@ -60,6 +60,23 @@ TEST(CudaGemm, RowsAreBitIdenticalForEveryMFrom1To4096AndAnyRowPosition) {
   }
 }
 
+// The mma.sync tiles (gemm_mma.cu) take every aligned pass above 16 rows; an A that is not 16-byte
+// aligned falls back to the WMMA tiles. Both, and the few-rows kernel, give a row the same bits.
+TEST(CudaGemm, FallbackTilesGiveTheSameBitsAsTheMmaTiles) {
+  PARITY_REQUIRE_GPU();
+  Operands op;
+  for (int M : {1, 16, 17, 100, 700}) {
+    const std::vector<float> aligned = op.run(0, M, cuda::WeightType::BF16);
+    cuda::DeviceBuffer<float> shifted(std::size_t(M) * K + 1);
+    cuda::cuda_check(cudaMemcpy(shifted.data() + 1, op.da.data(), std::size_t(M) * K * 4, cudaMemcpyDeviceToDevice), "copy");
+    cuda::DeviceBuffer<float> c(std::size_t(M) * N);
+    cuda::gemm(shifted.data() + 1, M, K, K, op.dw16.data(), cuda::WeightType::BF16, N, nullptr, c.data(), N, nullptr,
+               N);
+    const std::vector<float> fallback = c.download(std::size_t(M) * N);
+    ASSERT_TRUE(test::same_bits(fallback.data(), aligned.data(), fallback.size())) << "M=" << M;
+  }
+}
+
 // The check above can fail: accumulating K in two halves (a split-K order) gives other bits.
 TEST(CudaGemm, CompanionSplitKChangesBits) {
   PARITY_REQUIRE_GPU();

@@ -1,0 +1,16 @@
+#pragma once
+// The many-rows bf16 GEMM kernel (gemm_mma.cu), used by gemm() in gemm.cu; same contract and bits.
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace parity::cuda {
+
+// Whether gemm_bf16_mma can take these operands: K in whole 32-deep stages, A rows readable as
+// 16-byte vectors, W 16-byte aligned.
+bool gemm_mma_fits(const float* A, int K, int lda, const void* W);
+// C[M][N] = A · Wᵀ (+ bias) with W bf16 [w_rows][K]; rows of W up to w_rows (>= N) may be read.
+void gemm_bf16_mma(const float* A, int M, int K, int lda, const void* W, int w_rows, int N, const float* bias, float* C,
+                   int ldc, cudaStream_t s);
+
+}  // namespace parity::cuda
