@@ -7,6 +7,8 @@
 // has to reproduce them, and double arithmetic without contraction (-ffp-contract=off) is
 // correctly rounded operation by operation, hence identical on every x86-64 machine. The only
 // library calls are nearbyint, floor, frexp and ldexp, which are exact by IEEE definition.
+// sincos_f also runs in CUDA kernels (src/kernels_cuda/attention.cu's RoPE): IEEE double with
+// --fmad=false is the same correctly rounded arithmetic there, so the GPU's angles are the CPU's.
 //
 // sin_f / cos_f of a float x:
 //   n = nearbyint(x · 2/π) (double), r = x − n·P1 − n·P2 − n·P3 − n·P4 (Cody–Waite, in that order),
@@ -18,6 +20,8 @@
 //   but loses accuracy gradually (n·P1 rounds); NaN and ±inf give NaN.
 #include <cmath>
 #include <cstdint>
+
+#include "kernels/math.h"  // PARITY_HD
 
 namespace parity::kernels {
 
@@ -35,7 +39,7 @@ inline constexpr double kInvLn2 = 1.4426950408889634;
 }  // namespace trigc
 
 // sin and cos of the reduced argument |r| ≤ π/4 (plus a hair), Horner from the highest term.
-inline double sin_poly_d(double r) {
+PARITY_HD inline double sin_poly_d(double r) {
   const double r2 = r * r;
   double p = -1.0 / 1307674368000.0;  // -1/15!
   p = p * r2 + 1.0 / 6227020800.0;    //  1/13!
@@ -47,7 +51,7 @@ inline double sin_poly_d(double r) {
   return r + (r * r2) * p;
 }
 
-inline double cos_poly_d(double r) {
+PARITY_HD inline double cos_poly_d(double r) {
   const double r2 = r * r;
   double p = 1.0 / 20922789888000.0;  //  1/16!
   p = p * r2 - 1.0 / 87178291200.0;   // -1/14!
@@ -61,7 +65,7 @@ inline double cos_poly_d(double r) {
 }
 
 // Both at once: RoPE always needs the pair, and the reduction is the expensive part.
-inline void sincos_f(float x, float* s, float* c) {
+PARITY_HD inline void sincos_f(float x, float* s, float* c) {
   using namespace trigc;
   const double xd = x;
   if (!(std::fabs(xd) <= 3.4028234663852886e38)) {  // NaN or ±inf
