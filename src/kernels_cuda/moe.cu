@@ -1,0 +1,218 @@
+// Granite MoE on the GPU; the orders are kernels/moe.h's (see kernels_cuda/moe.h).
+//
+// Grouping tokens by expert without atomics: block e counts the (token, choice) entries routed
+// to experts below e (its first grouped row) and then walks the entries in ascending order,
+// placing its own with a ballot prefix count. Experts end up in id order and tokens ascending
+// inside an expert, as the CPU's counting sort; nothing depends on thread timing. The grouped
+// order does not reach any value anyway: the gemm's row bits do not depend on the row's place.
+#include "kernels_cuda/moe.h"
+
+#include "kernels/math.h"
+#include "kernels_cuda/cuda_check.h"
+
+namespace parity::cuda {
+namespace {
+
+constexpr int kGroupThreads = 256;
+
+// kernels/moe.cpp's strict order of two (logit, expert) candidates.
+__device__ bool ranks_before(float la, int a, float lb, int b) {
+  const bool na = isnan(la), nb = isnan(lb);
+  if (na || nb) return na && nb ? a < b : na;
+  if (la != lb) return la > lb;
+  return a < b;
+}
+
+// One thread per token: the CPU's insertion into a sorted list, then softmax over the k values.
+__global__ void topk_kernel(const float* logits, int T, int E, int k, int32_t* idx, float* gates) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= T) return;
+  const float* lg = logits + static_cast<std::size_t>(t) * E;
+  int32_t* id = idx + static_cast<std::size_t>(t) * k;
+  float* w = gates + static_cast<std::size_t>(t) * k;
+  int len = 0;
+  for (int e = 0; e < E; ++e) {
+    if (len == k && !ranks_before(lg[e], e, lg[id[k - 1]], id[k - 1])) continue;
+    int pos = len < k ? len++ : k - 1;
+    while (pos > 0 && ranks_before(lg[e], e, lg[id[pos - 1]], id[pos - 1])) {
+      id[pos] = id[pos - 1];
+      --pos;
+    }
+    id[pos] = e;
+  }
+  const float m = lg[id[0]];
+  float s = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    w[j] = kernels::exp_f(lg[id[j]] - m);
+    s = s + w[j];
+  }
+  for (int j = 0; j < k; ++j) w[j] = w[j] / s;
+}
+
+// One thread per (token, expert): the gate of the last choice naming the expert, else +0 (the CPU
+// fills with zeros and scatters the choices in order).
+__global__ void dense_kernel(const int32_t* idx, const float* gates, int T, int E, int k, float* dense) {
+  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<std::size_t>(T) * E) return;
+  const std::size_t t = i / E;
+  const int e = static_cast<int>(i % E);
+  float v = 0.0f;
+  for (int j = 0; j < k; ++j)
+    if (idx[t * k + j] == e) v = gates[t * k + j];
+  dense[i] = v;
+}
+
+__global__ void gates_from_dense_kernel(const float* dense, const int32_t* idx, int n, int E, int k, float* gates) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) gates[i] = dense[static_cast<std::size_t>(i / k) * E + idx[i]];
+}
+
+__global__ void swiglu_kernel(const float* gate_up, std::size_t n, int F, float* out) {
+  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * F) return;
+  const std::size_t r = i / F, c = i % F;
+  const float* g = gate_up + r * 2 * F;
+  out[i] = kernels::silu_f(g[c]) * g[F + c];
+}
+
+// Integer sum over the block (exact, so any tree is the same number).
+__device__ int block_count(int v, int* scratch) {
+  for (int m = 16; m >= 1; m /= 2) v += __shfl_xor_sync(0xffffffffu, v, m);
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  int s = 0;
+  for (int w = 0; w < kGroupThreads / 32; ++w) s += scratch[w];
+  __syncthreads();
+  return s;
+}
+
+__global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* idx, int n, int k, int E,
+                                                              int32_t* offsets, int32_t* token, int32_t* row) {
+  __shared__ int scratch[kGroupThreads / 32];
+  const int e = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  int below = 0;
+  for (int i = threadIdx.x; i < n; i += kGroupThreads) below += idx[i] < e;
+  int base = block_count(below, scratch);
+  if (threadIdx.x == 0) {
+    offsets[e] = base;
+    if (e == E - 1) offsets[E] = n;
+  }
+  for (int i0 = 0; i0 < n; i0 += kGroupThreads) {
+    const int i = i0 + static_cast<int>(threadIdx.x);
+    const bool mine = i < n && idx[i] == e;
+    const unsigned ball = __ballot_sync(0xffffffffu, mine);
+    if (lane == 0) scratch[warp] = __popc(ball);
+    __syncthreads();
+    int before = base, total = 0;
+    for (int w = 0; w < kGroupThreads / 32; ++w) {
+      if (w < warp) before += scratch[w];
+      total += scratch[w];
+    }
+    before += __popc(ball & ((1u << lane) - 1u));
+    if (mine) {
+      token[before] = i / k;
+      row[i] = before;
+    }
+    base += total;
+    __syncthreads();
+  }
+}
+
+// out[t][d] = +0, then + gate_j · y_j[d] for j in the token's top-k order (products rounded).
+__global__ void combine_kernel(const float* yg, int D, const int32_t* row, const float* gates, int k, float* out) {
+  const std::size_t t = blockIdx.x;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.0f;
+    for (int j = 0; j < k; ++j) o = o + gates[t * k + j] * yg[static_cast<std::size_t>(row[t * k + j]) * D + d];
+    out[t * D + d] = o;
+  }
+}
+
+unsigned blocks_for(std::size_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+void check_routing(int T, int E, int k, const char* what) {
+  if (T < 0 || E <= 0 || k <= 0 || k > E)
+    throw Error(std::string(what) + ": top-" + std::to_string(k) + " of " + std::to_string(E) + " experts");
+}
+
+}  // namespace
+
+void router_topk_softmax(const float* logits, int T, int E, int k, int32_t* idx, float* gates, cudaStream_t s) {
+  check_routing(T, E, k, "cuda router_topk_softmax");
+  if (T == 0) return;
+  topk_kernel<<<blocks_for(T, 128), 128, 0, s>>>(logits, T, E, k, idx, gates);
+  check_launch("router_topk_softmax");
+}
+
+void moe_dense_affinities(const int32_t* idx, const float* gates, int T, int E, int k, float* dense, cudaStream_t s) {
+  check_routing(T, E, k, "cuda moe_dense_affinities");
+  if (T == 0) return;
+  dense_kernel<<<blocks_for(std::size_t(T) * E, 256), 256, 0, s>>>(idx, gates, T, E, k, dense);
+  check_launch("moe_dense_affinities");
+}
+
+void swiglu(const float* gate_up, int n, int F, float* out, cudaStream_t s) {
+  if (n <= 0 || F <= 0) return;
+  swiglu_kernel<<<blocks_for(std::size_t(n) * F, 256), 256, 0, s>>>(gate_up, static_cast<std::size_t>(n), F, out);
+  check_launch("swiglu");
+}
+
+void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* idx, const float* gates,
+                 MoeWorkspace& ws, float* out, cudaStream_t s) {
+  const int E = w.experts, D = w.hidden, F = w.width;
+  check_routing(T, E, k, "cuda moe_experts");
+  if (T == 0) return;
+  const std::size_t n = static_cast<std::size_t>(T) * k;
+  ws.offsets.resize(std::size_t(E) + 1);
+  ws.token.resize(n);
+  ws.row.resize(n);
+  ws.xg.resize(n * D);
+  ws.h.resize(n * 2 * F);
+  ws.a.resize(n * F);
+  ws.yg.resize(n * D);
+  group_kernel<<<E, kGroupThreads, 0, s>>>(idx, static_cast<int>(n), k, E, ws.offsets.data(), ws.token.data(),
+                                           ws.row.data());
+  check_launch("moe group");
+  gather_rows(x, D, ws.token.data(), static_cast<int>(n), D, ws.xg.data(), s);
+  // The launches below are sized by the groups: the one host round trip of the block.
+  ws.host_offsets.resize(std::size_t(E) + 1);
+  cuda_check(cudaMemcpyAsync(ws.host_offsets.data(), ws.offsets.data(), (std::size_t(E) + 1) * sizeof(int32_t),
+                             cudaMemcpyDeviceToHost, s),
+             "cudaMemcpyAsync expert offsets");
+  cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  const std::size_t es = w.wt == WeightType::BF16 ? 2 : 4;
+  const auto* w_in = static_cast<const unsigned char*>(w.w_in);
+  const auto* w_out = static_cast<const unsigned char*>(w.w_out);
+  // Whole 16-row strips stay inside one expert's matrix, so decode-sized groups take gemm's
+  // few-rows kernel (the same bits as the tiled one, ops.h).
+  const int in_rows = (2 * F) % 16 == 0 ? 2 * F : 0, out_rows = D % 16 == 0 ? D : 0;
+  for (int e = 0; e < E; ++e) {
+    const int r0 = ws.host_offsets[std::size_t(e)], rows = ws.host_offsets[std::size_t(e) + 1] - r0;
+    if (rows == 0) continue;
+    gemm(ws.xg.data() + std::size_t(r0) * D, rows, D, D, w_in + std::size_t(e) * 2 * F * D * es, w.wt, 2 * F, nullptr,
+         ws.h.data() + std::size_t(r0) * 2 * F, 2 * F, s, in_rows);
+  }
+  swiglu(ws.h.data(), static_cast<int>(n), F, ws.a.data(), s);
+  for (int e = 0; e < E; ++e) {
+    const int r0 = ws.host_offsets[std::size_t(e)], rows = ws.host_offsets[std::size_t(e) + 1] - r0;
+    if (rows == 0) continue;
+    gemm(ws.a.data() + std::size_t(r0) * F, rows, F, F, w_out + std::size_t(e) * D * F * es, w.wt, D, nullptr,
+         ws.yg.data() + std::size_t(r0) * D, D, s, out_rows);
+  }
+  combine_kernel<<<T, 256, 0, s>>>(ws.yg.data(), D, ws.row.data(), gates, k, out);
+  check_launch("moe combine");
+}
+
+void moe_experts_dense(const MoeWeights& w, const float* x, int T, int k, const float* dense, const int32_t* idx,
+                       MoeWorkspace& ws, float* out, cudaStream_t s) {
+  check_routing(T, w.experts, k, "cuda moe_experts_dense");
+  if (T == 0) return;
+  const std::size_t n = static_cast<std::size_t>(T) * k;
+  ws.gates.resize(n);
+  gates_from_dense_kernel<<<blocks_for(n, 256), 256, 0, s>>>(dense, idx, static_cast<int>(n), w.experts, k,
+                                                             ws.gates.data());
+  check_launch("moe gates_from_dense");
+  moe_experts(w, x, T, k, idx, ws.gates.data(), ws, out, s);
+}
+
+}  // namespace parity::cuda
