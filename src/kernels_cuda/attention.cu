@@ -1,5 +1,8 @@
 // Paged causal GQA attention, RoPE and the KV append on the GPU, in kernels/attention.h's order.
 //
+// The row kernel here runs decode rows (and every row when no AttnPlan is given); tiles of
+// prefill rows go to attention_tiled.cu, which performs the same operations per row.
+//
 // attention: one block of 128 threads per (query row, query head). Keys are taken in chunks of
 // 128 (8 of the contract's 16-key blocks, anchored at position 0):
 //   A  thread i computes the score of key c0 + i: one fmaf chain over d ascending from +0, times
@@ -16,36 +19,24 @@
 
 #include "kernels/math.h"
 #include "kernels/trig.h"
+#include "kernels_cuda/attention_device.cuh"
 #include "kernels_cuda/cuda_check.h"
 
 namespace parity::cuda {
 namespace {
 
+using namespace attn;
 using kernels::exp_f;
 
-constexpr int kKb = kernels::kAttnKeyBlock;  // 16: the contract's key block
 constexpr int kThreads = 128;
 constexpr int kChunk = kThreads;            // keys scored per step, one per thread
 constexpr int kChunkBlocks = kChunk / kKb;  // 8
-constexpr int kMaxHd = 512;                 // kernels/attention_internal.h's kMaxHeadDim
 constexpr int kAccPerThread = kMaxHd / kThreads;
-static_assert(kKb == 16, "the block-sum shuffles below are the 16-lane tree");
-
-struct Geometry {
-  int kv_heads, head_dim, block_size;
-  int64_t block_floats;
-};
 
 Geometry geometry(const kernels::KvLayout& L) {
   if (L.num_kv_heads <= 0 || L.head_dim <= 0 || L.head_dim > kMaxHd || L.block_size <= 0 || L.block_size % kKb != 0)
     throw Error("cuda attention: bad KV layout (head_dim must be 1..512, block_size a multiple of 16)");
   return {L.num_kv_heads, L.head_dim, L.block_size, L.block_floats()};
-}
-
-__device__ int64_t row_position(const PassSeqs& p, int r, int* seq) {
-  const int s = p.row_seq[r];
-  *seq = s;
-  return p.start[s] + (r - p.row0[s]);
 }
 
 // One block per row: the row's sin/cos (double arithmetic of trig.h, once per frequency) shared
@@ -87,11 +78,11 @@ __global__ void kv_write_kernel(Geometry G, float* kc, float* vc, KvTables t, Pa
 
 __global__ void __launch_bounds__(kThreads) attention_kernel(Geometry G, int num_heads, float scale, const float* q,
                                                              int ldq, PassSeqs p, KvTables t, const float* kc,
-                                                             const float* vc, float* out, int ldo) {
+                                                             const float* vc, float* out, int ldo, const int32_t* rows) {
   __shared__ float qs[kMaxHd];
   __shared__ float es[kChunk];
   __shared__ float mb_s[kChunkBlocks], m_s[kChunkBlocks], alpha_s[kChunkBlocks], bsum_s[kChunkBlocks];
-  const int r = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane16 = tid % kKb, cb = tid / kKb;
+  const int r = rows ? rows[blockIdx.x] : static_cast<int>(blockIdx.x), h = blockIdx.y, tid = threadIdx.x, lane16 = tid % kKb, cb = tid / kKb;
   const int hd = G.head_dim, bs = G.block_size;
   const int g = h / (num_heads / G.kv_heads);
   int seq;
@@ -128,8 +119,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Geometry G, int num
       float mm = m;
       for (int b = 0; b < nb; ++b) {
         const float mb = mb_s[b];
-        const float mn = kb0 + b == 0 ? mb : (mb > mm ? mb : mm);
-        alpha_s[b] = kb0 + b == 0 ? 1.0f : exp_f(mm - mn);
+        const float mn = next_max(kb0 + b, mm, mb);
+        alpha_s[b] = rescale(kb0 + b, mm, mn);
         m_s[b] = mn;
         mm = mn;
       }
@@ -144,7 +135,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Geometry G, int num
     // C: the value chains, block by block in order.
     for (int b = 0; b < nb; ++b) {
       const int64_t kb = kb0 + b, pos0 = kb * kKb;
-      const int c = static_cast<int>(pos - pos0 + 1 < kKb ? pos - pos0 + 1 : kKb);
+      const int c = keys_in_block(kb, pos);
       const int64_t blk = table[pos0 / bs];
       const float* vp = vc + blk * G.block_floats + (static_cast<int64_t>(g) * bs + pos0 % bs) * hd;
       const float alpha = alpha_s[b];
@@ -189,13 +180,54 @@ void kv_write(const kernels::KvLayout& L, float* k_cache, float* v_cache, const 
 }
 
 void attention(const kernels::KvLayout& L, int num_heads, float scale, const float* q, int ldq, const PassSeqs& p,
-               const KvTables& t, const float* k_cache, const float* v_cache, float* out, int ldo, cudaStream_t s) {
+               const KvTables& t, const float* k_cache, const float* v_cache, float* out, int ldo, cudaStream_t s,
+               const AttnWork& work) {
   if (p.num_rows <= 0) return;
   const Geometry G = geometry(L);
   if (num_heads <= 0 || num_heads % G.kv_heads != 0) throw Error("cuda attention: query heads not a multiple of kv heads");
-  attention_kernel<<<dim3(p.num_rows, num_heads), kThreads, 0, s>>>(G, num_heads, scale, q, ldq, p, t, k_cache,
-                                                                    v_cache, out, ldo);
-  check_launch("attention");
+  const bool planned = work.num_tiles + work.num_rows > 0 && G.head_dim <= kTiledMaxHd;
+  if (!planned) {
+    attention_kernel<<<dim3(p.num_rows, num_heads), kThreads, 0, s>>>(G, num_heads, scale, q, ldq, p, t, k_cache,
+                                                                      v_cache, out, ldo, nullptr);
+    check_launch("attention");
+    return;
+  }
+  if (work.num_rows > 0) {
+    attention_kernel<<<dim3(work.num_rows, num_heads), kThreads, 0, s>>>(G, num_heads, scale, q, ldq, p, t, k_cache,
+                                                                         v_cache, out, ldo, work.rows);
+    check_launch("attention rows");
+  }
+  if (work.num_tiles > 0)
+    launch_tiled(G, num_heads, scale, q, ldq, p, work.tiles, work.num_tiles, t, k_cache, v_cache, out, ldo, s);
+}
+
+AttnPlan::AttnPlan(const std::vector<SeqSpan>& seqs) {
+  std::vector<int32_t> rows;
+  int row0 = 0;
+  for (std::size_t s = 0; s < seqs.size(); ++s) {
+    if (seqs[s].n == 1) {
+      rows.push_back(row0);
+    } else {
+      for (int i = 0; i < seqs[s].n; i += kAttnTileRows, ++num_tiles_) {
+        ints_.push_back(static_cast<int32_t>(s));
+        ints_.push_back(i);
+      }
+    }
+    row0 += seqs[s].n;
+  }
+  num_rows_ = static_cast<int>(rows.size());
+  ints_.insert(ints_.end(), rows.begin(), rows.end());
+}
+
+AttnWork AttnPlan::upload(DeviceBuffer<int32_t>& buf) const {
+  AttnWork w;
+  if (ints_.empty()) return w;
+  buf.upload(ints_);
+  w.tiles = buf.data();
+  w.num_tiles = num_tiles_;
+  w.rows = buf.data() + 2 * num_tiles_;
+  w.num_rows = num_rows_;
+  return w;
 }
 
 }  // namespace parity::cuda

@@ -8,11 +8,14 @@
 // (tests/cuda/cuda_attention_test.cpp checks bit equality), and a row's bits depend only on its
 // position and the keys 0..position, never on the batch or on decode versus prefill.
 #include <cstdint>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
 #include "kernels/attention.h"
+#include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/ops.h"
+#include "kernels_cuda/pass_plan.h"
 
 namespace parity::cuda {
 
@@ -31,9 +34,32 @@ void rope(float* x, int ld, int heads, int head_dim, const PassSeqs& p, const fl
 void kv_write(const kernels::KvLayout& L, float* k_cache, float* v_cache, const KvTables& t, const PassSeqs& p,
               const float* k, const float* v, int ld, cudaStream_t s);
 
+// How a pass's rows are shared out. Rows of a sequence with several rows in the pass go in tiles
+// of up to kAttnTileRows consecutive rows (one block per tile and head, keys staged once in shared
+// memory for the tile); one-row sequences (decode) get a block each. Both kernels give a row the
+// same operations, so which one ran never shows in the bits. The default (no plan) runs every
+// row alone: right for decode, slow for long prefills.
+inline constexpr int kAttnTileRows = 16;
+struct AttnWork {
+  const int32_t* tiles = nullptr;  // [num_tiles][2]: (sequence, first row within the sequence)
+  int num_tiles = 0;
+  const int32_t* rows = nullptr;   // [num_rows]: packed rows computed alone
+  int num_rows = 0;
+};
+class AttnPlan {
+ public:
+  explicit AttnPlan(const std::vector<SeqSpan>& seqs);
+  AttnWork upload(DeviceBuffer<int32_t>& buf) const;
+
+ private:
+  std::vector<int32_t> ints_;  // tiles, then rows
+  int num_tiles_ = 0, num_rows_ = 0;
+};
+
 // out [rows][ldo] = attention of q [rows][ldq] (num_heads · head_dim) over keys 0..position of the
 // row's sequence, which must already be in the cache (kv_write first). Scale as kernels::attention.
 void attention(const kernels::KvLayout& L, int num_heads, float scale, const float* q, int ldq, const PassSeqs& p,
-               const KvTables& t, const float* k_cache, const float* v_cache, float* out, int ldo, cudaStream_t s);
+               const KvTables& t, const float* k_cache, const float* v_cache, float* out, int ldo, cudaStream_t s,
+               const AttnWork& work = {});
 
 }  // namespace parity::cuda

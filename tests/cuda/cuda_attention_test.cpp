@@ -1,8 +1,8 @@
-// GPU attention (src/kernels_cuda/attention.cu) against the CPU kernels: RoPE, the KV append and
-// the attention output bit for bit, over ragged sequences in paged, scattered blocks; a row's bits
-// the same for single-shot prefill, chunked prefill mixed with other sequences at any batch
-// position, and token-by-token decode; and the companion showing that another key-block order
-// would have been seen.
+// GPU attention (src/kernels_cuda/attention*.cu) against the CPU kernels: RoPE, the KV append and
+// the attention output bit for bit, over ragged sequences in paged, scattered blocks, through the
+// tiled prefill kernel and the row kernel; a row's bits the same for single-shot prefill, chunked
+// prefill mixed with other sequences at any batch position, and token-by-token decode; and the
+// companion showing that another key-block order would have been seen.
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -113,13 +113,14 @@ Result run_cpu(const Scene& sc, const Schedule& sched) {
   return r;
 }
 
-Result run_gpu(const Scene& sc, const Schedule& sched) {
+// planned: the pass's AttnPlan (tiles of prefill rows, decode rows alone); else every row alone.
+Result run_gpu(const Scene& sc, const Schedule& sched, bool planned = true) {
   Result r;
   cuda::DeviceBuffer<float> kc(sc.cache_floats()), vc(sc.cache_floats()), inv, dq, dk, dv, dout;
   kc.zero();
   vc.zero();
   inv.upload(sc.inv_freq);
-  cuda::DeviceBuffer<int32_t> ints, tables;
+  cuda::DeviceBuffer<int32_t> ints, tables, work_buf;
   cuda::DeviceBuffer<int64_t> starts;
   std::vector<float> q, k, v;
   for (const auto& pass : sched) {
@@ -132,6 +133,7 @@ Result run_gpu(const Scene& sc, const Schedule& sched) {
                  sc.tables.begin() + std::ptrdiff_t(c.seq + 1) * sc.stride);
     }
     const cuda::PassSeqs p = cuda::PassPlan(spans, cuda::ScanGrid{}).upload(ints, starts);
+    const cuda::AttnWork work = planned ? cuda::AttnPlan(spans).upload(work_buf) : cuda::AttnWork{};
     tables.upload(tab);
     const cuda::KvTables kt{tables.data(), sc.stride};
     dq.upload(q);
@@ -144,7 +146,7 @@ Result run_gpu(const Scene& sc, const Schedule& sched) {
     }
     cuda::kv_write(sc.layout(), kc.data(), vc.data(), kt, p, dk.data(), dv.data(), sc.kvd(), nullptr);
     cuda::attention(sc.layout(), sc.nq, sc.scale, dq.data(), sc.qd(), p, kt, kc.data(), vc.data(), dout.data(),
-                    sc.qd(), nullptr);
+                    sc.qd(), nullptr, work);
     collect(sc, pass, dout.download(q.size()), r);
   }
   r.k_cache = kc.download(sc.cache_floats());
@@ -192,10 +194,12 @@ Schedule decode(const Scene& sc) {
   }
 }
 
-// GQA with RoPE (head_dim 64), and NoPE with head_dim 192 (two accumulators per thread); lengths
-// cross the 16-key blocks, the kernel's 128-key chunks and the 32-slot physical blocks.
+// GQA with RoPE (head_dim 64 and 128: the tiled prefill kernel), and NoPE with head_dim 192 (the
+// row kernel for every row, two accumulators per thread); lengths cross the 16-key blocks, the
+// kernels' 32- and 128-key chunks, the 16-row tiles and the physical blocks.
 std::vector<Scene> scenes() {
-  return {Scene(8, 2, 64, 32, true, {300, 37, 1, 129, 16}), Scene(3, 3, 192, 16, false, {200, 17, 128})};
+  return {Scene(8, 2, 64, 32, true, {300, 37, 1, 129, 16}), Scene(4, 1, 128, 16, true, {150, 2, 33}),
+          Scene(3, 3, 192, 16, false, {200, 17, 128})};
 }
 
 int differing_rows(const Result& a, const Result& b) {
@@ -209,6 +213,7 @@ TEST(CudaAttention, RopeKvAppendAndOutputEqualTheCpuBitForBit) {
   for (const Scene& sc : scenes()) {
     const Schedule s = chunked_mixed(sc, 11);
     const Result cpu = run_cpu(sc, s), gpu = run_gpu(sc, s);
+    EXPECT_EQ(differing_rows(run_gpu(sc, s, false), cpu), 0) << "row kernel only, hd " << sc.hd;
     // The caches hold the rotated keys: RoPE and the paged append agree bit for bit.
     ASSERT_TRUE(test::same_bits(gpu.k_cache.data(), cpu.k_cache.data(), cpu.k_cache.size())) << "hd " << sc.hd;
     ASSERT_TRUE(test::same_bits(gpu.v_cache.data(), cpu.v_cache.data(), cpu.v_cache.size())) << "hd " << sc.hd;
@@ -229,6 +234,7 @@ TEST(CudaAttention, RowBitsDoNotDependOnTheSchedule) {
   PARITY_REQUIRE_GPU();
   for (const Scene& sc : scenes()) {
     const Result one = run_gpu(sc, single_shot(sc));
+    EXPECT_EQ(differing_rows(run_gpu(sc, single_shot(sc), false), one), 0) << "tiles vs rows, hd " << sc.hd;
     EXPECT_EQ(differing_rows(run_gpu(sc, chunked_mixed(sc, 3)), one), 0) << "chunked, hd " << sc.hd;
     EXPECT_EQ(differing_rows(run_gpu(sc, chunked_mixed(sc, 4)), one), 0) << "chunked, hd " << sc.hd;
     EXPECT_EQ(differing_rows(run_gpu(sc, decode(sc)), one), 0) << "decode, hd " << sc.hd;
