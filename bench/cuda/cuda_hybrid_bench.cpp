@@ -4,14 +4,20 @@
 // Registered into parity_gpu_bench beside cuda_bench.cpp.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
+#include <memory>
 #include <random>
 #include <vector>
 
+#include "backend_cuda/backend.h"
+#include "cache/model_cache.h"
 #include "common/dtype.h"
 #include "kernels_cuda/attention.h"
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/moe.h"
 #include "kernels_cuda/pass_plan.h"
+#include "model/checkpoint.h"
+#include "model/model.h"
 
 namespace parity {
 namespace {
@@ -153,6 +159,68 @@ void BM_CudaMoe(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * T);
 }
 BENCHMARK(BM_CudaMoe)->Arg(1)->Arg(64)->Arg(512)->Arg(4096)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// End to end on builtin:granite-h-bench (loaded once, bf16 GEMM inputs): arg0 batch, arg1 0 =
+// plain, 1 = exact. A decode step of `batch` sequences after a 512-token prefill each; wall time
+// of Model::forward (its logits copy synchronises), launch overhead and the MoE's host round trip
+// included.
+const model::Model& hybrid_model() {
+  static std::unique_ptr<model::Model> m =
+      backend_cuda::load_model(model::open_checkpoint("builtin:granite-h-bench"));
+  return *m;
+}
+
+cache::ModelCache hybrid_cache(const model::Model& m, bool exact, int slots, int64_t tokens) {
+  const cache::Numerics num = model::default_numerics(m, exact ? model::ScanMode::Exact : model::ScanMode::Plain);
+  cache::ModelCacheOptions o;
+  o.mamba.num_slots = slots;
+  o.mamba.exact = num.exact;
+  o.mamba.grid = num.grid;
+  o.mamba.ssm_dtype = num.ssm_dtype;
+  o.kv_block_size = 16;
+  o.kv_num_blocks = static_cast<int>(slots * ((tokens + 15) / 16));
+  return cache::ModelCache(m.cache_spec(), o);
+}
+
+void BM_CudaHybridDecode(benchmark::State& state) {
+  if (!gpu_or_skip(state)) return;
+  const model::Model& m = hybrid_model();
+  const int batch = static_cast<int>(state.range(0)), prompt = 512;
+  const bool exact = state.range(1) != 0;
+  const int64_t steps = 1024;  // >= the iterations below: the reserved KV blocks suffice
+  cache::ModelCache mc = hybrid_cache(m, exact, batch, prompt + steps);
+  model::ForwardBatch b;
+  for (int s = 0; s < batch; ++s) {
+    const int slot = mc.allocate();
+    mc.reserve(slot, prompt + steps);
+    for (int i = 0; i < prompt; ++i) b.tokens.push_back((s * 31 + i * 7) % m.vocab_size());
+    b.seqs.push_back({slot, 0, prompt});
+    b.logit_rows.push_back(s * prompt + prompt - 1);
+  }
+  std::vector<float> logits(std::size_t(batch) * m.vocab_size());
+  const model::ScanMode mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
+  m.forward(b, mc, mode, logits.data());
+  int64_t pos = prompt;
+  model::ForwardBatch d;
+  for (int s = 0; s < batch; ++s) {
+    d.tokens.push_back(s + 1);
+    d.seqs.push_back({b.seqs[std::size_t(s)].slot, pos, 1});
+    d.logit_rows.push_back(s);
+  }
+  for (auto _ : state) {
+    for (auto& q : d.seqs) q.start = pos;
+    const auto t0 = std::chrono::steady_clock::now();
+    m.forward(d, mc, mode, logits.data());
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    ++pos;
+  }
+  state.SetItemsProcessed(state.iterations() * batch);  // tokens
+}
+BENCHMARK(BM_CudaHybridDecode)
+    ->ArgsProduct({{1, 64}, {0, 1}})
+    ->Iterations(500)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace parity

@@ -4,7 +4,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend_cuda/cuda_hybrid_model.h"
 #include "backend_cuda/cuda_mamba2_model.h"
+#include "io/hf_config.h"
 #include "kernels_cuda/ops.h"
 
 namespace parity::backend_cuda {
@@ -24,6 +26,7 @@ std::string describe_device() {
 }
 
 std::unique_ptr<model::Model> load_model(const model::Checkpoint& ck, const CudaModelOptions& opt) {
+  if (io::architecture_of(ck.config) == "GraniteMoeHybridForCausalLM") return CudaHybridModel::load(ck, opt);
   return CudaMamba2Model::load(ck, opt);
 }
 

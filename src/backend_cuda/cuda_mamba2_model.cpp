@@ -41,7 +41,7 @@ void upload_weight(bool fp32, const std::vector<float>& w, int64_t rows, cuda::D
 std::unique_ptr<CudaMamba2Model> CudaMamba2Model::load(const model::Checkpoint& ck, const CudaModelOptions& opt) {
   const std::string arch = io::architecture_of(ck.config);
   if (arch != "Mamba2ForCausalLM")
-    throw Error(ck.origin + ": the CUDA backend runs Mamba2ForCausalLM; '" + arch + "' runs with --device cpu");
+    throw Error(ck.origin + ": the CUDA backend runs Mamba2ForCausalLM and GraniteMoeHybridForCausalLM; '" + arch + "' runs with --device cpu");
   if (cuda::device_count() == 0) throw Error("--device cuda: " + describe_device());
   auto m = std::unique_ptr<CudaMamba2Model>(new CudaMamba2Model());
   const io::Mamba2Config c = io::parse_mamba2_config(ck.config);

@@ -46,6 +46,7 @@ cuda::SsdState DeviceState::ssd(int layer) {
 }
 
 void DeviceState::zero_slots(const int32_t* slots_dev, int n, cudaStream_t s) {
+  if (layers == 0) return;  // attention only: nothing recurrent to clear
   const std::size_t conv_b = conv_per_slot * sizeof(float);
   cuda::zero_slot_slices(conv.data(), conv_b, conv_b * slots, layers, slots_dev, n, s);
   const std::size_t ssm_b = ssm_per_slot * (bf16 ? 2 : 4);
@@ -54,7 +55,8 @@ void DeviceState::zero_slots(const int32_t* slots_dev, int n, cudaStream_t s) {
 }
 
 std::size_t DeviceState::bytes() const {
-  return conv.size() * 4 + ssm_f32.size() * 4 + ssm_bf16.size() * 2 + (ring_x.size() + ring_dt.size() + ring_B.size()) * 4;
+  return conv.size() * 4 + ssm_f32.size() * 4 + ssm_bf16.size() * 2 + (ring_x.size() + ring_dt.size() + ring_B.size()) * 4 +
+         (kv_k.size() + kv_v.size()) * 4;
 }
 
 DeviceState& device_state_of(cache::ModelCache& mc, const io::Mamba2Config& cfg, int cell) {
@@ -64,6 +66,12 @@ DeviceState& device_state_of(cache::ModelCache& mc, const io::Mamba2Config& cfg,
   if (!have || have->slots != o.mamba.num_slots || have->exact != o.mamba.exact ||
       have->bf16 != (o.mamba.ssm_dtype == DType::BF16) || have->cell != cell) {
     auto d = std::make_shared<DeviceState>(DeviceState::make(cfg, mc.spec().num_mamba_layers, o, cell));
+    if (const cache::KvCache* kv = mc.kv()) {
+      d->kv_layers = kv->num_layers();
+      d->kv_layer_floats = static_cast<std::size_t>(kv->num_blocks()) * static_cast<std::size_t>(kv->layout().block_floats());
+      d->kv_k = cuda::DeviceBuffer<float>(d->kv_layer_floats * d->kv_layers);
+      d->kv_v = cuda::DeviceBuffer<float>(d->kv_layer_floats * d->kv_layers);
+    }
     slot = d;
     have = d.get();
   }

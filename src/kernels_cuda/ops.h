@@ -21,6 +21,11 @@ void rmsnorm(const float* x, int rows, int dim, const float* w, float eps, float
 void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, int group, const float* w, float eps,
                    bool norm_before_gate, float* out, cudaStream_t s);
 void add_inplace(float* x, const float* y, std::size_t n, cudaStream_t s);
+// x = x + y · m (the product rounded, then the add: a residual branch scaled by µP's multiplier).
+void add_scaled_inplace(float* x, const float* y, float m, std::size_t n, cudaStream_t s);
+// x = x · m and x = x / d, elementwise (embedding multiplier; logits_scaling is a divisor).
+void scale_inplace(float* x, float m, std::size_t n, cudaStream_t s);
+void divide_inplace(float* x, float d, std::size_t n, cudaStream_t s);
 void silu_inplace(float* x, std::size_t n, cudaStream_t s);
 // Zeroes, for every layer l < layers and every listed slot, the slice_bytes at
 // base + l·layer_bytes + slot·slice_bytes (a new sequence's state).

@@ -62,6 +62,21 @@ __global__ void add_kernel(float* x, const float* y, std::size_t n) {
   if (i < n) x[i] = x[i] + y[i];
 }
 
+__global__ void add_scaled_kernel(float* x, const float* y, float m, std::size_t n) {
+  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = x[i] + y[i] * m;
+}
+
+__global__ void scale_kernel(float* x, float m, std::size_t n) {
+  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = x[i] * m;
+}
+
+__global__ void divide_kernel(float* x, float d, std::size_t n) {
+  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = x[i] / d;
+}
+
 __global__ void silu_kernel(float* x, std::size_t n) {
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] = kernels::silu_f(x[i]);
@@ -108,6 +123,24 @@ void add_inplace(float* x, const float* y, std::size_t n, cudaStream_t s) {
   if (n == 0) return;
   add_kernel<<<blocks_for(n, 256), 256, 0, s>>>(x, y, n);
   check_launch("add");
+}
+
+void add_scaled_inplace(float* x, const float* y, float m, std::size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  add_scaled_kernel<<<blocks_for(n, 256), 256, 0, s>>>(x, y, m, n);
+  check_launch("add_scaled");
+}
+
+void scale_inplace(float* x, float m, std::size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  scale_kernel<<<blocks_for(n, 256), 256, 0, s>>>(x, m, n);
+  check_launch("scale");
+}
+
+void divide_inplace(float* x, float d, std::size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  divide_kernel<<<blocks_for(n, 256), 256, 0, s>>>(x, d, n);
+  check_launch("divide");
 }
 
 void silu_inplace(float* x, std::size_t n, cudaStream_t s) {

@@ -133,9 +133,15 @@ TEST(CudaModel, ProbesCaptureAndReplaceOnTheGpu) {
   EXPECT_FALSE(test::same_bits(base.data(), changed.data(), base.size()));
 }
 
+// Hybrids load as CudaHybridModel (tests/cuda/cuda_hybrid_model_test.cpp); an exact grid larger
+// than the SSD kernels stage on chip is refused with a message, not run.
 TEST(CudaModel, RefusesWhatItDoesNotRun) {
   PARITY_REQUIRE_GPU();
-  EXPECT_THROW(gpu_model("builtin:tiny-hybrid"), Error);
+  EXPECT_STREQ(gpu_model("builtin:tiny-hybrid")->device(), "cuda");
+  auto m = gpu_model("builtin:tiny");
+  cache::Numerics num = model::default_numerics(*m, model::ScanMode::Exact);
+  num.grid.cell = cuda::kMaxCell * 2;
+  EXPECT_THROW(model::score_all_rows(*m, {1, 2, 3}, num), Error);
 }
 
 }  // namespace

@@ -1,0 +1,87 @@
+#pragma once
+// GraniteMoeHybridForCausalLM on the GPU: the network of model/granite_hybrid_model.cpp (Mamba2
+// and attention layers, each followed by the shared SwiGLU MLP plus the top-k MoE, µP
+// multipliers), weights uploaded once, every step run by src/kernels_cuda. The Mamba layers are
+// CudaMamba2Model's mixer (the same kernels and grid), attention is kernels_cuda/attention.h over
+// the device KV blocks of DeviceState, the MoE is kernels_cuda/moe.h (Direct pattern; the Fused
+// one gives the same bits). Probe points copy to and from the host only when a hook asks; the
+// router point asks for a replacement first, as on the CPU.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend_cuda/backend.h"
+#include "io/granite_config.h"
+#include "io/hf_config.h"
+#include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/moe.h"
+#include "kernels_cuda/ops.h"
+#include "model/model.h"
+
+namespace parity::backend_cuda {
+
+class CudaHybridModel : public model::Model {
+ public:
+  static std::unique_ptr<CudaHybridModel> load(const model::Checkpoint& ck, const CudaModelOptions& opt);
+
+  const std::string& architecture() const override { return arch_; }
+  const std::string& origin() const override { return origin_; }
+  int vocab_size() const override { return cfg_.vocab_size; }
+  const cache::ModelCacheSpec& cache_spec() const override { return spec_; }
+  std::vector<model::ProbePoint> probe_points() const override;
+  void forward(const model::ForwardBatch& batch, cache::ModelCache& cache, model::ScanMode mode, float* logits,
+               model::ProbeHooks* hooks = nullptr) const override;
+  int default_exact_cell() const override;
+  const char* device() const override { return "cuda"; }
+
+  // A GEMM weight on the device: bf16 (rows padded to whole 16-row strips) or fp32.
+  struct Weight {
+    cuda::DeviceBuffer<uint16_t> bf16;
+    cuda::DeviceBuffer<float> f32;
+    int rows = 0;
+  };
+
+ private:
+  struct Layer {
+    bool mamba = true;
+    int ordinal = 0;  // among the layers of its kind: DeviceState's Mamba layer or KV layer
+    cuda::DeviceBuffer<float> input_norm, post_norm;
+    // Mamba
+    Weight in_proj, out_proj;
+    cuda::DeviceBuffer<float> in_proj_bias, out_proj_bias, conv_w, conv_b, dt_bias, A, D, gate_norm;
+    // attention
+    Weight q, k, v, o;
+    cuda::DeviceBuffer<float> q_bias, k_bias, v_bias, o_bias;
+    // feed-forward
+    Weight router, shared_in, shared_out;
+    cuda::DeviceBuffer<uint16_t> experts_in_bf16, experts_out_bf16;  // [E][2F][H], [E][H][F]
+    cuda::DeviceBuffer<float> experts_in_f32, experts_out_f32;
+  };
+  struct Names {
+    std::string layer, mixer, in_proj, conv1d, dt, norm, q, k, v, router, moe, shared;
+  };
+  struct Scratch {
+    cuda::DeviceBuffer<float> resid, normed, out, ffn, zx, xbc, dt, y, g, decay, q, k, v, attn, logits_r, gates, gu,
+        act, head, logits;
+    cuda::DeviceBuffer<int32_t> ints, tables, work, idx;
+    cuda::DeviceBuffer<int64_t> starts;
+    cuda::MoeWorkspace moe;
+  };
+
+  void gemm(const float* A, int M, int K, const Weight& w, int N, const cuda::DeviceBuffer<float>& bias, float* C,
+            cudaStream_t s) const;
+
+  io::GraniteHybridConfig cfg_;
+  io::Mamba2Config mamba_cfg_;
+  std::string arch_ = "GraniteMoeHybridForCausalLM";
+  std::string origin_;
+  cache::ModelCacheSpec spec_;
+  bool fp32_ = false;
+  Weight embed_, lm_head_;
+  cuda::DeviceBuffer<float> norm_, inv_freq_;
+  std::vector<Layer> layers_;
+  std::vector<Names> names_;
+  std::unique_ptr<Scratch> scratch_;
+};
+
+}  // namespace parity::backend_cuda
