@@ -65,10 +65,12 @@ struct AttnBench {
   kernels::KvLayout L{NKV, HD, BS};
   int seqs, ctx, rows;
   cuda::DeviceBuffer<float> kc, vc, q, out;
-  cuda::DeviceBuffer<int32_t> ints, tables;
+  cuda::DeviceBuffer<int32_t> ints, tables, work_buf;
   cuda::DeviceBuffer<int64_t> starts;
+  cuda::DeviceBuffer<float> scratch;
   cuda::PassSeqs ps;
   cuda::KvTables kt;
+  cuda::AttnWork work;
   AttnBench(int s, int c, int r) : seqs(s), ctx(c), rows(r) {
     const int per = (ctx + BS - 1) / BS;
     const std::size_t blocks = std::size_t(seqs) * per;
@@ -83,13 +85,16 @@ struct AttnBench {
     std::vector<cuda::SeqSpan> spans;
     for (int i = 0; i < seqs; ++i) spans.push_back({i, int64_t(ctx) - rows, rows});
     ps = cuda::PassPlan(spans, cuda::ScanGrid{}).upload(ints, starts);
+    work = cuda::AttnPlan(spans, NQ).upload(work_buf, scratch);
   }
   void run() {
-    cuda::attention(L, NQ, 0.088f, q.data(), NQ * HD, ps, kt, kc.data(), vc.data(), out.data(), NQ * HD, nullptr);
+    cuda::attention(L, NQ, 0.088f, q.data(), NQ * HD, ps, kt, kc.data(), vc.data(), out.data(), NQ * HD, nullptr,
+                    work);
   }
 };
 
-// One decode step of one attention layer: batch × 1 row at context ctx.
+// One decode step of one attention layer: batch × 1 row at context ctx (the pass's AttnPlan: few
+// long rows take the split kernels, many take the row kernel).
 void BM_CudaAttentionDecode(benchmark::State& state) {
   if (!gpu_or_skip(state)) return;
   AttnBench b(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), 1);

@@ -229,7 +229,7 @@ void CudaHybridModel::forward(const model::ForwardBatch& b, cache::ModelCache& m
     }
     sc.tables.upload(tab);
     kt = {sc.tables.data(), stride};
-    work = cuda::AttnPlan(spans).upload(sc.work);
+    work = cuda::AttnPlan(spans, c.num_attention_heads).upload(sc.work, sc.attn_scratch);
   }
 
   const std::size_t TD = static_cast<std::size_t>(T) * H;

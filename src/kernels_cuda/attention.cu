@@ -17,6 +17,8 @@
 // position, so decode, prefill and any batch give the same bits, and so does the CPU.
 #include "kernels_cuda/attention.h"
 
+#include <algorithm>
+
 #include "kernels/math.h"
 #include "kernels/trig.h"
 #include "kernels_cuda/attention_device.cuh"
@@ -82,7 +84,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Geometry G, int num
   __shared__ float qs[kMaxHd];
   __shared__ float es[kChunk];
   __shared__ float mb_s[kChunkBlocks], m_s[kChunkBlocks], alpha_s[kChunkBlocks], bsum_s[kChunkBlocks];
-  const int r = rows ? rows[blockIdx.x] : static_cast<int>(blockIdx.x), h = blockIdx.y, tid = threadIdx.x, lane16 = tid % kKb, cb = tid / kKb;
+  // One 1-D grid, heads fastest: the heads sharing a kv head run side by side and read its keys
+  // and values once from DRAM between them (L2), whatever the batch.
+  const int item = static_cast<int>(blockIdx.x / num_heads), h = static_cast<int>(blockIdx.x % num_heads);
+  const int r = rows ? rows[item] : item, tid = threadIdx.x, lane16 = tid % kKb, cb = tid / kKb;
   const int hd = G.head_dim, bs = G.block_size;
   const int g = h / (num_heads / G.kv_heads);
   int seq;
@@ -185,41 +190,61 @@ void attention(const kernels::KvLayout& L, int num_heads, float scale, const flo
   if (p.num_rows <= 0) return;
   const Geometry G = geometry(L);
   if (num_heads <= 0 || num_heads % G.kv_heads != 0) throw Error("cuda attention: query heads not a multiple of kv heads");
-  const bool planned = work.num_tiles + work.num_rows > 0 && G.head_dim <= kTiledMaxHd;
+  const bool planned = work.num_tiles + work.num_rows + work.num_long > 0 && G.head_dim <= kTiledMaxHd;
   if (!planned) {
-    attention_kernel<<<dim3(p.num_rows, num_heads), kThreads, 0, s>>>(G, num_heads, scale, q, ldq, p, t, k_cache,
+    attention_kernel<<<static_cast<unsigned>(p.num_rows) * num_heads, kThreads, 0, s>>>(G, num_heads, scale, q, ldq, p, t, k_cache,
                                                                       v_cache, out, ldo, nullptr);
     check_launch("attention");
     return;
   }
   if (work.num_rows > 0) {
-    attention_kernel<<<dim3(work.num_rows, num_heads), kThreads, 0, s>>>(G, num_heads, scale, q, ldq, p, t, k_cache,
+    attention_kernel<<<static_cast<unsigned>(work.num_rows) * num_heads, kThreads, 0, s>>>(G, num_heads, scale, q, ldq, p, t, k_cache,
                                                                          v_cache, out, ldo, work.rows);
     check_launch("attention rows");
   }
   if (work.num_tiles > 0)
     launch_tiled(G, num_heads, scale, q, ldq, p, work.tiles, work.num_tiles, t, k_cache, v_cache, out, ldo, s);
+  if (work.num_long > 0)
+    launch_split(G, num_heads, scale, q, ldq, p, work, t, k_cache, v_cache, out, ldo, s);
 }
 
-AttnPlan::AttnPlan(const std::vector<SeqSpan>& seqs) {
-  std::vector<int32_t> rows;
-  int row0 = 0;
+AttnPlan::AttnPlan(const std::vector<SeqSpan>& seqs, int num_heads, int split_min_keys) {
+  std::vector<int32_t> rows, longs;
+  int row0 = 0, candidates = 0;
+  for (const SeqSpan& q : seqs)
+    if (q.n == 1 && q.start + 1 >= split_min_keys) {
+      scratch_floats_ += split_floats(q.start, num_heads);
+      ++candidates;
+    }
+  // Split only while the scratch stays small (and the rows fit a grid dimension): many long
+  // decode rows fill the GPU on their own.
+  const bool split = candidates > 0 && candidates <= 65535 && scratch_floats_ <= kAttnSplitMaxFloats;
+  int64_t off = 0;
   for (std::size_t s = 0; s < seqs.size(); ++s) {
-    if (seqs[s].n == 1) {
+    const SeqSpan& q = seqs[s];
+    if (q.n == 1 && split && q.start + 1 >= split_min_keys) {
+      longs.push_back(row0);
+      longs.push_back(static_cast<int32_t>(off));
+      off += split_floats(q.start, num_heads);
+      long_max_keys_ = std::max(long_max_keys_, static_cast<int>(q.start + 1));
+    } else if (q.n == 1) {
       rows.push_back(row0);
     } else {
-      for (int i = 0; i < seqs[s].n; i += kAttnTileRows, ++num_tiles_) {
+      for (int i = 0; i < q.n; i += kAttnTileRows, ++num_tiles_) {
         ints_.push_back(static_cast<int32_t>(s));
         ints_.push_back(i);
       }
     }
-    row0 += seqs[s].n;
+    row0 += q.n;
   }
+  if (!split) scratch_floats_ = 0;
   num_rows_ = static_cast<int>(rows.size());
+  num_long_ = static_cast<int>(longs.size() / 2);
   ints_.insert(ints_.end(), rows.begin(), rows.end());
+  ints_.insert(ints_.end(), longs.begin(), longs.end());
 }
 
-AttnWork AttnPlan::upload(DeviceBuffer<int32_t>& buf) const {
+AttnWork AttnPlan::upload(DeviceBuffer<int32_t>& buf, DeviceBuffer<float>& scratch) const {
   AttnWork w;
   if (ints_.empty()) return w;
   buf.upload(ints_);
@@ -227,6 +252,13 @@ AttnWork AttnPlan::upload(DeviceBuffer<int32_t>& buf) const {
   w.num_tiles = num_tiles_;
   w.rows = buf.data() + 2 * num_tiles_;
   w.num_rows = num_rows_;
+  w.long_rows = w.rows + num_rows_;
+  w.num_long = num_long_;
+  w.long_max_keys = long_max_keys_;
+  if (num_long_ > 0) {
+    scratch.resize(static_cast<std::size_t>(scratch_floats_));
+    w.scratch = scratch.data();
+  }
   return w;
 }
 

@@ -36,24 +36,37 @@ void kv_write(const kernels::KvLayout& L, float* k_cache, float* v_cache, const 
 
 // How a pass's rows are shared out. Rows of a sequence with several rows in the pass go in tiles
 // of up to kAttnTileRows consecutive rows (one block per tile and head, keys staged once in shared
-// memory for the tile); one-row sequences (decode) get a block each. Both kernels give a row the
-// same operations, so which one ran never shows in the bits. The default (no plan) runs every
-// row alone: right for decode, slow for long prefills.
+// memory for the tile; attention_tiled.cu); one-row sequences (decode) get a block each, except
+// few decode rows over long contexts, whose scores, maxes and weights are computed by many blocks
+// side by side before one pass per 32 dimensions walks the value chain (attention_split.cu). All
+// three give a row the same operations, so which one ran never shows in the bits. The default
+// (no plan) runs every row alone: right for decode, slow for long prefills.
 inline constexpr int kAttnTileRows = 16;
+inline constexpr int kAttnSplitMinKeys = 1024;     // decode rows with at least this many keys ...
+inline constexpr int64_t kAttnSplitMaxFloats = int64_t(1) << 25;  // ... while their scratch fits
 struct AttnWork {
   const int32_t* tiles = nullptr;  // [num_tiles][2]: (sequence, first row within the sequence)
   int num_tiles = 0;
   const int32_t* rows = nullptr;   // [num_rows]: packed rows computed alone
   int num_rows = 0;
+  const int32_t* long_rows = nullptr;  // [num_long][2]: (packed row, scratch offset in floats)
+  int num_long = 0;
+  int long_max_keys = 0;  // the most keys a long row sees
+  float* scratch = nullptr;
 };
 class AttnPlan {
  public:
-  explicit AttnPlan(const std::vector<SeqSpan>& seqs);
-  AttnWork upload(DeviceBuffer<int32_t>& buf) const;
+  // num_heads: query heads (sizes the long rows' scratch); split_min_keys: tests lower it so that
+  // short decode rows take the split path too.
+  AttnPlan(const std::vector<SeqSpan>& seqs, int num_heads, int split_min_keys = kAttnSplitMinKeys);
+  AttnWork upload(DeviceBuffer<int32_t>& buf, DeviceBuffer<float>& scratch) const;
+  // Floats of scratch a long row at `pos` needs: per head, its key blocks' 16 weights and 3 stats.
+  static int64_t split_floats(int64_t pos, int num_heads) { return int64_t(num_heads) * (pos / 16 + 1) * (16 + 3); }
 
  private:
-  std::vector<int32_t> ints_;  // tiles, then rows
-  int num_tiles_ = 0, num_rows_ = 0;
+  std::vector<int32_t> ints_;  // tiles, rows, long rows
+  int num_tiles_ = 0, num_rows_ = 0, num_long_ = 0, long_max_keys_ = 0;
+  int64_t scratch_floats_ = 0;
 };
 
 // out [rows][ldo] = attention of q [rows][ldq] (num_heads · head_dim) over keys 0..position of the

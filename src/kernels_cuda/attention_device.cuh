@@ -41,4 +41,9 @@ void launch_tiled(const Geometry& G, int num_heads, float scale, const float* q,
                   const int32_t* tiles, int num_tiles, const KvTables& t, const float* kc, const float* vc, float* out,
                   int ldo, cudaStream_t s);
 
+// The split decode kernels (attention_split.cu): the work's long rows.
+void launch_split(const Geometry& G, int num_heads, float scale, const float* q, int ldq, const PassSeqs& p,
+                  const AttnWork& work, const KvTables& t, const float* kc, const float* vc, float* out, int ldo,
+                  cudaStream_t s);
+
 }  // namespace parity::cuda::attn

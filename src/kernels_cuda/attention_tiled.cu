@@ -36,8 +36,9 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(Geometry G, int num_hea
   __shared__ float vs[kKeys][kHd];
   __shared__ float ss[kRows][kKeys];  // scores, then e
   __shared__ float mb_s[kRows][kCb], m_s[kRows][kCb], al_s[kRows][kCb], bs_s[kRows][kCb], mrun[kRows];
-  const int tid = threadIdx.x, h = blockIdx.y;
-  const int seq = tiles[2 * blockIdx.x], i0 = tiles[2 * blockIdx.x + 1];
+  // Heads fastest in the 1-D grid: a kv head's readers run side by side (attention.cu).
+  const int tid = threadIdx.x, tile = static_cast<int>(blockIdx.x / num_heads), h = static_cast<int>(blockIdx.x % num_heads);
+  const int seq = tiles[2 * tile], i0 = tiles[2 * tile + 1];
   const int nrows = min(kRows, p.n[seq] - i0);
   const int rbase = p.row0[seq] + i0;
   const int64_t pos0 = p.start[seq] + i0;  // row rr of the tile sits at pos0 + rr
@@ -158,7 +159,7 @@ __global__ void __launch_bounds__(kThreads) tiled_kernel(Geometry G, int num_hea
 void launch_tiled(const Geometry& G, int num_heads, float scale, const float* q, int ldq, const PassSeqs& p,
                   const int32_t* tiles, int num_tiles, const KvTables& t, const float* kc, const float* vc, float* out,
                   int ldo, cudaStream_t s) {
-  tiled_kernel<<<dim3(num_tiles, num_heads), kThreads, 0, s>>>(G, num_heads, scale, q, ldq, p, tiles, t, kc, vc, out,
+  tiled_kernel<<<static_cast<unsigned>(num_tiles) * num_heads, kThreads, 0, s>>>(G, num_heads, scale, q, ldq, p, tiles, t, kc, vc, out,
                                                                ldo);
   check_launch("attention tiles");
 }

@@ -113,14 +113,18 @@ Result run_cpu(const Scene& sc, const Schedule& sched) {
   return r;
 }
 
-// planned: the pass's AttnPlan (tiles of prefill rows, decode rows alone); else every row alone.
-Result run_gpu(const Scene& sc, const Schedule& sched, bool planned = true) {
+// How the GPU shares a pass out: every row alone (no plan), the pass's AttnPlan (tiles of prefill
+// rows, decode rows alone or, over 1024+ keys, split), or the plan with every decode row split.
+enum class Plan { RowsOnly, Default, SplitAll };
+
+Result run_gpu(const Scene& sc, const Schedule& sched, Plan plan = Plan::Default) {
   Result r;
   cuda::DeviceBuffer<float> kc(sc.cache_floats()), vc(sc.cache_floats()), inv, dq, dk, dv, dout;
   kc.zero();
   vc.zero();
   inv.upload(sc.inv_freq);
   cuda::DeviceBuffer<int32_t> ints, tables, work_buf;
+  cuda::DeviceBuffer<float> scratch;
   cuda::DeviceBuffer<int64_t> starts;
   std::vector<float> q, k, v;
   for (const auto& pass : sched) {
@@ -133,7 +137,10 @@ Result run_gpu(const Scene& sc, const Schedule& sched, bool planned = true) {
                  sc.tables.begin() + std::ptrdiff_t(c.seq + 1) * sc.stride);
     }
     const cuda::PassSeqs p = cuda::PassPlan(spans, cuda::ScanGrid{}).upload(ints, starts);
-    const cuda::AttnWork work = planned ? cuda::AttnPlan(spans).upload(work_buf) : cuda::AttnWork{};
+    const cuda::AttnWork work =
+        plan == Plan::RowsOnly
+            ? cuda::AttnWork{}
+            : cuda::AttnPlan(spans, sc.nq, plan == Plan::SplitAll ? 1 : cuda::kAttnSplitMinKeys).upload(work_buf, scratch);
     tables.upload(tab);
     const cuda::KvTables kt{tables.data(), sc.stride};
     dq.upload(q);
@@ -213,7 +220,8 @@ TEST(CudaAttention, RopeKvAppendAndOutputEqualTheCpuBitForBit) {
   for (const Scene& sc : scenes()) {
     const Schedule s = chunked_mixed(sc, 11);
     const Result cpu = run_cpu(sc, s), gpu = run_gpu(sc, s);
-    EXPECT_EQ(differing_rows(run_gpu(sc, s, false), cpu), 0) << "row kernel only, hd " << sc.hd;
+    EXPECT_EQ(differing_rows(run_gpu(sc, s, Plan::RowsOnly), cpu), 0) << "row kernel only, hd " << sc.hd;
+    EXPECT_EQ(differing_rows(run_gpu(sc, s, Plan::SplitAll), cpu), 0) << "decode rows split, hd " << sc.hd;
     // The caches hold the rotated keys: RoPE and the paged append agree bit for bit.
     ASSERT_TRUE(test::same_bits(gpu.k_cache.data(), cpu.k_cache.data(), cpu.k_cache.size())) << "hd " << sc.hd;
     ASSERT_TRUE(test::same_bits(gpu.v_cache.data(), cpu.v_cache.data(), cpu.v_cache.size())) << "hd " << sc.hd;
@@ -234,11 +242,26 @@ TEST(CudaAttention, RowBitsDoNotDependOnTheSchedule) {
   PARITY_REQUIRE_GPU();
   for (const Scene& sc : scenes()) {
     const Result one = run_gpu(sc, single_shot(sc));
-    EXPECT_EQ(differing_rows(run_gpu(sc, single_shot(sc), false), one), 0) << "tiles vs rows, hd " << sc.hd;
+    EXPECT_EQ(differing_rows(run_gpu(sc, single_shot(sc), Plan::RowsOnly), one), 0) << "tiles vs rows, hd " << sc.hd;
+    EXPECT_EQ(differing_rows(run_gpu(sc, decode(sc), Plan::SplitAll), one), 0) << "split decode, hd " << sc.hd;
     EXPECT_EQ(differing_rows(run_gpu(sc, chunked_mixed(sc, 3)), one), 0) << "chunked, hd " << sc.hd;
     EXPECT_EQ(differing_rows(run_gpu(sc, chunked_mixed(sc, 4)), one), 0) << "chunked, hd " << sc.hd;
     EXPECT_EQ(differing_rows(run_gpu(sc, decode(sc)), one), 0) << "decode, hd " << sc.hd;
   }
+}
+
+// Decode over a long context (past 4096 keys, so the split path's running max spans several
+// segments per thread): the default plan splits these rows; they equal the single-shot prefill's
+// rows (tiled kernel), the row kernel's and the CPU's.
+TEST(CudaAttention, LongContextDecodeRowsEqualPrefillAndTheCpu) {
+  PARITY_REQUIRE_GPU();
+  const Scene sc(8, 2, 64, 32, true, {4200});
+  Schedule s = {{{0, 0, 4190}}};
+  for (int64_t pos = 4190; pos < 4200; ++pos) s.push_back({{0, pos, 1}});
+  const Result split = run_gpu(sc, s), rows = run_gpu(sc, s, Plan::RowsOnly), one = run_gpu(sc, single_shot(sc));
+  EXPECT_EQ(differing_rows(split, one), 0);
+  EXPECT_EQ(differing_rows(rows, one), 0);
+  EXPECT_EQ(differing_rows(split, run_cpu(sc, s)), 0);
 }
 
 // The comparisons above can fail: the same keys visited in 32- or 64-key blocks (the CPU's
