@@ -130,8 +130,7 @@ void BM_CudaAttentionPrefill(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaAttentionPrefill)->Arg(512)->Arg(2048)->Arg(8192)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
-// The sparse MoE block (router logits given) for T tokens, bf16 weights; includes the one host
-// round trip for the group sizes.
+// The sparse MoE block (router logits given) for T tokens, bf16 weights.
 void BM_CudaMoe(benchmark::State& state) {
   if (!gpu_or_skip(state)) return;
   constexpr int E = 64, K = 6, D = 1536, F = 512;
@@ -167,8 +166,7 @@ BENCHMARK(BM_CudaMoe)->Arg(1)->Arg(64)->Arg(512)->Arg(4096)->UseManualTime()->Un
 
 // End to end on builtin:granite-h-bench (loaded once, bf16 GEMM inputs): arg0 batch, arg1 0 =
 // plain, 1 = exact. A decode step of `batch` sequences after a 512-token prefill each; wall time
-// of Model::forward (its logits copy synchronises), launch overhead and the MoE's host round trip
-// included.
+// of Model::forward (its logits copy synchronises), launch overhead included.
 const model::Model& hybrid_model() {
   static std::unique_ptr<model::Model> m =
       backend_cuda::load_model(model::open_checkpoint("builtin:granite-h-bench"));

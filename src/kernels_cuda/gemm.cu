@@ -19,14 +19,13 @@ namespace {
 constexpr int kBM = 64, kBN = 64, kBK = 32, kThreads = 128;
 constexpr int kPad = 8;  // bf16 row padding: ldm stays a multiple of 8 and banks spread
 
-__global__ void __launch_bounds__(kThreads) gemm_bf16_kernel(const float* A, int M, int K, int lda,
-                                                             const __nv_bfloat16* W, int N, const float* bias,
-                                                             float* C, int ldc) {
+// One 64×64 output tile at (m0, n0); the plain and the grouped kernels below run exactly this.
+__device__ __forceinline__ void gemm_bf16_tile(const float* A, int M, int K, int lda, const __nv_bfloat16* W, int N,
+                                               const float* bias, float* C, int ldc, int m0, int n0) {
   using namespace nvcuda;
   __shared__ __align__(32) __nv_bfloat16 As[kBM][kBK + kPad];
   __shared__ __align__(32) __nv_bfloat16 Ws[kBN][kBK + kPad];
   __shared__ __align__(32) float Cs[kBM][kBN + 4];
-  const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
   const int warp = threadIdx.x / 32;
   const int wm = (warp / 2) * 32, wn = (warp % 2) * 32;  // each warp: a 32×32 quarter
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
@@ -62,6 +61,12 @@ __global__ void __launch_bounds__(kThreads) gemm_bf16_kernel(const float* A, int
     const int gm = m0 + r, gn = n0 + c;
     if (gm < M && gn < N) C[static_cast<std::size_t>(gm) * ldc + gn] = bias ? Cs[r][c] + bias[gn] : Cs[r][c];
   }
+}
+
+__global__ void __launch_bounds__(kThreads) gemm_bf16_kernel(const float* A, int M, int K, int lda,
+                                                             const __nv_bfloat16* W, int N, const float* bias,
+                                                             float* C, int ldc) {
+  gemm_bf16_tile(A, M, K, lda, W, N, bias, C, ldc, blockIdx.y * kBM, blockIdx.x * kBN);
 }
 
 // Few rows (decode): one 16-row tile, each warp a 16-column strip over the whole K. The weights
@@ -133,11 +138,10 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32) gemm_bf16_skinny_kernel(con
 
 // The fp32 path for accuracy work: each thread owns a 4×4 block of outputs, one fmaf chain per
 // element over k ascending.
-__global__ void __launch_bounds__(256) gemm_f32_kernel(const float* A, int M, int K, int lda, const float* W, int N,
-                                                       const float* bias, float* C, int ldc) {
+__device__ __forceinline__ void gemm_f32_tile(const float* A, int M, int K, int lda, const float* W, int N,
+                                              const float* bias, float* C, int ldc, int m0, int n0) {
   __shared__ float As[kBK][kBM + 1];
   __shared__ float Ws[kBK][kBN + 1];
-  const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
   const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;  // 16×16 threads, 4×4 outputs each
   float acc[4][4] = {};
   for (int k0 = 0; k0 < K; k0 += kBK) {
@@ -160,7 +164,39 @@ __global__ void __launch_bounds__(256) gemm_f32_kernel(const float* A, int M, in
     }
 }
 
+__global__ void __launch_bounds__(256) gemm_f32_kernel(const float* A, int M, int K, int lda, const float* W, int N,
+                                                       const float* bias, float* C, int ldc) {
+  gemm_f32_tile(A, M, K, lda, W, N, bias, C, ldc, blockIdx.y * kBM, blockIdx.x * kBN);
+}
+
+// Grouped: group z owns rows [offsets[z], offsets[z+1]) of A and C and the weights at W + z·w_stride;
+// grid.y covers the largest group, and tiles past a group's rows return at once. A group's rows are
+// computed by the tile functions above exactly as gemm() would compute them alone.
+template <typename Tw, int kT>
+__global__ void __launch_bounds__(kT) gemm_grouped_kernel(const float* A, int lda, const int32_t* offsets, int K,
+                                                          const Tw* W, int64_t w_stride, int N, float* C, int ldc) {
+  const int z = blockIdx.z, r0 = offsets[z], rows = offsets[z + 1] - r0, m0 = blockIdx.y * kBM;
+  if (m0 >= rows) return;
+  const float* a = A + static_cast<std::size_t>(r0) * lda;
+  float* c = C + static_cast<std::size_t>(r0) * ldc;
+  if constexpr (kT == kThreads) gemm_bf16_tile(a, rows, K, lda, W + z * w_stride, N, nullptr, c, ldc, m0, blockIdx.x * kBN);
+  else gemm_f32_tile(a, rows, K, lda, W + z * w_stride, N, nullptr, c, ldc, m0, blockIdx.x * kBN);
+}
+
 }  // namespace
+
+void gemm_grouped(const float* A, int lda, const int32_t* offsets, int groups, int max_rows, int K, const void* W,
+                  WeightType wt, int64_t w_stride, int N, float* C, int ldc, cudaStream_t s) {
+  if (groups <= 0 || max_rows <= 0 || N <= 0) return;
+  const dim3 grid((N + kBN - 1) / kBN, (max_rows + kBM - 1) / kBM, groups);
+  if (wt == WeightType::BF16)
+    gemm_grouped_kernel<__nv_bfloat16, kThreads><<<grid, kThreads, 0, s>>>(
+        A, lda, offsets, K, static_cast<const __nv_bfloat16*>(W), w_stride, N, C, ldc);
+  else
+    gemm_grouped_kernel<float, 256><<<grid, 256, 0, s>>>(A, lda, offsets, K, static_cast<const float*>(W), w_stride, N,
+                                                         C, ldc);
+  check_launch("gemm_grouped");
+}
 
 void gemm(const float* A, int M, int K, int lda, const void* W, WeightType wt, int N, const float* bias, float* C,
           int ldc, cudaStream_t s, int w_rows) {

@@ -174,31 +174,12 @@ void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_
                                            ws.row.data());
   check_launch("moe group");
   gather_rows(x, D, ws.token.data(), static_cast<int>(n), D, ws.xg.data(), s);
-  // The launches below are sized by the groups: the one host round trip of the block.
-  ws.host_offsets.resize(std::size_t(E) + 1);
-  cuda_check(cudaMemcpyAsync(ws.host_offsets.data(), ws.offsets.data(), (std::size_t(E) + 1) * sizeof(int32_t),
-                             cudaMemcpyDeviceToHost, s),
-             "cudaMemcpyAsync expert offsets");
-  cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-  const std::size_t es = w.wt == WeightType::BF16 ? 2 : 4;
-  const auto* w_in = static_cast<const unsigned char*>(w.w_in);
-  const auto* w_out = static_cast<const unsigned char*>(w.w_out);
-  // Whole 16-row strips stay inside one expert's matrix, so decode-sized groups take gemm's
-  // few-rows kernel (the same bits as the tiled one, ops.h).
-  const int in_rows = (2 * F) % 16 == 0 ? 2 * F : 0, out_rows = D % 16 == 0 ? D : 0;
-  for (int e = 0; e < E; ++e) {
-    const int r0 = ws.host_offsets[std::size_t(e)], rows = ws.host_offsets[std::size_t(e) + 1] - r0;
-    if (rows == 0) continue;
-    gemm(ws.xg.data() + std::size_t(r0) * D, rows, D, D, w_in + std::size_t(e) * 2 * F * D * es, w.wt, 2 * F, nullptr,
-         ws.h.data() + std::size_t(r0) * 2 * F, 2 * F, s, in_rows);
-  }
+  // One launch per projection for every expert: the group sizes stay on the device (no host
+  // round trip); a token names an expert at most once, so no group exceeds T rows.
+  const int64_t in_stride = int64_t(2) * F * D, out_stride = int64_t(D) * F;
+  gemm_grouped(ws.xg.data(), D, ws.offsets.data(), E, T, D, w.w_in, w.wt, in_stride, 2 * F, ws.h.data(), 2 * F, s);
   swiglu(ws.h.data(), static_cast<int>(n), F, ws.a.data(), s);
-  for (int e = 0; e < E; ++e) {
-    const int r0 = ws.host_offsets[std::size_t(e)], rows = ws.host_offsets[std::size_t(e) + 1] - r0;
-    if (rows == 0) continue;
-    gemm(ws.a.data() + std::size_t(r0) * F, rows, F, F, w_out + std::size_t(e) * D * F * es, w.wt, D, nullptr,
-         ws.yg.data() + std::size_t(r0) * D, D, s, out_rows);
-  }
+  gemm_grouped(ws.a.data(), F, ws.offsets.data(), E, T, F, w.w_out, w.wt, out_stride, D, ws.yg.data(), D, s);
   combine_kernel<<<T, 256, 0, s>>>(ws.yg.data(), D, ws.row.data(), gates, k, out);
   check_launch("moe combine");
 }

@@ -6,7 +6,8 @@
 //   - top-k + softmax: one thread per token, the CPU's insertion order (larger first, ties by
 //     lower expert id, NaN first) and its exp_f / sum / divide sequence: the same bits;
 //   - experts: tokens grouped by expert (experts in id order, tokens ascending, no atomics), the
-//     batch-invariant gemm per expert, SwiGLU element-wise, the second gemm;
+//     batch-invariant gemm per expert (gemm_grouped: all experts in one launch, the group sizes
+//     read on the device), SwiGLU element-wise, the second gemm;
 //   - combine: out = +0, out = out + gate_j · y_j for j in the token's top-k order (moe.h).
 // With fp32 weights every step is the CPU's operation sequence (the fp32 gemm is one fmaf chain
 // over k from +0, kernels/gemm.h's contract), so the block equals the CPU bit for bit; with bf16
@@ -39,7 +40,6 @@ struct MoeWorkspace {
   DeviceBuffer<int32_t> row;      // [T·k] (token, choice j) → grouped row
   DeviceBuffer<float> gates;      // [T·k] (fused pattern: read back from the dense affinities)
   DeviceBuffer<float> xg, h, a, yg;
-  std::vector<int32_t> host_offsets;
 };
 
 // logits [T][E] → idx [T][k], gates [T][k] (kernels::router_topk_softmax).
@@ -52,7 +52,7 @@ void moe_dense_affinities(const int32_t* idx, const float* gates, int T, int E, 
 void swiglu(const float* gate_up, int n, int F, float* out, cudaStream_t s);
 
 // The experts for x [T][D] (row stride D) with the Direct routing (idx, gates [T][k]) → out
-// [T][D]. Synchronises the stream once: the per-expert gemm launches need the group sizes.
+// [T][D]. Asynchronous: nothing comes back to the host.
 void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* idx, const float* gates,
                  MoeWorkspace& ws, float* out, cudaStream_t s);
 
