@@ -71,7 +71,7 @@ struct AttnBench {
   cuda::PassSeqs ps;
   cuda::KvTables kt;
   cuda::AttnWork work;
-  AttnBench(int s, int c, int r) : seqs(s), ctx(c), rows(r) {
+  AttnBench(int s, int c, int r, bool plan = true) : seqs(s), ctx(c), rows(r) {
     const int per = (ctx + BS - 1) / BS;
     const std::size_t blocks = std::size_t(seqs) * per;
     kc.upload(rnd(blocks * L.block_floats(), 1, -1, 1));
@@ -85,7 +85,7 @@ struct AttnBench {
     std::vector<cuda::SeqSpan> spans;
     for (int i = 0; i < seqs; ++i) spans.push_back({i, int64_t(ctx) - rows, rows});
     ps = cuda::PassPlan(spans, cuda::ScanGrid{}).upload(ints, starts);
-    work = cuda::AttnPlan(spans, NQ).upload(work_buf, scratch);
+    if (plan) work = cuda::AttnPlan(spans, NQ).upload(work_buf, scratch);
   }
   void run() {
     cuda::attention(L, NQ, 0.088f, q.data(), NQ * HD, ps, kt, kc.data(), vc.data(), out.data(), NQ * HD, nullptr,
@@ -93,11 +93,11 @@ struct AttnBench {
   }
 };
 
-// One decode step of one attention layer: batch × 1 row at context ctx (the pass's AttnPlan: few
-// long rows take the split kernels, many take the row kernel).
+// One decode step of one attention layer: batch × 1 row at context ctx. arg2: 0 = the pass's
+// AttnPlan (few long rows take the split kernels, many the row kernel), 1 = the row kernel only.
 void BM_CudaAttentionDecode(benchmark::State& state) {
   if (!gpu_or_skip(state)) return;
-  AttnBench b(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), 1);
+  AttnBench b(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), 1, state.range(2) == 0);
   b.run();
   EventTimer t;
   for (auto _ : state) {
@@ -109,7 +109,7 @@ void BM_CudaAttentionDecode(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * b.seqs * int64_t(b.ctx) * 2 * NKV * HD * 4);
 }
 BENCHMARK(BM_CudaAttentionDecode)
-    ->ArgsProduct({{1, 8, 64}, {1024, 8192, 32768}})
+    ->ArgsProduct({{1, 8, 64}, {1024, 8192, 32768}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
