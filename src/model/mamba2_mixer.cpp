@@ -6,6 +6,7 @@
 #include "kernels/gemm.h"
 #include "kernels/math.h"
 #include "kernels/norm.h"
+#include "model/workspace.h"
 
 namespace parity::model {
 
@@ -21,36 +22,42 @@ void mamba2_mixer_forward(const io::Mamba2Config& cfg, const Mamba2LayerWeights&
     if (hooks && hooks->wants(name)) hooks->visit(name, data, T, cols, meta);
   };
 
-  std::vector<float> zx(std::size_t(T) * proj), xbc_in(std::size_t(T) * conv), xbc(std::size_t(T) * conv);
-  std::vector<float> dt_raw(std::size_t(T) * H), z(std::size_t(T) * I), y(std::size_t(T) * I), g(std::size_t(T) * I);
-  kernels::gemm(x, T, D, L.in_proj, L.in_proj_bias.empty() ? nullptr : L.in_proj_bias.data(), zx.data(), proj);
-  probe(N.in_proj, zx.data(), proj);
+  const std::size_t rows = static_cast<std::size_t>(T);
+  float* zx = scratch(Scratch::InProj, rows * proj);
+  float* xbc_in = scratch(Scratch::XbcIn, rows * conv);
+  float* xbc = scratch(Scratch::Xbc, rows * conv);
+  float* dt_raw = scratch(Scratch::DtRaw, rows * H);
+  float* z = scratch(Scratch::Z, rows * I);
+  float* y = scratch(Scratch::Y, rows * I);
+  float* g = scratch(Scratch::Gated, rows * I);
+  kernels::gemm(x, T, D, L.in_proj, L.in_proj_bias.empty() ? nullptr : L.in_proj_bias.data(), zx, proj);
+  probe(N.in_proj, zx, proj);
   // in_proj output columns: [z | xBC | dt]
   for (int t = 0; t < T; ++t) {
-    const float* row = zx.data() + std::size_t(t) * proj;
-    std::memcpy(z.data() + std::size_t(t) * I, row, std::size_t(I) * 4);
-    std::memcpy(xbc_in.data() + std::size_t(t) * conv, row + I, std::size_t(conv) * 4);
-    std::memcpy(dt_raw.data() + std::size_t(t) * H, row + I + conv, std::size_t(H) * 4);
+    const float* row = zx + std::size_t(t) * proj;
+    std::memcpy(z + std::size_t(t) * I, row, std::size_t(I) * 4);
+    std::memcpy(xbc_in + std::size_t(t) * conv, row + I, std::size_t(conv) * 4);
+    std::memcpy(dt_raw + std::size_t(t) * H, row + I + conv, std::size_t(H) * 4);
   }
-  probe(N.dt, dt_raw.data(), H);
+  probe(N.dt, dt_raw, H);
   // HF's conv1d module output is before SiLU; when it is probed, SiLU runs as a second pass
   // (silu_f of the same value: the same bits as the fused kernel).
   const bool probe_conv = hooks && hooks->wants(N.conv1d);
   int row0 = 0;
   for (const SeqChunk& s : b.seqs) {
-    kernels::conv1d_causal(xbc_in.data() + std::size_t(row0) * conv, s.n, conv, L.conv_w.data(),
+    kernels::conv1d_causal(xbc_in + std::size_t(row0) * conv, s.n, conv, L.conv_w.data(),
                            L.conv_b.empty() ? nullptr : L.conv_b.data(), K, cache.conv_state(cache_layer, s.slot),
-                           !probe_conv, xbc.data() + std::size_t(row0) * conv);
+                           !probe_conv, xbc + std::size_t(row0) * conv);
     row0 += s.n;
   }
   if (probe_conv) {
-    hooks->visit(N.conv1d, xbc.data(), T, conv, meta);
-    for (float& v : xbc) v = kernels::silu_f(v);
+    hooks->visit(N.conv1d, xbc, T, conv, meta);
+    for (std::size_t i = 0; i < rows * conv; ++i) xbc[i] = kernels::silu_f(xbc[i]);
   }
-  mamba2_scan(cfg, L, cache_layer, b.seqs, xbc.data(), dt_raw.data(), y.data(), cache, mode);
-  kernels::gated_rmsnorm(y.data(), z.data(), T, I, group, L.gate_norm.data(), eps, cfg.norm_before_gate, g.data());
-  probe(N.norm, g.data(), I);
-  kernels::gemm(g.data(), T, I, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), out, D);
+  mamba2_scan(cfg, L, cache_layer, b.seqs, xbc, dt_raw, y, cache, mode);
+  kernels::gated_rmsnorm(y, z, T, I, group, L.gate_norm.data(), eps, cfg.norm_before_gate, g);
+  probe(N.norm, g, I);
+  kernels::gemm(g, T, I, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), out, D);
 }
 
 }  // namespace parity::model

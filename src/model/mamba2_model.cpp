@@ -8,6 +8,7 @@
 #include "kernels/gemm.h"
 #include "kernels/norm.h"
 #include "model/mamba2_mixer.h"
+#include "model/workspace.h"
 
 namespace parity::model {
 
@@ -56,7 +57,10 @@ void Mamba2Model::forward(const ForwardBatch& b, cache::ModelCache& mc, ScanMode
   const int T = static_cast<int>(b.tokens.size());
   const int D = cfg_.hidden_size;
   const float eps = static_cast<float>(cfg_.layer_norm_epsilon);
-  std::vector<float> resid(std::size_t(T) * D), normed(std::size_t(T) * D), out(std::size_t(T) * D);
+  const std::size_t TD = std::size_t(T) * D;
+  float* resid = scratch(Scratch::Resid, TD);
+  float* normed = scratch(Scratch::Normed, TD);
+  float* out = scratch(Scratch::MixerOut, TD);
 
   const ProbeRows meta = probe_rows(b, hooks);
   auto probe = [&](const std::string& name, float* data, int cols) {
@@ -66,7 +70,7 @@ void Mamba2Model::forward(const ForwardBatch& b, cache::ModelCache& mc, ScanMode
   // Embedding lookup straight from the (possibly mmapped) table, widened exactly.
   const io::TensorView& E = *w_.embeddings;
   for (int t = 0; t < T; ++t) {
-    float* dst = resid.data() + std::size_t(t) * D;
+    float* dst = resid + std::size_t(t) * D;
     const std::size_t off = std::size_t(b.tokens[t]) * D;
     if (E.dtype == DType::F32) {
       std::memcpy(dst, static_cast<const float*>(E.data) + off, std::size_t(D) * 4);
@@ -76,15 +80,15 @@ void Mamba2Model::forward(const ForwardBatch& b, cache::ModelCache& mc, ScanMode
     }
   }
 
-  probe("backbone.embeddings", resid.data(), D);
+  probe("backbone.embeddings", resid, D);
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerNames& N = names_[l];
-    kernels::rmsnorm(resid.data(), T, D, w_.norms[l].data(), eps, normed.data());
-    mamba2_mixer_forward(cfg_, w_.layers[l], l, b, normed.data(), out.data(), cache, mode,
+    kernels::rmsnorm(resid, T, D, w_.norms[l].data(), eps, normed);
+    mamba2_mixer_forward(cfg_, w_.layers[l], l, b, normed, out, cache, mode,
                          {N.in_proj, N.conv1d, N.dt, N.norm}, hooks, meta);
-    probe(N.mixer, out.data(), D);
-    for (std::size_t i = 0; i < resid.size(); ++i) resid[i] += out[i];
-    probe(N.block, resid.data(), D);
+    probe(N.mixer, out, D);
+    for (std::size_t i = 0; i < TD; ++i) resid[i] += out[i];
+    probe(N.block, resid, D);
   }
   for (const SeqChunk& s : b.seqs) mc.set_position(s.slot, s.start + s.n);
 
@@ -93,7 +97,7 @@ void Mamba2Model::forward(const ForwardBatch& b, cache::ModelCache& mc, ScanMode
     // A probed head sees every row; the asked-for rows are then picked out. Row-wise norm and the
     // M-invariant GEMM give each row the same bits as the fast path below.
     std::vector<float> hn(std::size_t(T) * D), all(std::size_t(T) * V);
-    kernels::rmsnorm(resid.data(), T, D, w_.norm_f.data(), eps, hn.data());
+    kernels::rmsnorm(resid, T, D, w_.norm_f.data(), eps, hn.data());
     probe("backbone.norm_f", hn.data(), D);
     kernels::gemm(hn.data(), T, D, w_.lm_head, nullptr, all.data(), V);
     probe("lm_head", all.data(), V);
@@ -106,7 +110,7 @@ void Mamba2Model::forward(const ForwardBatch& b, cache::ModelCache& mc, ScanMode
   if (R == 0) return;
   std::vector<float> last(std::size_t(R) * D);
   for (int i = 0; i < R; ++i)
-    std::memcpy(last.data() + std::size_t(i) * D, resid.data() + std::size_t(b.logit_rows[i]) * D, std::size_t(D) * 4);
+    std::memcpy(last.data() + std::size_t(i) * D, resid + std::size_t(b.logit_rows[i]) * D, std::size_t(D) * 4);
   kernels::rmsnorm(last.data(), R, D, w_.norm_f.data(), eps, last.data());
   kernels::gemm(last.data(), R, D, w_.lm_head, nullptr, logits, cfg_.vocab_size);
 }

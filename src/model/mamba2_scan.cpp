@@ -21,6 +21,7 @@
 #include "kernels/ssd.h"
 #include "kernels/ssd_grid.h"
 #include "model/mamba2_mixer.h"
+#include "model/workspace.h"
 
 namespace parity::model {
 namespace {
@@ -71,13 +72,16 @@ void scan_plain(const io::Mamba2Config& cfg, const Mamba2LayerWeights& L, int l,
                 const float* dt_raw, float* y, cache::MambaStateCache& cache) {
   const ScanShape z = shape_of(cfg);
   const int n = s.n;
-  std::vector<float> dt(std::size_t(n) * z.H), x(std::size_t(n) * z.I), B(std::size_t(n) * z.GN),
-      C(std::size_t(n) * z.GN);
-  process_dt(cfg, L, dt_raw, n, dt.data());
-  split_xbc(z, xbc, n, x.data(), B.data(), C.data());
+  const std::size_t rows = static_cast<std::size_t>(n);
+  float* dt = scratch(Scratch::ScanDt, rows * z.H);
+  float* x = scratch(Scratch::ScanX, rows * z.I);
+  float* B = scratch(Scratch::ScanB, rows * z.GN);
+  float* C = scratch(Scratch::ScanC, rows * z.GN);
+  process_dt(cfg, L, dt_raw, n, dt);
+  split_xbc(z, xbc, n, x, B, C);
   const bool f32 = cache.options().ssm_dtype == DType::F32;
   if (!f32 && n == 1 && s.start > 0) {  // vLLM's decode: the bf16 state updated in place
-    kernels::ssu_step_bf16(z.ssd, x.data(), dt.data(), L.A.data(), B.data(), C.data(), L.D.data(),
+    kernels::ssu_step_bf16(z.ssd, x, dt, L.A.data(), B, C, L.D.data(),
                            cache.ssm_bf16(l, s.slot), y);
     return;
   }
@@ -91,10 +95,10 @@ void scan_plain(const io::Mamba2Config& cfg, const Mamba2LayerWeights& L, int l,
     state = tmp.data();
   }
   if (n == 1 && s.start > 0) {
-    kernels::ssu_step(z.ssd, x.data(), dt.data(), L.A.data(), B.data(), C.data(), L.D.data(), state, y);
+    kernels::ssu_step(z.ssd, x, dt, L.A.data(), B, C, L.D.data(), state, y);
   } else {
     std::vector<float> s0(state, state + z.S);
-    kernels::ssd_scan(z.ssd, x.data(), dt.data(), L.A.data(), B.data(), C.data(), L.D.data(), n, 0, s0.data(), y,
+    kernels::ssd_scan(z.ssd, x, dt, L.A.data(), B, C, L.D.data(), n, 0, s0.data(), y,
                       nullptr, state);
   }
   if (!f32) cache.store_ssm(l, s.slot, state);
@@ -109,20 +113,23 @@ void scan_exact_refeed(const io::Mamba2Config& cfg, const Mamba2LayerWeights& L,
   const kernels::ReplayRing ring = cache.ring(l, s.slot);
   const int n = s.n, r = kernels::grid_refeed_rows(grid, z.H, s.start), total = r + n;
   const int64_t pos0 = s.start - r;
-  std::vector<float> ax(std::size_t(total) * z.I), adt(std::size_t(total) * z.H), aB(std::size_t(total) * z.GN),
-      C(std::size_t(n) * z.GN);
+  const std::size_t all = static_cast<std::size_t>(total);
+  float* ax = scratch(Scratch::ScanX, all * z.I);
+  float* adt = scratch(Scratch::ScanDt, all * z.H);
+  float* aB = scratch(Scratch::ScanB, all * z.GN);
+  float* C = scratch(Scratch::ScanC, std::size_t(n) * z.GN);
   for (int i = 0; i < r; ++i)
-    kernels::ring_get(z.ssd, grid, ring, pos0 + i, ax.data() + std::size_t(i) * z.I, adt.data() + std::size_t(i) * z.H,
-                      aB.data() + std::size_t(i) * z.GN);
-  split_xbc(z, xbc, n, ax.data() + std::size_t(r) * z.I, aB.data() + std::size_t(r) * z.GN, C.data());
-  process_dt(cfg, L, dt_raw, n, adt.data() + std::size_t(r) * z.H);
-  kernels::ssd_scan_grid(z.ssd, grid, ax.data(), adt.data(), L.A.data(), aB.data(), C.data(), L.D.data(), pos0, total,
+    kernels::ring_get(z.ssd, grid, ring, pos0 + i, ax + std::size_t(i) * z.I, adt + std::size_t(i) * z.H,
+                      aB + std::size_t(i) * z.GN);
+  split_xbc(z, xbc, n, ax + std::size_t(r) * z.I, aB + std::size_t(r) * z.GN, C);
+  process_dt(cfg, L, dt_raw, n, adt + std::size_t(r) * z.H);
+  kernels::ssd_scan_grid(z.ssd, grid, ax, adt, L.A.data(), aB, C, L.D.data(), pos0, total,
                          r, cache.grid_state(l, s.slot), y);
   // The ring already holds the positions before s.start; add the call's last `cell` ones.
   const int64_t end = s.start + n;
   for (int64_t p = std::max(s.start, end - grid.cell); p < end; ++p) {
     const std::size_t i = static_cast<std::size_t>(p - pos0);
-    kernels::ring_put(z.ssd, grid, ring, p, ax.data() + i * z.I, adt.data() + i * z.H, aB.data() + i * z.GN);
+    kernels::ring_put(z.ssd, grid, ring, p, ax + i * z.I, adt + i * z.H, aB + i * z.GN);
   }
 }
 
