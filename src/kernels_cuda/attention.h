@@ -62,6 +62,9 @@ class AttnPlan {
   AttnWork upload(DeviceBuffer<int32_t>& buf, DeviceBuffer<float>& scratch) const;
   // Floats of scratch a long row at `pos` needs: per head, its key blocks' 16 weights and 3 stats.
   static int64_t split_floats(int64_t pos, int num_heads) { return int64_t(num_heads) * (pos / 16 + 1) * (16 + 3); }
+  int num_tiles() const { return num_tiles_; }
+  int num_rows() const { return num_rows_; }
+  int num_long() const { return num_long_; }
 
  private:
   std::vector<int32_t> ints_;  // tiles, rows, long rows

@@ -264,6 +264,20 @@ TEST(CudaAttention, LongContextDecodeRowsEqualPrefillAndTheCpu) {
   EXPECT_EQ(differing_rows(split, run_cpu(sc, s)), 0);
 }
 
+// The plan on the host (no device needed): prefill rows in 16-row tiles, short decode rows alone,
+// long decode rows split while their scratch is small, alone again when there are many.
+TEST(CudaAttnPlan, SharesAPassOutByShape) {
+  const cuda::AttnPlan p({{0, 0, 40}, {1, 5, 1}, {2, 2000, 1}, {3, 100, 17}, {4, 1022, 1}}, 32);
+  EXPECT_EQ(p.num_tiles(), 3 + 2);
+  EXPECT_EQ(p.num_rows(), 2);  // positions 5 and 1022: fewer than 1024 keys
+  EXPECT_EQ(p.num_long(), 1);  // position 2000
+  std::vector<cuda::SeqSpan> many;
+  for (int s = 0; s < 64; ++s) many.push_back({s, 100000, 1});  // 64 × 32 heads × 6251 blocks × 19 floats
+  const cuda::AttnPlan q(many, 32);
+  EXPECT_EQ(q.num_long(), 0);
+  EXPECT_EQ(q.num_rows(), 64);
+}
+
 // The comparisons above can fail: the same keys visited in 32- or 64-key blocks (the CPU's
 // reference with another key block) give other bits in many rows past the first block, while
 // the reference with the contract's 16 gives the GPU's bits.
