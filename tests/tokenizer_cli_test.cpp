@@ -1,5 +1,6 @@
 // Text in and out through the `parity` binary: tokenize / detokenize, and --prompt-text,
 // --forced-text, --text and .txt files giving the same runs as the ids they encode to.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -124,6 +125,32 @@ TEST_F(TokenizerCli, TextFlagsGiveTheSameRunAsIds) {
   ASSERT_EQ(l1->nbytes, l2->nbytes);
   EXPECT_EQ(l1->shape[0], static_cast<int64_t>(p_ids.size()));
   EXPECT_EQ(std::memcmp(l1->data, l2->data, l1->nbytes), 0);
+}
+
+// generate stops at the tokenizer's EOS (id 0 in the built-in tokenizer), as vLLM does, unless
+// --ignore-eos; the companion run shows the sampled stream does reach EOS and continues past it.
+TEST_F(TokenizerCli, GenerateStopsAtEosUnlessIgnoreEos) {
+  auto tok = tokenizer::load_for_model("builtin:tiny");
+  ASSERT_TRUE(tok->eos_token_id().has_value());
+  const int32_t eos = *tok->eos_token_id();
+  const std::string cmd = "generate builtin:tiny --prompt-text hello --max-tokens 200 --temperature 2 --seed 10";
+  auto full = test::run_cli(cmd + " --ignore-eos");
+  auto stopped = test::run_cli(cmd);
+  ASSERT_EQ(full.status, 0) << full.err;
+  ASSERT_EQ(stopped.status, 0) << stopped.err;
+  const auto all = nlohmann::json::parse(full.out)["tokens"].get<std::vector<int32_t>>();
+  const nlohmann::json s = nlohmann::json::parse(stopped.out);
+  const auto cut = s["tokens"].get<std::vector<int32_t>>();
+  const auto at = std::find(all.begin(), all.end(), eos);
+  ASSERT_NE(at, all.end()) << "seed 10 no longer samples EOS within 200 tokens: pick another seed";
+  ASSERT_LT(at + 1, all.end()) << "the companion must continue past EOS";
+  EXPECT_EQ(cut, std::vector<int32_t>(all.begin(), at + 1));
+  EXPECT_EQ(s["finish_reason"], "stop");
+  EXPECT_EQ(nlohmann::json::parse(full.out)["finish_reason"], "length");
+  // Teacher forcing never stops early, EOS or not.
+  auto forced = test::run_cli("generate builtin:tiny --prompt-text hello --forced " + csv(all));
+  ASSERT_EQ(forced.status, 0) << forced.err;
+  EXPECT_EQ(nlohmann::json::parse(forced.out)["tokens"].get<std::vector<int32_t>>(), all);
 }
 
 }  // namespace

@@ -32,6 +32,7 @@ Runner add_generate(CLI::App& app) {
     float temperature = 0.0f, top_p = 1.0f;
     uint64_t seed = 0;
     double state_mb = 0;
+    bool ignore_eos = false;
     std::vector<int32_t> stop;
     std::optional<std::string> prompt_text, forced_text;
     std::vector<std::string> more_prompts;
@@ -71,6 +72,9 @@ Runner add_generate(CLI::App& app) {
   sub->add_option("--top-p", o->top_p, "1 = off")->check(CLI::Range(0.0, 1.0));
   sub->add_option("--seed", o->seed, "sampling seed");
   sub->add_option("--stop", o->stop, "stop token ids")->delimiter(',');
+  sub->add_flag("--ignore-eos", o->ignore_eos,
+                "keep generating after the tokenizer's end-of-sequence token (by default generation stops there, "
+                "as in vLLM)");
   sub->add_option("--logprobs", o->logprobs, "top-N log-probs per token")->check(CLI::Range(0, 100));
   sub->add_option("--additional-config", o->additional, "JSON, e.g. {\"tensor_replacement\": {\"tensors_path\": …}}");
   add_moe_routing_flag(sub, o->moe_routing);
@@ -91,6 +95,10 @@ Runner add_generate(CLI::App& app) {
     spec.sampling.top_p = o->top_p;
     spec.sampling.seed = o->seed;
     spec.sampling.stop_token_ids = o->stop;
+    // Generation ends at the tokenizer's EOS unless asked not to (a teacher-forced run never stops early).
+    if (!o->ignore_eos && spec.forced.empty())
+      if (const tokenizer::Tokenizer* tok = text.optional(nullptr))
+        if (const auto eos = tok->eos_token_id()) spec.sampling.stop_token_ids.push_back(*eos);
     spec.sampling.logprobs = o->logprobs;
     spec.return_logits = !o->dump.empty();
     engine::EngineConfig cfg;
