@@ -1,4 +1,4 @@
-// Seed 000's two router integration patterns (model/granite_moe.h): the dense-affinity MoE path
+// Seed 000's two router integration patterns (model/hybrid_moe.h): the dense-affinity MoE path
 // against the (ids, gates) path at kernel level for any k, and the direct and fused patterns of the
 // GraniteMoeHybrid model bit for bit, with and without a router replacement, under single-shot and
 // chunked schedules, for top-2 and for top-4 routing.

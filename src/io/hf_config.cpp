@@ -13,7 +13,8 @@ namespace {
 
 constexpr const char* kMamba2 = "Mamba2ForCausalLM";
 constexpr const char* kGraniteHybrid = "GraniteMoeHybridForCausalLM";
-constexpr const char* kSupported = "Mamba2ForCausalLM, GraniteMoeHybridForCausalLM";
+constexpr const char* kSupported =
+    "Mamba2ForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, BambaForCausalLM, FalconH1ForCausalLM";
 
 const nlohmann::json* lookup(const nlohmann::json& cfg, const char* key) {
   auto it = cfg.find(key);
@@ -83,11 +84,15 @@ std::string architecture_of(const nlohmann::json& cfg) {
     arch = mt->get<std::string>();
     if (arch == "mamba2") arch = kMamba2;
     if (arch == "granitemoehybrid") arch = kGraniteHybrid;
+    if (arch == "nemotron_h") arch = "NemotronHForCausalLM";
+    if (arch == "bamba") arch = "BambaForCausalLM";
+    if (arch == "falcon_h1") arch = "FalconH1ForCausalLM";
   } else {
     throw Error(std::string("config.json: neither architectures nor model_type is given (supported: ") +
                 kSupported + ")");
   }
-  if (arch != kMamba2 && arch != kGraniteHybrid)
+  if (arch != kMamba2 && arch != kGraniteHybrid && arch != "NemotronHForCausalLM" && arch != "BambaForCausalLM" &&
+      arch != "FalconH1ForCausalLM")
     throw Error("unknown architecture '" + arch + "' (supported: " + kSupported + ")");
   return arch;
 }

@@ -250,8 +250,16 @@ void rope_inv_freq(int head_dim, float theta, float* inv_freq) {
 }
 
 void rope_apply_at(float* x, int n, int heads, int head_dim, const int64_t* positions, const float* inv_freq) {
+  rope_apply_partial_at(x, n, heads, head_dim, head_dim, positions, inv_freq);
+}
+
+void rope_apply_partial_at(float* x, int n, int heads, int head_dim, int rotary_dim, const int64_t* positions,
+                           const float* inv_freq) {
   if (head_dim <= 0 || head_dim % 2 != 0) throw Error("rope: head_dim " + std::to_string(head_dim) + " is not even");
-  const int half = head_dim / 2;
+  if (rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
+    throw Error("rope: rotary_dim " + std::to_string(rotary_dim) + " is not even and at most head_dim " +
+                std::to_string(head_dim));
+  const int half = rotary_dim / 2;
   const int64_t ld = int64_t(heads) * head_dim;
   const int nt = num_threads();
 #pragma omp parallel num_threads(nt) if (nt > 1 && (int64_t(n) * ld >= (1 << 16) || force_parallel()))

@@ -86,6 +86,12 @@ void rope_inv_freq(int head_dim, float theta, float* inv_freq);
 // In place on x [n][heads · head_dim]; row i has absolute position positions[i].
 void rope_apply_at(float* x, int n, int heads, int head_dim, const int64_t* positions, const float* inv_freq);
 
+// Partial rotary (Bamba: partial_rotary_factor 0.5): only the first rotary_dim elements of each head rotate,
+// paired (i, i + rotary_dim/2) with inv_freq from rope_inv_freq(rotary_dim, theta); the rest pass unchanged
+// (HF's apply_rotary_pos_emb on q[..., :rotary_dim]). rotary_dim = head_dim is rope_apply_at.
+void rope_apply_partial_at(float* x, int n, int heads, int head_dim, int rotary_dim, const int64_t* positions,
+                           const float* inv_freq);
+
 // Convenience: rows at start_pos, start_pos + 1, …; inv_freq computed from theta on every call.
 void rope_apply(float* x, int n, int heads, int head_dim, int64_t start_pos, float theta);
 

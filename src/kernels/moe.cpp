@@ -143,26 +143,40 @@ void moe_combine(const float* yg, int D, const MoeRouting& r, const float* weigh
   }
 }
 
+void relu_squared(const float* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = x[i] < 0.0f ? 0.0f : x[i];
+    out[i] = r * r;
+  }
+}
+
 void moe_experts(const float* x, int D, int F, const MoeRouting& r, const float* weights, const PackedWeight* w_in,
                  const PackedWeight* w_out, float* out) {
+  moe_experts_act(ExpertAct::SwiGLU, x, D, F, r, weights, w_in, w_out, out);
+}
+
+void moe_experts_act(ExpertAct act, const float* x, int D, int F, const MoeRouting& r, const float* weights,
+                     const PackedWeight* w_in, const PackedWeight* w_out, float* out) {
   const int64_t n = int64_t(r.num_tokens) * r.top_k;
   if (r.num_tokens == 0) return;
+  const int in_rows = act == ExpertAct::SwiGLU ? 2 * F : F;
   for (int e = 0; e < r.num_experts; ++e) {
-    if (w_in[e].n != 2 * F || w_in[e].k != D || w_out[e].n != D || w_out[e].k != F) {
+    if (w_in[e].n != in_rows || w_in[e].k != D || w_out[e].n != D || w_out[e].k != F) {
       throw Error("moe_experts: expert " + std::to_string(e) + " weights are [" + std::to_string(w_in[e].n) + "x" +
                   std::to_string(w_in[e].k) + "] and [" + std::to_string(w_out[e].n) + "x" +
-                  std::to_string(w_out[e].k) + "], expected [" + std::to_string(2 * F) + "x" + std::to_string(D) +
+                  std::to_string(w_out[e].k) + "], expected [" + std::to_string(in_rows) + "x" + std::to_string(D) +
                   "] and [" + std::to_string(D) + "x" + std::to_string(F) + "]");
     }
   }
-  AlignedBuffer<float> xg(n * D), h(n * 2 * F), a(n * F), yg(n * D);
+  AlignedBuffer<float> xg(n * D), h(n * in_rows), a(n * F), yg(n * D);
   moe_gather(x, D, r, xg.data());
   for (int e = 0; e < r.num_experts; ++e) {
     const int64_t r0 = r.offsets[e], rows = r.offsets[e + 1] - r0;
     if (rows == 0) continue;
-    gemm(xg.data() + r0 * D, static_cast<int>(rows), D, w_in[e], nullptr, h.data() + r0 * 2 * F, 2 * F);
+    gemm(xg.data() + r0 * D, static_cast<int>(rows), D, w_in[e], nullptr, h.data() + r0 * in_rows, in_rows);
   }
-  swiglu(h.data(), static_cast<int>(n), F, a.data());
+  if (act == ExpertAct::SwiGLU) swiglu(h.data(), static_cast<int>(n), F, a.data());
+  else relu_squared(h.data(), n * F, a.data());
   for (int e = 0; e < r.num_experts; ++e) {
     const int64_t r0 = r.offsets[e], rows = r.offsets[e + 1] - r0;
     if (rows == 0) continue;

@@ -58,10 +58,18 @@ void moe_gather(const float* x, int D, const MoeRouting& r, float* xg);
 // yg [T·k][D] (expert outputs in grouped order), weights [T][k] → out [T][D], order above.
 void moe_combine(const float* yg, int D, const MoeRouting& r, const float* weights, float* out);
 
+// The experts' activation: SwiGLU (Granite: w_in [2F][D], gate rows first) or ReLU² (NemotronH: w_in [F][D],
+// out = r · r with r = x below 0 ? 0 : x, NaN kept; HF's relu then square; element-wise).
+enum class ExpertAct { SwiGLU, ReLU2 };
+void relu_squared(const float* x, int64_t n, float* out);
+
 // The whole sparse block for x [T][D]: gather, per expert gemm(w_in[e]) → [rows][2F], swiglu,
 // gemm(w_out[e]) → [rows][D], combine. w_in[e] is input_linear.weight[e] ([2F][D], HF layout),
 // w_out[e] is output_linear.weight[e] ([D][F]); both packed with pack_weight.
 void moe_experts(const float* x, int D, int F, const MoeRouting& r, const float* weights,
                  const PackedWeight* w_in, const PackedWeight* w_out, float* out);
+// The same with the activation chosen (ReLU2: w_in[e] is [F][D], gemm → [rows][F], relu_squared).
+void moe_experts_act(ExpertAct act, const float* x, int D, int F, const MoeRouting& r, const float* weights,
+                     const PackedWeight* w_in, const PackedWeight* w_out, float* out);
 
 }  // namespace parity::kernels

@@ -26,8 +26,19 @@ DenseRouting dense_routing(const float* x, int T, int D, const PackedWeight& rou
   return dense_routing_from_logits(logits.data(), T, router.n, k);
 }
 
+DenseRouting dense_routing_from_lists(const int* idx, const float* weights, int T, int E, int k) {
+  DenseRouting r;
+  r.num_tokens = T;
+  r.num_experts = E;
+  r.top_k = k;
+  r.order.assign(idx, idx + std::size_t(T) * std::size_t(k));
+  r.affinities.resize(std::size_t(T) * std::size_t(E));
+  moe_dense_affinities(idx, weights, T, E, k, r.affinities.data());
+  return r;
+}
+
 void moe_experts_dense(const float* x, int D, int F, const DenseRouting& r, const PackedWeight* w_in,
-                       const PackedWeight* w_out, float* out) {
+                       const PackedWeight* w_out, float* out, ExpertAct act) {
   const int T = r.num_tokens, E = r.num_experts, k = r.top_k;
   if (T < 0 || E <= 0 || k <= 0 || k > E || r.affinities.size() != std::size_t(T) * E ||
       r.order.size() != std::size_t(T) * k)
@@ -49,7 +60,7 @@ void moe_experts_dense(const float* x, int D, int F, const DenseRouting& r, cons
     }
   }
   const MoeRouting route = moe_route(r.order.data(), T, E, k);
-  moe_experts(x, D, F, route, gates.data(), w_in, w_out, out);
+  moe_experts_act(act, x, D, F, route, gates.data(), w_in, w_out, out);
 }
 
 }  // namespace parity::kernels

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/gemm.h"
+#include "kernels/moe.h"
 
 namespace parity::kernels {
 
@@ -34,6 +35,10 @@ DenseRouting dense_routing(const float* x, int T, int D, const PackedWeight& rou
 // (moe_experts underneath). Throws parity::Error on a malformed routing: sizes that disagree, an
 // expert id out of range, or one expert twice in a token's list.
 void moe_experts_dense(const float* x, int D, int F, const DenseRouting& r, const PackedWeight* w_in,
-                       const PackedWeight* w_out, float* out);
+                       const PackedWeight* w_out, float* out, ExpertAct act = ExpertAct::SwiGLU);
+
+// Dense routing from (idx, weights) lists any router produced (e.g. router_sigmoid_topk): the scatter of
+// moe_dense_affinities plus the top-k order.
+DenseRouting dense_routing_from_lists(const int* idx, const float* weights, int T, int E, int k);
 
 }  // namespace parity::kernels

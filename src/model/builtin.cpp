@@ -11,7 +11,8 @@
 #include "common/error.h"
 #include "io/granite_config.h"
 #include "io/hf_config.h"
-#include "model/granite_hybrid_weights.h"
+#include "io/hybrid_spec.h"
+#include "model/hybrid_weights.h"
 #include "kernels/math.h"
 
 namespace parity::model {
@@ -321,8 +322,9 @@ void save_checkpoint(const Checkpoint& ck, const std::string& dir) {
     if (!f) throw Error("cannot write " + dir + "/config.json");
   }
   std::vector<std::string> names;
-  if (io::architecture_of(ck.config) == "GraniteMoeHybridForCausalLM") {
-    names = granite_hybrid_tensor_names(io::parse_granite_hybrid_config(ck.config));
+  if (io::is_hybrid_architecture(io::architecture_of(ck.config))) {
+    names = hybrid_tensor_names(
+        io::hybrid_spec_from_config(ck.config, [&ck](const std::string& n) { return ck.find(n) != nullptr; }));
   } else {
     auto cfg = io::parse_mamba2_config(ck.config);
     names = {"backbone.embeddings.weight", "backbone.norm_f.weight", "lm_head.weight"};

@@ -12,7 +12,8 @@ namespace parity::model {
 
 void mamba2_mixer_forward(const io::Mamba2Config& cfg, const Mamba2LayerWeights& L, int cache_layer,
                           const ForwardBatch& b, const float* x, float* out, cache::MambaStateCache& cache,
-                          ScanMode mode, const MixerProbeNames& N, ProbeHooks* hooks, const ProbeRows& meta) {
+                          ScanMode mode, const MixerProbeNames& N, ProbeHooks* hooks, const ProbeRows& meta,
+                          const float* in_proj_scale) {
   const int T = static_cast<int>(b.tokens.size());
   const int D = cfg.hidden_size, I = cfg.intermediate_size, H = cfg.num_heads;
   const int conv = cfg.conv_dim(), proj = cfg.in_proj_dim(), K = cfg.conv_kernel;
@@ -32,6 +33,9 @@ void mamba2_mixer_forward(const io::Mamba2Config& cfg, const Mamba2LayerWeights&
   float* g = scratch(Scratch::Gated, rows * I);
   kernels::gemm(x, T, D, L.in_proj, L.in_proj_bias.empty() ? nullptr : L.in_proj_bias.data(), zx, proj);
   probe(N.in_proj, zx, proj);
+  if (in_proj_scale)  // HF: in_proj(x) * mup_vector, after the module's output
+    for (std::size_t t = 0; t < rows; ++t)
+      for (int c = 0; c < proj; ++c) zx[t * proj + c] = zx[t * proj + c] * in_proj_scale[c];
   // in_proj output columns: [z | xBC | dt]
   for (int t = 0; t < T; ++t) {
     const float* row = zx + std::size_t(t) * proj;
@@ -55,8 +59,12 @@ void mamba2_mixer_forward(const io::Mamba2Config& cfg, const Mamba2LayerWeights&
     for (std::size_t i = 0; i < rows * conv; ++i) xbc[i] = kernels::silu_f(xbc[i]);
   }
   mamba2_scan(cfg, L, cache_layer, b.seqs, xbc, dt_raw, y, cache, mode);
-  kernels::gated_rmsnorm(y, z, T, I, group, L.gate_norm.data(), eps, cfg.norm_before_gate, g);
-  probe(N.norm, g, I);
+  if (cfg.rms_norm) {
+    kernels::gated_rmsnorm(y, z, T, I, group, L.gate_norm.data(), eps, cfg.norm_before_gate, g);
+    probe(N.norm, g, I);
+  } else {
+    for (std::size_t i = 0; i < rows * I; ++i) g[i] = y[i] * kernels::silu_f(z[i]);
+  }
   kernels::gemm(g, T, I, L.out_proj, L.out_proj_bias.empty() ? nullptr : L.out_proj_bias.data(), out, D);
 }
 

@@ -23,9 +23,13 @@ struct MixerProbeNames {
 // x: [T][hidden] normed input rows of batch b; out: [T][hidden]. cache_layer is this mixer's
 // layer index in the MambaStateCache (the count of Mamba layers before it). Does not advance the
 // slots' positions: the model does that once, after its last layer.
+// in_proj_scale (FalconH1's µP ssm_multipliers, [in_proj_dim] or nullptr) multiplies in_proj's output columns
+// after the in_proj probe. cfg.rms_norm false (FalconH1's mamba_rms_norm) replaces the gated norm by y ⊙ silu(z);
+// names.norm is then unused.
 void mamba2_mixer_forward(const io::Mamba2Config& cfg, const Mamba2LayerWeights& w, int cache_layer,
                           const ForwardBatch& b, const float* x, float* out, cache::MambaStateCache& cache,
-                          ScanMode mode, const MixerProbeNames& names, ProbeHooks* hooks, const ProbeRows& meta);
+                          ScanMode mode, const MixerProbeNames& names, ProbeHooks* hooks, const ProbeRows& meta,
+                          const float* in_proj_scale = nullptr);
 
 // The recurrent core for every sequence of the pass (mamba2_scan.cpp): y = SSD/SSU(x, dt, B, C)
 // with the state kept in the cache. xbc [T][conv_dim] after SiLU, dt_raw [T][heads], y [T][I].

@@ -18,7 +18,7 @@ Mamba2LayerWeights load_mamba2_mixer_weights(const io::Mamba2Config& c, const Ch
   L.A.resize(H);
   for (int h = 0; h < H; ++h) L.A[h] = -kernels::exp_f(alog[h]);
   L.D = widen(need_tensor(ck, p + "D", {H}));
-  L.gate_norm = widen(need_tensor(ck, p + "norm.weight", {I}));
+  if (c.rms_norm) L.gate_norm = widen(need_tensor(ck, p + "norm.weight", {I}));  // FalconH1 may have none
   L.out_proj = pack_tensor(need_tensor(ck, p + "out_proj.weight", {D, I}));
   if (c.use_bias) L.out_proj_bias = widen(need_tensor(ck, p + "out_proj.bias", {D}));
   return L;

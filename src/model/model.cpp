@@ -4,17 +4,21 @@
 
 #include "common/error.h"
 #include "io/hf_config.h"
-#include "model/granite_hybrid_model.h"
+#include "io/hybrid_spec.h"
+#include "model/hybrid_model.h"
 #include "model/mamba2_model.h"
 
 namespace parity::model {
 
-std::vector<std::string> supported_architectures() { return {"Mamba2ForCausalLM", "GraniteMoeHybridForCausalLM"}; }
+std::vector<std::string> supported_architectures() {
+  return {"Mamba2ForCausalLM", "GraniteMoeHybridForCausalLM", "NemotronHForCausalLM", "BambaForCausalLM",
+          "FalconH1ForCausalLM"};
+}
 
 std::unique_ptr<Model> load_model(const Checkpoint& ck, const ModelOptions& opts) {
   const std::string arch = io::architecture_of(ck.config);
   if (arch == "Mamba2ForCausalLM") return Mamba2Model::load(ck);
-  if (arch == "GraniteMoeHybridForCausalLM") return GraniteHybridModel::load(ck, opts);
+  if (io::is_hybrid_architecture(arch)) return HybridModel::load(ck, opts);
   std::string all;
   for (const auto& a : supported_architectures()) all += (all.empty() ? "" : ", ") + a;
   throw Error(ck.origin + ": architecture '" + arch + "' is not supported (supported: " + all + ")");

@@ -7,7 +7,7 @@
 namespace parity::model {
 
 // How a MoE block consumes its routing (seed 000's two integration patterns for router-logits
-// replacement; model/granite_moe.h).
+// replacement; model/hybrid_moe.h).
 //  Direct — (expert ids, gates) lists; the block takes the router logits as an optional override
 //    argument. The default: it skips the dense [T][E] scatter and its read-back.
 //  Fused — dense expert affinities [T][E]; a replacement goes through the replicated pipeline.

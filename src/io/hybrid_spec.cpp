@@ -1,0 +1,48 @@
+#include "io/hybrid_spec.h"
+
+#include "common/error.h"
+
+namespace parity::io {
+
+const char* to_string(BlockKind k) {
+  switch (k) {
+    case BlockKind::Mamba: return "mamba";
+    case BlockKind::Attention: return "attention";
+    case BlockKind::Mlp: return "mlp";
+    case BlockKind::Moe: return "moe";
+  }
+  return "?";
+}
+
+bool is_hybrid_architecture(const std::string& arch) {
+  return arch == "GraniteMoeHybridForCausalLM" || arch == "NemotronHForCausalLM" || arch == "BambaForCausalLM" ||
+         arch == "FalconH1ForCausalLM";
+}
+
+HybridSpec hybrid_spec_from_config(const nlohmann::json& cfg, const HasTensor& has_tensor) {
+  const std::string arch = architecture_of(cfg);
+  if (arch == "GraniteMoeHybridForCausalLM") return granite_hybrid_spec(cfg);
+  if (arch == "NemotronHForCausalLM") return nemotron_h_spec(cfg, has_tensor);
+  if (arch == "BambaForCausalLM") return bamba_spec(cfg);
+  if (arch == "FalconH1ForCausalLM") return falcon_h1_spec(cfg);
+  throw Error("architecture '" + arch + "' is not a hybrid model");
+}
+
+void finish_hybrid_spec(HybridSpec& s) {
+  s.num_mamba = s.num_attention = 0;
+  for (const HybridLayer& L : s.layers)
+    for (const SubLayer& sub : L.subs)
+      for (const Block& b : sub.blocks) {
+        if (b.kind == BlockKind::Mamba) ++s.num_mamba;
+        if (b.kind != BlockKind::Attention) continue;
+        if (s.num_attention++ == 0) {
+          s.kv_heads = b.attn.kv_heads;
+          s.head_dim = b.attn.head_dim;
+        } else if (s.kv_heads != b.attn.kv_heads || s.head_dim != b.attn.head_dim) {
+          throw Error("config.json: attention blocks of different KV shapes are not supported");
+        }
+      }
+  s.mamba.num_hidden_layers = s.num_mamba;
+}
+
+}  // namespace parity::io

@@ -1,0 +1,52 @@
+#include "io/mamba_family_fields.h"
+
+#include <limits>
+
+#include "io/config_fields.h"
+
+namespace parity::io {
+
+using namespace cfg;
+
+Mamba2Config mamba_family_mixer(const nlohmann::json& json, int hidden, int vocab, int inner, const char* width_key,
+                                double eps) {
+  Mamba2Config m;
+  m.vocab_size = vocab;
+  m.hidden_size = hidden;
+  m.intermediate_size = positive(width_key, inner);
+  m.num_heads = positive("mamba_n_heads", int_or(json, "mamba_n_heads", 128));
+  if (inner % m.num_heads != 0)
+    refuse("mamba_n_heads = " + std::to_string(m.num_heads) + " does not divide " + width_key + " = " +
+           std::to_string(inner));
+  const nlohmann::json* dh = lookup(json, "mamba_d_head");
+  if (!dh || (dh->is_string() && dh->get<std::string>() == "auto")) {
+    m.head_dim = inner / m.num_heads;
+  } else {
+    m.head_dim = positive("mamba_d_head", req_int(json, "mamba_d_head"));
+    if (m.head_dim * static_cast<long long>(m.num_heads) != inner)
+      refuse("mamba_d_head * mamba_n_heads = " + std::to_string(m.head_dim) + " * " + std::to_string(m.num_heads) +
+             " must equal " + width_key + " = " + std::to_string(inner));
+  }
+  m.n_groups = positive("mamba_n_groups", int_or(json, "mamba_n_groups", 1));
+  if (m.num_heads % m.n_groups != 0)
+    refuse("mamba_n_heads = " + std::to_string(m.num_heads) + " is not a multiple of mamba_n_groups = " +
+           std::to_string(m.n_groups));
+  m.state_size = positive("mamba_d_state", int_or(json, "mamba_d_state", 256));
+  m.conv_kernel = int_or(json, "mamba_d_conv", 4);
+  if (m.conv_kernel < 1 || m.conv_kernel > 8)
+    refuse("mamba_d_conv = " + std::to_string(m.conv_kernel) + " is outside the supported range 1..8");
+  m.chunk_size = positive("mamba_chunk_size", int_or(json, "mamba_chunk_size", 256));
+  if ((m.chunk_size & (m.chunk_size - 1)) != 0)
+    refuse("mamba_chunk_size = " + std::to_string(m.chunk_size) + " is not a power of two");
+  m.use_conv_bias = bool_or(json, "mamba_conv_bias", true);
+  m.use_bias = bool_or(json, "mamba_proj_bias", false);
+  m.layer_norm_epsilon = eps;
+  m.rms_norm = true;
+  m.norm_before_gate = false;
+  m.time_step_min_limit = 0.0;
+  m.time_step_max_limit = std::numeric_limits<double>::infinity();
+  require_mamba2_widths_fit(m, {"mamba_n_groups", "mamba_d_state", "mamba_n_heads"});
+  return m;
+}
+
+}  // namespace parity::io
