@@ -149,7 +149,8 @@ TEST_P(ExactGate, PlainModeMismatchesShowTheCheckCanFail) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ExactGate,
                          ::testing::Values("builtin:tiny", "builtin:tiny-g2", "mamba2_g1", "mamba2_g2",
-                                           "builtin:tiny-hybrid", "granite_hybrid"),
+                                           "builtin:tiny-hybrid", "granite_hybrid", "builtin:tiny-nemotron-h",
+                                           "builtin:tiny-bamba", "builtin:tiny-falcon-h1"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (auto& c : s)

@@ -42,11 +42,16 @@ std::vector<int32_t> stream(uint32_t seed, int n) {
 struct Sizes {
   std::size_t state, block;
 };
-Sizes sizes(ScanMode mode) {
+const model::Model& nemotron() {
+  static auto m = model::load_model(model::open_checkpoint("builtin:tiny-nemotron-h"));
+  return *m;
+}
+
+Sizes sizes(ScanMode mode, const model::Model& m = hybrid()) {
   cache::MambaCacheOptions o;
   o.exact = mode == ScanMode::Exact;
   o.ssm_dtype = o.exact ? DType::F32 : DType::BF16;
-  const cache::CachePlan p = cache::plan_cache(hybrid().cache_spec(), o, 0, 1);
+  const cache::CachePlan p = cache::plan_cache(m.cache_spec(), o, 0, 1);
   return {p.per_seq.total(), p.kv_per_token * static_cast<std::size_t>(p.kv_block_size)};
 }
 
@@ -59,14 +64,14 @@ struct TightRun {
   int free_blocks_after = -1, blocks = 0;
 };
 
-TightRun run_tight(ScanMode mode, int budget_tokens) {
-  const Sizes z = sizes(mode);
+TightRun run_tight(ScanMode mode, int budget_tokens, const model::Model& m = hybrid()) {
+  const Sizes z = sizes(mode, m);
   EngineConfig c;
   c.mode = mode;
   c.sched.max_num_seqs = 4;
   c.sched.max_num_batched_tokens = budget_tokens;
   c.state_memory_budget = 4 * z.state + 10 * z.block;
-  Engine e(hybrid(), c);
+  Engine e(m, c);
   EXPECT_EQ(e.plan().num_slots, 4);
   EXPECT_EQ(e.plan().kv_num_blocks, 10);
   TightRun r;
@@ -86,11 +91,11 @@ TightRun run_tight(ScanMode mode, int budget_tokens) {
   return r;
 }
 
-int mismatched_rows(const TightRun& r) {
-  const int V = hybrid().vocab_size();
+int mismatched_rows(const TightRun& r, const model::Model& m = hybrid()) {
+  const int V = m.vocab_size();
   int bad = 0;
   for (const auto& [id, s] : r.streams) {
-    const auto ref = model::score_all_rows(hybrid(), s);
+    const auto ref = model::score_all_rows(m, s);
     const engine::RequestResult& got = r.out.at(id);
     EXPECT_EQ(got.logit_positions.size(), s.size());
     for (std::size_t i = 0; i < got.logit_positions.size(); ++i) {
@@ -175,6 +180,26 @@ TEST(EngineHybrid, KvExhaustionPlainModeDiffers) {
   const TightRun r = run_tight(ScanMode::Plain, 24);
   EXPECT_GT(r.preemptions, 0);
   EXPECT_GT(mismatched_rows(r), 0);
+}
+
+// The same on NemotronH (Mamba2, MoE with the sigmoid router, attention without RoPE, ReLU² MLP): real preemption
+// when the KV blocks run out, recompute, and every row bit-identical to single-shot prefill in exact mode.
+TEST(EngineHybrid, NemotronHKvExhaustionPreemptsAndExactModeStaysBitIdentical) {
+  for (int budget : {24, 7}) {
+    SCOPED_TRACE("max_num_batched_tokens " + std::to_string(budget));
+    const TightRun r = run_tight(ScanMode::Exact, budget, nemotron());
+    EXPECT_GT(r.preemptions, 0);
+    EXPECT_EQ(mismatched_rows(r, nemotron()), 0);
+    for (const auto& [id, s] : r.streams)
+      EXPECT_EQ(r.out.at(id).tokens, std::vector<int32_t>(s.begin() + r.prompt_len.at(id), s.end()));
+    EXPECT_EQ(r.free_blocks_after, r.blocks) << "every block back on the free list";
+  }
+}
+
+TEST(EngineHybrid, NemotronHKvExhaustionPlainModeDiffers) {
+  const TightRun r = run_tight(ScanMode::Plain, 24, nemotron());
+  EXPECT_GT(r.preemptions, 0);
+  EXPECT_GT(mismatched_rows(r, nemotron()), 0);
 }
 
 // Greedy generation under KV pressure gives the tokens of an unconstrained run.

@@ -139,9 +139,9 @@ TEST(IoConfig, ArchitectureOf) {
   EXPECT_EQ(architecture_of(base_config()), "Mamba2ForCausalLM");
   EXPECT_EQ(architecture_of(json{{"model_type", "mamba2"}}), "Mamba2ForCausalLM");
   expect_error([] { architecture_of(json{{"architectures", {"LlamaForCausalLM"}}}); },
-               {"unknown architecture 'LlamaForCausalLM' (supported: Mamba2ForCausalLM, GraniteMoeHybridForCausalLM)"});
+               {"unknown architecture 'LlamaForCausalLM' (supported: Mamba2ForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, BambaForCausalLM, FalconH1ForCausalLM)"});
   expect_error([] { architecture_of(json{{"model_type", "mamba"}}); },
-               {"unknown architecture 'mamba' (supported: Mamba2ForCausalLM, GraniteMoeHybridForCausalLM)"});
+               {"unknown architecture 'mamba' (supported: Mamba2ForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, BambaForCausalLM, FalconH1ForCausalLM)"});
   expect_error([] { architecture_of(json{{"hidden_size", 4}}); }, {"neither architectures nor model_type"});
   expect_error([] { architecture_of(json{{"architectures", json::array()}}); }, {"architectures"});
   expect_error([] { architecture_of(json::array()); }, {"not a JSON object"});

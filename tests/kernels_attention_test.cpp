@@ -576,3 +576,33 @@ TEST(KernelsTrig, DoubleExpLogPowAreAccurate) {
 
 }  // namespace
 }  // namespace parity::kernels
+
+// Partial rotary (Bamba): the first rotary_dim elements of each head rotate exactly as a rope of head_dim
+// rotary_dim would; the rest pass unchanged. rotary_dim = head_dim is rope_apply_at.
+TEST(KernelsAttention, PartialRopeRotatesTheLeadingPartOnly) {
+  const int n = 3, heads = 2, hd = 8, rot = 4;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(std::size_t(n) * heads * hd);
+  for (auto& v : x) v = nd(rng);
+  const int64_t pos[n] = {0, 5, 77};
+  std::vector<float> inv(rot / 2), inv_full(hd / 2);
+  parity::kernels::rope_inv_freq(rot, 10000.0f, inv.data());
+  parity::kernels::rope_inv_freq(hd, 10000.0f, inv_full.data());
+  std::vector<float> part = x;
+  parity::kernels::rope_apply_partial_at(part.data(), n, heads, hd, rot, pos, inv.data());
+  for (int i = 0; i < n; ++i)
+    for (int h = 0; h < heads; ++h) {
+      const std::size_t off = (std::size_t(i) * heads + h) * hd;
+      std::vector<float> lead(x.begin() + off, x.begin() + off + rot);  // as a head of its own
+      parity::kernels::rope_apply_at(lead.data(), 1, 1, rot, &pos[i], inv.data());
+      EXPECT_EQ(std::memcmp(lead.data(), part.data() + off, rot * 4), 0);
+      EXPECT_EQ(std::memcmp(x.data() + off + rot, part.data() + off + rot, (hd - rot) * 4), 0) << "tail untouched";
+    }
+  std::vector<float> full = x, same = x;
+  parity::kernels::rope_apply_at(full.data(), n, heads, hd, pos, inv_full.data());
+  parity::kernels::rope_apply_partial_at(same.data(), n, heads, hd, hd, pos, inv_full.data());
+  EXPECT_EQ(std::memcmp(full.data(), same.data(), full.size() * 4), 0);
+  EXPECT_NE(std::memcmp(full.data(), part.data(), full.size() * 4), 0) << "partial differs from full";
+  EXPECT_THROW(parity::kernels::rope_apply_partial_at(same.data(), n, heads, hd, 3, pos, inv.data()), parity::Error);
+}

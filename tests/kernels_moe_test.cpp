@@ -20,6 +20,7 @@
 #include "isa_test_support.h"
 #include "kernels/math.h"
 #include "kernels/moe.h"
+#include "kernels/moe_sigmoid.h"
 
 namespace parity::kernels {
 namespace {
@@ -353,3 +354,39 @@ TEST(KernelsMoe, BlockMatchesFloat64) {
 
 }  // namespace
 }  // namespace parity::kernels
+
+// DeepSeek-V3 / NemotronH router (kernels/moe_sigmoid.h), by hand: the correction bias picks the experts, the
+// weights are the sigmoids of the picked ones (normalised, scaled), and the order is the choice order.
+TEST(MoeSigmoidRouter, BiasChoosesSigmoidWeightsNormalisedAndScaled) {
+  const float logits[4] = {2.0f, 0.0f, 1.0f, -1.0f};
+  const float bias[4] = {0.0f, 0.9f, 0.0f, 0.0f};  // lifts expert 1 (sigmoid 0.5) above expert 2 (0.731)
+  int idx[2];
+  float w[2];
+  parity::kernels::router_sigmoid_topk(logits, 1, 4, 2, bias, true, 2.5f, idx, w);
+  EXPECT_EQ(idx[0], 1);  // 0.5 + 0.9 = 1.4
+  EXPECT_EQ(idx[1], 0);  // 0.881
+  const double s0 = 1.0 / (1.0 + std::exp(-2.0)), s1 = 0.5;
+  EXPECT_NEAR(w[0], s1 / (s0 + s1) * 2.5, 1e-6);
+  EXPECT_NEAR(w[1], s0 / (s0 + s1) * 2.5, 1e-6);
+  // Without the bias expert 2 is chosen; without normalisation the weights are the sigmoids times the scale.
+  parity::kernels::router_sigmoid_topk(logits, 1, 4, 2, nullptr, false, 1.0f, idx, w);
+  EXPECT_EQ(idx[0], 0);
+  EXPECT_EQ(idx[1], 2);
+  EXPECT_NEAR(w[1], 1.0 / (1.0 + std::exp(-1.0)), 1e-6);
+  // Equal choices go to the lower expert id; an impossible top-k is an error.
+  const float same[3] = {0.5f, 0.5f, 0.5f};
+  parity::kernels::router_sigmoid_topk(same, 1, 3, 2, nullptr, true, 1.0f, idx, w);
+  EXPECT_EQ(idx[0], 0);
+  EXPECT_EQ(idx[1], 1);
+  EXPECT_THROW(parity::kernels::router_sigmoid_topk(same, 1, 3, 4, nullptr, true, 1.0f, idx, w), parity::Error);
+}
+
+TEST(MoeSigmoidRouter, ReluSquaredExperts) {
+  const float x[5] = {-2.0f, -0.0f, 0.0f, 1.5f, 3.0f};
+  float y[5];
+  parity::kernels::relu_squared(x, 5, y);
+  EXPECT_EQ(y[0], 0.0f);
+  EXPECT_EQ(y[1], 0.0f);
+  EXPECT_EQ(y[3], 2.25f);
+  EXPECT_EQ(y[4], 9.0f);
+}

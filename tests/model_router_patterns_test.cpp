@@ -226,6 +226,37 @@ TEST(RouterPatterns, DirectAndFusedAgreeOnTinyHybrid) {
   EXPECT_TRUE(test::same_bits(a.data(), b.data(), a.size()));
 }
 
+// NemotronH's MoE (Nemotron 3: sigmoid router with correction bias, norm_topk_prob, routed_scaling_factor,
+// ReLU² experts, shared expert): direct and fused give the same bits, with and without router logits injected
+// at model.layers.N.mixer.gate; the injection changes the result.
+TEST(RouterPatterns, DirectAndFusedAgreeOnNemotronHWithAndWithoutReplacement) {
+  std::mt19937 rng(11);
+  std::vector<int32_t> toks(70);
+  for (auto& t : toks) t = static_cast<int32_t>(rng() % 512);
+  const auto& d = test::routed_model("builtin:tiny-nemotron-h", MoeRoutingPattern::Direct);
+  const auto& f = test::routed_model("builtin:tiny-nemotron-h", MoeRoutingPattern::Fused);
+  const auto a = model::score_all_rows(d, toks), b = model::score_all_rows(f, toks);
+  EXPECT_TRUE(test::same_bits(a.data(), b.data(), a.size()));
+  // Inject reversed router logits at both MoE layers through the probe point, in both patterns.
+  std::vector<std::vector<float>> injected;
+  for (const auto* m : {&d, &f}) {
+    struct Flip : model::ProbeHooks {
+      bool wants(const std::string& n) const override {
+        return n == "model.layers.1.mixer.gate" || n == "model.layers.5.mixer.gate";
+      }
+      void visit(const std::string&, float* x, int rows, int cols, const model::ProbeRows&) override {
+        ++visits;
+        for (int r = 0; r < rows; ++r) std::reverse(x + std::size_t(r) * cols, x + std::size_t(r + 1) * cols);
+      }
+      int visits = 0;
+    } flip;
+    injected.push_back(model::score_all_rows(*m, toks, model::ScanMode::Exact, &flip));
+    EXPECT_EQ(flip.visits, 2);
+  }
+  EXPECT_TRUE(test::same_bits(injected[0].data(), injected[1].data(), a.size()));
+  EXPECT_FALSE(test::same_bits(a.data(), injected[0].data(), a.size())) << "reversed router logits must reroute";
+}
+
 // Top-4 of 8: the dense path must keep the top-k order to stay bitwise with the direct one.
 TEST(RouterPatterns, TopFourRoutingDirectAndFusedGiveTheSameBits) {
   const fs::path dir = test::scratch_dir("granite_top4");

@@ -155,7 +155,10 @@ uint64_t seed_of(const std::string& name) {
 
 }  // namespace
 
-std::vector<std::string> builtin_names() { return {"tiny", "tiny-g2", "tiny-hybrid", "granite-h-bench", "mamba2-130m", "mamba2-2.7b"}; }
+std::vector<std::string> builtin_names() {
+  return {"tiny",           "tiny-g2",    "tiny-hybrid",    "granite-h-bench", "tiny-nemotron-h",
+          "tiny-bamba",     "tiny-falcon-h1", "mamba2-130m", "mamba2-2.7b"};
+}
 
 namespace {
 
@@ -283,11 +286,170 @@ Checkpoint make_hybrid(const std::string& name, const nlohmann::json& config) {
   return finish(st, name, config);
 }
 
+// The other hybrid families' built-ins, small models with each family's real proportions of block kinds:
+// tiny-nemotron-h (Nemotron-H's dense layers and Nemotron 3's MoE layers: Mamba-heavy, one attention layer, ReLU²
+// MLP and MoE with a sigmoid router, correction bias and shared expert), tiny-bamba (Mamba2 with one
+// partial-RoPE attention layer, SwiGLU after every layer), tiny-falcon-h1 (attention and Mamba2 side by side in
+// every layer, µP multipliers, mamba_d_ssm, gated norm per group).
+nlohmann::json family_config(const std::string& name) {
+  if (name == "tiny-nemotron-h")
+    return nlohmann::json{{"architectures", {"NemotronHForCausalLM"}},
+                          {"model_type", "nemotron_h"},
+                          {"vocab_size", 512},
+                          {"hidden_size", 64},
+                          {"hybrid_override_pattern", "ME*M-E"},
+                          {"num_attention_heads", 4},
+                          {"num_key_value_heads", 2},
+                          {"head_dim", 16},
+                          {"intermediate_size", 96},
+                          {"mlp_hidden_act", "relu2"},
+                          {"mamba_num_heads", 8},
+                          {"mamba_head_dim", 16},
+                          {"ssm_state_size", 16},
+                          {"n_groups", 2},
+                          {"conv_kernel", 4},
+                          {"chunk_size", 32},
+                          {"n_routed_experts", 8},
+                          {"num_experts_per_tok", 2},
+                          {"moe_intermediate_size", 32},
+                          {"moe_shared_expert_intermediate_size", 48},
+                          {"n_shared_experts", 1},
+                          {"routed_scaling_factor", 2.5},
+                          {"norm_topk_prob", true},
+                          {"n_group", 1},
+                          {"topk_group", 1},
+                          {"layer_norm_epsilon", 1e-5},
+                          {"tie_word_embeddings", false}};
+  if (name == "tiny-bamba")
+    return nlohmann::json{{"architectures", {"BambaForCausalLM"}},
+                          {"model_type", "bamba"},
+                          {"vocab_size", 512},
+                          {"hidden_size", 64},
+                          {"num_hidden_layers", 4},
+                          {"attn_layer_indices", {2}},
+                          {"num_attention_heads", 4},
+                          {"num_key_value_heads", 2},
+                          {"intermediate_size", 96},
+                          {"mamba_n_heads", 4},
+                          {"mamba_d_head", "auto"},
+                          {"mamba_n_groups", 1},
+                          {"mamba_d_state", 16},
+                          {"mamba_d_conv", 4},
+                          {"mamba_expand", 2},
+                          {"mamba_chunk_size", 32},
+                          {"rms_norm_eps", 1e-5},
+                          {"partial_rotary_factor", 0.5},
+                          {"rope_theta", 10000.0},
+                          {"tie_word_embeddings", false}};
+  if (name == "tiny-falcon-h1")
+    return nlohmann::json{{"architectures", {"FalconH1ForCausalLM"}},
+                          {"model_type", "falcon_h1"},
+                          {"vocab_size", 512},
+                          {"hidden_size", 64},
+                          {"num_hidden_layers", 3},
+                          {"num_attention_heads", 4},
+                          {"num_key_value_heads", 2},
+                          {"intermediate_size", 96},
+                          {"mamba_d_ssm", 96},
+                          {"mamba_n_heads", 6},
+                          {"mamba_d_head", 16},
+                          {"mamba_n_groups", 2},
+                          {"mamba_d_state", 16},
+                          {"mamba_d_conv", 4},
+                          {"mamba_chunk_size", 32},
+                          {"mamba_rms_norm", true},
+                          {"mamba_norm_before_gate", false},
+                          {"rms_norm_eps", 1e-5},
+                          {"rope_theta", 10000.0},
+                          {"embedding_multiplier", 2.0},
+                          {"lm_head_multiplier", 0.5},
+                          {"mlp_multipliers", {0.5, 2.0}},
+                          {"key_multiplier", 0.5},
+                          {"attention_in_multiplier", 1.5},
+                          {"attention_out_multiplier", 0.75},
+                          {"ssm_multipliers", {0.5, 1.25, 0.75, 1.5, 0.625}},
+                          {"ssm_in_multiplier", 1.25},
+                          {"ssm_out_multiplier", 0.5},
+                          {"tie_word_embeddings", false}};
+  return nullptr;
+}
+
+// Every tensor of a family built-in from its spec (io/hybrid_spec.h), with the scales of make_hybrid.
+Checkpoint make_family(const std::string& name, const nlohmann::json& config) {
+  const io::HybridSpec s = io::hybrid_spec_from_config(config, [](const std::string&) { return false; });
+  auto st = std::make_shared<BuiltinStore>();
+  Rng r(seed_of(name));
+  const int D = s.hidden_size, V = s.vocab_size;
+  const DType wt = DType::BF16;
+  const float in_std = 1.0f / std::sqrt(static_cast<float>(D));
+  auto count = [](const std::vector<int64_t>& shape) {
+    std::size_t c = 1;
+    for (int64_t x : shape) c *= static_cast<std::size_t>(x);
+    return c;
+  };
+  auto lin = [&](const std::string& n, std::vector<int64_t> shape, float sd) {
+    const std::size_t c = count(shape);
+    put(*st, n, std::move(shape), normal_vec(r, c, sd), wt);
+  };
+  auto norm = [&](const std::string& n) { put(*st, n, {D}, normal_vec(r, D, 0.05f, 1.0f), wt); };
+  auto mlp = [&](const io::MlpSpec& m) {
+    const int F = m.width;
+    if (!m.gate_up.empty()) lin(m.gate_up, {2 * F, D}, in_std);
+    if (!m.gate.empty()) lin(m.gate, {F, D}, in_std);
+    if (!m.up.empty()) lin(m.up, {F, D}, in_std);
+    lin(m.down, {D, F}, 1.0f / std::sqrt(static_cast<float>(F)));
+  };
+  auto expert_name = [](const std::string& pat, int e) {
+    const std::size_t at = pat.find("{e}");
+    return pat.substr(0, at) + std::to_string(e) + pat.substr(at + 3);
+  };
+  lin(s.embed, {V, D}, 0.5f);
+  for (const io::HybridLayer& L : s.layers)
+    for (const io::SubLayer& sub : L.subs) {
+      norm(sub.norm);
+      for (const io::Block& b : sub.blocks) {
+        switch (b.kind) {
+          case io::BlockKind::Mamba:
+            put_mixer(*st, r, s.mamba, b.mamba.prefix, wt);
+            break;
+          case io::BlockKind::Attention: {
+            const int q = b.attn.heads * b.attn.head_dim, kv = b.attn.kv_heads * b.attn.head_dim;
+            lin(b.attn.q + ".weight", {q, D}, in_std);
+            lin(b.attn.k + ".weight", {kv, D}, in_std);
+            lin(b.attn.v + ".weight", {kv, D}, in_std);
+            lin(b.attn.o + ".weight", {D, q}, 1.0f / std::sqrt(static_cast<float>(q)));
+            break;
+          }
+          case io::BlockKind::Mlp:
+            mlp(b.mlp);
+            break;
+          case io::BlockKind::Moe: {
+            const io::MoeSpec& m = b.moe;
+            const int E = m.experts, F = m.width, rows = m.act == io::Activation::SwiGLU ? 2 * F : F;
+            // Router std 2/sqrt(D): logits of a few units, so the top-k choice is rarely a near tie.
+            lin(m.router_weight, {E, D}, 2.0f * in_std);
+            if (!m.correction_bias.empty()) put(*st, m.correction_bias, {E}, normal_vec(r, E, 0.05f), DType::F32);
+            for (int e = 0; e < E; ++e) {
+              lin(expert_name(m.experts_in, e), {rows, D}, in_std);
+              lin(expert_name(m.experts_out, e), {D, F}, 1.0f / std::sqrt(static_cast<float>(F)));
+            }
+            if (m.has_shared) mlp(m.shared);
+            break;
+          }
+        }
+      }
+    }
+  norm(s.final_norm);
+  if (!s.lm_head.empty()) lin(s.lm_head, {V, D}, 2.0f * in_std);
+  return finish(st, name, config);
+}
+
 }  // namespace
 
 Checkpoint make_builtin(const std::string& name) {
   if (name == "tiny-hybrid") return make_hybrid(name, tiny_hybrid_config());
   if (name == "granite-h-bench") return make_hybrid(name, bench_hybrid_config());
+  if (const nlohmann::json fc = family_config(name); !fc.is_null()) return make_family(name, fc);
   const io::Mamba2Config c = builtin_config(name);
   auto st = std::make_shared<BuiltinStore>();
   Rng r(seed_of(name));
@@ -311,6 +473,7 @@ Checkpoint make_builtin(const std::string& name) {
 int builtin_vocab_size(const std::string& name) {
   if (name == "tiny-hybrid") return tiny_hybrid_config()["vocab_size"].get<int>();
   if (name == "granite-h-bench") return bench_hybrid_config()["vocab_size"].get<int>();
+  if (const nlohmann::json fc = family_config(name); !fc.is_null()) return fc["vocab_size"].get<int>();
   return builtin_config(name).vocab_size;
 }
 
