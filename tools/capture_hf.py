@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Capture named intermediate tensors from a Hugging Face Mamba2ForCausalLM or GraniteMoeHybridForCausalLM
-(chosen by `architectures` in the checkpoint's config.json; any other exits with an error naming it), under
+(chosen by `architectures` in the checkpoint's config.json; NemotronH, Bamba and FalconH1 too, see
+capture_hf_hybrid.py; any other exits with an error naming it), under
 parity's names and in parity's captures-file format, so that `parity compare` can put parity's own capture
 beside it, or tensor replacement can inject it (e.g. HF's router logits).
 
@@ -82,8 +83,10 @@ from hf_f64 import granite_hf_clean_f64, hf_clean_f64  # noqa: E402
 from hf_granite_reference import (granite_head_dim, granite_layer_kinds, granite_load,  # noqa: E402
                                   granite_mamba_dims, granite_rope_theta)
 from safetensors_io import write_logits, write_safetensors  # noqa: E402
+from capture_hf_hybrid import (HYBRID_ARCHITECTURES, HybridRecorder, hybrid_clean_context,  # noqa: E402
+                               hybrid_load, hybrid_probe_points)
 
-SUPPORTED_ARCHITECTURES = ("Mamba2ForCausalLM", "GraniteMoeHybridForCausalLM")
+SUPPORTED_ARCHITECTURES = ("Mamba2ForCausalLM", "GraniteMoeHybridForCausalLM") + HYBRID_ARCHITECTURES
 
 
 def checkpoint_architecture(checkpoint):
@@ -408,7 +411,10 @@ def main():
     if args.logits_out and len(prompts) != 1:
         raise SystemExit("error: --logits-out writes one prompt's logits; give one --prompt")
 
-    if granite:
+    hybrid = arch in HYBRID_ARCHITECTURES
+    if hybrid:
+        model = hybrid_load(arch, args.checkpoint, args.dtype)
+    elif granite:
         from transformers import GraniteMoeHybridForCausalLM
         if args.dtype == "float64":  # as hf_granite_reference.py: sdpa, eager (per-expert loop) MoE
             model = granite_load(args.checkpoint, attn_implementation="sdpa").eval()
@@ -420,7 +426,9 @@ def main():
         model = Mamba2ForCausalLM.from_pretrained(args.checkpoint).eval()
     model = model.to(torch.float64 if args.dtype == "float64" else torch.float32)
     cfg = model.config
-    if not granite:
+    if hybrid:
+        points = hybrid_probe_points(model, arch)
+    elif not granite:
         points = probe_points(cfg)
     names = [n for n, _ in points]
     cols = dict(points)
@@ -433,14 +441,20 @@ def main():
     import contextlib
     if args.dtype == "float32":
         ctx = contextlib.nullcontext()
+    elif hybrid:
+        groups = 1 if args.hf_gated_norm else int(cfg_json.get("n_groups", cfg_json.get("mamba_n_groups", 1)) or 1)
+        ctx = hybrid_clean_context(model, arch, groups)
     elif granite:
         rope = cfg_json.get("position_embedding_type") == "rope"
         ctx = granite_hf_clean_f64(model, 1 if args.hf_gated_norm else cfg_json["mamba_n_groups"],
                                    granite_rope_theta(cfg_json) if rope else None, granite_head_dim(cfg_json))
     else:
         ctx = hf_clean_f64(model, 1 if args.hf_gated_norm else cfg.n_groups)
-    rec = (GraniteRecorder(model, modules, cols, float(cfg_json["logits_scaling"])) if granite
-           else Recorder(model, modules, cfg))
+    if hybrid:
+        rec = HybridRecorder(model, modules, cols, arch)
+    else:
+        rec = (GraniteRecorder(model, modules, cols, float(cfg_json["logits_scaling"])) if granite
+               else Recorder(model, modules, cfg))
     tensors = []
     logits0 = None
     with ctx:

@@ -10,12 +10,16 @@ namespace {
 
 // Within a layer, in the order the Mamba2 and GraniteMoeHybrid forwards probe them; the block
 // output comes last. A layer point that is not listed goes after the listed ones.
+// NemotronH's blocks all sit under "mixer" (its attention projections, router and shared expert too);
+// FalconH1 runs "mamba" before "self_attn" in one layer; Bamba and FalconH1 end a layer with "feed_forward".
 constexpr const char* kLayerOrder[] = {"mixer.in_proj",      "mixer.conv1d",      "mixer.dt",
-                                       "mixer.norm",         "mixer",             "mamba.in_proj",
-                                       "mamba.conv1d",       "mamba.dt",          "mamba.norm",
-                                       "mamba",              "self_attn.q_proj",  "self_attn.k_proj",
-                                       "self_attn.v_proj",   "self_attn",         "block_sparse_moe.router",
-                                       "block_sparse_moe",   "shared_mlp"};
+                                       "mixer.norm",         "mixer.q_proj",      "mixer.k_proj",
+                                       "mixer.v_proj",       "mixer.gate",        "mixer.shared_experts",
+                                       "mixer",              "mamba.in_proj",     "mamba.conv1d",
+                                       "mamba.dt",           "mamba.norm",        "mamba",
+                                       "self_attn.q_proj",   "self_attn.k_proj",  "self_attn.v_proj",
+                                       "self_attn",          "block_sparse_moe.router",
+                                       "block_sparse_moe",   "shared_mlp",        "feed_forward"};
 
 struct Key {
   int layer;    // -1 before the layers, INT_MAX after them
@@ -29,7 +33,8 @@ Key key_of(const std::string& m) {
   if (l < 0) {
     if (m.find("embed") != std::string::npos) return {-1, 0, m};
     if (m == "lm_head") return {INT_MAX, 2, m};
-    if (m.find("norm_f") != std::string::npos) return {INT_MAX, 0, m};
+    if (m.find("norm_f") != std::string::npos || m.find("final_layernorm") != std::string::npos)
+      return {INT_MAX, 0, m};
     return {INT_MAX, 1, m};
   }
   // The part after "layers.N": "" for the block output itself.
