@@ -1,5 +1,5 @@
 // Fuzz target: config.json as Hugging Face writes it (bare Infinity/NaN, {"__float__": …}), then
-// the architecture and the typed config of either supported model, and the derived sizes the model
+// the architecture and the typed config of every supported model (the hybrid families' layer lists), and the derived sizes the model
 // and cache are built from (UBSan reports an int overflow in any of them).
 #include <string>
 
@@ -7,6 +7,7 @@
 #include "fuzz_target.h"
 #include "io/granite_config.h"
 #include "io/hf_config.h"
+#include "io/hybrid_spec.h"
 #include "io/json_file.h"
 
 namespace {
@@ -20,6 +21,11 @@ void fuzz_config(const uint8_t* data, std::size_t size) {
       (void)c.conv_dim();
       (void)c.in_proj_dim();
       (void)to_json(c).dump();
+    } else if (architecture_of(cfg) != "GraniteMoeHybridForCausalLM") {
+      // NemotronH, Bamba, FalconH1: the family adapter's layer list and the widths the model is built from.
+      const HybridSpec s = hybrid_spec_from_config(cfg, [](const std::string&) { return false; });
+      (void)s.mamba.conv_dim();
+      (void)s.mamba.in_proj_dim();
     } else {
       const GraniteHybridConfig c = parse_granite_hybrid_config(cfg);
       (void)c.q_dim();

@@ -137,6 +137,13 @@ TEST(IoHybridConfig, NemotronHRefusalsNameTheKeyAndValue) {
   c["mamba_n_groups"] = 4;
   refused(c, {"n_groups = 2", "mamba_n_groups = 4", "disagree"});
   c = nemotron();
+  c["mamba_num_heads"] = 2000000000;
+  c["mamba_head_dim"] = 1024;
+  refused(c, {"mamba_num_heads * mamba_head_dim", "too large"});
+  c = nemotron();
+  c["moe_intermediate_size"] = 2000000000;
+  refused(c, {"the expert width", "too large"});
+  c = nemotron();
   c["hybrid_override_pattern"] = 5;
   refused(c, {"hybrid_override_pattern must be a string"});
 }

@@ -4,6 +4,7 @@
 // (gate_proj, up_proj, down_proj). Plain residuals, no multipliers. HF's gated norm (BambaRMSNormGated)
 // normalises the whole width; parity normalises per group (docs/hf-deviations.md), the same for n_groups 1.
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "io/config_fields.h"
@@ -44,6 +45,8 @@ HybridSpec bamba_spec(const nlohmann::json& json) {
   }
   const bool has_mamba = static_cast<int>(attn.size()) < L;
   const int expand = positive("mamba_expand", int_or(json, "mamba_expand", 2));
+  if (static_cast<long long>(expand) * H > std::numeric_limits<int>::max() / 4)
+    refuse("mamba_expand * hidden_size is too large");
   if (has_mamba) s.mamba = mamba_family_mixer(json, H, s.vocab_size, expand * H, "mamba_expand * hidden_size",
                                               s.rms_norm_eps);
   AttentionSpec att;

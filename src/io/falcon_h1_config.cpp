@@ -8,6 +8,7 @@
 // The mixer's inner width is mamba_d_ssm (else mamba_expand · hidden_size); its gated RMSNorm is optional
 // (mamba_rms_norm false: y ⊙ silu(z)), per group, before or after the gate (mamba_norm_before_gate).
 #include <cmath>
+#include <limits>
 
 #include "io/config_fields.h"
 #include "io/hybrid_spec.h"
@@ -38,6 +39,8 @@ HybridSpec falcon_h1_spec(const nlohmann::json& json) {
   if (bool_or(json, "attention_bias", false)) refuse("attention_bias = true is not supported");
 
   const int expand = positive("mamba_expand", int_or(json, "mamba_expand", 2));
+  if (static_cast<long long>(expand) * H > std::numeric_limits<int>::max() / 4)
+    refuse("mamba_expand * hidden_size is too large");
   const auto d_ssm = opt_int(json, "mamba_d_ssm");
   s.mamba = mamba_family_mixer(json, H, s.vocab_size, d_ssm ? *d_ssm : expand * H,
                                d_ssm ? "mamba_d_ssm" : "mamba_expand * hidden_size", s.rms_norm_eps);

@@ -1,5 +1,7 @@
 #include "io/hybrid_spec.h"
 
+#include <limits>
+
 #include "common/error.h"
 
 namespace parity::io {
@@ -30,9 +32,19 @@ HybridSpec hybrid_spec_from_config(const nlohmann::json& cfg, const HasTensor& h
 
 void finish_hybrid_spec(HybridSpec& s) {
   s.num_mamba = s.num_attention = 0;
+  // Every width a kernel is called with must fit an int with room for the doubled SwiGLU width.
+  constexpr long long kMax = std::numeric_limits<int>::max() / 4;
+  auto fits = [&](long long v, const std::string& what) {
+    if (v > kMax) throw Error("config.json: " + what + " = " + std::to_string(v) + " is too large");
+  };
   for (const HybridLayer& L : s.layers)
     for (const SubLayer& sub : L.subs)
       for (const Block& b : sub.blocks) {
+        fits(static_cast<long long>(b.attn.heads) * b.attn.head_dim, "num_attention_heads * head_dim");
+        fits(static_cast<long long>(b.attn.kv_heads) * b.attn.head_dim, "num_key_value_heads * head_dim");
+        fits(b.mlp.width, "the MLP width");
+        fits(b.moe.width, "the expert width");
+        fits(b.moe.shared.width, "the shared expert width");
         if (b.kind == BlockKind::Mamba) ++s.num_mamba;
         if (b.kind != BlockKind::Attention) continue;
         if (s.num_attention++ == 0) {

@@ -14,6 +14,7 @@ Mamba2Config mamba_family_mixer(const nlohmann::json& json, int hidden, int voca
   m.vocab_size = vocab;
   m.hidden_size = hidden;
   m.intermediate_size = positive(width_key, inner);
+  if (inner > std::numeric_limits<int>::max() / 4) refuse(std::string(width_key) + " is too large");
   m.num_heads = positive("mamba_n_heads", int_or(json, "mamba_n_heads", 128));
   if (inner % m.num_heads != 0)
     refuse("mamba_n_heads = " + std::to_string(m.num_heads) + " does not divide " + width_key + " = " +

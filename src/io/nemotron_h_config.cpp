@@ -6,7 +6,9 @@
 // mamba / linear_attention, attention / full_attention, mlp, moe). Keys follow HF's NemotronHConfig: the
 // attribute names save_pretrained writes (n_groups, conv_kernel, chunk_size, ...) and the constructor's
 // (mamba_n_groups, mamba_d_conv, mamba_chunk_size, ...) are both read; absent keys take its defaults.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "io/config_fields.h"
 #include "io/hybrid_spec.h"
@@ -91,7 +93,10 @@ HybridSpec nemotron_h_spec(const nlohmann::json& json, const HasTensor& has_tens
     m.head_dim = positive("mamba_head_dim", int_or(json, "mamba_head_dim", 64));
     m.state_size = positive("ssm_state_size", int_or(json, "ssm_state_size", 128));
     m.n_groups = positive("n_groups", int_of_any(json, {"n_groups", "mamba_n_groups"}, 8));
-    m.intermediate_size = m.num_heads * m.head_dim;  // NemotronH: heads · head_dim, not expand · hidden
+    const long long inner = static_cast<long long>(m.num_heads) * m.head_dim;
+    if (inner > std::numeric_limits<int>::max() / 4)
+      refuse("mamba_num_heads * mamba_head_dim = " + std::to_string(inner) + " is too large");
+    m.intermediate_size = static_cast<int>(inner);  // NemotronH: heads · head_dim, not expand · hidden
     m.expand = 0;
     m.conv_kernel = int_of_any(json, {"conv_kernel", "mamba_d_conv"}, 4);
     if (m.conv_kernel < 1 || m.conv_kernel > 8)

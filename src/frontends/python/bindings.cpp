@@ -221,7 +221,7 @@ LLM(model, exact=False, additional_config=None, *, mamba_ssm_cache_dtype=None, e
     max_model_len=1048576, state_memory_mb=0.0, threads=None, device="cpu", dtype=None)
 
 model: a Hugging Face checkpoint folder (config.json + safetensors) or "builtin:NAME"
-  (tiny, tiny-g2, mamba2-130m, tiny-hybrid, granite-h-bench).
+  (tiny, tiny-g2, mamba2-130m, tiny-hybrid, granite-h-bench, tiny-nemotron-h, tiny-bamba, tiny-falcon-h1).
 exact: exact mode (the CLI's --exact): logits bit-identical under any schedule, batch mix and
   thread count. mamba_ssm_cache_dtype ("float32" | "bfloat16"), exact_grid (a power of two) and
   exact_stagger ("auto" | "none" | "spread") are the CLI's numerics flags of the same names.
