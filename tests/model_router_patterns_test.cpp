@@ -257,6 +257,75 @@ TEST(RouterPatterns, DirectAndFusedAgreeOnNemotronHWithAndWithoutReplacement) {
   EXPECT_FALSE(test::same_bits(a.data(), injected[0].data(), a.size())) << "reversed router logits must reroute";
 }
 
+// NemotronH through seed 000's tensor replacement (the router logits fetched by request and position before the
+// router GEMM, which then does not run): a captures file of reversed router logits for both MoE layers, injected in
+// both routing patterns, single-shot and through the chunked engine. The same bits in both patterns, exact-mode
+// engine rows equal to the single-shot score, and equal to the in-place edit of the test above.
+TEST(RouterPatterns, NemotronHReplacementSessionInBothPatterns) {
+  std::mt19937 rng(12);
+  std::vector<int32_t> toks(60);
+  for (auto& t : toks) t = static_cast<int32_t>(rng() % 512);
+  const std::string spec = "builtin:tiny-nemotron-h";
+  const std::vector<std::string> gates = {"model.layers.1.mixer.gate", "model.layers.5.mixer.gate"};
+  // The natural router logits, reversed per row, as a captures file for the first 20 tokens as prompt.
+  struct Rec : model::ProbeHooks {
+    std::vector<std::string> names;
+    std::map<std::string, accuracy::Matrix> got;
+    bool wants(const std::string& n) const override { return std::count(names.begin(), names.end(), n) > 0; }
+    void visit(const std::string& n, float* d, int rows, int cols, const model::ProbeRows&) override {
+      accuracy::Matrix m{rows, cols, std::vector<float>(d, d + std::size_t(rows) * cols)};
+      for (int r = 0; r < rows; ++r)
+        std::reverse(m.data.begin() + std::ptrdiff_t(r) * cols, m.data.begin() + std::ptrdiff_t(r + 1) * cols);
+      got[n] = m;
+    }
+  } rec;
+  rec.names = gates;
+  model::score_all_rows(test::routed_model(spec, MoeRoutingPattern::Direct), toks, model::ScanMode::Exact, &rec);
+  const fs::path dir = test::scratch_dir("nemotron_forced");
+  accuracy::Captures c;
+  accuracy::PromptCapture pc;
+  pc.prompt_token_ids.assign(toks.begin(), toks.begin() + 20);
+  pc.continuation_token_ids.assign(toks.begin() + 20, toks.end());
+  pc.flat = rec.got;
+  c.prompts.push_back(pc);
+  const std::string file = (dir / "forced.safetensors").string();
+  accuracy::write_captures(file, c);
+
+  std::vector<std::vector<float>> scores;
+  for (auto p : test::kPatterns) {
+    SCOPED_TRACE(model::moe_routing_name(p));
+    const auto& m = test::routed_model(spec, p);
+    accuracy::ReplacementConfig cfg;
+    cfg.tensors_path = file;
+    cfg.prompt_token_ids = std::vector<std::vector<int32_t>>{pc.prompt_token_ids};
+    accuracy::ReplacementSession single(cfg, m);
+    single.replacer().register_request(0, toks);
+    scores.push_back(model::score_all_rows(m, toks, model::ScanMode::Exact, &single.hooks()));
+    accuracy::ReplacementSession eng(cfg, m);
+    const auto rows = test::engine_rows(m, toks, 20, chunked(model::ScanMode::Exact, 13),
+                                        [&](engine::Engine& e) { eng.attach(e); });
+    ASSERT_EQ(rows.size(), scores.back().size());
+    EXPECT_TRUE(test::same_bits(rows.data(), scores.back().data(), rows.size()));
+  }
+  EXPECT_TRUE(test::same_bits(scores[0].data(), scores[1].data(), scores[0].size()));
+  // The same values written in place at the probe point (after the router GEMM ran) give the same bits.
+  struct Write : model::ProbeHooks {
+    const std::map<std::string, accuracy::Matrix>* rows = nullptr;
+    bool wants(const std::string& n) const override { return rows->count(n) > 0; }
+    void visit(const std::string& n, float* x, int r, int cols, const model::ProbeRows&) override {
+      ASSERT_EQ(rows->at(n).data.size(), std::size_t(r) * cols);
+      std::copy(rows->at(n).data.begin(), rows->at(n).data.end(), x);
+    }
+  } write;
+  write.rows = &rec.got;
+  const auto edited =
+      model::score_all_rows(test::routed_model(spec, MoeRoutingPattern::Direct), toks, model::ScanMode::Exact, &write);
+  EXPECT_TRUE(test::same_bits(edited.data(), scores[0].data(), edited.size()));
+  const auto natural = model::score_all_rows(test::routed_model(spec, MoeRoutingPattern::Direct), toks);
+  EXPECT_FALSE(test::same_bits(natural.data(), scores[0].data(), natural.size())) << "the injection must reroute";
+  fs::remove_all(dir);
+}
+
 // Top-4 of 8: the dense path must keep the top-k order to stay bitwise with the direct one.
 TEST(RouterPatterns, TopFourRoutingDirectAndFusedGiveTheSameBits) {
   const fs::path dir = test::scratch_dir("granite_top4");
