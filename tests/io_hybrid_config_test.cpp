@@ -92,6 +92,13 @@ TEST(IoHybridConfig, NemotronHLayersBlockTypeSpellingsAndCheckpointNames) {
   EXPECT_EQ(s.embed_probe, "model.embeddings") << "probe names stay transformers' module names";
   EXPECT_EQ(s.layers[1].subs[0].blocks[0].moe.experts_in, "backbone.layers.1.mixer.experts.up_proj");
   EXPECT_EQ(s.layers[1].subs[0].blocks[0].moe.router_probe, "model.layers.1.mixer.gate");
+  // NVIDIA's Nemotron-H-8B config.json says attention_head_dim.
+  json c = nemotron();
+  c.erase("head_dim");
+  c["attention_head_dim"] = 16;
+  EXPECT_EQ(hybrid_spec_from_config(c, none).layers[2].subs[0].blocks[0].attn.head_dim, 16);
+  c["head_dim"] = 8;
+  refused(c, {"head_dim = 8", "attention_head_dim = 16", "disagree"});
 }
 
 TEST(IoHybridConfig, NemotronHRefusalsNameTheKeyAndValue) {

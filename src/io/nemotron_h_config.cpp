@@ -123,7 +123,8 @@ HybridSpec nemotron_h_spec(const nlohmann::json& json, const HasTensor& has_tens
     if (att.heads % att.kv_heads != 0)
       refuse("num_attention_heads = " + std::to_string(att.heads) + " is not a multiple of num_key_value_heads = " +
              std::to_string(att.kv_heads));
-    att.head_dim = positive("head_dim", int_or(json, "head_dim", 128));
+    // NVIDIA's own configs (Nemotron-H-8B) spell it attention_head_dim; transformers' default is 128.
+    att.head_dim = positive("head_dim", int_of_any(json, {"head_dim", "attention_head_dim"}, 128));
     att.bias = bool_or(json, "attention_bias", false);
     att.scale = 1.0 / std::sqrt(static_cast<double>(att.head_dim));
     if (const nlohmann::json* sw = lookup(json, "sliding_window"))
