@@ -156,7 +156,7 @@ TEST(KernelsSsdGrid, EveryScheduleGivesSingleShotBits) {
           EXPECT_TRUE(same_run(run_schedule(pr, g, bf16, token_by_token(prompt, pr.n)), want))
               << isa_name(isa) << " decode after " << prompt << " cell " << c.cell << (bf16 ? " bf16" : " f32");
         }
-        for (uint32_t seed = 1; seed <= 4; ++seed)
+        for (uint32_t seed = 1; seed <= (kSanitizerSample > 1 ? 1u : 4u); ++seed)
           EXPECT_TRUE(same_run(run_schedule(pr, g, bf16, random_splits(pr.n, seed, 2 * c.cell + 5)), want))
               << isa_name(isa) << " random splits seed " << seed << " cell " << c.cell << (bf16 ? " bf16" : " f32");
       }

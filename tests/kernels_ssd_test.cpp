@@ -265,7 +265,8 @@ TEST(KernelsSsdInvariance, EveryPrefixSmallShape) {
   const int n = 700;
   const Problem pr = make_problem(kSmall, n, 7);
   const ScanOut full = run_scan(pr, 0, n, 0, pr.s0.data());
-  for (int len = 1; len <= n; ++len) expect_prefix_invariant(pr, full, len);
+  for (int len = 1; len <= n; ++len)
+    if (len <= 20 || len % kSanitizerSample == 0 || len == n) expect_prefix_invariant(pr, full, len);
 }
 
 TEST(KernelsSsdInvariance, PrefixesLargeShape) {
@@ -429,7 +430,7 @@ TEST(KernelsSsdStateStep, RunningStateEqualsScanStatesEveryRow) {
         ssd_state_step(shape, pr.x.data() + r * pr.ldx(), pr.dt.data() + size_t(r) * H, pr.A.data(),
                        pr.B.data() + r * pr.ldb(), S.data());
         if (len == L) bad_chunks += !same_bits(S.data(), boundary_state(pr, full, b + L), S.size());
-        if (every_row || len <= 3 || len == L || r % 23 == 0 || r == n - 1) {
+        if ((every_row && r % kSanitizerSample == 0) || len <= 3 || len == L || r % 23 == 0 || r == n - 1) {
           const ScanOut o = run_scan(pr, b, len, len - 1, boundary_state(pr, full, b));
           bad_rows += !same_bits(S.data(), o.final_state.data(), S.size());
           ++checked;
