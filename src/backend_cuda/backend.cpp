@@ -7,6 +7,7 @@
 #include "backend_cuda/cuda_hybrid_model.h"
 #include "backend_cuda/cuda_mamba2_model.h"
 #include "io/hf_config.h"
+#include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ops.h"
 
 namespace parity::backend_cuda {
@@ -23,6 +24,12 @@ std::string describe_device() {
   std::snprintf(buf, sizeof buf, "%.256s (sm_%d%d, %.1f GiB)", p.name, p.major, p.minor,
                 static_cast<double>(p.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
   return buf;
+}
+
+model::DeviceMemory query_device_memory() {
+  std::size_t free = 0, total = 0;
+  cuda::cuda_check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return {free, total};
 }
 
 std::unique_ptr<model::Model> load_model(const model::Checkpoint& ck, const CudaModelOptions& opt) {

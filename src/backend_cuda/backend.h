@@ -19,6 +19,8 @@ bool built_with_cuda();
 int device_count();  // 0 without a usable GPU (or when built without CUDA)
 // "NVIDIA H200 (sm_90, 139.8 GiB)" or why there is none.
 std::string describe_device();
+// GPU 0's free and total memory now (cudaMemGetInfo); throws parity::Error when it cannot be read.
+model::DeviceMemory query_device_memory();
 
 // Mamba2ForCausalLM on GPU 0; throws parity::Error naming the problem (no CUDA build, no device,
 // an architecture the backend does not run yet, a bad tensor).

@@ -33,6 +33,7 @@ class CudaHybridModel : public model::Model {
                model::ProbeHooks* hooks = nullptr) const override;
   int default_exact_cell() const override;
   const char* device() const override { return "cuda"; }
+  std::optional<model::DeviceMemory> device_memory() const override { return query_device_memory(); }
 
   // A GEMM weight on the device: bf16 (rows padded to whole 16-row strips) or fp32.
   struct Weight {

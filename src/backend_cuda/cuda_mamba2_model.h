@@ -33,6 +33,7 @@ class CudaMamba2Model : public model::Model {
                model::ProbeHooks* hooks = nullptr) const override;
   int default_exact_cell() const override { return kCudaDefaultExactCell; }
   const char* device() const override { return "cuda"; }
+  std::optional<model::DeviceMemory> device_memory() const override { return query_device_memory(); }
 
  private:
   struct Layer {

@@ -12,7 +12,7 @@ std::size_t kv_bytes_per_token(int num_attention_layers, int num_kv_heads, int h
   return 2 * std::size_t(num_attention_layers) * std::size_t(num_kv_heads) * std::size_t(head_dim) * sizeof(float);
 }
 
-KvCache::KvCache(int num_layers, const kernels::KvLayout& layout, int num_blocks, int num_slots)
+KvCache::KvCache(int num_layers, const kernels::KvLayout& layout, int num_blocks, int num_slots, bool store_values)
     : layers_(num_layers), layout_(layout), num_blocks_(num_blocks) {
   if (layout.block_size <= 0 || layout.block_size % kernels::kAttnKeyBlock != 0)
     throw Error("KV cache block size must be a positive multiple of " + std::to_string(kernels::kAttnKeyBlock) +
@@ -20,13 +20,15 @@ KvCache::KvCache(int num_layers, const kernels::KvLayout& layout, int num_blocks
   if (num_layers < 1 || num_blocks < 1 || num_slots < 1 || layout.num_kv_heads < 1 || layout.head_dim < 1)
     throw Error("KV cache needs at least one layer, block, slot, kv head and head dimension");
   layer_floats_ = static_cast<std::size_t>(layout.block_floats()) * static_cast<std::size_t>(num_blocks);
-  const std::size_t n = layer_floats_ * static_cast<std::size_t>(num_layers);
+  const std::size_t n = store_values ? layer_floats_ * static_cast<std::size_t>(num_layers) : 0;
   k_.resize(n);
   v_.resize(n);
   // Zeroed so that every run starts from the same bytes; the kernel never reads a slot before
   // it is written.
-  std::memset(k_.data(), 0, n * sizeof(float));
-  std::memset(v_.data(), 0, n * sizeof(float));
+  if (n) {
+    std::memset(k_.data(), 0, n * sizeof(float));
+    std::memset(v_.data(), 0, n * sizeof(float));
+  }
   free_.reserve(static_cast<std::size_t>(num_blocks));
   for (int b = num_blocks - 1; b >= 0; --b) free_.push_back(b);  // block 0 handed out first
   refs_.assign(static_cast<std::size_t>(num_blocks), 0);
@@ -67,7 +69,7 @@ void KvCache::truncate(int slot, int64_t tokens) {
 
 void KvCache::clear_positions(int slot, int64_t from, int64_t to) {
   to = std::min(to, capacity(slot));
-  if (from >= to) return;
+  if (from >= to || k_.size() == 0) return;
   const int n = static_cast<int>(to - from);
   const std::vector<float> zeros(static_cast<std::size_t>(n) * layout_.num_kv_heads * layout_.head_dim, 0.0f);
   for (int l = 0; l < layers_; ++l)

@@ -18,8 +18,10 @@ namespace parity::cache {
 
 class KvCache {
  public:
-  // layout.block_size must be a positive multiple of kernels::kAttnKeyBlock.
-  KvCache(int num_layers, const kernels::KvLayout& layout, int num_blocks, int num_slots);
+  // layout.block_size must be a positive multiple of kernels::kAttnKeyBlock. store_values = false:
+  // blocks and tables only (a model that keeps K and V in device memory uses them to address its
+  // own arrays); k() and v() are then null.
+  KvCache(int num_layers, const kernels::KvLayout& layout, int num_blocks, int num_slots, bool store_values = true);
 
   const kernels::KvLayout& layout() const { return layout_; }
   int num_layers() const { return layers_; }
@@ -48,8 +50,8 @@ class KvCache {
   int64_t capacity(int slot) const;  // tokens the slot's blocks hold
   const int* block_table(int slot) const { return tables_[static_cast<std::size_t>(slot)].data(); }
 
-  float* k(int layer) { return k_.data() + static_cast<std::size_t>(layer) * layer_floats_; }
-  float* v(int layer) { return v_.data() + static_cast<std::size_t>(layer) * layer_floats_; }
+  float* k(int layer) { return k_.size() ? k_.data() + static_cast<std::size_t>(layer) * layer_floats_ : nullptr; }
+  float* v(int layer) { return v_.size() ? v_.data() + static_cast<std::size_t>(layer) * layer_floats_ : nullptr; }
 
   // K and V of one token in every attention layer.
   std::size_t bytes_per_token() const;

@@ -14,7 +14,9 @@ ModelCache::ModelCache(const ModelCacheSpec& spec, const ModelCacheOptions& opt)
   if (spec.num_attention_layers > 0) {
     if (opt.kv_num_blocks < 1) throw Error("the model has attention layers: its KV cache needs at least one block");
     kernels::KvLayout layout{spec.num_kv_heads, spec.head_dim, opt.kv_block_size};
-    kv_ = std::make_unique<KvCache>(spec.num_attention_layers, layout, opt.kv_num_blocks, opt.mamba.num_slots);
+    // A model that keeps its state on the device keeps K and V there too: the host holds the tables.
+    kv_ = std::make_unique<KvCache>(spec.num_attention_layers, layout, opt.kv_num_blocks, opt.mamba.num_slots,
+                                    !spec.state_on_device);
   }
   used_.assign(static_cast<std::size_t>(opt.mamba.num_slots), 0);
   pos_.assign(static_cast<std::size_t>(opt.mamba.num_slots), 0);

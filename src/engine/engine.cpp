@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "engine/memory_budget.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
 #include "engine/speculation/draft_model_drafter.h"
@@ -67,7 +68,8 @@ Engine::Engine(const model::Model& model, EngineConfig cfg) : model_(model), cfg
   opt.ssm_dtype = numerics_.ssm_dtype;
   opt.grid = numerics_.grid;
   if (cfg_.sched.max_num_batched_tokens < 1) throw Error("max_num_batched_tokens must be at least 1");
-  plan_ = cache::plan_cache(model.cache_spec(), opt, cfg_.state_memory_budget, cfg_.sched.max_num_seqs,
+  const std::size_t budget = cache_budget(model, cfg_.state_memory_budget, cfg_.gpu_memory_utilization);
+  plan_ = cache::plan_cache(model.cache_spec(), opt, budget, cfg_.sched.max_num_seqs,
                             cfg_.max_model_len, cfg_.kv_block_size,
                             {cfg_.enable_prefix_caching, cfg_.prefix_cache_bytes});
   cache_ = std::make_unique<cache::ModelCache>(model.cache_spec(), plan_.options(opt));

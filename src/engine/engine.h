@@ -53,6 +53,10 @@ struct EngineConfig {
   // bytes for the state and KV caches together; 0 = one slot per max_num_seqs and KV room for
   // min(max_model_len, cache::kDefaultKvTokensPerSeq) tokens per slot
   std::size_t state_memory_budget = 0;
+  // > 0 (a model on a GPU, no state_memory_budget): the caches get the device memory that is
+  // free now minus (1 - this) of the device's total, vLLM's --gpu-memory-utilization; the
+  // remaining share is headroom for activations and other processes.
+  double gpu_memory_utilization = 0;
   int kv_block_size = 16;
   int64_t max_model_len = 1 << 20;      // prompt + continuation limit per request
   int64_t preempt_at_step = -1;         // preempt every running request at this step (tests, --preempt-at-step)

@@ -2,7 +2,9 @@
 // What the engine, the exactness gate, the accuracy tools and the commands need from a model,
 // whatever its architecture: its identity, its probe points, the cache it needs, and one forward
 // over a packed batch.
+#include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,11 @@
 #include "model/probe.h"
 
 namespace parity::model {
+
+// A device's memory as its runtime reports it (free already excludes the model's weights).
+struct DeviceMemory {
+  std::size_t free_bytes = 0, total_bytes = 0;
+};
 
 class Model {
  public:
@@ -38,6 +45,9 @@ class Model {
   virtual int default_exact_cell() const { return kernels::kDefaultExactCell; }
   // Where the forward runs: "cpu", or "cuda" for the GPU backend (src/backend_cuda).
   virtual const char* device() const { return "cpu"; }
+  // The memory of the device the model runs on, for sizing its caches from a share of it
+  // (EngineConfig::gpu_memory_utilization); empty on the CPU.
+  virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
 };
 
 std::vector<std::string> supported_architectures();
