@@ -11,13 +11,9 @@
 #include "accuracy/module_pattern.h"
 #include "common/error.h"
 #include "frontends/cli/commands.h"
-#include "frontends/cli/device_flags.h"
-#include "frontends/cli/moe_routing_flag.h"
-#include "frontends/cli/numerics_flags.h"
+#include "frontends/cli/engine_flags.h"
 #include "frontends/cli/text_flags.h"
 #include "io/token_file.h"
-#include "kernels/isa.h"
-#include "model/checkpoint.h"
 #include "model/model.h"
 
 namespace parity::cli {
@@ -25,17 +21,14 @@ namespace parity::cli {
 
 Runner add_capture(CLI::App& app) {
   struct Opts {
-    DeviceFlags dev;
-    std::string model, out, layout = "flat", additional, moe_routing;
+    EngineFlags engine;
+    std::string model, out, layout = "flat";
     std::vector<std::string> prompts, forced, modules, prompt_texts, forced_texts;
-    int max_tokens = 0, threads = 0, max_batched = 2048, max_seqs = 8;
-    int64_t preempt_at = -1;
-    NumericsFlags num;
+    int max_tokens = 0;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("capture", "Capture named intermediate tensors of requests run through the engine");
   sub->add_option("model", o->model, "checkpoint folder or builtin:NAME")->required();
-  add_device_flags(sub, o->dev);
   auto* p = sub->add_option("--prompt", o->prompts,
                             "prompt tokens: JSON file, 1,2,3 or a .txt file (repeat for several prompts)")
                 ->allow_extra_args(false);  // one list per --prompt, so a positional after it stays positional
@@ -58,17 +51,10 @@ Runner add_capture(CLI::App& app) {
   sub->add_option("--out", o->out, "output captures file (safetensors)")->required();
   sub->add_option("--layout", o->layout, "flat ([positions, E] per module) or step (seed 000's per-step tensors)")
       ->check(CLI::IsMember({"flat", "step"}));
-  add_numerics_flags(sub, o->num);
-  sub->add_option("--max-num-batched-tokens", o->max_batched, "token budget per pass")->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--max-num-seqs", o->max_seqs, "sequences per pass")->check(CLI::Range(1, 4096));
-  sub->add_option("--preempt-at-step", o->preempt_at, "preempt every running request at this step (then recompute)")
-      ->check(CLI::PositiveNumber);
-  sub->add_option("--threads", o->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
-  sub->add_option("--additional-config", o->additional,
-                  "JSON, e.g. {\"tensor_replacement\": {\"tensors_path\": …}}: replacement active while capturing");
-  add_moe_routing_flag(sub, o->moe_routing);
+  add_engine_flags(sub, o->engine, {.serving = false, .max_model_len = false, .state_memory = false});
+  sub->get_option("--additional-config")
+      ->description("JSON, e.g. {\"tensor_replacement\": {\"tensors_path\": …}}: replacement active while capturing");
   return [o]() {
-    if (o->threads > 0) kernels::set_num_threads(o->threads);
     accuracy::CaptureSpec spec;
     TextTokens text(o->model);
     if (o->prompts.empty() && o->prompt_texts.empty()) throw Error("capture needs --prompt or --prompt-text");
@@ -81,22 +67,15 @@ Runner add_capture(CLI::App& app) {
                   " --prompt (give one shared --forced or one per prompt)");
     spec.max_tokens = o->max_tokens > 0 ? o->max_tokens : 1;
     spec.layout = o->layout == "step" ? accuracy::CaptureLayout::Step : accuracy::CaptureLayout::Flat;
-    o->num.check();
-    o->num.apply(spec.engine);
-    spec.engine.sched.max_num_batched_tokens = o->max_batched;
-    spec.engine.sched.max_num_seqs = o->max_seqs;
-    spec.engine.preempt_at_step = o->preempt_at;
+    const nlohmann::json additional = o->engine.check();
+    spec.engine = o->engine.config();
 
-    auto model = o->dev.load(o->model, model_options(o->moe_routing));
+    auto model = o->engine.load(o->model);
     std::vector<std::string> names;
     for (const auto& p : model->probe_points()) names.push_back(p.name);
     spec.modules = accuracy::expand_module_patterns(o->modules, names);
-    std::unique_ptr<accuracy::ReplacementSession> replacement;
-    if (!o->additional.empty()) {
-      replacement =
-          accuracy::make_replacement_from_additional_config(accuracy::parse_additional_config(o->additional), *model);
-      spec.replacement = replacement.get();
-    }
+    auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);
+    spec.replacement = replacement.get();
     accuracy::Captures c = accuracy::capture_through_engine(*model, spec);
     // After the run: the summary counts the rows the run replaced.
     if (replacement) std::fprintf(stderr, "%s\n", replacement->describe().c_str());
@@ -105,7 +84,7 @@ Runner add_capture(CLI::App& app) {
     nlohmann::json out;
     out["out"] = o->out;
     out["layout"] = o->layout;
-    out["mode"] = o->num.exact ? "exact" : "plain";
+    out["mode"] = o->engine.numerics.exact ? "exact" : "plain";
     out["modules"] = spec.modules;
     out["prompts"] = nlohmann::json::array();
     for (const auto& p : c.prompts) {

@@ -8,14 +8,11 @@
 
 #include "accuracy/additional_config.h"
 #include "frontends/cli/commands.h"
-#include "frontends/cli/device_flags.h"
-#include "frontends/cli/moe_routing_flag.h"
-#include "frontends/cli/numerics_flags.h"
+#include "frontends/cli/engine_flags.h"
 #include "frontends/cli/text_flags.h"
 #include "io/file_util.h"
 #include "io/safetensors.h"
 #include "io/token_file.h"
-#include "kernels/isa.h"
 #include "model/builtin.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
@@ -25,40 +22,32 @@ namespace parity::cli {
 
 Runner add_score(CLI::App& app) {
   struct Opts {
-    DeviceFlags dev;
-    std::string model, tokens, out, additional, moe_routing;
-    int threads = 0;
-    NumericsFlags num;
+    EngineFlags engine;  // the model's: score runs no engine (no scheduler, cache or serving flags)
+    std::string model, tokens, out;
     std::optional<std::string> text;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("score", "Single-shot prefill over a token list; writes every row's logits");
   sub->add_option("model", o->model, "checkpoint folder or builtin:NAME")->required();
-  add_device_flags(sub, o->dev);
   auto* tk = sub->add_option("--tokens", o->tokens, "JSON file with an array of token ids, 1,2,3, or a .txt file (its text)");
   auto* tx = sub->add_option("--text", o->text, "the text to score (the model's tokenizer encodes it)");
   tk->excludes(tx);
   sub->add_option("--out", o->out, "output safetensors file (tensor 'logits' [rows, vocab] F32)")->required();
-  sub->add_option("--threads", o->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
-  sub->add_option("--additional-config", o->additional, "JSON, e.g. {\"tensor_replacement\": {\"tensors_path\": …}}");
-  add_moe_routing_flag(sub, o->moe_routing);
-  add_numerics_flags(sub, o->num);
+  add_engine_flags(sub, o->engine,
+                   {.serving = false, .max_num_batched_tokens = false, .max_num_seqs = false, .max_model_len = false,
+                    .state_memory = false, .preempt = false});
   return [o]() {
-    if (o->threads > 0) kernels::set_num_threads(o->threads);
-    o->num.check();
+    const nlohmann::json additional = o->engine.check();  // a bad config fails before the model loads
     TextTokens text(o->model);
     std::vector<int32_t> tokens = tokens_or_text(text, o->tokens, "--tokens", o->text, "--text", true, true);
-    const nlohmann::json additional =
-        o->additional.empty() ? nlohmann::json::object() : accuracy::parse_additional_config(o->additional);
-    accuracy::replacement_config_from_json(additional);  // a bad config fails before the model loads
-    auto model = o->dev.load(o->model, model_options(o->moe_routing));
+    auto model = o->engine.load(o->model);
     // The scored stream is one request without an id (rows report request 0): prefix matching
     // of its tokens picks the reference prompt.
     auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);
     if (replacement) replacement->replacer().register_request(0, tokens);
     const int n = static_cast<int>(tokens.size());
     const int V = model->vocab_size();
-    const cache::Numerics numerics = o->num.resolve(model->chunk_size(), model->default_exact_cell());
+    const cache::Numerics numerics = o->engine.numerics.resolve(model->chunk_size(), model->default_exact_cell());
     std::vector<float> logits =
         model::score_all_rows(*model, tokens, numerics, replacement ? &replacement->hooks() : nullptr);
     if (replacement) std::fprintf(stderr, "%s\n", replacement->describe().c_str());

@@ -12,76 +12,63 @@
 #include "accuracy/validation_report.h"
 #include "common/error.h"
 #include "frontends/cli/commands.h"
-#include "frontends/cli/device_flags.h"
-#include "frontends/cli/moe_routing_flag.h"
-#include "frontends/cli/numerics_flags.h"
+#include "frontends/cli/engine_flags.h"
 #include "io/json_file.h"
-#include "kernels/isa.h"
-#include "model/checkpoint.h"
 #include "model/model.h"
 
 namespace parity::cli {
 
 Runner add_validate(CLI::App& app) {
   struct Opts {
-    DeviceFlags dev;
-    std::string model, reference, tol_map, json_out, additional, moe_routing;
-    int prompt_index = -1, max_tokens = 0, threads = 0, max_batched = 2048;
-    NumericsFlags num;
+    EngineFlags engine;
+    std::string model, reference, tol_map, json_out;
+    int prompt_index = -1, max_tokens = 0;
     double divergence_tol = 0.001;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("validate", "Teacher-forced logit validation against reference logits");
   sub->add_option("model", o->model, "checkpoint folder or builtin:NAME")->required();
-  add_device_flags(sub, o->dev);
   sub->add_option("--reference", o->reference, "captures file with lm_head rows and prompt_token_ids per prompt")
       ->required();
   sub->add_option("--prompt-index", o->prompt_index, "validate only this prompt (default: all)")
       ->check(CLI::NonNegativeNumber);
-  add_numerics_flags(sub, o->num);
   sub->add_option("--max-tokens", o->max_tokens, "check at most N generated tokens per prompt")
       ->check(CLI::Range(1, 1 << 30));
   sub->add_option("--tol-map", o->tol_map, "JSON (inline or a file): {\"5\": [atol, rtol], …, \"all\": [atol, rtol]}");
   sub->add_option("--divergence-tol", o->divergence_tol, "a divergence passes when ref[expected] - ref[ours] <= X")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--json", o->json_out, "write the full report as JSON");
-  sub->add_option("--additional-config", o->additional, "JSON, e.g. {\"tensor_replacement\": {\"tensors_path\": …}}");
-  sub->add_option("--max-num-batched-tokens", o->max_batched, "token budget per pass")->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--threads", o->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
-  add_moe_routing_flag(sub, o->moe_routing);
+  add_engine_flags(sub, o->engine,
+                   {.serving = false, .max_num_seqs = false, .max_model_len = false, .state_memory = false,
+                    .preempt = false});
   return [o]() {
-    if (o->threads > 0) kernels::set_num_threads(o->threads);
     accuracy::ValidationOptions opt;
     if (!o->tol_map.empty())
       opt.tol_map = accuracy::parse_tol_map(o->tol_map.front() == '{' ? io::parse_hf_json(o->tol_map, "--tol-map")
                                                                        : io::read_json_file(o->tol_map));
-    const nlohmann::json additional =
-        o->additional.empty() ? nlohmann::json::object() : accuracy::parse_additional_config(o->additional);
-    accuracy::replacement_config_from_json(additional);  // a bad config fails before the model loads
+    const nlohmann::json additional = o->engine.check();  // a bad config fails before the model loads
     opt.divergence_tol = o->divergence_tol;
     opt.max_tokens = o->max_tokens;
     if (o->prompt_index >= 0) opt.prompt_indices = {o->prompt_index};
-    o->num.check();
-    o->num.apply(opt.engine);
-    opt.engine.sched.max_num_batched_tokens = o->max_batched;
+    opt.engine = o->engine.config();
     const accuracy::Captures ref_file = accuracy::read_captures(o->reference);
     const auto refs = accuracy::logit_reference_from_captures(ref_file);
 
-    auto model = o->dev.load(o->model, model_options(o->moe_routing));
+    auto model = o->engine.load(o->model);
     auto replacement = accuracy::make_replacement_from_additional_config(additional, *model);
     opt.replacement = replacement.get();
     const accuracy::ValidationReport rep = accuracy::validate_logits(*model, refs, opt);
     // A reference made by parity with another numerics identity cannot match bit for bit.
     const std::string numerics =
-        cache::numerics_difference(o->num.resolve(model->chunk_size(), model->default_exact_cell()).metadata(), ref_file.metadata);
+        cache::numerics_difference(o->engine.numerics.resolve(model->chunk_size(), model->default_exact_cell()).metadata(), ref_file.metadata);
     if (!numerics.empty())
       std::printf("note: this run and the reference were made with different numerics: %s\n", numerics.c_str());
     if (!o->json_out.empty()) {
       nlohmann::json j = accuracy::validation_to_json(rep);
       j["model"] = model->origin();
       j["reference"] = o->reference;
-      j["mode"] = o->num.exact ? "exact" : "plain";
-      j["numerics"] = o->num.resolve(model->chunk_size(), model->default_exact_cell()).metadata();
+      j["mode"] = o->engine.numerics.exact ? "exact" : "plain";
+      j["numerics"] = o->engine.numerics.resolve(model->chunk_size(), model->default_exact_cell()).metadata();
       if (!numerics.empty()) j["numerics_difference"] = numerics;
       std::ofstream f(o->json_out);
       f << j.dump(2) << "\n";

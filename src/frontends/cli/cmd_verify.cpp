@@ -7,8 +7,7 @@
 
 #include "engine/exactness_gate.h"
 #include "frontends/cli/commands.h"
-#include "frontends/cli/device_flags.h"
-#include "frontends/cli/moe_routing_flag.h"
+#include "frontends/cli/engine_flags.h"
 #include "kernels/isa.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
@@ -17,12 +16,12 @@ namespace parity::cli {
 
 Runner add_verify(CLI::App& app) {
   struct Opts {
-    DeviceFlags dev;
+    EngineFlags engine;  // the device and the MoE routing; the gate chooses its own numerics and limits
     std::string model = "builtin:tiny";
     int prompt_len = 0, forced_len = 0;
     uint64_t seed = 1;
     std::vector<std::string> scenarios;
-    std::string moe_routing, cache_dtype = "both", stagger = "auto";
+    std::string cache_dtype = "both", stagger = "auto";
     int exact_grid = -1;  // -1: the default
     bool prefix_caching = false;
   };
@@ -30,13 +29,11 @@ Runner add_verify(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "verify", "Compare engine logits under many schedules with single-shot prefill, exact and plain mode");
   sub->add_option("model", o->model, "checkpoint folder or builtin:NAME (default builtin:tiny)");
-  add_device_flags(sub, o->dev);
   sub->add_option("--prompt-len", o->prompt_len, "P (default 600 × chunk/256)")->check(CLI::Range(2, 1 << 20));
   sub->add_option("--forced-len", o->forced_len, "K (default 300 × chunk/256)")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--seed", o->seed, "token stream seed");
   sub->add_option("--scenario", o->scenarios, "run only these scenarios")
       ->check(CLI::IsMember(engine::gate_scenarios()));
-  add_moe_routing_flag(sub, o->moe_routing);
   sub->add_option("--mamba-ssm-cache-dtype", o->cache_dtype, "exact mode's state dtype: float32, bfloat16 or both (default)")
       ->check(CLI::IsMember({"float32", "bfloat16", "both"}));
   sub->add_option("--exact-grid", o->exact_grid, "exact mode's grid cell (a power of two; default " +
@@ -44,10 +41,14 @@ Runner add_verify(CLI::App& app) {
   sub->add_option("--exact-stagger", o->stagger, "auto | none | spread");
   sub->add_flag("--enable-prefix-caching", o->prefix_caching,
                 "run every scenario with prefix caching on (the prefix-cache scenario always has it)");
+  add_engine_flags(sub, o->engine,
+                   {.numerics = false, .serving = false, .max_num_batched_tokens = false, .max_num_seqs = false,
+                    .max_model_len = false, .state_memory = false, .preempt = false, .threads = false,
+                    .additional_config = false});
   return [o]() {
     const cache::StaggerChoice stagger = cache::parse_stagger(o->stagger);
     if (o->exact_grid != -1) cache::validate_exact_cell(o->exact_grid);
-    auto model = o->dev.load(o->model, model_options(o->moe_routing));
+    auto model = o->engine.load(o->model);
     engine::GateOptions g;
     g.prompt_len = o->prompt_len;
     g.forced_len = o->forced_len;

@@ -10,10 +10,4 @@ void add_moe_routing_flag(CLI::App* sub, std::string& value) {
       ->check(CLI::IsMember({"direct", "fused"}));
 }
 
-model::ModelOptions model_options(const std::string& moe_routing) {
-  model::ModelOptions o;
-  o.moe_routing = model::moe_routing_from_name(moe_routing);
-  return o;
-}
-
 }  // namespace parity::cli

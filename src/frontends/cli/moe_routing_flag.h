@@ -6,11 +6,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "model/model_options.h"
-
 namespace parity::cli {
 
 void add_moe_routing_flag(CLI::App* sub, std::string& value);  // value defaults to "direct"
-model::ModelOptions model_options(const std::string& moe_routing);
 
 }  // namespace parity::cli

@@ -2,32 +2,17 @@
 // The flags of the engine's serving features, shared by the commands that run the engine:
 //   --enable-prefix-caching, --prefix-block-tokens N, --prefix-cache-mb M (docs/prefix-caching.md);
 //   --speculative-tokens K, --speculative-method ngram|draft, --draft-model SPEC, --ngram-min/-max
-//   (docs/speculative-decoding.md); and the JSON reports of what they did.
-#include <memory>
-#include <string>
-
+//   (docs/speculative-decoding.md); and the JSON reports of what they did. The values, their checks
+//   and the draft model's loading are frontends::ServingOptions.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "frontends/common/serving_options.h"
 
 namespace parity::cli {
 
-struct ServingFlags {
-  bool prefix_caching = false;
-  int prefix_block_tokens = 256;
-  double prefix_cache_mb = 0;  // 0: the planner's default
-  int speculative_tokens = 0;
-  std::string speculative_method = "ngram";
-  std::string draft_model;
-  int ngram_min = 1, ngram_max = 4;
-
-  // Checks the combination before any model is loaded; loads the draft model when one is named.
-  void check() const;
-  std::unique_ptr<model::Model> load_draft() const;
-  // draft: the loaded draft model (or null).
-  void apply(engine::EngineConfig& cfg, const model::Model* draft = nullptr) const;
-};
+using ServingFlags = frontends::ServingOptions;
 
 void add_serving_flags(CLI::App* sub, ServingFlags& f);
 

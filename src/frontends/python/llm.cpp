@@ -7,9 +7,7 @@
 #include "accuracy/validation_report.h"
 #include "common/error.h"
 #include "io/json_file.h"
-#include "kernels/isa.h"
 #include "model/checkpoint.h"
-#include "model/model_options.h"
 
 namespace parity::python {
 
@@ -19,14 +17,8 @@ Llm::Llm(const std::string& model, LlmOptions opts) : opts_(std::move(opts)) {
   if (opts_.max_num_batched_tokens < 1) throw Error("max_num_batched_tokens must be at least 1");
   if (opts_.max_model_len < 1) throw Error("max_model_len must be at least 1");
   if (!(opts_.state_memory_mb >= 0)) throw Error("state_memory_mb must be non-negative");
-  opts_.numerics.check();  // as the CLI: an impossible configuration fails before the model loads
-  model::ModelOptions mo;
-  mo.moe_routing = model::moe_routing_from_name(opts_.moe_routing);
-  additional_ = opts_.additional_config.empty() ? nlohmann::json::object()
-                                                : accuracy::parse_additional_config(opts_.additional_config);
-  accuracy::replacement_config_from_json(additional_);
-  if (opts_.threads > 0) kernels::set_num_threads(opts_.threads);
-  model_ = opts_.device.load(model, mo);
+  additional_ = opts_.check();  // as the CLI: an impossible configuration fails before the model loads
+  model_ = opts_.load(model);
   // As the CLI: a model without a (usable) tokenizer still runs on token ids; text is refused then.
   try {
     tokenizer_ = tokenizer::load_for_model(model);
@@ -61,16 +53,6 @@ std::vector<int32_t> Llm::encode(const std::string& text, const std::string& wha
   return ids;
 }
 
-engine::EngineConfig Llm::engine_config() const {
-  engine::EngineConfig cfg;
-  opts_.numerics.apply(cfg);
-  cfg.sched.max_num_batched_tokens = opts_.max_num_batched_tokens;
-  cfg.sched.max_num_seqs = opts_.max_num_seqs;
-  cfg.max_model_len = opts_.max_model_len;
-  cfg.state_memory_budget = static_cast<std::size_t>(opts_.state_memory_mb * 1024.0 * 1024.0);
-  return cfg;
-}
-
 // cmd_score.cpp: one single-shot prefill; the scored stream is request 0 for a replacement.
 std::vector<float> Llm::score(const std::vector<int32_t>& tokens) const {
   std::lock_guard<std::mutex> turn(run_);
@@ -83,7 +65,7 @@ std::vector<float> Llm::score(const std::vector<int32_t>& tokens) const {
 // request's results are the bits it gets alone).
 std::vector<Completion> Llm::generate(const std::vector<GenerateRequest>& requests) const {
   std::lock_guard<std::mutex> turn(run_);
-  engine::Engine eng(*model_, engine_config());
+  engine::Engine eng(*model_, opts_.config());
   auto replacement = accuracy::make_replacement_from_additional_config(additional_, *model_);
   if (replacement) replacement->attach(eng);
   std::vector<uint64_t> ids;
@@ -120,7 +102,7 @@ accuracy::Captures Llm::capture(const CaptureArgs& args) const {
   if (args.max_tokens < 0) throw Error("capture: max_tokens must be positive");
   spec.max_tokens = args.max_tokens > 0 ? args.max_tokens : 1;
   spec.layout = args.layout;
-  spec.engine = engine_config();
+  spec.engine = opts_.config();
   std::vector<std::string> names;
   for (const auto& p : model_->probe_points()) names.push_back(p.name);
   spec.modules = accuracy::expand_module_patterns(args.modules, names);
@@ -142,7 +124,7 @@ ValidateResult Llm::validate(const accuracy::Captures& reference, const Validate
     if (*args.prompt_index < 0) throw Error("validate: prompt_index must be non-negative");
     opt.prompt_indices = {*args.prompt_index};
   }
-  opt.engine = engine_config();
+  opt.engine = opts_.config();
   opt.engine.preempt_at_step = -1;
   const auto refs = accuracy::logit_reference_from_captures(reference);
   auto replacement = accuracy::make_replacement_from_additional_config(additional_, *model_);

@@ -14,24 +14,15 @@
 
 #include "accuracy/captures_file.h"
 #include "engine/engine.h"
-#include "frontends/common/device_options.h"
-#include "frontends/common/numerics_options.h"
+#include "frontends/common/engine_options.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace parity::python {
 
-struct LlmOptions {
-  frontends::NumericsOptions numerics;
-  frontends::DeviceOptions device;  // cpu, or cuda (with a CUDA build and a GPU)
-  std::string additional_config;  // JSON text, as --additional-config; empty: none
-  std::string moe_routing = "direct";
-  int max_num_seqs = 8;
-  int max_num_batched_tokens = 2048;
-  int64_t max_model_len = 1 << 20;
-  double state_memory_mb = 0;  // 0: one slot per sequence (the engine's default plan)
-  int threads = 0;             // 0: leave the process's setting (all cores unless set before)
-};
+// The CLI's engine flags as keyword arguments (the serving features and --preempt-at-step are not
+// offered: they keep their defaults, off).
+using LlmOptions = frontends::EngineOptions;
 
 struct GenerateRequest {
   std::vector<int32_t> prompt;
@@ -89,8 +80,6 @@ class Llm {
   ValidateResult validate(const accuracy::Captures& reference, const ValidateArgs& args) const;
 
  private:
-  engine::EngineConfig engine_config() const;
-
   LlmOptions opts_;
   nlohmann::json additional_;
   std::unique_ptr<model::Model> model_;
