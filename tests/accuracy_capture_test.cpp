@@ -14,7 +14,6 @@
 #include "accuracy/module_pattern.h"
 #include "common/error.h"
 #include "io/safetensors.h"
-#include "model/checkpoint.h"
 #include "model/model.h"
 #include "test_support.h"
 
@@ -317,10 +316,7 @@ TEST(AccuracyCaptureHooks, KeepsTheLatestVisitAndBuildsBothLayouts) {
 // ------------------------------------------------------------------------------------------
 // Through the engine
 
-const model::Model& tiny() {
-  static auto m = model::load_model(model::open_checkpoint("builtin:tiny"));
-  return *m;
-}
+const model::Model& tiny() { return test::cached_model("builtin:tiny"); }
 
 std::vector<std::string> all_points(const model::Model& m) {
   std::vector<std::string> v;

@@ -1,30 +1,18 @@
 #pragma once
-// Helpers for the replacement and validation tests: models loaded once, and
-// probe hooks of the tests' own (recording rows by (request, position), adding a perturbation,
-// chaining two hooks), so these tests do not depend on the capture command's code.
+// Helpers for the replacement and validation tests: probe hooks of the tests' own (recording rows
+// by (request, position), adding a perturbation, chaining two hooks), so these tests do not depend
+// on the capture command's code.
 #include <cmath>
 #include <map>
-#include <memory>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "accuracy/captures_file.h"
-#include "model/checkpoint.h"
 #include "model/model.h"
 
 namespace parity::test {
-
-inline const model::Model& acc_model(const std::string& spec) {
-  static std::map<std::string, std::unique_ptr<model::Model>> cache;
-  auto& m = cache[spec];
-  if (!m) {
-    std::string path = spec.rfind("builtin:", 0) == 0 ? spec : std::string(PARITY_TEST_DATA) + "/" + spec;
-    m = model::load_model(model::open_checkpoint(path));
-  }
-  return *m;
-}
 
 // Records the rows of chosen modules per (request, position); notes whether any pass mixed
 // several sequences with a multi-token chunk and a one-token decode.

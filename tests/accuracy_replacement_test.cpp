@@ -22,7 +22,7 @@ using namespace parity::accuracy;
 
 namespace {
 
-const model::Model& tiny() { return test::acc_model("builtin:tiny"); }
+const model::Model& tiny() { return test::cached_model("builtin:tiny"); }
 const char* kMixer0 = "backbone.layers.0.mixer";
 
 struct Stream {

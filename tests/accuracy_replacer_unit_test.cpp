@@ -383,7 +383,7 @@ TEST(AccuracyContextHooks, CopiesTheActiveContextAndChecksItsShape) {
 
 namespace {
 
-const model::Model& tiny() { return test::acc_model("builtin:tiny"); }
+const model::Model& tiny() { return test::cached_model("builtin:tiny"); }
 
 Captures one_module(const std::string& name, int64_t cols, int64_t rows = 8) {
   Captures c;

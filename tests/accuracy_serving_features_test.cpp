@@ -13,20 +13,12 @@
 #include "accuracy/capture_hooks.h"
 #include "accuracy/replacement_session.h"
 #include "engine/engine.h"
-#include "model/checkpoint.h"
 #include "model/model.h"
 #include "test_support.h"
 
 using namespace parity;
 
 namespace {
-
-const model::Model& load(const std::string& spec) {
-  static std::map<std::string, std::unique_ptr<model::Model>> cache;
-  auto& m = cache[spec];
-  if (!m) m = model::load_model(model::open_checkpoint(spec));
-  return *m;
-}
 
 // Prompts that share their first `shared` tokens, each followed by a tail of its own.
 std::vector<std::vector<int32_t>> shared_prompts(int n, int shared, int vocab, uint32_t seed) {
@@ -94,7 +86,7 @@ void expect_same_captures(const accuracy::Captures& a, const accuracy::Captures&
 TEST(ServingFeaturesCapture, PrefixCachingCaptureEqualsUncachedCaptureBitForBit) {
   for (const char* spec : {"builtin:tiny", "builtin:tiny-hybrid"}) {
     SCOPED_TRACE(spec);
-    const auto& m = load(spec);
+    const auto& m = test::cached_model(spec);
     const auto prompts = shared_prompts(4, 37, m.vocab_size(), 3);
     std::vector<std::string> modules;
     for (const auto& p : m.probe_points()) modules.push_back(p.name);  // every probe point
@@ -110,7 +102,7 @@ TEST(ServingFeaturesCapture, PrefixCachingCaptureEqualsUncachedCaptureBitForBit)
 // another reference prompt with the same tokens does not (its injected rows differ), and every
 // request's logits equal those of a run without caching.
 TEST(ServingFeaturesReplacement, CachedStateIsSharedOnlyUnderTheSameReplacement) {
-  const auto& m = load("builtin:tiny");
+  const auto& m = test::cached_model("builtin:tiny");
   const auto prompts = shared_prompts(1, 40, m.vocab_size(), 4);
   const std::string module = "backbone.layers.0.mixer";
   const CaptureRun ref = capture(m, prompts, {module}, exact_config(false), 3);
@@ -202,7 +194,7 @@ GenRun capture_generation(const model::Model& m, const std::vector<std::vector<i
 TEST(ServingFeaturesCapture, SpeculationAndPrefixCachingCaptureEqualsPlainCaptureBitForBit) {
   for (const char* spec : {"builtin:tiny", "builtin:tiny-hybrid"}) {
     SCOPED_TRACE(spec);
-    const auto& m = load(spec);
+    const auto& m = test::cached_model(spec);
     const auto prompts = shared_prompts(4, 37, m.vocab_size(), 5);
     std::vector<std::string> modules;
     for (const auto& p : m.probe_points()) modules.push_back(p.name);
@@ -247,7 +239,7 @@ class SeedLayoutCheck : public model::ProbeHooks {
 };
 
 TEST(ServingFeaturesReplacement, SpeculativeVerificationPassesReplaceAsWithoutDrafts) {
-  const auto& m = load("builtin:tiny");
+  const auto& m = test::cached_model("builtin:tiny");
   const auto prompts = shared_prompts(2, 30, m.vocab_size(), 6);
   const std::string module = "backbone.layers.1.mixer";
   // The reference: what a run without drafts fed, every position of both streams.

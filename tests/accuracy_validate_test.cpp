@@ -151,7 +151,7 @@ struct Fixture {
 
 Fixture make_fixture(const std::string& spec) {
   Fixture f;
-  f.m = &test::acc_model(spec);
+  f.m = &test::cached_model(spec);
   f.V = f.m->vocab_size();
   std::mt19937 rng(11);
   for (int i = 0; i < 12; ++i) f.prompt.push_back(static_cast<int32_t>(rng() % static_cast<unsigned>(f.V)));

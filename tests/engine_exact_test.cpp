@@ -9,7 +9,6 @@
 #include "engine/engine.h"
 #include "engine/exactness_gate.h"
 #include "kernels/isa.h"
-#include "model/checkpoint.h"
 #include "model/model.h"
 #include "test_support.h"
 
@@ -20,16 +19,6 @@ using engine::RequestSpec;
 using model::ScanMode;
 
 namespace {
-
-const model::Model& load(const std::string& spec) {
-  static std::map<std::string, std::unique_ptr<model::Model>> cache;
-  auto& m = cache[spec];
-  if (!m) {
-    std::string path = spec.rfind("builtin:", 0) == 0 ? spec : std::string(PARITY_TEST_DATA) + "/" + spec;
-    m = model::load_model(model::open_checkpoint(path));
-  }
-  return *m;
-}
 
 std::vector<int32_t> stream(std::mt19937& rng, int n, int vocab) {
   std::vector<int32_t> t(n);
@@ -97,7 +86,7 @@ ExpectedRows expected_rows(const std::string& scenario, int P, int K, int cs) {
 class ExactGate : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ExactGate, EveryScenarioBitIdenticalInExactMode) {
-  const auto& m = load(GetParam());
+  const auto& m = test::cached_model(GetParam());
   const int cs = m.chunk_size(), P = gate_prompt_len(cs), K = gate_forced_len(cs);
   for (uint64_t seed : {1u, 2u, 3u}) {
     engine::GateOptions g;
@@ -129,7 +118,7 @@ TEST_P(ExactGate, EveryScenarioBitIdenticalInExactMode) {
 // restarting at every call) do find differences in every scenario, so the exact-mode assertions
 // above are able to fail.
 TEST_P(ExactGate, PlainModeMismatchesShowTheCheckCanFail) {
-  const auto& m = load(GetParam());
+  const auto& m = test::cached_model(GetParam());
   const int cs = m.chunk_size();
   engine::GateOptions g;
   g.prompt_len = gate_prompt_len(cs);
@@ -164,7 +153,7 @@ INSTANTIATE_TEST_SUITE_P(Models, ExactGate,
 // among them) and both state dtypes, each against single-shot prefill with the same numerics.
 TEST(EngineExact, RandomSchedulesAreBitIdenticalToSingleShot) {
   for (const char* spec : {"builtin:tiny", "builtin:tiny-g2", "builtin:tiny-hybrid"}) {
-    const auto& m = load(spec);
+    const auto& m = test::cached_model(spec);
     const int cs = m.chunk_size(), V = m.vocab_size();
     std::mt19937 rng(7);
     for (int trial = 0; trial < 8; ++trial) {
@@ -204,7 +193,7 @@ TEST(EngineExact, RandomSchedulesAreBitIdenticalToSingleShot) {
 }
 
 TEST(EngineExact, PlainModeRandomSchedulesDiffer) {
-  const auto& m = load("builtin:tiny");
+  const auto& m = test::cached_model("builtin:tiny");
   const int V = m.vocab_size();
   std::mt19937 rng(7);
   auto s = stream(rng, 3 * m.chunk_size() + 5, V);

@@ -12,7 +12,6 @@
 
 #include "cache/prefix_cache.h"
 #include "engine/engine.h"
-#include "model/checkpoint.h"
 #include "model/model.h"
 #include "test_support.h"
 
@@ -23,13 +22,6 @@ using engine::RequestSpec;
 using model::ScanMode;
 
 namespace {
-
-const model::Model& load(const std::string& spec) {
-  static std::map<std::string, std::unique_ptr<model::Model>> cache;
-  auto& m = cache[spec];
-  if (!m) m = model::load_model(model::open_checkpoint(spec));
-  return *m;
-}
 
 std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int vocab) {
   std::vector<int32_t> t(static_cast<std::size_t>(n));
@@ -121,7 +113,7 @@ int mismatches_vs_single_shot(const model::Model& m, const RunResult& r, std::si
 class PrefixCacheExact : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PrefixCacheExact, HitsAreBitIdenticalToSingleShotUnderRandomSchedules) {
-  const auto& m = load(GetParam());
+  const auto& m = test::cached_model(GetParam());
   const cache::Numerics num = model::default_numerics(m, ScanMode::Exact);
   uint64_t hits = 0, hit_tokens = 0, seed = 1;
   for (int B : {16, 32}) {
@@ -142,7 +134,7 @@ TEST_P(PrefixCacheExact, HitsAreBitIdenticalToSingleShotUnderRandomSchedules) {
 // The companion: with the same schedules in plain mode a hit can change bits (the cached state
 // was made by other chunks than a miss computes), so the exact-mode check above can fail.
 TEST_P(PrefixCacheExact, PlainModeHitsCanDifferFromMisses) {
-  const auto& m = load(GetParam());
+  const auto& m = test::cached_model(GetParam());
   int differing = 0;
   uint64_t hits = 0;
   for (int shared : {33, 47, 64}) {
@@ -173,7 +165,7 @@ INSTANTIATE_TEST_SUITE_P(Builtins, PrefixCacheExact,
 // One request after another with the same prompt: the second computes only the tokens after the
 // last cached block boundary, and its rows are the first's.
 TEST(PrefixCache, SecondIdenticalRequestReusesTheLastBlockBoundary) {
-  const auto& m = load("builtin:tiny");
+  const auto& m = test::cached_model("builtin:tiny");
   std::mt19937 rng(7);
   const auto s = random_tokens(rng, 50 + 5, m.vocab_size());
   EngineConfig c;
@@ -202,7 +194,7 @@ TEST(PrefixCache, SecondIdenticalRequestReusesTheLastBlockBoundary) {
 
 // A request that wants its prompt's logit rows computes them: it takes no cached prefix.
 TEST(PrefixCache, PromptLogitRequestsComputeEveryRow) {
-  const auto& m = load("builtin:tiny");
+  const auto& m = test::cached_model("builtin:tiny");
   std::mt19937 rng(8);
   const auto s = random_tokens(rng, 40, m.vocab_size());
   EngineConfig c;
@@ -221,7 +213,7 @@ TEST(PrefixCache, PromptLogitRequestsComputeEveryRow) {
 // The key: the numerics identity and the caller's identity are part of it, and an entry made
 // under one identity is never returned under another.
 TEST(PrefixCache, KeyIncludesNumericsAndCallerIdentity) {
-  const auto& m = load("builtin:tiny");
+  const auto& m = test::cached_model("builtin:tiny");
   const cache::Numerics exact = model::default_numerics(m, ScanMode::Exact);
   cache::Numerics other = exact;
   other.grid.cell = 16;
@@ -251,7 +243,7 @@ TEST(PrefixCache, KeyIncludesNumericsAndCallerIdentity) {
 
 // The budget: least recently used entries go first; a hit refreshes its entry.
 TEST(PrefixCache, LruEvictionWithinTheBudget) {
-  const auto& m = load("builtin:tiny");
+  const auto& m = test::cached_model("builtin:tiny");
   const cache::Numerics num = model::default_numerics(m, ScanMode::Exact);
   auto c = cache::make_single_cache(m.cache_spec(), 64, num);
   cache::MambaSlotImage probe;
@@ -288,7 +280,7 @@ TEST(PrefixCache, LruEvictionWithinTheBudget) {
 // Hybrids: cached prefixes share KV blocks with the sequences that use them; every block is free
 // again once the sequences are done and the cache is cleared; the rows stay exact.
 TEST(PrefixCache, HybridSharesKvBlocks) {
-  const auto& m = load("builtin:tiny-hybrid");
+  const auto& m = test::cached_model("builtin:tiny-hybrid");
   const cache::Numerics num = model::default_numerics(m, ScanMode::Exact);
   std::mt19937 rng(11);
   const int V = m.vocab_size();

@@ -14,7 +14,6 @@
 #include "engine/speculation/draft_model_drafter.h"
 #include "engine/speculation/drafter.h"
 #include "engine/speculation/ngram_drafter.h"
-#include "model/checkpoint.h"
 #include "model/model.h"
 #include "test_support.h"
 
@@ -25,13 +24,6 @@ using engine::RequestSpec;
 using model::ScanMode;
 
 namespace {
-
-const model::Model& load(const std::string& spec) {
-  static std::map<std::string, std::unique_ptr<model::Model>> cache;
-  auto& m = cache[spec];
-  if (!m) m = model::load_model(model::open_checkpoint(spec));
-  return *m;
-}
 
 // A prompt that repeats a short random phrase (n-gram drafting hits) or random text (it rarely does).
 std::vector<int32_t> make_prompt(std::mt19937& rng, int n, int vocab, bool repetitive) {
@@ -149,7 +141,7 @@ TEST(NgramDrafter, ProposesWhatFollowedTheLatestEarlierOccurrence) {
 class SpeculativeExact : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SpeculativeExact, OutputEqualsNonSpeculativeTokenForTokenAndRowForRow) {
-  const auto& m = load(GetParam());
+  const auto& m = test::cached_model(GetParam());
   engine::SpeculationStats oracle, ngram;
   for (uint64_t seed = 1; seed <= 12; ++seed) {
     const Workload w = make_workload(seed, ScanMode::Exact, m.vocab_size());
@@ -184,9 +176,9 @@ TEST_P(SpeculativeExact, OutputEqualsNonSpeculativeTokenForTokenAndRowForRow) {
 // The draft-model drafter: the target itself (acceptance is high: it differs from the target only in
 // its plain-mode rounding) and another built-in of the same vocabulary (acceptance is low).
 TEST_P(SpeculativeExact, DraftModelDrafterKeepsTheOutput) {
-  const auto& m = load(GetParam());
+  const auto& m = test::cached_model(GetParam());
   for (const std::string& draft : {GetParam(), std::string("builtin:tiny-g2")}) {
-    const auto& d = load(draft);
+    const auto& d = test::cached_model(draft);
     if (d.vocab_size() != m.vocab_size()) continue;
     engine::SpeculationStats total;
     for (uint64_t seed = 20; seed <= 25; ++seed) {
@@ -212,7 +204,7 @@ TEST_P(SpeculativeExact, DraftModelDrafterKeepsTheOutput) {
 // multi-row SSD call where decode would have been SSU steps, and rollback recomputes), so the
 // exact-mode check above can fail.
 TEST_P(SpeculativeExact, PlainModeRowsDiffer) {
-  const auto& m = load(GetParam());
+  const auto& m = test::cached_model(GetParam());
   int64_t differ = 0, diverged = 0;
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     const Workload w = make_workload(seed, ScanMode::Plain, m.vocab_size());
@@ -239,7 +231,7 @@ INSTANTIATE_TEST_SUITE_P(Builtins, SpeculativeExact,
 TEST(SpeculativeState, RejectedRowsLeaveNoTrace) {
   for (const char* spec : {"builtin:tiny", "builtin:tiny-hybrid"}) {
     SCOPED_TRACE(spec);
-    const auto& m = load(spec);
+    const auto& m = test::cached_model(spec);
     std::mt19937 rng(5);
     RequestSpec r;
     r.prompt = make_prompt(rng, 30, m.vocab_size(), true);
@@ -303,7 +295,7 @@ TEST(SpeculativeState, RejectedRowsLeaveNoTrace) {
 // The draft model keeps a state per request; when a request it still holds is not drafted for (it
 // was preempted), its slot goes to the next one, and coming back it catches up from scratch.
 TEST(DraftModelDrafter, ReusesTheSlotOfARequestNotBeingDrafted) {
-  const auto& m = load("builtin:tiny");
+  const auto& m = test::cached_model("builtin:tiny");
   engine::DraftModelDrafter d(m, 1, 256);
   const std::vector<int32_t> a = {1, 2, 3, 4}, b = {9, 8, 7};
   std::vector<engine::DraftQuery> q1 = {{1, &a, 3, {}}};
@@ -318,13 +310,12 @@ TEST(DraftModelDrafter, ReusesTheSlotOfARequestNotBeingDrafted) {
 
 // Bad configurations are errors that name the problem.
 TEST(SpeculativeConfig, BadSettingsAreErrors) {
-  const auto& m = load("builtin:tiny");
+  const auto& m = test::cached_model("builtin:tiny");
   EngineConfig c;
   c.speculative.num_tokens = 3;
   c.speculative.method = engine::SpeculativeMethod::DraftModel;
   EXPECT_THROW(Engine(m, c), Error);  // no draft model
-  const auto other = model::load_model(model::open_checkpoint(std::string(PARITY_TEST_DATA) + "/mamba2_g1"));
-  c.speculative.draft_model = other.get();  // 256 tokens, the target 512
+  c.speculative.draft_model = &test::cached_model("mamba2_g1");  // 256 tokens, the target 512
   try {
     Engine e(m, c);
     ADD_FAILURE() << "a draft model of another vocabulary was accepted";

@@ -6,7 +6,7 @@
 #include "common/error.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
-#include "model/checkpoint.h"
+#include "test_support.h"
 
 using namespace parity;
 using engine::Engine;
@@ -17,10 +17,7 @@ using model::ScanMode;
 
 namespace {
 
-const model::Model& tiny() {
-  static auto m = model::load_model(model::open_checkpoint("builtin:tiny"));
-  return *m;
-}
+const model::Model& tiny() { return test::cached_model("builtin:tiny"); }
 
 RequestSpec prompt_spec(uint32_t seed, int len, int max_tokens) {
   std::mt19937 rng(seed);

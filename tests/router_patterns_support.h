@@ -1,16 +1,13 @@
 #pragma once
 // Helpers for the router-pattern and forced-routing tests: models loaded once per (checkpoint,
-// MoE routing pattern), whole-stream logits through the engine, and the relative error measure.
+// MoE routing pattern) through test::cached_model, whole-stream logits through the engine, and the
+// relative error measure.
 #include <cmath>
-#include <map>
-#include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
 #include "io/safetensors.h"
-#include "model/checkpoint.h"
 #include "model/model.h"
 #include "test_support.h"
 
@@ -18,16 +15,11 @@ namespace parity::test {
 
 inline const std::string kGraniteFixture = std::string(PARITY_TEST_DATA) + "/granite_hybrid";
 
-// spec: builtin:NAME or a folder path.
+// spec: builtin:NAME or a folder path; cached_model with the routing pattern.
 inline const model::Model& routed_model(const std::string& spec, model::MoeRoutingPattern p) {
-  static std::map<std::pair<std::string, int>, std::unique_ptr<model::Model>> cache;
-  auto& m = cache[{spec, static_cast<int>(p)}];
-  if (!m) {
-    model::ModelOptions o;
-    o.moe_routing = p;
-    m = model::load_model(model::open_checkpoint(spec), o);
-  }
-  return *m;
+  model::ModelOptions o;
+  o.moe_routing = p;
+  return cached_model(spec, o);
 }
 
 inline constexpr model::MoeRoutingPattern kPatterns[] = {model::MoeRoutingPattern::Direct,

@@ -8,16 +8,14 @@
 #include "engine/engine.h"
 #include "frontends/server/engine_loop.h"
 #include "model/model.h"
+#include "test_support.h"
 
 namespace parity::server {
 namespace {
 
 using namespace std::chrono_literals;
 
-const model::Model& tiny() {
-  static auto m = model::load_model(model::open_checkpoint("builtin:tiny"));
-  return *m;
-}
+const model::Model& tiny() { return test::cached_model("builtin:tiny"); }
 
 engine::EngineConfig config(int seqs, model::ScanMode mode = model::ScanMode::Exact) {
   engine::EngineConfig cfg;

@@ -1,5 +1,6 @@
 #pragma once
-// Shared test helpers: scratch folders, running the `parity` binary, comparing logit rows.
+// Shared test helpers: scratch folders, running the `parity` binary, comparing logit rows, models
+// loaded once per test process.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,11 +9,18 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/request.h"
+#include "model/checkpoint.h"
+#include "model/model.h"
+#include "model/model_options.h"
 
 namespace parity::test {
 
@@ -21,6 +29,23 @@ inline std::filesystem::path scratch_dir(const std::string& name) {
            ("parity_test_" + name + "_" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}()));
   std::filesystem::create_directories(p);
   return p;
+}
+
+// The model of `spec` ("builtin:NAME", an absolute folder path, or a fixture folder under tests/data
+// by name), loaded once per process and options: loading a model costs more than most tests. A
+// model is const, so tests sharing one cannot disturb each other.
+inline const model::Model& cached_model(const std::string& spec, const model::ModelOptions& options = {}) {
+  static_assert(sizeof(model::ModelOptions) == sizeof(model::MoeRoutingPattern),
+                "a new model option must join the cache key below");
+  static std::mutex mutex;  // a test may load from several threads
+  static std::map<std::pair<std::string, model::MoeRoutingPattern>, std::unique_ptr<model::Model>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& m = cache[{spec, options.moe_routing}];
+  if (!m) {
+    const bool as_is = spec.rfind("builtin:", 0) == 0 || spec.rfind('/', 0) == 0;
+    m = model::load_model(model::open_checkpoint(as_is ? spec : std::string(PARITY_TEST_DATA) + "/" + spec), options);
+  }
+  return *m;
 }
 
 struct CliResult {
