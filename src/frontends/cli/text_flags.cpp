@@ -1,6 +1,7 @@
 #include "frontends/cli/text_flags.h"
 
 #include "common/error.h"
+#include "frontends/common/model_tokenizer.h"
 #include "io/file_util.h"
 #include "io/token_file.h"
 
@@ -15,12 +16,7 @@ bool is_txt(const std::string& spec) { return spec.size() > 4 && spec.compare(sp
 void TextTokens::load() {
   if (loaded_) return;
   loaded_ = true;
-  try {
-    tok_ = tokenizer::load_for_model(model_);
-    if (!tok_) error_ = model_ + " has no tokenizer.json";
-  } catch (const Error& e) {
-    error_ = e.what();
-  }
+  tok_ = frontends::load_model_tokenizer(model_, error_);
 }
 
 const tokenizer::Tokenizer& TextTokens::require(const std::string& flag) {

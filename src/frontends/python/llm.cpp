@@ -6,6 +6,7 @@
 #include "accuracy/module_pattern.h"
 #include "accuracy/validation_report.h"
 #include "common/error.h"
+#include "frontends/common/model_tokenizer.h"
 #include "io/json_file.h"
 #include "model/checkpoint.h"
 
@@ -20,12 +21,7 @@ Llm::Llm(const std::string& model, LlmOptions opts) : opts_(std::move(opts)) {
   additional_ = opts_.check();  // as the CLI: an impossible configuration fails before the model loads
   model_ = opts_.load(model);
   // As the CLI: a model without a (usable) tokenizer still runs on token ids; text is refused then.
-  try {
-    tokenizer_ = tokenizer::load_for_model(model);
-    if (!tokenizer_) tokenizer_error_ = model + " has no tokenizer.json";
-  } catch (const Error& e) {
-    tokenizer_error_ = e.what();
-  }
+  tokenizer_ = frontends::load_model_tokenizer(model, tokenizer_error_);
   // A replacement that cannot bind to this model (unknown module, wrong width) fails here, not
   // at the first call.
   accuracy::make_replacement_from_additional_config(additional_, *model_);
