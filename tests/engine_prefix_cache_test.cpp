@@ -156,11 +156,7 @@ TEST_P(PrefixCacheExact, PlainModeHitsCanDifferFromMisses) {
 
 INSTANTIATE_TEST_SUITE_P(Builtins, PrefixCacheExact,
                          ::testing::Values("builtin:tiny", "builtin:tiny-g2", "builtin:tiny-hybrid"),
-                         [](const auto& info) {
-                           std::string n = info.param.substr(8);
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+                         test::builtin_param_name);
 
 // One request after another with the same prompt: the second computes only the tokens after the
 // last cached block boundary, and its rows are the first's.

@@ -219,11 +219,7 @@ TEST_P(SpeculativeExact, PlainModeRowsDiffer) {
 
 INSTANTIATE_TEST_SUITE_P(Builtins, SpeculativeExact,
                          ::testing::Values("builtin:tiny", "builtin:tiny-g2", "builtin:tiny-hybrid"),
-                         [](const auto& info) {
-                           std::string n = info.param.substr(8);
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+                         test::builtin_param_name);
 
 // Rejected rows leave no trace: whenever the speculative engine has its one sequence at position P,
 // the sequence's whole state — conv state, boundary states, replay ring, and the K/V of every

@@ -1,9 +1,11 @@
 #pragma once
 // Shared test helpers: scratch folders, running the `parity` binary, comparing logit rows, models
 // loaded once per test process.
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -46,6 +48,14 @@ inline const model::Model& cached_model(const std::string& spec, const model::Mo
     m = model::load_model(model::open_checkpoint(as_is ? spec : std::string(PARITY_TEST_DATA) + "/" + spec), options);
   }
   return *m;
+}
+
+// The name of a parameterised test whose parameter is "builtin:NAME": NAME with '-' as '_' (test
+// names take neither ':' nor '-').
+inline std::string builtin_param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param.substr(std::string("builtin:").size());
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
 }
 
 struct CliResult {
