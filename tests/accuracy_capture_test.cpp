@@ -65,13 +65,7 @@ Captures sample(CaptureLayout layout) {
   return c;
 }
 
-class AccuracyCapturesFile : public ::testing::Test {
- protected:
-  void SetUp() override { dir_ = test::scratch_dir("captures"); }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& n) const { return (dir_ / n).string(); }
-  fs::path dir_;
-};
+class AccuracyCapturesFile : public test::ScratchDirTest {};
 
 TEST_F(AccuracyCapturesFile, RoundTripBothLayouts) {
   for (CaptureLayout layout : {CaptureLayout::Flat, CaptureLayout::Step}) {

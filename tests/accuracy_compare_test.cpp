@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -194,17 +193,7 @@ TEST(AccuracyCompare, StepAndFlatFilesCompare) {
 
 // ------------------------------------------------------------------------------------------
 
-class AccuracyCompareCli : public ::testing::Test {
- protected:
-  void SetUp() override { dir_ = test::scratch_dir("compare_cli"); }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& n) const { return (dir_ / n).string(); }
-  static std::string slurp(const std::string& p) {
-    std::ifstream f(p);
-    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  }
-  fs::path dir_;
-};
+class AccuracyCompareCli : public test::ScratchDirTest {};
 
 TEST_F(AccuracyCompareCli, SelfIsZeroAndAPerturbedCopyPartsAtTheRightModule) {
   auto r = test::run_cli("capture builtin:tiny --prompt 1,2,3,4,5,6 --forced 7,8,9 --exact --modules "
@@ -230,12 +219,12 @@ TEST_F(AccuracyCompareCli, SelfIsZeroAndAPerturbedCopyPartsAtTheRightModule) {
   r = test::run_cli("compare " + path("a.safetensors") + " " + path("b.safetensors") + " --atol 0.01");
   EXPECT_NE(r.out.find("first divergence: lm_head at prompt 0, position 0"), std::string::npos) << r.out;
 
-  const std::string html = slurp(path("r.html"));
+  const std::string html = test::read_file(path("r.html"));
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_NE(html.find("backbone.layers.1.mixer.norm"), std::string::npos);
   for (const char* external : {"<script", "<link", "src=", "@import"})
     EXPECT_EQ(html.find(external), std::string::npos) << external;
-  const auto j = nlohmann::json::parse(slurp(path("r.json")));
+  const auto j = nlohmann::json::parse(test::read_file(path("r.json")));
   EXPECT_EQ(j["first_divergence"]["module"], "backbone.layers.1.mixer.norm");
   EXPECT_EQ(j["first_divergence"]["position"], 5);
   EXPECT_EQ(j["modules"].size(), 13u);  // 6 points × 2 layers + lm_head

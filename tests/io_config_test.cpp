@@ -1,11 +1,10 @@
 #include <gtest/gtest.h>
 
 #include "error_test_support.h"
-#include <unistd.h>
+#include "test_support.h"
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <limits>
 
@@ -53,23 +52,7 @@ void expect_refused(json cfg, const std::vector<std::string>& parts) {
   expect_error([&] { parse_mamba2_config(cfg); }, parts);
 }
 
-class IoJsonFile : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("parity_io_" + std::to_string(::getpid()) + "_json_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    std::string p = (dir_ / name).string();
-    std::ofstream(p) << text;
-    return p;
-  }
-  fs::path dir_;
-};
+class IoJsonFile : public parity::test::ScratchDirTest {};
 
 }  // namespace
 

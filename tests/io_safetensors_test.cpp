@@ -1,13 +1,12 @@
 #include <gtest/gtest.h>
 
 #include "error_test_support.h"
-#include <unistd.h>
+#include "test_support.h"
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <sstream>
 
 #include "common/error.h"
 #include "io/safetensors.h"
@@ -19,29 +18,10 @@ using namespace parity::io;
 
 namespace {
 
-class TempDirTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("parity_io_" + std::to_string(::getpid()) + "_" +
-                                        info->test_suite_name() + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
-};
+class IoSafetensors : public parity::test::ScratchDirTest {};
+class IoWeightStore : public parity::test::ScratchDirTest {};
 
-class IoSafetensors : public TempDirTest {};
-class IoWeightStore : public TempDirTest {};
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using parity::test::read_file;
 
 void write_bytes(const std::string& p, const std::string& bytes) {
   std::ofstream out(p, std::ios::binary);
@@ -98,7 +78,7 @@ TEST_F(IoSafetensors, RoundTripAllDtypes) {
   }
   EXPECT_EQ(f->find("absent"), nullptr);
 
-  const std::string bytes = slurp(path("a.safetensors"));
+  const std::string bytes = read_file(path("a.safetensors"));
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
   EXPECT_EQ(n % 8, 0u);
@@ -140,7 +120,7 @@ TEST_F(IoSafetensors, WriterIsDeterministicAndKeepsGivenOrder) {
   std::vector<TensorToWrite> ts = {{"z", DType::F32, {2}, a}, {"a", DType::F32, {1}, b}};
   write_safetensors(path("1.safetensors"), ts, {{"m", "1"}});
   write_safetensors(path("2.safetensors"), ts, {{"m", "1"}});
-  EXPECT_EQ(slurp(path("1.safetensors")), slurp(path("2.safetensors")));
+  EXPECT_EQ(read_file(path("1.safetensors")), read_file(path("2.safetensors")));
   auto f = SafetensorsFile::open(path("1.safetensors"));
   EXPECT_EQ(f->tensors()[0].name, "z");
   EXPECT_EQ(f->tensors()[1].name, "a");
@@ -193,7 +173,7 @@ TEST_F(IoSafetensors, TruncatedFile) {
 TEST_F(IoSafetensors, TruncatedData) {
   const float a[4] = {1, 2, 3, 4};
   write_safetensors(path("full.safetensors"), {{"a", DType::F32, {4}, a}});
-  std::string bytes = slurp(path("full.safetensors"));
+  std::string bytes = read_file(path("full.safetensors"));
   write_bytes(path("cut.safetensors"), bytes.substr(0, bytes.size() - 4));
   expect_open_error(path("cut.safetensors"), {"tensor 'a'", "[0, 16)", "outside the 12-byte"});
 }

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "error_test_support.h"
-#include <unistd.h>
+#include "test_support.h"
 
 #include <filesystem>
 #include <fstream>
@@ -10,29 +10,12 @@
 #include "common/error.h"
 #include "io/token_file.h"
 
-namespace fs = std::filesystem;
 using parity::Error;
 using namespace parity::io;
 
 namespace {
 
-class IoTokens : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("parity_io_" + std::to_string(::getpid()) + "_tokens_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    std::string p = (dir_ / name).string();
-    std::ofstream(p) << text;
-    return p;
-  }
-  fs::path dir_;
-};
+class IoTokens : public parity::test::ScratchDirTest {};
 
 using parity::test::expect_error;
 

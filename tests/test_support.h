@@ -1,16 +1,18 @@
 #pragma once
-// Shared test helpers: scratch folders, running the `parity` binary, comparing logit rows, models
-// loaded once per test process.
+// Shared test helpers: scratch folders (and a fixture that has one), running the `parity` binary,
+// reading files, comparing logit rows, models loaded once per test process.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -50,6 +52,35 @@ inline const model::Model& cached_model(const std::string& spec, const model::Mo
   return *m;
 }
 
+inline std::string read_file(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+inline void write_text(const std::filesystem::path& p, const std::string& s) {
+  std::ofstream f(p, std::ios::binary);
+  f << s;
+}
+
+// A fixture whose every test gets a scratch folder of its own, removed after it.
+class ScratchDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    for (char& c : name)
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';  // parameterised names hold '/'
+    dir_ = scratch_dir(name);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  // Writes `text` to the file `name` in the folder; returns its path.
+  std::string write(const std::string& name, const std::string& text) const {
+    write_text(dir_ / name, text);
+    return path(name);
+  }
+  std::filesystem::path dir_;
+};
+
 // The name of a parameterised test whose parameter is "builtin:NAME": NAME with '-' as '_' (test
 // names take neither ':' nor '-').
 inline std::string builtin_param_name(const ::testing::TestParamInfo<std::string>& info) {
@@ -71,19 +102,10 @@ inline CliResult run_cli(const std::string& args) {
   int rc = std::system(cmd.c_str());
   CliResult r;
   r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
-  auto slurp = [](const std::filesystem::path& p) {
-    std::ifstream f(p);
-    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  };
-  r.out = slurp(dir / "out");
-  r.err = slurp(dir / "err");
+  r.out = read_file(dir / "out");
+  r.err = read_file(dir / "err");
   std::filesystem::remove_all(dir);
   return r;
-}
-
-inline void write_text(const std::filesystem::path& p, const std::string& s) {
-  std::ofstream f(p, std::ios::binary);
-  f << s;
 }
 
 inline bool same_bits(const float* a, const float* b, std::size_t n) { return std::memcmp(a, b, n * 4) == 0; }
