@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "io/safetensors.h"
 #include "model/model.h"
+#include "error_test_support.h"
 #include "test_support.h"
 
 using namespace parity;
@@ -22,6 +23,8 @@ using namespace parity::accuracy;
 namespace fs = std::filesystem;
 
 namespace {
+
+using test::expect_error;
 
 Matrix iota(int64_t rows, int64_t cols, float base) {
   Matrix m{rows, cols, {}};
@@ -31,16 +34,6 @@ Matrix iota(int64_t rows, int64_t cols, float base) {
 
 bool same(const Matrix& a, const Matrix& b) {
   return a.rows == b.rows && a.cols == b.cols && test::same_bits(a.data.data(), b.data.data(), a.data.size());
-}
-
-template <class F>
-void expect_error(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error containing '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message: " << e.what();
-  }
 }
 
 Captures sample(CaptureLayout layout) {
@@ -173,7 +166,7 @@ TEST_F(AccuracyCapturesFile, MalformedFilesErrorLoudly) {
   auto bad = [&](const std::vector<Spec>& specs, const Meta& meta, const std::string& needle) {
     SCOPED_TRACE(needle);
     write(specs, meta);
-    expect_error([&] { read_captures(file); }, needle);
+    expect_error([&] { read_captures(file); }, {needle});
   };
   // The good base case reads.
   write({ids, {"p0/m", DType::F32, {3, 4}}}, flat);
@@ -218,15 +211,15 @@ TEST_F(AccuracyCapturesFile, MalformedFilesErrorLoudly) {
       {{"layout", "flat"}, {"modules", "m,m2"}, {"num_prompts", "2"}}, "p1/m2 is missing");
 
   test::write_text(file, "not safetensors");
-  expect_error([&] { read_captures(file); }, file);
-  expect_error([&] { read_captures(path("absent.safetensors")); }, "absent.safetensors");
+  expect_error([&] { read_captures(file); }, {file});
+  expect_error([&] { read_captures(path("absent.safetensors")); }, {"absent.safetensors"});
 
   // The writer refuses what the reader would refuse, before touching the disk.
   Captures empty;
-  expect_error([&] { write_captures(path("w.safetensors"), empty); }, "holds no prompts");
+  expect_error([&] { write_captures(path("w.safetensors"), empty); }, {"holds no prompts"});
   Captures mixed = sample(CaptureLayout::Flat);
   mixed.prompts[1].flat.erase("lm_head");
-  expect_error([&] { write_captures(path("w.safetensors"), mixed); }, "p1/lm_head is missing");
+  expect_error([&] { write_captures(path("w.safetensors"), mixed); }, {"p1/lm_head is missing"});
   EXPECT_FALSE(fs::exists(path("w.safetensors")));
 }
 
@@ -254,13 +247,13 @@ TEST(AccuracyModulePattern, ExactRangeAndRegex) {
 
 TEST(AccuracyModulePattern, NothingMatchedIsAnErrorNamingThePattern) {
   expect_error([] { expand_module_patterns({"backbone.layers.0.mixr"}, kNames); },
-               "'backbone.layers.0.mixr' matches no probe point; valid names: backbone.embeddings, ");
-  expect_error([] { expand_module_patterns({"lm_head", "re:nothing.*"}, kNames); }, "'re:nothing.*' matches no");
+               {"'backbone.layers.0.mixr' matches no probe point; valid names: backbone.embeddings, "});
+  expect_error([] { expand_module_patterns({"lm_head", "re:nothing.*"}, kNames); }, {"'re:nothing.*' matches no"});
   expect_error([] { expand_module_patterns({"backbone.layers.1-3.mixer"}, kNames); },
-               "names backbone.layers.3.mixer, which is not a probe point");
-  expect_error([] { expand_module_patterns({"backbone.layers.2-1"}, kNames); }, "is empty");
-  expect_error([] { expand_module_patterns({"re:(unclosed"}, kNames); }, "not a valid regular expression");
-  expect_error([] { expand_module_patterns({}, kNames); }, "no module pattern");
+               {"names backbone.layers.3.mixer, which is not a probe point"});
+  expect_error([] { expand_module_patterns({"backbone.layers.2-1"}, kNames); }, {"is empty"});
+  expect_error([] { expand_module_patterns({"re:(unclosed"}, kNames); }, {"not a valid regular expression"});
+  expect_error([] { expand_module_patterns({}, kNames); }, {"no module pattern"});
 }
 
 TEST(AccuracyModuleOrder, SortsByLayerThenProbeOrder) {
@@ -303,8 +296,8 @@ TEST(AccuracyCaptureHooks, KeepsTheLatestVisitAndBuildsBothLayouts) {
   EXPECT_EQ(s.steps.at("m")[0].rows, 2);
   EXPECT_EQ(s.steps.at("m")[2].data, (std::vector<float>{3, 3}));
   EXPECT_TRUE(same(flatten(s).at("m"), f.flat.at("m")));
-  expect_error([&] { h.build(9, {1}, {}, 2, CaptureLayout::Flat); }, "no row for position 1 of request 9");
-  expect_error([&] { h.build(8, {1}, {}, 1, CaptureLayout::Flat); }, "never visited for request 8");
+  expect_error([&] { h.build(9, {1}, {}, 2, CaptureLayout::Flat); }, {"no row for position 1 of request 9"});
+  expect_error([&] { h.build(8, {1}, {}, 1, CaptureLayout::Flat); }, {"never visited for request 8"});
 }
 
 // ------------------------------------------------------------------------------------------
@@ -406,7 +399,7 @@ TEST(AccuracyCaptureEngine, PlainModeDiffersBetweenSchedules) {
 TEST(AccuracyCaptureEngine, RejectsAMismatchedForcedCount) {
   CaptureSpec s = forced_spec(model::ScanMode::Exact, 1000, -1);
   s.forced.push_back({1});
-  expect_error([&] { capture_through_engine(tiny(), s); }, "2 forced continuations for 3 prompts");
+  expect_error([&] { capture_through_engine(tiny(), s); }, {"2 forced continuations for 3 prompts"});
 }
 
 // ------------------------------------------------------------------------------------------

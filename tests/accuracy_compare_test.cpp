@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
+#include "error_test_support.h"
 #include "test_support.h"
 
 using namespace parity;
@@ -23,6 +24,8 @@ using namespace parity::accuracy;
 namespace fs = std::filesystem;
 
 namespace {
+
+using test::expect_error;
 
 const std::vector<std::string> kModules = {"backbone.embeddings", "backbone.layers.0.mixer.in_proj",
                                            "backbone.layers.0.mixer", "backbone.layers.0",
@@ -47,16 +50,6 @@ Captures sample() {
 float& at(Captures& c, int prompt, const std::string& m, int row, int col) {
   Matrix& x = c.prompts[static_cast<std::size_t>(prompt)].flat.at(m);
   return x.data[static_cast<std::size_t>(row * x.cols + col)];
-}
-
-template <class F>
-void expect_error(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error containing '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message: " << e.what();
-  }
 }
 
 TEST(AccuracyCompare, AFileAgainstItselfHasZeroError) {
@@ -125,22 +118,22 @@ TEST(AccuracyCompare, RefusesDifferentPromptsAndShapes) {
   const Captures a = sample();
   Captures b = a;
   b.prompts.pop_back();
-  expect_error([&] { compare_captures(a, b, {}); }, "A has 2 prompt(s), B has 1");
+  expect_error([&] { compare_captures(a, b, {}); }, {"A has 2 prompt(s), B has 1"});
   b = a;
   b.prompts[1].prompt_token_ids[2] = 9;
-  expect_error([&] { compare_captures(a, b, {}); }, "prompt 1 differs between the files: first difference at index 2 (A 5, B 9)");
+  expect_error([&] { compare_captures(a, b, {}); }, {"prompt 1 differs between the files: first difference at index 2 (A 5, B 9)"});
   b = a;
   b.prompts[0].prompt_token_ids.push_back(1);
-  expect_error([&] { compare_captures(a, b, {}); }, "A has 3 tokens, B 4");
+  expect_error([&] { compare_captures(a, b, {}); }, {"A has 3 tokens, B 4"});
   b = a;
   for (auto& p : b.prompts) p.flat.at("lm_head") = Matrix{5, 3, std::vector<float>(15, 0.0f)};
-  expect_error([&] { compare_captures(a, b, {}); }, "module lm_head has different shapes: A [5, 8], B [5, 3]");
+  expect_error([&] { compare_captures(a, b, {}); }, {"module lm_head has different shapes: A [5, 8], B [5, 3]"});
   b = a;
   for (auto& p : b.prompts) {
     p.flat.clear();
     p.flat["other"] = Matrix{5, 8, std::vector<float>(40, 0.0f)};
   }
-  expect_error([&] { compare_captures(a, b, {}); }, "no module in common");
+  expect_error([&] { compare_captures(a, b, {}); }, {"no module in common"});
 }
 
 TEST(AccuracyCompare, ComparesWhatBothHoldAndSaysWhatItLeftOut) {
