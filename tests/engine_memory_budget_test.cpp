@@ -3,7 +3,6 @@
 // KV cache holding tables only for a model that keeps K and V on the device.
 #include <gtest/gtest.h>
 
-#include <memory>
 #include <optional>
 #include <string>
 
@@ -12,8 +11,8 @@
 #include "cache/planner.h"
 #include "engine/engine.h"
 #include "engine/memory_budget.h"
-#include "model/checkpoint.h"
 #include "model/model.h"
+#include "test_support.h"
 
 namespace parity {
 namespace {
@@ -40,10 +39,7 @@ class ReportsDeviceMemory : public model::Model {
   model::DeviceMemory dm_;
 };
 
-const model::Model& hybrid() {
-  static const std::unique_ptr<model::Model> m = model::load_model(model::open_checkpoint("builtin:tiny-hybrid"));
-  return *m;
-}
+const model::Model& hybrid() { return test::cached_model("builtin:tiny-hybrid"); }
 
 TEST(MemoryBudget, AShareOfTheDeviceIsWhatIsFreeMinusTheRestOfTheTotal) {
   const ReportsDeviceMemory gpu(hybrid(), {3 * kGiB, 4 * kGiB});
