@@ -11,12 +11,14 @@
 #include <map>
 #include <random>
 
+#include "hybrid_ref64.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "test_support.h"
 
 using namespace parity;
+using namespace parity::test::ref64;
 namespace fs = std::filesystem;
 
 namespace {
@@ -24,56 +26,12 @@ namespace {
 constexpr int V = 40, H = 16, E = 4, K = 2, F = 6, S = 10, FM = 12, NQ = 4, NKV = 2, D = 4;
 constexpr double kScaling = 2.5, kEps = 1e-5;
 
-struct Weights {
-  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> t;
-  std::mt19937 rng{5};
-  const std::vector<float>& add(const std::string& n, std::vector<int64_t> shape, float sd, float mean = 0.0f) {
-    std::size_t c = 1;
-    for (auto x : shape) c *= static_cast<std::size_t>(x);
-    std::normal_distribution<float> nd(mean, sd);
-    std::vector<float> v(c);
-    for (auto& x : v) x = nd(rng);
-    return (t[n] = {std::move(shape), std::move(v)}).second;
-  }
-  const std::vector<float>& at(const std::string& n) const { return t.at(n).second; }
-};
-
-using Mat = std::vector<std::vector<double>>;  // [T][cols]
-
-Mat linear(const Mat& x, const std::vector<float>& w, int out, int in, std::size_t off = 0) {
-  Mat y(x.size(), std::vector<double>(static_cast<std::size_t>(out)));
-  for (std::size_t t = 0; t < x.size(); ++t)
-    for (int o = 0; o < out; ++o) {
-      double s = 0;
-      for (int i = 0; i < in; ++i) s += x[t][i] * w[off + std::size_t(o) * in + i];
-      y[t][o] = s;
-    }
-  return y;
-}
-
-Mat rmsnorm(const Mat& x, const std::vector<float>& w) {
-  Mat y = x;
-  for (auto& r : y) {
-    double ms = 0;
-    for (double v : r) ms += v * v;
-    ms /= static_cast<double>(r.size());
-    const double inv = 1.0 / std::sqrt(ms + kEps);
-    for (std::size_t i = 0; i < r.size(); ++i) r[i] = r[i] * inv * w[i];
-  }
-  return y;
-}
-
 Mat relu2_mlp(const Mat& x, const std::vector<float>& up, const std::vector<float>& down, int width,
               std::size_t up_off = 0, std::size_t down_off = 0) {
   Mat a = linear(x, up, width, H, up_off);
   for (auto& r : a)
     for (auto& v : r) v = v > 0 ? v * v : 0.0;
   return linear(a, down, H, width, down_off);
-}
-
-void add_to(Mat& h, const Mat& d) {
-  for (std::size_t t = 0; t < h.size(); ++t)
-    for (int i = 0; i < H; ++i) h[t][i] += d[t][i];
 }
 
 // The expected logits, in double, of the checkpoint below ("E-*").
@@ -84,7 +42,7 @@ Mat reference(const Weights& w, const std::vector<int32_t>& toks) {
     for (int i = 0; i < H; ++i) h[t][i] = w.at("model.embeddings.weight")[std::size_t(toks[t]) * H + i];
   {  // layer 0: MoE
     const std::string m = "model.layers.0.mixer.";
-    const Mat x = rmsnorm(h, w.at("model.layers.0.norm.weight"));
+    const Mat x = rmsnorm(h, w.at("model.layers.0.norm.weight"), kEps);
     const Mat r = linear(x, w.at(m + "gate.weight"), E, H);
     Mat out = relu2_mlp(x, w.at(m + "shared_experts.up_proj.weight"), w.at(m + "shared_experts.down_proj.weight"), S);
     for (std::size_t t = 0; t < T; ++t) {
@@ -109,35 +67,16 @@ Mat reference(const Weights& w, const std::vector<int32_t>& toks) {
     add_to(h, out);
   }
   {  // layer 1: ReLU² MLP
-    const Mat x = rmsnorm(h, w.at("model.layers.1.norm.weight"));
+    const Mat x = rmsnorm(h, w.at("model.layers.1.norm.weight"), kEps);
     add_to(h, relu2_mlp(x, w.at("model.layers.1.mixer.up_proj.weight"), w.at("model.layers.1.mixer.down_proj.weight"),
                         FM));
   }
-  {  // layer 2: causal GQA attention, no RoPE, scale 1/sqrt(D)
-    const std::string a = "model.layers.2.mixer.";
-    const Mat x = rmsnorm(h, w.at("model.layers.2.norm.weight"));
-    const Mat q = linear(x, w.at(a + "q_proj.weight"), NQ * D, H), k = linear(x, w.at(a + "k_proj.weight"), NKV * D, H),
-              v = linear(x, w.at(a + "v_proj.weight"), NKV * D, H);
-    Mat o(T, std::vector<double>(NQ * D));
-    for (std::size_t t = 0; t < T; ++t)
-      for (int hq = 0; hq < NQ; ++hq) {
-        const int kv = hq / (NQ / NKV);
-        std::vector<double> sc(t + 1);
-        double mx = -1e300;
-        for (std::size_t u = 0; u <= t; ++u) {
-          double d = 0;
-          for (int i = 0; i < D; ++i) d += q[t][hq * D + i] * k[u][kv * D + i];
-          sc[u] = d / std::sqrt(static_cast<double>(D));
-          mx = std::max(mx, sc[u]);
-        }
-        double z = 0;
-        for (auto& e : sc) z += (e = std::exp(e - mx));
-        for (std::size_t u = 0; u <= t; ++u)
-          for (int i = 0; i < D; ++i) o[t][hq * D + i] += sc[u] / z * v[u][kv * D + i];
-      }
-    add_to(h, linear(o, w.at(a + "o_proj.weight"), H, NQ * D));
+  {  // layer 2: causal GQA attention, no RoPE (rotary_dim 0), scale 1/sqrt(D)
+    AttnShape a;
+    a.hidden = H, a.heads = NQ, a.kv_heads = NKV, a.head_dim = D, a.rotary_dim = 0;
+    add_to(h, attention(rmsnorm(h, w.at("model.layers.2.norm.weight"), kEps), w, "model.layers.2.mixer.", a));
   }
-  return linear(rmsnorm(h, w.at("model.norm_f.weight")), w.at("lm_head.weight"), V, H);
+  return linear(rmsnorm(h, w.at("model.norm_f.weight"), kEps), w.at("lm_head.weight"), V, H);
 }
 
 Weights write_checkpoint(const fs::path& dir) {
@@ -163,9 +102,7 @@ Weights write_checkpoint(const fs::path& dir) {
   w.add(a + "o_proj.weight", {H, NQ * D}, 0.25f);
   w.add("model.norm_f.weight", {H}, 0.1f, 1.0f);
   w.add("lm_head.weight", {V, H}, in);
-  std::vector<io::TensorToWrite> out;
-  for (auto& [n, st] : w.t) out.push_back({n, DType::F32, st.first, st.second.data()});
-  io::write_safetensors((dir / "model.safetensors").string(), out, {{"format", "pt"}});
+  w.write(dir / "model.safetensors");
   test::write_text(dir / "config.json", R"({
     "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "vocab_size": 40, "hidden_size": 16,
     "layers_block_type": ["moe", "mlp", "full_attention"], "num_attention_heads": 4, "num_key_value_heads": 2,
