@@ -21,6 +21,7 @@
 #include "kernels/attention.h"
 #include "kernels/isa.h"
 #include "isa_test_support.h"
+#include "test_support.h"
 #include "kernels/trig.h"
 
 namespace parity::kernels {
@@ -29,13 +30,8 @@ namespace {
 using namespace test;
 
 
-bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
-
-size_t count_bit_mismatches(const float* a, const float* b, size_t n) {
-  size_t bad = 0;
-  for (size_t i = 0; i < n; ++i) bad += std::memcmp(a + i, b + i, sizeof(float)) != 0;
-  return bad;
-}
+using parity::test::count_bit_mismatches;
+using parity::test::same_bits;
 
 struct Shape {
   int heads, kv_heads, head_dim, block_size;

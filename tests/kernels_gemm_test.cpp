@@ -13,6 +13,7 @@
 #include "kernels/gemm.h"
 #include "kernels/isa.h"
 #include "isa_test_support.h"
+#include "test_support.h"
 
 namespace parity::kernels {
 namespace {
@@ -80,9 +81,7 @@ std::vector<float> random_floats(std::size_t n, uint32_t seed, float lo = -1.0f,
   return v;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using parity::test::same_bits;
 
 std::string where(Isa isa, DType dt, int m, int n, int k, bool bias) {
   return std::string(isa_name(isa)) + " " + dtype_name(dt) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +

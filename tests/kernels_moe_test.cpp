@@ -18,6 +18,7 @@
 #include "kernels/gemm.h"
 #include "kernels/isa.h"
 #include "isa_test_support.h"
+#include "test_support.h"
 #include "kernels/math.h"
 #include "kernels/moe.h"
 #include "kernels/moe_sigmoid.h"
@@ -28,7 +29,7 @@ namespace {
 using namespace test;
 
 
-bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+using parity::test::same_bits;
 
 struct Routed {
   std::vector<int> idx;

@@ -13,6 +13,7 @@
 #include "kernels/conv1d.h"
 #include "kernels/isa.h"
 #include "isa_test_support.h"
+#include "test_support.h"
 #include "kernels/math.h"
 #include "kernels/norm.h"
 
@@ -30,9 +31,7 @@ std::vector<float> random_floats(std::size_t n, uint32_t seed, float lo = -2.0f,
   return v;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using parity::test::same_bits;
 
 double silu64(double x) { return x / (1.0 + std::exp(-x)); }
 

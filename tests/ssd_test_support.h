@@ -10,6 +10,7 @@
 
 #include "kernels/math.h"
 #include "kernels/ssd.h"
+#include "test_support.h"
 
 namespace parity::kernels::test {
 
@@ -65,13 +66,9 @@ inline Problem make_problem(SsdShape shape, int n, uint32_t seed) {
   return pr;
 }
 
-inline size_t count_bit_mismatches(const float* a, const float* b, size_t n) {
-  size_t bad = 0;
-  for (size_t i = 0; i < n; ++i) bad += std::memcmp(a + i, b + i, sizeof(float)) != 0;
-  return bad;
-}
-
-inline bool same_bits(const float* a, const float* b, size_t n) { return n == 0 || std::memcmp(a, b, n * sizeof(float)) == 0; }
+// The bit comparisons every test uses (test_support.h), found under this namespace too.
+using parity::test::count_bit_mismatches;
+using parity::test::same_bits;
 
 // Sequential recurrence in float64: h = exp(dt A) h + dt x ⊗ B, y = h C + D x, token by token;
 // the state is also kept at every chunk end.

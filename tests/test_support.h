@@ -108,7 +108,20 @@ inline CliResult run_cli(const std::string& args) {
   return r;
 }
 
-inline bool same_bits(const float* a, const float* b, std::size_t n) { return std::memcmp(a, b, n * 4) == 0; }
+// Bit-for-bit equality of float arrays (memcmp: -0 differs from 0, a NaN equals its own bits).
+// n == 0 compares nothing, so empty vectors' null data() never reaches memcmp.
+inline bool same_bits(const float* a, const float* b, std::size_t n) {
+  return n == 0 || std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && same_bits(a.data(), b.data(), a.size());
+}
+// How many of n floats differ in their bits.
+inline std::size_t count_bit_mismatches(const float* a, const float* b, std::size_t n) {
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) bad += std::memcmp(a + i, b + i, sizeof(float)) != 0;
+  return bad;
+}
 
 // Prompt s[0, prompt_len), the rest of s teacher-forced, every logit row returned (prompt rows
 // included): a request whose rows line up one for one with single-shot scoring of s.
