@@ -107,6 +107,17 @@ TEST(CliEngineFlags, ABadConfigurationIsRefusedBeforeTheModelIsLookedFor) {
     EXPECT_EQ(r.status, 1) << args;
     EXPECT_NE(r.err.find(msg), std::string::npos) << args << ": " << r.err;
   }
+  // A share of a GPU's memory needs a model on a GPU; the flag is where --state-memory-mb is.
+  const auto gpu = test::run_cli("generate builtin:tiny --prompt 1,2 --max-tokens 2 --gpu-memory-utilization 0.9");
+  EXPECT_EQ(gpu.status, 1);
+  EXPECT_NE(gpu.err.find("error: --gpu-memory-utilization sizes the caches of a model on a GPU; builtin:tiny runs on "
+                         "cpu (use --state-memory-mb)"),
+            std::string::npos)
+      << gpu.err;
+  const auto both =
+      test::run_cli("serve builtin:tiny --port 0 --state-memory-mb 64 --gpu-memory-utilization 0.5");
+  EXPECT_EQ(both.status, 1);
+  EXPECT_NE(both.err.find("not both"), std::string::npos) << both.err;
   const auto r = test::run_cli("generate /nonexistent --prompt 1,2 --max-tokens 2 --exact-grid 16");
   EXPECT_NE(r.err.find("error: --exact-grid and --exact-stagger choose exact mode's grid: add --exact"),
             std::string::npos)

@@ -53,6 +53,13 @@ def test_bad_options(parity, kwargs, message):
         parity.LLM("builtin:tiny", **kwargs)
 
 
+def test_gpu_memory_share_needs_a_gpu(parity):
+    with pytest.raises(parity.Error, match=r"runs on cpu \(use --state-memory-mb\)"):
+        parity.LLM("builtin:tiny", gpu_memory_utilization=0.9).generate([1, 2], max_tokens=1)
+    with pytest.raises(parity.Error, match=r"must be in \(0, 1\]"):
+        parity.LLM("builtin:tiny", gpu_memory_utilization=1.5).generate([1, 2], max_tokens=1)
+
+
 def test_token_out_of_range(tiny_exact, parity):
     with pytest.raises(parity.Error, match=r"token id 512 .*outside the vocabulary \[0, 512\)"):
         tiny_exact.score([1, 512])

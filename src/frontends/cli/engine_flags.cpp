@@ -23,6 +23,10 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f, const EngineFlagSet& which)
     sub->add_option("--state-memory-mb", f.state_memory_mb,
                     "state + KV cache budget in MiB (default: one slot per sequence, KV for 4096 tokens each)")
         ->check(CLI::NonNegativeNumber);
+  if (which.state_memory)
+    sub->add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
+                    "with --device cuda: give the state + KV caches this share (0..1] of the GPU's memory, as vLLM "
+                    "(what is free after the weights minus the rest of the total); instead of --state-memory-mb");
   if (which.preempt)
     sub->add_option("--preempt-at-step", f.preempt_at_step,
                     "preempt every running request at this step (then recompute)")

@@ -34,6 +34,7 @@ engine::EngineConfig EngineOptions::config(const model::Model* draft) const {
   cfg.max_model_len = max_model_len;
   cfg.preempt_at_step = preempt_at_step;
   cfg.state_memory_budget = static_cast<std::size_t>(state_memory_mb * 1024.0 * 1024.0);
+  cfg.gpu_memory_utilization = gpu_memory_utilization;
   serving.apply(cfg, draft);
   return cfg;
 }

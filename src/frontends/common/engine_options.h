@@ -1,6 +1,6 @@
 #pragma once
 // The options of every frontend that runs the engine (the CLI's --max-num-batched-tokens,
-// --max-num-seqs, --max-model-len, --state-memory-mb, --preempt-at-step, --threads,
+// --max-num-seqs, --max-model-len, --state-memory-mb, --gpu-memory-utilization, --preempt-at-step, --threads,
 // --additional-config and --moe-routing, with the device, numerics and serving options; the Python
 // module's keyword arguments of the same names), and the one way they become a loaded model, an
 // engine configuration and an engine with its tensor replacement attached. A command that does not
@@ -31,6 +31,7 @@ struct EngineOptions {
   int max_num_seqs = 8;
   int64_t max_model_len = 1 << 20;
   double state_memory_mb = 0;  // 0: one slot per sequence (the engine's default plan)
+  double gpu_memory_utilization = 0;  // > 0: the caches get this share of a GPU (EngineConfig's)
   int64_t preempt_at_step = -1;
   int threads = 0;  // 0: leave the process's setting (all cores unless set before)
 

@@ -184,8 +184,9 @@ void bind_tokenizer(py::module_& m) {
 LlmOptions llm_options(bool exact, const py::object& additional_config, const std::optional<std::string>& cache_dtype,
                        const std::optional<int>& exact_grid, const std::string& exact_stagger,
                        const std::string& moe_routing, int max_num_seqs, int max_num_batched_tokens,
-                       int64_t max_model_len, double state_memory_mb, const std::optional<int>& threads,
-                       const std::string& device, const std::optional<std::string>& dtype) {
+                       int64_t max_model_len, double state_memory_mb, double gpu_memory_utilization,
+                       const std::optional<int>& threads, const std::string& device,
+                       const std::optional<std::string>& dtype) {
   LlmOptions o;
   o.device.device = device;
   o.device.dtype = dtype.value_or("");
@@ -199,6 +200,7 @@ LlmOptions llm_options(bool exact, const py::object& additional_config, const st
   o.max_num_batched_tokens = max_num_batched_tokens;
   o.max_model_len = max_model_len;
   o.state_memory_mb = state_memory_mb;
+  o.gpu_memory_utilization = gpu_memory_utilization;
   if (threads) {
     if (*threads < 1) throw Error("threads must be at least 1, got " + std::to_string(*threads));
     o.threads = *threads;
@@ -218,7 +220,8 @@ constexpr const char* kLlmDoc = R"doc(A model loaded for inference, with the eng
 
 LLM(model, exact=False, additional_config=None, *, mamba_ssm_cache_dtype=None, exact_grid=None,
     exact_stagger="auto", moe_routing="direct", max_num_seqs=8, max_num_batched_tokens=2048,
-    max_model_len=1048576, state_memory_mb=0.0, threads=None, device="cpu", dtype=None)
+    max_model_len=1048576, state_memory_mb=0.0, gpu_memory_utilization=0.0, threads=None, device="cpu",
+    dtype=None)
 
 model: a Hugging Face checkpoint folder (config.json + safetensors) or "builtin:NAME"
   (tiny, tiny-g2, mamba2-130m, tiny-hybrid, granite-h-bench, tiny-nemotron-h, tiny-bamba, tiny-falcon-h1).
@@ -228,8 +231,9 @@ exact: exact mode (the CLI's --exact): logits bit-identical under any schedule, 
 additional_config: a dict or JSON text, as --additional-config, e.g.
   {"tensor_replacement": {"tensors_path": "ref.safetensors"}} (docs/accuracy.md).
 moe_routing: "direct" or "fused" (the same bits either way; see --moe-routing).
-max_num_seqs, max_num_batched_tokens, max_model_len, state_memory_mb: the engine's scheduler and
-  cache limits, as the CLI's flags of the same names.
+max_num_seqs, max_num_batched_tokens, max_model_len, state_memory_mb, gpu_memory_utilization: the
+  engine's scheduler and cache limits, as the CLI's flags of the same names (gpu_memory_utilization: a
+  share of the GPU's memory for the caches, with device="cuda").
 threads: worker threads for this process (default: all cores).
 device: "cpu" or "cuda" (GPU 0; needs a CUDA build), dtype: with cuda, "bfloat16" GEMM inputs (default)
   or "float32", as the CLI's --device and --dtype.
@@ -252,11 +256,11 @@ PYBIND11_MODULE(_core, m) {
                        const std::optional<std::string>& cache_dtype, const std::optional<int>& exact_grid,
                        const std::string& exact_stagger, const std::string& moe_routing, int max_num_seqs,
                        int max_num_batched_tokens, int64_t max_model_len, double state_memory_mb,
-                       const std::optional<int>& threads, const std::string& device,
+                       double gpu_memory_utilization, const std::optional<int>& threads, const std::string& device,
                        const std::optional<std::string>& dtype) {
              LlmOptions o = llm_options(exact, additional_config, cache_dtype, exact_grid, exact_stagger, moe_routing,
-                                        max_num_seqs, max_num_batched_tokens, max_model_len, state_memory_mb, threads,
-                                        device, dtype);
+                                        max_num_seqs, max_num_batched_tokens, max_model_len, state_memory_mb,
+                                        gpu_memory_utilization, threads, device, dtype);
              py::gil_scoped_release unlocked;
              return std::make_unique<Llm>(model, std::move(o));
            }),
@@ -264,7 +268,8 @@ PYBIND11_MODULE(_core, m) {
            py::arg("mamba_ssm_cache_dtype") = py::none(), py::arg("exact_grid") = py::none(),
            py::arg("exact_stagger") = "auto", py::arg("moe_routing") = "direct", py::arg("max_num_seqs") = 8,
            py::arg("max_num_batched_tokens") = 2048, py::arg("max_model_len") = int64_t{1} << 20,
-           py::arg("state_memory_mb") = 0.0, py::arg("threads") = py::none(), py::arg("device") = "cpu",
+           py::arg("state_memory_mb") = 0.0, py::arg("gpu_memory_utilization") = 0.0, py::arg("threads") = py::none(),
+           py::arg("device") = "cpu",
            py::arg("dtype") = py::none())
       .def_property_readonly("vocab_size", [](const Llm& l) { return l.model().vocab_size(); },
                              "Number of rows of the output embedding (logits per position).")
