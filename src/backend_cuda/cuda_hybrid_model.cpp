@@ -146,7 +146,7 @@ std::unique_ptr<CudaHybridModel> CudaHybridModel::load(const model::Checkpoint& 
 
 int CudaHybridModel::default_exact_cell() const { return kCudaDefaultExactCell; }
 
-// The CPU model's points (model/granite_hybrid_model.cpp), in its order.
+// The CPU model's points for Granite (model/hybrid_model.cpp), in its order.
 std::vector<model::ProbePoint> CudaHybridModel::probe_points() const {
   const io::GraniteHybridConfig& c = cfg_;
   const int H = c.hidden_size;

@@ -1,5 +1,5 @@
 #pragma once
-// GraniteMoeHybridForCausalLM on the GPU: the network of model/granite_hybrid_model.cpp (Mamba2
+// GraniteMoeHybridForCausalLM on the GPU: the network of model/hybrid_model.cpp for Granite (Mamba2
 // and attention layers, each followed by the shared SwiGLU MLP plus the top-k MoE, µP
 // multipliers), weights uploaded once, every step run by src/kernels_cuda. The Mamba layers are
 // CudaMamba2Model's mixer (the same kernels and grid), attention is kernels_cuda/attention.h over
