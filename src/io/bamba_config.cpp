@@ -16,19 +16,9 @@ namespace parity::io {
 using namespace cfg;
 
 HybridSpec bamba_spec(const nlohmann::json& json) {
-  if (!json.is_object()) refuse("not a JSON object");
-  HybridSpec s;
-  s.architecture = "BambaForCausalLM";
-  s.vocab_size = positive("vocab_size", req_int(json, "vocab_size"));
-  const int H = s.hidden_size = positive("hidden_size", req_int(json, "hidden_size"));
-  const int L = positive("num_hidden_layers", req_int(json, "num_hidden_layers"));
-  s.rms_norm_eps = finite_or(json, "rms_norm_eps", 1e-5);
-  if (!(s.rms_norm_eps > 0.0)) refuse("rms_norm_eps must be positive");
-  s.embed = "model.embed_tokens.weight";
-  s.embed_probe = "model.embed_tokens";
-  s.final_norm = "model.final_layernorm.weight";
-  s.final_norm_probe = "model.final_layernorm";
-  s.lm_head = bool_or(json, "tie_word_embeddings", false) ? "" : "lm_head.weight";
+  int L = 0;
+  HybridSpec s = mamba_family_base(json, "BambaForCausalLM", L);
+  const int H = s.hidden_size;
   require_string(json, "hidden_act", {"silu", "swish"}, "silu");
   if (bool_or(json, "mlp_bias", false)) refuse("mlp_bias = true is not supported");
 

@@ -19,19 +19,9 @@ namespace parity::io {
 using namespace cfg;
 
 HybridSpec falcon_h1_spec(const nlohmann::json& json) {
-  if (!json.is_object()) refuse("not a JSON object");
-  HybridSpec s;
-  s.architecture = "FalconH1ForCausalLM";
-  s.vocab_size = positive("vocab_size", req_int(json, "vocab_size"));
-  const int H = s.hidden_size = positive("hidden_size", req_int(json, "hidden_size"));
-  const int L = positive("num_hidden_layers", req_int(json, "num_hidden_layers"));
-  s.rms_norm_eps = finite_or(json, "rms_norm_eps", 1e-5);
-  if (!(s.rms_norm_eps > 0.0)) refuse("rms_norm_eps must be positive");
-  s.embed = "model.embed_tokens.weight";
-  s.embed_probe = "model.embed_tokens";
-  s.final_norm = "model.final_layernorm.weight";
-  s.final_norm_probe = "model.final_layernorm";
-  s.lm_head = bool_or(json, "tie_word_embeddings", false) ? "" : "lm_head.weight";
+  int L = 0;
+  HybridSpec s = mamba_family_base(json, "FalconH1ForCausalLM", L);
+  const int H = s.hidden_size;
   s.embedding_multiplier = finite_or(json, "embedding_multiplier", 1.0);
   s.logits_multiplier = finite_or(json, "lm_head_multiplier", 1.0);
   require_string(json, "hidden_act", {"silu", "swish"}, "silu");

@@ -8,6 +8,23 @@ namespace parity::io {
 
 using namespace cfg;
 
+HybridSpec mamba_family_base(const nlohmann::json& json, const char* architecture, int& num_layers) {
+  if (!json.is_object()) refuse("not a JSON object");
+  HybridSpec s;
+  s.architecture = architecture;
+  s.vocab_size = positive("vocab_size", req_int(json, "vocab_size"));
+  s.hidden_size = positive("hidden_size", req_int(json, "hidden_size"));
+  num_layers = positive("num_hidden_layers", req_int(json, "num_hidden_layers"));
+  s.rms_norm_eps = finite_or(json, "rms_norm_eps", 1e-5);
+  if (!(s.rms_norm_eps > 0.0)) refuse("rms_norm_eps must be positive");
+  s.embed = "model.embed_tokens.weight";
+  s.embed_probe = "model.embed_tokens";
+  s.final_norm = "model.final_layernorm.weight";
+  s.final_norm_probe = "model.final_layernorm";
+  s.lm_head = bool_or(json, "tie_word_embeddings", false) ? "" : "lm_head.weight";
+  return s;
+}
+
 Mamba2Config mamba_family_mixer(const nlohmann::json& json, int hidden, int vocab, int inner, const char* width_key,
                                 double eps) {
   Mamba2Config m;

@@ -5,8 +5,13 @@
 #include <nlohmann/json.hpp>
 
 #include "io/hf_config.h"
+#include "io/hybrid_spec.h"
 
 namespace parity::io {
+
+// The fields both read alike: vocab_size, hidden_size, num_hidden_layers (into num_layers),
+// rms_norm_eps, tie_word_embeddings, and the model.* names of the embedding, final norm and head.
+HybridSpec mamba_family_base(const nlohmann::json& json, const char* architecture, int& num_layers);
 
 // width_key names the field the inner width came from (for errors).
 Mamba2Config mamba_family_mixer(const nlohmann::json& cfg, int hidden, int vocab, int inner, const char* width_key,
