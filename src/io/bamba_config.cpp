@@ -86,17 +86,7 @@ HybridSpec bamba_spec(const nlohmann::json& json) {
     }
     mix.blocks.push_back(b);
     layer.subs.push_back(mix);
-    SubLayer ffn;
-    ffn.norm = p + ".pre_ff_layernorm.weight";
-    Block f;
-    f.kind = BlockKind::Mlp;
-    f.probe = p + ".feed_forward";
-    f.mlp.act = Activation::SwiGLU;
-    f.mlp.width = F;
-    f.mlp.gate = f.probe + ".gate_proj.weight";
-    f.mlp.up = f.probe + ".up_proj.weight";
-    f.mlp.down = f.probe + ".down_proj.weight";
-    ffn.blocks.push_back(f);
+    SubLayer ffn = swiglu_feed_forward(p, F);
     layer.subs.push_back(ffn);
     s.layers.push_back(layer);
   }

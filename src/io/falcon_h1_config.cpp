@@ -89,19 +89,9 @@ HybridSpec falcon_h1_spec(const nlohmann::json& json) {
     a.attn.q_probe = a.attn.q, a.attn.k_probe = a.attn.k, a.attn.v_probe = a.attn.v;
     mix.blocks.push_back(a);
     layer.subs.push_back(mix);
-    SubLayer ffn;
-    ffn.norm = p + ".pre_ff_layernorm.weight";
-    Block f;
-    f.kind = BlockKind::Mlp;
-    f.probe = p + ".feed_forward";
-    f.mlp.act = Activation::SwiGLU;
-    f.mlp.width = F;
-    f.mlp.gate = f.probe + ".gate_proj.weight";
-    f.mlp.up = f.probe + ".up_proj.weight";
-    f.mlp.down = f.probe + ".down_proj.weight";
-    f.mlp.gate_multiplier = mlp_mult[0];
-    f.mlp.down_multiplier = mlp_mult[1];
-    ffn.blocks.push_back(f);
+    SubLayer ffn = swiglu_feed_forward(p, F);
+    ffn.blocks[0].mlp.gate_multiplier = mlp_mult[0];
+    ffn.blocks[0].mlp.down_multiplier = mlp_mult[1];
     layer.subs.push_back(ffn);
     s.layers.push_back(layer);
   }

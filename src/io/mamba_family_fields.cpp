@@ -25,6 +25,21 @@ HybridSpec mamba_family_base(const nlohmann::json& json, const char* architectur
   return s;
 }
 
+SubLayer swiglu_feed_forward(const std::string& layer, int width) {
+  SubLayer ffn;
+  ffn.norm = layer + ".pre_ff_layernorm.weight";
+  Block f;
+  f.kind = BlockKind::Mlp;
+  f.probe = layer + ".feed_forward";
+  f.mlp.act = Activation::SwiGLU;
+  f.mlp.width = width;
+  f.mlp.gate = f.probe + ".gate_proj.weight";
+  f.mlp.up = f.probe + ".up_proj.weight";
+  f.mlp.down = f.probe + ".down_proj.weight";
+  ffn.blocks.push_back(f);
+  return ffn;
+}
+
 Mamba2Config mamba_family_mixer(const nlohmann::json& json, int hidden, int vocab, int inner, const char* width_key,
                                 double eps) {
   Mamba2Config m;

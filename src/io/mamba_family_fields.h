@@ -13,6 +13,10 @@ namespace parity::io {
 // rms_norm_eps, tie_word_embeddings, and the model.* names of the embedding, final norm and head.
 HybridSpec mamba_family_base(const nlohmann::json& json, const char* architecture, int& num_layers);
 
+// The feed-forward sub-layer both put after the mixer: pre_ff_layernorm, then a SwiGLU MLP at
+// <layer>.feed_forward.{gate,up,down}_proj of the given width.
+SubLayer swiglu_feed_forward(const std::string& layer, int width);
+
 // width_key names the field the inner width came from (for errors).
 Mamba2Config mamba_family_mixer(const nlohmann::json& cfg, int hidden, int vocab, int inner, const char* width_key,
                                 double eps);
