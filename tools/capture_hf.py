@@ -485,6 +485,8 @@ def main():
                     raise RuntimeError(f"{m}: captured shape {tuple(t.shape)}, expected {(len(fed), cols[m])}")
                 tensors.append((f"p{i}/{m}", t.to(torch.float32)))
 
+    # outside the clean context: inside it, the hybrids' `.to(float32)` of a float64 tensor is a no-op
+    tensors = [(n, t.to(torch.float32) if t.is_floating_point() else t) for n, t in tensors]
     meta = {
         "layout": "flat",
         "modules": ",".join(modules),

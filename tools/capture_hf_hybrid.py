@@ -55,7 +55,8 @@ def _kind(layer, arch):
 def _mamba_points(b, mixer, H):
     conv = mixer.conv1d.in_channels
     pts = [(b + ".in_proj", mixer.in_proj.out_features), (b + ".conv1d", conv), (b + ".dt", mixer.num_heads)]
-    if getattr(mixer, "norm", None) is not None:
+    # FalconH1 builds its gated norm even when `mamba_rms_norm` is false, and then never calls it
+    if getattr(mixer, "norm", None) is not None and getattr(mixer, "mamba_rms_norm", True):
         pts.append((b + ".norm", mixer.out_proj.in_features))
     return pts + [(b, H)]
 

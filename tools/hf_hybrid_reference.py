@@ -349,20 +349,45 @@ class RouterTap:
 
 
 class RouterForce:
-    """Every router returns given logits [T, E] (its linear map does not run); the rest is HF's own."""
+    """Every router's logits [T, E] are the given ones; the rest (sigmoid, correction bias, grouped top-k,
+    scaling) is HF's own. A router whose forward returns only its logits (older transformers) is replaced
+    outright; one that also returns its top-k (transformers 5's DeepseekV3-style TopkRouter, which NemotronH
+    inherits) keeps its forward, and its one linear map over the expert weights answers with the forced logits."""
 
     def __init__(self, model, forced):
         self.patched = []
         for name, mod in model.named_modules():
             if name in forced:
-                f = forced[name]
-
-                def fwd(hidden_states, *a, _f=f, **k):
-                    return _f.to(torch.float64)
-                mod.forward = fwd
+                mod.forward = self._forced_forward(name, mod, forced[name])
                 self.patched.append(mod)
         if len(self.patched) != len(forced):
             raise RuntimeError(f"forced {sorted(forced)}, patched {len(self.patched)} routers")
+
+    @staticmethod
+    def _forced_forward(name, mod, f):
+        F = torch.nn.functional
+        orig_forward, orig_linear = type(mod).forward, F.linear
+        E = f.shape[-1]
+
+        def fwd(hidden_states, *a, **k):
+            used = []
+
+            def linear(x, w, b=None):
+                if w.dim() == 2 and w.shape[0] == E and not used:
+                    used.append(True)
+                    return f.to(x.dtype).reshape(*x.shape[:-1], E)
+                return orig_linear(x, w, b)
+            F.linear = linear
+            try:
+                out = orig_forward(mod, hidden_states, *a, **k)
+            finally:
+                F.linear = orig_linear
+            if torch.is_tensor(out):
+                return f.to(torch.float64)
+            if not used:
+                raise RuntimeError(f"{name}: the router's forward never called F.linear on its [{E}, H] weight")
+            return out
+        return fwd
 
     def close(self):
         for m in self.patched:
@@ -410,30 +435,76 @@ class DtypeAudit:
 def no_dt_floor(model, active):
     """NemotronH's HF mixer (Zamba2's torch path) clamps dt from below at time_step_min (0.001) in prefill and
     decode; the training code (mamba_ssm's kernels, which HF's own CUDA path calls with dt_limit =
-    time_step_limit) has no such floor. The reference follows the training code: time_step_min is set to 0 for
-    the run (restored after). The floored variant is reported as a comparison."""
+    time_step_limit) has no such floor. The reference follows the training code: while the context is open,
+    a clamp of the mixer's dt at time_step_min becomes a clamp at time_step_limit[0]. Transformers has spelled
+    the floor both as `self.time_step_min` and from the config, so the clamp itself is intercepted (inside the
+    mixers' forwards only) and the attribute is zeroed too; `floors_removed` counts what was intercepted, and
+    hybrid_main checks that removing the floor changes the logits where some dt lies below it."""
+    mixers = [m for _, m in model.named_modules() if "Mixer" in type(m).__name__ and hasattr(m, "dt_bias")]
+    if not active or not mixers:
+        yield None
+        return
+    floor = float(getattr(model.config, "time_step_min", 0.0) or 0.0)
+    lo = float((getattr(model.config, "time_step_limit", None) or (0.0,))[0])
+    state = {"inside": 0, "floors_removed": 0}
+
+    def unfloored(v):
+        if state["inside"] and isinstance(v, float) and floor > 0 and abs(v - floor) <= 1e-12 * floor:
+            state["floors_removed"] += 1
+            return lo
+        return v
+
+    t_clamp, m_clamp, m_clamp_min = torch.clamp, torch.Tensor.clamp, torch.Tensor.clamp_min
+
+    def clamp(x, min=None, max=None, *a, **k):
+        return t_clamp(x, unfloored(min), max, *a, **k)
+
+    def tensor_clamp(self, min=None, max=None, *a, **k):
+        return m_clamp(self, unfloored(min), max, *a, **k)
+
+    def tensor_clamp_min(self, min, *a, **k):
+        return m_clamp_min(self, unfloored(min), *a, **k)
+
     saved = []
-    if active:
-        for _, mod in model.named_modules():
-            if "Mixer" in type(mod).__name__ and hasattr(mod, "time_step_min"):
-                saved.append((mod, mod.time_step_min))
-                mod.time_step_min = 0.0
+    for mod in mixers:
+        orig = mod.forward
+
+        def fwd(*a, _orig=orig, **k):
+            state["inside"] += 1
+            try:
+                return _orig(*a, **k)
+            finally:
+                state["inside"] -= 1
+        saved.append((mod, mod.__dict__.get("forward"), getattr(mod, "time_step_min", None)))
+        mod.forward = fwd
+        if hasattr(mod, "time_step_min"):
+            mod.time_step_min = lo
+    torch.clamp, torch.Tensor.clamp, torch.Tensor.clamp_min = clamp, tensor_clamp, tensor_clamp_min
     try:
-        yield len(saved)
+        yield state
     finally:
-        for mod, v in saved:
-            mod.time_step_min = v
+        torch.clamp, torch.Tensor.clamp, torch.Tensor.clamp_min = t_clamp, m_clamp, m_clamp_min
+        for mod, own_forward, v in saved:
+            if own_forward is None:
+                del mod.forward
+            else:
+                mod.forward = own_forward
+            if v is not None:
+                mod.time_step_min = v
 
 
 def clean_forward(model, ids, p, config, audit=False, dt_floor=False):
     with hf_generic_clean_f64(model, gated_norm_groups=_n_groups(p), rope_theta=rope_theta_of(config)), \
-            no_dt_floor(model, p["family"] == "nemotron_h" and not dt_floor):
+            no_dt_floor(model, p["family"] == "nemotron_h" and not dt_floor) as floor:
         a = DtypeAudit(model) if audit else None
         try:
             logits = model(ids, use_cache=False).logits[0]
         finally:
             if a is not None:
                 a.close()
+        if floor is not None and floor["floors_removed"] == 0:
+            raise RuntimeError("NemotronH: no clamp of dt at time_step_min was intercepted, so the reference "
+                               "would keep HF's floor; see no_dt_floor")
     return logits, (sorted(a.leaks) if a is not None else None)
 
 
