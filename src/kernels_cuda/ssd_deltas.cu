@@ -26,7 +26,7 @@ __host__ __device__ inline Dims dims(const SsdShape& sh) {
 
 __host__ __device__ inline int header_floats(int cell) { return (3 * cell + 3) / 4 * 4; }
 
-__global__ void __launch_bounds__(kThreads) deltas_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld,
+__global__ void __launch_bounds__(kThreads, 3) deltas_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld,
                                                           const float* dt, const float* A, SsdState st, Scratch sc) {
   const int task = blockIdx.x, h = blockIdx.y;
   const CellTask t = cell_task(g, p, task, h, sh.H);
@@ -107,6 +107,7 @@ void launch_deltas(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, con
   const std::size_t smem = (static_cast<std::size_t>(header_floats(g.cell)) + kRows * static_cast<std::size_t>(d.Pp + d.Np)) * sizeof(float);
   cuda_check(cudaFuncSetAttribute(deltas_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
              "ssd deltas smem");
+  cuda_check(cudaFuncSetAttribute(deltas_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100), "ssd deltas carveout");
   const unsigned passes = static_cast<unsigned>((d.PT * d.NT + kThreads - 1) / kThreads);
   deltas_kernel<<<dim3(p.num_cell_tasks, sh.H, passes), kThreads, smem, s>>>(sh, g, p, xbc, ld, dt, A, st, sc);
   check_launch("ssd deltas");

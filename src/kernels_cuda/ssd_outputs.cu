@@ -13,10 +13,11 @@ namespace {
 
 using kernels::exp_f;
 
-// 256 threads; rows in tiles of 16, the intra-cell sum's source rows staged 32 at a time.
+// 256 threads (three blocks per SM); rows in tiles of 16, the intra-cell sum's source rows
+// staged 16 at a time.
 // Rows of S, C and B are padded by 4 floats: a warp's float4 reads of 8 consecutive rows then fall
 // in distinct banks.
-constexpr int kThreads = 256, kRows = 16, kSrc = 32, kPad = 4;
+constexpr int kThreads = 256, kRows = 16, kSrc = 16, kPad = 4;
 // Outputs per thread: kRows·P / kThreads, at most kOut (P ≤ 128).
 constexpr int kOut = 8;
 
@@ -38,7 +39,7 @@ __host__ __device__ inline Layout layout(const SsdShape& sh, int cell) {
   return l;
 }
 
-__global__ void __launch_bounds__(kThreads) outputs_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld,
+__global__ void __launch_bounds__(kThreads, 3) outputs_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld,
                                                            const float* dt, const float* A, const float* Dskip,
                                                            SsdState st, Scratch sc, float* y) {
   const int task = blockIdx.x, h = blockIdx.y;
@@ -93,7 +94,9 @@ __global__ void __launch_bounds__(kThreads) outputs_kernel(SsdShape sh, ScanGrid
       a[2] = fmaf(c.z, s.z, a[2]);
       a[3] = fmaf(c.w, s.w, a[3]);
     }
-    for (int q = 0; n < N; ++n, ++q) a[q] = fmaf(Crow[n], Srow[n], a[q]);
+    if (n < N) a[0] = fmaf(Crow[n], Srow[n], a[0]);
+    if (n + 1 < N) a[1] = fmaf(Crow[n + 1], Srow[n + 1], a[1]);
+    if (n + 2 < N) a[2] = fmaf(Crow[n + 2], Srow[n + 2], a[2]);
     inter[m] = (a[0] + a[1]) + (a[2] + a[3]);
   }
 
@@ -161,6 +164,7 @@ void launch_outputs(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, co
   const std::size_t smem = layout(sh, g.cell).total * sizeof(float);
   cuda_check(cudaFuncSetAttribute(outputs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
              "ssd outputs smem");
+  cuda_check(cudaFuncSetAttribute(outputs_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100), "ssd outputs carveout");
   const unsigned tiles = static_cast<unsigned>((g.cell + kRows - 1) / kRows);
   outputs_kernel<<<dim3(p.num_cell_tasks, sh.H, tiles), kThreads, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, sc, y);
   check_launch("ssd outputs");
