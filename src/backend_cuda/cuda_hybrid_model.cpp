@@ -276,7 +276,8 @@ void CudaHybridModel::forward(const model::ForwardBatch& b, cache::ModelCache& m
       sc.zx.resize(static_cast<std::size_t>(T) * proj);
       sc.xbc.resize(static_cast<std::size_t>(T) * conv);
       sc.dt.resize(static_cast<std::size_t>(T) * Hm);
-      sc.decay.resize(static_cast<std::size_t>(T) * Hm);
+      const cuda::SsdShape ssh{Hm, m2.head_dim, m2.state_size, m2.n_groups};
+      sc.ssd.resize(cuda::ssd_scratch_floats(ssh, ps));
       sc.y.resize(static_cast<std::size_t>(T) * I);
       sc.g.resize(static_cast<std::size_t>(T) * I);
       gemm(sc.normed.data(), T, H, L.in_proj, proj, L.in_proj_bias, sc.zx.data(), st);
@@ -291,8 +292,8 @@ void CudaHybridModel::forward(const model::ForwardBatch& b, cache::ModelCache& m
       }
       cuda::ssd_dt(sc.zx.data() + I + conv, proj, T, Hm, L.dt_bias.data(), static_cast<float>(m2.time_step_min_limit),
                    static_cast<float>(m2.time_step_max_limit), sc.dt.data(), st);
-      cuda::ssd_scan({Hm, m2.head_dim, m2.state_size, m2.n_groups}, grid, ps, sc.xbc.data(), conv, sc.dt.data(),
-                     L.A.data(), L.D.data(), ds.ssd(L.ordinal), sc.decay.data(), sc.y.data(), st);
+      cuda::ssd_scan(ssh, grid, ps, sc.xbc.data(), conv, sc.dt.data(), L.A.data(), L.D.data(), ds.ssd(L.ordinal),
+                     sc.ssd.data(), sc.ssd.size(), sc.y.data(), st);
       cuda::gated_rmsnorm(sc.y.data(), sc.zx.data(), proj, T, I, I / m2.n_groups, L.gate_norm.data(),
                           static_cast<float>(m2.layer_norm_epsilon), m2.norm_before_gate, sc.g.data(), st);
       probe(nm.norm, sc.g.data(), T, I, I);

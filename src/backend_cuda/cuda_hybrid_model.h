@@ -62,7 +62,7 @@ class CudaHybridModel : public model::Model {
     std::string layer, mixer, in_proj, conv1d, dt, norm, q, k, v, router, moe, shared;
   };
   struct Scratch {
-    cuda::DeviceBuffer<float> resid, normed, out, ffn, zx, xbc, dt, y, g, decay, q, k, v, attn, logits_r, gates, gu,
+    cuda::DeviceBuffer<float> resid, normed, out, ffn, zx, xbc, dt, y, g, ssd, q, k, v, attn, logits_r, gates, gu,
         act, head, logits, attn_scratch;
     cuda::DeviceBuffer<int32_t> ints, tables, work, idx;
     cuda::DeviceBuffer<int64_t> starts;

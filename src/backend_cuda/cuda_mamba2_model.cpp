@@ -128,7 +128,6 @@ void CudaMamba2Model::forward(const model::ForwardBatch& b, cache::ModelCache& m
   sc.zx.resize(static_cast<std::size_t>(T) * proj);
   sc.xbc.resize(static_cast<std::size_t>(T) * conv);
   sc.dt.resize(static_cast<std::size_t>(T) * H);
-  sc.decay.resize(static_cast<std::size_t>(T) * H);
   sc.y.resize(static_cast<std::size_t>(T) * I);
   sc.g.resize(static_cast<std::size_t>(T) * I);
 
@@ -157,6 +156,7 @@ void CudaMamba2Model::forward(const model::ForwardBatch& b, cache::ModelCache& m
   probe("backbone.embeddings", sc.resid.data(), T, D, D);
 
   const cuda::SsdShape sh{H, cfg_.head_dim, cfg_.state_size, cfg_.n_groups};
+  sc.ssd.resize(cuda::ssd_scratch_floats(sh, ps));
   const float lo = static_cast<float>(cfg_.time_step_min_limit), hi = static_cast<float>(cfg_.time_step_max_limit);
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const Layer& L = layers_[l];
@@ -173,8 +173,8 @@ void CudaMamba2Model::forward(const model::ForwardBatch& b, cache::ModelCache& m
       cuda::silu_inplace(sc.xbc.data(), static_cast<std::size_t>(T) * conv, st);
     }
     cuda::ssd_dt(sc.zx.data() + I + conv, proj, T, H, L.dt_bias.data(), lo, hi, sc.dt.data(), st);
-    cuda::ssd_scan(sh, grid, ps, sc.xbc.data(), conv, sc.dt.data(), L.A.data(), L.D.data(), ds.ssd(l), sc.decay.data(),
-                   sc.y.data(), st);
+    cuda::ssd_scan(sh, grid, ps, sc.xbc.data(), conv, sc.dt.data(), L.A.data(), L.D.data(), ds.ssd(l), sc.ssd.data(),
+                   sc.ssd.size(), sc.y.data(), st);
     cuda::gated_rmsnorm(sc.y.data(), sc.zx.data(), proj, T, I, I / cfg_.n_groups, L.gate_norm.data(), eps,
                         cfg_.norm_before_gate, sc.g.data(), st);
     probe(nm.norm, sc.g.data(), T, I, I);

@@ -43,7 +43,7 @@ class CudaMamba2Model : public model::Model {
   };
   // Scratch that grows to the largest pass and is reused (forward is const: the engine runs one pass at a time).
   struct Scratch {
-    cuda::DeviceBuffer<float> resid, normed, zx, xbc, dt, y, g, out, decay, head, logits;
+    cuda::DeviceBuffer<float> resid, normed, zx, xbc, dt, y, g, out, ssd, head, logits;
     cuda::DeviceBuffer<int32_t> ints;
     cuda::DeviceBuffer<int64_t> starts;
   };
