@@ -228,15 +228,28 @@ __global__ void __launch_bounds__(256) round_to_bf16_kernel(const float* __restr
   }
 }
 
+// cudaMalloc and cudaFuncSetAttribute are no stream operations, but a stream capture in this thread
+// (a CUDA graph being recorded) would refuse them as potentially unsafe; they are safe here.
+template <typename F>
+void outside_capture(F&& call, const char* what) {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cuda_check(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
+  const cudaError_t err = call();
+  cuda_check(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
+  cuda_check(err, what);
+}
+
 // The bf16 copy of A lives in a grow-only device buffer per (device, stream) — per host thread too
-// for the default and per-thread streams, whose handle names a different stream in each thread — so
-// passes on different streams never share it and passes on one stream are ordered by the stream.
-// A buffer that is outgrown is kept, not freed: freeing would need a synchronisation, and a CUDA
-// graph captured earlier still holds its address. Growth is geometric, so the kept buffers add up to
-// less than the largest one.
+// for the default and per-thread streams, whose handle may name a different stream in each thread.
+// Passes on different streams never share a buffer; passes on one stream are ordered by it, and the
+// lock, held while a pass enqueues its pre-pass and its GEMM, keeps two host threads that share a
+// stream from interleaving them. A buffer that is outgrown stays allocated: freeing it would need a
+// synchronisation, and a CUDA graph captured earlier may still hold its address. Growth is by at
+// least half, so the outgrown buffers add up to less than twice the largest.
 class ScratchPool {
  public:
-  bf16* get(cudaStream_t s, std::size_t elems) {
+  template <typename Enqueue>
+  void with(cudaStream_t s, std::size_t elems, Enqueue&& enqueue) {
     int device = 0;
     cuda_check(cudaGetDevice(&device), "cudaGetDevice");
     const bool thread_stream = s == nullptr || s == cudaStreamPerThread;
@@ -248,17 +261,12 @@ class ScratchPool {
     if (!entry) entry = &entries_.emplace_back(Entry{device, s, thread, nullptr, 0});
     if (entry->elems < elems) {
       const std::size_t grown = std::max(elems, entry->elems + entry->elems / 2);
-      // cudaMalloc is not a stream operation but counts as unsafe inside a stream capture; allow it.
-      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-      cuda_check(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
       void* p = nullptr;
-      const cudaError_t err = cudaMalloc(&p, grown * sizeof(bf16));
-      cuda_check(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
-      cuda_check(err, "cudaMalloc (GEMM bf16 scratch)");
-      entry->p = static_cast<bf16*>(p);
+      outside_capture([&] { return cudaMalloc(&p, grown * sizeof(bf16)); }, "cudaMalloc (GEMM bf16 scratch)");
+      entry->p = static_cast<bf16*>(p);  // the outgrown buffer stays allocated (see above)
       entry->elems = grown;
     }
-    return entry->p;
+    enqueue(entry->p);
   }
 
  private:
@@ -307,8 +315,8 @@ void launch(const Launch& l) {
   cuda_check(cudaGetDevice(&device), "cudaGetDevice");
   const std::uint64_t bit = std::uint64_t(1) << (device % 64);
   if (!(opted.load() & bit)) {
-    cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes),
-               "cudaFuncSetAttribute");
+    outside_capture([&] { return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes); },
+                    "cudaFuncSetAttribute");
     opted.fetch_or(bit);
   }
   const long tiles = long((l.M + BM - 1) / BM) * long((l.N + BN - 1) / BN);
@@ -353,12 +361,14 @@ int choose_tile(int M, int N) {
 void run_tile(int tile, const float* A, int M, int K, int lda, const void* W, int w_rows, int N, const float* bias,
               float* C, int ldc, cudaStream_t s) {
   if (M <= 0 || N <= 0) return;
-  bf16* a16 = scratch_pool().get(s, std::size_t(M) * K);
   const std::size_t chunks = std::size_t(M) * (K / 8);
   const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((chunks + 255) / 256, 64 * 1024));
-  round_to_bf16_kernel<<<blocks, 256, 0, s>>>(A, M, K, lda, a16);
   const bool pair_store = ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(C) % 8 == 0;
-  kTiles[tile].run(Launch{a16, M, K, static_cast<const bf16*>(W), w_rows, N, bias, C, ldc, pair_store, s});
+  scratch_pool().with(s, std::size_t(M) * K, [&](bf16* a16) {
+    round_to_bf16_kernel<<<blocks, 256, 0, s>>>(A, M, K, lda, a16);
+    kTiles[tile].run(Launch{a16, M, K, static_cast<const bf16*>(W), w_rows, N, bias, C, ldc, pair_store, s});
+  });
+  check_launch("gemm_bf16_mma");
 }
 
 }  // namespace
