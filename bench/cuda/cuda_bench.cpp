@@ -10,6 +10,7 @@
 #include "backend_cuda/backend.h"
 #include "common/dtype.h"
 #include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/pass_plan.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
@@ -191,6 +192,34 @@ void BM_CudaGemm(benchmark::State& state) {
   state.counters["TFLOPs"] = benchmark::Counter(2.0 * M * Nn * K * state.iterations() / 1e12, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_CudaGemm)->ArgsProduct({{1, 8, 64, 512, 4096}, {0, 1, 2}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// Each tile of the many-rows kernel forced on the same passes (arg0 M, arg1 shape, arg2 tile, 0 =
+// largest): the figures the tile choice in gemm_mma.cu is checked against. Pre-pass included.
+void BM_CudaGemmMmaTile(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int M = static_cast<int>(state.range(0)), tile = static_cast<int>(state.range(2));
+  const int shapes[3][2] = {{10576, 2560}, {2560, 5120}, {50288, 2560}};
+  const int Nn = shapes[state.range(1)][0], K = shapes[state.range(1)][1];
+  cuda::DeviceBuffer<float> a, c(std::size_t(M) * Nn);
+  a.upload(rnd(std::size_t(M) * K, 9, -1, 1));
+  std::vector<float> wf = rnd(std::size_t(Nn) * K, 10, -0.05f, 0.05f);
+  std::vector<uint16_t> w16(wf.size());
+  for (std::size_t i = 0; i < wf.size(); ++i) w16[i] = f32_to_bf16(wf[i]);
+  cuda::DeviceBuffer<uint16_t> w;
+  w.upload(w16);
+  cuda::gemm_bf16_mma_tile(tile, a.data(), M, K, K, w.data(), Nn, Nn, nullptr, c.data(), Nn, nullptr);
+  Timer t;
+  for (auto _ : state) {
+    t.start();
+    cuda::gemm_bf16_mma_tile(tile, a.data(), M, K, K, w.data(), Nn, Nn, nullptr, c.data(), Nn, nullptr);
+    state.SetIterationTime(t.stop_s());
+  }
+  state.counters["TFLOPs"] = benchmark::Counter(2.0 * M * Nn * K * state.iterations() / 1e12, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_CudaGemmMmaTile)
+    ->ArgsProduct({{64, 512, 4096}, {0, 1, 2}, {0, 1, 2, 3}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // Device-to-device copy: the bandwidth the weight-read floor is measured against.
 void BM_CudaCopy(benchmark::State& state) {
