@@ -170,18 +170,31 @@ BENCHMARK(BM_CudaDecodeSsm)
 
 // The batch-invariant GEMM at mamba2-2.7b's shapes: arg1 0 = in_proj (10576 × 2560), 1 = out_proj
 // (2560 × 5120), 2 = lm_head (50288 × 2560).
+// One GEMM pass at a model shape (arg1: 0 = in_proj, 1 = out_proj, 2 = lm_head), random inputs.
+struct GemmPass {
+  int M, Nn, K;
+  cuda::DeviceBuffer<float> a, c;
+  cuda::DeviceBuffer<uint16_t> w;
+  GemmPass(int m, int shape) : M(m) {
+    const int shapes[3][2] = {{10576, 2560}, {2560, 5120}, {50288, 2560}};
+    Nn = shapes[shape][0];
+    K = shapes[shape][1];
+    c.resize(std::size_t(M) * Nn);
+    a.upload(rnd(std::size_t(M) * K, 9, -1, 1));
+    std::vector<float> wf = rnd(std::size_t(Nn) * K, 10, -0.05f, 0.05f);
+    std::vector<uint16_t> w16(wf.size());
+    for (std::size_t i = 0; i < wf.size(); ++i) w16[i] = f32_to_bf16(wf[i]);
+    w.upload(w16);
+  }
+};
+
 void BM_CudaGemm(benchmark::State& state) {
   if (!have_gpu(state)) return;
-  const int M = static_cast<int>(state.range(0));
-  const int shapes[3][2] = {{10576, 2560}, {2560, 5120}, {50288, 2560}};
-  const int Nn = shapes[state.range(1)][0], K = shapes[state.range(1)][1];
-  cuda::DeviceBuffer<float> a, c(std::size_t(M) * Nn);
-  a.upload(rnd(std::size_t(M) * K, 9, -1, 1));
-  std::vector<float> wf = rnd(std::size_t(Nn) * K, 10, -0.05f, 0.05f);
-  std::vector<uint16_t> w16(wf.size());
-  for (std::size_t i = 0; i < wf.size(); ++i) w16[i] = f32_to_bf16(wf[i]);
-  cuda::DeviceBuffer<uint16_t> w;
-  w.upload(w16);
+  GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  const int M = g.M, Nn = g.Nn, K = g.K;
+  auto& a = g.a;
+  auto& c = g.c;
+  auto& w = g.w;
   cuda::gemm(a.data(), M, K, K, w.data(), cuda::WeightType::BF16, Nn, nullptr, c.data(), Nn, nullptr, Nn);
   Timer t;
   for (auto _ : state) {
@@ -197,16 +210,12 @@ BENCHMARK(BM_CudaGemm)->ArgsProduct({{1, 8, 64, 512, 4096}, {0, 1, 2}})->UseManu
 // largest): the figures the tile choice in gemm_mma.cu is checked against. Pre-pass included.
 void BM_CudaGemmMmaTile(benchmark::State& state) {
   if (!have_gpu(state)) return;
-  const int M = static_cast<int>(state.range(0)), tile = static_cast<int>(state.range(2));
-  const int shapes[3][2] = {{10576, 2560}, {2560, 5120}, {50288, 2560}};
-  const int Nn = shapes[state.range(1)][0], K = shapes[state.range(1)][1];
-  cuda::DeviceBuffer<float> a, c(std::size_t(M) * Nn);
-  a.upload(rnd(std::size_t(M) * K, 9, -1, 1));
-  std::vector<float> wf = rnd(std::size_t(Nn) * K, 10, -0.05f, 0.05f);
-  std::vector<uint16_t> w16(wf.size());
-  for (std::size_t i = 0; i < wf.size(); ++i) w16[i] = f32_to_bf16(wf[i]);
-  cuda::DeviceBuffer<uint16_t> w;
-  w.upload(w16);
+  const int tile = static_cast<int>(state.range(2));
+  GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  const int M = g.M, Nn = g.Nn, K = g.K;
+  auto& a = g.a;
+  auto& c = g.c;
+  auto& w = g.w;
   cuda::gemm_bf16_mma_tile(tile, a.data(), M, K, K, w.data(), Nn, Nn, nullptr, c.data(), Nn, nullptr);
   Timer t;
   for (auto _ : state) {

@@ -27,15 +27,7 @@ std::vector<float> read_logits(const std::string& path) {
   return std::vector<float>(p, p + t->numel());
 }
 
-double relative_error(const std::vector<float>& got, const std::vector<float>& ref) {
-  double n = 0, d = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double e = double(got[i]) - ref[i];
-    n += e * e;
-    d += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(n / d);
-}
+using test::relative_error;
 
 // All rows of one single-shot score, with HF's forced router logits injected when `inject`.
 std::vector<float> forced_rows(const model::Model& m, const std::vector<int32_t>& toks, const std::string& dir,
@@ -55,12 +47,12 @@ TEST(CudaForcedRouting, InjectedHfRouterLogitsReproduceHfOnTheGpuAsOnTheCpu) {
   const auto toks = io::read_tokens(dir + "/tokens.json");
   const std::vector<float> ref = read_logits(dir + "/forced_reference_logits.safetensors");
   const auto cpu = model::load_model(model::open_checkpoint(dir));
-  const double cpu_err = relative_error(forced_rows(*cpu, toks, dir, true), ref);
+  const double cpu_err = relative_error(forced_rows(*cpu, toks, dir, true), ref.data());
   backend_cuda::CudaModelOptions o;
   o.fp32 = true;  // the accuracy path: fp32 GEMM, so the comparison measures the routing, not bf16 inputs
   const auto gpu = backend_cuda::load_model(model::open_checkpoint(dir), o);
-  const double gpu_err = relative_error(forced_rows(*gpu, toks, dir, true), ref);
-  const double natural = relative_error(forced_rows(*gpu, toks, dir, false), ref);
+  const double gpu_err = relative_error(forced_rows(*gpu, toks, dir, true), ref.data());
+  const double natural = relative_error(forced_rows(*gpu, toks, dir, false), ref.data());
   std::fprintf(stderr, "[ measured ] forced routing vs HF: cuda fp32 %.3g, cpu %.3g, cuda without injection %.3g\n",
                gpu_err, cpu_err, natural);
   EXPECT_LE(gpu_err, std::max(10 * cpu_err, 1e-5));

@@ -22,15 +22,7 @@ std::unique_ptr<model::Model> gpu_hybrid(const std::string& spec, bool fp32) {
   return backend_cuda::load_model(model::open_checkpoint(spec), o);
 }
 
-double relative_error(const std::vector<float>& got, const float* ref) {
-  double n = 0, d = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double e = double(got[i]) - ref[i];
-    n += e * e;
-    d += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(n / d);
-}
+using test::relative_error;
 
 double argmax_agreement(const std::vector<float>& got, const float* ref, int V) {
   const std::size_t rows = got.size() / std::size_t(V);

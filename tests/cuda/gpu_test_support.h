@@ -1,6 +1,7 @@
 #pragma once
 // GPU tests run only where a CUDA device is visible; elsewhere (CI compiles them but has no GPU)
 // every one of them reports itself as not run, never as passed.
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -44,6 +45,17 @@ inline std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> o(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) o[i] = f32_to_bf16(v[i]);
   return o;
+}
+
+// ‖got − ref‖ / ‖ref‖ over all elements (Frobenius), in double.
+inline double relative_error(const std::vector<float>& got, const float* ref) {
+  double n = 0, d = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double e = double(got[i]) - ref[i];
+    n += e * e;
+    d += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(n / d);
 }
 
 inline bool same_bits(const float* a, const float* b, std::size_t n) {
