@@ -13,6 +13,9 @@ namespace parity::frontends {
 struct DeviceOptions {
   std::string device = "cpu";
   std::string dtype;  // empty: bfloat16 on cuda; float32 is the GPU's accuracy path
+  // cuda: launch every pass kernel by kernel, no CUDA graphs (vLLM's enforce_eager). The bits are
+  // the same either way; the CPU has no graphs and ignores it.
+  bool enforce_eager = false;
 
   // Loads MODEL (checkpoint folder or builtin:NAME) on the chosen device; parity::Error names
   // what is wrong (no CUDA build, no GPU, an architecture the GPU does not run, --dtype on cpu).
