@@ -275,6 +275,8 @@ TEST_P(AccuracyHfCapture, ParityMatchesHuggingFace) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, AccuracyHfCapture, ::testing::Values("mamba2_g1", "granite_hybrid"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, AccuracyHfCapture,
+                         ::testing::Values("mamba2_g1", "granite_hybrid", "nemotron_h", "nemotron_h_moe", "bamba", "falcon_h1",
+                                           "falcon_h1_norm"));
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "model/model_options.h"
+#include "model/tensor_parallel_model.h"
 
 namespace parity::test {
 
@@ -38,16 +40,19 @@ inline std::filesystem::path scratch_dir(const std::string& name) {
 // The model of `spec` ("builtin:NAME", an absolute folder path, or a fixture folder under tests/data
 // by name), loaded once per process and options: loading a model costs more than most tests. A
 // model is const, so tests sharing one cannot disturb each other.
-inline const model::Model& cached_model(const std::string& spec, const model::ModelOptions& options = {}) {
+// tensor_parallel_size > 1: the model split over that many CPU ranks (model/tensor_parallel_model.h).
+inline const model::Model& cached_model(const std::string& spec, const model::ModelOptions& options = {},
+                                        int tensor_parallel_size = 1) {
   static_assert(sizeof(model::ModelOptions) == sizeof(model::MoeRoutingPattern),
                 "a new model option must join the cache key below");
   static std::mutex mutex;  // a test may load from several threads
-  static std::map<std::pair<std::string, model::MoeRoutingPattern>, std::unique_ptr<model::Model>> cache;
+  static std::map<std::tuple<std::string, model::MoeRoutingPattern, int>, std::unique_ptr<model::Model>> cache;
   std::lock_guard<std::mutex> lock(mutex);
-  auto& m = cache[{spec, options.moe_routing}];
+  auto& m = cache[{spec, options.moe_routing, tensor_parallel_size}];
   if (!m) {
     const bool as_is = spec.rfind("builtin:", 0) == 0 || spec.rfind('/', 0) == 0;
-    m = model::load_model(model::open_checkpoint(as_is ? spec : std::string(PARITY_TEST_DATA) + "/" + spec), options);
+    m = model::load_model(model::open_checkpoint(as_is ? spec : std::string(PARITY_TEST_DATA) + "/" + spec),
+                          tensor_parallel_size, options);
   }
   return *m;
 }

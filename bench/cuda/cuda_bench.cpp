@@ -12,6 +12,7 @@
 #include "backend_cuda/decode_graphs.h"
 #include "common/dtype.h"
 #include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/pass_plan.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
@@ -54,7 +55,7 @@ struct ScanBench {
   cuda::ScanGrid g;
   bool bf16;
   int seqs, rows;
-  cuda::DeviceBuffer<float> xbc, dt, y, decay, A, D, s32, rx, rdt, rb;
+  cuda::DeviceBuffer<float> xbc, dt, y, scratch, A, D, s32, rx, rdt, rb;
   cuda::DeviceBuffer<uint16_t> s16;
   cuda::DeviceBuffer<int32_t> ints;
   cuda::DeviceBuffer<int64_t> starts;
@@ -63,7 +64,6 @@ struct ScanBench {
     xbc.upload(rnd(T * LD, 1, -1, 1));
     dt.upload(rnd(T * H, 2, 0.001f, 0.1f));
     y.resize(T * I);
-    decay.resize(T * H);
     A.upload(rnd(H, 3, -8, -1));
     D.upload(rnd(H, 4, 0, 1));
     const std::size_t S = std::size_t(nseq) * H * P * N;
@@ -85,6 +85,7 @@ struct ScanBench {
     for (int s = 0; s < seqs; ++s) spans.push_back({s, start, rows});
     const cuda::PassPlan plan(spans, g);
     ps = plan.upload(ints, starts);
+    scratch.resize(std::max<std::size_t>(1, cuda::ssd_scratch_floats({H, P, N, GR}, ps)));
   }
   void pass(int64_t start) {
     prepare(start);
@@ -97,8 +98,8 @@ struct ScanBench {
     st.ring_x = rx.data();
     st.ring_dt = rdt.data();
     st.ring_B = rb.data();
-    cuda::ssd_scan({H, P, N, GR}, g, ps, xbc.data(), LD, dt.data(), A.data(), D.data(), st, decay.data(), y.data(),
-                   nullptr);
+    cuda::ssd_scan({H, P, N, GR}, g, ps, xbc.data(), LD, dt.data(), A.data(), D.data(), st, scratch.data(), scratch.size(),
+                   y.data(), nullptr);
   }
 };
 
@@ -108,12 +109,15 @@ bool have_gpu(benchmark::State& state) {
   return false;
 }
 
-// SSD prefill of batch × 2048 tokens. arg1: 0 = plain (64-row cells from the call's start),
-// else the exact grid's cell (staggered).
+// SSD prefill of batch × 2048 tokens, one call per sequence from position 0, fp32 state.
+// arg1: the cell; arg2: 1 = exact (cells anchored at 0, staggered), 0 = plain (cells from the
+// call's start, vLLM's chunked scan at chunk 256). vLLM's mamba_chunk_scan_combined on an H200:
+// 51 µs (1×2048), 278 µs (8×2048), 1.26 ms (32×2048).
 void BM_CudaSsdPrefill(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
-  const cuda::ScanGrid g{cell != 0, cell != 0 ? cell : cuda::kMaxCell, cell != 0};
+  const bool exact = state.range(2) != 0;
+  const cuda::ScanGrid g{exact, cell, exact};
   ScanBench b(g, false, batch, 2048);
   b.pass(0);
   Timer t;
@@ -124,7 +128,11 @@ void BM_CudaSsdPrefill(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * batch * 2048);
 }
-BENCHMARK(BM_CudaSsdPrefill)->ArgsProduct({{1, 8, 32}, {0, 8, 16, 32, 64}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaSsdPrefill)
+    ->ArgsProduct({{1, 8, 32}, {8, 16, 32, 64, 128, 256}, {1}})
+    ->ArgsProduct({{1, 8, 32}, {64, 256}, {0}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // One decode step's SSM part for `batch` sequences. arg1: 0 plain SSU, else exact cell; arg2: 1 = bf16
 // state. Steps walk through consecutive positions, so every position of the cell is in the mean;
@@ -186,6 +194,34 @@ void BM_CudaGemm(benchmark::State& state) {
   state.counters["TFLOPs"] = benchmark::Counter(2.0 * M * Nn * K * state.iterations() / 1e12, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_CudaGemm)->ArgsProduct({{1, 8, 64, 512, 4096}, {0, 1, 2}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// Each tile of the many-rows kernel forced on the same passes (arg0 M, arg1 shape, arg2 tile, 0 =
+// largest): the figures the tile choice in gemm_mma.cu is checked against. Pre-pass included.
+void BM_CudaGemmMmaTile(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int M = static_cast<int>(state.range(0)), tile = static_cast<int>(state.range(2));
+  const int shapes[3][2] = {{10576, 2560}, {2560, 5120}, {50288, 2560}};
+  const int Nn = shapes[state.range(1)][0], K = shapes[state.range(1)][1];
+  cuda::DeviceBuffer<float> a, c(std::size_t(M) * Nn);
+  a.upload(rnd(std::size_t(M) * K, 9, -1, 1));
+  std::vector<float> wf = rnd(std::size_t(Nn) * K, 10, -0.05f, 0.05f);
+  std::vector<uint16_t> w16(wf.size());
+  for (std::size_t i = 0; i < wf.size(); ++i) w16[i] = f32_to_bf16(wf[i]);
+  cuda::DeviceBuffer<uint16_t> w;
+  w.upload(w16);
+  cuda::gemm_bf16_mma_tile(tile, a.data(), M, K, K, w.data(), Nn, Nn, nullptr, c.data(), Nn, nullptr);
+  Timer t;
+  for (auto _ : state) {
+    t.start();
+    cuda::gemm_bf16_mma_tile(tile, a.data(), M, K, K, w.data(), Nn, Nn, nullptr, c.data(), Nn, nullptr);
+    state.SetIterationTime(t.stop_s());
+  }
+  state.counters["TFLOPs"] = benchmark::Counter(2.0 * M * Nn * K * state.iterations() / 1e12, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_CudaGemmMmaTile)
+    ->ArgsProduct({{64, 512, 4096}, {0, 1, 2}, {0, 1, 2, 3}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // Device-to-device copy: the bandwidth the weight-read floor is measured against.
 void BM_CudaCopy(benchmark::State& state) {

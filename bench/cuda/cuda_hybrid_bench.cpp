@@ -165,14 +165,15 @@ void BM_CudaMoe(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaMoe)->Arg(1)->Arg(64)->Arg(512)->Arg(4096)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
-// End to end on builtin:granite-h-bench (loaded once, bf16 GEMM inputs): arg0 batch, arg1 0 =
-// plain, 1 = exact, arg2 1 = CUDA graphs (default), 0 = eager. A decode step of `batch` sequences
-// after a 512-token prefill each; wall time of Model::forward (its logits copy synchronises),
-// launch overhead included; the first decode step (the capture) is not timed.
-model::Model& hybrid_model() {
-  static std::unique_ptr<model::Model> m =
-      backend_cuda::load_model(model::open_checkpoint("builtin:granite-h-bench"));
-  return *m;
+// End to end on a built-in hybrid (loaded once per process, bf16 GEMM inputs): granite-h-bench (16 layers,
+// hidden 768) and granite-h-tiny (Granite 4.0 H Tiny's shape: 7B parameters, 1B active). Wall time of
+// Model::forward (its logits copy synchronises), launch overhead included.
+const char* const kHybridModels[] = {"granite-h-bench", "granite-h-tiny"};
+
+model::Model& hybrid_model(int which) {
+  static std::unique_ptr<model::Model> m[2];
+  if (!m[which]) m[which] = backend_cuda::load_model(model::open_checkpoint(std::string("builtin:") + kHybridModels[which]));
+  return *m[which];
 }
 
 cache::ModelCache hybrid_cache(const model::Model& m, bool exact, int slots, int64_t tokens) {
@@ -187,12 +188,16 @@ cache::ModelCache hybrid_cache(const model::Model& m, bool exact, int slots, int
   return cache::ModelCache(m.cache_spec(), o);
 }
 
+// arg0 batch, arg1 0 = plain / 1 = exact, arg2 the model (kHybridModels), arg3 1 = CUDA graphs (the
+// default), 0 = eager (--enforce-eager). A decode step of `batch` sequences after a 512-token prefill
+// each; the first decode step (the graph's capture) is not timed.
 void BM_CudaHybridDecode(benchmark::State& state) {
   if (!gpu_or_skip(state)) return;
-  model::Model& m = hybrid_model();
+  model::Model& m = hybrid_model(static_cast<int>(state.range(2)));
+  state.SetLabel(kHybridModels[state.range(2)]);
+  backend_cuda::set_enforce_eager(m, state.range(3) == 0);
   const int batch = static_cast<int>(state.range(0)), prompt = 512;
   const bool exact = state.range(1) != 0;
-  backend_cuda::set_enforce_eager(m, state.range(2) == 0);
   const int64_t steps = 1024;  // >= the iterations below: the reserved KV blocks suffice
   cache::ModelCache mc = hybrid_cache(m, exact, batch, prompt + steps);
   model::ForwardBatch b;
@@ -226,9 +231,43 @@ void BM_CudaHybridDecode(benchmark::State& state) {
   backend_cuda::set_enforce_eager(m, false);
 }
 BENCHMARK(BM_CudaHybridDecode)
-    ->ArgsProduct({{1, 64}, {0, 1}, {0, 1}})
-    ->ArgNames({"batch", "exact", "graphs"})
-    ->Iterations(500)
+    ->ArgsProduct({{1, 64}, {0, 1}, {0}, {0, 1}})
+    ->ArgsProduct({{1, 64, 256}, {0, 1}, {1}, {0, 1}})
+    ->ArgNames({"batch", "exact", "model", "graphs"})
+    ->Iterations(200)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// Prefill: arg0 sequences of arg1 tokens each in one pass, arg2 0 = plain / 1 = exact, on granite-h-tiny.
+// Fresh slots every iteration (the state restarts), tokens/s counted.
+void BM_CudaHybridPrefill(benchmark::State& state) {
+  if (!gpu_or_skip(state)) return;
+  const model::Model& m = hybrid_model(1);
+  const int seqs = static_cast<int>(state.range(0)), len = static_cast<int>(state.range(1));
+  const bool exact = state.range(2) != 0;
+  const model::ScanMode mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
+  std::vector<float> logits(std::size_t(seqs) * m.vocab_size());
+  for (auto _ : state) {
+    state.PauseTiming();
+    cache::ModelCache mc = hybrid_cache(m, exact, seqs, len);
+    model::ForwardBatch b;
+    for (int s = 0; s < seqs; ++s) {
+      const int slot = mc.allocate();
+      mc.reserve(slot, len);
+      for (int i = 0; i < len; ++i) b.tokens.push_back((s * 31 + i * 7) % m.vocab_size());
+      b.seqs.push_back({slot, 0, len});
+      b.logit_rows.push_back(s * len + len - 1);
+    }
+    state.ResumeTiming();
+    const auto t0 = std::chrono::steady_clock::now();
+    m.forward(b, mc, mode, logits.data());
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  state.SetItemsProcessed(state.iterations() * int64_t(seqs) * len);  // tokens
+}
+BENCHMARK(BM_CudaHybridPrefill)
+    ->ArgsProduct({{1, 8}, {2048}, {0, 1}})
+    ->Iterations(3)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -199,7 +199,6 @@ void CudaHybridModel::reserve(Scratch& sc, int T, int head_rows) const {
     sc.zx.resize(t * m2.in_proj_dim());
     sc.xbc.resize(t * m2.conv_dim());
     sc.dt.resize(t * m2.num_heads);
-    sc.decay.resize(t * m2.num_heads);
     sc.y.resize(t * m2.intermediate_size);
     sc.g.resize(t * m2.intermediate_size);
   }
@@ -276,6 +275,7 @@ void CudaHybridModel::forward_eager(const model::ForwardBatch& b, cache::ModelCa
   const DeviceProbe probe(hooks, b, st);
   const bool probe_head = probe.wants("model.norm") || probe.wants("lm_head");
   reserve(sc, T, probe_head ? T : R);
+  if (spec_.num_mamba_layers > 0) sc.ssd.resize(cuda::ssd_scratch_floats(mamba_shape(), ps));
   if (probe_head) sc.out.resize(static_cast<std::size_t>(R) * V);  // before any launch: no buffer moves mid-pass
   enqueue_layers(sc, ps, di + plan.tokens_offset(), T, ds, grid, ap, probe, st);
   const float* out = sc.logits.data();
@@ -301,16 +301,18 @@ void CudaHybridModel::forward_graph(const model::ForwardBatch& b, cache::ModelCa
   Run& run = *run_;
   Scratch& sc = run.graph;
   const cudaStream_t st = run.stream.get();
-  if (!run.graph_sized) {
-    // Every buffer at its largest once, so no capture allocates and no graph's address goes stale.
-    reserve(sc, kMaxGraphBatch, kMaxGraphBatch);
-    sc.ints.resize(16 * static_cast<std::size_t>(kMaxGraphBatch));
-    sc.starts.resize(kMaxGraphBatch);
-    run.graph_sized = true;
-  }
   const PaddedDecode pd = pad_decode(b, bucket, ds.scratch_slot());
   const cuda::PassPlan plan(pd.spans, grid, pd.tokens);
+  if (bucket > run.graph_rows) {
+    // The graph buffers grow to the largest bucket seen (not to 256 at once: the SSD scratch holds a
+    // state per sequence and head); the graphs captured on the old buffers are then dropped.
+    reserve(sc, bucket, bucket);
+    sc.ints.resize(16 * static_cast<std::size_t>(bucket));
+    sc.starts.resize(static_cast<std::size_t>(bucket));
+    run.graph_rows = bucket;
+  }
   const cuda::PassSeqs ps = plan.upload(sc.ints, sc.starts, sc.h_ints, sc.h_starts, st);
+  if (spec_.num_mamba_layers > 0) sc.ssd.resize(cuda::ssd_scratch_floats(mamba_shape(), ps));
   const int32_t* tokens = sc.ints.data() + plan.tokens_offset();
 
   // Block tables of a fixed row length (the next power of two that holds every sequence's blocks,
@@ -330,7 +332,7 @@ void CudaHybridModel::forward_graph(const model::ForwardBatch& b, cache::ModelCa
     ap.tables = {cuda::upload_async(tab, sc.h_tables, sc.tables, st), stride};
   }
 
-  const GraphEpoch epoch{ds.id, sc.ints.data(), sc.starts.data(), sc.tables.data()};
+  const GraphEpoch epoch{ds.id, run.graph_rows, {sc.ints.data(), sc.starts.data(), sc.ssd.data(), sc.tables.data()}};
   const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, ap.tables.stride};
   const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
     const DeviceProbe none(nullptr, b, st);
@@ -378,8 +380,8 @@ void CudaHybridModel::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
       }
       cuda::ssd_dt(sc.zx.data() + I + conv, proj, T, Hm, L.dt_bias.data(), static_cast<float>(m2.time_step_min_limit),
                    static_cast<float>(m2.time_step_max_limit), sc.dt.data(), st);
-      cuda::ssd_scan({Hm, m2.head_dim, m2.state_size, m2.n_groups}, grid, ps, sc.xbc.data(), conv, sc.dt.data(),
-                     L.A.data(), L.D.data(), ds.ssd(L.ordinal), sc.decay.data(), sc.y.data(), st);
+      cuda::ssd_scan(mamba_shape(), grid, ps, sc.xbc.data(), conv, sc.dt.data(), L.A.data(), L.D.data(),
+                     ds.ssd(L.ordinal), sc.ssd.data(), sc.ssd.size(), sc.y.data(), st);
       cuda::gated_rmsnorm(sc.y.data(), sc.zx.data(), proj, T, I, I / m2.n_groups, L.gate_norm.data(),
                           static_cast<float>(m2.layer_norm_epsilon), m2.norm_before_gate, sc.g.data(), st);
       probe(nm.norm, sc.g.data(), T, I, I);

@@ -72,10 +72,10 @@ class CudaHybridModel : public model::Model {
     std::string layer, mixer, in_proj, conv1d, dt, norm, q, k, v, router, moe, shared;
   };
   // Activations and the pass's metadata (device buffers and their pinned staging), reused across
-  // passes. The eager set grows to the largest pass; the graph set is sized once for
-  // kMaxGraphBatch rows and moves only when the block tables outgrow it (graphs are then dropped).
+  // passes. The eager set grows to the largest pass; the graph set grows only to a larger bucket or
+  // longer block tables, and then every graph is dropped (they froze its addresses).
   struct Scratch {
-    cuda::DeviceBuffer<float> resid, normed, out, ffn, zx, xbc, dt, y, g, decay, q, k, v, attn, logits_r, gates, gu,
+    cuda::DeviceBuffer<float> resid, normed, out, ffn, zx, xbc, dt, y, g, ssd, q, k, v, attn, logits_r, gates, gu,
         act, head, logits, attn_scratch;
     cuda::DeviceBuffer<int32_t> ints, tables, work, idx;
     cuda::DeviceBuffer<int64_t> starts;
@@ -87,7 +87,7 @@ class CudaHybridModel : public model::Model {
   struct Run {
     cuda::Stream stream;
     Scratch eager, graph;
-    bool graph_sized = false;
+    int graph_rows = 0;  // the bucket the graph set is sized for
     DecodeGraphs graphs;
   };
   // Attention's view of a pass, shared by every attention layer.
@@ -99,6 +99,10 @@ class CudaHybridModel : public model::Model {
 
   void gemm(const float* A, int M, int K, const Weight& w, int N, const cuda::DeviceBuffer<float>& bias, float* C,
             cudaStream_t s) const;
+  cuda::SsdShape mamba_shape() const {
+    return {mamba_cfg_.num_heads, mamba_cfg_.head_dim, mamba_cfg_.state_size, mamba_cfg_.n_groups};
+  }
+  // Every activation of a T-row pass (the SSD scratch depends on the pass's cell tasks: sized apart).
   void reserve(Scratch& sc, int T, int head_rows) const;
   // Embedding and every layer over the pass's T rows, into sc.resid.
   void enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, const int32_t* tokens, int T, DeviceState& ds,

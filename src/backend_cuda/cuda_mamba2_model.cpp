@@ -111,7 +111,6 @@ void CudaMamba2Model::reserve(Scratch& sc, int T, int head_rows) const {
   sc.zx.resize(t * cfg_.in_proj_dim());
   sc.xbc.resize(t * cfg_.conv_dim());
   sc.dt.resize(t * H);
-  sc.decay.resize(t * H);
   sc.y.resize(t * I);
   sc.g.resize(t * I);
   sc.head.resize(static_cast<std::size_t>(head_rows) * D);
@@ -150,6 +149,7 @@ void CudaMamba2Model::forward_eager(const model::ForwardBatch& b, DeviceState& d
   const DeviceProbe probe(hooks, b, st);
   const bool probe_head = probe.wants("backbone.norm_f") || probe.wants("lm_head");
   reserve(sc, T, probe_head ? T : R);
+  sc.ssd.resize(cuda::ssd_scratch_floats(shape(), ps));
   if (probe_head) sc.out.resize(static_cast<std::size_t>(R) * V);  // before any launch: no buffer moves mid-pass
   enqueue_layers(sc, ps, di + plan.tokens_offset(), T, ds, grid, probe, st);
   const float* out = sc.logits.data();
@@ -175,18 +175,20 @@ void CudaMamba2Model::forward_graph(const model::ForwardBatch& b, DeviceState& d
   Run& run = *run_;
   Scratch& sc = run.graph;
   const cudaStream_t st = run.stream.get();
-  if (!run.graph_sized) {
-    // Every buffer at its largest once, so no capture allocates and no graph's address goes stale.
-    reserve(sc, kMaxGraphBatch, kMaxGraphBatch);
-    sc.ints.resize(16 * static_cast<std::size_t>(kMaxGraphBatch));
-    sc.starts.resize(kMaxGraphBatch);
-    run.graph_sized = true;
-  }
   const PaddedDecode pd = pad_decode(b, bucket, ds.scratch_slot());
   const cuda::PassPlan plan(pd.spans, grid, pd.tokens);
+  if (bucket > run.graph_rows) {
+    // The graph buffers grow to the largest bucket seen (not to 256 at once: the SSD scratch holds a
+    // state per sequence and head); the graphs captured on the old buffers are then dropped.
+    reserve(sc, bucket, bucket);
+    sc.ints.resize(16 * static_cast<std::size_t>(bucket));
+    sc.starts.resize(static_cast<std::size_t>(bucket));
+    run.graph_rows = bucket;
+  }
   const cuda::PassSeqs ps = plan.upload(sc.ints, sc.starts, sc.h_ints, sc.h_starts, st);
+  sc.ssd.resize(cuda::ssd_scratch_floats(shape(), ps));
   const int32_t* tokens = sc.ints.data() + plan.tokens_offset();
-  const GraphEpoch epoch{ds.id, sc.ints.data(), sc.starts.data(), nullptr};
+  const GraphEpoch epoch{ds.id, run.graph_rows, {sc.ints.data(), sc.starts.data(), sc.ssd.data()}};
   const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, 0};
   const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
     const DeviceProbe none(nullptr, b, st);
@@ -211,7 +213,7 @@ void CudaMamba2Model::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
   else cuda::embed_bf16(embed_bf16_.data(), tokens, T, D, sc.resid.data(), st);
   probe("backbone.embeddings", sc.resid.data(), T, D, D);
 
-  const cuda::SsdShape sh{H, cfg_.head_dim, cfg_.state_size, cfg_.n_groups};
+  const cuda::SsdShape sh = shape();
   const float lo = static_cast<float>(cfg_.time_step_min_limit), hi = static_cast<float>(cfg_.time_step_max_limit);
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const Layer& L = layers_[l];
@@ -228,8 +230,8 @@ void CudaMamba2Model::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
       cuda::silu_inplace(sc.xbc.data(), static_cast<std::size_t>(T) * conv, st);
     }
     cuda::ssd_dt(sc.zx.data() + I + conv, proj, T, H, L.dt_bias.data(), lo, hi, sc.dt.data(), st);
-    cuda::ssd_scan(sh, grid, ps, sc.xbc.data(), conv, sc.dt.data(), L.A.data(), L.D.data(), ds.ssd(l), sc.decay.data(),
-                   sc.y.data(), st);
+    cuda::ssd_scan(sh, grid, ps, sc.xbc.data(), conv, sc.dt.data(), L.A.data(), L.D.data(), ds.ssd(l), sc.ssd.data(),
+                   sc.ssd.size(), sc.y.data(), st);
     cuda::gated_rmsnorm(sc.y.data(), sc.zx.data(), proj, T, I, I / cfg_.n_groups, L.gate_norm.data(), eps,
                         cfg_.norm_before_gate, sc.g.data(), st);
     probe(nm.norm, sc.g.data(), T, I, I);

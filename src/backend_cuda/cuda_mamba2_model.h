@@ -51,10 +51,10 @@ class CudaMamba2Model : public model::Model {
     cuda::DeviceBuffer<float> in_proj_bias, out_proj_bias, conv_w, conv_b, dt_bias, A, D, gate_norm, norm;
   };
   // Activations and the pass's metadata (device buffers and their pinned staging), reused across
-  // passes. The eager set grows to the largest pass; the graph set is sized once for
-  // kMaxGraphBatch rows and never moves (the graphs froze its addresses).
+  // passes. The eager set grows to the largest pass; the graph set grows only to a larger bucket,
+  // and then every graph is dropped (they froze its addresses).
   struct Scratch {
-    cuda::DeviceBuffer<float> resid, normed, zx, xbc, dt, y, g, out, decay, head, logits;
+    cuda::DeviceBuffer<float> resid, normed, zx, xbc, dt, y, g, out, ssd, head, logits;
     cuda::DeviceBuffer<int32_t> ints;
     cuda::DeviceBuffer<int64_t> starts;
     cuda::PinnedBuffer<int32_t> h_ints;
@@ -64,10 +64,12 @@ class CudaMamba2Model : public model::Model {
   struct Run {
     cuda::Stream stream;
     Scratch eager, graph;
-    bool graph_sized = false;
+    int graph_rows = 0;  // the bucket the graph set is sized for
     DecodeGraphs graphs;
   };
 
+  cuda::SsdShape shape() const { return {cfg_.num_heads, cfg_.head_dim, cfg_.state_size, cfg_.n_groups}; }
+  // Every activation of a T-row pass (the SSD scratch depends on the pass's cell tasks: sized apart).
   void reserve(Scratch& sc, int T, int head_rows) const;
   // Embedding and every layer over the pass's T rows, into sc.resid.
   void enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, const int32_t* tokens, int T, DeviceState& ds,

@@ -11,6 +11,7 @@
 // per-sequence conv and scan, per-row attention, per-token MoE), so adding padding rows changes
 // no real row; the padding rows read and write only the scratch slot and scratch KV block
 // (device_state.h), which no sequence uses, and their logits are never copied out.
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -33,8 +34,8 @@ inline constexpr int kMaxGraphBatch = 256;
 int graph_bucket(int batch);
 
 // Every sequence has one row at a position > 0: plain mode runs SSU for all of them, exact mode
-// two cell tasks each, and no slot starts from zero, so the pass's launch shapes are a function
-// of its batch size alone. (A first token at position 0 is a one-token prefill: eager.)
+// one SSD cell task each (the cell holding the row, wherever it sits), and no slot starts from
+// zero, so the pass's launch shapes are a function of its batch size alone. (A first token at position 0 is a one-token prefill: eager.)
 bool is_pure_decode(const model::ForwardBatch& b);
 
 // Whether hooks want any of the points: a probe copies to the host mid-pass, which a graph cannot.
@@ -55,7 +56,7 @@ struct GraphKey {
   bool exact = false;
   int cell = 0;
   bool stagger = false;
-  int cell_tasks = 0;  // the SSD cells kernel's grid (2 per sequence in exact mode today)
+  int cell_tasks = 0;  // the SSD kernels' grid (one task per sequence in exact mode today)
   int kv_stride = 0;   // hybrids: the block tables' row length
   bool operator<(const GraphKey& o) const {
     return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride) <
@@ -63,13 +64,13 @@ struct GraphKey {
   }
 };
 
-// The addresses every graph of a model froze besides its weights and fixed scratch: the cache's
-// device state and the input buffers. When one changes, every graph is dropped and recaptured.
+// What every graph of a model froze besides its weights: the cache's device state, the size of
+// the graph buffers, and the addresses of those that can move (inputs, SSD scratch, block tables).
+// When any changes, every graph is dropped and recaptured.
 struct GraphEpoch {
   uint64_t state_id = 0;
-  const void* ints = nullptr;
-  const void* starts = nullptr;
-  const void* tables = nullptr;
+  int rows = 0;
+  std::array<const void*, 4> buffers{};
   bool operator==(const GraphEpoch&) const = default;
 };
 

@@ -12,15 +12,17 @@ std::size_t kv_bytes_per_token(int num_attention_layers, int num_kv_heads, int h
   return 2 * std::size_t(num_attention_layers) * std::size_t(num_kv_heads) * std::size_t(head_dim) * sizeof(float);
 }
 
-KvCache::KvCache(int num_layers, const kernels::KvLayout& layout, int num_blocks, int num_slots, bool store_values)
-    : layers_(num_layers), layout_(layout), num_blocks_(num_blocks) {
+KvCache::KvCache(int num_layers, const kernels::KvLayout& layout, int num_blocks, int num_slots, bool store_values,
+                 int ranks)
+    : layers_(num_layers), ranks_(ranks), layout_(layout), num_blocks_(num_blocks) {
   if (layout.block_size <= 0 || layout.block_size % kernels::kAttnKeyBlock != 0)
     throw Error("KV cache block size must be a positive multiple of " + std::to_string(kernels::kAttnKeyBlock) +
                 ", not " + std::to_string(layout.block_size));
-  if (num_layers < 1 || num_blocks < 1 || num_slots < 1 || layout.num_kv_heads < 1 || layout.head_dim < 1)
-    throw Error("KV cache needs at least one layer, block, slot, kv head and head dimension");
+  if (num_layers < 1 || num_blocks < 1 || num_slots < 1 || layout.num_kv_heads < 1 || layout.head_dim < 1 ||
+      ranks < 1)
+    throw Error("KV cache needs at least one layer, block, slot, kv head, head dimension and rank");
   layer_floats_ = static_cast<std::size_t>(layout.block_floats()) * static_cast<std::size_t>(num_blocks);
-  const std::size_t n = store_values ? layer_floats_ * static_cast<std::size_t>(num_layers) : 0;
+  const std::size_t n = store_values ? layer_floats_ * static_cast<std::size_t>(num_layers) * std::size_t(ranks) : 0;
   k_.resize(n);
   v_.resize(n);
   // Zeroed so that every run starts from the same bytes; the kernel never reads a slot before
@@ -72,8 +74,9 @@ void KvCache::clear_positions(int slot, int64_t from, int64_t to) {
   if (from >= to || k_.size() == 0) return;
   const int n = static_cast<int>(to - from);
   const std::vector<float> zeros(static_cast<std::size_t>(n) * layout_.num_kv_heads * layout_.head_dim, 0.0f);
-  for (int l = 0; l < layers_; ++l)
-    kernels::kv_write(layout_, k(l), v(l), block_table(slot), from, n, zeros.data(), zeros.data());
+  for (int r = 0; r < ranks_; ++r)
+    for (int l = 0; l < layers_; ++l)
+      kernels::kv_write(layout_, k(l, r), v(l, r), block_table(slot), from, n, zeros.data(), zeros.data());
 }
 
 void KvCache::share(int slot, const std::vector<int>& blocks) {
@@ -108,7 +111,7 @@ int64_t KvCache::capacity(int slot) const {
 }
 
 std::size_t KvCache::bytes_per_token() const {
-  return kv_bytes_per_token(layers_, layout_.num_kv_heads, layout_.head_dim);
+  return kv_bytes_per_token(layers_, layout_.num_kv_heads * ranks_, layout_.head_dim);
 }
 
 }  // namespace parity::cache

@@ -4,6 +4,9 @@
 // slot that grows as the sequence does. A physical block id means the same block in every
 // attention layer, so one table serves them all.
 //
+// Under tensor parallelism each rank keeps the K and V of its KV heads (layout: one rank's heads),
+// addressed through the one set of block tables.
+//
 // Blocks are reference-counted so that the prefix cache can share them: a full block below a
 // cached prefix length is never written again (a pass writes only its own positions), so several
 // sequences and the prefix cache may hold it; it returns to the free list when the last holder
@@ -20,8 +23,10 @@ class KvCache {
  public:
   // layout.block_size must be a positive multiple of kernels::kAttnKeyBlock. store_values = false:
   // blocks and tables only (a model that keeps K and V in device memory uses them to address its
-  // own arrays); k() and v() are then null.
-  KvCache(int num_layers, const kernels::KvLayout& layout, int num_blocks, int num_slots, bool store_values = true);
+  // own arrays); k() and v() are then null. ranks: tensor-parallel ranks, each with its own K and V
+  // of layout's shape.
+  KvCache(int num_layers, const kernels::KvLayout& layout, int num_blocks, int num_slots, bool store_values = true,
+          int ranks = 1);
 
   const kernels::KvLayout& layout() const { return layout_; }
   int num_layers() const { return layers_; }
@@ -50,14 +55,16 @@ class KvCache {
   int64_t capacity(int slot) const;  // tokens the slot's blocks hold
   const int* block_table(int slot) const { return tables_[static_cast<std::size_t>(slot)].data(); }
 
-  float* k(int layer) { return k_.size() ? k_.data() + static_cast<std::size_t>(layer) * layer_floats_ : nullptr; }
-  float* v(int layer) { return v_.size() ? v_.data() + static_cast<std::size_t>(layer) * layer_floats_ : nullptr; }
+  float* k(int layer, int rank = 0) { return k_.size() ? k_.data() + value_offset(layer, rank) : nullptr; }
+  float* v(int layer, int rank = 0) { return v_.size() ? v_.data() + value_offset(layer, rank) : nullptr; }
+  int ranks() const { return ranks_; }
 
-  // K and V of one token in every attention layer.
+  // K and V of one token in every attention layer (every rank).
   std::size_t bytes_per_token() const;
 
  private:
   int layers_;
+  int ranks_;
   kernels::KvLayout layout_;
   int num_blocks_;
   std::size_t layer_floats_;
@@ -65,6 +72,11 @@ class KvCache {
   std::vector<int> free_;  // a stack: the most recently freed block is reused first
   std::vector<int> refs_;  // holders per block (0: on the free list)
   std::vector<std::vector<int>> tables_;
+
+  std::size_t value_offset(int layer, int rank) const {
+    return (static_cast<std::size_t>(rank) * static_cast<std::size_t>(layers_) + static_cast<std::size_t>(layer)) *
+           layer_floats_;
+  }
 };
 
 std::size_t kv_bytes_per_token(int num_attention_layers, int num_kv_heads, int head_dim);

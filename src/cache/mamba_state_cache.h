@@ -50,9 +50,13 @@ struct MambaSlotImage {
   std::vector<int> heads;         // heads whose SSM state is held
   std::vector<float> ssm_f32;     // [layer][heads.size()][P·N] (fp32 caches)
   std::vector<uint16_t> ssm_bf16; // same layout (bf16 caches)
+  // Tensor parallelism: ranks 1, 2, … hold their own heads' state (this image's fields are rank 0's).
+  std::vector<MambaSlotImage> ranks;
   std::size_t bytes() const {
-    return (conv.size() + ring.size() + ssm_f32.size()) * sizeof(float) + ssm_bf16.size() * sizeof(uint16_t) +
-           heads.size() * sizeof(int);
+    std::size_t b = (conv.size() + ring.size() + ssm_f32.size()) * sizeof(float) +
+                    ssm_bf16.size() * sizeof(uint16_t) + heads.size() * sizeof(int);
+    for (const MambaSlotImage& r : ranks) b += r.bytes();
+    return b;
   }
 };
 

@@ -24,6 +24,12 @@ struct ModelCacheSpec {
   // The model keeps its Mamba state in its own (device) memory: the cache then holds only slots,
   // positions and KV blocks, and backend_state() carries the device buffers.
   bool state_on_device = false;
+  // Tensor-parallel ranks (docs/tensor-parallel.md). Each keeps the state of its 1/tp of every Mamba
+  // mixer's heads (cache/rank_shape.h) and the K/V of its 1/tp of the KV heads; slots, positions and
+  // block tables are one set for all of them. The fields above describe the whole model: the bytes
+  // of all ranks together are the bytes of one rank holding everything, so the planner needs no
+  // change.
+  int tensor_parallel = 1;
 };
 
 struct ModelCacheOptions {
@@ -62,8 +68,11 @@ class ModelCache {
   void save_for_call(int slot, int64_t from, int64_t to, MambaSlotImage& img) const;
   void load_state(int slot, const MambaSlotImage& img);
 
-  MambaStateCache* mamba() { return mamba_.get(); }  // null without Mamba layers or with state_on_device
-  const MambaStateCache* mamba() const { return mamba_.get(); }
+  // null without Mamba layers or with state_on_device; `rank`: a tensor-parallel rank's part
+  MambaStateCache* mamba(int rank = 0) { return mamba_.empty() ? nullptr : mamba_[std::size_t(rank)].get(); }
+  const MambaStateCache* mamba(int rank = 0) const {
+    return mamba_.empty() ? nullptr : mamba_[std::size_t(rank)].get();
+  }
   // A backend's per-cache state (the CUDA backend's device buffers), freed with the cache.
   std::shared_ptr<void>& backend_state() { return backend_state_; }
   KvCache* kv() { return kv_.get(); }                // null without attention layers
@@ -73,7 +82,7 @@ class ModelCache {
   ModelCacheSpec spec_;
   ModelCacheOptions opt_;
   std::shared_ptr<void> backend_state_;
-  std::unique_ptr<MambaStateCache> mamba_;
+  std::vector<std::unique_ptr<MambaStateCache>> mamba_;  // one per tensor-parallel rank
   std::unique_ptr<KvCache> kv_;
   std::vector<uint8_t> used_;
   std::vector<int64_t> pos_;

@@ -23,8 +23,16 @@ struct ExactGrid {
   int cell = kDefaultExactCell;  // G, a power of two
   bool stagger = true;
   int nheads = 1;
+  // A tensor-parallel rank holds heads [first_head, first_head + nheads) of a mixer of model_heads
+  // heads (0: the whole mixer). Its heads keep the offsets they have in the whole model, so every
+  // TP degree computes on the same grid.
+  int first_head = 0;
+  int model_heads = 0;
 
-  int offset(int head) const { return stagger ? static_cast<int>(int64_t(head) * cell / nheads) % cell : 0; }
+  int offset(int head) const {
+    const int64_t all = model_heads > 0 ? model_heads : nheads;
+    return stagger ? static_cast<int>(int64_t(first_head + head) * cell / all) % cell : 0;
+  }
   // Start of the cell of `head` holding absolute position pos.
   int64_t cell_start(int head, int64_t pos) const {
     const int o = offset(head);

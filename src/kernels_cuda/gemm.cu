@@ -77,6 +77,9 @@ __global__ void __launch_bounds__(kThreads) gemm_bf16_kernel(const float* A, int
 // M = 1..4096).
 constexpr int kSkinnyWarps = 4, kSkinnyStep = 256, kSkinnyPad = 16;
 constexpr int kSkinnyLoads = 16 * kSkinnyStep / 8 / 32;  // uint4 (8 bf16) per lane per slice
+// Grouped passes whose largest group may exceed this take the 64×64 tiles: each 16-row tile re-streams its
+// expert's weights, which stops paying once groups are large.
+constexpr int kSkinnyMaxRows = 64;
 
 __device__ void skinny_load(const __nv_bfloat16* wp, int K, int k0, int step, int lane, uint4 (&r)[kSkinnyLoads]) {
   const int per_row = step / 8;  // uint4 per strip row in this slice
@@ -86,15 +89,16 @@ __device__ void skinny_load(const __nv_bfloat16* wp, int K, int k0, int step, in
   }
 }
 
-__global__ void __launch_bounds__(kSkinnyWarps * 32) gemm_bf16_skinny_kernel(const float* A, int M, int K, int lda,
-                                                                           const __nv_bfloat16* W, int N,
-                                                                           const float* bias, float* C, int ldc) {
+// Rows [0, M ≤ 16) of A against the kSkinnyWarps strips of W from strip (block · kSkinnyWarps); the plain
+// and the grouped few-rows kernels below run exactly this.
+__device__ __forceinline__ void gemm_bf16_skinny_tile(const float* A, int M, int K, int lda, const __nv_bfloat16* W,
+                                                      int N, const float* bias, float* C, int ldc, int block) {
   using namespace nvcuda;
   __shared__ __align__(32) __nv_bfloat16 As[16][kSkinnyStep + kSkinnyPad];
   __shared__ __align__(32) __nv_bfloat16 Ws[kSkinnyWarps][16][kSkinnyStep + kSkinnyPad];
   __shared__ __align__(32) float Cs[kSkinnyWarps][16][16 + 4];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n0 = (blockIdx.x * kSkinnyWarps + warp) * 16;
+  const int n0 = (block * kSkinnyWarps + warp) * 16;
   const bool active = n0 < N;  // the whole warp: weights are padded to whole 16-row strips
   const __nv_bfloat16* wp = W + static_cast<std::size_t>(active ? n0 : 0) * K;
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
@@ -134,6 +138,26 @@ __global__ void __launch_bounds__(kSkinnyWarps * 32) gemm_bf16_skinny_kernel(con
     const int r = e / 16, c = e % 16, gn = n0 + c;
     if (r < M && gn < N) C[static_cast<std::size_t>(r) * ldc + gn] = bias ? Cs[warp][r][c] + bias[gn] : Cs[warp][r][c];
   }
+}
+
+__global__ void __launch_bounds__(kSkinnyWarps * 32) gemm_bf16_skinny_kernel(const float* A, int M, int K, int lda,
+                                                                           const __nv_bfloat16* W, int N,
+                                                                           const float* bias, float* C, int ldc) {
+  gemm_bf16_skinny_tile(A, M, K, lda, W, N, bias, C, ldc, blockIdx.x);
+}
+
+// The MoE's experts at decode sizes: group y's rows in 16-row tiles (grid.z), each tile as gemm() computes
+// at most 16 rows. Without it every active expert streamed its weights through 64×64 WMMA tiles holding one
+// or two rows (300 µs for one token over 64 experts, top-6, on an H200).
+__global__ void __launch_bounds__(kSkinnyWarps * 32) gemm_grouped_skinny_kernel(const float* A, int lda,
+                                                                              const int32_t* offsets, int K,
+                                                                              const __nv_bfloat16* W,
+                                                                              int64_t w_stride, int N, float* C,
+                                                                              int ldc) {
+  const int z = blockIdx.y, r0 = offsets[z], m0 = blockIdx.z * 16, rows = offsets[z + 1] - r0 - m0;
+  if (rows <= 0) return;  // the whole block: its group has no rows here
+  gemm_bf16_skinny_tile(A + static_cast<std::size_t>(r0 + m0) * lda, rows < 16 ? rows : 16, K, lda, W + z * w_stride,
+                        N, nullptr, C + static_cast<std::size_t>(r0 + m0) * ldc, ldc, blockIdx.x);
 }
 
 // The fp32 path for accuracy work: each thread owns a 4×4 block of outputs, one fmaf chain per
@@ -188,6 +212,15 @@ __global__ void __launch_bounds__(kT) gemm_grouped_kernel(const float* A, int ld
 void gemm_grouped(const float* A, int lda, const int32_t* offsets, int groups, int max_rows, int K, const void* W,
                   WeightType wt, int64_t w_stride, int N, float* C, int ldc, cudaStream_t s) {
   if (groups <= 0 || max_rows <= 0 || N <= 0) return;
+  // Decode-sized groups: every expert's weights hold whole 16-row strips when N is a multiple of 16.
+  if (wt == WeightType::BF16 && max_rows <= kSkinnyMaxRows && K % kBK == 0 && N % 16 == 0) {
+    const dim3 g(static_cast<unsigned>((N / 16 + kSkinnyWarps - 1) / kSkinnyWarps), static_cast<unsigned>(groups),
+                 static_cast<unsigned>((max_rows + 15) / 16));
+    gemm_grouped_skinny_kernel<<<g, kSkinnyWarps * 32, 0, s>>>(A, lda, offsets, K, static_cast<const __nv_bfloat16*>(W),
+                                                             w_stride, N, C, ldc);
+    check_launch("gemm_grouped");
+    return;
+  }
   const dim3 grid((N + kBN - 1) / kBN, (max_rows + kBM - 1) / kBM, groups);
   if (wt == WeightType::BF16)
     gemm_grouped_kernel<__nv_bfloat16, kThreads><<<grid, kThreads, 0, s>>>(

@@ -6,11 +6,19 @@
 
 namespace parity::cuda {
 
-// Whether gemm_bf16_mma can take these operands: K in whole 32-deep stages, A rows readable as
+// Whether gemm_bf16_mma can take these operands: K in whole 32-deep steps, A rows readable as
 // 16-byte vectors, W 16-byte aligned.
 bool gemm_mma_fits(const float* A, int K, int lda, const void* W);
 // C[M][N] = A · Wᵀ (+ bias) with W bf16 [w_rows][K]; rows of W up to w_rows (>= N) may be read.
+// A is first rounded to bf16 into a scratch buffer the module keeps per device and stream (grown,
+// never freed); the tile is chosen from M and N.
 void gemm_bf16_mma(const float* A, int M, int K, int lda, const void* W, int w_rows, int N, const float* bias, float* C,
                    int ldc, cudaStream_t s);
+
+// For tests: the number of tiles gemm_bf16_mma chooses from, and the same pass on tile `tile`
+// (0 = largest) whatever M and N.
+int gemm_mma_tile_count();
+void gemm_bf16_mma_tile(int tile, const float* A, int M, int K, int lda, const void* W, int w_rows, int N,
+                        const float* bias, float* C, int ldc, cudaStream_t s);
 
 }  // namespace parity::cuda

@@ -60,7 +60,9 @@ struct PassSeqs {
   const int32_t* row0 = nullptr;      // [S] first packed row
   const int32_t* row_seq = nullptr;   // [T]
   const int32_t* cell_task = nullptr; // [tasks][2] (seq, k-th cell of the call), built by the host
+  const int32_t* task0 = nullptr;     // [S+1] the sequence's first task; its tasks are k = 0, 1, ... in order
   int num_cell_tasks = 0;
+  int num_ssu_seqs = 0;               // sequences the pass updates by SSU (plain one-token decode)
 };
 
 // Causal depthwise conv1d over each sequence's rows, continuing from the slot's conv state
@@ -82,7 +84,7 @@ struct ScanGrid {
   int cell = 64;
   bool stagger = true;
 };
-inline constexpr int kMaxCell = 64;  // the SSD kernels stage a whole cell on chip
+inline constexpr int kMaxCell = 256;  // the SSD kernels stage a cell's dt and cumulative sums on chip
 
 // Per-slot recurrent memory on the device.
 struct SsdState {
@@ -98,10 +100,13 @@ void ssd_dt(const float* dt_raw, int ld, int T, int H, const float* dt_bias, flo
             cudaStream_t s);
 
 // The whole recurrent core of one layer: y [T][H·P] from xbc [T][ld_xbc] (x | B | C), dt [T][H],
-// A, D [H], the slots' state and (exact) replay ring; decay [T][H] is scratch. Cell tasks in p
-// (seq, k) cover every cell of every multi-row or exact sequence (host: cell_tasks()).
+// A, D [H], the slots' state and (exact) replay ring. Cell tasks in p (seq, k) cover every cell of
+// every multi-row or exact sequence (host: PassPlan). scratch holds one [P][N] state per cell task
+// and head: at least ssd_scratch_floats(sh, p) floats, reused across layers and passes.
+std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p);
 void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld_xbc,
-              const float* dt, const float* A, const float* D, SsdState st, float* decay, float* y, cudaStream_t s);
+              const float* dt, const float* A, const float* D, SsdState st, float* scratch, std::size_t scratch_floats,
+              float* y, cudaStream_t s);
 
 // Whether the pass handles sequence (start, n) by the one-token SSU update (plain mode's decode).
 PARITY_HD inline bool uses_ssu(const ScanGrid& g, int64_t start, int n) { return !g.exact && n == 1 && start > 0; }

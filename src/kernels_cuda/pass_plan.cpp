@@ -1,5 +1,7 @@
 #include "kernels_cuda/pass_plan.h"
 
+#include <algorithm>
+
 namespace parity::cuda {
 
 PassPlan::PassPlan(const std::vector<SeqSpan>& seqs, const ScanGrid& grid, const std::vector<int32_t>& tokens,
@@ -21,16 +23,25 @@ PassPlan::PassPlan(const std::vector<SeqSpan>& seqs, const ScanGrid& grid, const
     starts_.push_back(q.start);
   }
   o_tasks_ = ints_.size();
+  std::vector<int32_t> task0;
   for (int s = 0; s < num_seqs_; ++s) {
     const SeqSpan& q = seqs[s];
-    if (uses_ssu(grid, q.start, q.n)) continue;
-    // Any head's cells over the call: the stagger can add one partial cell at the front.
-    const int k_max = (q.n + grid.cell - 1) / grid.cell + 1;
+    task0.push_back(num_tasks_);
+    if (uses_ssu(grid, q.start, q.n)) {
+      ++num_ssu_;
+      continue;
+    }
+    // Any head's cells over the call: the stagger can add one partial cell at the front, and
+    // n rows touch at most n cells (a one-row call: one).
+    const int k_max = std::min((q.n + grid.cell - 1) / grid.cell + 1, q.n);
     for (int k = 0; k < k_max; ++k, ++num_tasks_) {
       ints_.push_back(s);
       ints_.push_back(k);
     }
   }
+  task0.push_back(num_tasks_);
+  o_task0_ = ints_.size();
+  ints_.insert(ints_.end(), task0.begin(), task0.end());
   o_extra_ = ints_.size();
   ints_.insert(ints_.end(), extra_rows.begin(), extra_rows.end());
   o_new_ = ints_.size();
@@ -63,7 +74,9 @@ PassSeqs PassPlan::view(const DeviceBuffer<int32_t>& ints, const DeviceBuffer<in
   p.row0 = d + o_row0_;
   p.row_seq = d + o_rowseq_;
   p.cell_task = d + o_tasks_;
+  p.task0 = d + o_task0_;
   p.num_cell_tasks = num_tasks_;
+  p.num_ssu_seqs = num_ssu_;
   return p;
 }
 

@@ -156,8 +156,8 @@ uint64_t seed_of(const std::string& name) {
 }  // namespace
 
 std::vector<std::string> builtin_names() {
-  return {"tiny",           "tiny-g2",    "tiny-hybrid",    "granite-h-bench", "tiny-nemotron-h",
-          "tiny-bamba",     "tiny-falcon-h1", "mamba2-130m", "mamba2-2.7b"};
+  return {"tiny",       "tiny-g2",        "tiny-hybrid", "granite-h-bench", "granite-h-tiny", "tiny-nemotron-h",
+          "tiny-bamba", "tiny-falcon-h1", "mamba2-130m", "mamba2-2.7b"};
 }
 
 namespace {
@@ -244,6 +244,56 @@ nlohmann::json bench_hybrid_config() {
   return c;
 }
 
+// Granite 4.0 H Tiny's shape (about 7B parameters, 1B active; random weights): the GPU benchmarks' real-size
+// hybrid. 40 layers of which 4 attention (NoPE), 64 experts top-6 of width 512 plus a shared MLP of 1024,
+// Mamba2 48 heads × 64 with state 128, vocabulary 100352 (from the published config.json; not downloaded).
+nlohmann::json granite_h_tiny_config() {
+  nlohmann::json c = tiny_hybrid_config();
+  std::vector<std::string> types;
+  for (int l = 0; l < 40; ++l) types.push_back(l % 10 == 5 ? "attention" : "mamba");
+  c["vocab_size"] = 100352;
+  c["hidden_size"] = 1536;
+  c["num_hidden_layers"] = 40;
+  c["layer_types"] = types;
+  c["num_attention_heads"] = 12;
+  c["num_key_value_heads"] = 4;
+  c["position_embedding_type"] = "nope";
+  c["attention_multiplier"] = 0.0078125;
+  c["embedding_multiplier"] = 12.0;
+  c["residual_multiplier"] = 0.22;
+  c["logits_scaling"] = 6.0;
+  c["num_local_experts"] = 64;
+  c["num_experts_per_tok"] = 6;
+  c["intermediate_size"] = 512;
+  c["shared_intermediate_size"] = 1024;
+  c["mamba_n_heads"] = 48;
+  c["mamba_d_state"] = 128;
+  c["mamba_d_head"] = 64;
+  c["mamba_chunk_size"] = 256;
+  return c;
+}
+
+// A large tensor's values, filled in parallel: block b of 2^20 values draws from its own stream seeded by the
+// model, the tensor and b, so the bits do not depend on the thread count (7B values in seconds, not minutes).
+void put_normal_parallel(BuiltinStore& st, uint64_t model_seed, const std::string& name, std::vector<int64_t> shape,
+                         float sd) {
+  std::size_t count = 1;
+  for (int64_t x : shape) count *= static_cast<std::size_t>(x);
+  OwnedTensor t{std::move(shape), DType::BF16, {}};
+  t.bytes.resize(count * 2);
+  auto* out = reinterpret_cast<uint16_t*>(t.bytes.data());
+  const uint64_t tensor_seed = model_seed ^ seed_of(name);
+  constexpr std::size_t kBlock = std::size_t(1) << 20;
+  const auto blocks = static_cast<int64_t>((count + kBlock - 1) / kBlock);
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    Rng r(tensor_seed + static_cast<uint64_t>(b) * 0x9e3779b97f4a7c15ull);
+    const std::size_t lo = static_cast<std::size_t>(b) * kBlock, hi = std::min(count, lo + kBlock);
+    for (std::size_t i = lo; i < hi; ++i) out[i] = f32_to_bf16(sd * r.normal());
+  }
+  st.owned[name] = std::move(t);
+}
+
 Checkpoint make_hybrid(const std::string& name, const nlohmann::json& config) {
   const io::GraniteHybridConfig c = io::parse_granite_hybrid_config(config);
   const io::Mamba2Config mc = io::to_mamba2_config(c);
@@ -254,10 +304,15 @@ Checkpoint make_hybrid(const std::string& name, const nlohmann::json& config) {
   const DType wt = DType::BF16;
   const float in_std = 1.0f / std::sqrt(static_cast<float>(D));
   auto norm = [&](const std::string& n) { put(*st, n, {D}, normal_vec(r, D, 0.05f, 1.0f), wt); };
+  // Only the real-size model fills in parallel: the small built-ins keep the values they always had.
+  const bool parallel_fill = name == "granite-h-tiny";
   auto lin = [&](const std::string& n, std::vector<int64_t> shape, float sd) {
     std::size_t count = 1;
     for (int64_t x : shape) count *= static_cast<std::size_t>(x);
-    put(*st, n, std::move(shape), normal_vec(r, count, sd), wt);
+    if (parallel_fill)
+      put_normal_parallel(*st, seed_of(name), n, std::move(shape), sd);
+    else
+      put(*st, n, std::move(shape), normal_vec(r, count, sd), wt);
   };
   // With embedding_multiplier 12 the residual stream starts at about unit scale.
   lin("model.embed_tokens.weight", {V, D}, 0.1f);
@@ -449,6 +504,7 @@ Checkpoint make_family(const std::string& name, const nlohmann::json& config) {
 Checkpoint make_builtin(const std::string& name) {
   if (name == "tiny-hybrid") return make_hybrid(name, tiny_hybrid_config());
   if (name == "granite-h-bench") return make_hybrid(name, bench_hybrid_config());
+  if (name == "granite-h-tiny") return make_hybrid(name, granite_h_tiny_config());
   if (const nlohmann::json fc = family_config(name); !fc.is_null()) return make_family(name, fc);
   const io::Mamba2Config c = builtin_config(name);
   auto st = std::make_shared<BuiltinStore>();
@@ -473,6 +529,7 @@ Checkpoint make_builtin(const std::string& name) {
 int builtin_vocab_size(const std::string& name) {
   if (name == "tiny-hybrid") return tiny_hybrid_config()["vocab_size"].get<int>();
   if (name == "granite-h-bench") return bench_hybrid_config()["vocab_size"].get<int>();
+  if (name == "granite-h-tiny") return granite_h_tiny_config()["vocab_size"].get<int>();
   if (const nlohmann::json fc = family_config(name); !fc.is_null()) return fc["vocab_size"].get<int>();
   return builtin_config(name).vocab_size;
 }

@@ -28,8 +28,22 @@ struct HybridModel::Pass {
 };
 
 std::unique_ptr<HybridModel> HybridModel::load(const Checkpoint& ck, const ModelOptions& opts) {
+  return build(ck, io::hybrid_spec_from_config(ck.config, [&ck](const std::string& n) { return ck.find(n) != nullptr; }),
+               opts);
+}
+
+std::unique_ptr<HybridModel> HybridModel::load_rank(const Checkpoint& ck, const io::HybridSpec& rank_spec,
+                                                    const ModelOptions& opts, const cache::ModelCacheSpec& cache,
+                                                    TensorParallelRank tp) {
+  auto m = build(ck, rank_spec, opts);
+  m->cache_spec_ = cache;
+  m->tp_ = tp;
+  return m;
+}
+
+std::unique_ptr<HybridModel> HybridModel::build(const Checkpoint& ck, io::HybridSpec spec, const ModelOptions& opts) {
   auto m = std::unique_ptr<HybridModel>(new HybridModel());
-  m->spec_ = io::hybrid_spec_from_config(ck.config, [&ck](const std::string& n) { return ck.find(n) != nullptr; });
+  m->spec_ = std::move(spec);
   m->opts_ = opts;
   m->origin_ = ck.origin;
   m->keepalive_ = ck.keepalive;
@@ -44,8 +58,9 @@ std::unique_ptr<HybridModel> HybridModel::load(const Checkpoint& ck, const Model
   return m;
 }
 
-std::vector<ProbePoint> HybridModel::probe_points() const {
-  const io::HybridSpec& s = spec_;
+std::vector<ProbePoint> HybridModel::probe_points() const { return hybrid_probe_points(spec_); }
+
+std::vector<ProbePoint> hybrid_probe_points(const io::HybridSpec& s) {
   const int H = s.hidden_size;
   const io::Mamba2Config& mc = s.mamba;
   std::vector<ProbePoint> p;
@@ -120,6 +135,7 @@ void HybridModel::mlp(const io::MlpSpec& m, const MlpWeights& w, int T, const fl
     kernels::swiglu(gu.data(), T, F, act.data());
   }
   kernels::gemm(act.data(), T, F, w.out, nullptr, out, H);
+  tp_.sum(out, std::size_t(T) * H);  // down_proj by rows: each rank's is a partial sum
   if (m.down_multiplier != 1.0) {
     const float dm = static_cast<float>(m.down_multiplier);
     for (std::size_t i = 0; i < std::size_t(T) * H; ++i) out[i] = out[i] * dm;
@@ -149,8 +165,8 @@ void HybridModel::attention(const io::AttentionSpec& a, const AttentionWeights& 
   // Every key of the pass is in the cache before any query reads it; each query row then attends to
   // positions 0..its own, whichever pass wrote them.
   cache::KvCache& kv = *p.cache.kv();
-  float* kc = kv.k(ordinal);
-  float* vc = kv.v(ordinal);
+  float* kc = kv.k(ordinal, tp_.rank);
+  float* vc = kv.v(ordinal, tp_.rank);
   std::vector<kernels::AttnSeq> seqs;
   int64_t row = 0;
   for (const SeqChunk& s : p.b.seqs) {
@@ -162,15 +178,17 @@ void HybridModel::attention(const io::AttentionSpec& a, const AttentionWeights& 
   kernels::attention_varlen(kv.layout(), a.heads, static_cast<float>(a.scale), q.data(), seqs.data(),
                             static_cast<int>(seqs.size()), kc, vc, o.data());
   kernels::gemm(o.data(), T, qd, w.o, bias(w.o_bias), out, H);
+  tp_.sum(out, std::size_t(T) * H);  // o_proj by rows: each rank's is a partial sum
 }
 
 void HybridModel::run_block(const io::Block& b, const BlockWeights& w, Pass& p, const float* x, float* out) const {
   const int T = p.T, H = spec_.hidden_size;
   switch (b.kind) {
     case BlockKind::Mamba:
-      mamba2_mixer_forward(spec_.mamba, w.mamba, w.ordinal, p.b, x, out, *p.cache.mamba(), p.mode,
+      mamba2_mixer_forward(spec_.mamba, w.mamba, w.ordinal, p.b, x, out, *p.cache.mamba(tp_.rank), p.mode,
                            {b.mamba.in_proj_probe, b.mamba.conv1d_probe, b.mamba.dt_probe, b.mamba.norm_probe},
                            p.hooks, p.meta, w.in_proj_scale.empty() ? nullptr : w.in_proj_scale.data());
+      tp_.sum(out, std::size_t(T) * H);  // out_proj by rows: each rank's is a partial sum
       break;
     case BlockKind::Attention:
       attention(b.attn, w.attn, w.ordinal, p, x, out);
@@ -182,6 +200,7 @@ void HybridModel::run_block(const io::Block& b, const BlockWeights& w, Pass& p, 
       // The router probe is an interception point: replaced logits are what the routing reads, in either
       // routing pattern (hybrid_moe.h).
       moe_forward(opts_.moe_routing, w.moe, b.moe, H, x, T, p.hooks, p.meta, out);
+      tp_.sum(out, std::size_t(T) * H);  // every expert's down_proj by rows: partial sums
       if (b.moe.has_shared) {  // NemotronH: routed experts + shared_experts(x)
         std::vector<float> sh(std::size_t(T) * H);
         mlp(b.moe.shared, w.mlp, T, x, sh.data());
@@ -252,7 +271,8 @@ void HybridModel::forward(const ForwardBatch& b, cache::ModelCache& mc, ScanMode
     }
     p.probe(L.probe, resid.data(), H);
   }
-  for (const SeqChunk& sq : b.seqs) mc.set_position(sq.slot, sq.start + sq.n);
+  if (tp_.size == 1)  // ranks share the positions: their caller advances them once
+    for (const SeqChunk& sq : b.seqs) mc.set_position(sq.slot, sq.start + sq.n);
 
   // The logits: Granite divides by logits_scaling, FalconH1 multiplies by lm_head_multiplier; both are 1
   // elsewhere, and x / 1 and x · 1 are x exactly.

@@ -10,14 +10,25 @@
 #include <vector>
 
 #include "io/hybrid_spec.h"
+#include "model/collective.h"
 #include "model/hybrid_weights.h"
 #include "model/model.h"
 
 namespace parity::model {
 
+// The probe points of a hybrid of this spec, in forward order, with the family's Hugging Face names.
+std::vector<ProbePoint> hybrid_probe_points(const io::HybridSpec& s);
+
 class HybridModel : public Model {
  public:
   static std::unique_ptr<HybridModel> load(const Checkpoint& ck, const ModelOptions& opts = {});
+  // One tensor-parallel rank (model/tensor_parallel_model.h): ck is the rank's checkpoint
+  // (model/rank_checkpoint.h), rank_spec the spec with the rank's widths (model/tp_plan.h), cache the
+  // whole model's cache spec (the one cache the ranks share; this rank uses its part). Its forward
+  // leaves the slots' positions to the caller, which advances them once every rank is done.
+  static std::unique_ptr<HybridModel> load_rank(const Checkpoint& ck, const io::HybridSpec& rank_spec,
+                                                const ModelOptions& opts, const cache::ModelCacheSpec& cache,
+                                                TensorParallelRank tp);
 
   const io::HybridSpec& spec() const { return spec_; }
   MoeRoutingPattern moe_routing() const { return opts_.moe_routing; }
@@ -41,8 +52,11 @@ class HybridModel : public Model {
   ModelOptions opts_;
   std::string origin_;
   cache::ModelCacheSpec cache_spec_;
+  TensorParallelRank tp_;
   std::shared_ptr<void> keepalive_;
   HybridWeights w_;
+
+  static std::unique_ptr<HybridModel> build(const Checkpoint& ck, io::HybridSpec spec, const ModelOptions& opts);
 };
 
 }  // namespace parity::model

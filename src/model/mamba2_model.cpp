@@ -16,8 +16,20 @@ std::unique_ptr<Mamba2Model> Mamba2Model::load(const Checkpoint& ck) {
   std::string arch = io::architecture_of(ck.config);
   if (arch != "Mamba2ForCausalLM")
     throw Error(ck.origin + ": architecture '" + arch + "' is not supported (supported: Mamba2ForCausalLM)");
+  return build(ck, io::parse_mamba2_config(ck.config));
+}
+
+std::unique_ptr<Mamba2Model> Mamba2Model::load_rank(const Checkpoint& ck, const io::Mamba2Config& rank_cfg,
+                                                    const cache::ModelCacheSpec& cache, TensorParallelRank tp) {
+  auto m = build(ck, rank_cfg);
+  m->spec_ = cache;
+  m->tp_ = tp;
+  return m;
+}
+
+std::unique_ptr<Mamba2Model> Mamba2Model::build(const Checkpoint& ck, const io::Mamba2Config& cfg) {
   auto m = std::unique_ptr<Mamba2Model>(new Mamba2Model());
-  m->cfg_ = io::parse_mamba2_config(ck.config);
+  m->cfg_ = cfg;
   m->origin_ = ck.origin;
   m->keepalive_ = ck.keepalive;
   m->w_ = load_mamba2_weights(m->cfg_, ck);
@@ -53,7 +65,7 @@ std::vector<ProbePoint> Mamba2Model::probe_points() const { return mamba2_probe_
 void Mamba2Model::forward(const ForwardBatch& b, cache::ModelCache& mc, ScanMode mode, float* logits,
                           ProbeHooks* hooks) const {
   validate_batch(*this, b, mc, mode);
-  cache::MambaStateCache& cache = *mc.mamba();
+  cache::MambaStateCache& cache = *mc.mamba(tp_.rank);
   const int T = static_cast<int>(b.tokens.size());
   const int D = cfg_.hidden_size;
   const float eps = static_cast<float>(cfg_.layer_norm_epsilon);
@@ -86,11 +98,13 @@ void Mamba2Model::forward(const ForwardBatch& b, cache::ModelCache& mc, ScanMode
     kernels::rmsnorm(resid, T, D, w_.norms[l].data(), eps, normed);
     mamba2_mixer_forward(cfg_, w_.layers[l], l, b, normed, out, cache, mode,
                          {N.in_proj, N.conv1d, N.dt, N.norm}, hooks, meta);
+    tp_.sum(out, TD);  // a rank's out_proj holds its rows of the reduction: the whole is the ranks' sum
     probe(N.mixer, out, D);
     for (std::size_t i = 0; i < TD; ++i) resid[i] += out[i];
     probe(N.block, resid, D);
   }
-  for (const SeqChunk& s : b.seqs) mc.set_position(s.slot, s.start + s.n);
+  if (tp_.size == 1)  // ranks share the positions: their caller advances them once
+    for (const SeqChunk& s : b.seqs) mc.set_position(s.slot, s.start + s.n);
 
   const int V = cfg_.vocab_size;
   if (hooks && (hooks->wants("backbone.norm_f") || hooks->wants("lm_head"))) {

@@ -61,6 +61,9 @@ void validate_batch(const Model& m, const ForwardBatch& b, const cache::ModelCac
                                      want.mamba.state_size != have.mamba.state_size ||
                                      want.mamba.chunk_size != have.mamba.chunk_size)))
     throw Error("forward: the cache was built for another model's layers");
+  if (want.tensor_parallel != have.tensor_parallel)
+    throw Error("forward: the cache was built for tensor parallel size " + std::to_string(have.tensor_parallel) +
+                ", the model runs on " + std::to_string(want.tensor_parallel) + " ranks");
   const int vocab_size = m.vocab_size();
   if (mode == ScanMode::Exact && !cache.exact())
     throw Error("forward: exact mode needs a state cache built with replay rows (exact = true)");

@@ -1,7 +1,7 @@
 // gemm_grouped (the MoE's experts in one launch): each group's rows equal gemm() over those rows
 // alone with that group's weights, bit for bit, for bf16 and fp32 weights and group sizes from 0
 // to 300 (gemm() picks its few-rows, mma or WMMA kernel by size; the grouped kernel is the WMMA
-// tile); the companion shows the comparison sees a different arithmetic (bf16 vs fp32 inputs).
+// tile, or 16-row few-rows tiles when no group exceeds 64 rows); the companion shows the comparison sees a different arithmetic (bf16 vs fp32 inputs).
 #include <numeric>
 
 #include "kernels_cuda/device_buffer.h"
@@ -12,6 +12,8 @@ namespace {
 
 constexpr int K = 320, N = 208;  // whole 16-row strips, not whole 64-wide tiles
 const std::vector<int> kSizes = {3, 0, 16, 17, 1, 300, 64, 65};
+// Decode-sized groups (the largest ≤ 64): gemm_grouped takes its few-rows path, 16-row tiles per group.
+const std::vector<int> kDecodeSizes = {3, 0, 16, 17, 1, 64, 33, 0, 2};
 
 struct Groups {
   std::vector<int32_t> offsets{0};
@@ -19,13 +21,13 @@ struct Groups {
   cuda::DeviceBuffer<uint16_t> w16;
   cuda::DeviceBuffer<int32_t> doff;
   int rows = 0, groups = 0, max_rows = 0;
-  Groups() {
-    for (int n : kSizes) {
+  explicit Groups(const std::vector<int>& sizes = kSizes) {
+    for (int n : sizes) {
       offsets.push_back(offsets.back() + n);
       max_rows = std::max(max_rows, n);
     }
     rows = offsets.back();
-    groups = static_cast<int>(kSizes.size());
+    groups = static_cast<int>(sizes.size());
     a.upload(test::uniform(std::size_t(rows) * K, 21));
     const std::vector<float> w = test::round_bf16(test::uniform(std::size_t(groups) * N * K, 22));
     w32.upload(w);
@@ -64,6 +66,17 @@ TEST(CudaGemmGrouped, EveryGroupEqualsGemmOnItsRowsAlone) {
     for (float x : g) mag += std::fabs(x);
     EXPECT_GT(mag, 1.0);
   }
+}
+
+TEST(CudaGemmGrouped, DecodeSizedGroupsEqualGemmOnTheirRowsAlone) {
+  PARITY_REQUIRE_GPU();
+  Groups gr(kDecodeSizes);
+  ASSERT_LE(gr.max_rows, 64);
+  const std::vector<float> g = gr.grouped(cuda::WeightType::BF16), o = gr.one_by_one(cuda::WeightType::BF16);
+  EXPECT_TRUE(test::same_bits(g.data(), o.data(), g.size()));
+  double mag = 0;
+  for (float x : g) mag += std::fabs(x);
+  EXPECT_GT(mag, 1.0);
 }
 
 // The comparison above sees arithmetic differences: bf16-rounded inputs on tensor cores and the fp32

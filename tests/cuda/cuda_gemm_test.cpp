@@ -5,6 +5,7 @@
 
 #include "kernels/gemm.h"
 #include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/gemm_mma.h"
 #include "tests/cuda/gpu_test_support.h"
 
 namespace parity {
@@ -74,6 +75,52 @@ TEST(CudaGemm, FallbackTilesGiveTheSameBitsAsTheMmaTiles) {
                N);
     const std::vector<float> fallback = c.download(std::size_t(M) * N);
     ASSERT_TRUE(test::same_bits(fallback.data(), aligned.data(), fallback.size())) << "M=" << M;
+  }
+}
+
+// Every tile of the mma.sync kernel (bf16 activations from its pre-pass, 64-deep cp.async stages)
+// against the WMMA tiles (activations rounded while staging, 32-deep tiles), bit for bit, with a
+// bias, on mamba2-2.7b's shapes at M = 4096 (in_proj, out_proj) and M = 600 (lm_head), and on a
+// shape with a 32-deep tail stage (K = 2592), an odd N and an odd ldc (scalar stores). The WMMA
+// tiles are reached the way gemm() reaches them in use: through an A that is not 16-byte aligned.
+TEST(CudaGemm, EveryMmaTileGivesTheWmmaBitsOnTheModelsShapes) {
+  PARITY_REQUIRE_GPU();
+  struct Shape {
+    int M, K, N, ldc;
+  };
+  for (const Shape& sh : {Shape{4096, 2560, 10576, 10576}, Shape{4096, 5120, 2560, 2560}, Shape{600, 2560, 50288, 50288},
+                          Shape{333, 2592, 1001, 1003}}) {
+    const std::vector<float> a = test::uniform(std::size_t(sh.M) * sh.K + 1, 11);
+    const std::vector<float> w = test::uniform(std::size_t(sh.N) * sh.K, 12, -0.05f, 0.05f);
+    const std::vector<float> bias = test::uniform(std::size_t(sh.N), 13);
+    cuda::DeviceBuffer<float> da, dbias;
+    cuda::DeviceBuffer<uint16_t> dw;
+    da.upload(a);
+    dbias.upload(bias);
+    dw.upload(test::to_bf16(w));
+    const std::size_t out = std::size_t(sh.M) * sh.ldc;
+    // The aligned operand is the unaligned one's copy one float earlier: the same values.
+    cuda::DeviceBuffer<float> aligned(std::size_t(sh.M) * sh.K), c(out);
+    cuda::cuda_check(cudaMemcpy(aligned.data(), da.data() + 1, std::size_t(sh.M) * sh.K * 4, cudaMemcpyDeviceToDevice),
+                     "copy");
+    ASSERT_FALSE(cuda::gemm_mma_fits(da.data() + 1, sh.K, sh.K, dw.data()));
+    ASSERT_TRUE(cuda::gemm_mma_fits(aligned.data(), sh.K, sh.K, dw.data()));
+    c.zero();
+    cuda::gemm(da.data() + 1, sh.M, sh.K, sh.K, dw.data(), cuda::WeightType::BF16, sh.N, dbias.data(), c.data(), sh.ldc,
+               nullptr, sh.N);
+    const std::vector<float> wmma = c.download(out);
+    for (int tile = -1; tile < cuda::gemm_mma_tile_count(); ++tile) {
+      c.zero();
+      if (tile < 0)  // the tile gemm() chooses
+        cuda::gemm(aligned.data(), sh.M, sh.K, sh.K, dw.data(), cuda::WeightType::BF16, sh.N, dbias.data(), c.data(),
+                   sh.ldc, nullptr, sh.N);
+      else
+        cuda::gemm_bf16_mma_tile(tile, aligned.data(), sh.M, sh.K, sh.K, dw.data(), sh.N, sh.N, dbias.data(), c.data(),
+                                 sh.ldc, nullptr);
+      const std::vector<float> mma = c.download(out);
+      ASSERT_TRUE(test::same_bits(mma.data(), wmma.data(), out))
+          << "M=" << sh.M << " K=" << sh.K << " N=" << sh.N << " tile " << tile;
+    }
   }
 }
 

@@ -69,7 +69,8 @@ class GpuScan {
     const int rows = static_cast<int>(dt.size() / H);
     cuda::PassPlan plan(spans, g_);
     const cuda::PassSeqs ps = plan.upload(ints_, starts_);
-    cuda::DeviceBuffer<float> dx, ddt, dy(std::size_t(rows) * I), decay(std::size_t(rows) * H);
+    cuda::DeviceBuffer<float> dx, ddt, dy(std::size_t(rows) * I);
+    scratch_.resize(std::max<std::size_t>(1, cuda::ssd_scratch_floats({H, P, N, G}, ps)));
     dx.upload(xbc);
     ddt.upload(dt);
     cuda::SsdState st;
@@ -78,8 +79,8 @@ class GpuScan {
     st.ring_x = rx_.data();
     st.ring_dt = rdt_.data();
     st.ring_B = rb_.data();
-    cuda::ssd_scan({H, P, N, G}, g_, ps, dx.data(), LD, ddt.data(), dA_.data(), dD_.data(), st, decay.data(), dy.data(),
-                   nullptr);
+    cuda::ssd_scan({H, P, N, G}, g_, ps, dx.data(), LD, ddt.data(), dA_.data(), dD_.data(), st, scratch_.data(),
+                   scratch_.size(), dy.data(), nullptr);
     const std::vector<float> y = dy.download(std::size_t(rows) * I);
     std::size_t r = 0;
     for (const Call& c : calls) {
@@ -94,7 +95,7 @@ class GpuScan {
  private:
   cuda::ScanGrid g_;
   bool bf16_;
-  cuda::DeviceBuffer<float> s32_, rx_, rdt_, rb_, dA_, dD_;
+  cuda::DeviceBuffer<float> s32_, rx_, rdt_, rb_, dA_, dD_, scratch_;
   cuda::DeviceBuffer<uint16_t> s16_;
   cuda::DeviceBuffer<int32_t> ints_;
   cuda::DeviceBuffer<int64_t> starts_;
@@ -118,7 +119,7 @@ std::vector<int> ones() { return std::vector<int>(T, 1); }
 TEST(CudaSsd, ExactRowsAreBitIdenticalUnderEverySchedule) {
   PARITY_REQUIRE_GPU();
   const Stream s(11), other(12);
-  for (int cell : {1, 8, 16, 32, 64})
+  for (int cell : {1, 8, 16, 32, 64, 128, 256})
     for (bool stagger : {true, false})
       for (bool bf16 : {false, true}) {
         const cuda::ScanGrid g{true, cell, stagger};
@@ -154,10 +155,12 @@ TEST(CudaSsd, ExactRowsAreBitIdenticalUnderEverySchedule) {
 TEST(CudaSsd, CompanionPlainRowsDependOnTheSchedule) {
   PARITY_REQUIRE_GPU();
   const Stream s(11);
-  const cuda::ScanGrid g{false, cuda::kMaxCell, false};
-  const std::vector<float> one = run_chunks(g, false, s, {T});
-  const std::vector<float> dec = run_chunks(g, false, s, ones());
-  EXPECT_FALSE(test::same_bits(one.data(), dec.data(), one.size()));
+  for (int cell : {64, 256}) {
+    const cuda::ScanGrid g{false, cell, false};
+    const std::vector<float> one = run_chunks(g, false, s, {T});
+    EXPECT_FALSE(test::same_bits(one.data(), run_chunks(g, false, s, ones()).data(), one.size())) << cell;
+    EXPECT_FALSE(test::same_bits(one.data(), run_chunks(g, false, s, uneven()).data(), one.size())) << cell;
+  }
 }
 
 TEST(CudaSsd, BothModesAgreeWithTheCpuReferenceScan) {
@@ -184,7 +187,10 @@ TEST(CudaSsd, BothModesAgreeWithTheCpuReferenceScan) {
     double tol;
   };
   for (const Case& c : {Case{{true, 32, true}, false, uneven(), 2e-5}, Case{{true, 8, true}, true, ones(), 2e-2},
-                        Case{{false, 64, false}, false, {T}, 2e-5}, Case{{false, 64, false}, false, ones(), 2e-5}}) {
+                        Case{{true, 16, true}, false, {T}, 2e-5}, Case{{true, 256, true}, false, uneven(), 2e-5},
+                        Case{{true, 1, false}, false, uneven(), 2e-5}, Case{{false, 64, false}, false, {T}, 2e-5},
+                        Case{{false, 64, false}, false, ones(), 2e-5}, Case{{false, 256, false}, false, {T}, 2e-5},
+                        Case{{false, 256, false}, false, uneven(), 2e-5}}) {
     const std::vector<float> y = run_chunks(c.g, c.bf16, s, c.sizes);
     double worst = 0;
     for (std::size_t i = 0; i < y.size(); ++i) worst = std::max(worst, double(std::fabs(y[i] - ref[i])));

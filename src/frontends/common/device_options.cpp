@@ -1,8 +1,11 @@
 #include "frontends/common/device_options.h"
 
+#include <string>
+
 #include "backend_cuda/backend.h"
 #include "common/error.h"
 #include "model/checkpoint.h"
+#include "model/tensor_parallel_model.h"
 
 namespace parity::frontends {
 
@@ -10,11 +13,17 @@ std::unique_ptr<model::Model> DeviceOptions::load(const std::string& spec, const
   if (device != "cpu" && device != "cuda") throw Error("--device must be cpu or cuda, not '" + device + "'");
   if (!dtype.empty() && dtype != "bfloat16" && dtype != "float32")
     throw Error("--dtype must be bfloat16 or float32, not '" + dtype + "'");
+  if (tensor_parallel_size < 1 || tensor_parallel_size > 64)
+    throw Error("--tensor-parallel-size must be between 1 and 64, not " + std::to_string(tensor_parallel_size));
   if (device == "cpu") {
     if (!dtype.empty() && dtype != "float32")
       throw Error("--dtype " + dtype + ": the CPU computes in float32 (bf16/fp16 weights are widened exactly)");
-    return model::load_model(model::open_checkpoint(spec), mo);
+    return model::load_model(model::open_checkpoint(spec), tensor_parallel_size, mo);
   }
+  if (tensor_parallel_size > 1)
+    throw Error("--tensor-parallel-size " + std::to_string(tensor_parallel_size) +
+                " with --device cuda: GPU ranks (NCCL) are not built yet; tensor parallelism runs on the CPU "
+                "(docs/tensor-parallel.md)");
   backend_cuda::CudaModelOptions o;
   o.fp32 = dtype == "float32";
   o.enforce_eager = enforce_eager;

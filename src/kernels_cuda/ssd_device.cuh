@@ -1,0 +1,149 @@
+#pragma once
+// What the SSD kernels (ssd.cu, ssd_deltas.cu, ssd_chain.cu, ssd_outputs.cu) share: where a cell
+// lies on a call's grid, where its rows live, its cumulative decay, and the scratch layout.
+// Every kernel that needs a cell's cum computes it with cell_cum, so it has the same bits in all.
+#include <cuda_bf16.h>
+
+#include "kernels/math.h"
+#include "kernels_cuda/ops.h"
+
+namespace parity::cuda::ssd {
+
+struct Cell {
+  int64_t start, end;
+};
+
+__device__ inline int head_offset(const ScanGrid& g, int h, int H) {
+  return g.exact && g.stagger ? static_cast<int>(static_cast<int64_t>(h) * g.cell / H) % g.cell : 0;
+}
+
+// The k-th cell of head h that a call starting at `start` touches.
+__device__ inline Cell call_cell(const ScanGrid& g, int h, int H, int64_t start, int k) {
+  int64_t cs, ce;
+  if (g.exact) {
+    const int o = head_offset(g, h, H);
+    cs = start < o ? 0 : start - (start - o) % g.cell;
+    ce = (cs == 0 && o > 0) ? o : cs + g.cell;
+  } else {
+    cs = start;
+    ce = start + g.cell;
+  }
+  if (k > 0) {
+    cs = ce + static_cast<int64_t>(k - 1) * g.cell;
+    ce = cs + g.cell;
+  }
+  return {cs, ce};
+}
+
+__device__ inline int ring_x_slot(const ScanGrid& g, int h, int H, int64_t pos) {
+  const int64_t r = (pos - head_offset(g, h, H)) % g.cell;
+  return static_cast<int>(r < 0 ? r + g.cell : r);
+}
+
+// Where position s of sequence `seq` lives: this call's rows, or the replay ring before it.
+struct RowSource {
+  const float* xbc;
+  int ld, I, GN;
+  const float* dt;
+  SsdState st;
+  SsdShape sh;
+  ScanGrid g;
+  int slot, row0;
+  int64_t start;
+
+  __device__ const float* x(int h, int64_t s) const {
+    if (s >= start) return xbc + static_cast<std::size_t>(row0 + (s - start)) * ld + static_cast<std::size_t>(h) * sh.P;
+    return st.ring_x + ((static_cast<std::size_t>(slot) * sh.H + h) * g.cell + ring_x_slot(g, h, sh.H, s)) * sh.P;
+  }
+  __device__ float dtv(int h, int64_t s) const {
+    if (s >= start) return dt[static_cast<std::size_t>(row0 + (s - start)) * sh.H + h];
+    return st.ring_dt[(static_cast<std::size_t>(slot) * sh.H + h) * g.cell + ring_x_slot(g, h, sh.H, s)];
+  }
+  __device__ const float* B(int grp, int64_t s) const {
+    if (s >= start) return xbc + static_cast<std::size_t>(row0 + (s - start)) * ld + I + static_cast<std::size_t>(grp) * sh.N;
+    return st.ring_B + ((static_cast<std::size_t>(slot) * sh.groups + grp) * g.cell + s % g.cell) * sh.N;
+  }
+  __device__ const float* C(int grp, int64_t s) const {
+    return xbc + static_cast<std::size_t>(row0 + (s - start)) * ld + I + GN + static_cast<std::size_t>(grp) * sh.N;
+  }
+};
+
+__device__ inline RowSource source_of(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, int seq,
+                                      const float* xbc, int ld, const float* dt, const SsdState& st) {
+  RowSource r{xbc, ld, sh.H * sh.P, sh.groups * sh.N, dt, st, sh, g, p.slot[seq], p.row0[seq], p.start[seq]};
+  return r;
+}
+
+// One cell task (sequence, k-th cell of its call) of one head: the cell, the call's rows in it,
+// and whether the call folds it (exact: the call completes it; plain: every cell).
+struct CellTask {
+  int seq, k;
+  Cell c;
+  int64_t start, end, first;
+  int L;   // source rows c.start .. c.start+L-1 (ring rows first, where the call starts inside)
+  int j0;  // the call's first row in the cell; its output rows are j0 .. L-1
+  bool live, fold;
+};
+
+__device__ inline CellTask cell_task(const ScanGrid& g, const PassSeqs& p, int task, int h, int H) {
+  CellTask t;
+  t.seq = p.cell_task[2 * task];
+  t.k = p.cell_task[2 * task + 1];
+  t.start = p.start[t.seq];
+  t.end = t.start + p.n[t.seq];
+  t.c = call_cell(g, h, H, t.start, t.k);
+  t.first = t.c.start > t.start ? t.c.start : t.start;
+  t.live = t.first < t.end;
+  const int64_t last = t.c.end < t.end ? t.c.end : t.end;
+  t.L = t.live ? static_cast<int>(last - t.c.start) : 0;
+  t.j0 = static_cast<int>(t.first - t.c.start);
+  t.fold = t.live && (g.exact ? t.c.end <= t.end : true);
+  return t;
+}
+
+// cum_i = Σ_{r≤i} dt_r·A, a left-to-right sum of the rounded products dt_r·A. The products are
+// formed side by side, the sum by one thread: the same bits in every kernel that calls this.
+__device__ inline void cell_cum(const RowSource& src, int h, int64_t cs, int L, float A, float* dts, float* cum,
+                                int nthreads) {
+  for (int i = threadIdx.x; i < L; i += nthreads) {
+    dts[i] = src.dtv(h, cs + i);
+    cum[i] = dts[i] * A;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float c = 0.0f;
+    for (int i = 0; i < L; ++i) {
+      c = c + cum[i];
+      cum[i] = c;
+    }
+  }
+  __syncthreads();
+}
+
+// Scratch: states [tasks][H][P][N] (a folded cell's delta, which the chain replaces by the cell's
+// start state), then cell_decay [tasks][H] = exp(cum_{L-1}) of every folded cell.
+struct Scratch {
+  float* states;
+  float* cell_decay;
+  __device__ float* state(const SsdShape& sh, int task, int h) const {
+    return states + (static_cast<std::size_t>(task) * sh.H + h) * sh.P * sh.N;
+  }
+};
+
+// Whether the outputs read a cell's start state from scratch (the chain wrote it there) or from
+// the slot (the call's first cell, when the call does not fold it: the chain leaves the slot as is).
+__device__ inline bool start_state_in_scratch(const CellTask& t) { return t.k > 0 || t.fold; }
+
+__device__ inline float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+__device__ inline float widen_bf16(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
+
+// Launchers of the phases (one file each).
+void launch_deltas(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
+                   const float* dt, const float* A, const SsdState& st, Scratch sc, cudaStream_t s);
+void launch_chain(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const SsdState& st, Scratch sc,
+                  cudaStream_t s);
+void launch_outputs(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
+                    const float* dt, const float* A, const float* D, const SsdState& st, Scratch sc, float* y,
+                    cudaStream_t s);
+
+}  // namespace parity::cuda::ssd
