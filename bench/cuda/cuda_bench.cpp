@@ -3,11 +3,13 @@
 // × 64, state 128, bf16 inputs, fp32 state, 2048-token sequences; GEMMs at mamba2-2.7b's shapes.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <vector>
 
 #include "backend_cuda/backend.h"
+#include "backend_cuda/decode_graphs.h"
 #include "common/dtype.h"
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/gemm_mma.h"
@@ -246,10 +248,12 @@ void BM_CudaCopy(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaCopy)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
-// End to end on builtin:mamba2-2.7b (loaded once): arg0 batch, arg1 0 = plain, 1 = exact. A decode
-// step of `batch` sequences (after a 16-token prefill each), wall time of Model::forward (its logits
-// copy synchronises), CPU launch overhead included (no CUDA graphs yet).
-const model::Model& big_model() {
+// End to end on builtin:mamba2-2.7b (loaded once): arg0 batch, arg1 0 = plain, 1 = exact, arg2 1 =
+// CUDA graphs (the default), 0 = eager (--enforce-eager). A decode step of `batch` sequences
+// (after a 16-token prefill each), wall time of Model::forward (its logits copy synchronises), CPU
+// launch overhead included: what graphs remove. The first decode step (the graph's capture) is
+// not timed.
+model::Model& big_model() {
   static std::unique_ptr<model::Model> m = backend_cuda::load_model(model::open_checkpoint("builtin:mamba2-2.7b"));
   return *m;
 }
@@ -267,9 +271,10 @@ cache::ModelCache cache_for(const model::Model& m, bool exact, int slots) {
 
 void BM_CudaModelDecode(benchmark::State& state) {
   if (!have_gpu(state)) return;
-  const model::Model& m = big_model();
+  model::Model& m = big_model();
   const int batch = static_cast<int>(state.range(0));
-  const bool exact = state.range(1) != 0;
+  const bool exact = state.range(1) != 0, graphs = state.range(2) != 0;
+  backend_cuda::set_enforce_eager(m, !graphs);
   cache::ModelCache mc = cache_for(m, exact, batch);
   model::ForwardBatch b;
   for (int s = 0; s < batch; ++s) {
@@ -288,6 +293,9 @@ void BM_CudaModelDecode(benchmark::State& state) {
     d.seqs.push_back({s, pos, 1});
     d.logit_rows.push_back(s);
   }
+  m.forward(d, mc, mode, logits.data());  // warm-up: captures the bucket's graph
+  ++pos;
+  const int64_t replays0 = backend_cuda::cuda_graph_stats(m).replays;
   for (auto _ : state) {
     for (auto& q : d.seqs) q.start = pos;
     const auto t0 = std::chrono::steady_clock::now();
@@ -296,8 +304,16 @@ void BM_CudaModelDecode(benchmark::State& state) {
     ++pos;
   }
   state.SetItemsProcessed(state.iterations() * batch);  // tokens
+  // The share of timed steps that replayed a graph (1 with graphs on, 0 eager): the path is the one asked for.
+  state.counters["graph"] = static_cast<double>(backend_cuda::cuda_graph_stats(m).replays - replays0) /
+                            static_cast<double>(std::max<int64_t>(1, state.iterations()));
+  backend_cuda::set_enforce_eager(m, false);
 }
-BENCHMARK(BM_CudaModelDecode)->ArgsProduct({{1, 64, 256}, {0, 1}})->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CudaModelDecode)
+    ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}})
+    ->ArgNames({"batch", "exact", "graphs"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 // Prefill of 8 × 2048 tokens on builtin:mamba2-2.7b (arg: 0 plain, 1 exact), last-row logits only.
 void BM_CudaModelPrefill(benchmark::State& state) {

@@ -6,6 +6,8 @@
 
 #include "backend_cuda/cuda_hybrid_model.h"
 #include "backend_cuda/cuda_mamba2_model.h"
+#include "backend_cuda/decode_graphs.h"
+#include "common/error.h"
 #include "io/hf_config.h"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ops.h"
@@ -35,6 +37,18 @@ model::DeviceMemory query_device_memory() {
 std::unique_ptr<model::Model> load_model(const model::Checkpoint& ck, const CudaModelOptions& opt) {
   if (io::architecture_of(ck.config) == "GraniteMoeHybridForCausalLM") return CudaHybridModel::load(ck, opt);
   return CudaMamba2Model::load(ck, opt);
+}
+
+CudaGraphStats cuda_graph_stats(const model::Model& m) {
+  if (const auto* h = dynamic_cast<const CudaHybridModel*>(&m)) return h->graph_stats();
+  if (const auto* g = dynamic_cast<const CudaMamba2Model*>(&m)) return g->graph_stats();
+  throw Error("cuda_graph_stats: not a CUDA model");
+}
+
+void set_enforce_eager(model::Model& m, bool eager) {
+  if (auto* h = dynamic_cast<CudaHybridModel*>(&m)) return h->set_enforce_eager(eager);
+  if (auto* g = dynamic_cast<CudaMamba2Model*>(&m)) return g->set_enforce_eager(eager);
+  throw Error("set_enforce_eager: not a CUDA model");
 }
 
 }  // namespace parity::backend_cuda

@@ -13,6 +13,10 @@ struct CudaModelOptions {
   // false: bf16 GEMM inputs on tensor cores (DESIGN.md rule 5); true: an fp32 FMA GEMM for
   // accuracy work (`--dtype float32`). Norms, conv, scan and state are fp32 either way.
   bool fp32 = false;
+  // true: every pass launches its kernels one by one (vLLM's enforce_eager; --enforce-eager). false:
+  // pure decode passes of up to 256 sequences replay CUDA graphs captured per batch-size bucket
+  // (backend_cuda/decode_graphs.h), with the same bits.
+  bool enforce_eager = false;
 };
 
 bool built_with_cuda();

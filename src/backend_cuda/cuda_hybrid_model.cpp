@@ -140,7 +140,9 @@ std::unique_ptr<CudaHybridModel> CudaHybridModel::load(const model::Checkpoint& 
                          mx + "dt", mx + "norm", a + "q_proj", a + "k_proj", a + "v_proj", moe + "router",
                          p + ".block_sparse_moe", p + ".shared_mlp"});
   }
-  m->scratch_ = std::make_unique<Scratch>();
+  for (const model::ProbePoint& pp : m->probe_points()) m->probe_names_.push_back(pp.name);
+  m->enforce_eager_ = opt.enforce_eager;
+  m->run_ = std::make_unique<Run>();
   return m;
 }
 
@@ -185,41 +187,80 @@ void CudaHybridModel::gemm(const float* A, int M, int K, const Weight& w, int N,
   else cuda::gemm(A, M, K, K, w.bf16.data(), cuda::WeightType::BF16, N, bp, C, N, s, cuda::padded_rows(w.rows));
 }
 
+void CudaHybridModel::reserve(Scratch& sc, int T, int head_rows) const {
+  const io::GraniteHybridConfig& c = cfg_;
+  const std::size_t t = static_cast<std::size_t>(T), H = c.hidden_size;
+  sc.resid.resize(t * H);
+  sc.normed.resize(t * H);
+  sc.out.resize(t * H);
+  sc.ffn.resize(t * H);
+  if (c.num_layers_of(GraniteLayerType::Mamba) > 0) {
+    const io::Mamba2Config& m2 = mamba_cfg_;
+    sc.zx.resize(t * m2.in_proj_dim());
+    sc.xbc.resize(t * m2.conv_dim());
+    sc.dt.resize(t * m2.num_heads);
+    sc.y.resize(t * m2.intermediate_size);
+    sc.g.resize(t * m2.intermediate_size);
+  }
+  if (c.num_layers_of(GraniteLayerType::Attention) > 0) {
+    sc.q.resize(t * c.q_dim());
+    sc.k.resize(t * c.kv_dim());
+    sc.v.resize(t * c.kv_dim());
+    sc.attn.resize(t * c.q_dim());
+  }
+  if (c.has_experts()) {
+    const int Ex = c.num_local_experts, K = c.num_experts_per_tok;
+    sc.logits_r.resize(t * Ex);
+    sc.idx.resize(t * K);
+    sc.gates.resize(t * K);
+    sc.moe.reserve(T, K, Ex, c.hidden_size, c.intermediate_size);
+  }
+  sc.gu.resize(t * 2 * c.shared_intermediate_size);
+  sc.act.resize(t * c.shared_intermediate_size);
+  sc.head.resize(static_cast<std::size_t>(head_rows) * H);
+  sc.logits.resize(static_cast<std::size_t>(head_rows) * c.vocab_size);
+}
+
 void CudaHybridModel::forward(const model::ForwardBatch& b, cache::ModelCache& mc, model::ScanMode mode,
                               float* logits, model::ProbeHooks* hooks) const {
   model::validate_batch(*this, b, mc, mode);
-  const io::GraniteHybridConfig& c = cfg_;
-  const cache::MambaCacheOptions& mo = mc.options().mamba;
-  cuda::ScanGrid grid;
-  grid.exact = mode == model::ScanMode::Exact;
-  grid.cell = grid.exact ? mo.grid.cell : kCudaPlainCell;
-  grid.stagger = grid.exact && mo.grid.stagger;
-  if (grid.exact && grid.cell > cuda::kMaxCell)
-    throw Error("--exact-grid " + std::to_string(grid.cell) + ": the CUDA backend runs exact grids of 1.." +
-                std::to_string(cuda::kMaxCell) + " rows");
-  DeviceState& ds = device_state_of(mc, mamba_cfg_, grid.exact ? grid.cell : 0);
-  Scratch& sc = *scratch_;
-  cudaStream_t st = nullptr;
+  const cuda::ScanGrid grid = scan_grid_of(mode, mc.options().mamba, kCudaPlainCell);
+  DeviceState& ds = device_state_of(mc, mamba_cfg_, grid.exact ? grid.cell : 0, !enforce_eager_);
+  bool graph = !enforce_eager_ && ds.scratch && is_pure_decode(b) && !any_probe_wanted(hooks, probe_names_);
+  if (graph && mc.kv()) {
+    // Few decode rows over long contexts run attention_split.cu's kernels, whose grid follows the
+    // context: such a pass stays eager (the row kernel a graph uses would give the same bits, slower).
+    std::vector<cuda::SeqSpan> spans;
+    for (const auto& q : b.seqs) spans.push_back({q.slot, q.start, q.n});
+    graph = cuda::AttnPlan(spans, cfg_.num_attention_heads).num_long() == 0;
+  }
+  const int bucket = graph ? graph_bucket(static_cast<int>(b.seqs.size())) : 0;
+  if (bucket > 0) forward_graph(b, mc, ds, grid, bucket, logits);
+  else forward_eager(b, mc, ds, grid, logits, hooks);
+  for (const auto& q : b.seqs) mc.set_position(q.slot, q.start + q.n);
+}
 
+void CudaHybridModel::forward_eager(const model::ForwardBatch& b, cache::ModelCache& mc, DeviceState& ds,
+                                    const cuda::ScanGrid& grid, float* logits, model::ProbeHooks* hooks) const {
+  Run& run = *run_;
+  Scratch& sc = run.eager;
+  const cudaStream_t st = run.stream.get();
+  run.graphs.note_eager();
   const int T = static_cast<int>(b.tokens.size());
   const int R = static_cast<int>(b.logit_rows.size());
-  const int H = c.hidden_size, V = c.vocab_size;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  const float res_mult = static_cast<float>(c.residual_multiplier);
+  const int H = cfg_.hidden_size, V = cfg_.vocab_size;
 
   std::vector<cuda::SeqSpan> spans;
   for (const auto& q : b.seqs) spans.push_back({q.slot, q.start, q.n});
   const cuda::PassPlan plan(spans, grid, b.tokens, b.logit_rows);
-  const cuda::PassSeqs ps = plan.upload(sc.ints, sc.starts);
+  const cuda::PassSeqs ps = plan.upload(sc.ints, sc.starts, sc.h_ints, sc.h_starts, st);
   const int32_t* di = sc.ints.data();
   if (plan.num_new_slots() > 0) ds.zero_slots(di + plan.new_slots_offset(), plan.num_new_slots(), st);
 
-  // Attention's view of the pass, shared by every attention layer: block tables in pass order.
-  cuda::KvTables kt;
-  cuda::AttnWork work;
-  kernels::KvLayout kv_layout;
+  // Attention's view of the pass: block tables in pass order, the rows shared out (AttnPlan).
+  AttnPass ap;
   if (const cache::KvCache* kv = mc.kv()) {
-    kv_layout = kv->layout();
+    ap.layout = kv->layout();
     int stride = 1;
     for (const auto& q : b.seqs) stride = std::max(stride, kv->blocks_for(q.start + q.n));
     std::vector<int32_t> tab(static_cast<std::size_t>(stride) * b.seqs.size(), 0);
@@ -227,45 +268,99 @@ void CudaHybridModel::forward(const model::ForwardBatch& b, cache::ModelCache& m
       const int nb = kv->blocks_for(b.seqs[s].start + b.seqs[s].n);
       std::copy_n(kv->block_table(b.seqs[s].slot), nb, tab.begin() + static_cast<std::ptrdiff_t>(s) * stride);
     }
-    sc.tables.upload(tab);
-    kt = {sc.tables.data(), stride};
-    work = cuda::AttnPlan(spans, c.num_attention_heads).upload(sc.work, sc.attn_scratch);
+    ap.tables = {cuda::upload_async(tab, sc.h_tables, sc.tables, st), stride};
+    ap.work = cuda::AttnPlan(spans, cfg_.num_attention_heads).upload(sc.work, sc.attn_scratch, sc.h_work, st);
   }
 
+  const DeviceProbe probe(hooks, b, st);
+  const bool probe_head = probe.wants("model.norm") || probe.wants("lm_head");
+  reserve(sc, T, probe_head ? T : R);
+  if (spec_.num_mamba_layers > 0) sc.ssd.resize(cuda::ssd_scratch_floats(mamba_shape(), ps));
+  if (probe_head) sc.out.resize(static_cast<std::size_t>(R) * V);  // before any launch: no buffer moves mid-pass
+  enqueue_layers(sc, ps, di + plan.tokens_offset(), T, ds, grid, ap, probe, st);
+  const float* out = sc.logits.data();
+  if (probe_head) {
+    // Every row through the head (row-wise norm, M-invariant GEMM: the same bits per row).
+    enqueue_head(sc, sc.resid.data(), T, probe, st);
+    if (R > 0) {
+      cuda::gather_rows(sc.logits.data(), V, di + plan.extra_offset(), R, V, sc.out.data(), st);
+      out = sc.out.data();
+    }
+  } else if (R > 0) {
+    cuda::gather_rows(sc.resid.data(), H, di + plan.extra_offset(), R, H, sc.head.data(), st);
+    enqueue_head(sc, sc.head.data(), R, probe, st);
+  }
+  if (R > 0)
+    cuda::cuda_check(cudaMemcpyAsync(logits, out, static_cast<std::size_t>(R) * V * 4, cudaMemcpyDeviceToHost, st),
+                     "logits to host");
+  run.stream.sync("forward");
+}
+
+void CudaHybridModel::forward_graph(const model::ForwardBatch& b, cache::ModelCache& mc, DeviceState& ds,
+                                    const cuda::ScanGrid& grid, int bucket, float* logits) const {
+  Run& run = *run_;
+  Scratch& sc = run.graph;
+  const cudaStream_t st = run.stream.get();
+  const PaddedDecode pd = pad_decode(b, bucket, ds.scratch_slot());
+  const cuda::PassPlan plan(pd.spans, grid, pd.tokens);
+  if (bucket > run.graph_rows) {
+    // The graph buffers grow to the largest bucket seen (not to 256 at once: the SSD scratch holds a
+    // state per sequence and head); the graphs captured on the old buffers are then dropped.
+    reserve(sc, bucket, bucket);
+    sc.ints.resize(16 * static_cast<std::size_t>(bucket));
+    sc.starts.resize(static_cast<std::size_t>(bucket));
+    run.graph_rows = bucket;
+  }
+  const cuda::PassSeqs ps = plan.upload(sc.ints, sc.starts, sc.h_ints, sc.h_starts, st);
+  if (spec_.num_mamba_layers > 0) sc.ssd.resize(cuda::ssd_scratch_floats(mamba_shape(), ps));
+  const int32_t* tokens = sc.ints.data() + plan.tokens_offset();
+
+  // Block tables of a fixed row length (the next power of two that holds every sequence's blocks,
+  // so a graph serves many steps); padding rows map every block to the scratch block.
+  AttnPass ap;
+  if (const cache::KvCache* kv = mc.kv()) {
+    ap.layout = kv->layout();
+    int need = 1;
+    for (const auto& q : b.seqs) need = std::max(need, kv->blocks_for(q.start + q.n));
+    int stride = 1;
+    while (stride < need) stride *= 2;
+    std::vector<int32_t> tab(static_cast<std::size_t>(stride) * bucket, ds.kv_scratch_block);
+    for (std::size_t s = 0; s < b.seqs.size(); ++s) {
+      const int nb = kv->blocks_for(b.seqs[s].start + b.seqs[s].n);
+      std::copy_n(kv->block_table(b.seqs[s].slot), nb, tab.begin() + static_cast<std::ptrdiff_t>(s) * stride);
+    }
+    ap.tables = {cuda::upload_async(tab, sc.h_tables, sc.tables, st), stride};
+  }
+
+  const GraphEpoch epoch{ds.id, run.graph_rows, {sc.ints.data(), sc.starts.data(), sc.ssd.data(), sc.tables.data()}};
+  const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, ap.tables.stride};
+  const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
+    const DeviceProbe none(nullptr, b, st);
+    enqueue_layers(sc, ps, tokens, bucket, ds, grid, ap, none, st);
+    enqueue_head(sc, sc.resid.data(), bucket, none, st);
+  });
+  g.launch(st);
+  run.graphs.note_replay();
+  copy_logit_rows(sc.logits.data(), cfg_.vocab_size, b.logit_rows, logits, st);
+  run.stream.sync("forward (CUDA graph)");
+}
+
+void CudaHybridModel::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, const int32_t* tokens, int T,
+                                     DeviceState& ds, const cuda::ScanGrid& grid, const AttnPass& ap,
+                                     const DeviceProbe& probe, cudaStream_t st) const {
+  const io::GraniteHybridConfig& c = cfg_;
+  const int H = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float res_mult = static_cast<float>(c.residual_multiplier);
   const std::size_t TD = static_cast<std::size_t>(T) * H;
-  sc.resid.resize(TD);
-  sc.normed.resize(TD);
-  sc.out.resize(TD);
-  sc.ffn.resize(TD);
 
-  const model::ProbeRows meta = model::probe_rows(b, hooks);
-  auto wants = [&](const std::string& name) { return hooks && hooks->wants(name); };
-  auto to_host = [](const float* dev, int rows, int cols, int ld) {
-    std::vector<float> h(static_cast<std::size_t>(rows) * cols);
-    cuda::cuda_check(cudaMemcpy2D(h.data(), cols * 4, dev, static_cast<std::size_t>(ld) * 4, cols * 4, rows,
-                                  cudaMemcpyDeviceToHost),
-                     "probe copy");
-    return h;
-  };
-  auto to_device = [](const std::vector<float>& h, float* dev, int rows, int cols, int ld) {
-    cuda::cuda_check(cudaMemcpy2D(dev, static_cast<std::size_t>(ld) * 4, h.data(), cols * 4, cols * 4, rows,
-                                  cudaMemcpyHostToDevice),
-                     "probe copy back");
-  };
-  // A probed tensor goes to the host, through the hook, and back (a replacement may change it).
-  auto probe = [&](const std::string& name, float* dev, int rows, int cols, int ld) {
-    if (!wants(name)) return;
-    std::vector<float> h = to_host(dev, rows, cols, ld);
-    hooks->visit(name, h.data(), rows, cols, meta);
-    to_device(h, dev, rows, cols, ld);
-  };
-
-  if (fp32_) cuda::gather_rows(embed_.f32.data(), H, di, T, H, sc.resid.data(), st);
-  else cuda::embed_bf16(embed_.bf16.data(), di, T, H, sc.resid.data(), st);
+  if (fp32_) cuda::gather_rows(embed_.f32.data(), H, tokens, T, H, sc.resid.data(), st);
+  else cuda::embed_bf16(embed_.bf16.data(), tokens, T, H, sc.resid.data(), st);
   probe("model.embed_tokens", sc.resid.data(), T, H, H);
   cuda::scale_inplace(sc.resid.data(), static_cast<float>(c.embedding_multiplier), TD, st);
 
   const io::Mamba2Config& m2 = mamba_cfg_;
+  const cuda::DeviceBuffer<float> no_bias;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& L = layers_[static_cast<std::size_t>(l)];
     const Names& nm = names_[static_cast<std::size_t>(l)];
@@ -273,17 +368,10 @@ void CudaHybridModel::forward(const model::ForwardBatch& b, cache::ModelCache& m
     if (L.mamba) {
       // CudaMamba2Model's mixer, step for step.
       const int I = m2.intermediate_size, Hm = m2.num_heads, conv = m2.conv_dim(), proj = m2.in_proj_dim();
-      sc.zx.resize(static_cast<std::size_t>(T) * proj);
-      sc.xbc.resize(static_cast<std::size_t>(T) * conv);
-      sc.dt.resize(static_cast<std::size_t>(T) * Hm);
-      const cuda::SsdShape ssh{Hm, m2.head_dim, m2.state_size, m2.n_groups};
-      sc.ssd.resize(cuda::ssd_scratch_floats(ssh, ps));
-      sc.y.resize(static_cast<std::size_t>(T) * I);
-      sc.g.resize(static_cast<std::size_t>(T) * I);
       gemm(sc.normed.data(), T, H, L.in_proj, proj, L.in_proj_bias, sc.zx.data(), st);
       probe(nm.in_proj, sc.zx.data(), T, proj, proj);
       probe(nm.dt, sc.zx.data() + I + conv, T, Hm, proj);
-      const bool probe_conv = wants(nm.conv1d);
+      const bool probe_conv = probe.wants(nm.conv1d);
       cuda::conv1d(sc.zx.data() + I, proj, conv, L.conv_w.data(), L.conv_b.size() ? L.conv_b.data() : nullptr,
                    m2.conv_kernel, ds.conv_state(L.ordinal), ps, !probe_conv, sc.xbc.data(), st);
       if (probe_conv) {
@@ -292,8 +380,8 @@ void CudaHybridModel::forward(const model::ForwardBatch& b, cache::ModelCache& m
       }
       cuda::ssd_dt(sc.zx.data() + I + conv, proj, T, Hm, L.dt_bias.data(), static_cast<float>(m2.time_step_min_limit),
                    static_cast<float>(m2.time_step_max_limit), sc.dt.data(), st);
-      cuda::ssd_scan(ssh, grid, ps, sc.xbc.data(), conv, sc.dt.data(), L.A.data(), L.D.data(), ds.ssd(L.ordinal),
-                     sc.ssd.data(), sc.ssd.size(), sc.y.data(), st);
+      cuda::ssd_scan(mamba_shape(), grid, ps, sc.xbc.data(), conv, sc.dt.data(), L.A.data(), L.D.data(),
+                     ds.ssd(L.ordinal), sc.ssd.data(), sc.ssd.size(), sc.y.data(), st);
       cuda::gated_rmsnorm(sc.y.data(), sc.zx.data(), proj, T, I, I / m2.n_groups, L.gate_norm.data(),
                           static_cast<float>(m2.layer_norm_epsilon), m2.norm_before_gate, sc.g.data(), st);
       probe(nm.norm, sc.g.data(), T, I, I);
@@ -301,10 +389,6 @@ void CudaHybridModel::forward(const model::ForwardBatch& b, cache::ModelCache& m
     } else {
       const int nq = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
       const int qd = c.q_dim(), kvd = c.kv_dim();
-      sc.q.resize(static_cast<std::size_t>(T) * qd);
-      sc.k.resize(static_cast<std::size_t>(T) * kvd);
-      sc.v.resize(static_cast<std::size_t>(T) * kvd);
-      sc.attn.resize(static_cast<std::size_t>(T) * qd);
       gemm(sc.normed.data(), T, H, L.q, qd, L.q_bias, sc.q.data(), st);
       gemm(sc.normed.data(), T, H, L.k, kvd, L.k_bias, sc.k.data(), st);
       gemm(sc.normed.data(), T, H, L.v, kvd, L.v_bias, sc.v.data(), st);
@@ -318,9 +402,9 @@ void CudaHybridModel::forward(const model::ForwardBatch& b, cache::ModelCache& m
       // Every key of the pass is in the cache before any query reads it (the CPU's order).
       float* kc = ds.k_cache(L.ordinal);
       float* vc = ds.v_cache(L.ordinal);
-      cuda::kv_write(kv_layout, kc, vc, kt, ps, sc.k.data(), sc.v.data(), kvd, st);
-      cuda::attention(kv_layout, nq, static_cast<float>(c.attention_multiplier), sc.q.data(), qd, ps, kt, kc, vc,
-                      sc.attn.data(), qd, st, work);
+      cuda::kv_write(ap.layout, kc, vc, ap.tables, ps, sc.k.data(), sc.v.data(), kvd, st);
+      cuda::attention(ap.layout, nq, static_cast<float>(c.attention_multiplier), sc.q.data(), qd, ps, ap.tables, kc,
+                      vc, sc.attn.data(), qd, st, ap.work);
       gemm(sc.attn.data(), T, qd, L.o, H, L.o_bias, sc.out.data(), st);
     }
     probe(nm.mixer, sc.out.data(), T, H, H);
@@ -328,21 +412,11 @@ void CudaHybridModel::forward(const model::ForwardBatch& b, cache::ModelCache& m
     cuda::rmsnorm(sc.resid.data(), T, H, L.post_norm.data(), eps, sc.normed.data(), st);
 
     // Feed-forward: the MoE (into ffn), the shared MLP (into out), out = out + ffn.
-    const cuda::DeviceBuffer<float> no_bias;
     if (c.has_experts()) {
       const int Ex = c.num_local_experts, K = c.num_experts_per_tok, F = c.intermediate_size;
-      sc.logits_r.resize(static_cast<std::size_t>(T) * Ex);
-      sc.idx.resize(static_cast<std::size_t>(T) * K);
-      sc.gates.resize(static_cast<std::size_t>(T) * K);
       // The router point asks for a replacement first; without one the logits are computed and
       // visited (a capture, or an in-place edit), as granite_moe_forward on the CPU.
-      bool replaced = false;
-      if (wants(nm.router)) {
-        std::vector<float> h(static_cast<std::size_t>(T) * Ex);
-        replaced = hooks->fetch_replacement(nm.router, h.data(), T, Ex, meta);
-        if (replaced) to_device(h, sc.logits_r.data(), T, Ex, Ex);
-      }
-      if (!replaced) {
+      if (!probe.fetch_replacement(nm.router, sc.logits_r.data(), T, Ex, Ex)) {
         gemm(sc.normed.data(), T, H, L.router, Ex, no_bias, sc.logits_r.data(), st);
         probe(nm.router, sc.logits_r.data(), T, Ex, Ex);
       }
@@ -354,8 +428,6 @@ void CudaHybridModel::forward(const model::ForwardBatch& b, cache::ModelCache& m
       probe(nm.moe, sc.ffn.data(), T, H, H);
     }
     const int S = c.shared_intermediate_size;
-    sc.gu.resize(static_cast<std::size_t>(T) * 2 * S);
-    sc.act.resize(static_cast<std::size_t>(T) * S);
     gemm(sc.normed.data(), T, H, L.shared_in, 2 * S, no_bias, sc.gu.data(), st);
     cuda::swiglu(sc.gu.data(), T, S, sc.act.data(), st);
     gemm(sc.act.data(), T, S, L.shared_out, H, no_bias, sc.out.data(), st);
@@ -364,40 +436,19 @@ void CudaHybridModel::forward(const model::ForwardBatch& b, cache::ModelCache& m
     cuda::add_scaled_inplace(sc.resid.data(), sc.out.data(), res_mult, TD, st);
     probe(nm.layer, sc.resid.data(), T, H, H);
   }
-  for (const auto& q : b.seqs) mc.set_position(q.slot, q.start + q.n);
+}
 
-  const Weight& head = c.tie_word_embeddings ? embed_ : lm_head_;
+void CudaHybridModel::enqueue_head(Scratch& sc, const float* x, int rows, const DeviceProbe& probe,
+                                   cudaStream_t st) const {
+  const io::GraniteHybridConfig& c = cfg_;
+  const int H = c.hidden_size, V = c.vocab_size;
   const cuda::DeviceBuffer<float> no_bias;
-  const float scaling = static_cast<float>(c.logits_scaling);
-  if (wants("model.norm") || wants("lm_head")) {
-    // Every row through the head (row-wise norm, M-invariant GEMM: the same bits per row).
-    sc.head.resize(TD);
-    sc.logits.resize(static_cast<std::size_t>(T) * V);
-    cuda::rmsnorm(sc.resid.data(), T, H, norm_.data(), eps, sc.head.data(), st);
-    probe("model.norm", sc.head.data(), T, H, H);
-    gemm(sc.head.data(), T, H, head, V, no_bias, sc.logits.data(), st);
-    cuda::divide_inplace(sc.logits.data(), scaling, static_cast<std::size_t>(T) * V, st);
-    probe("lm_head", sc.logits.data(), T, V, V);
-    if (R == 0) return;
-    sc.out.resize(static_cast<std::size_t>(R) * V);
-    cuda::gather_rows(sc.logits.data(), V, di + plan.extra_offset(), R, V, sc.out.data(), st);
-    cuda::cuda_check(cudaMemcpy(logits, sc.out.data(), static_cast<std::size_t>(R) * V * 4, cudaMemcpyDeviceToHost),
-                     "logits to host");
-    return;
-  }
-  if (R == 0) {
-    cuda::cuda_check(cudaStreamSynchronize(st), "forward");
-    return;
-  }
-  sc.head.resize(static_cast<std::size_t>(R) * H);
-  sc.logits.resize(static_cast<std::size_t>(R) * V);
-  cuda::gather_rows(sc.resid.data(), H, di + plan.extra_offset(), R, H, sc.head.data(), st);
-  cuda::rmsnorm(sc.head.data(), R, H, norm_.data(), eps, sc.head.data(), st);
-  gemm(sc.head.data(), R, H, head, V, no_bias, sc.logits.data(), st);
+  cuda::rmsnorm(x, rows, H, norm_.data(), static_cast<float>(c.rms_norm_eps), sc.head.data(), st);
+  probe("model.norm", sc.head.data(), rows, H, H);
+  gemm(sc.head.data(), rows, H, c.tie_word_embeddings ? embed_ : lm_head_, V, no_bias, sc.logits.data(), st);
   // logits_scaling is a divisor in HF (logits / logits_scaling), not a multiplier by its inverse.
-  cuda::divide_inplace(sc.logits.data(), scaling, static_cast<std::size_t>(R) * V, st);
-  cuda::cuda_check(cudaMemcpy(logits, sc.logits.data(), static_cast<std::size_t>(R) * V * 4, cudaMemcpyDeviceToHost),
-                   "logits to host");
+  cuda::divide_inplace(sc.logits.data(), static_cast<float>(c.logits_scaling), static_cast<std::size_t>(rows) * V, st);
+  probe("lm_head", sc.logits.data(), rows, V, V);
 }
 
 }  // namespace parity::backend_cuda

@@ -5,17 +5,24 @@
 // CudaMamba2Model's mixer (the same kernels and grid), attention is kernels_cuda/attention.h over
 // the device KV blocks of DeviceState, the MoE is kernels_cuda/moe.h (Direct pattern; the Fused
 // one gives the same bits). Probe points copy to and from the host only when a hook asks; the
-// router point asks for a replacement first, as on the CPU.
+// router point asks for a replacement first, as on the CPU. Everything runs on the model's own
+// stream; pure decode passes replay CUDA graphs (decode_graphs.h) unless enforce_eager.
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backend_cuda/backend.h"
+#include "backend_cuda/decode_graphs.h"
+#include "backend_cuda/device_probe.h"
+#include "backend_cuda/device_state.h"
 #include "io/granite_config.h"
 #include "io/hf_config.h"
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/moe.h"
+#include "kernels_cuda/attention.h"
 #include "kernels_cuda/ops.h"
+#include "kernels_cuda/pinned_buffer.h"
+#include "kernels_cuda/stream.h"
 #include "model/model.h"
 
 namespace parity::backend_cuda {
@@ -34,6 +41,9 @@ class CudaHybridModel : public model::Model {
   int default_exact_cell() const override;
   const char* device() const override { return "cuda"; }
   std::optional<model::DeviceMemory> device_memory() const override { return query_device_memory(); }
+
+  const CudaGraphStats& graph_stats() const { return run_->graphs.stats(); }
+  void set_enforce_eager(bool eager) { enforce_eager_ = eager; }
 
   // A GEMM weight on the device: bf16 (rows padded to whole 16-row strips) or fp32.
   struct Weight {
@@ -61,16 +71,48 @@ class CudaHybridModel : public model::Model {
   struct Names {
     std::string layer, mixer, in_proj, conv1d, dt, norm, q, k, v, router, moe, shared;
   };
+  // Activations and the pass's metadata (device buffers and their pinned staging), reused across
+  // passes. The eager set grows to the largest pass; the graph set grows only to a larger bucket or
+  // longer block tables, and then every graph is dropped (they froze its addresses).
   struct Scratch {
     cuda::DeviceBuffer<float> resid, normed, out, ffn, zx, xbc, dt, y, g, ssd, q, k, v, attn, logits_r, gates, gu,
         act, head, logits, attn_scratch;
     cuda::DeviceBuffer<int32_t> ints, tables, work, idx;
     cuda::DeviceBuffer<int64_t> starts;
+    cuda::PinnedBuffer<int32_t> h_ints, h_tables, h_work;
+    cuda::PinnedBuffer<int64_t> h_starts;
     cuda::MoeWorkspace moe;
+  };
+  // What forward mutates (forward is const: the engine runs one pass at a time).
+  struct Run {
+    cuda::Stream stream;
+    Scratch eager, graph;
+    int graph_rows = 0;  // the bucket the graph set is sized for
+    DecodeGraphs graphs;
+  };
+  // Attention's view of a pass, shared by every attention layer.
+  struct AttnPass {
+    kernels::KvLayout layout;
+    cuda::KvTables tables;
+    cuda::AttnWork work;  // empty: every row by the row kernel
   };
 
   void gemm(const float* A, int M, int K, const Weight& w, int N, const cuda::DeviceBuffer<float>& bias, float* C,
             cudaStream_t s) const;
+  cuda::SsdShape mamba_shape() const {
+    return {mamba_cfg_.num_heads, mamba_cfg_.head_dim, mamba_cfg_.state_size, mamba_cfg_.n_groups};
+  }
+  // Every activation of a T-row pass (the SSD scratch depends on the pass's cell tasks: sized apart).
+  void reserve(Scratch& sc, int T, int head_rows) const;
+  // Embedding and every layer over the pass's T rows, into sc.resid.
+  void enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, const int32_t* tokens, int T, DeviceState& ds,
+                      const cuda::ScanGrid& grid, const AttnPass& ap, const DeviceProbe& probe, cudaStream_t st) const;
+  // The final norm, lm_head and logits_scaling over `rows` rows of x (may be sc.head): sc.head, sc.logits.
+  void enqueue_head(Scratch& sc, const float* x, int rows, const DeviceProbe& probe, cudaStream_t st) const;
+  void forward_eager(const model::ForwardBatch& b, cache::ModelCache& mc, DeviceState& ds, const cuda::ScanGrid& grid,
+                     float* logits, model::ProbeHooks* hooks) const;
+  void forward_graph(const model::ForwardBatch& b, cache::ModelCache& mc, DeviceState& ds, const cuda::ScanGrid& grid,
+                     int bucket, float* logits) const;
 
   io::GraniteHybridConfig cfg_;
   io::Mamba2Config mamba_cfg_;
@@ -82,7 +124,9 @@ class CudaHybridModel : public model::Model {
   cuda::DeviceBuffer<float> norm_, inv_freq_;
   std::vector<Layer> layers_;
   std::vector<Names> names_;
-  std::unique_ptr<Scratch> scratch_;
+  std::vector<std::string> probe_names_;  // every probe point: a pass wanting any runs eagerly
+  bool enforce_eager_ = false;
+  std::unique_ptr<Run> run_;
 };
 
 }  // namespace parity::backend_cuda

@@ -86,86 +86,143 @@ std::unique_ptr<CudaMamba2Model> CudaMamba2Model::load(const model::Checkpoint& 
     m->layers_.push_back(std::move(L));
     m->names_.push_back({p + "in_proj", p + "conv1d", p + "dt", p + "norm", b + ".mixer", b});
   }
-  m->scratch_ = std::make_unique<Scratch>();
+  for (const model::ProbePoint& pp : m->probe_points()) m->probe_names_.push_back(pp.name);
+  m->enforce_eager_ = opt.enforce_eager;
+  m->run_ = std::make_unique<Run>();
   return m;
 }
 
 std::vector<model::ProbePoint> CudaMamba2Model::probe_points() const { return model::mamba2_probe_points(cfg_); }
 
+void CudaMamba2Model::gemm(const float* A, int M, int K, const cuda::DeviceBuffer<uint16_t>& wb,
+                           const cuda::DeviceBuffer<float>& wf, int N, const cuda::DeviceBuffer<float>& bias, float* C,
+                           cudaStream_t st) const {
+  const float* bp = bias.size() ? bias.data() : nullptr;
+  if (fp32_) cuda::gemm(A, M, K, K, wf.data(), cuda::WeightType::F32, N, bp, C, N, st);
+  else cuda::gemm(A, M, K, K, wb.data(), cuda::WeightType::BF16, N, bp, C, N, st, cuda::padded_rows(N));
+}
+
+void CudaMamba2Model::reserve(Scratch& sc, int T, int head_rows) const {
+  const std::size_t t = static_cast<std::size_t>(T), D = cfg_.hidden_size, I = cfg_.intermediate_size;
+  const std::size_t H = cfg_.num_heads;
+  sc.resid.resize(t * D);
+  sc.normed.resize(t * D);
+  sc.out.resize(t * D);
+  sc.zx.resize(t * cfg_.in_proj_dim());
+  sc.xbc.resize(t * cfg_.conv_dim());
+  sc.dt.resize(t * H);
+  sc.y.resize(t * I);
+  sc.g.resize(t * I);
+  sc.head.resize(static_cast<std::size_t>(head_rows) * D);
+  sc.logits.resize(static_cast<std::size_t>(head_rows) * cfg_.vocab_size);
+}
+
 void CudaMamba2Model::forward(const model::ForwardBatch& b, cache::ModelCache& mc, model::ScanMode mode, float* logits,
                               model::ProbeHooks* hooks) const {
   model::validate_batch(*this, b, mc, mode);
-  const cache::MambaCacheOptions& mo = mc.options().mamba;
-  cuda::ScanGrid grid;
-  grid.exact = mode == model::ScanMode::Exact;
-  grid.cell = grid.exact ? mo.grid.cell : kCudaPlainCell;
-  grid.stagger = grid.exact && mo.grid.stagger;
-  if (grid.exact && grid.cell > cuda::kMaxCell)
-    throw Error("--exact-grid " + std::to_string(grid.cell) + ": the CUDA backend runs exact grids of 1.." +
-                std::to_string(cuda::kMaxCell) + " rows");
-  DeviceState& ds = device_state_of(mc, cfg_, grid.exact ? grid.cell : 0);
-  Scratch& sc = *scratch_;
-  cudaStream_t st = nullptr;
+  const cuda::ScanGrid grid = scan_grid_of(mode, mc.options().mamba, kCudaPlainCell);
+  DeviceState& ds = device_state_of(mc, cfg_, grid.exact ? grid.cell : 0, !enforce_eager_);
+  const bool graph = !enforce_eager_ && ds.scratch && is_pure_decode(b) && !any_probe_wanted(hooks, probe_names_);
+  const int bucket = graph ? graph_bucket(static_cast<int>(b.seqs.size())) : 0;
+  if (bucket > 0) forward_graph(b, ds, grid, bucket, logits);
+  else forward_eager(b, ds, grid, logits, hooks);
+  for (const auto& q : b.seqs) mc.set_position(q.slot, q.start + q.n);
+}
 
+void CudaMamba2Model::forward_eager(const model::ForwardBatch& b, DeviceState& ds, const cuda::ScanGrid& grid,
+                                    float* logits, model::ProbeHooks* hooks) const {
+  Run& run = *run_;
+  Scratch& sc = run.eager;
+  const cudaStream_t st = run.stream.get();
+  run.graphs.note_eager();
   const int T = static_cast<int>(b.tokens.size());
   const int R = static_cast<int>(b.logit_rows.size());
-  const int D = cfg_.hidden_size, I = cfg_.intermediate_size, H = cfg_.num_heads, V = cfg_.vocab_size;
-  const int conv = cfg_.conv_dim(), proj = cfg_.in_proj_dim(), K = cfg_.conv_kernel;
-  const float eps = static_cast<float>(cfg_.layer_norm_epsilon);
+  const int D = cfg_.hidden_size, V = cfg_.vocab_size;
 
   std::vector<cuda::SeqSpan> spans;
   for (const auto& q : b.seqs) spans.push_back({q.slot, q.start, q.n});
   const cuda::PassPlan plan(spans, grid, b.tokens, b.logit_rows);
-  const cuda::PassSeqs ps = plan.upload(sc.ints, sc.starts);
+  const cuda::PassSeqs ps = plan.upload(sc.ints, sc.starts, sc.h_ints, sc.h_starts, st);
   const int32_t* di = sc.ints.data();
-  const std::size_t o_logit = plan.extra_offset();
   if (plan.num_new_slots() > 0) ds.zero_slots(di + plan.new_slots_offset(), plan.num_new_slots(), st);
 
+  const DeviceProbe probe(hooks, b, st);
+  const bool probe_head = probe.wants("backbone.norm_f") || probe.wants("lm_head");
+  reserve(sc, T, probe_head ? T : R);
+  sc.ssd.resize(cuda::ssd_scratch_floats(shape(), ps));
+  if (probe_head) sc.out.resize(static_cast<std::size_t>(R) * V);  // before any launch: no buffer moves mid-pass
+  enqueue_layers(sc, ps, di + plan.tokens_offset(), T, ds, grid, probe, st);
+  const float* out = sc.logits.data();
+  if (probe_head) {
+    // Every row through the head (row-wise norm, M-invariant GEMM: the same bits per row).
+    enqueue_head(sc, sc.resid.data(), T, probe, st);
+    if (R > 0) {
+      cuda::gather_rows(sc.logits.data(), V, di + plan.extra_offset(), R, V, sc.out.data(), st);
+      out = sc.out.data();
+    }
+  } else if (R > 0) {
+    cuda::gather_rows(sc.resid.data(), D, di + plan.extra_offset(), R, D, sc.head.data(), st);
+    enqueue_head(sc, sc.head.data(), R, probe, st);
+  }
+  if (R > 0)
+    cuda::cuda_check(cudaMemcpyAsync(logits, out, static_cast<std::size_t>(R) * V * 4, cudaMemcpyDeviceToHost, st),
+                     "logits to host");
+  run.stream.sync("forward");
+}
+
+void CudaMamba2Model::forward_graph(const model::ForwardBatch& b, DeviceState& ds, const cuda::ScanGrid& grid,
+                                    int bucket, float* logits) const {
+  Run& run = *run_;
+  Scratch& sc = run.graph;
+  const cudaStream_t st = run.stream.get();
+  const PaddedDecode pd = pad_decode(b, bucket, ds.scratch_slot());
+  const cuda::PassPlan plan(pd.spans, grid, pd.tokens);
+  if (bucket > run.graph_rows) {
+    // The graph buffers grow to the largest bucket seen (not to 256 at once: the SSD scratch holds a
+    // state per sequence and head); the graphs captured on the old buffers are then dropped.
+    reserve(sc, bucket, bucket);
+    sc.ints.resize(16 * static_cast<std::size_t>(bucket));
+    sc.starts.resize(static_cast<std::size_t>(bucket));
+    run.graph_rows = bucket;
+  }
+  const cuda::PassSeqs ps = plan.upload(sc.ints, sc.starts, sc.h_ints, sc.h_starts, st);
+  sc.ssd.resize(cuda::ssd_scratch_floats(shape(), ps));
+  const int32_t* tokens = sc.ints.data() + plan.tokens_offset();
+  const GraphEpoch epoch{ds.id, run.graph_rows, {sc.ints.data(), sc.starts.data(), sc.ssd.data()}};
+  const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, 0};
+  const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
+    const DeviceProbe none(nullptr, b, st);
+    enqueue_layers(sc, ps, tokens, bucket, ds, grid, none, st);
+    enqueue_head(sc, sc.resid.data(), bucket, none, st);
+  });
+  g.launch(st);
+  run.graphs.note_replay();
+  copy_logit_rows(sc.logits.data(), cfg_.vocab_size, b.logit_rows, logits, st);
+  run.stream.sync("forward (CUDA graph)");
+}
+
+void CudaMamba2Model::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, const int32_t* tokens, int T,
+                                     DeviceState& ds, const cuda::ScanGrid& grid, const DeviceProbe& probe,
+                                     cudaStream_t st) const {
+  const int D = cfg_.hidden_size, I = cfg_.intermediate_size, H = cfg_.num_heads;
+  const int conv = cfg_.conv_dim(), proj = cfg_.in_proj_dim(), K = cfg_.conv_kernel;
+  const float eps = static_cast<float>(cfg_.layer_norm_epsilon);
   const std::size_t TD = static_cast<std::size_t>(T) * D;
-  sc.resid.resize(TD);
-  sc.normed.resize(TD);
-  sc.out.resize(TD);
-  sc.zx.resize(static_cast<std::size_t>(T) * proj);
-  sc.xbc.resize(static_cast<std::size_t>(T) * conv);
-  sc.dt.resize(static_cast<std::size_t>(T) * H);
-  sc.y.resize(static_cast<std::size_t>(T) * I);
-  sc.g.resize(static_cast<std::size_t>(T) * I);
 
-  const model::ProbeRows meta = model::probe_rows(b, hooks);
-  // A probed tensor goes to the host, through the hook, and back (a replacement may change it).
-  auto probe = [&](const std::string& name, float* dev, int rows, int cols, int ld) {
-    if (!hooks || !hooks->wants(name)) return;
-    std::vector<float> h(static_cast<std::size_t>(rows) * cols);
-    cuda::cuda_check(cudaMemcpy2D(h.data(), cols * 4, dev, static_cast<std::size_t>(ld) * 4, cols * 4, rows,
-                                  cudaMemcpyDeviceToHost),
-                     "probe copy");
-    hooks->visit(name, h.data(), rows, cols, meta);
-    cuda::cuda_check(cudaMemcpy2D(dev, static_cast<std::size_t>(ld) * 4, h.data(), cols * 4, cols * 4, rows,
-                                  cudaMemcpyHostToDevice),
-                     "probe copy back");
-  };
-  auto gemm = [&](const float* A, int M, int Kd, const cuda::DeviceBuffer<uint16_t>& wb,
-                  const cuda::DeviceBuffer<float>& wf, int N, const cuda::DeviceBuffer<float>& bias, float* C) {
-    const float* bp = bias.size() ? bias.data() : nullptr;
-    if (fp32_) cuda::gemm(A, M, Kd, Kd, wf.data(), cuda::WeightType::F32, N, bp, C, N, st);
-    else cuda::gemm(A, M, Kd, Kd, wb.data(), cuda::WeightType::BF16, N, bp, C, N, st, cuda::padded_rows(N));
-  };
-
-  if (fp32_) cuda::gather_rows(embed_f32_.data(), D, di, T, D, sc.resid.data(), st);
-  else cuda::embed_bf16(embed_bf16_.data(), di, T, D, sc.resid.data(), st);
+  if (fp32_) cuda::gather_rows(embed_f32_.data(), D, tokens, T, D, sc.resid.data(), st);
+  else cuda::embed_bf16(embed_bf16_.data(), tokens, T, D, sc.resid.data(), st);
   probe("backbone.embeddings", sc.resid.data(), T, D, D);
 
-  const cuda::SsdShape sh{H, cfg_.head_dim, cfg_.state_size, cfg_.n_groups};
-  sc.ssd.resize(cuda::ssd_scratch_floats(sh, ps));
+  const cuda::SsdShape sh = shape();
   const float lo = static_cast<float>(cfg_.time_step_min_limit), hi = static_cast<float>(cfg_.time_step_max_limit);
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const Layer& L = layers_[l];
     const Names& nm = names_[l];
     cuda::rmsnorm(sc.resid.data(), T, D, L.norm.data(), eps, sc.normed.data(), st);
-    gemm(sc.normed.data(), T, D, L.in_proj_bf16, L.in_proj_f32, proj, L.in_proj_bias, sc.zx.data());
+    gemm(sc.normed.data(), T, D, L.in_proj_bf16, L.in_proj_f32, proj, L.in_proj_bias, sc.zx.data(), st);
     probe(nm.in_proj, sc.zx.data(), T, proj, proj);
     probe(nm.dt, sc.zx.data() + I + conv, T, H, proj);
-    const bool probe_conv = hooks && hooks->wants(nm.conv1d);
+    const bool probe_conv = probe.wants(nm.conv1d);
     cuda::conv1d(sc.zx.data() + I, proj, conv, L.conv_w.data(), L.conv_b.size() ? L.conv_b.data() : nullptr, K,
                  ds.conv_state(l), ps, !probe_conv, sc.xbc.data(), st);
     if (probe_conv) {
@@ -178,44 +235,23 @@ void CudaMamba2Model::forward(const model::ForwardBatch& b, cache::ModelCache& m
     cuda::gated_rmsnorm(sc.y.data(), sc.zx.data(), proj, T, I, I / cfg_.n_groups, L.gate_norm.data(), eps,
                         cfg_.norm_before_gate, sc.g.data(), st);
     probe(nm.norm, sc.g.data(), T, I, I);
-    gemm(sc.g.data(), T, I, L.out_proj_bf16, L.out_proj_f32, D, L.out_proj_bias, sc.out.data());
+    gemm(sc.g.data(), T, I, L.out_proj_bf16, L.out_proj_f32, D, L.out_proj_bias, sc.out.data(), st);
     probe(nm.mixer, sc.out.data(), T, D, D);
     cuda::add_inplace(sc.resid.data(), sc.out.data(), TD, st);
     probe(nm.block, sc.resid.data(), T, D, D);
   }
-  for (const auto& q : b.seqs) mc.set_position(q.slot, q.start + q.n);
+}
 
+void CudaMamba2Model::enqueue_head(Scratch& sc, const float* x, int rows, const DeviceProbe& probe,
+                                   cudaStream_t st) const {
+  const int D = cfg_.hidden_size, V = cfg_.vocab_size;
   const bool tied = cfg_.tie_word_embeddings;
-  const cuda::DeviceBuffer<uint16_t>& hb = tied ? embed_bf16_ : lm_head_bf16_;
-  const cuda::DeviceBuffer<float>& hf = tied ? embed_f32_ : lm_head_f32_;
   const cuda::DeviceBuffer<float> no_bias;
-  const bool probe_head = hooks && (hooks->wants("backbone.norm_f") || hooks->wants("lm_head"));
-  if (probe_head) {
-    // Every row through the head (row-wise norm, M-invariant GEMM: the same bits per row).
-    sc.head.resize(TD);
-    sc.logits.resize(static_cast<std::size_t>(T) * V);
-    cuda::rmsnorm(sc.resid.data(), T, D, norm_f_.data(), eps, sc.head.data(), st);
-    probe("backbone.norm_f", sc.head.data(), T, D, D);
-    gemm(sc.head.data(), T, D, hb, hf, V, no_bias, sc.logits.data());
-    probe("lm_head", sc.logits.data(), T, V, V);
-    if (R == 0) return;
-    sc.out.resize(static_cast<std::size_t>(R) * V);
-    cuda::gather_rows(sc.logits.data(), V, di + o_logit, R, V, sc.out.data(), st);
-    cuda::cuda_check(cudaMemcpy(logits, sc.out.data(), static_cast<std::size_t>(R) * V * 4, cudaMemcpyDeviceToHost),
-                     "logits to host");
-    return;
-  }
-  if (R == 0) {
-    cuda::cuda_check(cudaStreamSynchronize(st), "forward");
-    return;
-  }
-  sc.head.resize(static_cast<std::size_t>(R) * D);
-  sc.logits.resize(static_cast<std::size_t>(R) * V);
-  cuda::gather_rows(sc.resid.data(), D, di + o_logit, R, D, sc.head.data(), st);
-  cuda::rmsnorm(sc.head.data(), R, D, norm_f_.data(), eps, sc.head.data(), st);
-  gemm(sc.head.data(), R, D, hb, hf, V, no_bias, sc.logits.data());
-  cuda::cuda_check(cudaMemcpy(logits, sc.logits.data(), static_cast<std::size_t>(R) * V * 4, cudaMemcpyDeviceToHost),
-                   "logits to host");
+  cuda::rmsnorm(x, rows, D, norm_f_.data(), static_cast<float>(cfg_.layer_norm_epsilon), sc.head.data(), st);
+  probe("backbone.norm_f", sc.head.data(), rows, D, D);
+  gemm(sc.head.data(), rows, D, tied ? embed_bf16_ : lm_head_bf16_, tied ? embed_f32_ : lm_head_f32_, V, no_bias,
+       sc.logits.data(), st);
+  probe("lm_head", sc.logits.data(), rows, V, V);
 }
 
 }  // namespace parity::backend_cuda

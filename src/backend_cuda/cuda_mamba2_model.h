@@ -1,16 +1,22 @@
 #pragma once
 // Mamba2ForCausalLM on the GPU: the network of model/mamba2_model.cpp, with weights uploaded once
-// and every step run by src/kernels_cuda. Same Model interface, so the engine, the exactness gate
-// and the accuracy tools run it unchanged; probe points copy to and from the host only when a hook
-// asks for them.
+// and every step run by src/kernels_cuda on the model's own stream. Same Model interface, so the
+// engine, the exactness gate and the accuracy tools run it unchanged; probe points copy to and from
+// the host only when a hook asks for them. Pure decode passes replay CUDA graphs (decode_graphs.h)
+// unless CudaModelOptions::enforce_eager.
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backend_cuda/backend.h"
+#include "backend_cuda/decode_graphs.h"
+#include "backend_cuda/device_probe.h"
+#include "backend_cuda/device_state.h"
 #include "io/hf_config.h"
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/ops.h"
+#include "kernels_cuda/pinned_buffer.h"
+#include "kernels_cuda/stream.h"
 #include "model/model.h"
 
 namespace parity::backend_cuda {
@@ -35,18 +41,47 @@ class CudaMamba2Model : public model::Model {
   const char* device() const override { return "cuda"; }
   std::optional<model::DeviceMemory> device_memory() const override { return query_device_memory(); }
 
+  const CudaGraphStats& graph_stats() const { return run_->graphs.stats(); }
+  void set_enforce_eager(bool eager) { enforce_eager_ = eager; }
+
  private:
   struct Layer {
     cuda::DeviceBuffer<uint16_t> in_proj_bf16, out_proj_bf16;
     cuda::DeviceBuffer<float> in_proj_f32, out_proj_f32;
     cuda::DeviceBuffer<float> in_proj_bias, out_proj_bias, conv_w, conv_b, dt_bias, A, D, gate_norm, norm;
   };
-  // Scratch that grows to the largest pass and is reused (forward is const: the engine runs one pass at a time).
+  // Activations and the pass's metadata (device buffers and their pinned staging), reused across
+  // passes. The eager set grows to the largest pass; the graph set grows only to a larger bucket,
+  // and then every graph is dropped (they froze its addresses).
   struct Scratch {
     cuda::DeviceBuffer<float> resid, normed, zx, xbc, dt, y, g, out, ssd, head, logits;
     cuda::DeviceBuffer<int32_t> ints;
     cuda::DeviceBuffer<int64_t> starts;
+    cuda::PinnedBuffer<int32_t> h_ints;
+    cuda::PinnedBuffer<int64_t> h_starts;
   };
+  // What forward mutates (forward is const: the engine runs one pass at a time).
+  struct Run {
+    cuda::Stream stream;
+    Scratch eager, graph;
+    int graph_rows = 0;  // the bucket the graph set is sized for
+    DecodeGraphs graphs;
+  };
+
+  cuda::SsdShape shape() const { return {cfg_.num_heads, cfg_.head_dim, cfg_.state_size, cfg_.n_groups}; }
+  // Every activation of a T-row pass (the SSD scratch depends on the pass's cell tasks: sized apart).
+  void reserve(Scratch& sc, int T, int head_rows) const;
+  // Embedding and every layer over the pass's T rows, into sc.resid.
+  void enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, const int32_t* tokens, int T, DeviceState& ds,
+                      const cuda::ScanGrid& grid, const DeviceProbe& probe, cudaStream_t st) const;
+  // norm_f and lm_head over `rows` rows of x [rows][D] (may be sc.head): sc.head, then sc.logits.
+  void enqueue_head(Scratch& sc, const float* x, int rows, const DeviceProbe& probe, cudaStream_t st) const;
+  void forward_eager(const model::ForwardBatch& b, DeviceState& ds, const cuda::ScanGrid& grid, float* logits,
+                     model::ProbeHooks* hooks) const;
+  void forward_graph(const model::ForwardBatch& b, DeviceState& ds, const cuda::ScanGrid& grid, int bucket,
+                     float* logits) const;
+  void gemm(const float* A, int M, int K, const cuda::DeviceBuffer<uint16_t>& wb, const cuda::DeviceBuffer<float>& wf,
+            int N, const cuda::DeviceBuffer<float>& bias, float* C, cudaStream_t st) const;
 
   io::Mamba2Config cfg_;
   std::string arch_ = "Mamba2ForCausalLM";
@@ -63,7 +98,9 @@ class CudaMamba2Model : public model::Model {
     std::string in_proj, conv1d, dt, norm, mixer, block;
   };
   std::vector<Names> names_;
-  std::unique_ptr<Scratch> scratch_;
+  std::vector<std::string> probe_names_;  // every probe point: a pass wanting any runs eagerly
+  bool enforce_eager_ = false;
+  std::unique_ptr<Run> run_;
 };
 
 }  // namespace parity::backend_cuda

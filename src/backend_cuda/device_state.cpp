@@ -1,23 +1,36 @@
 #include "backend_cuda/device_state.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
 
 #include "common/error.h"
 
 namespace parity::backend_cuda {
+namespace {
 
-DeviceState DeviceState::make(const io::Mamba2Config& c, int layers, const cache::ModelCacheOptions& opt, int cell) {
+uint64_t next_state_id() {
+  static std::atomic<uint64_t> n{0};
+  return ++n;
+}
+
+}  // namespace
+
+DeviceState DeviceState::make(const io::Mamba2Config& c, int layers, const cache::ModelCacheOptions& opt, int cell,
+                              bool scratch) {
   DeviceState d;
+  d.id = next_state_id();
   d.layers = layers;
   d.slots = opt.mamba.num_slots;
   d.exact = opt.mamba.exact;
   d.bf16 = opt.mamba.ssm_dtype == DType::BF16;
   d.cell = cell;
+  d.scratch = scratch;
+  d.slot_stride = d.slots + (scratch ? 1 : 0);
   const std::size_t H = c.num_heads, P = c.head_dim, N = c.state_size, G = c.n_groups;
   d.conv_per_slot = static_cast<std::size_t>(c.conv_kernel - 1) * c.conv_dim();
   d.ssm_per_slot = H * P * N;
-  const std::size_t LS = static_cast<std::size_t>(layers) * d.slots;
+  const std::size_t LS = static_cast<std::size_t>(layers) * d.slot_stride;
   d.conv = cuda::DeviceBuffer<float>(LS * d.conv_per_slot);
   if (d.bf16) d.ssm_bf16 = cuda::DeviceBuffer<uint16_t>(LS * d.ssm_per_slot);
   else d.ssm_f32 = cuda::DeviceBuffer<float>(LS * d.ssm_per_slot);
@@ -33,7 +46,7 @@ DeviceState DeviceState::make(const io::Mamba2Config& c, int layers, const cache
 }
 
 cuda::SsdState DeviceState::ssd(int layer) {
-  const std::size_t l = static_cast<std::size_t>(layer) * slots;
+  const std::size_t l = static_cast<std::size_t>(layer) * slot_stride;
   cuda::SsdState s;
   if (bf16) s.state_bf16 = ssm_bf16.data() + l * ssm_per_slot;
   else s.state_f32 = ssm_f32.data() + l * ssm_per_slot;
@@ -48,10 +61,10 @@ cuda::SsdState DeviceState::ssd(int layer) {
 void DeviceState::zero_slots(const int32_t* slots_dev, int n, cudaStream_t s) {
   if (layers == 0) return;  // attention only: nothing recurrent to clear
   const std::size_t conv_b = conv_per_slot * sizeof(float);
-  cuda::zero_slot_slices(conv.data(), conv_b, conv_b * slots, layers, slots_dev, n, s);
+  cuda::zero_slot_slices(conv.data(), conv_b, conv_b * slot_stride, layers, slots_dev, n, s);
   const std::size_t ssm_b = ssm_per_slot * (bf16 ? 2 : 4);
   void* base = bf16 ? static_cast<void*>(ssm_bf16.data()) : static_cast<void*>(ssm_f32.data());
-  cuda::zero_slot_slices(base, ssm_b, ssm_b * slots, layers, slots_dev, n, s);
+  cuda::zero_slot_slices(base, ssm_b, ssm_b * slot_stride, layers, slots_dev, n, s);
 }
 
 std::size_t DeviceState::bytes() const {
@@ -59,16 +72,18 @@ std::size_t DeviceState::bytes() const {
          (kv_k.size() + kv_v.size()) * 4;
 }
 
-DeviceState& device_state_of(cache::ModelCache& mc, const io::Mamba2Config& cfg, int cell) {
+DeviceState& device_state_of(cache::ModelCache& mc, const io::Mamba2Config& cfg, int cell, bool scratch) {
   std::shared_ptr<void>& slot = mc.backend_state();
   const cache::ModelCacheOptions& o = mc.options();
   auto* have = static_cast<DeviceState*>(slot.get());
   if (!have || have->slots != o.mamba.num_slots || have->exact != o.mamba.exact ||
-      have->bf16 != (o.mamba.ssm_dtype == DType::BF16) || have->cell != cell) {
-    auto d = std::make_shared<DeviceState>(DeviceState::make(cfg, mc.spec().num_mamba_layers, o, cell));
+      have->bf16 != (o.mamba.ssm_dtype == DType::BF16) || have->cell != cell || (scratch && !have->scratch)) {
+    auto d = std::make_shared<DeviceState>(DeviceState::make(cfg, mc.spec().num_mamba_layers, o, cell, scratch));
     if (const cache::KvCache* kv = mc.kv()) {
+      const int blocks = kv->num_blocks() + (scratch ? 1 : 0);
       d->kv_layers = kv->num_layers();
-      d->kv_layer_floats = static_cast<std::size_t>(kv->num_blocks()) * static_cast<std::size_t>(kv->layout().block_floats());
+      d->kv_scratch_block = scratch ? kv->num_blocks() : -1;
+      d->kv_layer_floats = static_cast<std::size_t>(blocks) * static_cast<std::size_t>(kv->layout().block_floats());
       d->kv_k = cuda::DeviceBuffer<float>(d->kv_layer_floats * d->kv_layers);
       d->kv_v = cuda::DeviceBuffer<float>(d->kv_layer_floats * d->kv_layers);
     }
@@ -76,6 +91,17 @@ DeviceState& device_state_of(cache::ModelCache& mc, const io::Mamba2Config& cfg,
     have = d.get();
   }
   return *have;
+}
+
+cuda::ScanGrid scan_grid_of(model::ScanMode mode, const cache::MambaCacheOptions& mo, int plain_cell) {
+  cuda::ScanGrid grid;
+  grid.exact = mode == model::ScanMode::Exact;
+  grid.cell = grid.exact ? mo.grid.cell : plain_cell;
+  grid.stagger = grid.exact && mo.grid.stagger;
+  if (grid.exact && grid.cell > cuda::kMaxCell)
+    throw Error("--exact-grid " + std::to_string(grid.cell) + ": the CUDA backend runs exact grids of 1.." +
+                std::to_string(cuda::kMaxCell) + " rows");
+  return grid;
 }
 
 }  // namespace parity::backend_cuda

@@ -4,29 +4,40 @@
 // cell; for hybrids, the attention layers' K and V blocks (the host KvCache keeps the block tables,
 // reference counts and free list; physical block b is block b here). Attached to the engine's
 // cache::ModelCache (backend_state()), so it lives and dies with it.
+//
+// With CUDA graphs on, it also holds one scratch slot (index `slots`, after the engine's) and one
+// scratch KV block (index num_blocks): a decode pass padded up to its graph's batch size gives its
+// padding rows that slot and block, so they write where no sequence reads (decode_graphs.h).
 #include <cstdint>
 
 #include "cache/model_cache.h"
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/ops.h"
+#include "model/forward_batch.h"
 
 namespace parity::backend_cuda {
 
 struct DeviceState {
+  uint64_t id = 0;  // unique per made state: what a CUDA graph that captured its pointers is keyed by
   int layers = 0, slots = 0, cell = 0;
   bool exact = false, bf16 = false;
+  bool scratch = false;  // one slot and one KV block past the engine's, for padding rows
+  int slot_stride = 0;   // slots (+1 with the scratch slot): the per-layer arrays' slot count
   std::size_t conv_per_slot = 0, ssm_per_slot = 0, ringx_per_slot = 0, ringdt_per_slot = 0, ringb_per_slot = 0;
   cuda::DeviceBuffer<float> conv;       // [layer][slot][K-1][conv_dim]
   cuda::DeviceBuffer<float> ssm_f32;    // [layer][slot][H][P][N]
   cuda::DeviceBuffer<uint16_t> ssm_bf16;
   cuda::DeviceBuffer<float> ring_x, ring_dt, ring_B;
   int kv_layers = 0;
-  std::size_t kv_layer_floats = 0;        // num_blocks · block_floats
+  int kv_scratch_block = -1;              // the scratch block's index (num_blocks), -1 without
+  std::size_t kv_layer_floats = 0;        // (num_blocks + scratch) · block_floats
   cuda::DeviceBuffer<float> kv_k, kv_v;   // [attention layer][block][kernels/attention.h layout]
 
-  static DeviceState make(const io::Mamba2Config& cfg, int layers, const cache::ModelCacheOptions& opt, int cell);
+  static DeviceState make(const io::Mamba2Config& cfg, int layers, const cache::ModelCacheOptions& opt, int cell,
+                          bool scratch);
+  int scratch_slot() const { return slots; }
   cuda::SsdState ssd(int layer);
-  float* conv_state(int layer) { return conv.data() + static_cast<std::size_t>(layer) * slots * conv_per_slot; }
+  float* conv_state(int layer) { return conv.data() + static_cast<std::size_t>(layer) * slot_stride * conv_per_slot; }
   float* k_cache(int layer) { return kv_k.data() + static_cast<std::size_t>(layer) * kv_layer_floats; }
   float* v_cache(int layer) { return kv_v.data() + static_cast<std::size_t>(layer) * kv_layer_floats; }
   // New sequences start from zero: clears every layer's conv and SSM state of the given slots.
@@ -34,7 +45,12 @@ struct DeviceState {
   std::size_t bytes() const;
 };
 
-// The cache's device state, made on first use for this cache's shape and numerics.
-DeviceState& device_state_of(cache::ModelCache& mc, const io::Mamba2Config& cfg, int cell);
+// The cache's device state, made on first use for this cache's shape and numerics; scratch: with
+// the padding rows' slot and block (a state made with them serves a caller that needs none).
+DeviceState& device_state_of(cache::ModelCache& mc, const io::Mamba2Config& cfg, int cell, bool scratch);
+
+// The scan grid of a pass in `mode` on a cache with these options (exact: the cache's grid;
+// plain: kCudaPlainCell rows restarting at each call). Throws for an exact cell the GPU cannot run.
+cuda::ScanGrid scan_grid_of(model::ScanMode mode, const cache::MambaCacheOptions& mo, int plain_cell);
 
 }  // namespace parity::backend_cuda

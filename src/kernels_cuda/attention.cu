@@ -245,9 +245,20 @@ AttnPlan::AttnPlan(const std::vector<SeqSpan>& seqs, int num_heads, int split_mi
 }
 
 AttnWork AttnPlan::upload(DeviceBuffer<int32_t>& buf, DeviceBuffer<float>& scratch) const {
-  AttnWork w;
-  if (ints_.empty()) return w;
+  if (ints_.empty()) return {};
   buf.upload(ints_);
+  return view(buf, scratch);
+}
+
+AttnWork AttnPlan::upload(DeviceBuffer<int32_t>& buf, DeviceBuffer<float>& scratch, PinnedBuffer<int32_t>& staging,
+                          cudaStream_t s) const {
+  if (ints_.empty()) return {};
+  upload_async(ints_, staging, buf, s);
+  return view(buf, scratch);
+}
+
+AttnWork AttnPlan::view(const DeviceBuffer<int32_t>& buf, DeviceBuffer<float>& scratch) const {
+  AttnWork w;
   w.tiles = buf.data();
   w.num_tiles = num_tiles_;
   w.rows = buf.data() + 2 * num_tiles_;

@@ -60,6 +60,9 @@ class AttnPlan {
   // short decode rows take the split path too.
   AttnPlan(const std::vector<SeqSpan>& seqs, int num_heads, int split_min_keys = kAttnSplitMinKeys);
   AttnWork upload(DeviceBuffer<int32_t>& buf, DeviceBuffer<float>& scratch) const;
+  // The same, queued on s through pinned staging (the models' path: no host wait).
+  AttnWork upload(DeviceBuffer<int32_t>& buf, DeviceBuffer<float>& scratch, PinnedBuffer<int32_t>& staging,
+                  cudaStream_t s) const;
   // Floats of scratch a long row at `pos` needs: per head, its key blocks' 16 weights and 3 stats.
   static int64_t split_floats(int64_t pos, int num_heads) { return int64_t(num_heads) * (pos / 16 + 1) * (16 + 3); }
   int num_tiles() const { return num_tiles_; }
@@ -67,6 +70,8 @@ class AttnPlan {
   int num_long() const { return num_long_; }
 
  private:
+  AttnWork view(const DeviceBuffer<int32_t>& buf, DeviceBuffer<float>& scratch) const;
+
   std::vector<int32_t> ints_;  // tiles, rows, long rows
   int num_tiles_ = 0, num_rows_ = 0, num_long_ = 0, long_max_keys_ = 0;
   int64_t scratch_floats_ = 0;

@@ -157,19 +157,24 @@ void swiglu(const float* gate_up, int n, int F, float* out, cudaStream_t s) {
   check_launch("swiglu");
 }
 
+void MoeWorkspace::reserve(int T, int k, int E, int D, int F) {
+  const std::size_t n = static_cast<std::size_t>(T) * k;
+  offsets.resize(std::size_t(E) + 1);
+  token.resize(n);
+  row.resize(n);
+  xg.resize(n * D);
+  h.resize(n * 2 * F);
+  a.resize(n * F);
+  yg.resize(n * D);
+}
+
 void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* idx, const float* gates,
                  MoeWorkspace& ws, float* out, cudaStream_t s) {
   const int E = w.experts, D = w.hidden, F = w.width;
   check_routing(T, E, k, "cuda moe_experts");
   if (T == 0) return;
   const std::size_t n = static_cast<std::size_t>(T) * k;
-  ws.offsets.resize(std::size_t(E) + 1);
-  ws.token.resize(n);
-  ws.row.resize(n);
-  ws.xg.resize(n * D);
-  ws.h.resize(n * 2 * F);
-  ws.a.resize(n * F);
-  ws.yg.resize(n * D);
+  ws.reserve(T, k, E, D, F);
   group_kernel<<<E, kGroupThreads, 0, s>>>(idx, static_cast<int>(n), k, E, ws.offsets.data(), ws.token.data(),
                                            ws.row.data());
   check_launch("moe group");

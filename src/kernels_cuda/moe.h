@@ -40,6 +40,9 @@ struct MoeWorkspace {
   DeviceBuffer<int32_t> row;      // [T·k] (token, choice j) → grouped row
   DeviceBuffer<float> gates;      // [T·k] (fused pattern: read back from the dense affinities)
   DeviceBuffer<float> xg, h, a, yg;
+  // Room for T tokens (k choices each, E experts, hidden D, width F); moe_experts calls it, and a
+  // CUDA graph's owner calls it ahead for its largest batch so a capture never allocates.
+  void reserve(int T, int k, int E, int D, int F);
 };
 
 // logits [T][E] → idx [T][k], gates [T][k] (kernels::router_topk_softmax).

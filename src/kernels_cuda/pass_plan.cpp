@@ -53,6 +53,17 @@ PassPlan::PassPlan(const std::vector<SeqSpan>& seqs, const ScanGrid& grid, const
 PassSeqs PassPlan::upload(DeviceBuffer<int32_t>& ints, DeviceBuffer<int64_t>& starts) const {
   ints.upload(ints_);
   starts.upload(starts_);
+  return view(ints, starts);
+}
+
+PassSeqs PassPlan::upload(DeviceBuffer<int32_t>& ints, DeviceBuffer<int64_t>& starts, PinnedBuffer<int32_t>& h_ints,
+                          PinnedBuffer<int64_t>& h_starts, cudaStream_t s) const {
+  upload_async(ints_, h_ints, ints, s);
+  upload_async(starts_, h_starts, starts, s);
+  return view(ints, starts);
+}
+
+PassSeqs PassPlan::view(const DeviceBuffer<int32_t>& ints, const DeviceBuffer<int64_t>& starts) const {
   const int32_t* d = ints.data();
   PassSeqs p;
   p.num_seqs = num_seqs_;

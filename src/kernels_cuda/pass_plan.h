@@ -6,6 +6,7 @@
 
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/ops.h"
+#include "kernels_cuda/pinned_buffer.h"
 
 namespace parity::cuda {
 
@@ -23,6 +24,9 @@ class PassPlan {
            const std::vector<int32_t>& extra_rows = {});
   // Uploads into the two buffers and returns the kernels' view of them.
   PassSeqs upload(DeviceBuffer<int32_t>& ints, DeviceBuffer<int64_t>& starts) const;
+  // The same, queued on s through pinned staging (the models' path: no host wait).
+  PassSeqs upload(DeviceBuffer<int32_t>& ints, DeviceBuffer<int64_t>& starts, PinnedBuffer<int32_t>& h_ints,
+                  PinnedBuffer<int64_t>& h_starts, cudaStream_t s) const;
 
   std::size_t tokens_offset() const { return 0; }
   std::size_t extra_offset() const { return o_extra_; }
@@ -30,6 +34,8 @@ class PassPlan {
   int num_new_slots() const { return num_new_; }
 
  private:
+  PassSeqs view(const DeviceBuffer<int32_t>& ints, const DeviceBuffer<int64_t>& starts) const;
+
   std::vector<int32_t> ints_;
   std::vector<int64_t> starts_;
   std::size_t o_rowseq_ = 0, o_slot_ = 0, o_n_ = 0, o_row0_ = 0, o_tasks_ = 0, o_task0_ = 0, o_extra_ = 0, o_new_ = 0;

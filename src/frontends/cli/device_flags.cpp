@@ -11,6 +11,9 @@ void add_device_flags(CLI::App* sub, DeviceFlags& f) {
                   "split the model over N ranks (CPU: worker threads; Mamba heads and groups, attention KV heads, MLP "
                   "and expert widths must divide by N; docs/tensor-parallel.md)")
       ->check(CLI::Range(1, 64));
+  sub->add_flag("--enforce-eager,--no-cuda-graphs", f.enforce_eager,
+                "with --device cuda: launch every pass kernel by kernel instead of replaying decode steps as CUDA "
+                "graphs (same bits; as vLLM's --enforce-eager)");
 }
 
 }  // namespace parity::cli

@@ -26,6 +26,7 @@ std::unique_ptr<model::Model> DeviceOptions::load(const std::string& spec, const
                 "(docs/tensor-parallel.md)");
   backend_cuda::CudaModelOptions o;
   o.fp32 = dtype == "float32";
+  o.enforce_eager = enforce_eager;
   return backend_cuda::load_model(model::open_checkpoint(spec), o);
 }
 

@@ -16,6 +16,9 @@ struct DeviceOptions {
   // Ranks the model is split over (docs/tensor-parallel.md): CPU ranks are worker threads of this
   // process; GPU ranks (NCCL) are not built yet.
   int tensor_parallel_size = 1;
+  // cuda: launch every pass kernel by kernel, no CUDA graphs (vLLM's enforce_eager). The bits are
+  // the same either way; the CPU has no graphs and ignores it.
+  bool enforce_eager = false;
 
   // Loads MODEL (checkpoint folder or builtin:NAME) on the chosen device; parity::Error names
   // what is wrong (no CUDA build, no GPU, an architecture the GPU does not run, --dtype on cpu, a

@@ -186,11 +186,12 @@ LlmOptions llm_options(bool exact, const py::object& additional_config, const st
                        const std::string& moe_routing, int max_num_seqs, int max_num_batched_tokens,
                        int64_t max_model_len, double state_memory_mb, double gpu_memory_utilization,
                        const std::optional<int>& threads, const std::string& device,
-                       const std::optional<std::string>& dtype, int tensor_parallel_size) {
+                       const std::optional<std::string>& dtype, int tensor_parallel_size, bool enforce_eager) {
   LlmOptions o;
   o.device.device = device;
   o.device.dtype = dtype.value_or("");
   o.device.tensor_parallel_size = tensor_parallel_size;
+  o.device.enforce_eager = enforce_eager;
   o.numerics.exact = exact;
   o.numerics.cache_dtype = cache_dtype.value_or("");
   o.numerics.exact_grid = exact_grid.value_or(-1);
@@ -222,7 +223,7 @@ constexpr const char* kLlmDoc = R"doc(A model loaded for inference, with the eng
 LLM(model, exact=False, additional_config=None, *, mamba_ssm_cache_dtype=None, exact_grid=None,
     exact_stagger="auto", moe_routing="direct", max_num_seqs=8, max_num_batched_tokens=2048,
     max_model_len=1048576, state_memory_mb=0.0, gpu_memory_utilization=0.0, threads=None, device="cpu",
-    dtype=None, tensor_parallel_size=1)
+    dtype=None, tensor_parallel_size=1, enforce_eager=False)
 
 model: a Hugging Face checkpoint folder (config.json + safetensors) or "builtin:NAME"
   (tiny, tiny-g2, mamba2-130m, tiny-hybrid, granite-h-bench, tiny-nemotron-h, tiny-bamba, tiny-falcon-h1).
@@ -237,7 +238,8 @@ max_num_seqs, max_num_batched_tokens, max_model_len, state_memory_mb, gpu_memory
   share of the GPU's memory for the caches, with device="cuda").
 threads: worker threads for this process (default: all cores).
 device: "cpu" or "cuda" (GPU 0; needs a CUDA build), dtype: with cuda, "bfloat16" GEMM inputs (default)
-  or "float32", as the CLI's --device and --dtype.
+  or "float32", as the CLI's --device and --dtype; enforce_eager: with cuda, no CUDA graphs for decode
+  steps (the same bits), as the CLI's --enforce-eager.
 tensor_parallel_size: split the model over this many ranks, as --tensor-parallel-size (CPU ranks are
   worker threads; docs/tensor-parallel.md).
 
@@ -260,10 +262,11 @@ PYBIND11_MODULE(_core, m) {
                        const std::string& exact_stagger, const std::string& moe_routing, int max_num_seqs,
                        int max_num_batched_tokens, int64_t max_model_len, double state_memory_mb,
                        double gpu_memory_utilization, const std::optional<int>& threads, const std::string& device,
-                       const std::optional<std::string>& dtype, int tensor_parallel_size) {
+                       const std::optional<std::string>& dtype, int tensor_parallel_size, bool enforce_eager) {
              LlmOptions o = llm_options(exact, additional_config, cache_dtype, exact_grid, exact_stagger, moe_routing,
                                         max_num_seqs, max_num_batched_tokens, max_model_len, state_memory_mb,
-                                        gpu_memory_utilization, threads, device, dtype, tensor_parallel_size);
+                                        gpu_memory_utilization, threads, device, dtype, tensor_parallel_size,
+                                        enforce_eager);
              py::gil_scoped_release unlocked;
              return std::make_unique<Llm>(model, std::move(o));
            }),
@@ -273,7 +276,7 @@ PYBIND11_MODULE(_core, m) {
            py::arg("max_num_batched_tokens") = 2048, py::arg("max_model_len") = int64_t{1} << 20,
            py::arg("state_memory_mb") = 0.0, py::arg("gpu_memory_utilization") = 0.0, py::arg("threads") = py::none(),
            py::arg("device") = "cpu",
-           py::arg("dtype") = py::none(), py::arg("tensor_parallel_size") = 1)
+           py::arg("dtype") = py::none(), py::arg("tensor_parallel_size") = 1, py::arg("enforce_eager") = false)
       .def_property_readonly("vocab_size", [](const Llm& l) { return l.model().vocab_size(); },
                              "Number of rows of the output embedding (logits per position).")
       .def_property_readonly("origin", [](const Llm& l) { return l.model().origin(); },

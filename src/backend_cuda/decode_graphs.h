@@ -1,0 +1,107 @@
+#pragma once
+// Decode steps replayed as CUDA graphs, captured per batch-size bucket (issue 11; vLLM's CUDA
+// graphs). A pure decode pass of B sequences is padded to the smallest bucket >= B (1, 2, 4, ...,
+// kMaxGraphBatch: powers of two, so at most 9 graphs per numerics and padding is at most B − 1
+// rows of cheap work: the padding rows all read one scratch slot). The first pass of a bucket
+// records the whole forward (embedding to logits) into a graph; later passes copy their inputs into
+// the same device buffers and replay it with one launch.
+//
+// Why the bits do not change: every kernel gives a row a function of its own row, its own
+// sequence's state and the weights (DESIGN.md rules 1–3: batch-invariant GEMM, row-wise norms,
+// per-sequence conv and scan, per-row attention, per-token MoE), so adding padding rows changes
+// no real row; the padding rows read and write only the scratch slot and scratch KV block
+// (device_state.h), which no sequence uses, and their logits are never copied out.
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels_cuda/graph.h"
+#include "kernels_cuda/pass_plan.h"
+#include "model/forward_batch.h"
+#include "model/model.h"
+#include "model/probe.h"
+
+namespace parity::backend_cuda {
+
+inline constexpr int kMaxGraphBatch = 256;
+
+// The smallest bucket holding `batch` sequences (1, 2, 4, ..., 256); 0 when batch is 0 or above
+// kMaxGraphBatch (the pass runs eagerly).
+int graph_bucket(int batch);
+
+// Every sequence has one row at a position > 0: plain mode runs SSU for all of them, exact mode
+// one SSD cell task each (the cell holding the row, wherever it sits), and no slot starts from
+// zero, so the pass's launch shapes are a function of its batch size alone. (A first token at position 0 is a one-token prefill: eager.)
+bool is_pure_decode(const model::ForwardBatch& b);
+
+// Whether hooks want any of the points: a probe copies to the host mid-pass, which a graph cannot.
+bool any_probe_wanted(const model::ProbeHooks* hooks, const std::vector<std::string>& points);
+
+// The pass padded to `bucket` sequences: the real ones first (packed row i is sequence i, so
+// logit rows keep their meaning), then padding sequences of one row, token 0, at position 1 in
+// the scratch slot.
+struct PaddedDecode {
+  std::vector<cuda::SeqSpan> spans;
+  std::vector<int32_t> tokens;
+};
+PaddedDecode pad_decode(const model::ForwardBatch& b, int bucket, int scratch_slot);
+
+// What a graph's launch shapes depend on besides the buffers' addresses.
+struct GraphKey {
+  int bucket = 0;
+  bool exact = false;
+  int cell = 0;
+  bool stagger = false;
+  int cell_tasks = 0;  // the SSD kernels' grid (one task per sequence in exact mode today)
+  int kv_stride = 0;   // hybrids: the block tables' row length
+  bool operator<(const GraphKey& o) const {
+    return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride) <
+           std::tie(o.bucket, o.exact, o.cell, o.stagger, o.cell_tasks, o.kv_stride);
+  }
+};
+
+// What every graph of a model froze besides its weights: the cache's device state, the size of
+// the graph buffers, and the addresses of those that can move (inputs, SSD scratch, block tables).
+// When any changes, every graph is dropped and recaptured.
+struct GraphEpoch {
+  uint64_t state_id = 0;
+  int rows = 0;
+  std::array<const void*, 4> buffers{};
+  bool operator==(const GraphEpoch&) const = default;
+};
+
+struct CudaGraphStats {
+  int64_t captures = 0;      // graphs recorded and instantiated
+  int64_t replays = 0;       // passes run by a graph launch
+  int64_t eager_passes = 0;  // passes launched kernel by kernel
+};
+
+class DecodeGraphs {
+ public:
+  // The graph for (epoch, key), recorded from what `enqueue` queues on s the first time (nothing
+  // runs while recording; the caller launches the graph).
+  const cuda::GraphExec& get(const GraphEpoch& epoch, const GraphKey& key, cudaStream_t s,
+                             const std::function<void()>& enqueue);
+  void note_eager() { ++stats_.eager_passes; }
+  void note_replay() { ++stats_.replays; }
+  const CudaGraphStats& stats() const { return stats_; }
+
+ private:
+  GraphEpoch epoch_;
+  std::map<GraphKey, cuda::GraphExec> graphs_;
+  CudaGraphStats stats_;
+};
+
+// logits (host, output order) ← rows of dev [rows][V], one async copy per run of consecutive rows.
+void copy_logit_rows(const float* dev, int V, const std::vector<int>& rows, float* host, cudaStream_t s);
+
+// For tests and benchmarks (defined in backend.cpp; m must be a CUDA model): the graph counters,
+// and graphs switched off (true, as --enforce-eager) or back on at run time.
+CudaGraphStats cuda_graph_stats(const model::Model& m);
+void set_enforce_eager(model::Model& m, bool eager);
+
+}  // namespace parity::backend_cuda
