@@ -10,6 +10,8 @@
 #include "cache/numerics.h"
 #include "common/error.h"
 #include "kernels/exact_grid.h"
+#include "model/checkpoint.h"
+#include "model/tensor_parallel_model.h"
 #include "io/safetensors.h"
 #include "test_support.h"
 
@@ -157,6 +159,30 @@ TEST(Numerics, DifferenceNamesTheKeysAndIgnoresFilesWithoutAnIdentity) {
   EXPECT_EQ(cache::numerics_difference(a.metadata(), {{"source", "huggingface"}}), "");
   EXPECT_THROW(cache::resolve_numerics(true, std::nullopt, 3, cache::StaggerChoice::Auto, 256), Error);
   EXPECT_THROW(cache::parse_stagger("both"), Error);
+}
+
+// The backend and the tensor-parallel degree are part of the identity: a CPU one-rank run writes neither key (its
+// files read as before), another backend or degree writes and compares them, a missing key reading as cpu / 1.
+TEST(Numerics, DeviceAndTensorParallelDegreeArePartOfTheIdentity) {
+  const cache::Numerics cpu = cache::resolve_numerics(true, std::nullopt, 8, cache::StaggerChoice::Auto, 256);
+  EXPECT_EQ(cpu.metadata().count("device"), 0u);
+  EXPECT_EQ(cpu.metadata().count("tensor_parallel"), 0u);
+  cache::Numerics gpu = cpu, tp2 = cpu;
+  gpu.device = "cuda";
+  tp2.tensor_parallel = 2;
+  EXPECT_EQ(gpu.metadata().at("device"), "cuda");
+  EXPECT_EQ(tp2.metadata().at("tensor_parallel"), "2");
+  EXPECT_EQ(cache::numerics_difference(cpu.metadata(), gpu.metadata()), "device cpu vs cuda");
+  EXPECT_EQ(cache::numerics_difference(tp2.metadata(), cpu.metadata()), "tensor_parallel 2 vs 1");
+  EXPECT_EQ(cache::numerics_difference(tp2.metadata(), tp2.metadata()), "");
+  EXPECT_NE(tp2.describe().find("tensor parallel 2"), std::string::npos) << tp2.describe();
+  // Stamped from the model: a CPU built-in stays a one-rank CPU run.
+  const auto m = model::load_model(model::open_checkpoint("builtin:tiny-g2"));
+  const cache::Numerics stamped = model::stamp_backend(*m, cpu);
+  EXPECT_EQ(stamped.device, "cpu");
+  EXPECT_EQ(stamped.tensor_parallel, 1);
+  const auto two = model::load_model(model::open_checkpoint("builtin:tiny-g2"), 2);
+  EXPECT_EQ(model::stamp_backend(*two, cpu).tensor_parallel, 2);
 }
 
 }  // namespace

@@ -5,7 +5,15 @@
 namespace parity::cache {
 
 namespace {
-const char* const kIdentityKeys[] = {"numerics", "ssm_state_dtype", "exact_grid", "exact_stagger"};
+const char* const kIdentityKeys[] = {"numerics", "ssm_state_dtype", "exact_grid", "exact_stagger", "device",
+                                     "tensor_parallel"};
+
+// The value a file without the key means: files from before the key existed were one-rank CPU runs.
+std::string missing_value(const std::string& key) {
+  if (key == "device") return "cpu";
+  if (key == "tensor_parallel") return "1";
+  return "(none)";
+}
 }
 
 std::map<std::string, std::string> Numerics::metadata() const {
@@ -14,13 +22,19 @@ std::map<std::string, std::string> Numerics::metadata() const {
     m["exact_grid"] = std::to_string(grid.cell);
     m["exact_stagger"] = grid.stagger ? "spread" : "none";
   }
+  if (device != "cpu") m["device"] = device;
+  if (tensor_parallel != 1) m["tensor_parallel"] = std::to_string(tensor_parallel);
   return m;
 }
 
 std::string Numerics::describe() const {
   const char* state = ssm_dtype == DType::F32 ? "float32" : "bfloat16";
-  if (!exact) return std::string("plain (vLLM: chunked SSD prefill, SSU decode, state ") + state + ")";
-  return "exact (grid " + std::to_string(grid.cell) + ", stagger " + (grid.stagger ? "spread" : "none") + ", state " + state + ")";
+  std::string where;
+  if (device != "cpu") where += " on " + device;
+  if (tensor_parallel != 1) where += ", tensor parallel " + std::to_string(tensor_parallel);
+  if (!exact) return std::string("plain (vLLM: chunked SSD prefill, SSU decode, state ") + state + ")" + where;
+  return "exact (grid " + std::to_string(grid.cell) + ", stagger " + (grid.stagger ? "spread" : "none") + ", state " +
+         state + ")" + where;
 }
 
 Numerics resolve_numerics(bool exact, std::optional<DType> ssm_dtype, std::optional<int> exact_cell,
@@ -55,7 +69,8 @@ std::string numerics_difference(const std::map<std::string, std::string>& a,
   std::string out;
   for (const char* k : kIdentityKeys) {
     auto ia = a.find(k), ib = b.find(k);
-    const std::string va = ia == a.end() ? "(none)" : ia->second, vb = ib == b.end() ? "(none)" : ib->second;
+    const std::string va = ia == a.end() ? missing_value(k) : ia->second;
+    const std::string vb = ib == b.end() ? missing_value(k) : ib->second;
     if (va == vb) continue;
     out += (out.empty() ? "" : ", ") + std::string(k) + " " + va + " vs " + vb;
   }

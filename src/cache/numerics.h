@@ -18,9 +18,14 @@ struct Numerics {
   bool exact = false;
   DType ssm_dtype = DType::BF16;
   kernels::ExactGrid grid;  // meaningful in exact mode
+  // Where it ran: another backend or tensor-parallel degree computes other bits (same backend, grid and degree
+  // ⇒ same bits). Set from the model (model::stamp_backend); the defaults are a one-rank CPU run.
+  std::string device = "cpu";
+  int tensor_parallel = 1;
 
-  // {"numerics": "exact"|"plain", "ssm_state_dtype": ..., and in exact mode "exact_grid",
-  // "exact_stagger"}: the keys files carry.
+  // {"numerics": "exact"|"plain", "ssm_state_dtype": ..., in exact mode "exact_grid", "exact_stagger", and
+  // "device" / "tensor_parallel" when not cpu / 1}: the keys files carry (a CPU one-rank file keeps the keys
+  // files had before those two existed, and a missing key reads as its default).
   std::map<std::string, std::string> metadata() const;
   std::string describe() const;  // e.g. "exact (grid 8, stagger spread, state float32)"
 };

@@ -24,9 +24,15 @@ std::unique_ptr<Model> load_model(const Checkpoint& ck, const ModelOptions& opts
   throw Error(ck.origin + ": architecture '" + arch + "' is not supported (supported: " + all + ")");
 }
 
+cache::Numerics stamp_backend(const Model& m, cache::Numerics n) {
+  n.device = m.device();
+  n.tensor_parallel = m.cache_spec().tensor_parallel;
+  return n;
+}
+
 cache::Numerics default_numerics(const Model& m, ScanMode mode) {
-  return cache::resolve_numerics(mode == ScanMode::Exact, std::nullopt, std::nullopt, cache::StaggerChoice::Auto,
-                                 m.chunk_size(), m.default_exact_cell());
+  return stamp_backend(m, cache::resolve_numerics(mode == ScanMode::Exact, std::nullopt, std::nullopt,
+                                                  cache::StaggerChoice::Auto, m.chunk_size(), m.default_exact_cell()));
 }
 
 std::vector<float> score_all_rows(const Model& m, const std::vector<int32_t>& tokens, ScanMode mode,

@@ -62,6 +62,9 @@ std::vector<float> score_all_rows(const Model& m, const std::vector<int32_t>& to
 // The same with a mode's defaults (exact: the default grid, fp32 state).
 std::vector<float> score_all_rows(const Model& m, const std::vector<int32_t>& tokens,
                                   ScanMode mode = ScanMode::Exact, ProbeHooks* hooks = nullptr);
+// n with the model's backend and tensor-parallel degree, which are part of a run's numerics identity.
+cache::Numerics stamp_backend(const Model& m, cache::Numerics n);
+
 // A mode's default numerics for this model.
 cache::Numerics default_numerics(const Model& m, ScanMode mode);
 

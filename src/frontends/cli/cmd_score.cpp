@@ -47,7 +47,7 @@ Runner add_score(CLI::App& app) {
     if (replacement) replacement->replacer().register_request(0, tokens);
     const int n = static_cast<int>(tokens.size());
     const int V = model->vocab_size();
-    const cache::Numerics numerics = o->engine.numerics.resolve(model->chunk_size(), model->default_exact_cell());
+    const cache::Numerics numerics = o->engine.numerics.resolve(*model);
     std::vector<float> logits =
         model::score_all_rows(*model, tokens, numerics, replacement ? &replacement->hooks() : nullptr);
     if (replacement) std::fprintf(stderr, "%s\n", replacement->describe().c_str());

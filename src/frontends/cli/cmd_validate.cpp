@@ -60,7 +60,7 @@ Runner add_validate(CLI::App& app) {
     const accuracy::ValidationReport rep = accuracy::validate_logits(*model, refs, opt);
     // A reference made by parity with another numerics identity cannot match bit for bit.
     const std::string numerics =
-        cache::numerics_difference(o->engine.numerics.resolve(model->chunk_size(), model->default_exact_cell()).metadata(), ref_file.metadata);
+        cache::numerics_difference(o->engine.numerics.resolve(*model).metadata(), ref_file.metadata);
     if (!numerics.empty())
       std::printf("note: this run and the reference were made with different numerics: %s\n", numerics.c_str());
     if (!o->json_out.empty()) {
@@ -68,7 +68,7 @@ Runner add_validate(CLI::App& app) {
       j["model"] = model->origin();
       j["reference"] = o->reference;
       j["mode"] = o->engine.numerics.exact ? "exact" : "plain";
-      j["numerics"] = o->engine.numerics.resolve(model->chunk_size(), model->default_exact_cell()).metadata();
+      j["numerics"] = o->engine.numerics.resolve(*model).metadata();
       if (!numerics.empty()) j["numerics_difference"] = numerics;
       std::ofstream f(o->json_out);
       f << j.dump(2) << "\n";

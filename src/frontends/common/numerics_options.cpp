@@ -28,6 +28,10 @@ cache::Numerics NumericsOptions::resolve(int chunk_size, int default_cell) const
                                  cache::parse_stagger(stagger), chunk_size, default_cell);
 }
 
+cache::Numerics NumericsOptions::resolve(const model::Model& m) const {
+  return model::stamp_backend(m, resolve(m.chunk_size(), m.default_exact_cell()));
+}
+
 void NumericsOptions::apply(engine::EngineConfig& cfg) const {
   cfg.mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
   cfg.ssm_cache_dtype = cache_dtype_of(cache_dtype);

@@ -20,6 +20,8 @@ struct NumericsOptions {
   void check() const;
   // default_cell: the backend's exact cell when exact_grid is not given (the GPU's differs).
   cache::Numerics resolve(int chunk_size, int default_cell = kernels::kDefaultExactCell) const;
+  // Against a loaded model: its chunk size and default cell, stamped with its backend and TP degree.
+  cache::Numerics resolve(const model::Model& m) const;
   void apply(engine::EngineConfig& cfg) const;  // mode, dtype, grid, stagger
 };
 

@@ -28,7 +28,7 @@ Llm::Llm(const std::string& model, LlmOptions opts) : opts_(std::move(opts)) {
 }
 
 cache::Numerics Llm::numerics() const {
-  return opts_.numerics.resolve(model_->chunk_size(), model_->default_exact_cell());
+  return opts_.numerics.resolve(*model_);
 }
 
 const tokenizer::Tokenizer* Llm::tokenizer(std::string* why) const {
