@@ -26,7 +26,8 @@ namespace {
 // to |9|), the bound leaves a margin of about 14×.
 constexpr float kTpLogitTolerance = 1e-4f;
 
-// The models: the built-ins whose shapes split in two: tiny-g2 (Mamba2, n_groups 2), tiny-nemotron-h (Mamba2,
+// The models: the built-ins whose shapes split in two: tiny-g2 (Mamba2, n_groups 2), tiny-hybrid-g2
+// (GraniteMoeHybrid: RoPE attention, the softmax-routed MoE and shared MLP, µP multipliers), tiny-nemotron-h (Mamba2,
 // attention with 2 KV heads, ReLU² MLP and a sigmoid-routed MoE with a shared expert), tiny-falcon-h1
 // (attention beside Mamba2, SwiGLU MLP, µP multipliers).
 
@@ -116,7 +117,8 @@ TEST_P(TensorParallel, ThreadCountsDoNotChangeTp2Bits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TensorParallel,
-                         ::testing::Values("builtin:tiny-g2", "builtin:tiny-nemotron-h", "builtin:tiny-falcon-h1"),
+                         ::testing::Values("builtin:tiny-g2", "builtin:tiny-hybrid-g2", "builtin:tiny-nemotron-h",
+                                           "builtin:tiny-falcon-h1"),
                          test::builtin_param_name);
 
 std::string load_error(const std::string& spec, int tp) {

@@ -156,8 +156,9 @@ uint64_t seed_of(const std::string& name) {
 }  // namespace
 
 std::vector<std::string> builtin_names() {
-  return {"tiny",       "tiny-g2",        "tiny-hybrid", "granite-h-bench", "granite-h-tiny", "tiny-nemotron-h",
-          "tiny-bamba", "tiny-falcon-h1", "mamba2-130m", "mamba2-2.7b"};
+  return {"tiny",           "tiny-g2",         "tiny-hybrid", "tiny-hybrid-g2", "granite-h-bench",
+          "granite-h-tiny", "tiny-nemotron-h", "tiny-bamba",  "tiny-falcon-h1", "mamba2-130m",
+          "mamba2-2.7b"};
 }
 
 namespace {
@@ -224,6 +225,15 @@ nlohmann::json tiny_hybrid_config() {
 // (24 heads × 64, state 128, chunk 256) in 12 of 16 layers, GQA attention (12 heads, 4 kv heads,
 // head_dim 64, RoPE) in every 4th, 8 experts top-2 of width 256 plus a shared MLP of 1024 after
 // every layer. Granite 4.0 H's proportions at a size a 2-core machine can step through.
+// tiny-hybrid with two Mamba groups and two KV heads: the GraniteMoeHybrid that splits over two tensor-parallel
+// ranks (tiny-hybrid's single group and KV head cannot be split).
+nlohmann::json tiny_hybrid_g2_config() {
+  nlohmann::json c = tiny_hybrid_config();
+  c["mamba_n_groups"] = 2;
+  c["num_key_value_heads"] = 2;
+  return c;
+}
+
 nlohmann::json bench_hybrid_config() {
   nlohmann::json c = tiny_hybrid_config();
   std::vector<std::string> types;
@@ -503,6 +513,7 @@ Checkpoint make_family(const std::string& name, const nlohmann::json& config) {
 
 Checkpoint make_builtin(const std::string& name) {
   if (name == "tiny-hybrid") return make_hybrid(name, tiny_hybrid_config());
+  if (name == "tiny-hybrid-g2") return make_hybrid(name, tiny_hybrid_g2_config());
   if (name == "granite-h-bench") return make_hybrid(name, bench_hybrid_config());
   if (name == "granite-h-tiny") return make_hybrid(name, granite_h_tiny_config());
   if (const nlohmann::json fc = family_config(name); !fc.is_null()) return make_family(name, fc);
@@ -528,6 +539,7 @@ Checkpoint make_builtin(const std::string& name) {
 
 int builtin_vocab_size(const std::string& name) {
   if (name == "tiny-hybrid") return tiny_hybrid_config()["vocab_size"].get<int>();
+  if (name == "tiny-hybrid-g2") return tiny_hybrid_g2_config()["vocab_size"].get<int>();
   if (name == "granite-h-bench") return bench_hybrid_config()["vocab_size"].get<int>();
   if (name == "granite-h-tiny") return granite_h_tiny_config()["vocab_size"].get<int>();
   if (const nlohmann::json fc = family_config(name); !fc.is_null()) return fc["vocab_size"].get<int>();
