@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(kT) gemm_grouped_kernel(const float* A, int ld
 }  // namespace
 
 void gemm_grouped(const float* A, int lda, const int32_t* offsets, int groups, int max_rows, int K, const void* W,
-                  WeightType wt, int64_t w_stride, int N, float* C, int ldc, cudaStream_t s) {
+                  WeightType wt, int64_t w_stride, int N, float* C, int ldc, cudaStream_t s, int total_rows) {
   if (groups <= 0 || max_rows <= 0 || N <= 0) return;
   // Decode-sized groups: every expert's weights hold whole 16-row strips when N is a multiple of 16.
   if (wt == WeightType::BF16 && max_rows <= kSkinnyMaxRows && K % kBK == 0 && N % 16 == 0) {
@@ -219,6 +219,11 @@ void gemm_grouped(const float* A, int lda, const int32_t* offsets, int groups, i
     gemm_grouped_skinny_kernel<<<g, kSkinnyWarps * 32, 0, s>>>(A, lda, offsets, K, static_cast<const __nv_bfloat16*>(W),
                                                              w_stride, N, C, ldc);
     check_launch("gemm_grouped");
+    return;
+  }
+  // Prefill-sized groups: the pipelined mma tiles (the same bits; every expert's weights 16-byte aligned).
+  if (wt == WeightType::BF16 && total_rows > 0 && gemm_mma_fits(A, K, lda, W) && (w_stride * 2) % 16 == 0) {
+    gemm_grouped_bf16_mma(A, lda, offsets, groups, max_rows, total_rows, K, W, w_stride, N, C, ldc, s);
     return;
   }
   const dim3 grid((N + kBN - 1) / kBN, (max_rows + kBM - 1) / kBM, groups);

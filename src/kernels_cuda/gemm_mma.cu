@@ -111,25 +111,15 @@ __device__ __forceinline__ void compute_stage(const bf16* as, const bf16* ws, in
   }
 }
 
-// A: bf16 [M][K] (the pre-pass's scratch), W: bf16 [w_rows][K]. Blocks visit tiles in groups of 8
-// block rows sweeping the columns, so the weights a wave reads are reused from L2 by 8 block rows.
+// The block tile at (m0, n0) of C = A · Wᵀ; both kernels below run exactly this.
 template <int BM, int BN, int WM, int WN, int STAGES>
-__global__ void __launch_bounds__(32 * WM * WN) gemm_bf16_mma_kernel(const bf16* __restrict__ A, int M, int K,
-                                                                     const bf16* __restrict__ W, int w_rows, int N,
-                                                                     const float* __restrict__ bias,
-                                                                     float* __restrict__ C, int ldc, bool pair_store) {
+__device__ __forceinline__ void mma_block_tile(const bf16* __restrict__ A, int M, int K, const bf16* __restrict__ W,
+                                               int w_rows, int N, const float* __restrict__ bias,
+                                               float* __restrict__ C, int ldc, bool pair_store, int m0, int n0) {
   using T = Tile<BM, BN, WM, WN, STAGES>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* smem = reinterpret_cast<bf16*>(smem_raw);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-
-  constexpr int kGroup = 8;
-  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-  const int id = static_cast<int>(blockIdx.x), per_group = kGroup * tiles_n;
-  const int first_m = (id / per_group) * kGroup;
-  const int group_rows = tiles_m - first_m < kGroup ? tiles_m - first_m : kGroup;
-  const int m0 = (first_m + (id % per_group) % group_rows) * BM;
-  const int n0 = ((id % per_group) / group_rows) * BN;
   const int wm = (warp / WN) * T::kWarpM, wn = (warp % WN) * T::kWarpN;
 
   float acc[T::MI][T::NI][4];
@@ -209,6 +199,39 @@ __global__ void __launch_bounds__(32 * WM * WN) gemm_bf16_mma_kernel(const bf16*
         }
       }
     }
+}
+
+// A: bf16 [M][K] (the pre-pass's scratch), W: bf16 [w_rows][K]. Blocks visit tiles in groups of 8
+// block rows sweeping the columns, so the weights a wave reads are reused from L2 by 8 block rows.
+template <int BM, int BN, int WM, int WN, int STAGES>
+__global__ void __launch_bounds__(32 * WM * WN) gemm_bf16_mma_kernel(const bf16* __restrict__ A, int M, int K,
+                                                                     const bf16* __restrict__ W, int w_rows, int N,
+                                                                     const float* __restrict__ bias,
+                                                                     float* __restrict__ C, int ldc, bool pair_store) {
+  constexpr int kGroup = 8;
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  const int id = static_cast<int>(blockIdx.x), per_group = kGroup * tiles_n;
+  const int first_m = (id / per_group) * kGroup;
+  const int group_rows = tiles_m - first_m < kGroup ? tiles_m - first_m : kGroup;
+  const int m0 = (first_m + (id % per_group) % group_rows) * BM;
+  const int n0 = ((id % per_group) / group_rows) * BN;
+  mma_block_tile<BM, BN, WM, WN, STAGES>(A, M, K, W, w_rows, N, bias, C, ldc, pair_store, m0, n0);
+}
+
+// The MoE's experts: group z owns rows [offsets[z], offsets[z+1]) of A (bf16 scratch, row stride K) and
+// C, and the weights at W + z·w_stride ([N][K]). grid (n tiles, m tiles of the largest group, groups);
+// tiles past a group's rows return at once. A group's rows get the bits gemm() gives them alone.
+template <int BM, int BN, int WM, int WN, int STAGES>
+__global__ void __launch_bounds__(32 * WM * WN) gemm_grouped_mma_kernel(const bf16* __restrict__ A,
+                                                                        const int32_t* __restrict__ offsets, int K,
+                                                                        const bf16* __restrict__ W, int64_t w_stride,
+                                                                        int N, float* __restrict__ C, int ldc,
+                                                                        bool pair_store) {
+  const int z = blockIdx.z, r0 = offsets[z], rows = offsets[z + 1] - r0, m0 = blockIdx.y * BM;
+  if (m0 >= rows) return;
+  mma_block_tile<BM, BN, WM, WN, STAGES>(A + static_cast<std::size_t>(r0) * K, rows, K, W + z * w_stride, N, N,
+                                         nullptr, C + static_cast<std::size_t>(r0) * ldc, ldc, pair_store, m0,
+                                         blockIdx.x * BN);
 }
 
 // fp32 [M][lda] → bf16 [M][K], 8 elements (two float4 in, one 16-byte store out) per thread.
@@ -305,23 +328,51 @@ struct Launch {
   cudaStream_t s;
 };
 
-template <int BM, int BN, int WM, int WN, int STAGES>
-void launch(const Launch& l) {
-  using T = Tile<BM, BN, WM, WN, STAGES>;
-  auto* kernel = gemm_bf16_mma_kernel<BM, BN, WM, WN, STAGES>;
-  // The opt-in above 48 KiB of dynamic shared memory is per device; set it once for each.
+// The opt-in above 48 KiB of dynamic shared memory is per device and kernel; set it once for each.
+template <auto Kernel, int Bytes>
+void opt_in_smem() {
   static std::atomic<std::uint64_t> opted{0};
   int device = 0;
   cuda_check(cudaGetDevice(&device), "cudaGetDevice");
   const std::uint64_t bit = std::uint64_t(1) << (device % 64);
-  if (!(opted.load() & bit)) {
-    outside_capture([&] { return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes); },
-                    "cudaFuncSetAttribute");
-    opted.fetch_or(bit);
-  }
+  if (opted.load() & bit) return;
+  outside_capture([&] { return cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Bytes); },
+                  "cudaFuncSetAttribute");
+  opted.fetch_or(bit);
+}
+
+template <int BM, int BN, int WM, int WN, int STAGES>
+void launch(const Launch& l) {
+  using T = Tile<BM, BN, WM, WN, STAGES>;
+  constexpr auto kernel = gemm_bf16_mma_kernel<BM, BN, WM, WN, STAGES>;
+  opt_in_smem<kernel, T::kSmemBytes>();
   const long tiles = long((l.M + BM - 1) / BM) * long((l.N + BN - 1) / BN);
   kernel<<<static_cast<unsigned>(tiles), T::kThreads, T::kSmemBytes, l.s>>>(l.A, l.M, l.K, l.W, l.w_rows, l.N, l.bias,
                                                                           l.C, l.ldc, l.pair_store);
+}
+
+struct GroupedLaunch {
+  const bf16* A;
+  const int32_t* offsets;
+  int groups, max_rows, K;
+  const bf16* W;
+  int64_t w_stride;
+  int N;
+  float* C;
+  int ldc;
+  bool pair_store;
+  cudaStream_t s;
+};
+
+template <int BM, int BN, int WM, int WN, int STAGES>
+void launch_grouped(const GroupedLaunch& l) {
+  using T = Tile<BM, BN, WM, WN, STAGES>;
+  constexpr auto kernel = gemm_grouped_mma_kernel<BM, BN, WM, WN, STAGES>;
+  opt_in_smem<kernel, T::kSmemBytes>();
+  const dim3 grid(static_cast<unsigned>((l.N + BN - 1) / BN), static_cast<unsigned>((l.max_rows + BM - 1) / BM),
+                  static_cast<unsigned>(l.groups));
+  kernel<<<grid, T::kThreads, T::kSmemBytes, l.s>>>(l.A, l.offsets, l.K, l.W, l.w_stride, l.N, l.C, l.ldc,
+                                                    l.pair_store);
 }
 
 // The tiles, largest first. blocks_per_sm is what shared memory and registers allow; rate is the
@@ -338,6 +389,10 @@ const TileChoice kTiles[] = {
     {32, 64, 4, 0.55, launch<32, 64, 2, 2, 4>},      // 16×32 per warp, 48 KiB
 };
 constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
+// The same tiles for the grouped kernel, in kTiles' order.
+void (*const kGroupedTiles[])(const GroupedLaunch&) = {launch_grouped<128, 256, 2, 4, 4>, launch_grouped<128, 128, 2, 2, 3>,
+                                                       launch_grouped<64, 128, 2, 2, 3>, launch_grouped<32, 64, 2, 2, 4>};
+static_assert(sizeof(kGroupedTiles) / sizeof(kGroupedTiles[0]) == kTileCount, "one grouped launch per tile");
 
 // Estimated time of the pass with each tile: whole waves (a partial wave costs a full one) times
 // the work an SM does per wave. A function of M, N and the device's SM count only.
@@ -358,14 +413,22 @@ int choose_tile(int M, int N) {
   return best;
 }
 
+// fp32 → bf16 pre-pass of A's first M rows into the pool's scratch, then enqueue(a16).
+template <typename Enqueue>
+void with_bf16_rows(const float* A, int M, int K, int lda, cudaStream_t s, Enqueue&& enqueue) {
+  const std::size_t chunks = std::size_t(M) * (K / 8);
+  const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((chunks + 255) / 256, 64 * 1024));
+  scratch_pool().with(s, std::size_t(M) * K, [&](bf16* a16) {
+    round_to_bf16_kernel<<<blocks, 256, 0, s>>>(A, M, K, lda, a16);
+    enqueue(a16);
+  });
+}
+
 void run_tile(int tile, const float* A, int M, int K, int lda, const void* W, int w_rows, int N, const float* bias,
               float* C, int ldc, cudaStream_t s) {
   if (M <= 0 || N <= 0) return;
-  const std::size_t chunks = std::size_t(M) * (K / 8);
-  const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((chunks + 255) / 256, 64 * 1024));
   const bool pair_store = ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(C) % 8 == 0;
-  scratch_pool().with(s, std::size_t(M) * K, [&](bf16* a16) {
-    round_to_bf16_kernel<<<blocks, 256, 0, s>>>(A, M, K, lda, a16);
+  with_bf16_rows(A, M, K, lda, s, [&](bf16* a16) {
     kTiles[tile].run(Launch{a16, M, K, static_cast<const bf16*>(W), w_rows, N, bias, C, ldc, pair_store, s});
   });
   check_launch("gemm_bf16_mma");
@@ -389,6 +452,20 @@ int gemm_mma_tile_count() { return kTileCount; }
 void gemm_bf16_mma_tile(int tile, const float* A, int M, int K, int lda, const void* W, int w_rows, int N,
                         const float* bias, float* C, int ldc, cudaStream_t s) {
   run_tile(tile, A, M, K, lda, W, w_rows, N, bias, C, ldc, s);
+}
+
+void gemm_grouped_bf16_mma(const float* A, int lda, const int32_t* offsets, int groups, int max_rows, int total_rows,
+                           int K, const void* W, int64_t w_stride, int N, float* C, int ldc, cudaStream_t s) {
+  if (groups <= 0 || max_rows <= 0 || total_rows <= 0 || N <= 0) return;
+  const bool pair_store = ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(C) % 8 == 0;
+  // The tile is chosen from the mean group (a function of the shapes alone, as gemm()'s is); every
+  // tile gives the same bits.
+  const int tile = choose_tile((total_rows + groups - 1) / groups, N);
+  with_bf16_rows(A, total_rows, K, lda, s, [&](bf16* a16) {
+    kGroupedTiles[tile](GroupedLaunch{a16, offsets, groups, max_rows, K, static_cast<const bf16*>(W), w_stride, N, C,
+                                      ldc, pair_store, s});
+  });
+  check_launch("gemm_grouped_bf16_mma");
 }
 
 }  // namespace parity::cuda

@@ -15,6 +15,11 @@ bool gemm_mma_fits(const float* A, int K, int lda, const void* W);
 void gemm_bf16_mma(const float* A, int M, int K, int lda, const void* W, int w_rows, int N, const float* bias, float* C,
                    int ldc, cudaStream_t s);
 
+// The MoE's experts (gemm_grouped's contract, ops.h) on these tiles: rows [0, total_rows) of A are
+// rounded once, then group z's rows [offsets[z], offsets[z+1]) meet the weights at W + z·w_stride.
+void gemm_grouped_bf16_mma(const float* A, int lda, const int32_t* offsets, int groups, int max_rows, int total_rows,
+                           int K, const void* W, int64_t w_stride, int N, float* C, int ldc, cudaStream_t s);
+
 // For tests: the number of tiles gemm_bf16_mma chooses from, and the same pass on tile `tile`
 // (0 = largest) whatever M and N.
 int gemm_mma_tile_count();

@@ -182,9 +182,11 @@ void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_
   // One launch per projection for every expert: the group sizes stay on the device (no host
   // round trip); a token names an expert at most once, so no group exceeds T rows.
   const int64_t in_stride = int64_t(2) * F * D, out_stride = int64_t(D) * F;
-  gemm_grouped(ws.xg.data(), D, ws.offsets.data(), E, T, D, w.w_in, w.wt, in_stride, 2 * F, ws.h.data(), 2 * F, s);
-  swiglu(ws.h.data(), static_cast<int>(n), F, ws.a.data(), s);
-  gemm_grouped(ws.a.data(), F, ws.offsets.data(), E, T, F, w.w_out, w.wt, out_stride, D, ws.yg.data(), D, s);
+  const int rows = static_cast<int>(n);
+  gemm_grouped(ws.xg.data(), D, ws.offsets.data(), E, T, D, w.w_in, w.wt, in_stride, 2 * F, ws.h.data(), 2 * F, s,
+               rows);
+  swiglu(ws.h.data(), rows, F, ws.a.data(), s);
+  gemm_grouped(ws.a.data(), F, ws.offsets.data(), E, T, F, w.w_out, w.wt, out_stride, D, ws.yg.data(), D, s, rows);
   combine_kernel<<<T, 256, 0, s>>>(ws.yg.data(), D, ws.row.data(), gates, k, out);
   check_launch("moe combine");
 }

@@ -47,9 +47,10 @@ inline int padded_rows(int n) { return (n + 15) / 16 * 16; }
 // Several GEMMs in one launch (the MoE's experts): group g multiplies rows [offsets[g],
 // offsets[g+1]) of A (device offsets, groups + 1 of them) by the weight at W + g·w_stride elements
 // ([N][K] each) into the same rows of C, no bias. Every row gets the bits gemm() gives it (the
-// same tiles; gemm's kernels agree among themselves). max_rows bounds the largest group.
+// same tiles; gemm's kernels agree among themselves). max_rows bounds the largest group; total_rows
+// (offsets[groups], when the host knows it) lets large groups take the pipelined mma tiles.
 void gemm_grouped(const float* A, int lda, const int32_t* offsets, int groups, int max_rows, int K, const void* W,
-                  WeightType wt, int64_t w_stride, int N, float* C, int ldc, cudaStream_t s);
+                  WeightType wt, int64_t w_stride, int N, float* C, int ldc, cudaStream_t s, int total_rows = 0);
 
 // ---- a pass's sequences, as the kernels see them --------------------------------------------
 struct PassSeqs {

@@ -1,7 +1,9 @@
 // gemm_grouped (the MoE's experts in one launch): each group's rows equal gemm() over those rows
 // alone with that group's weights, bit for bit, for bf16 and fp32 weights and group sizes from 0
-// to 300 (gemm() picks its few-rows, mma or WMMA kernel by size; the grouped kernel is the WMMA
-// tile, or 16-row few-rows tiles when no group exceeds 64 rows); the companion shows the comparison sees a different arithmetic (bf16 vs fp32 inputs).
+// to 300 (gemm() picks its few-rows, mma or WMMA kernel by size; the grouped kernel is the pipelined
+// mma tile when the caller gives the total row count, else the WMMA tile, or 16-row few-rows tiles
+// when no group exceeds 64 rows); the companion shows the comparison sees a different arithmetic
+// (bf16 vs fp32 inputs).
 #include <numeric>
 
 #include "kernels_cuda/device_buffer.h"
@@ -38,10 +40,11 @@ struct Groups {
     const std::size_t off = std::size_t(g) * N * K;
     return wt == cuda::WeightType::BF16 ? static_cast<const void*>(w16.data() + off) : w32.data() + off;
   }
-  std::vector<float> grouped(cuda::WeightType wt) {
+  // total_rows = 0: the caller does not know the total (the WMMA tiles); rows: the mma tiles.
+  std::vector<float> grouped(cuda::WeightType wt, bool give_total = true) {
     c.resize(std::size_t(rows) * N);
     cuda::gemm_grouped(a.data(), K, doff.data(), groups, max_rows, K, weights(wt), wt, int64_t(N) * K, N, c.data(), N,
-                       nullptr);
+                       nullptr, give_total ? rows : 0);
     return c.download(std::size_t(rows) * N);
   }
   std::vector<float> one_by_one(cuda::WeightType wt) {
@@ -66,6 +69,17 @@ TEST(CudaGemmGrouped, EveryGroupEqualsGemmOnItsRowsAlone) {
     for (float x : g) mag += std::fabs(x);
     EXPECT_GT(mag, 1.0);
   }
+}
+
+TEST(CudaGemmGrouped, MmaAndWmmaGroupedTilesAgree) {
+  PARITY_REQUIRE_GPU();
+  Groups gr;
+  const std::vector<float> mma = gr.grouped(cuda::WeightType::BF16, true),
+                           wmma = gr.grouped(cuda::WeightType::BF16, false);
+  std::size_t first = mma.size();
+  for (std::size_t i = 0; i < mma.size() && first == mma.size(); ++i)
+    if (!test::same_bits(&mma[i], &wmma[i], 1)) first = i;
+  EXPECT_EQ(first, mma.size()) << "first difference at " << first << ": " << mma[first] << " vs " << wmma[first];
 }
 
 TEST(CudaGemmGrouped, DecodeSizedGroupsEqualGemmOnTheirRowsAlone) {
