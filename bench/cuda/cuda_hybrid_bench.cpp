@@ -208,7 +208,8 @@ double prefill(const model::Model& m, cache::ModelCache& mc, model::ScanMode mod
     model::ForwardBatch b;
     const std::size_t last = std::min(slots.size(), first + std::size_t(per_pass));
     for (std::size_t s = first; s < last; ++s) {
-      for (int i = 0; i < len; ++i) b.tokens.push_back(static_cast<int32_t>((s * 31 + std::size_t(i) * 7) % m.vocab_size()));
+      for (int i = 0; i < len; ++i)
+        b.tokens.push_back(static_cast<int32_t>((s * 31 + std::size_t(i) * 7) % std::size_t(m.vocab_size())));
       b.seqs.push_back({slots[s], 0, len});
       b.logit_rows.push_back(static_cast<int>(b.tokens.size()) - 1);
     }

@@ -229,7 +229,8 @@ void CudaHybridModel::forward(const model::ForwardBatch& b, cache::ModelCache& m
   model::validate_batch(*this, b, mc, mode);
   const cuda::ScanGrid grid = scan_grid_of(mode, mc.options().mamba, kCudaPlainCell);
   DeviceState& ds = device_state_of(mc, mamba_cfg_, grid.exact ? grid.cell : 0, !enforce_eager_);
-  bool graph = !enforce_eager_ && !profile_ && ds.scratch && is_pure_decode(b) && !any_probe_wanted(hooks, probe_names_);
+  bool graph = !enforce_eager_ && !profile_ && ds.scratch && is_pure_decode(b) &&
+               !any_probe_wanted(hooks, probe_names_);
   if (graph && mc.kv()) {
     // Few decode rows over long contexts run attention_split.cu's kernels, whose grid follows the
     // context: such a pass stays eager (the row kernel a graph uses would give the same bits, slower).

@@ -122,7 +122,8 @@ void CudaMamba2Model::forward(const model::ForwardBatch& b, cache::ModelCache& m
   model::validate_batch(*this, b, mc, mode);
   const cuda::ScanGrid grid = scan_grid_of(mode, mc.options().mamba, kCudaPlainCell);
   DeviceState& ds = device_state_of(mc, cfg_, grid.exact ? grid.cell : 0, !enforce_eager_);
-  const bool graph = !enforce_eager_ && !profile_ && ds.scratch && is_pure_decode(b) && !any_probe_wanted(hooks, probe_names_);
+  const bool graph = !enforce_eager_ && !profile_ && ds.scratch && is_pure_decode(b) &&
+                     !any_probe_wanted(hooks, probe_names_);
   const int bucket = graph ? graph_bucket(static_cast<int>(b.seqs.size())) : 0;
   if (bucket > 0) forward_graph(b, ds, grid, bucket, logits);
   else forward_eager(b, ds, grid, logits, hooks);

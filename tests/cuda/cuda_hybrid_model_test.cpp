@@ -139,7 +139,8 @@ class RouterHook : public model::ProbeHooks {
     if (mode != ReplaceWithZeros && mode != ReplaceWithPattern) return false;
     fetched_rows += rows;
     // ReplaceWithPattern: logits of a few units with no ties, another routing than the model's own.
-    for (int i = 0; i < rows * cols; ++i) dst[i] = mode == ReplaceWithZeros ? 0.0f : 3.0f * std::sin(0.7f * float(i) + 0.3f);
+    for (int i = 0; i < rows * cols; ++i)
+      dst[i] = mode == ReplaceWithZeros ? 0.0f : 3.0f * std::sin(0.7f * float(i) + 0.3f);
     return true;
   }
 };
