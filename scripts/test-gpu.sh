@@ -15,13 +15,16 @@ step "$dir/parity_gpu_tests"
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
     step compute-sanitizer --tool "$tool" --error-exitcode 3 "$dir/parity_gpu_tests" \
-      --gtest_filter='CudaGemm.AgreesWithTheCpuScalarTwin:CudaConv1d.*:CudaNorms.*:CudaSsd.Both*:CudaModel.Probes*:CudaAttention.RopeKvAppend*:CudaMoe.TopkSoftmax*:CudaMoe.BlockEquals*:CudaHybridModel.RouterProbe*:CudaGemmGrouped.*'
+      --gtest_filter='CudaGemm.AgreesWithTheCpuScalarTwin:CudaConv1d.*:CudaNorms.*:CudaSsd.Both*:CudaModel.Probes*:CudaAttention.RopeKvAppend*:CudaMoe.TopkSoftmax*:CudaMoe.DenseRouting*:CudaMoe.BlockEquals*:CudaHybridModel.RouterProbe*:CudaGemmGrouped.*'
   done
 else
   echo "compute-sanitizer not found: memcheck/racecheck not run"
 fi
-for m in builtin:tiny builtin:mamba2-130m tests/data/mamba2_g1 tests/data/mamba2_g2 builtin:tiny-hybrid tests/data/granite_hybrid; do
+for m in builtin:tiny builtin:mamba2-130m tests/data/mamba2_g1 tests/data/mamba2_g2 builtin:tiny-hybrid tests/data/granite_hybrid builtin:granite-h-bench; do
   step "$dir/parity" verify "$m" --device cuda
+done
+for m in builtin:tiny-hybrid tests/data/granite_hybrid; do  # the MoE's other router-override pattern
+  step "$dir/parity" verify "$m" --device cuda --moe-routing fused
 done
 step "$dir/parity_gpu_bench" --benchmark_min_time=0.2 ${PARITY_GPU_BENCH_FILTER:+--benchmark_filter=$PARITY_GPU_BENCH_FILTER}
 exit $fail

@@ -10,12 +10,14 @@
 
 #include "backend_cuda/backend.h"
 #include "backend_cuda/decode_graphs.h"
+#include "backend_cuda/step_profile.h"
 #include "common/dtype.h"
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/pass_plan.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
+#include "step_shares.h"
 
 namespace parity {
 namespace {
@@ -307,6 +309,16 @@ void BM_CudaModelDecode(benchmark::State& state) {
   // The share of timed steps that replayed a graph (1 with graphs on, 0 eager): the path is the one asked for.
   state.counters["graph"] = static_cast<double>(backend_cuda::cuda_graph_stats(m).replays - replays0) /
                             static_cast<double>(std::max<int64_t>(1, state.iterations()));
+  // Then a few eager steps with a StepProfile: the mixer's GEMM / conv / SSD / norm shares of a step
+  // (mamba_gemm_pct, mamba_conv_pct, mamba_ssd_pct, mamba_norm_pct; other_pct: embedding, norms, lm_head).
+  backend_cuda::StepProfile prof;
+  backend_cuda::set_step_profile(m, &prof);
+  for (int k = 0; k < 5; ++k, ++pos) {
+    for (auto& q : d.seqs) q.start = pos;
+    m.forward(d, mc, mode, logits.data());
+  }
+  backend_cuda::set_step_profile(m, nullptr);
+  bench::report_step_shares(state, prof);
   backend_cuda::set_enforce_eager(m, false);
 }
 BENCHMARK(BM_CudaModelDecode)
@@ -338,6 +350,13 @@ void BM_CudaModelPrefill(benchmark::State& state) {
     state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   state.SetItemsProcessed(state.iterations() * batch * len);
+  // One more pass with a StepProfile: the GEMM / conv / SSD / norm shares of a prefill pass.
+  backend_cuda::StepProfile prof;
+  backend_cuda::set_step_profile(big_model(), &prof);
+  for (int s = 0; s < batch; ++s) mc.set_position(s, 0);
+  m.forward(b, mc, mode, logits.data());
+  backend_cuda::set_step_profile(big_model(), nullptr);
+  bench::report_step_shares(state, prof);
 }
 BENCHMARK(BM_CudaModelPrefill)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 

@@ -4,13 +4,17 @@
 // Registered into parity_gpu_bench beside cuda_bench.cpp.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include "backend_cuda/backend.h"
 #include "backend_cuda/decode_graphs.h"
+#include "backend_cuda/step_profile.h"
+#include "step_shares.h"
 #include "cache/model_cache.h"
 #include "common/dtype.h"
 #include "kernels_cuda/attention.h"
@@ -188,82 +192,165 @@ cache::ModelCache hybrid_cache(const model::Model& m, bool exact, int slots, int
   return cache::ModelCache(m.cache_spec(), o);
 }
 
+// A large batch's prefill runs in passes of at most this many tokens (whole sequences), as an engine's
+// token budget would split it; it also bounds a pass's activations (the MoE's grouped rows, the SSD's
+// cell states) to a few GB, so 256 sequences fit beside their state and KV.
+constexpr int kPrefillPassTokens = 16384;
+
+// Prompts of `len` tokens into `slots` (fresh, each reserved for at least len tokens), in passes of
+// at most kPrefillPassTokens tokens; the last row's logits of each. Returns the wall seconds.
+double prefill(const model::Model& m, cache::ModelCache& mc, model::ScanMode mode, const std::vector<int>& slots,
+               int len) {
+  const int per_pass = std::max(1, kPrefillPassTokens / len);
+  std::vector<float> logits(std::size_t(per_pass) * m.vocab_size());
+  double seconds = 0;
+  for (std::size_t first = 0; first < slots.size(); first += std::size_t(per_pass)) {
+    model::ForwardBatch b;
+    const std::size_t last = std::min(slots.size(), first + std::size_t(per_pass));
+    for (std::size_t s = first; s < last; ++s) {
+      for (int i = 0; i < len; ++i)
+        b.tokens.push_back(static_cast<int32_t>((s * 31 + std::size_t(i) * 7) % std::size_t(m.vocab_size())));
+      b.seqs.push_back({slots[s], 0, len});
+      b.logit_rows.push_back(static_cast<int>(b.tokens.size()) - 1);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    m.forward(b, mc, mode, logits.data());
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return seconds;
+}
+
+// One short prefill in a throwaway cache: the first launch of each kernel (lazy module loading) is
+// not in a timed pass.
+void warm_up(const model::Model& m, bool exact) {
+  cache::ModelCache mc = hybrid_cache(m, exact, 1, 64);
+  const int slot = mc.allocate();
+  mc.reserve(slot, 64);
+  prefill(m, mc, exact ? model::ScanMode::Exact : model::ScanMode::Plain, {slot}, 32);
+}
+
+double gpu_used_gb(const model::Model& m) {
+  const std::optional<model::DeviceMemory> d = m.device_memory();
+  return d ? static_cast<double>(d->total_bytes - d->free_bytes) / (1024.0 * 1024.0 * 1024.0) : 0.0;
+}
+
+// Eager decode steps profiled after a benchmark's timed ones: where a step's time goes.
+constexpr int kProfiledSteps = 5;
+
 // arg0 batch, arg1 0 = plain / 1 = exact, arg2 the model (kHybridModels), arg3 1 = CUDA graphs (the
-// default), 0 = eager (--enforce-eager). A decode step of `batch` sequences after a 512-token prefill
-// each; the first decode step (the graph's capture) is not timed.
+// default), 0 = eager (--enforce-eager). `batch` sequences get a 512-token prompt each (prefill_tok_s:
+// those batch × 512 tokens in passes of up to kPrefillPassTokens, timed once), then decode steps of
+// one token per sequence (decode_tok_s; the first step, the graph's capture, is not timed). Then
+// kProfiledSteps eager steps with a StepProfile: attn_pct, moe_pct, mlp_pct, mamba_pct (and its
+// split), other_pct of a decode step (step_shares.h). gpu_used_gb: device memory in use after the
+// prefill (weights, state and KV of the batch, scratch).
 void BM_CudaHybridDecode(benchmark::State& state) {
   if (!gpu_or_skip(state)) return;
   model::Model& m = hybrid_model(static_cast<int>(state.range(2)));
   state.SetLabel(kHybridModels[state.range(2)]);
-  backend_cuda::set_enforce_eager(m, state.range(3) == 0);
   const int batch = static_cast<int>(state.range(0)), prompt = 512;
   const bool exact = state.range(1) != 0;
-  const int64_t steps = 1024;  // >= the iterations below: the reserved KV blocks suffice
-  cache::ModelCache mc = hybrid_cache(m, exact, batch, prompt + steps);
-  model::ForwardBatch b;
-  for (int s = 0; s < batch; ++s) {
-    const int slot = mc.allocate();
-    mc.reserve(slot, prompt + steps);
-    for (int i = 0; i < prompt; ++i) b.tokens.push_back((s * 31 + i * 7) % m.vocab_size());
-    b.seqs.push_back({slot, 0, prompt});
-    b.logit_rows.push_back(s * prompt + prompt - 1);
-  }
-  std::vector<float> logits(std::size_t(batch) * m.vocab_size());
   const model::ScanMode mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
-  m.forward(b, mc, mode, logits.data());
+  backend_cuda::set_enforce_eager(m, state.range(3) == 0);
+  warm_up(m, exact);
+  const int64_t steps = 1024;  // >= the iterations and profiled steps below: the reserved KV blocks suffice
+  cache::ModelCache mc = hybrid_cache(m, exact, batch, prompt + steps);
+  std::vector<int> slots;
+  for (int s = 0; s < batch; ++s) {
+    slots.push_back(mc.allocate());
+    mc.reserve(slots.back(), prompt + steps);
+  }
+  const double prefill_s = prefill(m, mc, mode, slots, prompt);
+  const double used_gb = gpu_used_gb(m);
+  std::vector<float> logits(std::size_t(batch) * m.vocab_size());
   int64_t pos = prompt;
   model::ForwardBatch d;
   for (int s = 0; s < batch; ++s) {
     d.tokens.push_back(s + 1);
-    d.seqs.push_back({b.seqs[std::size_t(s)].slot, pos, 1});
+    d.seqs.push_back({slots[std::size_t(s)], pos, 1});
     d.logit_rows.push_back(s);
   }
   m.forward(d, mc, mode, logits.data());  // warm-up: captures the bucket's graph
   ++pos;
+  const int64_t replays0 = backend_cuda::cuda_graph_stats(m).replays;
+  double decode_s = 0;
   for (auto _ : state) {
     for (auto& q : d.seqs) q.start = pos;
     const auto t0 = std::chrono::steady_clock::now();
     m.forward(d, mc, mode, logits.data());
-    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(t);
+    decode_s += t;
     ++pos;
   }
-  state.SetItemsProcessed(state.iterations() * batch);  // tokens
+  const int64_t iters = state.iterations();
+  state.SetItemsProcessed(iters * batch);  // tokens
+  state.counters["prefill_tok_s"] = double(batch) * prompt / prefill_s;
+  state.counters["decode_tok_s"] = decode_s > 0 ? double(batch) * double(iters) / decode_s : 0.0;
+  state.counters["graph"] = static_cast<double>(backend_cuda::cuda_graph_stats(m).replays - replays0) /
+                            static_cast<double>(std::max<int64_t>(1, iters));
+  state.counters["gpu_used_gb"] = used_gb;
+  backend_cuda::StepProfile prof;
+  backend_cuda::set_step_profile(m, &prof);
+  for (int k = 0; k < kProfiledSteps; ++k, ++pos) {
+    for (auto& q : d.seqs) q.start = pos;
+    m.forward(d, mc, mode, logits.data());
+  }
+  backend_cuda::set_step_profile(m, nullptr);
+  bench::report_step_shares(state, prof);
   backend_cuda::set_enforce_eager(m, false);
 }
+// The table (granite-h-tiny, graphs on, batch 1 / 64 / 256, plain and exact) is the model:1,graphs:1
+// rows; eager rows at 1 and 64 show what graphs save; granite-h-bench at 1 and 64.
 BENCHMARK(BM_CudaHybridDecode)
     ->ArgsProduct({{1, 64}, {0, 1}, {0}, {0, 1}})
-    ->ArgsProduct({{1, 64, 256}, {0, 1}, {1}, {0, 1}})
+    ->ArgsProduct({{1, 64}, {0, 1}, {1}, {1, 0}})
     ->ArgNames({"batch", "exact", "model", "graphs"})
-    ->Iterations(200)
+    ->Iterations(100)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+// Batch 256: fewer steps (each is tens of ms; its prefill of 131,072 tokens dominates the row's time).
+BENCHMARK(BM_CudaHybridDecode)
+    ->ArgsProduct({{256}, {0, 1}, {1}, {1}})
+    ->ArgNames({"batch", "exact", "model", "graphs"})
+    ->Iterations(30)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
 // Prefill: arg0 sequences of arg1 tokens each in one pass, arg2 0 = plain / 1 = exact, on granite-h-tiny.
-// Fresh slots every iteration (the state restarts), tokens/s counted.
+// Fresh slots every iteration (the state restarts), tokens/s counted; then one more pass with a
+// StepProfile: attn_pct, moe_pct, mlp_pct, mamba_pct (and its split), other_pct of a prefill pass.
 void BM_CudaHybridPrefill(benchmark::State& state) {
   if (!gpu_or_skip(state)) return;
-  const model::Model& m = hybrid_model(1);
+  model::Model& m = hybrid_model(1);
   const int seqs = static_cast<int>(state.range(0)), len = static_cast<int>(state.range(1));
   const bool exact = state.range(2) != 0;
   const model::ScanMode mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
-  std::vector<float> logits(std::size_t(seqs) * m.vocab_size());
+  warm_up(m, exact);
+  auto fresh = [&](cache::ModelCache& mc) {
+    std::vector<int> slots;
+    for (int s = 0; s < seqs; ++s) {
+      slots.push_back(mc.allocate());
+      mc.reserve(slots.back(), len);
+    }
+    return slots;
+  };
   for (auto _ : state) {
     state.PauseTiming();
     cache::ModelCache mc = hybrid_cache(m, exact, seqs, len);
-    model::ForwardBatch b;
-    for (int s = 0; s < seqs; ++s) {
-      const int slot = mc.allocate();
-      mc.reserve(slot, len);
-      for (int i = 0; i < len; ++i) b.tokens.push_back((s * 31 + i * 7) % m.vocab_size());
-      b.seqs.push_back({slot, 0, len});
-      b.logit_rows.push_back(s * len + len - 1);
-    }
+    const std::vector<int> slots = fresh(mc);
     state.ResumeTiming();
-    const auto t0 = std::chrono::steady_clock::now();
-    m.forward(b, mc, mode, logits.data());
-    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    state.SetIterationTime(prefill(m, mc, mode, slots, len));
   }
   state.SetItemsProcessed(state.iterations() * int64_t(seqs) * len);  // tokens
+  backend_cuda::StepProfile prof;
+  backend_cuda::set_step_profile(m, &prof);
+  {
+    cache::ModelCache mc = hybrid_cache(m, exact, seqs, len);
+    prefill(m, mc, mode, fresh(mc), len);
+  }
+  backend_cuda::set_step_profile(m, nullptr);
+  bench::report_step_shares(state, prof);
 }
 BENCHMARK(BM_CudaHybridPrefill)
     ->ArgsProduct({{1, 8}, {2048}, {0, 1}})

@@ -7,6 +7,7 @@
 #include "backend_cuda/cuda_hybrid_model.h"
 #include "backend_cuda/cuda_mamba2_model.h"
 #include "backend_cuda/decode_graphs.h"
+#include "backend_cuda/step_profile.h"
 #include "common/error.h"
 #include "io/hf_config.h"
 #include "kernels_cuda/cuda_check.h"
@@ -35,6 +36,7 @@ model::DeviceMemory query_device_memory() {
 }
 
 std::unique_ptr<model::Model> load_model(const model::Checkpoint& ck, const CudaModelOptions& opt) {
+  // Mamba2 has no experts: the MoE routing pattern does not apply (as on the CPU).
   if (io::architecture_of(ck.config) == "GraniteMoeHybridForCausalLM") return CudaHybridModel::load(ck, opt);
   return CudaMamba2Model::load(ck, opt);
 }
@@ -49,6 +51,12 @@ void set_enforce_eager(model::Model& m, bool eager) {
   if (auto* h = dynamic_cast<CudaHybridModel*>(&m)) return h->set_enforce_eager(eager);
   if (auto* g = dynamic_cast<CudaMamba2Model*>(&m)) return g->set_enforce_eager(eager);
   throw Error("set_enforce_eager: not a CUDA model");
+}
+
+void set_step_profile(model::Model& m, StepProfile* p) {
+  if (auto* h = dynamic_cast<CudaHybridModel*>(&m)) return h->set_step_profile(p);
+  if (auto* g = dynamic_cast<CudaMamba2Model*>(&m)) return g->set_step_profile(p);
+  throw Error("set_step_profile: not a CUDA model");
 }
 
 }  // namespace parity::backend_cuda

@@ -17,6 +17,9 @@ struct CudaModelOptions {
   // pure decode passes of up to 256 sequences replay CUDA graphs captured per batch-size bucket
   // (backend_cuda/decode_graphs.h), with the same bits.
   bool enforce_eager = false;
+  // The MoE router's override pattern (model_options.h; --moe-routing): Direct or Fused, the same
+  // bits either way, as on the CPU. Models without experts ignore it.
+  model::MoeRoutingPattern moe_routing = model::MoeRoutingPattern::Direct;
 };
 
 bool built_with_cuda();

@@ -10,6 +10,7 @@
 #include "kernels/attention.h"
 #include "kernels/math.h"
 #include "kernels_cuda/attention.h"
+#include "kernels_cuda/moe_dense.h"
 #include "kernels_cuda/pass_plan.h"
 #include "model/weight_loading.h"
 
@@ -142,6 +143,7 @@ std::unique_ptr<CudaHybridModel> CudaHybridModel::load(const model::Checkpoint& 
   }
   for (const model::ProbePoint& pp : m->probe_points()) m->probe_names_.push_back(pp.name);
   m->enforce_eager_ = opt.enforce_eager;
+  m->moe_routing_ = opt.moe_routing;
   m->run_ = std::make_unique<Run>();
   return m;
 }
@@ -213,6 +215,7 @@ void CudaHybridModel::reserve(Scratch& sc, int T, int head_rows) const {
     sc.logits_r.resize(t * Ex);
     sc.idx.resize(t * K);
     sc.gates.resize(t * K);
+    if (moe_routing_ == model::MoeRoutingPattern::Fused) sc.dense.resize(t * Ex);
     sc.moe.reserve(T, K, Ex, c.hidden_size, c.intermediate_size);
   }
   sc.gu.resize(t * 2 * c.shared_intermediate_size);
@@ -226,7 +229,8 @@ void CudaHybridModel::forward(const model::ForwardBatch& b, cache::ModelCache& m
   model::validate_batch(*this, b, mc, mode);
   const cuda::ScanGrid grid = scan_grid_of(mode, mc.options().mamba, kCudaPlainCell);
   DeviceState& ds = device_state_of(mc, mamba_cfg_, grid.exact ? grid.cell : 0, !enforce_eager_);
-  bool graph = !enforce_eager_ && ds.scratch && is_pure_decode(b) && !any_probe_wanted(hooks, probe_names_);
+  bool graph = !enforce_eager_ && !profile_ && ds.scratch && is_pure_decode(b) &&
+               !any_probe_wanted(hooks, probe_names_);
   if (graph && mc.kv()) {
     // Few decode rows over long contexts run attention_split.cu's kernels, whose grid follows the
     // context: such a pass stays eager (the row kernel a graph uses would give the same bits, slower).
@@ -290,6 +294,7 @@ void CudaHybridModel::forward_eager(const model::ForwardBatch& b, cache::ModelCa
     cuda::gather_rows(sc.resid.data(), H, di + plan.extra_offset(), R, H, sc.head.data(), st);
     enqueue_head(sc, sc.head.data(), R, probe, st);
   }
+  if (profile_) profile_->finish(st);
   if (R > 0)
     cuda::cuda_check(cudaMemcpyAsync(logits, out, static_cast<std::size_t>(R) * V * 4, cudaMemcpyDeviceToHost, st),
                      "logits to host");
@@ -354,6 +359,8 @@ void CudaHybridModel::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
   const float res_mult = static_cast<float>(c.residual_multiplier);
   const std::size_t TD = static_cast<std::size_t>(T) * H;
 
+  StepProfile* const pf = profile_;
+  mark(pf, StepPart::Other, st);
   if (fp32_) cuda::gather_rows(embed_.f32.data(), H, tokens, T, H, sc.resid.data(), st);
   else cuda::embed_bf16(embed_.bf16.data(), tokens, T, H, sc.resid.data(), st);
   probe("model.embed_tokens", sc.resid.data(), T, H, H);
@@ -368,33 +375,40 @@ void CudaHybridModel::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
     if (L.mamba) {
       // CudaMamba2Model's mixer, step for step.
       const int I = m2.intermediate_size, Hm = m2.num_heads, conv = m2.conv_dim(), proj = m2.in_proj_dim();
+      mark(pf, StepPart::MambaGemm, st);
       gemm(sc.normed.data(), T, H, L.in_proj, proj, L.in_proj_bias, sc.zx.data(), st);
       probe(nm.in_proj, sc.zx.data(), T, proj, proj);
       probe(nm.dt, sc.zx.data() + I + conv, T, Hm, proj);
       const bool probe_conv = probe.wants(nm.conv1d);
+      mark(pf, StepPart::MambaConv, st);
       cuda::conv1d(sc.zx.data() + I, proj, conv, L.conv_w.data(), L.conv_b.size() ? L.conv_b.data() : nullptr,
                    m2.conv_kernel, ds.conv_state(L.ordinal), ps, !probe_conv, sc.xbc.data(), st);
       if (probe_conv) {
         probe(nm.conv1d, sc.xbc.data(), T, conv, conv);
         cuda::silu_inplace(sc.xbc.data(), static_cast<std::size_t>(T) * conv, st);
       }
+      mark(pf, StepPart::MambaSsd, st);
       cuda::ssd_dt(sc.zx.data() + I + conv, proj, T, Hm, L.dt_bias.data(), static_cast<float>(m2.time_step_min_limit),
                    static_cast<float>(m2.time_step_max_limit), sc.dt.data(), st);
       cuda::ssd_scan(mamba_shape(), grid, ps, sc.xbc.data(), conv, sc.dt.data(), L.A.data(), L.D.data(),
                      ds.ssd(L.ordinal), sc.ssd.data(), sc.ssd.size(), sc.y.data(), st);
+      mark(pf, StepPart::MambaNorm, st);
       cuda::gated_rmsnorm(sc.y.data(), sc.zx.data(), proj, T, I, I / m2.n_groups, L.gate_norm.data(),
                           static_cast<float>(m2.layer_norm_epsilon), m2.norm_before_gate, sc.g.data(), st);
       probe(nm.norm, sc.g.data(), T, I, I);
+      mark(pf, StepPart::MambaGemm, st);
       gemm(sc.g.data(), T, I, L.out_proj, H, L.out_proj_bias, sc.out.data(), st);
     } else {
       const int nq = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
       const int qd = c.q_dim(), kvd = c.kv_dim();
+      mark(pf, StepPart::AttnProj, st);
       gemm(sc.normed.data(), T, H, L.q, qd, L.q_bias, sc.q.data(), st);
       gemm(sc.normed.data(), T, H, L.k, kvd, L.k_bias, sc.k.data(), st);
       gemm(sc.normed.data(), T, H, L.v, kvd, L.v_bias, sc.v.data(), st);
       probe(nm.q, sc.q.data(), T, qd, qd);
       probe(nm.k, sc.k.data(), T, kvd, kvd);
       probe(nm.v, sc.v.data(), T, kvd, kvd);
+      mark(pf, StepPart::AttnCore, st);
       if (c.use_rope) {
         cuda::rope(sc.q.data(), qd, nq, hd, ps, inv_freq_.data(), st);
         cuda::rope(sc.k.data(), kvd, nkv, hd, ps, inv_freq_.data(), st);
@@ -405,8 +419,10 @@ void CudaHybridModel::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
       cuda::kv_write(ap.layout, kc, vc, ap.tables, ps, sc.k.data(), sc.v.data(), kvd, st);
       cuda::attention(ap.layout, nq, static_cast<float>(c.attention_multiplier), sc.q.data(), qd, ps, ap.tables, kc,
                       vc, sc.attn.data(), qd, st, ap.work);
+      mark(pf, StepPart::AttnProj, st);
       gemm(sc.attn.data(), T, qd, L.o, H, L.o_bias, sc.out.data(), st);
     }
+    mark(pf, StepPart::Other, st);
     probe(nm.mixer, sc.out.data(), T, H, H);
     cuda::add_scaled_inplace(sc.resid.data(), sc.out.data(), res_mult, TD, st);
     cuda::rmsnorm(sc.resid.data(), T, H, L.post_norm.data(), eps, sc.normed.data(), st);
@@ -416,22 +432,32 @@ void CudaHybridModel::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
       const int Ex = c.num_local_experts, K = c.num_experts_per_tok, F = c.intermediate_size;
       // The router point asks for a replacement first; without one the logits are computed and
       // visited (a capture, or an in-place edit), as granite_moe_forward on the CPU.
+      mark(pf, StepPart::Moe, st);
       if (!probe.fetch_replacement(nm.router, sc.logits_r.data(), T, Ex, Ex)) {
         gemm(sc.normed.data(), T, H, L.router, Ex, no_bias, sc.logits_r.data(), st);
         probe(nm.router, sc.logits_r.data(), T, Ex, Ex);
       }
-      cuda::router_topk_softmax(sc.logits_r.data(), T, Ex, K, sc.idx.data(), sc.gates.data(), st);
       const cuda::MoeWeights w{fp32_ ? static_cast<const void*>(L.experts_in_f32.data()) : L.experts_in_bf16.data(),
                                fp32_ ? static_cast<const void*>(L.experts_out_f32.data()) : L.experts_out_bf16.data(),
                                fp32_ ? cuda::WeightType::F32 : cuda::WeightType::BF16, Ex, H, F};
-      cuda::moe_experts(w, sc.normed.data(), T, K, sc.idx.data(), sc.gates.data(), sc.moe, sc.ffn.data(), st);
+      // The logits, computed or replaced, go through the pattern's own routing: Direct makes (ids,
+      // gates) lists, Fused dense affinities [T][E] that the experts read back (the same bits).
+      if (moe_routing_ == model::MoeRoutingPattern::Fused) {
+        cuda::dense_routing(sc.logits_r.data(), T, Ex, K, sc.idx.data(), sc.dense.data(), st);
+        cuda::moe_experts_dense(w, sc.normed.data(), T, K, sc.dense.data(), sc.idx.data(), sc.moe, sc.ffn.data(), st);
+      } else {
+        cuda::router_topk_softmax(sc.logits_r.data(), T, Ex, K, sc.idx.data(), sc.gates.data(), st);
+        cuda::moe_experts(w, sc.normed.data(), T, K, sc.idx.data(), sc.gates.data(), sc.moe, sc.ffn.data(), st);
+      }
       probe(nm.moe, sc.ffn.data(), T, H, H);
     }
     const int S = c.shared_intermediate_size;
+    mark(pf, StepPart::SharedMlp, st);
     gemm(sc.normed.data(), T, H, L.shared_in, 2 * S, no_bias, sc.gu.data(), st);
     cuda::swiglu(sc.gu.data(), T, S, sc.act.data(), st);
     gemm(sc.act.data(), T, S, L.shared_out, H, no_bias, sc.out.data(), st);
     probe(nm.shared, sc.out.data(), T, H, H);
+    mark(pf, StepPart::Other, st);
     if (c.has_experts()) cuda::add_inplace(sc.out.data(), sc.ffn.data(), TD, st);  // moe + shared: one rounded add
     cuda::add_scaled_inplace(sc.resid.data(), sc.out.data(), res_mult, TD, st);
     probe(nm.layer, sc.resid.data(), T, H, H);

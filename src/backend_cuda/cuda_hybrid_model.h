@@ -3,10 +3,12 @@
 // and attention layers, each followed by the shared SwiGLU MLP plus the top-k MoE, µP
 // multipliers), weights uploaded once, every step run by src/kernels_cuda. The Mamba layers are
 // CudaMamba2Model's mixer (the same kernels and grid), attention is kernels_cuda/attention.h over
-// the device KV blocks of DeviceState, the MoE is kernels_cuda/moe.h (Direct pattern; the Fused
-// one gives the same bits). Probe points copy to and from the host only when a hook asks; the
-// router point asks for a replacement first, as on the CPU. Everything runs on the model's own
-// stream; pure decode passes replay CUDA graphs (decode_graphs.h) unless enforce_eager.
+// the device KV blocks of DeviceState, the MoE is kernels_cuda/moe.h in the Direct router-override
+// pattern or kernels_cuda/moe_dense.h in the Fused one (CudaModelOptions::moe_routing; the same
+// bits). Probe points copy to and from the host only when a hook asks; the router point asks for
+// a replacement first, as on the CPU, and a replacement goes through the pattern's own routing.
+// Everything runs on the model's own stream; pure decode passes replay CUDA graphs
+// (decode_graphs.h) unless enforce_eager or a step profile is attached (step_profile.h).
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "backend_cuda/decode_graphs.h"
 #include "backend_cuda/device_probe.h"
 #include "backend_cuda/device_state.h"
+#include "backend_cuda/step_profile.h"
 #include "io/granite_config.h"
 #include "io/hf_config.h"
 #include "kernels_cuda/device_buffer.h"
@@ -44,6 +47,8 @@ class CudaHybridModel : public model::Model {
 
   const CudaGraphStats& graph_stats() const { return run_->graphs.stats(); }
   void set_enforce_eager(bool eager) { enforce_eager_ = eager; }
+  void set_step_profile(StepProfile* p) { profile_ = p; }
+  model::MoeRoutingPattern moe_routing() const { return moe_routing_; }
 
   // A GEMM weight on the device: bf16 (rows padded to whole 16-row strips) or fp32.
   struct Weight {
@@ -77,6 +82,7 @@ class CudaHybridModel : public model::Model {
   struct Scratch {
     cuda::DeviceBuffer<float> resid, normed, out, ffn, zx, xbc, dt, y, g, ssd, q, k, v, attn, logits_r, gates, gu,
         act, head, logits, attn_scratch;
+    cuda::DeviceBuffer<float> dense;  // the Fused pattern's affinities [T][E]
     cuda::DeviceBuffer<int32_t> ints, tables, work, idx;
     cuda::DeviceBuffer<int64_t> starts;
     cuda::PinnedBuffer<int32_t> h_ints, h_tables, h_work;
@@ -126,6 +132,8 @@ class CudaHybridModel : public model::Model {
   std::vector<Names> names_;
   std::vector<std::string> probe_names_;  // every probe point: a pass wanting any runs eagerly
   bool enforce_eager_ = false;
+  model::MoeRoutingPattern moe_routing_ = model::MoeRoutingPattern::Direct;
+  StepProfile* profile_ = nullptr;  // not owned; null: no timing
   std::unique_ptr<Run> run_;
 };
 

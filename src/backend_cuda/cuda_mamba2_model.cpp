@@ -122,7 +122,8 @@ void CudaMamba2Model::forward(const model::ForwardBatch& b, cache::ModelCache& m
   model::validate_batch(*this, b, mc, mode);
   const cuda::ScanGrid grid = scan_grid_of(mode, mc.options().mamba, kCudaPlainCell);
   DeviceState& ds = device_state_of(mc, cfg_, grid.exact ? grid.cell : 0, !enforce_eager_);
-  const bool graph = !enforce_eager_ && ds.scratch && is_pure_decode(b) && !any_probe_wanted(hooks, probe_names_);
+  const bool graph = !enforce_eager_ && !profile_ && ds.scratch && is_pure_decode(b) &&
+                     !any_probe_wanted(hooks, probe_names_);
   const int bucket = graph ? graph_bucket(static_cast<int>(b.seqs.size())) : 0;
   if (bucket > 0) forward_graph(b, ds, grid, bucket, logits);
   else forward_eager(b, ds, grid, logits, hooks);
@@ -164,6 +165,7 @@ void CudaMamba2Model::forward_eager(const model::ForwardBatch& b, DeviceState& d
     cuda::gather_rows(sc.resid.data(), D, di + plan.extra_offset(), R, D, sc.head.data(), st);
     enqueue_head(sc, sc.head.data(), R, probe, st);
   }
+  if (profile_) profile_->finish(st);
   if (R > 0)
     cuda::cuda_check(cudaMemcpyAsync(logits, out, static_cast<std::size_t>(R) * V * 4, cudaMemcpyDeviceToHost, st),
                      "logits to host");
@@ -209,6 +211,8 @@ void CudaMamba2Model::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
   const float eps = static_cast<float>(cfg_.layer_norm_epsilon);
   const std::size_t TD = static_cast<std::size_t>(T) * D;
 
+  StepProfile* const pf = profile_;
+  mark(pf, StepPart::Other, st);
   if (fp32_) cuda::gather_rows(embed_f32_.data(), D, tokens, T, D, sc.resid.data(), st);
   else cuda::embed_bf16(embed_bf16_.data(), tokens, T, D, sc.resid.data(), st);
   probe("backbone.embeddings", sc.resid.data(), T, D, D);
@@ -219,23 +223,29 @@ void CudaMamba2Model::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
     const Layer& L = layers_[l];
     const Names& nm = names_[l];
     cuda::rmsnorm(sc.resid.data(), T, D, L.norm.data(), eps, sc.normed.data(), st);
+    mark(pf, StepPart::MambaGemm, st);
     gemm(sc.normed.data(), T, D, L.in_proj_bf16, L.in_proj_f32, proj, L.in_proj_bias, sc.zx.data(), st);
     probe(nm.in_proj, sc.zx.data(), T, proj, proj);
     probe(nm.dt, sc.zx.data() + I + conv, T, H, proj);
     const bool probe_conv = probe.wants(nm.conv1d);
+    mark(pf, StepPart::MambaConv, st);
     cuda::conv1d(sc.zx.data() + I, proj, conv, L.conv_w.data(), L.conv_b.size() ? L.conv_b.data() : nullptr, K,
                  ds.conv_state(l), ps, !probe_conv, sc.xbc.data(), st);
     if (probe_conv) {
       probe(nm.conv1d, sc.xbc.data(), T, conv, conv);
       cuda::silu_inplace(sc.xbc.data(), static_cast<std::size_t>(T) * conv, st);
     }
+    mark(pf, StepPart::MambaSsd, st);
     cuda::ssd_dt(sc.zx.data() + I + conv, proj, T, H, L.dt_bias.data(), lo, hi, sc.dt.data(), st);
     cuda::ssd_scan(sh, grid, ps, sc.xbc.data(), conv, sc.dt.data(), L.A.data(), L.D.data(), ds.ssd(l), sc.ssd.data(),
                    sc.ssd.size(), sc.y.data(), st);
+    mark(pf, StepPart::MambaNorm, st);
     cuda::gated_rmsnorm(sc.y.data(), sc.zx.data(), proj, T, I, I / cfg_.n_groups, L.gate_norm.data(), eps,
                         cfg_.norm_before_gate, sc.g.data(), st);
     probe(nm.norm, sc.g.data(), T, I, I);
+    mark(pf, StepPart::MambaGemm, st);
     gemm(sc.g.data(), T, I, L.out_proj_bf16, L.out_proj_f32, D, L.out_proj_bias, sc.out.data(), st);
+    mark(pf, StepPart::Other, st);
     probe(nm.mixer, sc.out.data(), T, D, D);
     cuda::add_inplace(sc.resid.data(), sc.out.data(), TD, st);
     probe(nm.block, sc.resid.data(), T, D, D);

@@ -3,7 +3,7 @@
 // and every step run by src/kernels_cuda on the model's own stream. Same Model interface, so the
 // engine, the exactness gate and the accuracy tools run it unchanged; probe points copy to and from
 // the host only when a hook asks for them. Pure decode passes replay CUDA graphs (decode_graphs.h)
-// unless CudaModelOptions::enforce_eager.
+// unless CudaModelOptions::enforce_eager or a step profile is attached (step_profile.h).
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +12,7 @@
 #include "backend_cuda/decode_graphs.h"
 #include "backend_cuda/device_probe.h"
 #include "backend_cuda/device_state.h"
+#include "backend_cuda/step_profile.h"
 #include "io/hf_config.h"
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/ops.h"
@@ -43,6 +44,7 @@ class CudaMamba2Model : public model::Model {
 
   const CudaGraphStats& graph_stats() const { return run_->graphs.stats(); }
   void set_enforce_eager(bool eager) { enforce_eager_ = eager; }
+  void set_step_profile(StepProfile* p) { profile_ = p; }
 
  private:
   struct Layer {
@@ -100,6 +102,7 @@ class CudaMamba2Model : public model::Model {
   std::vector<Names> names_;
   std::vector<std::string> probe_names_;  // every probe point: a pass wanting any runs eagerly
   bool enforce_eager_ = false;
+  StepProfile* profile_ = nullptr;  // not owned; null: no timing
   std::unique_ptr<Run> run_;
 };
 

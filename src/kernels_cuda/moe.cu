@@ -9,37 +9,21 @@
 
 #include "kernels/math.h"
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/moe_device.cuh"
 
 namespace parity::cuda {
 namespace {
 
 constexpr int kGroupThreads = 256;
 
-// kernels/moe.cpp's strict order of two (logit, expert) candidates.
-__device__ bool ranks_before(float la, int a, float lb, int b) {
-  const bool na = isnan(la), nb = isnan(lb);
-  if (na || nb) return na && nb ? a < b : na;
-  if (la != lb) return la > lb;
-  return a < b;
-}
-
-// One thread per token: the CPU's insertion into a sorted list, then softmax over the k values.
+// One thread per token: the CPU's top-k (moe_device.cuh), then softmax over the k values.
 __global__ void topk_kernel(const float* logits, int T, int E, int k, int32_t* idx, float* gates) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= T) return;
   const float* lg = logits + static_cast<std::size_t>(t) * E;
   int32_t* id = idx + static_cast<std::size_t>(t) * k;
   float* w = gates + static_cast<std::size_t>(t) * k;
-  int len = 0;
-  for (int e = 0; e < E; ++e) {
-    if (len == k && !ranks_before(lg[e], e, lg[id[k - 1]], id[k - 1])) continue;
-    int pos = len < k ? len++ : k - 1;
-    while (pos > 0 && ranks_before(lg[e], e, lg[id[pos - 1]], id[pos - 1])) {
-      id[pos] = id[pos - 1];
-      --pos;
-    }
-    id[pos] = e;
-  }
+  topk_insert(lg, E, k, id);
   const float m = lg[id[0]];
   float s = 0.0f;
   for (int j = 0; j < k; ++j) {
@@ -47,24 +31,6 @@ __global__ void topk_kernel(const float* logits, int T, int E, int k, int32_t* i
     s = s + w[j];
   }
   for (int j = 0; j < k; ++j) w[j] = w[j] / s;
-}
-
-// One thread per (token, expert): the gate of the last choice naming the expert, else +0 (the CPU
-// fills with zeros and scatters the choices in order).
-__global__ void dense_kernel(const int32_t* idx, const float* gates, int T, int E, int k, float* dense) {
-  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= static_cast<std::size_t>(T) * E) return;
-  const std::size_t t = i / E;
-  const int e = static_cast<int>(i % E);
-  float v = 0.0f;
-  for (int j = 0; j < k; ++j)
-    if (idx[t * k + j] == e) v = gates[t * k + j];
-  dense[i] = v;
-}
-
-__global__ void gates_from_dense_kernel(const float* dense, const int32_t* idx, int n, int E, int k, float* gates) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) gates[i] = dense[static_cast<std::size_t>(i / k) * E + idx[i]];
 }
 
 __global__ void swiglu_kernel(const float* gate_up, std::size_t n, int F, float* out) {
@@ -128,32 +94,18 @@ __global__ void combine_kernel(const float* yg, int D, const int32_t* row, const
   }
 }
 
-unsigned blocks_for(std::size_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
-
-void check_routing(int T, int E, int k, const char* what) {
-  if (T < 0 || E <= 0 || k <= 0 || k > E)
-    throw Error(std::string(what) + ": top-" + std::to_string(k) + " of " + std::to_string(E) + " experts");
-}
-
 }  // namespace
 
 void router_topk_softmax(const float* logits, int T, int E, int k, int32_t* idx, float* gates, cudaStream_t s) {
-  check_routing(T, E, k, "cuda router_topk_softmax");
+  check_moe_routing(T, E, k, "cuda router_topk_softmax");
   if (T == 0) return;
-  topk_kernel<<<blocks_for(T, 128), 128, 0, s>>>(logits, T, E, k, idx, gates);
+  topk_kernel<<<moe_blocks(T, 128), 128, 0, s>>>(logits, T, E, k, idx, gates);
   check_launch("router_topk_softmax");
-}
-
-void moe_dense_affinities(const int32_t* idx, const float* gates, int T, int E, int k, float* dense, cudaStream_t s) {
-  check_routing(T, E, k, "cuda moe_dense_affinities");
-  if (T == 0) return;
-  dense_kernel<<<blocks_for(std::size_t(T) * E, 256), 256, 0, s>>>(idx, gates, T, E, k, dense);
-  check_launch("moe_dense_affinities");
 }
 
 void swiglu(const float* gate_up, int n, int F, float* out, cudaStream_t s) {
   if (n <= 0 || F <= 0) return;
-  swiglu_kernel<<<blocks_for(std::size_t(n) * F, 256), 256, 0, s>>>(gate_up, static_cast<std::size_t>(n), F, out);
+  swiglu_kernel<<<moe_blocks(std::size_t(n) * F, 256), 256, 0, s>>>(gate_up, static_cast<std::size_t>(n), F, out);
   check_launch("swiglu");
 }
 
@@ -162,6 +114,7 @@ void MoeWorkspace::reserve(int T, int k, int E, int D, int F) {
   offsets.resize(std::size_t(E) + 1);
   token.resize(n);
   row.resize(n);
+  gates.resize(n);
   xg.resize(n * D);
   h.resize(n * 2 * F);
   a.resize(n * F);
@@ -171,7 +124,7 @@ void MoeWorkspace::reserve(int T, int k, int E, int D, int F) {
 void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* idx, const float* gates,
                  MoeWorkspace& ws, float* out, cudaStream_t s) {
   const int E = w.experts, D = w.hidden, F = w.width;
-  check_routing(T, E, k, "cuda moe_experts");
+  check_moe_routing(T, E, k, "cuda moe_experts");
   if (T == 0) return;
   const std::size_t n = static_cast<std::size_t>(T) * k;
   ws.reserve(T, k, E, D, F);
@@ -189,18 +142,6 @@ void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_
   gemm_grouped(ws.a.data(), F, ws.offsets.data(), E, T, F, w.w_out, w.wt, out_stride, D, ws.yg.data(), D, s, rows);
   combine_kernel<<<T, 256, 0, s>>>(ws.yg.data(), D, ws.row.data(), gates, k, out);
   check_launch("moe combine");
-}
-
-void moe_experts_dense(const MoeWeights& w, const float* x, int T, int k, const float* dense, const int32_t* idx,
-                       MoeWorkspace& ws, float* out, cudaStream_t s) {
-  check_routing(T, w.experts, k, "cuda moe_experts_dense");
-  if (T == 0) return;
-  const std::size_t n = static_cast<std::size_t>(T) * k;
-  ws.gates.resize(n);
-  gates_from_dense_kernel<<<blocks_for(n, 256), 256, 0, s>>>(dense, idx, static_cast<int>(n), w.experts, k,
-                                                             ws.gates.data());
-  check_launch("moe gates_from_dense");
-  moe_experts(w, x, T, k, idx, ws.gates.data(), ws, out, s);
 }
 
 }  // namespace parity::cuda

@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA twins of kernels/moe.h and kernels/moe_dense.h: Granite's sparse MoE block on device
+// The CUDA twin of kernels/moe.h: Granite's sparse MoE block on device
 // pointers. The contract is the CPU's: a token's output depends only on its own row, its router
 // logits and the weights, never on which or how many other tokens share the batch or an expert.
 //   - router logits: gemm (ops.h) on the router weight, or given from outside (an override);
@@ -12,8 +12,8 @@
 // With fp32 weights every step is the CPU's operation sequence (the fp32 gemm is one fmaf chain
 // over k from +0, kernels/gemm.h's contract), so the block equals the CPU bit for bit; with bf16
 // weights the gemms run on tensor cores (DESIGN.md rule 5) and agree within rounding.
-// Both routing patterns of kernels/moe_dense.h exist: Direct (ids + gates) and Fused (dense
-// affinities [T][E] read back at the top-k ids); they give every token the same bits.
+// This is the Direct pattern (ids + gates); the Fused one (dense affinities [T][E], kernels/
+// moe_dense.h's twin) is kernels_cuda/moe_dense.h, over the same experts: the same bits per token.
 #include <cstdint>
 #include <vector>
 
@@ -38,7 +38,7 @@ struct MoeWorkspace {
   DeviceBuffer<int32_t> offsets;  // [E + 1] grouped rows of expert e: [offsets[e], offsets[e+1])
   DeviceBuffer<int32_t> token;    // [T·k] grouped row → token
   DeviceBuffer<int32_t> row;      // [T·k] (token, choice j) → grouped row
-  DeviceBuffer<float> gates;      // [T·k] (fused pattern: read back from the dense affinities)
+  DeviceBuffer<float> gates;      // [T·k] the Fused pattern's gates, read back from the dense affinities
   DeviceBuffer<float> xg, h, a, yg;
   // Room for T tokens (k choices each, E experts, hidden D, width F); moe_experts calls it, and a
   // CUDA graph's owner calls it ahead for its largest batch so a capture never allocates.
@@ -48,9 +48,6 @@ struct MoeWorkspace {
 // logits [T][E] → idx [T][k], gates [T][k] (kernels::router_topk_softmax).
 void router_topk_softmax(const float* logits, int T, int E, int k, int32_t* idx, float* gates, cudaStream_t s);
 
-// dense [T][E] = +0 except gates[t][j] at column idx[t][j] (kernels::moe_dense_affinities).
-void moe_dense_affinities(const int32_t* idx, const float* gates, int T, int E, int k, float* dense, cudaStream_t s);
-
 // gate_up [n][2F] → out [n][F]: silu_f(gate) · up (kernels::swiglu).
 void swiglu(const float* gate_up, int n, int F, float* out, cudaStream_t s);
 
@@ -58,9 +55,5 @@ void swiglu(const float* gate_up, int n, int F, float* out, cudaStream_t s);
 // [T][D]. Asynchronous: nothing comes back to the host.
 void moe_experts(const MoeWeights& w, const float* x, int T, int k, const int32_t* idx, const float* gates,
                  MoeWorkspace& ws, float* out, cudaStream_t s);
-
-// The Fused pattern's experts: gates read from dense [T][E] at the top-k order idx [T][k].
-void moe_experts_dense(const MoeWeights& w, const float* x, int T, int k, const float* dense, const int32_t* idx,
-                       MoeWorkspace& ws, float* out, cudaStream_t s);
 
 }  // namespace parity::cuda

@@ -3,7 +3,9 @@
 // injected through the accuracy toolkit's replacement session into the CUDA model, as
 // accuracy_forced_routing_test.cpp does on the CPU; the logits must then equal HF's float64 run under the same
 // injection (forced_reference_logits.safetensors) as closely as the CPU model does. The companion: without the
-// injection the GPU's logits are far from that reference.
+// injection the GPU's logits are far from that reference. Both router-override patterns (Direct: the
+// replacement is the block's override argument; Fused: it goes through the dense-affinity routing)
+// must do so, and give the same logits bit for bit (the stated tolerance between them is 0).
 #include <cmath>
 #include <cstdio>
 
@@ -48,15 +50,31 @@ TEST(CudaForcedRouting, InjectedHfRouterLogitsReproduceHfOnTheGpuAsOnTheCpu) {
   const std::vector<float> ref = read_logits(dir + "/forced_reference_logits.safetensors");
   const auto cpu = model::load_model(model::open_checkpoint(dir));
   const double cpu_err = relative_error(forced_rows(*cpu, toks, dir, true), ref.data());
-  backend_cuda::CudaModelOptions o;
-  o.fp32 = true;  // the accuracy path: fp32 GEMM, so the comparison measures the routing, not bf16 inputs
-  const auto gpu = backend_cuda::load_model(model::open_checkpoint(dir), o);
-  const double gpu_err = relative_error(forced_rows(*gpu, toks, dir, true), ref.data());
-  const double natural = relative_error(forced_rows(*gpu, toks, dir, false), ref.data());
-  std::fprintf(stderr, "[ measured ] forced routing vs HF: cuda fp32 %.3g, cpu %.3g, cuda without injection %.3g\n",
-               gpu_err, cpu_err, natural);
-  EXPECT_LE(gpu_err, std::max(10 * cpu_err, 1e-5));
-  EXPECT_GT(natural, 100 * gpu_err) << "without the injection the routing differs, so the check can fail";
+  std::vector<float> direct_rows;
+  for (model::MoeRoutingPattern p : {model::MoeRoutingPattern::Direct, model::MoeRoutingPattern::Fused}) {
+    SCOPED_TRACE(model::moe_routing_name(p));
+    backend_cuda::CudaModelOptions o;
+    o.fp32 = true;  // the accuracy path: fp32 GEMM, so the comparison measures the routing, not bf16 inputs
+    o.moe_routing = p;
+    const auto gpu = backend_cuda::load_model(model::open_checkpoint(dir), o);
+    const std::vector<float> got = forced_rows(*gpu, toks, dir, true);
+    const double gpu_err = relative_error(got, ref.data());
+    const double natural = relative_error(forced_rows(*gpu, toks, dir, false), ref.data());
+    std::fprintf(stderr,
+                 "[ measured ] forced routing vs HF (%s): cuda fp32 %.3g, cpu %.3g, cuda without injection %.3g\n",
+                 model::moe_routing_name(p), gpu_err, cpu_err, natural);
+    EXPECT_LE(gpu_err, std::max(10 * cpu_err, 1e-5));
+    EXPECT_GT(natural, 100 * gpu_err) << "without the injection the routing differs, so the check can fail";
+    if (p == model::MoeRoutingPattern::Direct) {
+      direct_rows = got;
+      continue;
+    }
+    ASSERT_EQ(got.size(), direct_rows.size());
+    for (std::size_t i = 0; i < got.size(); ++i)
+      ASSERT_TRUE(test::same_bits(&got[i], &direct_rows[i], 1))
+          << "fused vs direct under the injection: first mismatch at " << i << ": " << got[i] << " vs "
+          << direct_rows[i];
+  }
 }
 
 }  // namespace

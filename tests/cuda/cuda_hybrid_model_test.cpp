@@ -2,11 +2,15 @@
 // schedules (0 mismatched rows in exact mode; plain mode's Mamba rows change: the companion),
 // logits against the CPU model and the committed float64 reference, and the MoE router's probe
 // point (a capture changes nothing, a replacement fetched before the GEMM equals the same values
-// written in place).
+// written in place); the Fused router-override pattern: the gate under it, and its logits equal
+// the Direct pattern's bit for bit (the stated tolerance is 0), computed or replaced.
 #include <cmath>
 
 #include "backend_cuda/backend.h"
+#include "backend_cuda/decode_graphs.h"
+#include "engine/engine.h"
 #include "engine/exactness_gate.h"
+#include "engine/request.h"
 #include "io/safetensors.h"
 #include "io/token_file.h"
 #include "model/checkpoint.h"
@@ -16,10 +20,20 @@
 namespace parity {
 namespace {
 
-std::unique_ptr<model::Model> gpu_hybrid(const std::string& spec, bool fp32) {
+std::unique_ptr<model::Model> gpu_hybrid(const std::string& spec, bool fp32,
+                                         model::MoeRoutingPattern routing = model::MoeRoutingPattern::Direct) {
   backend_cuda::CudaModelOptions o;
   o.fp32 = fp32;
+  o.moe_routing = routing;
   return backend_cuda::load_model(model::open_checkpoint(spec), o);
+}
+
+// -1 when a and b hold the same bits, else the first index that differs (printed by the callers).
+long first_mismatch(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!test::same_bits(&a[i], &b[i], 1)) return static_cast<long>(i);
+  return -1;
 }
 
 using test::relative_error;
@@ -112,7 +126,7 @@ TEST(CudaHybridModel, LogitsAgainstTheFloat64Reference) {
 // the GEMM; the last two feed the same logits to top-k, so they give the same bits.
 class RouterHook : public model::ProbeHooks {
  public:
-  enum Mode { Capture, ZeroInPlace, ReplaceWithZeros } mode = Capture;
+  enum Mode { Capture, ZeroInPlace, ReplaceWithZeros, ReplaceWithPattern } mode = Capture;
   std::string name = "model.layers.1.block_sparse_moe.router";
   int visited_rows = 0, fetched_rows = 0;
   bool wants(const std::string& n) const override { return n == name; }
@@ -122,9 +136,11 @@ class RouterHook : public model::ProbeHooks {
       for (int i = 0; i < rows * cols; ++i) data[i] = 0.0f;
   }
   bool fetch_replacement(const std::string&, float* dst, int rows, int cols, const model::ProbeRows&) override {
-    if (mode != ReplaceWithZeros) return false;
+    if (mode != ReplaceWithZeros && mode != ReplaceWithPattern) return false;
     fetched_rows += rows;
-    for (int i = 0; i < rows * cols; ++i) dst[i] = 0.0f;
+    // ReplaceWithPattern: logits of a few units with no ties, another routing than the model's own.
+    for (int i = 0; i < rows * cols; ++i)
+      dst[i] = mode == ReplaceWithZeros ? 0.0f : 3.0f * std::sin(0.7f * float(i) + 0.3f);
     return true;
   }
 };
@@ -148,6 +164,79 @@ TEST(CudaHybridModel, RouterProbeCapturesAndReplacesOnTheGpu) {
   EXPECT_EQ(rep.fetched_rows, 6);
   EXPECT_EQ(rep.visited_rows, 0);
   EXPECT_TRUE(test::same_bits(zeroed.data(), replaced.data(), base.size()));
+}
+
+// The exactness gate under the Fused pattern (pure decode passes replay CUDA graphs, so the graph
+// path runs it too): exact mode 0 mismatched rows; plain mode's companion as above.
+TEST(CudaHybridModel, FusedPatternPassesTheExactGate) {
+  PARITY_REQUIRE_GPU();
+  auto m = gpu_hybrid("builtin:tiny-hybrid", false, model::MoeRoutingPattern::Fused);
+  engine::GateOptions g;
+  g.scenarios = {"decode", "chunked-prefill", "preempt-recompute", "concurrent-8"};
+  int64_t exact_rows = 0, exact_bad = 0, plain_bad = 0;
+  for (const auto& r : engine::run_exactness_gate(*m, g)) {
+    if (r.mode == model::ScanMode::Exact) {
+      exact_rows += r.all.rows;
+      exact_bad += r.all.mismatched;
+      EXPECT_EQ(r.all.mismatched, 0) << r.scenario << " " << r.numerics.describe();
+    } else {
+      plain_bad += r.all.mismatched;
+    }
+  }
+  EXPECT_GT(exact_rows, 1000);
+  EXPECT_EQ(exact_bad, 0);
+  EXPECT_GT(plain_bad, 0) << "companion: plain mode's Mamba rows should change with the schedule";
+  EXPECT_GT(backend_cuda::cuda_graph_stats(*m).replays, 0) << "the gate's decode steps should replay graphs";
+}
+
+// Direct and Fused on the GPU: the same logits bit for bit (bf16 and fp32 GEMMs, exact and plain),
+// with the model's own routing and with router logits replaced before the GEMM (the replacement
+// goes through each pattern's own routing), and through the engine's decode steps (graphs).
+// Companion: the replacement moves the logits, so the equality compares two real routings.
+TEST(CudaHybridModel, FusedPatternGivesTheDirectBits) {
+  PARITY_REQUIRE_GPU();
+  const std::vector<int32_t> toks = {1, 5, 9, 2, 7, 3, 11, 4, 8, 6, 10, 12, 13, 2, 2, 5, 9, 1, 0, 14};
+  for (bool fp32 : {false, true}) {
+    auto direct = gpu_hybrid("builtin:tiny-hybrid", fp32, model::MoeRoutingPattern::Direct);
+    auto fused = gpu_hybrid("builtin:tiny-hybrid", fp32, model::MoeRoutingPattern::Fused);
+    for (model::ScanMode mode : {model::ScanMode::Exact, model::ScanMode::Plain}) {
+      SCOPED_TRACE(std::string(fp32 ? "float32" : "bfloat16") + (mode == model::ScanMode::Exact ? " exact" : " plain"));
+      const std::vector<float> d = model::score_all_rows(*direct, toks, mode);
+      const std::vector<float> f = model::score_all_rows(*fused, toks, mode);
+      long i = first_mismatch(d, f);
+      EXPECT_EQ(i, -1) << "computed routing: first mismatch at " << i << ": direct " << d[std::size_t(std::max(i, 0L))]
+                       << " fused " << f[std::size_t(std::max(i, 0L))];
+      RouterHook rd, rf;
+      rd.mode = rf.mode = RouterHook::ReplaceWithPattern;
+      const std::vector<float> dr = model::score_all_rows(*direct, toks, mode, &rd);
+      const std::vector<float> fr = model::score_all_rows(*fused, toks, mode, &rf);
+      EXPECT_EQ(rd.fetched_rows, int(toks.size()));
+      EXPECT_EQ(rf.fetched_rows, int(toks.size()));
+      i = first_mismatch(dr, fr);
+      EXPECT_EQ(i, -1) << "replaced routing: first mismatch at " << i << ": direct "
+                       << dr[std::size_t(std::max(i, 0L))] << " fused " << fr[std::size_t(std::max(i, 0L))];
+      EXPECT_NE(first_mismatch(d, dr), -1) << "companion: the replacement should change the logits";
+    }
+    // Engine decode steps (teacher-forced, one row per step, graphs replayed) under both patterns.
+    engine::EngineConfig cfg;
+    cfg.mode = model::ScanMode::Exact;
+    engine::RequestSpec req;
+    req.prompt.assign(toks.begin(), toks.begin() + 6);
+    req.forced.assign(toks.begin() + 6, toks.end());
+    req.return_logits = true;
+    auto rows = [&](const model::Model& m) {
+      engine::Engine eng(m, cfg);
+      const uint64_t id = eng.add_request(req);
+      auto res = eng.run_to_completion();
+      std::vector<float> out;
+      for (const auto& r : res.at(id).logit_rows) out.insert(out.end(), r.begin(), r.end());
+      return out;
+    };
+    const std::vector<float> ed = rows(*direct), ef = rows(*fused);
+    ASSERT_FALSE(ed.empty());
+    const long i = first_mismatch(ed, ef);
+    EXPECT_EQ(i, -1) << "engine decode: first mismatch at " << i;
+  }
 }
 
 }  // namespace

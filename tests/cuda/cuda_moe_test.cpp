@@ -1,6 +1,7 @@
-// GPU MoE (src/kernels_cuda/moe.cu) against the CPU kernels: top-k + softmax and the dense
-// affinities bit for bit (ties everywhere); the whole block bit for bit with fp32 weights in both
-// routing patterns, with computed or injected router logits; bf16 tensor-core weights within
+// GPU MoE (src/kernels_cuda/moe.cu, moe_dense.cu) against the CPU kernels: top-k + softmax, the
+// dense affinities and the Fused pattern's one-kernel dense routing bit for bit (ties everywhere);
+// the whole block bit for bit with fp32 weights in both routing patterns, with computed or injected
+// router logits; bf16 tensor-core weights within
 // rounding; a token's bits independent of the batch (alone, reversed crowd, everyone on the same
 // experts); and the companion showing that the combine order would show in the bits.
 #include <algorithm>
@@ -9,8 +10,10 @@
 
 #include "kernels/gemm.h"
 #include "kernels/moe.h"
+#include "kernels/moe_dense.h"
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/moe.h"
+#include "kernels_cuda/moe_dense.h"
 #include "tests/cuda/gpu_test_support.h"
 
 namespace parity {
@@ -101,13 +104,13 @@ struct GpuMoe {
     idx.resize(std::size_t(T) * x.k);
     gates.resize(std::size_t(T) * x.k);
     out.resize(std::size_t(T) * x.D);
-    cuda::router_topk_softmax(logits.data(), T, x.E, x.k, idx.data(), gates.data(), nullptr);
     const cuda::MoeWeights w{ptr(w32_in, w16_in), ptr(w32_out, w16_out), wt, x.E, x.D, x.F};
-    if (fused) {
+    if (fused) {  // as CudaHybridModel runs the Fused pattern
       dense.resize(std::size_t(T) * x.E);
-      cuda::moe_dense_affinities(idx.data(), gates.data(), T, x.E, x.k, dense.data(), nullptr);
+      cuda::dense_routing(logits.data(), T, x.E, x.k, idx.data(), dense.data(), nullptr);
       cuda::moe_experts_dense(w, dx.data(), T, x.k, dense.data(), idx.data(), ws, out.data(), nullptr);
     } else {
+      cuda::router_topk_softmax(logits.data(), T, x.E, x.k, idx.data(), gates.data(), nullptr);
       cuda::moe_experts(w, dx.data(), T, x.k, idx.data(), gates.data(), ws, out.data(), nullptr);
     }
     return out.download(std::size_t(T) * x.D);
@@ -140,6 +143,46 @@ TEST(CudaMoe, TopkSoftmaxAndDenseAffinitiesEqualTheCpuOnTiedLogits) {
   EXPECT_TRUE(test::same_bits(dg.download(gates.size()).data(), gates.data(), gates.size()));
   EXPECT_TRUE(test::same_bits(dd.download(dense.size()).data(), dense.data(), dense.size()));
   EXPECT_GT(gates[0], 0.0f);
+}
+
+// The Fused pattern's routing kernel (logits → top-k order + dense affinities in one pass) against
+// kernels::dense_routing_from_logits, on tied logits and for k from 1 to E; the first mismatch is
+// printed. Its companion: the same kernel on logits with one value moved gives other bits.
+TEST(CudaMoe, DenseRoutingEqualsTheCpuOnTiedLogits) {
+  PARITY_REQUIRE_GPU();
+  const int T = 300, E = 24;
+  std::vector<float> lg = normal(std::size_t(T) * E, 12);
+  for (std::size_t i = 0; i < lg.size(); ++i) {
+    lg[i] = std::round(lg[i] * 2.0f) / 2.0f;  // few distinct values: ties in every row
+    if (lg[i] == 0.0f && i % 2) lg[i] = -0.0f;
+  }
+  cuda::DeviceBuffer<float> dl, dd(lg.size());
+  dl.upload(lg);
+  for (int k : {1, 2, 6, 8, E}) {
+    SCOPED_TRACE("top-" + std::to_string(k));
+    const kernels::DenseRouting want = kernels::dense_routing_from_logits(lg.data(), T, E, k);
+    cuda::DeviceBuffer<int32_t> dord(std::size_t(T) * k);
+    cuda::dense_routing(dl.data(), T, E, k, dord.data(), dd.data(), nullptr);
+    const std::vector<int32_t> order = dord.download(std::size_t(T) * k);
+    const std::vector<float> dense = dd.download(lg.size());
+    for (std::size_t i = 0; i < order.size(); ++i)
+      ASSERT_EQ(order[i], want.order[i]) << "token " << i / k << " choice " << i % k;
+    for (std::size_t i = 0; i < dense.size(); ++i)
+      ASSERT_TRUE(test::same_bits(&dense[i], &want.affinities[i], 1))
+          << "token " << i / E << " expert " << i % E << ": gpu " << dense[i] << " cpu " << want.affinities[i];
+  }
+  // Companion: raise the first token's last-ranked selected logit by 0.25; its gates must change.
+  const int k = 2;
+  const kernels::DenseRouting base = kernels::dense_routing_from_logits(lg.data(), T, E, k);
+  std::vector<float> moved = lg;
+  moved[std::size_t(base.order[1])] += 0.25f;
+  dl.upload(moved);
+  cuda::DeviceBuffer<int32_t> dord(std::size_t(T) * k);
+  cuda::dense_routing(dl.data(), T, E, k, dord.data(), dd.data(), nullptr);
+  const std::vector<float> dense = dd.download(lg.size());
+  EXPECT_FALSE(test::same_bits(dense.data(), base.affinities.data(), std::size_t(E)));
+  EXPECT_TRUE(test::same_bits(dense.data() + E, base.affinities.data() + E, std::size_t(T - 1) * E))
+      << "the other tokens' rows do not depend on token 0";
 }
 
 TEST(CudaMoe, BlockEqualsTheCpuBitForBitWithFp32Weights) {
@@ -196,26 +239,30 @@ TEST(CudaMoe, TokenBitsDoNotDependOnTheBatch) {
     GpuMoe g(x, wt);
     const std::vector<float> crowd = g.run(h, T, false);
     EXPECT_TRUE(test::same_bits(g.run(h, T, true).data(), crowd.data(), crowd.size())) << "fused pattern";
-    const std::vector<float> crowd_rev = g.run(rev, T, false);
-    for (int t = 0; t < T; ++t)
-      ASSERT_TRUE(test::same_bits(crowd_rev.data() + std::size_t(T - 1 - t) * x.D, crowd.data() + std::size_t(t) * x.D,
-                                  x.D))
-          << "reversed crowd, token " << t;
-    for (int t = 0; t < T; t += 10) {
-      EXPECT_TRUE(test::same_bits(g.run(rows(h, t, 1, x.D), 1, false).data(), crowd.data() + std::size_t(t) * x.D, x.D))
-          << "token " << t << " alone";
-    }
-    for (int n : {16, 17, 40}) {  // around gemm's few-rows threshold
-      EXPECT_TRUE(test::same_bits(g.run(rows(h, 30, n, x.D), n, false).data(), crowd.data() + 30 * x.D,
-                                  std::size_t(n) * x.D))
-          << n << " tokens";
-    }
-    const std::vector<float> crowd_same = g.run(h, T, false, &same);
-    for (int t = 0; t < T; t += 10) {
-      const std::vector<float> lg = rows(same, t, 1, x.E);
-      EXPECT_TRUE(
-          test::same_bits(g.run(rows(h, t, 1, x.D), 1, false, &lg).data(), crowd_same.data() + std::size_t(t) * x.D, x.D))
-          << "token " << t << " alone on the shared experts";
+    for (bool fused : {false, true}) {  // each pattern's token alone / in another crowd gives the crowd's bits
+      SCOPED_TRACE(fused ? "fused" : "direct");
+      const std::vector<float> crowd_rev = g.run(rev, T, fused);
+      for (int t = 0; t < T; ++t)
+        ASSERT_TRUE(test::same_bits(crowd_rev.data() + std::size_t(T - 1 - t) * x.D,
+                                    crowd.data() + std::size_t(t) * x.D, x.D))
+            << "reversed crowd, token " << t;
+      for (int t = 0; t < T; t += 10) {
+        EXPECT_TRUE(
+            test::same_bits(g.run(rows(h, t, 1, x.D), 1, fused).data(), crowd.data() + std::size_t(t) * x.D, x.D))
+            << "token " << t << " alone";
+      }
+      for (int n : {16, 17, 40}) {  // around gemm's few-rows threshold
+        EXPECT_TRUE(test::same_bits(g.run(rows(h, 30, n, x.D), n, fused).data(), crowd.data() + 30 * x.D,
+                                    std::size_t(n) * x.D))
+            << n << " tokens";
+      }
+      const std::vector<float> crowd_same = g.run(h, T, fused, &same);
+      for (int t = 0; t < T; t += 10) {
+        const std::vector<float> lg = rows(same, t, 1, x.E);
+        EXPECT_TRUE(test::same_bits(g.run(rows(h, t, 1, x.D), 1, fused, &lg).data(),
+                                    crowd_same.data() + std::size_t(t) * x.D, x.D))
+            << "token " << t << " alone on the shared experts";
+      }
     }
   }
 }

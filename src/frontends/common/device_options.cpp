@@ -27,6 +27,7 @@ std::unique_ptr<model::Model> DeviceOptions::load(const std::string& spec, const
   backend_cuda::CudaModelOptions o;
   o.fp32 = dtype == "float32";
   o.enforce_eager = enforce_eager;
+  o.moe_routing = mo.moe_routing;
   return backend_cuda::load_model(model::open_checkpoint(spec), o);
 }
 
