@@ -247,12 +247,13 @@ BENCHMARK(BM_CudaGemm)
     ->Unit(benchmark::kMicrosecond);
 
 // The few-rows kernel's variants side by side (arg0 M, arg1 shape, arg2 variant of
-// gemm_skinny_variants(); the label names it). Variant 0 is what gemm() takes for M <= 16.
+// gemm_skinny_variants(); the label names it; M = 64 only for the variant that takes 64 rows).
+// Variant 0 is what gemm() takes for M <= 16.
 void BM_CudaGemmSkinny(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const int variant = static_cast<int>(state.range(2));
-  if (variant >= cuda::gemm_skinny_variants()) {
-    state.SkipWithError("no such variant");
+  if (variant >= cuda::gemm_skinny_variants() || state.range(0) > cuda::gemm_skinny_variant_rows(variant)) {
+    state.SkipWithError("no such variant, or more rows than it takes");
     return;
   }
   GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
@@ -262,7 +263,7 @@ void BM_CudaGemmSkinny(benchmark::State& state) {
   });
 }
 BENCHMARK(BM_CudaGemmSkinny)
-    ->ArgsProduct({{1, 8, 16}, {0, 1, 2}, {0, 1, 2, 3}})
+    ->ArgsProduct({{1, 8, 16, 64}, {0, 1, 2}, {0, 1, 2, 3, 4}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

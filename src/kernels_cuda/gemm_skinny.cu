@@ -5,7 +5,8 @@
 // at once. Split-K would give every SM work but changes the order of a column's sum, so the
 // parallelism is over the output columns only: the N columns (rows of W) are cut into one
 // contiguous range per block, one block per SM, balanced to within one row. A block computes its
-// range in passes of up to P 8-column tiles over the whole of K. One producer warp streams each
+// range in passes of up to P 8-column tiles over the whole of K (and of all its rows of A: 16, or up
+// to 64 in a variant that holds four m16 tiles). One producer warp streams each
 // pass's weights and A's rows, kS of K at a time, into a ring of shared-memory stages (bulk copies
 // or cp.async, landing on an mbarrier per stage); eight consumer warps, one 8-column tile each (or
 // two), wait for a stage, read their fragments and release it to the producer. With up to 8 stages
@@ -17,8 +18,8 @@
 // to bf16 round-to-nearest-even, as the tiled kernels do; rows of A past M and columns past a
 // block's range enter as zeros and are never stored. Which block, pass, stage or warp computes an
 // element, and how many rows the pass has, only decide when each step runs, never which steps or in
-// what order. tests/cuda/cuda_gemm_skinny_test.cpp compares every variant, M = 1..16, against the
-// WMMA tiles on the models' shapes.
+// what order. tests/cuda/cuda_gemm_skinny_test.cpp compares every variant, M = 1..16 (..64), against
+// the WMMA tiles on the models' shapes.
 #include "kernels_cuda/gemm_skinny.h"
 
 #include <cuda_bf16.h>
@@ -43,15 +44,16 @@ constexpr int kThreads = 32 * (kWarps + 1);
 constexpr int kMaxStages = 8;
 constexpr int kRingBytes = 192 * 1024;      // dynamic shared memory for the stages, at most
 constexpr int kGroupCols = 64;              // grouped: W rows (output columns) per block
-constexpr int kTileRows = 16;               // rows of A one pass multiplies (one m16 tile)
+constexpr int kTileRows = 16;               // grouped: rows of a group per block (one m16 tile)
 
 // One kernel configuration. kBulk: bulk copies (the TMA unit) or cp.async by the producer warp;
 // kS: K per stage; kTPW: 8-column tiles per consumer warp and pass; kAHalf: A is read as a bf16
-// copy a pre-pass made (gemm_mma.h's with_bf16_rows) instead of fp32, halving its traffic.
-template <bool Bulk, int S, int TPW, bool AHalf>
+// copy a pre-pass made (gemm_mma.h's with_bf16_rows) instead of fp32, halving its traffic; kMT:
+// m16 tiles of A per pass (up to 16·kMT rows; the weights are streamed once for all of them).
+template <bool Bulk, int S, int TPW, bool AHalf, int MT = 1>
 struct Variant {
   static constexpr bool kBulk = Bulk, kAHalf = AHalf;
-  static constexpr int kS = S, kTPW = TPW, kMaxTiles = kWarps * TPW;
+  static constexpr int kS = S, kTPW = TPW, kMaxTiles = kWarps * TPW, kMT = MT, kMaxRows = 16 * MT;
   using TA = std::conditional_t<AHalf, bf16, float>;
   // A stage: rows × kS of W (bf16), then A's rows × kS. Each row is padded by 8 elements so that
   // the 8 rows an ldmatrix phase reads, and the rows a half-warp's A loads touch, fall in
@@ -61,7 +63,7 @@ struct Variant {
   static constexpr int kARowBytes = kStride * static_cast<int>(sizeof(TA));
   __host__ __device__ static int stage_bytes(int w_rows, int a_rows) { return w_rows * kWRowBytes + a_rows * kARowBytes; }
   static_assert(kS % 32 == 0, "a stage holds whole 32-deep double steps");
-  static_assert(2 * (8 * kMaxTiles * kWRowBytes + kTileRows * kARowBytes) <= kRingBytes, "two stages fit");
+  static_assert(2 * (8 * kMaxTiles * kWRowBytes + kMaxRows * kARowBytes) <= kRingBytes, "two stages fit");
 };
 
 // A block's columns in passes of at most max_tiles 8-column tiles, as even as whole tiles allow.
@@ -152,11 +154,11 @@ __device__ __forceinline__ unsigned a_pair(const unsigned char* as, int row, int
   }
 }
 
-// The operands of one 32-deep double step: A's m16k16 fragments for both halves, and per tile
-// b[0..1] (first 16) and b[2..3] (second 16).
-template <int TPW>
+// The operands of one 32-deep double step: A's m16k16 fragments of each m16 tile for both halves,
+// and per tile b[0..1] (first 16) and b[2..3] (second 16).
+template <int TPW, int MT>
 struct Frag {
-  unsigned a[2][4];
+  unsigned a[MT][2][4];
   unsigned b[TPW][4];
 };
 
@@ -164,7 +166,7 @@ struct Frag {
 // wait and release, with or without a tile, so the empty barriers count all 8.
 template <typename V>
 __device__ void consume(const Work& w, const Ring& r, int warp, int lane) {
-  constexpr int kTPW = V::kTPW, kDS = V::kS / 32;  // double steps in a full slice
+  constexpr int kTPW = V::kTPW, kMT = V::kMT, kDS = V::kS / 32;  // kDS: double steps in a full slice
   const int g = lane / 4, q = lane % 4, M = w.M;
   const int dsteps = w.K / 32;
   int it = 0;  // the slice this warp waits for next, over all passes
@@ -179,22 +181,29 @@ __device__ void consume(const Work& w, const Ring& r, int warp, int lane) {
       row_ok[j] = 8 * t + g < rows;  // this lane's W row (its B column) belongs to the block
     }
     const bool active = has[0];
-    float acc[kTPW][4];
+    float acc[kTPW][kMT][4];
 #pragma unroll
     for (int j = 0; j < kTPW; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+      for (int i = 0; i < kMT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][i][e] = 0.0f;
 
-    auto load = [&](Frag<kTPW>& f, const unsigned char* st, int ds) {
+    auto load = [&](Frag<kTPW, kMT>& f, const unsigned char* st, int ds) {
       const int k = ds * 32;
       const unsigned char* as = st + r.rows_per_pass * V::kWRowBytes;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int c = k + 16 * h + 2 * q;
-        f.a[h][0] = a_pair<V>(as, g, c, M);
-        f.a[h][1] = a_pair<V>(as, g + 8, c, M);
-        f.a[h][2] = a_pair<V>(as, g, c + 8, M);
-        f.a[h][3] = a_pair<V>(as, g + 8, c + 8, M);
+      for (int i = 0; i < kMT; ++i) {
+        if (16 * i >= M) break;  // uniform over the warp; the m16 tiles past M are never multiplied
+        const int m = 16 * i + g;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int c = k + 16 * h + 2 * q;
+          f.a[i][h][0] = a_pair<V>(as, m, c, M);
+          f.a[i][h][1] = a_pair<V>(as, m + 8, c, M);
+          f.a[i][h][2] = a_pair<V>(as, m, c + 8, M);
+          f.a[i][h][3] = a_pair<V>(as, m + 8, c + 8, M);
+        }
       }
       const bf16* ws = reinterpret_cast<const bf16*>(st);
 #pragma unroll
@@ -218,7 +227,7 @@ __device__ void consume(const Work& w, const Ring& r, int warp, int lane) {
 
     // The double steps of the pass in K order; the operands of step d + 1 are read while the
     // tensor cores work on step d, across stage boundaries too.
-    Frag<kTPW> cur, nxt;
+    Frag<kTPW, kMT> cur, nxt;
     acquire(it);
     const unsigned char* st = r.stage(it);
     if (active) load(cur, st, 0);
@@ -237,34 +246,40 @@ __device__ void consume(const Work& w, const Ring& r, int warp, int lane) {
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
-          for (int j = 0; j < kTPW; ++j) {
-            if (!has[j]) continue;
-            const unsigned b[2] = {cur.b[j][2 * h], cur.b[j][2 * h + 1]};
-            ptx::mma_bf16(acc[j], cur.a[h], b);
+          for (int i = 0; i < kMT; ++i) {
+            if (16 * i >= M) break;
+#pragma unroll
+            for (int j = 0; j < kTPW; ++j) {
+              if (!has[j]) continue;
+              const unsigned b[2] = {cur.b[j][2 * h], cur.b[j][2 * h + 1]};
+              ptx::mma_bf16(acc[j][i], cur.a[i][h], b);
+            }
           }
       }
       if (active && d + 1 < dsteps) cur = nxt;
     }
 
-    // c0, c1: row g, columns 2q, 2q+1 of the tile; c2, c3: row g + 8.
+    // c0, c1: row g of the m16 tile, columns 2q, 2q+1 of the 8-column tile; c2, c3: row g + 8.
 #pragma unroll
     for (int j = 0; j < kTPW; ++j) {
       if (!has[j]) continue;
       const int t = warp + kWarps * j;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int m = g + 8 * h;
-        if (m >= M) continue;
+      for (int i = 0; i < kMT; ++i)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int c = 8 * t + 2 * q + e;
-          if (c >= rows) continue;
-          const int n = n0 + c;
-          float v = acc[j][2 * h + e];
-          if (w.bias) v = v + w.bias[n];
-          w.C[static_cast<std::size_t>(m) * w.ldc + n] = v;
+        for (int h = 0; h < 2; ++h) {
+          const int m = 16 * i + g + 8 * h;
+          if (m >= M) continue;
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int c = 8 * t + 2 * q + e;
+            if (c >= rows) continue;
+            const int n = n0 + c;
+            float v = acc[j][i][2 * h + e];
+            if (w.bias) v = v + w.bias[n];
+            w.C[static_cast<std::size_t>(m) * w.ldc + n] = v;
+          }
         }
-      }
     }
   }
 }
@@ -331,7 +346,7 @@ template <typename V>
 int smem_bytes_for(int rows, int M) {
   const Plan pl = plan(rows, V::kMaxTiles);
   const int stage = V::stage_bytes(8 * pl.tiles_per_pass, M);
-  const int most = V::stage_bytes(8 * V::kMaxTiles, kTileRows);
+  const int most = V::stage_bytes(8 * V::kMaxTiles, V::kMaxRows);
   return std::max(std::min(kMaxStages * stage, kRingBytes / stage * stage), 2 * most);
 }
 
@@ -358,7 +373,7 @@ void run_plain(const float* A, int M, int K, int lda, const void* W, int N, cons
 template <typename V>
 void run_grouped(const float* A, int lda, const int32_t* offsets, int groups, int max_rows, int K, const void* W,
                  int64_t w_stride, int N, float* C, int ldc, cudaStream_t s) {
-  static_assert(!V::kAHalf, "the grouped rows of A are not known on the host");
+  static_assert(!V::kAHalf && V::kMaxRows == kTileRows, "grouped: fp32 A (its rows are not known on the host), 16-row tiles");
   static std::atomic<std::uint64_t> opted{0};
   allow_dynamic_smem(reinterpret_cast<const void*>(skinny_grouped_kernel<V>), kRingBytes, opted);
   const int smem = smem_bytes_for<V>(std::min(N, kGroupCols), std::min(max_rows, kTileRows));
@@ -370,6 +385,7 @@ void run_grouped(const float* A, int lda, const int32_t* offsets, int groups, in
 
 struct Entry {
   const char* name;
+  int max_rows;
   void (*plain)(const float*, int, int, int, const void*, int, const float*, float*, int, cudaStream_t, int);
   void (*grouped)(const float*, int, const int32_t*, int, int, int, const void*, int64_t, int, float*, int,
                   cudaStream_t);
@@ -378,12 +394,14 @@ using VBulk = Variant<true, 256, 1, false>;
 using VCpAsync = Variant<false, 256, 1, false>;
 using VWide = Variant<true, 128, 2, false>;
 using VHalfA = Variant<true, 256, 1, true>;
-// The variants whose A is fp32 come first: the grouped path takes those.
+using VRows64 = Variant<true, 128, 2, true, 4>;
+// The variants with fp32 A and 16 rows come first: the grouped path takes those.
 const Entry kVariants[] = {
-    {"bulk-k256-t8", run_plain<VBulk>, run_grouped<VBulk>},
-    {"cpasync-k256-t8", run_plain<VCpAsync>, run_grouped<VCpAsync>},
-    {"bulk-k128-t16", run_plain<VWide>, run_grouped<VWide>},
-    {"bulk-k256-t8-bf16a", run_plain<VHalfA>, nullptr},
+    {"bulk-k256-t8", 16, run_plain<VBulk>, run_grouped<VBulk>},
+    {"cpasync-k256-t8", 16, run_plain<VCpAsync>, run_grouped<VCpAsync>},
+    {"bulk-k128-t16", 16, run_plain<VWide>, run_grouped<VWide>},
+    {"bulk-k256-t8-bf16a", 16, run_plain<VHalfA>, nullptr},
+    {"bulk-k128-t16-bf16a-m64", 64, run_plain<VRows64>, nullptr},
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 constexpr int kGroupedVariantCount = 3;
@@ -394,8 +412,10 @@ constexpr int kDefault = 0;
 void gemm_bf16_skinny(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
                       cudaStream_t s, int variant, int blocks) {
   if (M <= 0 || N <= 0) return;
-  if (M > kSkinnyMaxRows || variant >= kVariantCount) throw Error("gemm_bf16_skinny: bad rows or variant");
-  kVariants[variant < 0 ? kDefault : variant].plain(A, M, K, lda, W, N, bias, C, ldc, s, blocks);
+  if (variant >= kVariantCount) throw Error("gemm_bf16_skinny: no such variant");
+  const Entry& e = kVariants[variant < 0 ? kDefault : variant];
+  if (M > e.max_rows) throw Error("gemm_bf16_skinny: more rows than the variant takes");
+  e.plain(A, M, K, lda, W, N, bias, C, ldc, s, blocks);
   check_launch("gemm_bf16_skinny");
 }
 
@@ -409,6 +429,9 @@ void gemm_grouped_bf16_skinny(const float* A, int lda, const int32_t* offsets, i
 }
 
 int gemm_skinny_variants() { return kVariantCount; }
+int gemm_skinny_variant_rows(int variant) {
+  return variant >= 0 && variant < kVariantCount ? kVariants[variant].max_rows : kSkinnyMaxRows;
+}
 int gemm_skinny_grouped_variants() { return kGroupedVariantCount; }
 const char* gemm_skinny_variant_name(int variant) {
   return variant >= 0 && variant < kVariantCount ? kVariants[variant].name : "?";

@@ -15,8 +15,8 @@ constexpr int kSkinnyMaxGroupRows = 64;
 
 // C[M][N] = A · Wᵀ (+ bias) for M <= 16, W bf16 [N][K] (only rows < N are read). variant < 0: the
 // default; else one of gemm_skinny_variants() (tests and benchmarks compare them; all give the same
-// bits). blocks > 0 forces the number of blocks the N columns are split over (tests: the split
-// changes no bit); 0: one per SM.
+// bits), which takes up to gemm_skinny_variant_rows(variant) rows. blocks > 0 forces the number of
+// blocks the N columns are split over (tests: the split changes no bit); 0: one per SM.
 void gemm_bf16_skinny(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
                       cudaStream_t s, int variant = -1, int blocks = 0);
 
@@ -28,6 +28,7 @@ void gemm_grouped_bf16_skinny(const float* A, int lda, const int32_t* offsets, i
                               int variant = -1);
 
 int gemm_skinny_variants();
+int gemm_skinny_variant_rows(int variant);
 int gemm_skinny_grouped_variants();
 const char* gemm_skinny_variant_name(int variant);
 
