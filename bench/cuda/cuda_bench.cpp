@@ -14,6 +14,7 @@
 #include "common/dtype.h"
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/gemm_mma.h"
+#include "kernels_cuda/gemm_skinny.h"
 #include "kernels_cuda/pass_plan.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
@@ -173,8 +174,7 @@ BENCHMARK(BM_CudaDecodeSsm)
     ->Unit(benchmark::kMicrosecond);
 
 // The batch-invariant GEMM at mamba2-2.7b's shapes: arg1 0 = in_proj (10576 × 2560), 1 = out_proj
-// (2560 × 5120), 2 = lm_head (50288 × 2560).
-// One GEMM pass at a model shape (arg1: 0 = in_proj, 1 = out_proj, 2 = lm_head), random inputs.
+// (2560 × 5120), 2 = lm_head (50288 × 2560). One GEMM pass at such a shape, random inputs.
 struct GemmPass {
   int M, Nn, K;
   cuda::DeviceBuffer<float> a, c;
@@ -192,23 +192,82 @@ struct GemmPass {
   }
 };
 
+// The device's copy bandwidth: read + write bytes of a 1 GiB device-to-device copy over its time,
+// best of 5, measured once per process (BM_CudaCopy's figure). A pass that reads each weight once
+// cannot beat its weight bytes over this rate: the floor x_floor is measured against.
+double copy_bandwidth() {
+  static const double bw = [] {
+    const std::size_t n = std::size_t(1) << 30;
+    cuda::DeviceBuffer<uint8_t> a(n), b(n);
+    a.zero();
+    Timer t;
+    double best = 1e30;
+    for (int i = 0; i < 6; ++i) {
+      t.start();
+      cudaMemcpy(b.data(), a.data(), n, cudaMemcpyDeviceToDevice);
+      const double s = t.stop_s();
+      if (i > 0) best = std::min(best, s);  // the first is a warm-up
+    }
+    return 2.0 * static_cast<double>(n) / best;
+  }();
+  return bw;
+}
+
+// Times `pass` (manual time from CUDA events) and reports TFLOPs, the weights' read rate GBps (bf16
+// N × K bytes per pass) and x_floor: the mean time over the weight-read floor (weight bytes at
+// copy_bandwidth()); 1.0 is the floor, the decode target is <= 1.3.
+template <typename Pass>
+void time_gemm(benchmark::State& state, const GemmPass& g, Pass&& pass) {
+  const double floor_s = 2.0 * g.Nn * g.K / copy_bandwidth();
+  pass();  // warm-up (and any one-time set-up)
+  Timer t;
+  double total = 0;
+  for (auto _ : state) {
+    t.start();
+    pass();
+    const double s = t.stop_s();
+    state.SetIterationTime(s);
+    total += s;
+  }
+  const double n = static_cast<double>(std::max<int64_t>(1, state.iterations())), mean = total / n;
+  state.counters["TFLOPs"] = 2.0 * g.M * g.Nn * g.K / mean / 1e12;
+  state.counters["GBps"] = 2.0 * g.Nn * g.K / mean / 1e9;
+  state.counters["x_floor"] = mean / floor_s;
+}
+
 void BM_CudaGemm(benchmark::State& state) {
   if (!have_gpu(state)) return;
   GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
-  const int M = g.M, Nn = g.Nn, K = g.K;
-  auto& a = g.a;
-  auto& c = g.c;
-  auto& w = g.w;
-  cuda::gemm(a.data(), M, K, K, w.data(), cuda::WeightType::BF16, Nn, nullptr, c.data(), Nn, nullptr, Nn);
-  Timer t;
-  for (auto _ : state) {
-    t.start();
-    cuda::gemm(a.data(), M, K, K, w.data(), cuda::WeightType::BF16, Nn, nullptr, c.data(), Nn, nullptr, Nn);
-    state.SetIterationTime(t.stop_s());
-  }
-  state.counters["TFLOPs"] = benchmark::Counter(2.0 * M * Nn * K * state.iterations() / 1e12, benchmark::Counter::kIsRate);
+  time_gemm(state, g, [&] {
+    cuda::gemm(g.a.data(), g.M, g.K, g.K, g.w.data(), cuda::WeightType::BF16, g.Nn, nullptr, g.c.data(), g.Nn, nullptr,
+               g.Nn);
+  });
 }
-BENCHMARK(BM_CudaGemm)->ArgsProduct({{1, 8, 64, 512, 4096}, {0, 1, 2}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaGemm)
+    ->ArgsProduct({{1, 8, 16, 64, 512, 4096}, {0, 1, 2}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The few-rows kernel's variants side by side (arg0 M, arg1 shape, arg2 variant of
+// gemm_skinny_variants(); the label names it; M = 64 only for the variant that takes 64 rows).
+// Variant 0 is what gemm() takes for M <= 16.
+void BM_CudaGemmSkinny(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int variant = static_cast<int>(state.range(2));
+  if (variant >= cuda::gemm_skinny_variants() || state.range(0) > cuda::gemm_skinny_variant_rows(variant)) {
+    state.SkipWithError("no such variant, or more rows than it takes");
+    return;
+  }
+  GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  state.SetLabel(cuda::gemm_skinny_variant_name(variant));
+  time_gemm(state, g, [&] {
+    cuda::gemm_bf16_skinny(g.a.data(), g.M, g.K, g.K, g.w.data(), g.Nn, nullptr, g.c.data(), g.Nn, nullptr, variant);
+  });
+}
+BENCHMARK(BM_CudaGemmSkinny)
+    ->ArgsProduct({{1, 8, 16, 64}, {0, 1, 2}, {0, 1, 2, 3, 4}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // Each tile of the many-rows kernel forced on the same passes (arg0 M, arg1 shape, arg2 tile, 0 =
 // largest): the figures the tile choice in gemm_mma.cu is checked against. Pre-pass included.
@@ -216,18 +275,10 @@ void BM_CudaGemmMmaTile(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const int tile = static_cast<int>(state.range(2));
   GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
-  const int M = g.M, Nn = g.Nn, K = g.K;
-  auto& a = g.a;
-  auto& c = g.c;
-  auto& w = g.w;
-  cuda::gemm_bf16_mma_tile(tile, a.data(), M, K, K, w.data(), Nn, Nn, nullptr, c.data(), Nn, nullptr);
-  Timer t;
-  for (auto _ : state) {
-    t.start();
-    cuda::gemm_bf16_mma_tile(tile, a.data(), M, K, K, w.data(), Nn, Nn, nullptr, c.data(), Nn, nullptr);
-    state.SetIterationTime(t.stop_s());
-  }
-  state.counters["TFLOPs"] = benchmark::Counter(2.0 * M * Nn * K * state.iterations() / 1e12, benchmark::Counter::kIsRate);
+  time_gemm(state, g, [&] {
+    cuda::gemm_bf16_mma_tile(tile, g.a.data(), g.M, g.K, g.K, g.w.data(), g.Nn, g.Nn, nullptr, g.c.data(), g.Nn,
+                             nullptr);
+  });
 }
 BENCHMARK(BM_CudaGemmMmaTile)
     ->ArgsProduct({{64, 512, 4096}, {0, 1, 2}, {0, 1, 2, 3}})

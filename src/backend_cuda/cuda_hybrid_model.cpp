@@ -34,8 +34,8 @@ std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   return o;
 }
 
-// [rows][k] as the run computes with it: bf16 padded to whole 16-row strips (the few-rows kernel
-// may read them), or fp32.
+// [rows][k] as the run computes with it: bf16 padded with zero rows to whole 16-row strips (gemm's
+// w_rows: its tiles may read them), or fp32.
 void upload_weight(bool fp32, const std::vector<float>& w, int rows, Weight& out) {
   out.rows = rows;
   if (fp32) {

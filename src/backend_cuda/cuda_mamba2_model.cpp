@@ -24,7 +24,7 @@ void upload_f32(cuda::DeviceBuffer<float>& d, const std::vector<float>& v) {
 }
 
 // A GEMM weight [rows][k] in the form the run computes with: bf16 for tensor cores (zero rows up to
-// a whole 16-row strip, for the few-rows kernel), or fp32.
+// a whole 16-row strip, gemm's w_rows: its tiles may read them), or fp32.
 void upload_weight(bool fp32, const std::vector<float>& w, int64_t rows, cuda::DeviceBuffer<uint16_t>& b16,
                    cuda::DeviceBuffer<float>& f32) {
   if (fp32) {

@@ -4,13 +4,17 @@
 // tile two 16-deep tensor-core steps (bf16) or 32 FMAs (fp32) ascending, into one fp32
 // accumulator; the bias is added once at the end. The tile an element lands in, M, and the
 // element's place in the tile change nothing in that sequence, so a row's bits are the same for
-// M = 1 and M = 4096 (DESIGN.md rule 3; tests/cuda_gemm_test.cu checks M = 1..4096).
+// M = 1 and M = 4096 (DESIGN.md rule 3; tests/cuda/cuda_gemm_test.cpp checks M = 1..4096). gemm()
+// picks among kernels that all compute that sequence: the few-rows kernel for M <= 16
+// (gemm_skinny.cu), the mma.sync tiles above (gemm_mma.cu), and the WMMA tiles here for operands
+// those cannot take (K not a multiple of 32, A or W not 16-byte aligned).
 #include <mma.h>
 
 #include <cuda_bf16.h>
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/gemm_mma.h"
+#include "kernels_cuda/gemm_skinny.h"
 #include "kernels_cuda/ops.h"
 
 namespace parity::cuda {
@@ -69,97 +73,6 @@ __global__ void __launch_bounds__(kThreads) gemm_bf16_kernel(const float* A, int
   gemm_bf16_tile(A, M, K, lda, W, N, bias, C, ldc, blockIdx.y * kBM, blockIdx.x * kBN);
 }
 
-// Few rows (decode): one 16-row tile, each warp a 16-column strip over the whole K. The weights
-// stream through registers: a warp loads the next 256-deep slice of its strip with 16-byte loads
-// (8 per lane, 4 KiB in flight) while its tensor cores work on the current one from shared memory.
-// Each output element is the same chain of 16-deep tensor-core steps in the same order as the tiled
-// kernel above, so switching kernels at M = 16 changes no bit (tests/cuda/cuda_gemm_test.cpp checks
-// M = 1..4096).
-constexpr int kSkinnyWarps = 4, kSkinnyStep = 256, kSkinnyPad = 16;
-constexpr int kSkinnyLoads = 16 * kSkinnyStep / 8 / 32;  // uint4 (8 bf16) per lane per slice
-// Grouped passes whose largest group may exceed this take the 64×64 tiles: each 16-row tile re-streams its
-// expert's weights, which stops paying once groups are large.
-constexpr int kSkinnyMaxRows = 64;
-
-__device__ void skinny_load(const __nv_bfloat16* wp, int K, int k0, int step, int lane, uint4 (&r)[kSkinnyLoads]) {
-  const int per_row = step / 8;  // uint4 per strip row in this slice
-  for (int i = 0; i < kSkinnyLoads; ++i) {
-    const int e = lane + 32 * i, row = e / (kSkinnyStep / 8), col = e % (kSkinnyStep / 8);
-    if (col < per_row) r[i] = *reinterpret_cast<const uint4*>(wp + static_cast<std::size_t>(row) * K + k0 + col * 8);
-  }
-}
-
-// Rows [0, M ≤ 16) of A against the kSkinnyWarps strips of W from strip (block · kSkinnyWarps); the plain
-// and the grouped few-rows kernels below run exactly this.
-__device__ __forceinline__ void gemm_bf16_skinny_tile(const float* A, int M, int K, int lda, const __nv_bfloat16* W,
-                                                      int N, const float* bias, float* C, int ldc, int block) {
-  using namespace nvcuda;
-  __shared__ __align__(32) __nv_bfloat16 As[16][kSkinnyStep + kSkinnyPad];
-  __shared__ __align__(32) __nv_bfloat16 Ws[kSkinnyWarps][16][kSkinnyStep + kSkinnyPad];
-  __shared__ __align__(32) float Cs[kSkinnyWarps][16][16 + 4];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n0 = (block * kSkinnyWarps + warp) * 16;
-  const bool active = n0 < N;  // the whole warp: weights are padded to whole 16-row strips
-  const __nv_bfloat16* wp = W + static_cast<std::size_t>(active ? n0 : 0) * K;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-  wmma::fill_fragment(acc, 0.0f);
-  uint4 next[kSkinnyLoads];
-  if (active) skinny_load(wp, K, 0, K < kSkinnyStep ? K : kSkinnyStep, lane, next);
-  for (int k0 = 0; k0 < K; k0 += kSkinnyStep) {
-    const int step = K - k0 < kSkinnyStep ? K - k0 : kSkinnyStep;
-    __syncthreads();  // every warp is done with the previous slice of A
-    for (int e = threadIdx.x; e < 16 * step; e += kSkinnyWarps * 32) {
-      const int r = e / step, c = e % step;
-      As[r][c] = __float2bfloat16_rn(r < M ? A[static_cast<std::size_t>(r) * lda + k0 + c] : 0.0f);
-    }
-    if (active) {
-      for (int i = 0; i < kSkinnyLoads; ++i) {
-        const int e = lane + 32 * i, row = e / (kSkinnyStep / 8), col = e % (kSkinnyStep / 8);
-        if (col < step / 8) *reinterpret_cast<uint4*>(&Ws[warp][row][col * 8]) = next[i];
-      }
-      const int k1 = k0 + kSkinnyStep;
-      if (k1 < K) skinny_load(wp, K, k1, K - k1 < kSkinnyStep ? K - k1 : kSkinnyStep, lane, next);
-    }
-    __syncthreads();
-    if (active) {
-      for (int kk = 0; kk < step; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
-        wmma::load_matrix_sync(a, &As[0][kk], kSkinnyStep + kSkinnyPad);
-        wmma::load_matrix_sync(b, &Ws[warp][0][kk], kSkinnyStep + kSkinnyPad);
-        wmma::mma_sync(acc, a, b, acc);
-      }
-    }
-  }
-  if (!active) return;
-  wmma::store_matrix_sync(&Cs[warp][0][0], acc, 16 + 4, wmma::mem_row_major);
-  __syncwarp();
-  for (int e = lane; e < 16 * 16; e += 32) {
-    const int r = e / 16, c = e % 16, gn = n0 + c;
-    if (r < M && gn < N) C[static_cast<std::size_t>(r) * ldc + gn] = bias ? Cs[warp][r][c] + bias[gn] : Cs[warp][r][c];
-  }
-}
-
-__global__ void __launch_bounds__(kSkinnyWarps * 32) gemm_bf16_skinny_kernel(const float* A, int M, int K, int lda,
-                                                                           const __nv_bfloat16* W, int N,
-                                                                           const float* bias, float* C, int ldc) {
-  gemm_bf16_skinny_tile(A, M, K, lda, W, N, bias, C, ldc, blockIdx.x);
-}
-
-// The MoE's experts at decode sizes: group y's rows in 16-row tiles (grid.z), each tile as gemm() computes
-// at most 16 rows. Without it every active expert streamed its weights through 64×64 WMMA tiles holding one
-// or two rows (300 µs for one token over 64 experts, top-6, on an H200).
-__global__ void __launch_bounds__(kSkinnyWarps * 32) gemm_grouped_skinny_kernel(const float* A, int lda,
-                                                                              const int32_t* offsets, int K,
-                                                                              const __nv_bfloat16* W,
-                                                                              int64_t w_stride, int N, float* C,
-                                                                              int ldc) {
-  const int z = blockIdx.y, r0 = offsets[z], m0 = blockIdx.z * 16, rows = offsets[z + 1] - r0 - m0;
-  if (rows <= 0) return;  // the whole block: its group has no rows here
-  gemm_bf16_skinny_tile(A + static_cast<std::size_t>(r0 + m0) * lda, rows < 16 ? rows : 16, K, lda, W + z * w_stride,
-                        N, nullptr, C + static_cast<std::size_t>(r0 + m0) * ldc, ldc, blockIdx.x);
-}
-
 // The fp32 path for accuracy work: each thread owns a 4×4 block of outputs, one fmaf chain per
 // element over k ascending.
 __device__ __forceinline__ void gemm_f32_tile(const float* A, int M, int K, int lda, const float* W, int N,
@@ -212,13 +125,11 @@ __global__ void __launch_bounds__(kT) gemm_grouped_kernel(const float* A, int ld
 void gemm_grouped(const float* A, int lda, const int32_t* offsets, int groups, int max_rows, int K, const void* W,
                   WeightType wt, int64_t w_stride, int N, float* C, int ldc, cudaStream_t s, int total_rows) {
   if (groups <= 0 || max_rows <= 0 || N <= 0) return;
-  // Decode-sized groups: every expert's weights hold whole 16-row strips when N is a multiple of 16.
-  if (wt == WeightType::BF16 && max_rows <= kSkinnyMaxRows && K % kBK == 0 && N % 16 == 0) {
-    const dim3 g(static_cast<unsigned>((N / 16 + kSkinnyWarps - 1) / kSkinnyWarps), static_cast<unsigned>(groups),
-                 static_cast<unsigned>((max_rows + 15) / 16));
-    gemm_grouped_skinny_kernel<<<g, kSkinnyWarps * 32, 0, s>>>(A, lda, offsets, K, static_cast<const __nv_bfloat16*>(W),
-                                                             w_stride, N, C, ldc);
-    check_launch("gemm_grouped");
+  // Decode-sized groups: 16-row tiles of each group stream their expert's weights (gemm_skinny.cu).
+  // Without it every active expert streamed its weights through 64×64 WMMA tiles holding one or two
+  // rows (300 µs for one token over 64 experts, top-6, on an H200).
+  if (wt == WeightType::BF16 && max_rows <= kSkinnyMaxGroupRows && gemm_mma_fits(A, K, lda, W) && w_stride % 8 == 0) {
+    gemm_grouped_bf16_skinny(A, lda, offsets, groups, max_rows, K, W, w_stride, N, C, ldc, s);
     return;
   }
   // Prefill-sized groups: the pipelined mma tiles (the same bits; every expert's weights 16-byte aligned).
@@ -240,12 +151,11 @@ void gemm(const float* A, int M, int K, int lda, const void* W, WeightType wt, i
           int ldc, cudaStream_t s, int w_rows) {
   if (M <= 0 || N <= 0) return;
   const dim3 grid((N + kBN - 1) / kBN, (M + kBM - 1) / kBM);
-  const int strips = (N + 15) / 16;
-  if (wt == WeightType::BF16 && M <= 16 && K % kBK == 0 && w_rows >= strips * 16) {
-    const unsigned blocks = static_cast<unsigned>((strips + kSkinnyWarps - 1) / kSkinnyWarps);
-    gemm_bf16_skinny_kernel<<<blocks, kSkinnyWarps * 32, 0, s>>>(A, M, K, lda, static_cast<const __nv_bfloat16*>(W), N,
-                                                                 bias, C, ldc);
-  } else if (wt == WeightType::BF16 && gemm_mma_fits(A, K, lda, W)) {
+  if (wt == WeightType::BF16 && M <= kSkinnyMaxRows && gemm_mma_fits(A, K, lda, W)) {
+    gemm_bf16_skinny(A, M, K, lda, W, N, bias, C, ldc, s);  // decode: the weights' read bandwidth
+    return;
+  }
+  if (wt == WeightType::BF16 && gemm_mma_fits(A, K, lda, W)) {
     gemm_bf16_mma(A, M, K, lda, W, w_rows > N ? w_rows : N, N, bias, C, ldc, s);
   } else if (wt == WeightType::BF16) {
     gemm_bf16_kernel<<<grid, kThreads, 0, s>>>(A, M, K, lda, static_cast<const __nv_bfloat16*>(W), N, bias, C, ldc);

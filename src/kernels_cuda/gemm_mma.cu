@@ -20,6 +20,8 @@
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/gemm_mma.h"
+#include "kernels_cuda/launch_support.h"
+#include "kernels_cuda/ptx.cuh"
 
 namespace parity::cuda {
 namespace {
@@ -35,31 +37,11 @@ constexpr int kAlignK = 32;         // K granularity this kernel accepts (the ta
 // row-contiguous writes stay whole 16-byte chunks.
 __device__ __forceinline__ int swizzle(int r, int c) { return r * kBK + ((c ^ (r & 7)) << 3); }
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(const void* smem, unsigned (&r)[4]) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(s));
-}
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
+using ptx::cp_async16;
+using ptx::cp_async_commit;
+using ptx::cp_async_wait;
+using ptx::ldmatrix_x4;
+using ptx::mma_bf16;
 
 // A BM×BN block tile, WM×WN warps, STAGES shared-memory stages of kBK of K.
 template <int BM, int BN, int WM, int WN, int STAGES>
@@ -251,17 +233,6 @@ __global__ void __launch_bounds__(256) round_to_bf16_kernel(const float* __restr
   }
 }
 
-// cudaMalloc and cudaFuncSetAttribute are no stream operations, but a stream capture in this thread
-// (a CUDA graph being recorded) would refuse them as potentially unsafe; they are safe here.
-template <typename F>
-void outside_capture(F&& call, const char* what) {
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cuda_check(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
-  const cudaError_t err = call();
-  cuda_check(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
-  cuda_check(err, what);
-}
-
 // The bf16 copy of A lives in a grow-only device buffer per (device, stream) — per host thread too
 // for the default and per-thread streams, whose handle may name a different stream in each thread.
 // Passes on different streams never share a buffer; passes on one stream are ordered by it, and the
@@ -309,13 +280,6 @@ ScratchPool& scratch_pool() {
   return *pool;
 }
 
-int sm_count() {
-  int device = 0, sms = 0;
-  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-  cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  return sms;
-}
-
 struct Launch {
   const bf16* A;
   int M, K;
@@ -328,24 +292,12 @@ struct Launch {
   cudaStream_t s;
 };
 
-// The opt-in above 48 KiB of dynamic shared memory is per device and kernel; set it once for each.
-template <auto Kernel, int Bytes>
-void opt_in_smem() {
-  static std::atomic<std::uint64_t> opted{0};
-  int device = 0;
-  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-  const std::uint64_t bit = std::uint64_t(1) << (device % 64);
-  if (opted.load() & bit) return;
-  outside_capture([&] { return cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Bytes); },
-                  "cudaFuncSetAttribute");
-  opted.fetch_or(bit);
-}
-
 template <int BM, int BN, int WM, int WN, int STAGES>
 void launch(const Launch& l) {
   using T = Tile<BM, BN, WM, WN, STAGES>;
-  constexpr auto kernel = gemm_bf16_mma_kernel<BM, BN, WM, WN, STAGES>;
-  opt_in_smem<kernel, T::kSmemBytes>();
+  auto* kernel = gemm_bf16_mma_kernel<BM, BN, WM, WN, STAGES>;
+  static std::atomic<std::uint64_t> opted{0};
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, opted);
   const long tiles = long((l.M + BM - 1) / BM) * long((l.N + BN - 1) / BN);
   kernel<<<static_cast<unsigned>(tiles), T::kThreads, T::kSmemBytes, l.s>>>(l.A, l.M, l.K, l.W, l.w_rows, l.N, l.bias,
                                                                           l.C, l.ldc, l.pair_store);
@@ -367,8 +319,9 @@ struct GroupedLaunch {
 template <int BM, int BN, int WM, int WN, int STAGES>
 void launch_grouped(const GroupedLaunch& l) {
   using T = Tile<BM, BN, WM, WN, STAGES>;
-  constexpr auto kernel = gemm_grouped_mma_kernel<BM, BN, WM, WN, STAGES>;
-  opt_in_smem<kernel, T::kSmemBytes>();
+  auto* kernel = gemm_grouped_mma_kernel<BM, BN, WM, WN, STAGES>;
+  static std::atomic<std::uint64_t> opted{0};
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, opted);
   const dim3 grid(static_cast<unsigned>((l.N + BN - 1) / BN), static_cast<unsigned>((l.max_rows + BM - 1) / BM),
                   static_cast<unsigned>(l.groups));
   kernel<<<grid, T::kThreads, T::kSmemBytes, l.s>>>(l.A, l.offsets, l.K, l.W, l.w_stride, l.N, l.C, l.ldc,
@@ -413,9 +366,21 @@ int choose_tile(int M, int N) {
   return best;
 }
 
-// fp32 → bf16 pre-pass of A's first M rows into the pool's scratch, then enqueue(a16).
-template <typename Enqueue>
-void with_bf16_rows(const float* A, int M, int K, int lda, cudaStream_t s, Enqueue&& enqueue) {
+void run_tile(int tile, const float* A, int M, int K, int lda, const void* W, int w_rows, int N, const float* bias,
+              float* C, int ldc, cudaStream_t s) {
+  if (M <= 0 || N <= 0) return;
+  const bool pair_store = ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(C) % 8 == 0;
+  with_bf16_rows(A, M, K, lda, s, [&](const void* a16) {
+    kTiles[tile].run(
+        Launch{static_cast<const bf16*>(a16), M, K, static_cast<const bf16*>(W), w_rows, N, bias, C, ldc, pair_store, s});
+  });
+  check_launch("gemm_bf16_mma");
+}
+
+}  // namespace
+
+void with_bf16_rows(const float* A, int M, int K, int lda, cudaStream_t s,
+                    const std::function<void(const void* a16)>& enqueue) {
   const std::size_t chunks = std::size_t(M) * (K / 8);
   const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((chunks + 255) / 256, 64 * 1024));
   scratch_pool().with(s, std::size_t(M) * K, [&](bf16* a16) {
@@ -423,18 +388,6 @@ void with_bf16_rows(const float* A, int M, int K, int lda, cudaStream_t s, Enque
     enqueue(a16);
   });
 }
-
-void run_tile(int tile, const float* A, int M, int K, int lda, const void* W, int w_rows, int N, const float* bias,
-              float* C, int ldc, cudaStream_t s) {
-  if (M <= 0 || N <= 0) return;
-  const bool pair_store = ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(C) % 8 == 0;
-  with_bf16_rows(A, M, K, lda, s, [&](bf16* a16) {
-    kTiles[tile].run(Launch{a16, M, K, static_cast<const bf16*>(W), w_rows, N, bias, C, ldc, pair_store, s});
-  });
-  check_launch("gemm_bf16_mma");
-}
-
-}  // namespace
 
 bool gemm_mma_fits(const float* A, int K, int lda, const void* W) {
   return K > 0 && K % kAlignK == 0 && lda % 4 == 0 && reinterpret_cast<std::uintptr_t>(A) % 16 == 0 &&
@@ -461,8 +414,8 @@ void gemm_grouped_bf16_mma(const float* A, int lda, const int32_t* offsets, int 
   // The tile is chosen from the mean group (a function of the shapes alone, as gemm()'s is); every
   // tile gives the same bits.
   const int tile = choose_tile((total_rows + groups - 1) / groups, N);
-  with_bf16_rows(A, total_rows, K, lda, s, [&](bf16* a16) {
-    kGroupedTiles[tile](GroupedLaunch{a16, offsets, groups, max_rows, K, static_cast<const bf16*>(W), w_stride, N, C,
+  with_bf16_rows(A, total_rows, K, lda, s, [&](const void* a16) {
+    kGroupedTiles[tile](GroupedLaunch{static_cast<const bf16*>(a16), offsets, groups, max_rows, K, static_cast<const bf16*>(W), w_stride, N, C,
                                       ldc, pair_store, s});
   });
   check_launch("gemm_grouped_bf16_mma");

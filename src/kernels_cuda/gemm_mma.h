@@ -1,6 +1,7 @@
 #pragma once
 // The many-rows bf16 GEMM kernel (gemm_mma.cu), used by gemm() in gemm.cu; same contract and bits.
 #include <cstdint>
+#include <functional>
 
 #include <cuda_runtime_api.h>
 
@@ -19,6 +20,13 @@ void gemm_bf16_mma(const float* A, int M, int K, int lda, const void* W, int w_r
 // rounded once, then group z's rows [offsets[z], offsets[z+1]) meet the weights at W + z·w_stride.
 void gemm_grouped_bf16_mma(const float* A, int lda, const int32_t* offsets, int groups, int max_rows, int total_rows,
                            int K, const void* W, int64_t w_stride, int N, float* C, int ldc, cudaStream_t s);
+
+// Rounds A [M][lda] (K % 8 == 0, 16-byte aligned rows) to a bf16 [M][K] copy on stream s and calls
+// enqueue with it: the GEMM that reads it must be enqueued there, on s. The copy lives in a scratch
+// buffer the module keeps per device and stream; a lock held meanwhile keeps two host threads that
+// share a stream from interleaving their passes.
+void with_bf16_rows(const float* A, int M, int K, int lda, cudaStream_t s,
+                    const std::function<void(const void* a16)>& enqueue);
 
 // For tests: the number of tiles gemm_bf16_mma chooses from, and the same pass on tile `tile`
 // (0 = largest) whatever M and N.

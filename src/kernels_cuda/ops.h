@@ -39,8 +39,9 @@ void gather_rows(const float* x, int ld, const int32_t* rows, int R, int cols, f
 // bf16 on load and the products run on tensor cores (DESIGN.md rule 5); with fp32 weights it is an
 // fp32 FMA chain. Fixed 64×64 tiles, K in one ascending order, no split-K: batch invariant.
 enum class WeightType { BF16, F32 };
-// w_rows: rows of W that may be read (>= N); bf16 weights padded to whole 16-row strips let
-// decode-sized M take the few-rows kernel, which gives the same bits.
+// w_rows: rows of W that may be read (>= N; the many-rows tiles read whole tiles of them). M <= 16
+// takes the few-rows kernel (gemm_skinny.cu), which streams the weights at HBM rate and gives the
+// same bits.
 void gemm(const float* A, int M, int K, int lda, const void* W, WeightType wt, int N, const float* bias, float* C,
           int ldc, cudaStream_t s, int w_rows = 0);
 inline int padded_rows(int n) { return (n + 15) / 16 * 16; }

@@ -1,12 +1,14 @@
 // gemm_grouped (the MoE's experts in one launch): each group's rows equal gemm() over those rows
 // alone with that group's weights, bit for bit, for bf16 and fp32 weights and group sizes from 0
 // to 300 (gemm() picks its few-rows, mma or WMMA kernel by size; the grouped kernel is the pipelined
-// mma tile when the caller gives the total row count, else the WMMA tile, or 16-row few-rows tiles
-// when no group exceeds 64 rows); the companion shows the comparison sees a different arithmetic
-// (bf16 vs fp32 inputs).
+// mma tile when the caller gives the total row count, else the WMMA tile, or the few-rows kernel
+// when no group exceeds 64 rows, every variant of it on uneven shapes); the companion shows the
+// comparison sees a different arithmetic (bf16 vs fp32 inputs).
 #include <numeric>
+#include <string>
 
 #include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/gemm_skinny.h"
 #include "tests/cuda/gpu_test_support.h"
 
 namespace parity {
@@ -22,8 +24,8 @@ struct Groups {
   cuda::DeviceBuffer<float> a, w32, c;
   cuda::DeviceBuffer<uint16_t> w16;
   cuda::DeviceBuffer<int32_t> doff;
-  int rows = 0, groups = 0, max_rows = 0;
-  explicit Groups(const std::vector<int>& sizes = kSizes) {
+  int rows = 0, groups = 0, max_rows = 0, K, N;
+  explicit Groups(const std::vector<int>& sizes = kSizes, int k = parity::K, int n = parity::N) : K(k), N(n) {
     for (int n : sizes) {
       offsets.push_back(offsets.back() + n);
       max_rows = std::max(max_rows, n);
@@ -47,11 +49,19 @@ struct Groups {
                        nullptr, give_total ? rows : 0);
     return c.download(std::size_t(rows) * N);
   }
+  // The few-rows path with one of its variants (bf16 weights, max_rows <= 64).
+  std::vector<float> grouped_skinny(int variant) {
+    c.resize(std::size_t(rows) * N);
+    c.zero();
+    cuda::gemm_grouped_bf16_skinny(a.data(), K, doff.data(), groups, max_rows, K, w16.data(), int64_t(N) * K, N,
+                                   c.data(), N, nullptr, variant);
+    return c.download(std::size_t(rows) * N);
+  }
   std::vector<float> one_by_one(cuda::WeightType wt) {
     cuda::DeviceBuffer<float> out(std::size_t(rows) * N);
     for (int g = 0; g < groups; ++g) {
       const int r0 = offsets[std::size_t(g)], n = offsets[std::size_t(g) + 1] - r0;
-      // w_rows = N: groups of up to 16 rows take gemm's few-rows kernel.
+      // Groups of up to 16 rows take gemm's few-rows kernel, larger ones the mma tiles.
       cuda::gemm(a.data() + std::size_t(r0) * K, n, K, K, weights(wt, g), wt, N, nullptr,
                  out.data() + std::size_t(r0) * N, N, nullptr, N);
     }
@@ -91,6 +101,30 @@ TEST(CudaGemmGrouped, DecodeSizedGroupsEqualGemmOnTheirRowsAlone) {
   double mag = 0;
   for (float x : g) mag += std::fabs(x);
   EXPECT_GT(mag, 1.0);
+}
+
+// Every variant of the few-rows path, on shapes whose N is no multiple of 8 (nor of a block's 64
+// columns) and whose K ends in a short slice (2592 = 10·256 + 32) or is one slice or less.
+TEST(CudaGemmGrouped, EverySkinnyVariantEqualsGemmOnUnevenShapes) {
+  PARITY_REQUIRE_GPU();
+  struct Shape {
+    int K, N;
+  };
+  for (const Shape& sh : {Shape{2592, 200}, Shape{2560, 1001}, Shape{96, 13}}) {
+    Groups gr(kDecodeSizes, sh.K, sh.N);
+    const std::vector<float> o = gr.one_by_one(cuda::WeightType::BF16);
+    double mag = 0;
+    for (float x : o) mag += std::fabs(x);
+    EXPECT_GT(mag, 0.01 * double(o.size()));
+    for (int v = 0; v < cuda::gemm_skinny_grouped_variants(); ++v) {
+      const std::vector<float> g = gr.grouped_skinny(v);
+      const std::string d = test::bit_difference(g.data(), o.data(), g.size(), std::size_t(sh.N));
+      EXPECT_TRUE(d.empty()) << "K=" << sh.K << " N=" << sh.N << " variant " << v << " ("
+                             << cuda::gemm_skinny_variant_name(v) << "): " << d;
+    }
+    const std::vector<float> g = gr.grouped(cuda::WeightType::BF16);  // the path gemm_grouped takes
+    EXPECT_TRUE(test::same_bits(g.data(), o.data(), g.size())) << test::bit_difference(g.data(), o.data(), g.size(), sh.N);
+  }
 }
 
 // The comparison above sees arithmetic differences: bf16-rounded inputs on tensor cores and the fp32

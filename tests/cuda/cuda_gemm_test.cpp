@@ -35,7 +35,7 @@ struct Operands {
                  c.data(), N, nullptr);
       return c.download(std::size_t(M) * N);
     }
-    // w_rows = N (a whole number of 16-row strips): M <= 16 takes the few-rows kernel.
+    // M <= 16 takes the few-rows kernel (gemm_skinny.cu), larger M the mma tiles (gemm_mma.cu).
     cuda::gemm(da.data() + std::size_t(row0) * K, M, K, K, w, wt, N, nullptr, c.data(), N, nullptr, N);
     return c.download(std::size_t(M) * N);
   }

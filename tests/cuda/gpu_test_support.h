@@ -3,6 +3,7 @@
 // every one of them reports itself as not run, never as passed.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -62,6 +63,27 @@ inline bool same_bits(const float* a, const float* b, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i)
     if (std::memcmp(a + i, b + i, 4) != 0) return false;
   return true;
+}
+
+// Empty when a and b hold the same bits; else how many elements differ and the first one: its
+// index (row and column for a row length `cols`), both values and both bit patterns. For a failure
+// message read from a log.
+inline std::string bit_difference(const float* a, const float* b, std::size_t n, std::size_t cols = 0) {
+  std::size_t first = n, count = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    if (std::memcmp(a + i, b + i, 4) != 0) {
+      if (first == n) first = i;
+      ++count;
+    }
+  if (count == 0) return "";
+  uint32_t ba = 0, bb = 0;
+  std::memcpy(&ba, a + first, 4);
+  std::memcpy(&bb, b + first, 4);
+  char buf[192];
+  std::snprintf(buf, sizeof buf, "%zu of %zu differ; first at %zu (row %zu, column %zu): %.9g vs %.9g (0x%08x vs 0x%08x)",
+                count, n, first, cols ? first / cols : 0, cols ? first % cols : first, double(a[first]), double(b[first]),
+                ba, bb);
+  return buf;
 }
 
 }  // namespace parity::test

@@ -1,0 +1,43 @@
+#pragma once
+// Host-side helpers the GEMM launchers share: runtime calls that must not be recorded into a CUDA
+// graph, the device's SM count, and the per-device opt-in to more than 48 KiB of shared memory.
+#include <atomic>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels_cuda/cuda_check.h"
+
+namespace parity::cuda {
+
+// cudaMalloc and cudaFuncSetAttribute are no stream operations, but a stream capture in this thread
+// (a CUDA graph being recorded) would refuse them as potentially unsafe; they are safe here.
+template <typename F>
+void outside_capture(F&& call, const char* what) {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cuda_check(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
+  const cudaError_t err = call();
+  cuda_check(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
+  cuda_check(err, what);
+}
+
+inline int sm_count() {
+  int device = 0, sms = 0;
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  return sms;
+}
+
+// Lets `kernel` launch with up to `bytes` of dynamic shared memory on the current device. The
+// opt-in is per device; `opted` (one per kernel, kept by the caller) remembers the devices done.
+inline void allow_dynamic_smem(const void* kernel, int bytes, std::atomic<std::uint64_t>& opted) {
+  int device = 0;
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  const std::uint64_t bit = std::uint64_t(1) << (device % 64);
+  if (opted.load() & bit) return;
+  outside_capture([&] { return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes); },
+                  "cudaFuncSetAttribute");
+  opted.fetch_or(bit);
+}
+
+}  // namespace parity::cuda

@@ -1,0 +1,82 @@
+#pragma once
+// Inline PTX the bf16 GEMM kernels share (gemm_mma.cu, gemm_skinny.cu): asynchronous copies into
+// shared memory, mbarriers, ldmatrix and the m16n8k16 tensor-core step. sm_90 (the bulk copies and
+// fence.mbarrier_init); the rest is sm_80.
+#include <cstdint>
+
+namespace parity::cuda::ptx {
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// ---- cp.async: 16 bytes per thread, L2 only --------------------------------------------------
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid = true) {
+  const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// One arrival on `bar` once every cp.async this thread issued before has landed. The arrival is
+// not added to the barrier's expected count (.noinc): the count given at init must include it.
+__device__ __forceinline__ void cp_async_arrive(std::uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// ---- mbarriers ---------------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(std::uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// Makes initialised barriers visible to the asynchronous (bulk copy) unit; a __syncthreads must follow.
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void mbar_arrive(std::uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Arrives and expects `bytes` more of bulk-copy completions before the phase may complete.
+__device__ __forceinline__ void mbar_arrive_expect_tx(std::uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+// Returns once the phase of parity `parity` has completed (the first phase has parity 0).
+__device__ __forceinline__ void mbar_wait(std::uint64_t* bar, unsigned parity) {
+  const unsigned a = smem_addr(bar);
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(a), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// ---- bulk copy (the TMA unit, one dimension): `bytes` (a multiple of 16, both ends 16-byte aligned)
+// from global to shared memory; completion counts `bytes` off `bar`'s expected transactions.
+__device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, unsigned bytes, std::uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_addr(smem)),
+               "l"(gmem), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+
+// ---- tensor cores ------------------------------------------------------------------------------
+__device__ __forceinline__ void ldmatrix_x4(const void* smem, unsigned (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(smem)));
+}
+
+// c += a · b, one 16×8×16 step: a is the m16k16 fragment (rows g and g+8 of lane g·4+q, columns
+// 2q, 2q+1 and 2q+8, 2q+9), b the k16n8 fragment (column g, rows 2q, 2q+1 and 2q+8, 2q+9), c the
+// fp32 m16n8 accumulator (rows g, g+8, columns 2q, 2q+1).
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+}  // namespace parity::cuda::ptx
