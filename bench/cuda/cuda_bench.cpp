@@ -44,6 +44,13 @@ struct Timer {
     cudaEventDestroy(b);
   }
   void start() { cudaEventRecord(a); }
+  // The start event queued behind a 50 µs busy kernel: the launches that follow queue up while it
+  // runs, so the events bracket device time only (a decode step's host launch cost is what CUDA
+  // graphs remove in the models; here it would be most of a 1-sequence step's time).
+  void start_device() {
+    cuda::busy_wait(50, nullptr);
+    cudaEventRecord(a);
+  }
   double stop_s() {
     cudaEventRecord(b);
     cudaEventSynchronize(b);
@@ -139,11 +146,11 @@ BENCHMARK(BM_CudaSsdPrefill)
 
 // One decode step's SSM part for `batch` sequences. arg1: 0 plain SSU, else exact cell; arg2: 1 = bf16
 // state. Steps walk through consecutive positions, so every position of the cell is in the mean;
-// the slowest position is reported as the counter max_us.
-void BM_CudaDecodeSsm(benchmark::State& state) {
+// the slowest position is reported as the counter max_us. Device time of the whole ssd_scan call
+// (Timer::start_device). tile > 0 forces the decode kernels' p-tile (rows of p per block).
+void decode_ssm(benchmark::State& state, int batch, int cell, bool bf16, int tile) {
   if (!have_gpu(state)) return;
-  const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
-  const bool bf16 = state.range(2) != 0;
+  cuda::ssd_force_step_tile(tile);
   const cuda::ScanGrid g{cell != 0, cell != 0 ? cell : cuda::kMaxCell, cell != 0};
   ScanBench b(g, bf16, batch, 1);
   int64_t pos = 1000;
@@ -154,7 +161,7 @@ void BM_CudaDecodeSsm(benchmark::State& state) {
   Timer t;
   for (auto _ : state) {
     b.prepare(pos);
-    t.start();
+    t.start_device();
     b.run();
     const double s = t.stop_s();
     state.SetIterationTime(s);
@@ -163,13 +170,33 @@ void BM_CudaDecodeSsm(benchmark::State& state) {
     cnt[k] += 1;
     ++pos;
   }
-  double worst = 0;
-  for (std::size_t k = 0; k < per.size(); ++k)
+  cuda::ssd_force_step_tile(0);
+  double worst = 0, total = 0;
+  for (std::size_t k = 0; k < per.size(); ++k) {
     if (cnt[k]) worst = std::max(worst, per[k] / cnt[k]);
+    total += per[k];
+  }
   state.counters["max_us"] = worst * 1e6;
+  // The state's bytes (read once) per second of device time: against the ~4.2 TB/s a copy reaches.
+  if (total > 0)
+    state.counters["state_GBps"] =
+        static_cast<double>(state.iterations()) * batch * H * P * N * (bf16 ? 2 : 4) / total / 1e9;
+}
+void BM_CudaDecodeSsm(benchmark::State& state) {
+  decode_ssm(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), state.range(2) != 0, 0);
 }
 BENCHMARK(BM_CudaDecodeSsm)
-    ->ArgsProduct({{1, 8, 64, 256}, {0, 8, 16, 32, 64}, {0, 1}})
+    ->ArgsProduct({{1, 8, 64, 256}, {0, 8, 16, 32, 64, 256}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+// The same with the p-tile forced (arg3: rows of p per block; 64 = the whole head), fp32 state: the
+// figures the default tile choice (ssd_step_tile) is checked against.
+void BM_CudaDecodeSsmTile(benchmark::State& state) {
+  decode_ssm(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), false,
+             static_cast<int>(state.range(2)));
+}
+BENCHMARK(BM_CudaDecodeSsmTile)
+    ->ArgsProduct({{1, 8, 64, 256}, {0, 16}, {16, 32, 64}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -34,7 +34,7 @@ inline constexpr int kMaxGraphBatch = 256;
 int graph_bucket(int batch);
 
 // Every sequence has one row at a position > 0: plain mode runs SSU for all of them, exact mode
-// one SSD cell task each (the cell holding the row, wherever it sits), and no slot starts from
+// the one-row decode kernel (whichever heads fold, the launch is the same), and no slot starts from
 // zero, so the pass's launch shapes are a function of its batch size alone. (A first token at position 0 is a one-token prefill: eager.)
 bool is_pure_decode(const model::ForwardBatch& b);
 
@@ -56,7 +56,7 @@ struct GraphKey {
   bool exact = false;
   int cell = 0;
   bool stagger = false;
-  int cell_tasks = 0;  // the SSD kernels' grid (one task per sequence in exact mode today)
+  int cell_tasks = 0;  // the SSD phases' grid (none in a pure decode pass: one-row calls take the decode kernels)
   int kv_stride = 0;   // hybrids: the block tables' row length
   bool operator<(const GraphKey& o) const {
     return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride) <

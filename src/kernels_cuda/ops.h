@@ -65,6 +65,7 @@ struct PassSeqs {
   const int32_t* task0 = nullptr;     // [S+1] the sequence's first task; its tasks are k = 0, 1, ... in order
   int num_cell_tasks = 0;
   int num_ssu_seqs = 0;               // sequences the pass updates by SSU (plain one-token decode)
+  int num_decode_seqs = 0;            // one-row exact calls: the exact decode kernel, no cell tasks
 };
 
 // Causal depthwise conv1d over each sequence's rows, continuing from the slot's conv state
@@ -103,7 +104,8 @@ void ssd_dt(const float* dt_raw, int ld, int T, int H, const float* dt_bias, flo
 
 // The whole recurrent core of one layer: y [T][H·P] from xbc [T][ld_xbc] (x | B | C), dt [T][H],
 // A, D [H], the slots' state and (exact) replay ring. Cell tasks in p (seq, k) cover every cell of
-// every multi-row or exact sequence (host: PassPlan). scratch holds one [P][N] state per cell task
+// every multi-row sequence (host: PassPlan); one-row calls take the decode kernels (SSU in plain
+// mode, the exact one-row decode in exact mode), which need N % 4 == 0. scratch holds one [P][N] state per cell task
 // and head: at least ssd_scratch_floats(sh, p) floats, reused across layers and passes.
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p);
 void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld_xbc,
@@ -112,8 +114,20 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
 
 // Whether the pass handles sequence (start, n) by the one-token SSU update (plain mode's decode).
 PARITY_HD inline bool uses_ssu(const ScanGrid& g, int64_t start, int n) { return !g.exact && n == 1 && start > 0; }
+// Whether it handles it by the exact one-row decode (ssd_decode.cu): one launch for every such
+// sequence of the pass, the row's output from the cell's start state and replayed rows, the fold
+// when the row completes a head's cell. The three SSD phases get no cell task for it.
+PARITY_HD inline bool uses_decode_row(const ScanGrid& g, int n) { return g.exact && n == 1; }
+
+// The decode kernels (SSU, exact one-row) cover a head in tiles of rows of p; by default the tile
+// is chosen from the batch size (launch shape only: the bits do not depend on it). A benchmark may
+// force one (0 = the default); tests check that every tile gives the same bits.
+void ssd_force_step_tile(int rows_of_p);
+int ssd_step_tile(const SsdShape& sh, int seqs);
 
 // ---- device ----------------------------------------------------------------------------------
 int device_count();  // 0 when there is no usable device (or no driver)
+// Keeps stream s busy for about `microseconds` (benchmarks: the timed launches queue behind it).
+void busy_wait(double microseconds, cudaStream_t s);
 
 }  // namespace parity::cuda

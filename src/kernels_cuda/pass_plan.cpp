@@ -31,6 +31,10 @@ PassPlan::PassPlan(const std::vector<SeqSpan>& seqs, const ScanGrid& grid, const
       ++num_ssu_;
       continue;
     }
+    if (uses_decode_row(grid, q.n)) {
+      ++num_decode_;
+      continue;
+    }
     // Any head's cells over the call: the stagger can add one partial cell at the front, and
     // n rows touch at most n cells (a one-row call: one).
     const int k_max = std::min((q.n + grid.cell - 1) / grid.cell + 1, q.n);
@@ -77,6 +81,7 @@ PassSeqs PassPlan::view(const DeviceBuffer<int32_t>& ints, const DeviceBuffer<in
   p.task0 = d + o_task0_;
   p.num_cell_tasks = num_tasks_;
   p.num_ssu_seqs = num_ssu_;
+  p.num_decode_seqs = num_decode_;
   return p;
 }
 

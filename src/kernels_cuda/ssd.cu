@@ -9,98 +9,34 @@
 //            order, keeps each cell's start state in scratch and folds (plain: every cell, so the
 //            state ends after the last row; exact: the cells the call completes);
 //   outputs  (ssd_outputs.cu) per (cell, head, rows), in parallel: every output row;
-// then (exact) ring: the call's last rows of every head's open cell into the replay ring. Plain
-// mode's one-token decode is the SSU update below. Every value is one fixed sequence of fp32
+// then (exact) ring: the call's last rows of every head's open cell into the replay ring. One-row
+// calls skip the phases: plain mode's decode is the SSU update (ssd_ssu.cu), exact mode's the
+// one-row decode (ssd_decode.cu), which computes the row, folds a completed cell and writes the
+// ring in one launch for the whole batch. Every value is one fixed sequence of fp32
 // operations (dot products over n ascending, sums over rows ascending, cum as a left-to-right
 // sum); which call or pass a row came in changes nothing in it. The long sums run in the parallel
 // phases; the sequential walk does one fmaf per state element and cell.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+#include <atomic>
+
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ssd_device.cuh"
+#include "kernels_cuda/ssd_tile.cuh"
 
 namespace parity::cuda {
 namespace {
 
-using kernels::exp_f;
 using ssd::RowSource;
 using ssd::source_of;
 using ssd::ring_x_slot;
-using ssd::round_bf16;
-using ssd::widen_bf16;
-
-// ---- SSU: plain mode's one-token decode ------------------------------------------------------
-// 256 threads: four row lanes (one used), each of 16 values of p × 4 quarter-sums of n. The dot
-// product C · S[p]: quarter q sums n ≡ q (mod 4) ascending, then (q0+q1)+(q2+q3).
-constexpr int kTileP = 16, kQuads = 4, kRowLanes = 4, kLane = kTileP * kQuads, kSsuThreads = kLane * kRowLanes;
-
-__device__ float quad_dot(const float* Crow, const float* Srow, int N, int q) {
-  float a = 0.0f;
-  for (int n = q; n < N; n += kQuads) a = fmaf(Crow[n], Srow[n], a);
-  a = a + __shfl_xor_sync(0xffffffffu, a, 1);
-  a = a + __shfl_xor_sync(0xffffffffu, a, 2);
-  return a;
-}
-
-__global__ void __launch_bounds__(kSsuThreads) ssu_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld,
-                                                          const float* dt, const float* A, const float* Dskip,
-                                                          SsdState st, float* y) {
-  const int seq = blockIdx.x, h = blockIdx.y, p0 = blockIdx.z * kTileP;
-  const int64_t start = p.start[seq];
-  if (!uses_ssu(g, start, p.n[seq])) return;
-  const int grp = h / sh.heads_per_group();
-  const int N = sh.N, P = sh.P, HP = sh.H * sh.P;
-  const int lane = threadIdx.x / kLane, within = threadIdx.x % kLane;
-  const int pi = within / kQuads, q = within % kQuads, pp = p0 + pi;
-  const bool live = pp < P;
-  const RowSource src = source_of(sh, g, p, seq, xbc, ld, dt, st);
-  const std::size_t sbase = (static_cast<std::size_t>(src.slot) * sh.H + h) * P * N;
-  const bool bf16 = st.state_f32 == nullptr;
-
-  extern __shared__ float smem[];
-  float* S = smem;                 // [kTileP][N]
-  float* Cs = S + kTileP * N;      // [N]
-  float* xs = Cs + N;              // [kTileP]
-  for (int e = threadIdx.x; e < kTileP * N; e += kSsuThreads) {
-    const int r = p0 + e / N;
-    float v = 0.0f;
-    if (r < P) {
-      const std::size_t i = sbase + static_cast<std::size_t>(r) * N + e % N;
-      v = st.state_f32 ? st.state_f32[i] : widen_bf16(st.state_bf16[i]);
-    }
-    S[e] = v;
-  }
-  const float* Srow = S + pi * N;
-  const int row = src.row0;
-  const float d = dt[static_cast<std::size_t>(row) * sh.H + h];
-  const float dA = exp_f(d * A[h]);
-  const float* Brow = src.B(grp, start);
-  for (int e = threadIdx.x; e < N; e += kSsuThreads) Cs[e] = src.C(grp, start)[e];
-  for (int e = threadIdx.x; e < kTileP; e += kSsuThreads) xs[e] = p0 + e < P ? src.x(h, start)[p0 + e] : 0.0f;
-  __syncthreads();
-  for (int e = threadIdx.x; e < kTileP * N; e += kSsuThreads) {
-    const float v = fmaf(dA, S[e], (d * xs[e / N]) * Brow[e % N]);
-    S[e] = bf16 ? round_bf16(v) : v;
-  }
-  __syncthreads();
-  if (lane == 0) {
-    const float dot = quad_dot(Cs, Srow, N, q);
-    if (live && q == 0)
-      y[static_cast<std::size_t>(row) * HP + static_cast<std::size_t>(h) * P + pp] = dot + Dskip[h] * xs[pi];
-  }
-  for (int e = threadIdx.x; e < kTileP * N; e += kSsuThreads) {
-    const int r = p0 + e / N;
-    if (r >= P) continue;
-    const std::size_t i = sbase + static_cast<std::size_t>(r) * N + e % N;
-    if (st.state_f32) st.state_f32[i] = S[e];
-    else st.state_bf16[i] = static_cast<uint16_t>(__float_as_uint(S[e]) >> 16);  // already bf16-exact
-  }
-}
 
 // ---- ring: the open cell's rows, for the next call -------------------------------------------
 __global__ void ssd_ring_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt,
                                 SsdState st) {
   const int seq = blockIdx.x, h = blockIdx.y;
+  if (uses_decode_row(g, p.n[seq])) return;  // the decode kernel wrote its row
   const int64_t start = p.start[seq], end = start + p.n[seq];
   const int64_t from = end - g.cell > start ? end - g.cell : start;
   const RowSource src = source_of(sh, g, p, seq, xbc, ld, dt, st);
@@ -127,7 +63,23 @@ __global__ void dt_kernel(const float* dt_raw, int ld, int H, const float* bias,
   }
 }
 
+std::atomic<int> forced_tile{0};
+
 }  // namespace
+
+void ssd_force_step_tile(int rows_of_p) { forced_tile.store(rows_of_p); }
+
+// The whole head per block where the batch alone gives ≥ 1024 blocks (about 8 per SM on an H200,
+// 4 resident at a time), else halved down to 16 rows: a small batch then still spreads over the
+// SMs. At most kMaxTileFloats per tile and one row per thread.
+int ssd_step_tile(const SsdShape& sh, int seqs) {
+  const int most = std::min(sh.P, std::min(ssd::kStepThreads, std::max(1, ssd::kMaxTileFloats / sh.N)));
+  const int forced = forced_tile.load();
+  if (forced > 0) return std::min(forced, most);
+  int tp = most;
+  while (tp > 16 && static_cast<long>(seqs) * sh.H * ((sh.P + tp - 1) / tp) < 1024) tp = (tp + 1) / 2;
+  return tp;
+}
 
 void ssd_dt(const float* dt_raw, int ld, int T, int H, const float* dt_bias, float lo, float hi, float* dt,
             cudaStream_t s) {
@@ -152,15 +104,15 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
   ssd::launch_deltas(sh, g, p, xbc, ld_xbc, dt, A, st, sc, s);
   ssd::launch_chain(sh, g, p, st, sc, s);
   ssd::launch_outputs(sh, g, p, xbc, ld_xbc, dt, A, D, st, sc, y, s);
-  if (p.num_ssu_seqs > 0) {
-    const std::size_t smem = (static_cast<std::size_t>(kTileP) * sh.N + sh.N + kTileP) * sizeof(float);
-    cuda_check(cudaFuncSetAttribute(ssu_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-               "ssd ssu smem");
-    const unsigned ptiles = static_cast<unsigned>((sh.P + kTileP - 1) / kTileP);
-    ssu_kernel<<<dim3(p.num_seqs, sh.H, ptiles), kSsuThreads, smem, s>>>(sh, g, p, xbc, ld_xbc, dt, A, D, st, y);
-    check_launch("ssd ssu");
+  if (p.num_ssu_seqs > 0 || p.num_decode_seqs > 0) {
+    if (sh.N % 4 != 0 || sh.N > ssd::kMaxTileFloats)
+      throw Error("CUDA SSD: one-row decode needs a state size that is a multiple of 4, at most " +
+                  std::to_string(ssd::kMaxTileFloats) + "; got " + std::to_string(sh.N));
+    const int tp = ssd_step_tile(sh, p.num_seqs);
+    if (p.num_ssu_seqs > 0) ssd::launch_ssu(sh, g, p, xbc, ld_xbc, dt, A, D, st, tp, y, s);
+    if (p.num_decode_seqs > 0) ssd::launch_decode(sh, g, p, xbc, ld_xbc, dt, A, D, st, tp, y, s);
   }
-  if (g.exact) {
+  if (g.exact && p.num_cell_tasks > 0) {  // multi-row exact calls (every one has cell tasks)
     ssd_ring_kernel<<<dim3(p.num_seqs, sh.H), 64, 0, s>>>(sh, g, p, xbc, ld_xbc, dt, st);
     check_launch("ssd ring");
   }

@@ -33,12 +33,10 @@ __device__ inline void store4(float* s, int e, int PN, bool vec, const float v[k
 
 __global__ void __launch_bounds__(kThreads) chain_kernel(SsdShape sh, ScanGrid g, PassSeqs p, SsdState st, Scratch sc) {
   const int seq = blockIdx.x, h = blockIdx.y;
-  const int64_t start = p.start[seq];
-  if (uses_ssu(g, start, p.n[seq])) return;
   const int PN = sh.P * sh.N, e = (blockIdx.z * kThreads + threadIdx.x) * kVec;
-  if (e >= PN) return;
-  const bool vec = PN % kVec == 0;
   const int t0 = p.task0[seq], K = p.task0[seq + 1] - t0;
+  if (K == 0 || e >= PN) return;  // a sequence without cell tasks (SSU, one-row exact decode): not ours
+  const bool vec = PN % kVec == 0;
   const std::size_t sbase = (static_cast<std::size_t>(p.slot[seq]) * sh.H + h) * PN;
   const bool bf16 = st.state_f32 == nullptr;
 
@@ -73,10 +71,7 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(SsdShape sh, ScanGrid g
         if (done) break;
         continue;
       }
-      for (int j = 0; j < kVec; ++j) {
-        const float v = fmaf(dec[a], S[j], dl[a][j]);
-        S[j] = bf16 ? round_bf16(v) : v;
-      }
+      for (int j = 0; j < kVec; ++j) S[j] = fold_element(dec[a], S[j], dl[a][j], bf16);
       folded = true;
     }
   }

@@ -4,12 +4,11 @@
 // ring), and cell_decay = exp(cum_{L-1}). These are exactly the operations the fold performed when
 // it ran inside the chain, so a cell's delta has the same bits whichever call completes it.
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/smem_limit.h"
 #include "kernels_cuda/ssd_device.cuh"
 
 namespace parity::cuda::ssd {
 namespace {
-
-using kernels::exp_f;
 
 // 256 threads, each owning a 4 (p) × 8 (n) block of the delta in registers: one pass covers
 // 8192 elements (P 64 × N 128); larger states take more passes (grid z). Rows are staged 32 at a
@@ -42,7 +41,7 @@ __global__ void __launch_bounds__(kThreads, 3) deltas_kernel(SsdShape sh, ScanGr
   float* xw = smem + header_floats(g.cell);  // [kRows][Pp]  w_i · x_i[p]; 16-byte aligned
   float* Bs = xw + kRows * d.Pp;  // [kRows][Np]
   cell_cum(src, h, t.c.start, L, A[h], dts, cum, kThreads);
-  for (int i = threadIdx.x; i < L; i += kThreads) w[i] = exp_f(cum[L - 1] - cum[i]) * dts[i];
+  for (int i = threadIdx.x; i < L; i += kThreads) w[i] = row_weight(cum[L - 1], cum[i], dts[i]);
   if (threadIdx.x == 0 && blockIdx.z == 0) sc.cell_decay[static_cast<std::size_t>(task) * sh.H + h] = exp_f(cum[L - 1]);
 
   const int mt = blockIdx.z * kThreads + threadIdx.x;
@@ -105,9 +104,7 @@ void launch_deltas(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, con
   if (p.num_cell_tasks <= 0) return;
   const Dims d = dims(sh);
   const std::size_t smem = (static_cast<std::size_t>(header_floats(g.cell)) + kRows * static_cast<std::size_t>(d.Pp + d.Np)) * sizeof(float);
-  cuda_check(cudaFuncSetAttribute(deltas_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-             "ssd deltas smem");
-  cuda_check(cudaFuncSetAttribute(deltas_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100), "ssd deltas carveout");
+  ensure_smem(deltas_kernel, smem, "ssd deltas smem");
   const unsigned passes = static_cast<unsigned>((d.PT * d.NT + kThreads - 1) / kThreads);
   deltas_kernel<<<dim3(p.num_cell_tasks, sh.H, passes), kThreads, smem, s>>>(sh, g, p, xbc, ld, dt, A, st, sc);
   check_launch("ssd deltas");

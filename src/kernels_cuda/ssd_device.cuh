@@ -9,6 +9,8 @@
 
 namespace parity::cuda::ssd {
 
+using kernels::exp_f;
+
 struct Cell {
   int64_t start, end;
 };
@@ -55,10 +57,11 @@ struct RowSource {
     if (s >= start) return xbc + static_cast<std::size_t>(row0 + (s - start)) * ld + static_cast<std::size_t>(h) * sh.P;
     return st.ring_x + ((static_cast<std::size_t>(slot) * sh.H + h) * g.cell + ring_x_slot(g, h, sh.H, s)) * sh.P;
   }
-  __device__ float dtv(int h, int64_t s) const {
-    if (s >= start) return dt[static_cast<std::size_t>(row0 + (s - start)) * sh.H + h];
-    return st.ring_dt[(static_cast<std::size_t>(slot) * sh.H + h) * g.cell + ring_x_slot(g, h, sh.H, s)];
+  __device__ const float* dtp(int h, int64_t s) const {
+    if (s >= start) return dt + static_cast<std::size_t>(row0 + (s - start)) * sh.H + h;
+    return st.ring_dt + (static_cast<std::size_t>(slot) * sh.H + h) * g.cell + ring_x_slot(g, h, sh.H, s);
   }
+  __device__ float dtv(int h, int64_t s) const { return *dtp(h, s); }
   __device__ const float* B(int grp, int64_t s) const {
     if (s >= start) return xbc + static_cast<std::size_t>(row0 + (s - start)) * ld + I + static_cast<std::size_t>(grp) * sh.N;
     return st.ring_B + ((static_cast<std::size_t>(slot) * sh.groups + grp) * g.cell + s % g.cell) * sh.N;
@@ -101,22 +104,98 @@ __device__ inline CellTask cell_task(const ScanGrid& g, const PassSeqs& p, int t
   return t;
 }
 
-// cum_i = Σ_{r≤i} dt_r·A, a left-to-right sum of the rounded products dt_r·A. The products are
-// formed side by side, the sum by one thread: the same bits in every kernel that calls this.
+// ---- the per-value arithmetic of the scan, one definition for every kernel ------------------
+// The prefill phases (deltas, chain, outputs) and the one-row exact decode (ssd_decode.cu) call
+// these, so a value has the same operations, hence the same bits, whichever kernel computes it.
+// (nvcc runs with --fmad=false: every FMA below is the written fmaf, no other is contracted.)
+
+// cum_i = Σ_{r≤i} dt_r·A: the products dt_r·A rounded, then one left-to-right sum from 0.
+__device__ inline float cum_term(float dt, float A) { return dt * A; }
+__device__ inline void cum_scan(float* cum, int L) {
+  float c = 0.0f;
+  for (int i = 0; i < L; ++i) {
+    c = c + cum[i];
+    cum[i] = c;
+  }
+}
+// Source row i's weight seen from row j of the same cell: exp(cum_j − cum_i)·dt_i. The outputs'
+// coefficient is row_weight·dot(C_j, B_i); the fold's w_i is row_weight with j = L−1.
+__device__ inline float row_weight(float cum_j, float cum_i, float dt_i) { return exp_f(cum_j - cum_i) * dt_i; }
+// dot(C, B) over n ascending, one fmaf chain (16-byte aligned rows when N % 4 == 0).
+__device__ inline float cb_dot(const float* C, const float* B, int N) {
+  float dot = 0.0f;
+  int n = 0;
+  if (N % 4 == 0) {
+    for (; n + 4 <= N; n += 4) {
+      const float4 c = *reinterpret_cast<const float4*>(C + n);
+      const float4 b = *reinterpret_cast<const float4*>(B + n);
+      dot = fmaf(c.x, b.x, dot);
+      dot = fmaf(c.y, b.y, dot);
+      dot = fmaf(c.z, b.z, dot);
+      dot = fmaf(c.w, b.w, dot);
+    }
+  }
+  for (; n < N; ++n) dot = fmaf(C[n], B[n], dot);
+  return dot;
+}
+// dot(C, S[p]) = (a_0 + a_1) + (a_2 + a_3), a_q = Σ_{n ≡ q mod 4, ascending} C[n]·S[p][n].
+// quarter_dot forms the four chains side by side (16-byte aligned rows when N % 4 == 0);
+// quarter_sum forms one of them (a thread per chain, combined across lanes): each a_q is the same
+// fmaf chain either way, and combine_quarters the one final expression.
+__device__ inline float combine_quarters(float a0, float a1, float a2, float a3) { return (a0 + a1) + (a2 + a3); }
+__device__ inline float quarter_sum(const float* C, const float* S, int N, int q) {
+  float a = 0.0f;
+  for (int n = q; n < N; n += 4) a = fmaf(C[n], S[n], a);
+  return a;
+}
+__device__ inline float quarter_dot(const float* C, const float* S, int N) {
+  float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+  int n = 0;
+  if (N % 4 == 0) {
+    for (; n + 4 <= N; n += 4) {
+      const float4 c = *reinterpret_cast<const float4*>(C + n);
+      const float4 s = *reinterpret_cast<const float4*>(S + n);
+      a0 = fmaf(c.x, s.x, a0);
+      a1 = fmaf(c.y, s.y, a1);
+      a2 = fmaf(c.z, s.z, a2);
+      a3 = fmaf(c.w, s.w, a3);
+    }
+  } else {
+    for (; n + 4 <= N; n += 4) {
+      a0 = fmaf(C[n], S[n], a0);
+      a1 = fmaf(C[n + 1], S[n + 1], a1);
+      a2 = fmaf(C[n + 2], S[n + 2], a2);
+      a3 = fmaf(C[n + 3], S[n + 3], a3);
+    }
+    if (n < N) a0 = fmaf(C[n], S[n], a0);
+    if (n + 1 < N) a1 = fmaf(C[n + 1], S[n + 1], a1);
+    if (n + 2 < N) a2 = fmaf(C[n + 2], S[n + 2], a2);
+  }
+  return combine_quarters(a0, a1, a2, a3);
+}
+// Output row j of a cell: (exp(cum_j)·inter + intra) + D·x_j.
+__device__ inline float row_output(float cum_j, float inter, float intra, float D, float x) {
+  return (exp_f(cum_j) * inter + intra) + D * x;
+}
+__device__ inline float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+__device__ inline float widen_bf16(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
+// The fold of one state element: decay·S + delta as one fmaf (delta = Σ_i (w_i·x_i[p])·B_i[n], one
+// fmaf chain over i ascending from 0), rounded to bf16 for a bf16 state.
+__device__ inline float fold_element(float decay, float s, float delta, bool bf16) {
+  const float v = fmaf(decay, s, delta);
+  return bf16 ? round_bf16(v) : v;
+}
+
+// cum over a cell's rows 0..L-1 (cum_term side by side, cum_scan by one thread): the same bits
+// in every kernel that calls this.
 __device__ inline void cell_cum(const RowSource& src, int h, int64_t cs, int L, float A, float* dts, float* cum,
                                 int nthreads) {
   for (int i = threadIdx.x; i < L; i += nthreads) {
     dts[i] = src.dtv(h, cs + i);
-    cum[i] = dts[i] * A;
+    cum[i] = cum_term(dts[i], A);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    float c = 0.0f;
-    for (int i = 0; i < L; ++i) {
-      c = c + cum[i];
-      cum[i] = c;
-    }
-  }
+  if (threadIdx.x == 0) cum_scan(cum, L);
   __syncthreads();
 }
 
@@ -133,9 +212,6 @@ struct Scratch {
 // Whether the outputs read a cell's start state from scratch (the chain wrote it there) or from
 // the slot (the call's first cell, when the call does not fold it: the chain leaves the slot as is).
 __device__ inline bool start_state_in_scratch(const CellTask& t) { return t.k > 0 || t.fold; }
-
-__device__ inline float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-__device__ inline float widen_bf16(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
 
 // Launchers of the phases (one file each).
 void launch_deltas(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,

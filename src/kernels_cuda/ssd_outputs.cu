@@ -6,12 +6,11 @@
 // A row's value depends only on its cell's start state and the cell's rows up to it: the same
 // operations whether the call holds the whole cell, part of it, or only this row.
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/smem_limit.h"
 #include "kernels_cuda/ssd_device.cuh"
 
 namespace parity::cuda::ssd {
 namespace {
-
-using kernels::exp_f;
 
 // 256 threads (three blocks per SM); rows in tiles of 16, the intra-cell sum's source rows
 // staged 16 at a time.
@@ -82,22 +81,7 @@ __global__ void __launch_bounds__(kThreads, 3) outputs_kernel(SsdShape sh, ScanG
     intra[m] = 0.0f;
     const int o = threadIdx.x + m * kThreads, r = o / P, pp = o % P;
     if (m >= outs || r >= R) continue;
-    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const float* Crow = Cs + r * Np;
-    const float* Srow = S + pp * Np;
-    int n = 0;
-    for (; n + 4 <= N; n += 4) {
-      const float4 c = *reinterpret_cast<const float4*>(Crow + n);
-      const float4 s = *reinterpret_cast<const float4*>(Srow + n);
-      a[0] = fmaf(c.x, s.x, a[0]);
-      a[1] = fmaf(c.y, s.y, a[1]);
-      a[2] = fmaf(c.z, s.z, a[2]);
-      a[3] = fmaf(c.w, s.w, a[3]);
-    }
-    if (n < N) a[0] = fmaf(Crow[n], Srow[n], a[0]);
-    if (n + 1 < N) a[1] = fmaf(Crow[n + 1], Srow[n + 1], a[1]);
-    if (n + 2 < N) a[2] = fmaf(Crow[n + 2], Srow[n + 2], a[2]);
-    inter[m] = (a[0] + a[1]) + (a[2] + a[3]);
+    inter[m] = quarter_dot(Cs + r * Np, S + pp * Np, N);
   }
 
   // Intra-cell sum: source rows in stages of kSrc, each row's sum continuing across stages.
@@ -114,20 +98,7 @@ __global__ void __launch_bounds__(kThreads, 3) outputs_kernel(SsdShape sh, ScanG
       const int r = e / kSrc, ii = e % kSrc, j = jt + r, i = i0 + ii;
       float v = 0.0f;
       if (r < R && ii < rows && i <= j) {
-        const float* Crow = Cs + r * Np;
-        const float* Brow = Bs + ii * Np;
-        float dot = 0.0f;
-        int n = 0;
-        for (; n + 4 <= N; n += 4) {
-          const float4 c = *reinterpret_cast<const float4*>(Crow + n);
-          const float4 b = *reinterpret_cast<const float4*>(Brow + n);
-          dot = fmaf(c.x, b.x, dot);
-          dot = fmaf(c.y, b.y, dot);
-          dot = fmaf(c.z, b.z, dot);
-          dot = fmaf(c.w, b.w, dot);
-        }
-        for (; n < N; ++n) dot = fmaf(Crow[n], Brow[n], dot);
-        v = (exp_f(cum[j] - cum[i]) * dts[i]) * dot;
+        v = row_weight(cum[j], cum[i], dts[i]) * cb_dot(Cs + r * Np, Bs + ii * Np, N);
       }
       coef[e] = v;
     }
@@ -150,7 +121,7 @@ __global__ void __launch_bounds__(kThreads, 3) outputs_kernel(SsdShape sh, ScanG
     const int64_t pos = t.c.start + j;
     const int row = src.row0 + static_cast<int>(pos - t.start);
     y[static_cast<std::size_t>(row) * HP + static_cast<std::size_t>(h) * P + pp] =
-        (exp_f(cum[j]) * inter[m] + intra[m]) + Dh * src.x(h, pos)[pp];
+        row_output(cum[j], inter[m], intra[m], Dh, src.x(h, pos)[pp]);
   }
 }
 
@@ -162,9 +133,7 @@ void launch_outputs(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, co
   if (p.num_cell_tasks <= 0) return;
   if (sh.P > kThreads * kOut / kRows) throw Error("CUDA SSD: head_dim above " + std::to_string(kThreads * kOut / kRows));
   const std::size_t smem = layout(sh, g.cell).total * sizeof(float);
-  cuda_check(cudaFuncSetAttribute(outputs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-             "ssd outputs smem");
-  cuda_check(cudaFuncSetAttribute(outputs_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100), "ssd outputs carveout");
+  ensure_smem(outputs_kernel, smem, "ssd outputs smem");
   const unsigned tiles = static_cast<unsigned>((g.cell + kRows - 1) / kRows);
   outputs_kernel<<<dim3(p.num_cell_tasks, sh.H, tiles), kThreads, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, sc, y);
   check_launch("ssd outputs");

@@ -1,9 +1,12 @@
-// The GPU scan. Exact mode: every row bit-identical whatever the schedule (one call, uneven
-// chunks, one row at a time, two sequences sharing passes), for both state dtypes, several cells,
-// staggered or not; plain mode's rows do change with the schedule (the companion). Both modes
-// against the CPU's scalar reference scan.
+// The GPU scan. Exact mode: every row and the final state bit-identical whatever the schedule (one
+// call, uneven chunks, one row at a time through the one-row decode kernel, sequences sharing
+// passes at different cell positions, decode rows beside a prefill chunk, any p-tile of the decode
+// kernels), for both state dtypes, several cells, staggered or not; plain mode's rows do change
+// with the schedule and the grid (the companions). Plain mode's one-row decode (SSU) against a
+// scalar twin, bit for bit. Both modes against the CPU's scalar reference scan.
 #include <cmath>
 #include <map>
+#include <sstream>
 
 #include "kernels/ssd.h"
 #include "kernels_cuda/device_buffer.h"
@@ -90,6 +93,14 @@ class GpuScan {
       r += c.n;
     }
   }
+  // The slots' states [slots][H][P][N] as floats (a bf16 state widened: exact).
+  std::vector<float> state() const {
+    if (!bf16_) return s32_.download(s32_.size());
+    const std::vector<uint16_t> b = s16_.download(s16_.size());
+    std::vector<float> f(b.size());
+    for (std::size_t i = 0; i < b.size(); ++i) f[i] = bf16_to_f32(b[i]);
+    return f;
+  }
   std::map<int, std::vector<float>> out;
 
  private:
@@ -101,8 +112,26 @@ class GpuScan {
   cuda::DeviceBuffer<int64_t> starts_;
 };
 
+// "" when a and b hold the same bits, else where they first differ and both values.
+std::string first_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return "sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!test::same_bits(&a[i], &b[i], 1)) {
+      std::ostringstream o;
+      o.precision(9);
+      o << "first difference at " << i << " of " << a.size() << ": " << a[i] << " vs " << b[i];
+      return o.str();
+    }
+  return "";
+}
+
+// The rows of one sequence and its final state.
+struct SeqRun {
+  std::vector<float> y, state;
+};
+
 // Rows of one sequence run in chunks of the given sizes, one pass per chunk.
-std::vector<float> run_chunks(const cuda::ScanGrid& g, bool bf16, const Stream& s, const std::vector<int>& sizes) {
+SeqRun run_seq(const cuda::ScanGrid& g, bool bf16, const Stream& s, const std::vector<int>& sizes) {
   GpuScan scan(g, bf16, 1);
   int64_t pos = 0;
   for (int n : sizes) {
@@ -110,8 +139,17 @@ std::vector<float> run_chunks(const cuda::ScanGrid& g, bool bf16, const Stream& 
     pos += n;
   }
   EXPECT_EQ(pos, T);
-  return scan.out[0];
+  return {scan.out[0], scan.state()};
 }
+std::vector<float> run_chunks(const cuda::ScanGrid& g, bool bf16, const Stream& s, const std::vector<int>& sizes) {
+  return run_seq(g, bf16, s, sizes).y;
+}
+
+// Forces the decode kernels' p-tile for a scope (0: the default choice).
+struct ForcedTile {
+  explicit ForcedTile(int tp) { cuda::ssd_force_step_tile(tp); }
+  ~ForcedTile() { cuda::ssd_force_step_tile(0); }
+};
 
 std::vector<int> uneven() { return {37, 1, 1, 64, 5, 1, 41}; }
 std::vector<int> ones() { return std::vector<int>(T, 1); }
@@ -124,9 +162,13 @@ TEST(CudaSsd, ExactRowsAreBitIdenticalUnderEverySchedule) {
       for (bool bf16 : {false, true}) {
         const cuda::ScanGrid g{true, cell, stagger};
         const std::string what = "cell " + std::to_string(cell) + (stagger ? " staggered" : "") + (bf16 ? " bf16" : " f32");
-        const std::vector<float> one = run_chunks(g, bf16, s, {T});
-        ASSERT_TRUE(test::same_bits(one.data(), run_chunks(g, bf16, s, uneven()).data(), one.size())) << what;
-        ASSERT_TRUE(test::same_bits(one.data(), run_chunks(g, bf16, s, ones()).data(), one.size())) << what;
+        const SeqRun one = run_seq(g, bf16, s, {T});
+        for (const auto& sizes : {uneven(), ones()}) {
+          const SeqRun r = run_seq(g, bf16, s, sizes);
+          const char* sched = sizes.size() == ones().size() ? " one row at a time" : " uneven chunks";
+          ASSERT_EQ(first_diff(one.y, r.y), "") << what << sched << ": rows";
+          ASSERT_EQ(first_diff(one.state, r.state), "") << what << sched << ": final state";
+        }
         // Batch mix: sequence 0 decodes row by row while sequence 1 (another stream) prefills in
         // uneven chunks in the same passes, on another slot.
         GpuScan mix(g, bf16, 2);
@@ -148,8 +190,149 @@ TEST(CudaSsd, ExactRowsAreBitIdenticalUnderEverySchedule) {
           }
           mix.pass(calls, ss);
         }
-        ASSERT_TRUE(test::same_bits(one.data(), mix.out[0].data(), one.size())) << what << " batch mix";
+        ASSERT_EQ(first_diff(one.y, mix.out[0]), "") << what << " batch mix";
+        const std::vector<float> ms = mix.state();
+        ASSERT_EQ(first_diff(one.state, std::vector<float>(ms.begin(), ms.begin() + one.state.size())), "")
+            << what << " batch mix: final state";
       }
+}
+
+// K sequences, each prefilled to its own length in one pass, then decoded together one row per
+// pass: in every pass they sit at different positions of their cells, so some heads of some
+// sequences fold while the rest do not. Every sequence's rows and final state must equal its own
+// single-shot run.
+constexpr int K = 6;
+const int kPrefill[K] = {0, 1, 5, 11, 17, 40};
+
+std::vector<SeqRun> decode_batch(const cuda::ScanGrid& g, bool bf16, const std::vector<Stream>& ss) {
+  GpuScan scan(g, bf16, K);
+  std::vector<Call> calls;
+  std::vector<const Stream*> from;
+  for (int k = 0; k < K; ++k)
+    if (kPrefill[k] > 0) {
+      calls.push_back({k, 0, kPrefill[k]});
+      from.push_back(&ss[k]);
+    }
+  scan.pass(calls, from);
+  int64_t pos[K];
+  for (int k = 0; k < K; ++k) pos[k] = kPrefill[k];
+  for (;;) {
+    calls.clear();
+    from.clear();
+    for (int k = 0; k < K; ++k)
+      if (pos[k] < T) {
+        calls.push_back({k, pos[k]++, 1});
+        from.push_back(&ss[k]);
+      }
+    if (calls.empty()) break;
+    scan.pass(calls, from);
+  }
+  const std::vector<float> st = scan.state();
+  const std::size_t per = st.size() / K;
+  std::vector<SeqRun> runs(K);
+  for (int k = 0; k < K; ++k)
+    runs[k] = {scan.out[k], std::vector<float>(st.begin() + k * per, st.begin() + (k + 1) * per)};
+  return runs;
+}
+
+std::vector<Stream> streams() {
+  std::vector<Stream> ss;
+  for (int k = 0; k < K; ++k) ss.emplace_back(100 + 2 * k);
+  return ss;
+}
+
+TEST(CudaSsd, ExactDecodeOfABatchAtMixedCellPositionsEqualsSingleShot) {
+  PARITY_REQUIRE_GPU();
+  const std::vector<Stream> ss = streams();
+  struct Case {
+    int cell;
+    bool stagger;
+  };
+  for (const Case c : {Case{8, true}, Case{16, true}, Case{64, true}, Case{256, true}, Case{16, false}})
+    for (bool bf16 : {false, true}) {
+      const cuda::ScanGrid g{true, c.cell, c.stagger};
+      std::vector<SeqRun> one;
+      for (int k = 0; k < K; ++k) one.push_back(run_seq(g, bf16, ss[k], {T}));
+      // The default p-tile (16 rows here), the whole head (32) and a quarter of it (8).
+      for (int tile : {0, 32, 8}) {
+        const ForcedTile forced(tile);
+        const std::vector<SeqRun> dec = decode_batch(g, bf16, ss);
+        for (int k = 0; k < K; ++k) {
+          const std::string what = "cell " + std::to_string(c.cell) + (c.stagger ? " staggered" : "") +
+                                   (bf16 ? " bf16" : " f32") + " tile " + std::to_string(tile) + " sequence " +
+                                   std::to_string(k) + " (prefill " + std::to_string(kPrefill[k]) + ")";
+          ASSERT_EQ(first_diff(one[k].y, dec[k].y), "") << what << ": rows";
+          ASSERT_EQ(first_diff(one[k].state, dec[k].state), "") << what << ": final state";
+        }
+      }
+    }
+}
+
+// The check above can fail: decoding on another grid, or in plain mode (SSU), gives other bits.
+TEST(CudaSsd, CompanionDecodeBitsDependOnTheGridAndTheMode) {
+  PARITY_REQUIRE_GPU();
+  const std::vector<Stream> ss = streams();
+  const std::vector<SeqRun> g16 = decode_batch({true, 16, true}, false, ss);
+  const std::vector<SeqRun> g8 = decode_batch({true, 8, true}, false, ss);
+  const std::vector<SeqRun> plain = decode_batch({false, 64, false}, false, ss);
+  for (int k = 0; k < K; ++k) {
+    EXPECT_NE(first_diff(g16[k].y, g8[k].y), "") << k;
+    EXPECT_NE(first_diff(run_chunks({false, 64, false}, false, ss[k], {T}), plain[k].y), "") << k;
+  }
+}
+
+// Plain mode's one-row decode against a scalar twin on the host, bit for bit: per element
+// S ← fmaf(exp(dt·A), S, (dt·x[p])·B[n]) (rounded to bf16 for a bf16 state), y[p] =
+// ((a0 + a1) + (a2 + a3)) + D·x[p] with a_q the ascending sum over n ≡ q (mod 4) of C[n]·S[p][n].
+TEST(CudaSsd, PlainSsuEqualsItsScalarTwin) {
+  PARITY_REQUIRE_GPU();
+  const std::vector<Stream> ss = streams();
+  const cuda::ScanGrid g{false, 64, false};
+  for (bool bf16 : {false, true})
+    for (int tile : {0, 32, 8}) {
+      const ForcedTile forced(tile);
+      GpuScan scan(g, bf16, K);
+      std::vector<Call> calls;
+      std::vector<const Stream*> from;
+      for (int k = 0; k < K; ++k) {
+        calls.push_back({k, 0, 20 + k});
+        from.push_back(&ss[k]);
+      }
+      scan.pass(calls, from);  // a multi-row prefill: some state to start from
+      for (int step = 0; step < 3; ++step) {
+        std::vector<float> S = scan.state();
+        for (auto& c : calls) c = {c.slot, c.start + c.n, 1};
+        scan.pass(calls, from);
+        std::vector<float> y_ref(std::size_t(K) * I);
+        for (int k = 0; k < K; ++k) {
+          const int64_t t = calls[k].start;
+          const float* row = ss[k].xbc.data() + t * LD;
+          for (int h = 0; h < H; ++h) {
+            const int grp = h / (H / G);
+            const float d = ss[k].dt[t * H + h];
+            const float dA = kernels::exp_f(d * A_()[h]);
+            const float *x = row + h * P, *B = row + I + grp * N, *C = row + I + GN + grp * N;
+            for (int p = 0; p < P; ++p) {
+              float* Sp = S.data() + ((std::size_t(k) * H + h) * P + p) * N;
+              float a[4] = {0, 0, 0, 0};
+              for (int n = 0; n < N; ++n) {
+                const float v = std::fma(dA, Sp[n], (d * x[p]) * B[n]);
+                Sp[n] = bf16 ? bf16_to_f32(f32_to_bf16(v)) : v;
+                a[n % 4] = std::fma(C[n], Sp[n], a[n % 4]);
+              }
+              y_ref[std::size_t(k) * I + h * P + p] = ((a[0] + a[1]) + (a[2] + a[3])) + D_()[h] * x[p];
+            }
+          }
+          const std::vector<float>& o = scan.out[k];
+          const std::vector<float> y(o.begin() + t * I, o.begin() + (t + 1) * I);
+          const std::vector<float> yr(y_ref.begin() + k * I, y_ref.begin() + (k + 1) * I);
+          ASSERT_EQ(first_diff(yr, y), "") << (bf16 ? "bf16" : "f32") << " tile " << tile << " step " << step
+                                           << " sequence " << k << ": y";
+        }
+        ASSERT_EQ(first_diff(S, scan.state()), "") << (bf16 ? "bf16" : "f32") << " tile " << tile << " step " << step
+                                                    << ": state";
+      }
+    }
 }
 
 TEST(CudaSsd, CompanionPlainRowsDependOnTheSchedule) {
