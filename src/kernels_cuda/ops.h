@@ -83,6 +83,11 @@ struct ScanGrid {
   bool exact = false;
   int cell = 64;
   bool stagger = true;
+  // A tensor-parallel rank holds heads [first_head, first_head + H) of a mixer of model_heads heads
+  // (0: the whole mixer). Its heads keep the stagger offsets they have in the whole model
+  // (kernels/exact_grid.h), so every TP degree scans on the same grid.
+  int first_head = 0;
+  int model_heads = 0;
 };
 inline constexpr int kMaxCell = 256;  // the SSD kernels stage a cell's dt and cumulative sums on chip
 
@@ -110,6 +115,12 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
 
 // Whether the pass handles sequence (start, n) by the one-token SSU update (plain mode's decode).
 PARITY_HD inline bool uses_ssu(const ScanGrid& g, int64_t start, int n) { return !g.exact && n == 1 && start > 0; }
+
+// ---- tensor parallelism ----------------------------------------------------------------------
+// out[i] = ((g[0][i] + g[1][i]) + g[2][i]) + … over gathered [ranks][n] (every rank's partial sum of a
+// row-split projection, in rank order): model::Collective::sum_partials's rule, the same bits as the
+// CPU ranks' sum. out may be any of the rows of gathered or apart from it.
+void sum_rank_partials(const float* gathered, int ranks, std::size_t n, float* out, cudaStream_t s);
 
 // ---- device ----------------------------------------------------------------------------------
 int device_count();  // 0 when there is no usable device (or no driver)
