@@ -328,7 +328,9 @@ void CudaHybridModel::forward_eager(const model::ForwardBatch& b, cache::ModelCa
     }
   } else if (R > 0) {
     cuda::gather_rows(sc.resid.data(), H, di + plan.extra_offset(), R, H, sc.head.data(), st);
-    enqueue_head(sc, sc.head.data(), R, probe, st);
+    // Neither head point is wanted (probe_head): asking again would be one more question to the hooks,
+    // which tensor-parallel ranks without logit rows (R = 0) would not ask with them.
+    enqueue_head(sc, sc.head.data(), R, DeviceProbe(nullptr, b, st), st);
   }
   if (R > 0)
     cuda::cuda_check(cudaMemcpyAsync(logits, out, static_cast<std::size_t>(R) * V * 4, cudaMemcpyDeviceToHost, st),

@@ -47,6 +47,7 @@ std::unique_ptr<model::Model> load_tensor_parallel(const model::Checkpoint& ck, 
   if (arch != "Mamba2ForCausalLM" && !granite)
     throw Error(ck.origin + ": the CUDA backend runs Mamba2ForCausalLM and GraniteMoeHybridForCausalLM; '" + arch +
                 "' runs with --device cpu");
+  model::check_tensor_parallel_split(ck, tp);  // the CPU's refusals, before any device is touched
   const int count = cuda::device_count();
   if (count == 0) throw Error("--device cuda: " + describe_device());
   const std::vector<int> devices = rank_devices(tp, count);

@@ -109,6 +109,14 @@ void TensorParallelModel::forward(const ForwardBatch& b, cache::ModelCache& mc, 
   for (const SeqChunk& s : b.seqs) mc.set_position(s.slot, s.start + s.n);
 }
 
+void check_tensor_parallel_split(const Checkpoint& ck, int tp) {
+  if (tp < 1) throw Error("tensor parallel size must be at least 1, not " + std::to_string(tp));
+  const std::string arch = io::architecture_of(ck.config);
+  if (arch == "Mamba2ForCausalLM") mamba2_tp_plan(io::parse_mamba2_config(ck.config), tp);
+  else if (io::is_hybrid_architecture(arch)) hybrid_tp_plan(whole_hybrid_spec(ck), tp);
+  else throw Error(ck.origin + ": architecture '" + arch + "' has no tensor-parallel plan");
+}
+
 std::unique_ptr<Model> load_model(const Checkpoint& ck, int tensor_parallel_size, const ModelOptions& opts) {
   if (tensor_parallel_size == 1) return load_model(ck, opts);
   return TensorParallelModel::load(ck, tensor_parallel_size, opts);

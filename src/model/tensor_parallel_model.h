@@ -82,6 +82,11 @@ class TensorParallelModel : public Model {
   std::vector<std::unique_ptr<Model>> ranks_;  // last: destroyed first, while the collective still exists
 };
 
+// TensorParallelModel::load's refusals (an architecture without a plan, a Mamba group cut in two,
+// heads or widths that tp does not divide) without loading a weight: a backend checks the split before
+// it touches a device.
+void check_tensor_parallel_split(const Checkpoint& ck, int tp);
+
 // load_model, or TensorParallelModel::load when tp > 1.
 std::unique_ptr<Model> load_model(const Checkpoint& ck, int tensor_parallel_size, const ModelOptions& opts = {});
 
