@@ -23,5 +23,9 @@ fi
 for m in builtin:tiny builtin:mamba2-130m tests/data/mamba2_g1 tests/data/mamba2_g2 builtin:tiny-hybrid tests/data/granite_hybrid; do
   step "$dir/parity" verify "$m" --device cuda
 done
+# Tensor parallelism: two GPU ranks (on one GPU both share it, host-staged; with two, NCCL).
+for m in builtin:tiny-g2 tests/data/mamba2_g2 builtin:tiny-hybrid-g2; do
+  step "$dir/parity" verify "$m" --device cuda --tensor-parallel-size 2
+done
 step "$dir/parity_gpu_bench" --benchmark_min_time=0.2 ${PARITY_GPU_BENCH_FILTER:+--benchmark_filter=$PARITY_GPU_BENCH_FILTER}
 exit $fail
