@@ -3,7 +3,7 @@
 namespace parity::cli {
 
 void add_device_flags(CLI::App* sub, DeviceFlags& f) {
-  sub->add_option("--device", f.device, "cpu (default) or cuda (GPU 0)")->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--device", f.device, "cpu (default) or cuda (GPU 0; tensor-parallel rank r on GPU r % GPU count)")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--dtype", f.dtype,
                   "with --device cuda: bfloat16 GEMM inputs on tensor cores (default) or float32 (accuracy work)")
       ->check(CLI::IsMember({"bfloat16", "float32"}));
