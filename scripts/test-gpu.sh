@@ -26,5 +26,9 @@ done
 for m in builtin:tiny-hybrid tests/data/granite_hybrid; do  # the MoE's other router-override pattern
   step "$dir/parity" verify "$m" --device cuda --moe-routing fused
 done
+# Tensor parallelism: two GPU ranks (on one GPU both share it, host-staged; with two, NCCL).
+for m in builtin:tiny-g2 tests/data/mamba2_g2 builtin:tiny-hybrid-g2; do
+  step "$dir/parity" verify "$m" --device cuda --tensor-parallel-size 2
+done
 step "$dir/parity_gpu_bench" --benchmark_min_time=0.2 ${PARITY_GPU_BENCH_FILTER:+--benchmark_filter=$PARITY_GPU_BENCH_FILTER}
 exit $fail

@@ -6,12 +6,15 @@
 
 #include "backend_cuda/cuda_hybrid_model.h"
 #include "backend_cuda/cuda_mamba2_model.h"
+#include "backend_cuda/cuda_tensor_parallel.h"
 #include "backend_cuda/decode_graphs.h"
 #include "backend_cuda/step_profile.h"
+#include "backend_cuda/device_guard.h"
 #include "common/error.h"
 #include "io/hf_config.h"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ops.h"
+#include "model/tensor_parallel_model.h"
 
 namespace parity::backend_cuda {
 
@@ -29,7 +32,8 @@ std::string describe_device() {
   return buf;
 }
 
-model::DeviceMemory query_device_memory() {
+model::DeviceMemory query_device_memory(int device) {
+  DeviceGuard on(device);
   std::size_t free = 0, total = 0;
   cuda::cuda_check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
   return {free, total};
@@ -41,15 +45,24 @@ std::unique_ptr<model::Model> load_model(const model::Checkpoint& ck, const Cuda
   return CudaMamba2Model::load(ck, opt);
 }
 
+std::unique_ptr<model::Model> load_model(const model::Checkpoint& ck, int tensor_parallel_size,
+                                         const CudaModelOptions& opt) {
+  if (tensor_parallel_size == 1) return load_model(ck, opt);
+  return load_tensor_parallel(ck, tensor_parallel_size, opt);
+}
+
 CudaGraphStats cuda_graph_stats(const model::Model& m) {
   if (const auto* h = dynamic_cast<const CudaHybridModel*>(&m)) return h->graph_stats();
   if (const auto* g = dynamic_cast<const CudaMamba2Model*>(&m)) return g->graph_stats();
+  if (const auto* tp = dynamic_cast<const model::TensorParallelModel*>(&m)) return cuda_graph_stats(tp->rank(0));
   throw Error("cuda_graph_stats: not a CUDA model");
 }
 
 void set_enforce_eager(model::Model& m, bool eager) {
   if (auto* h = dynamic_cast<CudaHybridModel*>(&m)) return h->set_enforce_eager(eager);
   if (auto* g = dynamic_cast<CudaMamba2Model*>(&m)) return g->set_enforce_eager(eager);
+  // Tensor-parallel GPU ranks always run eagerly (cuda_tensor_parallel.h): there is nothing to switch.
+  if (dynamic_cast<model::TensorParallelModel*>(&m) && std::string(m.device()) == "cuda") return;
   throw Error("set_enforce_eager: not a CUDA model");
 }
 

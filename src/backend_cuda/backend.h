@@ -26,11 +26,15 @@ bool built_with_cuda();
 int device_count();  // 0 without a usable GPU (or when built without CUDA)
 // "NVIDIA H200 (sm_90, 139.8 GiB)" or why there is none.
 std::string describe_device();
-// GPU 0's free and total memory now (cudaMemGetInfo); throws parity::Error when it cannot be read.
-model::DeviceMemory query_device_memory();
+// A GPU's free and total memory now (cudaMemGetInfo); throws parity::Error when it cannot be read.
+model::DeviceMemory query_device_memory(int device = 0);
 
-// Mamba2ForCausalLM on GPU 0; throws parity::Error naming the problem (no CUDA build, no device,
-// an architecture the backend does not run yet, a bad tensor).
+// Mamba2ForCausalLM or GraniteMoeHybridForCausalLM on GPU 0; throws parity::Error naming the problem
+// (no CUDA build, no device, an architecture the backend does not run yet, a bad tensor).
 std::unique_ptr<model::Model> load_model(const model::Checkpoint& ck, const CudaModelOptions& opt = {});
+// The same split over tensor_parallel_size GPU ranks when it is above 1 (cuda_tensor_parallel.h: rank r
+// on GPU r % device_count(), NCCL or host-staged sums); a split that does not fit is refused as on the CPU.
+std::unique_ptr<model::Model> load_model(const model::Checkpoint& ck, int tensor_parallel_size,
+                                         const CudaModelOptions& opt = {});
 
 }  // namespace parity::backend_cuda

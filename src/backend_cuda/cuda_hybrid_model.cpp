@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend_cuda/cuda_mamba2_model.h"
+#include "backend_cuda/device_guard.h"
 #include "backend_cuda/device_state.h"
 #include "common/error.h"
 #include "kernels/attention.h"
@@ -51,14 +52,50 @@ void upload_weight(bool fp32, const std::vector<float>& w, int rows, Weight& out
 
 std::unique_ptr<CudaHybridModel> CudaHybridModel::load(const model::Checkpoint& ck, const CudaModelOptions& opt) {
   if (cuda::device_count() == 0) throw Error("--device cuda: " + describe_device());
+  DeviceGuard on(0);
+  const io::GraniteHybridConfig c = io::parse_granite_hybrid_config(ck.config);
+  return build(ck, c, c.num_layers_of(GraniteLayerType::Mamba) > 0 ? io::to_mamba2_config(c) : io::Mamba2Config{},
+               opt);
+}
+
+std::unique_ptr<CudaHybridModel> CudaHybridModel::load_rank(const model::Checkpoint& ck,
+                                                            const io::GraniteHybridConfig& rank_cfg,
+                                                            const io::Mamba2Config& rank_mamba,
+                                                            const cache::ModelCacheSpec& cache, DeviceRank rank,
+                                                            std::shared_ptr<DeviceCollective> collective,
+                                                            const CudaModelOptions& opt) {
+  DeviceGuard on(rank.device);
+  auto m = build(ck, rank_cfg, rank_mamba, opt);
+  m->spec_ = cache;
+  m->spec_.state_on_device = true;
+  m->rank_ = rank;
+  m->collective_ = std::move(collective);
+  return m;
+}
+
+// The body runs before the members are destroyed: they free their memory and stream with the
+// rank's device current.
+CudaHybridModel::~CudaHybridModel() { cudaSetDevice(rank_.device); }
+
+io::GraniteHybridConfig rank_granite_config(const io::GraniteHybridConfig& whole, int tp) {
+  io::GraniteHybridConfig c = whole;
+  c.num_attention_heads /= tp;
+  c.num_key_value_heads /= tp;
+  c.intermediate_size /= tp;
+  c.shared_intermediate_size /= tp;
+  return c;
+}
+
+std::unique_ptr<CudaHybridModel> CudaHybridModel::build(const model::Checkpoint& ck, const io::GraniteHybridConfig& cfg,
+                                                        const io::Mamba2Config& mamba, const CudaModelOptions& opt) {
   auto m = std::unique_ptr<CudaHybridModel>(new CudaHybridModel());
-  m->cfg_ = io::parse_granite_hybrid_config(ck.config);
+  m->cfg_ = cfg;
   const io::GraniteHybridConfig& c = m->cfg_;
   m->origin_ = ck.origin;
   m->fp32_ = opt.fp32;
   const int n_mamba = c.num_layers_of(GraniteLayerType::Mamba);
   const int n_attn = c.num_layers_of(GraniteLayerType::Attention);
-  if (n_mamba > 0) m->mamba_cfg_ = io::to_mamba2_config(c);
+  m->mamba_cfg_ = mamba;
   if (c.hidden_act != "silu") throw Error(ck.origin + ": hidden_act '" + c.hidden_act + "' (the GPU runs silu)");
   if (n_attn > 0 && c.head_dim % 2 != 0) throw Error(ck.origin + ": head_dim must be even");
   m->spec_.num_mamba_layers = n_mamba;
@@ -227,10 +264,12 @@ void CudaHybridModel::reserve(Scratch& sc, int T, int head_rows) const {
 void CudaHybridModel::forward(const model::ForwardBatch& b, cache::ModelCache& mc, model::ScanMode mode,
                               float* logits, model::ProbeHooks* hooks) const {
   model::validate_batch(*this, b, mc, mode);
-  const cuda::ScanGrid grid = scan_grid_of(mode, mc.options().mamba, kCudaPlainCell);
-  DeviceState& ds = device_state_of(mc, mamba_cfg_, grid.exact ? grid.cell : 0, !enforce_eager_);
-  bool graph = !enforce_eager_ && !profile_ && ds.scratch && is_pure_decode(b) &&
-               !any_probe_wanted(hooks, probe_names_);
+  DeviceGuard on(rank_.device);
+  const cuda::ScanGrid grid =
+      rank_grid(scan_grid_of(mode, mc.options().mamba, kCudaPlainCell), mamba_cfg_.num_heads, rank_);
+  DeviceState& ds = device_state_of(mc, mamba_cfg_, grid.exact ? grid.cell : 0, !enforce_eager_, rank_.rank);
+  bool graph =
+      !enforce_eager_ && !profile_ && ds.scratch && is_pure_decode(b) && !any_probe_wanted(hooks, probe_names_);
   if (graph && mc.kv()) {
     // Few decode rows over long contexts run attention_split.cu's kernels, whose grid follows the
     // context: such a pass stays eager (the row kernel a graph uses would give the same bits, slower).
@@ -241,7 +280,8 @@ void CudaHybridModel::forward(const model::ForwardBatch& b, cache::ModelCache& m
   const int bucket = graph ? graph_bucket(static_cast<int>(b.seqs.size())) : 0;
   if (bucket > 0) forward_graph(b, mc, ds, grid, bucket, logits);
   else forward_eager(b, mc, ds, grid, logits, hooks);
-  for (const auto& q : b.seqs) mc.set_position(q.slot, q.start + q.n);
+  if (rank_.size == 1)  // ranks share the positions: their caller advances them once
+    for (const auto& q : b.seqs) mc.set_position(q.slot, q.start + q.n);
 }
 
 void CudaHybridModel::forward_eager(const model::ForwardBatch& b, cache::ModelCache& mc, DeviceState& ds,
@@ -292,7 +332,9 @@ void CudaHybridModel::forward_eager(const model::ForwardBatch& b, cache::ModelCa
     }
   } else if (R > 0) {
     cuda::gather_rows(sc.resid.data(), H, di + plan.extra_offset(), R, H, sc.head.data(), st);
-    enqueue_head(sc, sc.head.data(), R, probe, st);
+    // Neither head point is wanted (probe_head): asking again would be one more question to the hooks,
+    // which tensor-parallel ranks without logit rows (R = 0) would not ask with them.
+    enqueue_head(sc, sc.head.data(), R, DeviceProbe(nullptr, b, st), st);
   }
   if (profile_) profile_->finish(st);
   if (R > 0)
@@ -398,6 +440,7 @@ void CudaHybridModel::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
       probe(nm.norm, sc.g.data(), T, I, I);
       mark(pf, StepPart::MambaGemm, st);
       gemm(sc.g.data(), T, I, L.out_proj, H, L.out_proj_bias, sc.out.data(), st);
+      rank_.sum(sc.out.data(), TD, st);  // out_proj by rows: each rank's is a partial sum
     } else {
       const int nq = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
       const int qd = c.q_dim(), kvd = c.kv_dim();
@@ -421,6 +464,7 @@ void CudaHybridModel::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
                       vc, sc.attn.data(), qd, st, ap.work);
       mark(pf, StepPart::AttnProj, st);
       gemm(sc.attn.data(), T, qd, L.o, H, L.o_bias, sc.out.data(), st);
+      rank_.sum(sc.out.data(), TD, st);  // o_proj by rows: each rank's is a partial sum
     }
     mark(pf, StepPart::Other, st);
     probe(nm.mixer, sc.out.data(), T, H, H);
@@ -449,6 +493,7 @@ void CudaHybridModel::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
         cuda::router_topk_softmax(sc.logits_r.data(), T, Ex, K, sc.idx.data(), sc.gates.data(), st);
         cuda::moe_experts(w, sc.normed.data(), T, K, sc.idx.data(), sc.gates.data(), sc.moe, sc.ffn.data(), st);
       }
+      rank_.sum(sc.ffn.data(), TD, st);  // every expert's down projection by rows: partial sums
       probe(nm.moe, sc.ffn.data(), T, H, H);
     }
     const int S = c.shared_intermediate_size;
@@ -456,6 +501,7 @@ void CudaHybridModel::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
     gemm(sc.normed.data(), T, H, L.shared_in, 2 * S, no_bias, sc.gu.data(), st);
     cuda::swiglu(sc.gu.data(), T, S, sc.act.data(), st);
     gemm(sc.act.data(), T, S, L.shared_out, H, no_bias, sc.out.data(), st);
+    rank_.sum(sc.out.data(), TD, st);  // the shared MLP's down projection by rows: a partial sum
     probe(nm.shared, sc.out.data(), T, H, H);
     mark(pf, StepPart::Other, st);
     if (c.has_experts()) cuda::add_inplace(sc.out.data(), sc.ffn.data(), TD, st);  // moe + shared: one rounded add

@@ -15,6 +15,7 @@
 
 #include "backend_cuda/backend.h"
 #include "backend_cuda/decode_graphs.h"
+#include "backend_cuda/device_collective.h"
 #include "backend_cuda/device_probe.h"
 #include "backend_cuda/device_state.h"
 #include "backend_cuda/step_profile.h"
@@ -33,6 +34,18 @@ namespace parity::backend_cuda {
 class CudaHybridModel : public model::Model {
  public:
   static std::unique_ptr<CudaHybridModel> load(const model::Checkpoint& ck, const CudaModelOptions& opt);
+  // One tensor-parallel rank (cuda_tensor_parallel.h), as HybridModel::load_rank on the CPU: ck is the
+  // rank's checkpoint, rank_cfg the config with the rank's widths (rank_granite_config), rank_mamba its
+  // mixer shape, cache the whole model's cache spec; the weights go to rank.device, and the row-split
+  // projections' partial sums (Mamba out_proj, o_proj, the experts' and the shared MLP's down
+  // projections) through rank.collective (kept alive by `collective`). Its forward leaves the slots'
+  // positions to the caller, which advances them once every rank is done.
+  static std::unique_ptr<CudaHybridModel> load_rank(const model::Checkpoint& ck, const io::GraniteHybridConfig& rank_cfg,
+                                                    const io::Mamba2Config& rank_mamba,
+                                                    const cache::ModelCacheSpec& cache, DeviceRank rank,
+                                                    std::shared_ptr<DeviceCollective> collective,
+                                                    const CudaModelOptions& opt);
+  ~CudaHybridModel() override;
 
   const std::string& architecture() const override { return arch_; }
   const std::string& origin() const override { return origin_; }
@@ -43,7 +56,7 @@ class CudaHybridModel : public model::Model {
                model::ProbeHooks* hooks = nullptr) const override;
   int default_exact_cell() const override;
   const char* device() const override { return "cuda"; }
-  std::optional<model::DeviceMemory> device_memory() const override { return query_device_memory(); }
+  std::optional<model::DeviceMemory> device_memory() const override { return query_device_memory(rank_.device); }
 
   const CudaGraphStats& graph_stats() const { return run_->graphs.stats(); }
   void set_enforce_eager(bool eager) { enforce_eager_ = eager; }
@@ -119,6 +132,8 @@ class CudaHybridModel : public model::Model {
                      float* logits, model::ProbeHooks* hooks) const;
   void forward_graph(const model::ForwardBatch& b, cache::ModelCache& mc, DeviceState& ds, const cuda::ScanGrid& grid,
                      int bucket, float* logits) const;
+  static std::unique_ptr<CudaHybridModel> build(const model::Checkpoint& ck, const io::GraniteHybridConfig& c,
+                                                const io::Mamba2Config& mamba, const CudaModelOptions& opt);
 
   io::GraniteHybridConfig cfg_;
   io::Mamba2Config mamba_cfg_;
@@ -134,7 +149,14 @@ class CudaHybridModel : public model::Model {
   bool enforce_eager_ = false;
   model::MoeRoutingPattern moe_routing_ = model::MoeRoutingPattern::Direct;
   StepProfile* profile_ = nullptr;  // not owned; null: no timing
+  DeviceRank rank_;  // size 1: the whole model on GPU 0
+  std::shared_ptr<DeviceCollective> collective_;
   std::unique_ptr<Run> run_;
 };
+
+// The config of one of tp ranks: attention heads and KV heads, the experts' and the shared MLP's widths
+// divided by tp (head_dim kept); the Mamba fields are left whole (the rank's mixer shape is
+// cache::rank_mamba_config's). Assumes model::hybrid_tp_plan accepted the split.
+io::GraniteHybridConfig rank_granite_config(const io::GraniteHybridConfig& whole, int tp);
 
 }  // namespace parity::backend_cuda

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "backend_cuda/device_guard.h"
 #include "backend_cuda/device_state.h"
 #include "kernels_cuda/pass_plan.h"
 #include "common/error.h"
@@ -43,8 +44,31 @@ std::unique_ptr<CudaMamba2Model> CudaMamba2Model::load(const model::Checkpoint& 
   if (arch != "Mamba2ForCausalLM")
     throw Error(ck.origin + ": the CUDA backend runs Mamba2ForCausalLM and GraniteMoeHybridForCausalLM; '" + arch + "' runs with --device cpu");
   if (cuda::device_count() == 0) throw Error("--device cuda: " + describe_device());
+  DeviceGuard on(0);
+  return build(ck, io::parse_mamba2_config(ck.config), opt);
+}
+
+std::unique_ptr<CudaMamba2Model> CudaMamba2Model::load_rank(const model::Checkpoint& ck,
+                                                            const io::Mamba2Config& rank_cfg,
+                                                            const cache::ModelCacheSpec& cache, DeviceRank rank,
+                                                            std::shared_ptr<DeviceCollective> collective,
+                                                            const CudaModelOptions& opt) {
+  DeviceGuard on(rank.device);
+  auto m = build(ck, rank_cfg, opt);
+  m->spec_ = cache;
+  m->spec_.state_on_device = true;
+  m->rank_ = rank;
+  m->collective_ = std::move(collective);
+  return m;
+}
+
+// The body runs before the members are destroyed: they free their memory and stream with the
+// rank's device current.
+CudaMamba2Model::~CudaMamba2Model() { cudaSetDevice(rank_.device); }
+
+std::unique_ptr<CudaMamba2Model> CudaMamba2Model::build(const model::Checkpoint& ck, const io::Mamba2Config& c,
+                                                        const CudaModelOptions& opt) {
   auto m = std::unique_ptr<CudaMamba2Model>(new CudaMamba2Model());
-  const io::Mamba2Config c = io::parse_mamba2_config(ck.config);
   m->cfg_ = c;
   m->origin_ = ck.origin;
   m->fp32_ = opt.fp32;
@@ -120,14 +144,16 @@ void CudaMamba2Model::reserve(Scratch& sc, int T, int head_rows) const {
 void CudaMamba2Model::forward(const model::ForwardBatch& b, cache::ModelCache& mc, model::ScanMode mode, float* logits,
                               model::ProbeHooks* hooks) const {
   model::validate_batch(*this, b, mc, mode);
-  const cuda::ScanGrid grid = scan_grid_of(mode, mc.options().mamba, kCudaPlainCell);
-  DeviceState& ds = device_state_of(mc, cfg_, grid.exact ? grid.cell : 0, !enforce_eager_);
-  const bool graph = !enforce_eager_ && !profile_ && ds.scratch && is_pure_decode(b) &&
-                     !any_probe_wanted(hooks, probe_names_);
+  DeviceGuard on(rank_.device);
+  const cuda::ScanGrid grid = rank_grid(scan_grid_of(mode, mc.options().mamba, kCudaPlainCell), cfg_.num_heads, rank_);
+  DeviceState& ds = device_state_of(mc, cfg_, grid.exact ? grid.cell : 0, !enforce_eager_, rank_.rank);
+  const bool graph =
+      !enforce_eager_ && !profile_ && ds.scratch && is_pure_decode(b) && !any_probe_wanted(hooks, probe_names_);
   const int bucket = graph ? graph_bucket(static_cast<int>(b.seqs.size())) : 0;
   if (bucket > 0) forward_graph(b, ds, grid, bucket, logits);
   else forward_eager(b, ds, grid, logits, hooks);
-  for (const auto& q : b.seqs) mc.set_position(q.slot, q.start + q.n);
+  if (rank_.size == 1)  // ranks share the positions: their caller advances them once
+    for (const auto& q : b.seqs) mc.set_position(q.slot, q.start + q.n);
 }
 
 void CudaMamba2Model::forward_eager(const model::ForwardBatch& b, DeviceState& ds, const cuda::ScanGrid& grid,
@@ -163,7 +189,9 @@ void CudaMamba2Model::forward_eager(const model::ForwardBatch& b, DeviceState& d
     }
   } else if (R > 0) {
     cuda::gather_rows(sc.resid.data(), D, di + plan.extra_offset(), R, D, sc.head.data(), st);
-    enqueue_head(sc, sc.head.data(), R, probe, st);
+    // Neither head point is wanted (probe_head): asking again would be one more question to the hooks,
+    // which tensor-parallel ranks without logit rows (R = 0) would not ask with them.
+    enqueue_head(sc, sc.head.data(), R, DeviceProbe(nullptr, b, st), st);
   }
   if (profile_) profile_->finish(st);
   if (R > 0)
@@ -245,6 +273,7 @@ void CudaMamba2Model::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
     probe(nm.norm, sc.g.data(), T, I, I);
     mark(pf, StepPart::MambaGemm, st);
     gemm(sc.g.data(), T, I, L.out_proj_bf16, L.out_proj_f32, D, L.out_proj_bias, sc.out.data(), st);
+    rank_.sum(sc.out.data(), TD, st);  // a rank's out_proj holds its rows of the reduction: the ranks' sum
     mark(pf, StepPart::Other, st);
     probe(nm.mixer, sc.out.data(), T, D, D);
     cuda::add_inplace(sc.resid.data(), sc.out.data(), TD, st);

@@ -10,6 +10,7 @@
 
 #include "backend_cuda/backend.h"
 #include "backend_cuda/decode_graphs.h"
+#include "backend_cuda/device_collective.h"
 #include "backend_cuda/device_probe.h"
 #include "backend_cuda/device_state.h"
 #include "backend_cuda/step_profile.h"
@@ -30,6 +31,15 @@ inline constexpr int kCudaPlainCell = cuda::kMaxCell;
 class CudaMamba2Model : public model::Model {
  public:
   static std::unique_ptr<CudaMamba2Model> load(const model::Checkpoint& ck, const CudaModelOptions& opt);
+  // One tensor-parallel rank (cuda_tensor_parallel.h), as Mamba2Model::load_rank on the CPU: ck is the
+  // rank's checkpoint, rank_cfg its mixer shape, cache the whole model's cache spec; the weights go to
+  // rank.device, out_proj's partial sums through rank.collective (kept alive by `collective`). Its
+  // forward leaves the slots' positions to the caller, which advances them once every rank is done.
+  static std::unique_ptr<CudaMamba2Model> load_rank(const model::Checkpoint& ck, const io::Mamba2Config& rank_cfg,
+                                                    const cache::ModelCacheSpec& cache, DeviceRank rank,
+                                                    std::shared_ptr<DeviceCollective> collective,
+                                                    const CudaModelOptions& opt);
+  ~CudaMamba2Model() override;
 
   const std::string& architecture() const override { return arch_; }
   const std::string& origin() const override { return origin_; }
@@ -40,7 +50,7 @@ class CudaMamba2Model : public model::Model {
                model::ProbeHooks* hooks = nullptr) const override;
   int default_exact_cell() const override { return kCudaDefaultExactCell; }
   const char* device() const override { return "cuda"; }
-  std::optional<model::DeviceMemory> device_memory() const override { return query_device_memory(); }
+  std::optional<model::DeviceMemory> device_memory() const override { return query_device_memory(rank_.device); }
 
   const CudaGraphStats& graph_stats() const { return run_->graphs.stats(); }
   void set_enforce_eager(bool eager) { enforce_eager_ = eager; }
@@ -84,6 +94,8 @@ class CudaMamba2Model : public model::Model {
                      float* logits) const;
   void gemm(const float* A, int M, int K, const cuda::DeviceBuffer<uint16_t>& wb, const cuda::DeviceBuffer<float>& wf,
             int N, const cuda::DeviceBuffer<float>& bias, float* C, cudaStream_t st) const;
+  static std::unique_ptr<CudaMamba2Model> build(const model::Checkpoint& ck, const io::Mamba2Config& c,
+                                                const CudaModelOptions& opt);
 
   io::Mamba2Config cfg_;
   std::string arch_ = "Mamba2ForCausalLM";
@@ -103,6 +115,8 @@ class CudaMamba2Model : public model::Model {
   std::vector<std::string> probe_names_;  // every probe point: a pass wanting any runs eagerly
   bool enforce_eager_ = false;
   StepProfile* profile_ = nullptr;  // not owned; null: no timing
+  DeviceRank rank_;  // size 1: the whole model on GPU 0
+  std::shared_ptr<DeviceCollective> collective_;
   std::unique_ptr<Run> run_;
 };
 

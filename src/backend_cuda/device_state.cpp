@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 
@@ -72,8 +74,49 @@ std::size_t DeviceState::bytes() const {
          (kv_k.size() + kv_v.size()) * 4;
 }
 
-DeviceState& device_state_of(cache::ModelCache& mc, const io::Mamba2Config& cfg, int cell, bool scratch) {
-  std::shared_ptr<void>& slot = mc.backend_state();
+namespace {
+
+// One rank's state and the device it lives on: freed with that device current (cudaFree of another
+// device's memory may fail).
+struct RankState {
+  int device = 0;
+  std::shared_ptr<void> state;
+  ~RankState() {
+    if (!state) return;
+    int current = 0;
+    if (cudaGetDevice(&current) != cudaSuccess) return;
+    cudaSetDevice(device);
+    state.reset();
+    cudaSetDevice(current);
+  }
+};
+
+// A tensor-parallel cache's backend state: one slot per rank. Made once, under a lock (every rank may
+// ask first); afterwards each rank touches only its own slot.
+struct RankStates {
+  std::vector<RankState> ranks;
+};
+
+std::shared_ptr<void>& state_slot(cache::ModelCache& mc, int rank) {
+  const int tp = mc.spec().tensor_parallel;
+  if (tp == 1) return mc.backend_state();
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  std::shared_ptr<void>& holder = mc.backend_state();
+  if (!holder) {
+    auto rs = std::make_shared<RankStates>();
+    rs->ranks = std::vector<RankState>(static_cast<std::size_t>(tp));
+    holder = rs;
+  }
+  RankState& r = static_cast<RankStates*>(holder.get())->ranks[static_cast<std::size_t>(rank)];
+  cuda::cuda_check(cudaGetDevice(&r.device), "cudaGetDevice");
+  return r.state;
+}
+
+}  // namespace
+
+DeviceState& device_state_of(cache::ModelCache& mc, const io::Mamba2Config& cfg, int cell, bool scratch, int rank) {
+  std::shared_ptr<void>& slot = state_slot(mc, rank);
   const cache::ModelCacheOptions& o = mc.options();
   auto* have = static_cast<DeviceState*>(slot.get());
   if (!have || have->slots != o.mamba.num_slots || have->exact != o.mamba.exact ||
@@ -102,6 +145,13 @@ cuda::ScanGrid scan_grid_of(model::ScanMode mode, const cache::MambaCacheOptions
     throw Error("--exact-grid " + std::to_string(grid.cell) + ": the CUDA backend runs exact grids of 1.." +
                 std::to_string(cuda::kMaxCell) + " rows");
   return grid;
+}
+
+cuda::ScanGrid rank_grid(cuda::ScanGrid g, int heads, const DeviceRank& rank) {
+  if (rank.size == 1) return g;
+  g.first_head = rank.rank * heads;
+  g.model_heads = rank.size * heads;
+  return g;
 }
 
 }  // namespace parity::backend_cuda

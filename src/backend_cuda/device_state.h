@@ -10,6 +10,7 @@
 // padding rows that slot and block, so they write where no sequence reads (decode_graphs.h).
 #include <cstdint>
 
+#include "backend_cuda/device_collective.h"
 #include "cache/model_cache.h"
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/ops.h"
@@ -47,10 +48,17 @@ struct DeviceState {
 
 // The cache's device state, made on first use for this cache's shape and numerics; scratch: with
 // the padding rows' slot and block (a state made with them serves a caller that needs none).
-DeviceState& device_state_of(cache::ModelCache& mc, const io::Mamba2Config& cfg, int cell, bool scratch);
+// Under tensor parallelism (mc.spec().tensor_parallel > 1) each rank has its own, of its mixer shape
+// cfg and its KV heads, made on the device current when the rank first asks; ranks may ask at once
+// from their threads. The states are freed with the cache, each with its device current.
+DeviceState& device_state_of(cache::ModelCache& mc, const io::Mamba2Config& cfg, int cell, bool scratch,
+                             int rank = 0);
 
 // The scan grid of a pass in `mode` on a cache with these options (exact: the cache's grid;
 // plain: kCudaPlainCell rows restarting at each call). Throws for an exact cell the GPU cannot run.
 cuda::ScanGrid scan_grid_of(model::ScanMode mode, const cache::MambaCacheOptions& mo, int plain_cell);
+// A tensor-parallel rank's grid: its `heads` heads numbered as in the whole mixer (rank · heads on), so
+// they keep the whole model's stagger offsets (cache::rank_grid on the CPU). The grid as is for size 1.
+cuda::ScanGrid rank_grid(cuda::ScanGrid g, int heads, const DeviceRank& rank);
 
 }  // namespace parity::backend_cuda

@@ -12,8 +12,6 @@ ModelCache::ModelCache(const ModelCacheSpec& spec, const ModelCacheOptions& opt)
   validate(opt_.mamba);
   const int tp = spec.tensor_parallel;
   if (tp < 1) throw Error("tensor parallel size must be at least 1, not " + std::to_string(tp));
-  if (tp > 1 && spec.state_on_device)
-    throw Error("internal: tensor-parallel ranks keep their state in the cache, not on a device");
   if (spec.num_mamba_layers > 0 && !spec.state_on_device) {
     const io::Mamba2Config rank_cfg = tp > 1 ? rank_mamba_config(spec.mamba, tp) : spec.mamba;
     for (int r = 0; r < tp; ++r) {

@@ -28,7 +28,7 @@ struct ModelCacheSpec {
   // mixer's heads (cache/rank_shape.h) and the K/V of its 1/tp of the KV heads; slots, positions and
   // block tables are one set for all of them. The fields above describe the whole model: the bytes
   // of all ranks together are the bytes of one rank holding everything, so the planner needs no
-  // change.
+  // change. With state_on_device each rank keeps its part in its own device memory (backend_state()).
   int tensor_parallel = 1;
 };
 

@@ -86,6 +86,11 @@ struct ScanGrid {
   bool exact = false;
   int cell = 64;
   bool stagger = true;
+  // A tensor-parallel rank holds heads [first_head, first_head + H) of a mixer of model_heads heads
+  // (0: the whole mixer). Its heads keep the stagger offsets they have in the whole model
+  // (kernels/exact_grid.h), so every TP degree scans on the same grid.
+  int first_head = 0;
+  int model_heads = 0;
 };
 inline constexpr int kMaxCell = 256;  // the SSD kernels stage a cell's dt and cumulative sums on chip
 
@@ -124,6 +129,12 @@ PARITY_HD inline bool uses_decode_row(const ScanGrid& g, int n) { return g.exact
 // force one (0 = the default); tests check that every tile gives the same bits.
 void ssd_force_step_tile(int rows_of_p);
 int ssd_step_tile(const SsdShape& sh, int seqs);
+
+// ---- tensor parallelism ----------------------------------------------------------------------
+// out[i] = ((g[0][i] + g[1][i]) + g[2][i]) + … over gathered [ranks][n] (every rank's partial sum of a
+// row-split projection, in rank order): model::Collective::sum_partials's rule, the same bits as the
+// CPU ranks' sum. out may be any of the rows of gathered or apart from it.
+void sum_rank_partials(const float* gathered, int ranks, std::size_t n, float* out, cudaStream_t s);
 
 // ---- device ----------------------------------------------------------------------------------
 int device_count();  // 0 when there is no usable device (or no driver)

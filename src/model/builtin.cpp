@@ -156,9 +156,9 @@ uint64_t seed_of(const std::string& name) {
 }  // namespace
 
 std::vector<std::string> builtin_names() {
-  return {"tiny",           "tiny-g2",         "tiny-hybrid", "tiny-hybrid-g2", "granite-h-bench",
-          "granite-h-tiny", "tiny-nemotron-h", "tiny-bamba",  "tiny-falcon-h1", "mamba2-130m",
-          "mamba2-2.7b"};
+  return {"tiny",           "tiny-g2",           "tiny-hybrid",     "tiny-hybrid-g2", "granite-h-bench",
+          "granite-h-tiny", "granite-h-tiny-g2", "tiny-nemotron-h", "tiny-bamba",     "tiny-falcon-h1",
+          "mamba2-130m",    "mamba2-2.7b"};
 }
 
 namespace {
@@ -283,6 +283,14 @@ nlohmann::json granite_h_tiny_config() {
   return c;
 }
 
+// granite-h-tiny with two Mamba groups (B and C twice as wide, 1 % more parameters): the 7B-class hybrid that
+// splits over two tensor-parallel ranks, for the TP benchmarks (granite-h-tiny's single group cannot be split).
+nlohmann::json granite_h_tiny_g2_config() {
+  nlohmann::json c = granite_h_tiny_config();
+  c["mamba_n_groups"] = 2;
+  return c;
+}
+
 // A large tensor's values, filled in parallel: block b of 2^20 values draws from its own stream seeded by the
 // model, the tensor and b, so the bits do not depend on the thread count (7B values in seconds, not minutes).
 void put_normal_parallel(BuiltinStore& st, uint64_t model_seed, const std::string& name, std::vector<int64_t> shape,
@@ -315,7 +323,7 @@ Checkpoint make_hybrid(const std::string& name, const nlohmann::json& config) {
   const float in_std = 1.0f / std::sqrt(static_cast<float>(D));
   auto norm = [&](const std::string& n) { put(*st, n, {D}, normal_vec(r, D, 0.05f, 1.0f), wt); };
   // Only the real-size model fills in parallel: the small built-ins keep the values they always had.
-  const bool parallel_fill = name == "granite-h-tiny";
+  const bool parallel_fill = name == "granite-h-tiny" || name == "granite-h-tiny-g2";
   auto lin = [&](const std::string& n, std::vector<int64_t> shape, float sd) {
     std::size_t count = 1;
     for (int64_t x : shape) count *= static_cast<std::size_t>(x);
@@ -516,6 +524,7 @@ Checkpoint make_builtin(const std::string& name) {
   if (name == "tiny-hybrid-g2") return make_hybrid(name, tiny_hybrid_g2_config());
   if (name == "granite-h-bench") return make_hybrid(name, bench_hybrid_config());
   if (name == "granite-h-tiny") return make_hybrid(name, granite_h_tiny_config());
+  if (name == "granite-h-tiny-g2") return make_hybrid(name, granite_h_tiny_g2_config());
   if (const nlohmann::json fc = family_config(name); !fc.is_null()) return make_family(name, fc);
   const io::Mamba2Config c = builtin_config(name);
   auto st = std::make_shared<BuiltinStore>();
@@ -542,6 +551,7 @@ int builtin_vocab_size(const std::string& name) {
   if (name == "tiny-hybrid-g2") return tiny_hybrid_g2_config()["vocab_size"].get<int>();
   if (name == "granite-h-bench") return bench_hybrid_config()["vocab_size"].get<int>();
   if (name == "granite-h-tiny") return granite_h_tiny_config()["vocab_size"].get<int>();
+  if (name == "granite-h-tiny-g2") return granite_h_tiny_g2_config()["vocab_size"].get<int>();
   if (const nlohmann::json fc = family_config(name); !fc.is_null()) return fc["vocab_size"].get<int>();
   return builtin_config(name).vocab_size;
 }

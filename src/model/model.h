@@ -48,6 +48,10 @@ class Model {
   // The memory of the device the model runs on, for sizing its caches from a share of it
   // (EngineConfig::gpu_memory_utilization); empty on the CPU.
   virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
+  // Where a tensor-parallel model's ranks run and how they exchange partial sums, in a line for the
+  // commands' device report (e.g. "tensor parallel 2: ranks on GPU 0, 0; host-staged collective");
+  // empty for a model on one rank.
+  virtual std::string placement() const { return {}; }
 };
 
 std::vector<std::string> supported_architectures();

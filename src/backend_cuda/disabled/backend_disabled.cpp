@@ -8,9 +8,13 @@ bool built_with_cuda() { return false; }
 int device_count() { return 0; }
 std::string describe_device() { return "parity was built without CUDA (PARITY_CUDA=OFF or nvcc not found)"; }
 
-model::DeviceMemory query_device_memory() { throw Error("--device cuda: " + describe_device()); }
+model::DeviceMemory query_device_memory(int) { throw Error("--device cuda: " + describe_device()); }
 
 std::unique_ptr<model::Model> load_model(const model::Checkpoint&, const CudaModelOptions&) {
+  throw Error("--device cuda: " + describe_device());
+}
+
+std::unique_ptr<model::Model> load_model(const model::Checkpoint&, int, const CudaModelOptions&) {
   throw Error("--device cuda: " + describe_device());
 }
 

@@ -73,6 +73,7 @@ Runner add_verify(CLI::App& app) {
     std::printf("model %s (%s), chunk %d, device %s, isa %s\n", model->origin().c_str(),
                 model->architecture().c_str(), model->chunk_size(), model->device(),
                 kernels::isa_name(kernels::detected_isa()));
+    if (const std::string where = model->placement(); !where.empty()) std::printf("  %s\n", where.c_str());
     for (const auto& r : results)
       if (r.scenario == results.front().scenario) std::printf("  %s\n", r.numerics.describe().c_str());
     std::fputs(engine::format_gate_table(results).c_str(), stdout);

@@ -1,5 +1,6 @@
 #include "frontends/common/device_options.h"
 
+#include <cstdio>
 #include <string>
 
 #include "backend_cuda/backend.h"
@@ -20,15 +21,15 @@ std::unique_ptr<model::Model> DeviceOptions::load(const std::string& spec, const
       throw Error("--dtype " + dtype + ": the CPU computes in float32 (bf16/fp16 weights are widened exactly)");
     return model::load_model(model::open_checkpoint(spec), tensor_parallel_size, mo);
   }
-  if (tensor_parallel_size > 1)
-    throw Error("--tensor-parallel-size " + std::to_string(tensor_parallel_size) +
-                " with --device cuda: GPU ranks (NCCL) are not built yet; tensor parallelism runs on the CPU "
-                "(docs/tensor-parallel.md)");
   backend_cuda::CudaModelOptions o;
   o.fp32 = dtype == "float32";
   o.enforce_eager = enforce_eager;
   o.moe_routing = mo.moe_routing;
-  return backend_cuda::load_model(model::open_checkpoint(spec), o);
+  auto m = backend_cuda::load_model(model::open_checkpoint(spec), tensor_parallel_size, o);
+  // Which GPUs the ranks landed on and which collective sums their partials (NCCL or host-staged)
+  // depends on the machine: every command says so.
+  if (const std::string where = m->placement(); !where.empty()) std::fprintf(stderr, "note: %s\n", where.c_str());
+  return m;
 }
 
 }  // namespace parity::frontends

@@ -14,7 +14,7 @@ struct DeviceOptions {
   std::string device = "cpu";
   std::string dtype;  // empty: bfloat16 on cuda; float32 is the GPU's accuracy path
   // Ranks the model is split over (docs/tensor-parallel.md): CPU ranks are worker threads of this
-  // process; GPU ranks (NCCL) are not built yet.
+  // process; GPU ranks are threads too, rank r on GPU r % device count, with NCCL or host-staged sums.
   int tensor_parallel_size = 1;
   // cuda: launch every pass kernel by kernel, no CUDA graphs (vLLM's enforce_eager). The bits are
   // the same either way; the CPU has no graphs and ignores it.

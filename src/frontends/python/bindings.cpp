@@ -241,7 +241,7 @@ device: "cpu" or "cuda" (GPU 0; needs a CUDA build), dtype: with cuda, "bfloat16
   or "float32", as the CLI's --device and --dtype; enforce_eager: with cuda, no CUDA graphs for decode
   steps (the same bits), as the CLI's --enforce-eager.
 tensor_parallel_size: split the model over this many ranks, as --tensor-parallel-size (CPU ranks are
-  worker threads; docs/tensor-parallel.md).
+  worker threads; with cuda, rank r runs on GPU r % GPU count; docs/tensor-parallel.md).
 
 Every bad input raises parity.Error with the message the CLI would print.)doc";
 

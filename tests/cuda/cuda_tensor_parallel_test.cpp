@@ -1,0 +1,444 @@
+// Tensor parallelism on GPU ranks (backend_cuda/cuda_tensor_parallel.h), runnable on ONE GPU: with one
+// device both ranks share GPU 0 and sum through the host-staged collective (NCCL refuses two ranks on one
+// device); with two or more GPUs the same tests run on a GPU per rank over NCCL. Exact mode at TP = 2 is
+// bit-identical across the gate's schedules (plain mode is not: the companion), TP = 2 stays within a
+// stated tolerance of TP = 1, captures at TP = 2 are TP = 1's within tolerance and an unsharded
+// replacement gives TP = 1's logits; the collectives' sums are the CPU rule bit for bit.
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "accuracy/captures_file.h"
+#include "accuracy/replacement_hooks.h"
+#include "accuracy/tensor_replacer.h"
+#include "backend_cuda/backend.h"
+#include "backend_cuda/host_staged_collective.h"
+#include "backend_cuda/nccl_collective.h"
+#include "common/error.h"
+#include "engine/exactness_gate.h"
+#include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/stream.h"
+#include "model/checkpoint.h"
+#include "model/in_process_collective.h"
+#include "model/model.h"
+#include "tests/cuda/gpu_test_support.h"
+
+namespace parity {
+namespace {
+
+using model::ScanMode;
+
+// TP = 2 against TP = 1, ‖Δ‖/‖ref‖ over all logits. fp32 GEMMs: the split sums reassociate fp32 adds
+// (the CPU measured 1e-6 … 7e-6 absolute), bound 1e-4. bf16 GEMM inputs: a reassociated residual can round
+// an activation to the neighbouring bf16 value (2^-8 relative) in the next GEMM, so the gap is that of
+// bf16 noise; bound 2e-2 (the measured figures are printed as "[ tp2-tp1  ]" and go to the docs).
+constexpr double kFp32Tolerance = 1e-4;
+constexpr double kBf16Tolerance = 2e-2;
+double tolerance(bool fp32) { return fp32 ? kFp32Tolerance : kBf16Tolerance; }
+
+std::unique_ptr<model::Model> gpu(const std::string& spec, int tp, bool fp32 = false) {
+  backend_cuda::CudaModelOptions o;
+  o.fp32 = fp32;
+  return backend_cuda::load_model(model::open_checkpoint(spec), tp, o);
+}
+
+std::vector<int32_t> tokens(int n, int vocab, uint32_t seed) {
+  std::vector<int32_t> t(static_cast<std::size_t>(n));
+  uint32_t x = seed;
+  for (auto& v : t) {
+    x = x * 1664525u + 1013904223u;
+    v = static_cast<int32_t>((x >> 8) % static_cast<uint32_t>(vocab));
+  }
+  return t;
+}
+
+struct Gap {
+  double rel = 0;
+  float max_abs = 0;
+  std::size_t worst = 0;
+};
+
+Gap gap(const std::vector<float>& got, const std::vector<float>& ref) {
+  Gap g;
+  g.rel = test::relative_error(got, ref.data());
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (std::fabs(got[i] - ref[i]) > g.max_abs) g.max_abs = std::fabs(got[i] - ref[i]), g.worst = i;
+  return g;
+}
+
+// The first element whose bits differ, for a failure message.
+std::string first_difference(const float* a, const float* b, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (std::memcmp(a + i, b + i, 4) != 0) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "first difference at %zu: %.9g vs %.9g", i, double(a[i]), double(b[i]));
+      return buf;
+    }
+  return "no difference";
+}
+
+class CudaTensorParallel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaTensorParallel, TheRanksLandOnTheirGpusWithTheCollectiveTheMachineAllows) {
+  PARITY_REQUIRE_GPU();
+  auto m = gpu(GetParam(), 2);
+  EXPECT_STREQ(m->device(), "cuda");
+  EXPECT_EQ(m->cache_spec().tensor_parallel, 2);
+  EXPECT_TRUE(m->cache_spec().state_on_device);
+  const std::string where = m->placement();
+  std::fprintf(stderr, "[ placement] %s\n", where.c_str());
+  if (cuda::device_count() == 1) {
+    EXPECT_NE(where.find("ranks on GPU 0, 0; host-staged collective"), std::string::npos) << where;
+  } else {
+    EXPECT_NE(where.find("ranks on GPU 0, 1"), std::string::npos) << where;
+  }
+  EXPECT_NE(where.find("eager"), std::string::npos) << where;
+}
+
+TEST_P(CudaTensorParallel, ExactModeIsBitIdenticalAcrossSchedulesAtTp2AndPlainIsNot) {
+  PARITY_REQUIRE_GPU();
+  auto m = gpu(GetParam(), 2);
+  engine::GateOptions g;
+  g.scenarios = {"decode", "chunked-prefill", "preempt-recompute", "concurrent-8"};
+  int64_t exact_rows = 0, exact_bad = 0, plain_bad = 0;
+  for (const auto& r : engine::run_exactness_gate(*m, g)) {
+    if (r.mode == ScanMode::Exact) {
+      exact_rows += r.all.rows;
+      exact_bad += r.all.mismatched;
+      EXPECT_EQ(r.all.mismatched, 0) << r.scenario << " " << r.numerics.describe() << ": " << r.all.mismatched
+                                     << " of " << r.all.rows << " rows differ, max |delta| " << r.max_abs;
+    } else {
+      plain_bad += r.all.mismatched;
+    }
+  }
+  std::fprintf(stderr, "[ gate tp2 ] %s: exact %lld rows, %lld mismatched; plain %lld mismatched\n",
+               GetParam().c_str(), (long long)exact_rows, (long long)exact_bad, (long long)plain_bad);
+  EXPECT_GT(exact_rows, 500);
+  EXPECT_EQ(exact_bad, 0);
+  EXPECT_GT(plain_bad, 0) << "companion: plain mode's Mamba rows should change with the schedule";
+}
+
+TEST_P(CudaTensorParallel, Tp2LogitsWithinToleranceOfTp1) {
+  PARITY_REQUIRE_GPU();
+  for (bool fp32 : {false, true}) {
+    auto one = gpu(GetParam(), 1, fp32), two = gpu(GetParam(), 2, fp32);
+    const auto t = tokens(3 * one->chunk_size() + 5, one->vocab_size(), 7);
+    for (ScanMode mode : {ScanMode::Exact, ScanMode::Plain}) {
+      SCOPED_TRACE(std::string(fp32 ? "float32 " : "bfloat16 ") + engine::mode_name(mode));
+      const auto a = model::score_all_rows(*one, t, mode), b = model::score_all_rows(*two, t, mode);
+      ASSERT_EQ(a.size(), b.size());
+      const Gap d = gap(b, a);
+      std::fprintf(stderr,
+                   "[ tp2-tp1  ] %s %s %s: relative %.3g, max |logit delta| %.3g at %zu (%.6g vs %.6g)\n",
+                   GetParam().c_str(), fp32 ? "float32" : "bfloat16", engine::mode_name(mode), d.rel,
+                   double(d.max_abs), d.worst, double(b[d.worst]), double(a[d.worst]));
+      EXPECT_LE(d.rel, tolerance(fp32));
+      EXPECT_FALSE(test::same_bits(a.data(), b.data(), a.size()))
+          << "TP = 2 is expected to differ from TP = 1 in the last bits (was the model split at all?)";
+    }
+  }
+}
+
+// Every probe point of a single-shot pass.
+struct Seen {
+  std::vector<std::string> order;
+  std::map<std::string, accuracy::Matrix> tensors;
+};
+
+class RecordAll : public model::ProbeHooks {
+ public:
+  explicit RecordAll(Seen& s) : s_(s) {}
+  bool wants(const std::string&) const override { return true; }
+  void visit(const std::string& name, float* data, int rows, int cols, const model::ProbeRows&) override {
+    s_.order.push_back(name);
+    accuracy::Matrix& m = s_.tensors[name];
+    m.rows = rows;
+    m.cols = cols;
+    m.data.assign(data, data + std::size_t(rows) * std::size_t(cols));
+  }
+
+ private:
+  Seen& s_;
+};
+
+// max |a − b| over the tensor's largest magnitude (at least 1), and where.
+float rel_diff(const accuracy::Matrix& a, const accuracy::Matrix& b, std::size_t& at) {
+  float d = 0, scale = 1;
+  for (std::size_t i = 0; i < a.data.size(); ++i) {
+    if (std::fabs(a.data[i] - b.data[i]) > d) d = std::fabs(a.data[i] - b.data[i]), at = i;
+    scale = std::max(scale, std::fabs(a.data[i]));
+  }
+  return d / scale;
+}
+
+TEST_P(CudaTensorParallel, CaptureAtTp2MatchesTp1NamesShapesAndValues) {
+  PARITY_REQUIRE_GPU();
+  for (bool fp32 : {false, true}) {
+    SCOPED_TRACE(fp32 ? "float32" : "bfloat16");
+    auto one = gpu(GetParam(), 1, fp32), two = gpu(GetParam(), 2, fp32);
+    const auto t = tokens(one->chunk_size() + 9, one->vocab_size(), 3);
+    Seen a, b;
+    RecordAll ha(a), hb(b);
+    model::score_all_rows(*one, t, ScanMode::Exact, &ha);
+    model::score_all_rows(*two, t, ScanMode::Exact, &hb);
+    ASSERT_EQ(a.order, b.order);
+    EXPECT_EQ(a.order.size(), one->probe_points().size());
+    float worst = 0;
+    std::string worst_name;
+    for (const std::string& name : a.order) {
+      SCOPED_TRACE(name);
+      const accuracy::Matrix &x = a.tensors[name], &y = b.tensors[name];
+      ASSERT_EQ(x.rows, y.rows);
+      ASSERT_EQ(x.cols, y.cols);
+      std::size_t at = 0;
+      const float d = rel_diff(x, y, at);
+      if (d > worst) worst = d, worst_name = name;
+      EXPECT_LE(d, tolerance(fp32)) << "at " << at << ": " << y.data[at] << " (TP 2) vs " << x.data[at] << " (TP 1)";
+    }
+    std::fprintf(stderr, "[ tp2-tp1  ] %s %s: %zu probe points, worst relative |delta| %.3g (%s)\n",
+                 GetParam().c_str(), fp32 ? "float32" : "bfloat16", a.order.size(), double(worst), worst_name.c_str());
+  }
+}
+
+// The first sharded Mamba in_proj, the first attention q_proj (sharded by KV heads) and the first MoE
+// router (replicated, intercepted before it is computed) the model has.
+std::vector<std::string> replaced_points(const model::Model& m) {
+  std::vector<std::string> out;
+  bool in_proj = false, q = false, router = false;
+  for (const auto& p : m.probe_points()) {
+    if (!in_proj && p.meaning.rfind("in_proj output", 0) == 0) out.push_back(p.name), in_proj = true;
+    if (!q && p.meaning.rfind("q_proj output", 0) == 0) out.push_back(p.name), q = true;
+    if (!router && p.meaning.rfind("router logits", 0) == 0) out.push_back(p.name), router = true;
+  }
+  return out;
+}
+
+std::vector<float> score_replaced(const model::Model& m, const std::vector<int32_t>& t,
+                                  std::map<std::string, accuracy::Matrix> reference) {
+  accuracy::TensorReplacer r({std::move(reference)}, {t});
+  r.register_request(0, t);
+  accuracy::ReplacementHooks hooks(r);
+  return model::score_all_rows(m, t, ScanMode::Exact, &hooks);
+}
+
+TEST_P(CudaTensorParallel, UnshardedReplacementGivesTp1LogitsAtTp2) {
+  PARITY_REQUIRE_GPU();
+  for (bool fp32 : {false, true}) {
+    SCOPED_TRACE(fp32 ? "float32" : "bfloat16");
+    auto one = gpu(GetParam(), 1, fp32), two = gpu(GetParam(), 2, fp32);
+    const auto t = tokens(one->chunk_size() + 9, one->vocab_size(), 5);
+    Seen seen;
+    RecordAll rec(seen);
+    const auto plain = model::score_all_rows(*one, t, ScanMode::Exact, &rec);
+    // The reference: TP = 1's own tensors, changed enough to move the logits.
+    std::map<std::string, accuracy::Matrix> ref;
+    for (const std::string& name : replaced_points(*one)) {
+      accuracy::Matrix m = seen.tensors.at(name);
+      for (std::size_t i = 0; i < m.data.size(); ++i) m.data[i] = m.data[i] * 0.5f + float(i % 7) * 0.05f;
+      ref[name] = std::move(m);
+    }
+    ASSERT_FALSE(ref.empty());
+    const auto a = score_replaced(*one, t, ref), b = score_replaced(*two, t, ref);
+    const Gap moved = gap(a, plain), d = gap(b, a);
+    std::fprintf(stderr,
+                 "[ tp2-tp1  ] %s %s: %zu points replaced, logits moved by %.3g (relative %.3g), TP 2 vs 1 "
+                 "relative %.3g, max %.3g\n",
+                 GetParam().c_str(), fp32 ? "float32" : "bfloat16", ref.size(), double(moved.max_abs), moved.rel,
+                 d.rel, double(d.max_abs));
+    EXPECT_GT(moved.max_abs, 0.01f) << "the replacement must change the logits for the comparison to mean anything";
+    EXPECT_LE(d.rel, tolerance(fp32)) << "worst at " << d.worst << ": " << b[d.worst] << " vs " << a[d.worst];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaTensorParallel, ::testing::Values("builtin:tiny-g2", "builtin:tiny-hybrid-g2"),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           std::string n = i.param.substr(i.param.find(':') + 1);
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+// Sets an environment variable for a scope and restores what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* v = std::getenv(name)) old_ = v;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_, old_->c_str(), 1);
+    else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(CudaTensorParallelCollective, NcclForcedWithRanksSharingAGpuIsRefusedSayingWhy) {
+  PARITY_REQUIRE_GPU();
+  if (cuda::device_count() >= 2) GTEST_SKIP() << "every rank has a GPU here: NCCL may run";
+  ScopedEnv e("PARITY_TP_COLLECTIVE", "nccl");
+  try {
+    gpu("builtin:tiny-g2", 2);
+    ADD_FAILURE() << "expected PARITY_TP_COLLECTIVE=nccl to be refused on one GPU";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("1 GPU for 2 ranks: NCCL needs a GPU per rank"), std::string::npos)
+        << err.what();
+  }
+}
+
+// Partials whose sum depends on the order: magnitudes from 1e-3 to 1e7 with both signs.
+std::vector<std::vector<float>> order_sensitive_partials(int ranks, std::size_t n) {
+  std::vector<std::vector<float>> p;
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<float> v = test::uniform(n, 100 + r);
+    for (std::size_t i = 0; i < n; ++i) v[i] = v[i] * std::pow(10.0f, float((i * 7 + r * 3) % 11) - 3.0f);
+    p.push_back(std::move(v));
+  }
+  return p;
+}
+
+// ((p0 + p1) + p2) + … per element: model::Collective's rule, written out.
+std::vector<float> rank_order_sum(const std::vector<std::vector<float>>& p) {
+  std::vector<float> s = p[0];
+  for (std::size_t r = 1; r < p.size(); ++r)
+    for (std::size_t i = 0; i < s.size(); ++i) s[i] = s[i] + p[r][i];
+  return s;
+}
+
+// The companion of the two tests below: in the reverse order the same partials give other bits, so a
+// sum in the wrong order would be caught.
+void expect_order_matters(const std::vector<std::vector<float>>& p, const std::vector<float>& want) {
+  std::vector<std::vector<float>> rev(p.rbegin(), p.rend());
+  const std::vector<float> other = rank_order_sum(rev);
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) differ += std::memcmp(&want[i], &other[i], 4) != 0;
+  EXPECT_GT(differ, want.size() / 100) << "the partials must make the order visible";
+}
+
+TEST(CudaTensorParallelCollective, HostStagedSumEqualsTheCpuRankOrderSumBitForBit) {
+  PARITY_REQUIRE_GPU();
+  constexpr int kRanks = 3;  // three ranks on GPU 0: with two, p0 + p1 would not show the order
+  const std::size_t n = 10000;
+  const auto p = order_sensitive_partials(kRanks, n);
+  const std::vector<float> want = rank_order_sum(p);
+  expect_order_matters(p, want);
+
+  // The CPU ranks' own collective on the same partials.
+  model::InProcessCollective cpu(kRanks);
+  std::vector<std::vector<float>> cpu_got = p;
+  {
+    std::vector<std::thread> ts;
+    for (int r = 0; r < kRanks; ++r) ts.emplace_back([&, r] { cpu.sum_partials(r, cpu_got[r].data(), n); });
+    for (auto& t : ts) t.join();
+  }
+  // The host-staged device collective: each rank's partial on GPU 0, its own stream and thread; twice,
+  // the second time with more elements (the staging grows).
+  model::InProcessCollective host(kRanks);
+  backend_cuda::HostStagedCollective staged(&host);
+  for (std::size_t len : {n / 2, n}) {
+    SCOPED_TRACE("n " + std::to_string(len));
+    std::vector<std::vector<float>> got(kRanks);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < kRanks; ++r)
+      ts.emplace_back([&, r] {
+        cuda::Stream s;
+        cuda::DeviceBuffer<float> d;
+        d.upload(p[r].data(), len);
+        staged.sum_partials(r, d.data(), len, s.get());
+        s.sync("test");
+        got[r] = d.download(len);
+      });
+    for (auto& t : ts) t.join();
+    std::vector<float> w(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(len));
+    for (int r = 0; r < kRanks; ++r) {
+      EXPECT_TRUE(test::same_bits(got[r].data(), w.data(), len))
+          << "rank " << r << ": " << first_difference(got[r].data(), w.data(), len);
+      EXPECT_TRUE(test::same_bits(cpu_got[r].data(), w.data(), len))
+          << "cpu rank " << r << ": " << first_difference(cpu_got[r].data(), w.data(), len);
+    }
+  }
+}
+
+TEST(CudaTensorParallelCollective, DeviceRankOrderAddEqualsTheCpuRuleBitForBit) {
+  PARITY_REQUIRE_GPU();
+  constexpr int kRanks = 4;
+  const std::size_t n = 12345;
+  const auto p = order_sensitive_partials(kRanks, n);
+  const std::vector<float> want = rank_order_sum(p);
+  expect_order_matters(p, want);
+  std::vector<float> gathered;
+  for (const auto& v : p) gathered.insert(gathered.end(), v.begin(), v.end());
+  cuda::DeviceBuffer<float> g, out(n);
+  g.upload(gathered);
+  cuda::Stream s;
+  cuda::sum_rank_partials(g.data(), kRanks, n, out.data(), s.get());
+  s.sync("test");
+  const std::vector<float> got = out.download(n);
+  EXPECT_TRUE(test::same_bits(got.data(), want.data(), n)) << first_difference(got.data(), want.data(), n);
+  // In place, into rank 1's row (as the NCCL collective's callers may).
+  cuda::sum_rank_partials(g.data(), kRanks, n, g.data() + n, s.get());
+  s.sync("test");
+  const std::vector<float> all = g.download(kRanks * n);
+  EXPECT_TRUE(test::same_bits(all.data() + n, want.data(), n)) << first_difference(all.data() + n, want.data(), n);
+}
+
+// NCCL's plumbing (the run-time loading, a communicator, ncclAllGather on a stream) with one rank, which
+// one GPU allows: the gathered partial comes back unchanged. Not run where NCCL is absent.
+TEST(CudaTensorParallelCollective, NcclWithOneRankGathersAndSums) {
+  PARITY_REQUIRE_GPU();
+  std::shared_ptr<const backend_cuda::nccl::Library> lib;
+  try {
+    lib = backend_cuda::nccl::library();
+  } catch (const Error& e) {
+    GTEST_SKIP() << "NCCL not found (set PARITY_NCCL_LIBRARY): " << e.what();
+  }
+  std::fprintf(stderr, "[ nccl     ] %s\n", lib->path.c_str());
+  backend_cuda::NcclCollective c(lib, {0});
+  const std::vector<float> v = test::uniform(4099, 9);
+  cuda::DeviceBuffer<float> d;
+  d.upload(v);
+  cuda::Stream s;
+  c.sum_partials(0, d.data(), v.size(), s.get());
+  s.sync("test");
+  const auto got = d.download(v.size());
+  EXPECT_TRUE(test::same_bits(got.data(), v.data(), v.size())) << first_difference(got.data(), v.data(), v.size());
+}
+
+// Two GPUs: NCCL's sums equal the host-staged ones bit for bit. Not run on one GPU or without NCCL.
+TEST(CudaTensorParallelCollective, NcclSumEqualsHostStagedOnTwoGpus) {
+  PARITY_REQUIRE_GPU();
+  if (cuda::device_count() < 2) GTEST_SKIP() << "needs two GPUs";
+  std::shared_ptr<const backend_cuda::nccl::Library> lib;
+  try {
+    lib = backend_cuda::nccl::library();
+  } catch (const Error& e) {
+    GTEST_SKIP() << "NCCL not found (set PARITY_NCCL_LIBRARY): " << e.what();
+  }
+  const std::size_t n = 7777;
+  const auto p = order_sensitive_partials(2, n);
+  const std::vector<float> want = rank_order_sum(p);
+  backend_cuda::NcclCollective c(lib, {0, 1});
+  std::vector<std::vector<float>> got(2);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      cuda::cuda_check(cudaSetDevice(r), "cudaSetDevice");
+      cuda::Stream s;
+      cuda::DeviceBuffer<float> d;
+      d.upload(p[r]);
+      c.sum_partials(r, d.data(), n, s.get());
+      s.sync("test");
+      got[r] = d.download(n);
+    });
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < 2; ++r)
+    EXPECT_TRUE(test::same_bits(got[r].data(), want.data(), n))
+        << "rank " << r << ": " << first_difference(got[r].data(), want.data(), n);
+}
+
+}  // namespace
+}  // namespace parity
