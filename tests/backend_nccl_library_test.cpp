@@ -97,7 +97,7 @@ TEST(NcclLibrary, TheDefaultSearchLoadsOrSaysWhatItTried) {
 std::string split_error(const std::string& spec, int tp, bool cuda) {
   try {
     const model::Checkpoint ck = model::open_checkpoint(spec);
-    if (cuda) backend_cuda::load_model(ck, tp);
+    if (cuda) backend_cuda::load_model(ck, tp, {});
     else model::load_model(ck, tp);
   } catch (const Error& e) {
     return e.what();

@@ -30,7 +30,7 @@ model::Model& tp_model(int tp) {
   static std::unique_ptr<model::Model> m[2];
   if (!m[tp - 1]) {
     static const model::Checkpoint ck = model::open_checkpoint(kTpModel);
-    m[tp - 1] = backend_cuda::load_model(ck, tp);
+    m[tp - 1] = backend_cuda::load_model(ck, tp, {});
     if (tp > 1) std::fprintf(stderr, "%s: %s\n", kTpModel, m[tp - 1]->placement().c_str());
   }
   return *m[tp - 1];

@@ -34,7 +34,8 @@ model::DeviceMemory query_device_memory(int device = 0);
 std::unique_ptr<model::Model> load_model(const model::Checkpoint& ck, const CudaModelOptions& opt = {});
 // The same split over tensor_parallel_size GPU ranks when it is above 1 (cuda_tensor_parallel.h: rank r
 // on GPU r % device_count(), NCCL or host-staged sums); a split that does not fit is refused as on the CPU.
+// The options have no default here: load_model(ck, {}) must mean the overload above, not tp = 0.
 std::unique_ptr<model::Model> load_model(const model::Checkpoint& ck, int tensor_parallel_size,
-                                         const CudaModelOptions& opt = {});
+                                         const CudaModelOptions& opt);
 
 }  // namespace parity::backend_cuda
