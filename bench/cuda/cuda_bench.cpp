@@ -81,7 +81,12 @@ struct ScanBench {
       s16.resize(S);
       s16.zero();
     } else {
-      s32.upload(rnd(S, 5, -0.1f, 0.1f));
+      // One sequence's random state repeated: drawing 67 M values for a batch of 256 took most of
+      // a benchmark's time, and the kernels' speed does not depend on the values.
+      const std::vector<float> one = rnd(std::size_t(H) * P * N, 5, -0.1f, 0.1f);
+      std::vector<float> all(S);
+      for (std::size_t i = 0; i < S; ++i) all[i] = one[i % one.size()];
+      s32.upload(all);
     }
     const int cell = std::max(1, g.cell);
     rx.upload(rnd(std::size_t(nseq) * H * cell * P, 6, -1, 1));
@@ -144,10 +149,16 @@ BENCHMARK(BM_CudaSsdPrefill)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+double copy_bandwidth();
+
 // One decode step's SSM part for `batch` sequences. arg1: 0 plain SSU, else exact cell; arg2: 1 = bf16
 // state. Steps walk through consecutive positions, so every position of the cell is in the mean;
 // the slowest position is reported as the counter max_us. Device time of the whole ssd_scan call
 // (Timer::start_device). tile > 0 forces the decode kernels' p-tile (rows of p per block).
+// Counters: state_GBps (the state's bytes, read once, per second); floor_us, the bytes the step
+// must move at the device's copy rate (plain: the state read and written; exact: the state read,
+// the folding heads' share (1/G) written, the replayed x rows read, the row's x into the ring);
+// x_floor = mean / floor_us.
 void decode_ssm(benchmark::State& state, int batch, int cell, bool bf16, int tile) {
   if (!have_gpu(state)) return;
   cuda::ssd_force_step_tile(tile);
@@ -177,26 +188,39 @@ void decode_ssm(benchmark::State& state, int batch, int cell, bool bf16, int til
     total += per[k];
   }
   state.counters["max_us"] = worst * 1e6;
-  // The state's bytes (read once) per second of device time: against the ~4.2 TB/s a copy reaches.
-  if (total > 0)
-    state.counters["state_GBps"] =
-        static_cast<double>(state.iterations()) * batch * H * P * N * (bf16 ? 2 : 4) / total / 1e9;
+  const double state_bytes = static_cast<double>(batch) * H * P * N * (bf16 ? 2 : 4);
+  const double x_row_bytes = static_cast<double>(batch) * H * P * 4;
+  const double moved = cell == 0 ? 2.0 * state_bytes
+                                 : state_bytes * (1.0 + 1.0 / cell) + x_row_bytes * ((cell - 1) / 2.0 + 1.0);
+  const double floor_s = moved / copy_bandwidth();
+  state.counters["floor_us"] = floor_s * 1e6;
+  if (total > 0) {
+    const double mean = total / static_cast<double>(std::max<int64_t>(1, state.iterations()));
+    state.counters["state_GBps"] = state_bytes / mean / 1e9;
+    state.counters["x_floor"] = mean / floor_s;
+  }
 }
+// A fixed number of steps (32 per position at G = 16), whatever --benchmark_min_time says: a step
+// costs far more wall time (the pass's upload, the 50 µs queue-up wait) than device time, and a
+// time-based count made the batch-1 cases run for minutes.
+constexpr int kDecodeSteps = 512;
 void BM_CudaDecodeSsm(benchmark::State& state) {
   decode_ssm(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), state.range(2) != 0, 0);
 }
 BENCHMARK(BM_CudaDecodeSsm)
     ->ArgsProduct({{1, 8, 64, 256}, {0, 8, 16, 32, 64, 256}, {0, 1}})
+    ->Iterations(kDecodeSteps)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
-// The same with the p-tile forced (arg3: rows of p per block; 64 = the whole head), fp32 state: the
-// figures the default tile choice (ssd_step_tile) is checked against.
+// The same with the p-tile forced (arg2: rows of p per block; 64 = the whole head), arg3 = bf16:
+// the figures the default tile choice (ssd_step_tile) is checked against.
 void BM_CudaDecodeSsmTile(benchmark::State& state) {
-  decode_ssm(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), false,
+  decode_ssm(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), state.range(3) != 0,
              static_cast<int>(state.range(2)));
 }
 BENCHMARK(BM_CudaDecodeSsmTile)
-    ->ArgsProduct({{1, 8, 64, 256}, {0, 16}, {16, 32, 64}})
+    ->ArgsProduct({{1, 64, 256}, {0, 16}, {8, 16, 32, 64}, {0, 1}})
+    ->Iterations(kDecodeSteps)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

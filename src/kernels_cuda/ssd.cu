@@ -69,15 +69,15 @@ std::atomic<int> forced_tile{0};
 
 void ssd_force_step_tile(int rows_of_p) { forced_tile.store(rows_of_p); }
 
-// The whole head per block where the batch alone gives ≥ 1024 blocks (about 8 per SM on an H200,
-// 4 resident at a time), else halved down to 16 rows: a small batch then still spreads over the
-// SMs. At most kMaxTileFloats per tile and one row per thread.
+// Rows of p per block: a 16 KB fp32 tile (kDefaultTileFloats; 32 rows at N = 128), halved down to
+// 16 rows while the batch gives fewer than 2048 blocks (a small batch then still spreads over the
+// SMs). At most kMaxTileFloats per tile and one row per thread (the row's outputs).
 int ssd_step_tile(const SsdShape& sh, int seqs) {
   const int most = std::min(sh.P, std::min(ssd::kStepThreads, std::max(1, ssd::kMaxTileFloats / sh.N)));
   const int forced = forced_tile.load();
   if (forced > 0) return std::min(forced, most);
-  int tp = most;
-  while (tp > 16 && static_cast<long>(seqs) * sh.H * ((sh.P + tp - 1) / tp) < 1024) tp = (tp + 1) / 2;
+  int tp = std::min(most, std::max(1, ssd::kDefaultTileFloats / sh.N));
+  while (tp > 16 && static_cast<long>(seqs) * sh.H * ((sh.P + tp - 1) / tp) < 2048) tp = (tp + 1) / 2;
   return tp;
 }
 

@@ -1,5 +1,5 @@
-// Exact mode's one-row decode, every such sequence of a pass in one launch over (sequence, head,
-// p-tile). Row t of head h sits at index j of its cell (rows 0..j-1 in the replay ring, row j in
+// Exact mode's one-row decode, every such sequence of a pass in one launch over (sequence, p-tile,
+// head). Row t of head h sits at index j of its cell (rows 0..j-1 in the replay ring, row j in
 // this call); with the cell's start state S (the slot: a one-row call folds nothing before it):
 //   y_t[p] = row_output(cum_j, dot(C_t, S[p]), Σ_{i≤j} coef_i · x_i[p], D, x_t[p])
 //   coef_i = row_weight(cum_j, cum_i, dt_i) · cb_dot(C_t, B_i)
@@ -8,11 +8,18 @@
 // row_weight. Every value is the same sequence of operations as in the prefill phases
 // (ssd_outputs.cu for y, ssd_deltas.cu + ssd_chain.cu for the fold; the shared pieces are the
 // functions of ssd_device.cuh), so a row decoded here has the bits a prefill gives it.
-// Then row t goes into the replay ring (x, dt; B by the group's first head).
+// Row t also goes into the replay ring (x, dt; B by the group's first head).
 //
-// Traffic: the state tile is read once (written only on a fold), the replay rows come with it; all
-// of it is requested up front with asynchronous copies, and the serial part (the cum sum, the
-// coefficient dots) runs while the state is in flight.
+// Schedule of a block. The replay rows (what the serial part needs) are requested first, the
+// state tile right after them in a second group: the cum sum, the coefficient dots, the row's
+// intra-cell sum run while the state is still in flight, and after it arrives only the dots
+// C·S (and, for a folding head, the fold) remain. Only the state is large; everything that does
+// not need it is done before it is waited for.
+//
+// Launch order: blocks start roughly in index order, so heads are numbered from the ones that fold
+// at this row (the most work: the fold's delta and a state write) through those late in their
+// cells (more rows to replay) to the lightest: the last blocks to start are short ones and the
+// step does not end on a folding block (heavy_first_head; launch order only, no bits depend on it).
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/smem_limit.h"
 #include "kernels_cuda/ssd_tile.cuh"
@@ -23,18 +30,16 @@ namespace {
 constexpr int kStageRows = 32;  // replay rows staged at a time (a whole cell for G ≤ 32)
 
 struct DecodeLayout {
-  int R, XP;                                          // rows per stage; row stride of the x stage
-  std::size_t S, raw, B, x, C, dts, cum, wf, coef, inter, total;  // floats
+  int R, XP;                                                     // rows per stage; row stride of the x stage
+  std::size_t S, B, x, C, dts, cum, wf, coef, inter, dacc, total;  // floats
 };
 __host__ __device__ inline DecodeLayout decode_layout(const SsdShape& sh, int cell, int tp, bool bf16) {
   DecodeLayout l{};
   l.R = cell < kStageRows ? cell : kStageRows;
   l.XP = (tp + 3) / 4 * 4;
-  const int Np = padded_row(sh.N);
   Carve c;
-  l.S = c.take(static_cast<std::size_t>(tp) * Np);
-  l.raw = c.take(bf16 ? (static_cast<std::size_t>(tp) * sh.N + 1) / 2 : 0);
-  l.B = c.take(static_cast<std::size_t>(l.R) * Np);
+  l.S = c.take(tile_floats(tp, sh.N, bf16));
+  l.B = c.take(static_cast<std::size_t>(l.R) * padded_row(sh.N));
   l.x = c.take(static_cast<std::size_t>(l.R) * l.XP);
   l.C = c.take(sh.N);
   l.dts = c.take(cell);
@@ -42,22 +47,61 @@ __host__ __device__ inline DecodeLayout decode_layout(const SsdShape& sh, int ce
   l.wf = c.take(l.R);
   l.coef = c.take(l.R);
   l.inter = c.take(tp);
+  // A cell longer than one stage: the fold's partial sums between stages (each element's chain
+  // continues from the value kept here, so it is still one chain).
+  l.dacc = c.take(cell > l.R ? static_cast<std::size_t>(tp) * sh.N : 0);
   l.total = c.at;
   return l;
 }
 
-__global__ void __launch_bounds__(kStepThreads, 3) decode_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc,
+// The head that launch slot y works on (see the file comment): a rotation of the heads that starts
+// at the first one whose cell ends at this row, i.e. whose stagger offset is (start + 1) mod cell
+// (the offsets of exact_grid.h grow with the head number).
+__device__ inline int heavy_first_head(const ScanGrid& g, int H, int64_t start, int y) {
+  if (!g.stagger || g.cell <= 1) return y;
+  const int all = g.model_heads > 0 ? g.model_heads : H;
+  const int64_t o = (start + 1) % g.cell;
+  int h0 = static_cast<int>((o * all + g.cell - 1) / g.cell - g.first_head) % H;
+  if (h0 < 0) h0 += H;
+  const int h = h0 + y;
+  return h >= H ? h - H : h;
+}
+
+// The fold's delta over one stage's rows for the four elements (r, n..n+3) of the tile: each
+// element's chain Σ_i (w_i · x_i[p]) · B_i[n] continued over the stage's rows in ascending order
+// (ssd_deltas.cu's operations: xw = w_i · x_i[p], then fmaf(xw, B_i[n], acc)).
+__device__ inline void delta4(float a[4], const float* Bs, int Np, const float* xs, int XP, const float* wf, int rc,
+                              int r, int n) {
+  for (int ii = 0; ii < rc; ++ii) {
+    const float xw = wf[ii] * xs[ii * XP + r];
+    const float4 b = *reinterpret_cast<const float4*>(Bs + ii * Np + n);
+    a[0] = fmaf(xw, b.x, a[0]);
+    a[1] = fmaf(xw, b.y, a[1]);
+    a[2] = fmaf(xw, b.z, a[2]);
+    a[3] = fmaf(xw, b.w, a[3]);
+  }
+}
+
+// Grid: x = sequence · tiles + p-tile, y = launch slot of the head (heavy_first_head). At most 64
+// registers (8 blocks of 128 threads an SM; unbounded, ptxas took 80, which allows 6): at the
+// default tile shared memory allows 7 fp32 or 10 bf16 blocks an SM.
+__global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc,
                                                               int ld, const float* dt, const float* A,
-                                                              const float* Dskip, SsdState st, int TP, float* y) {
-  const int seq = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
-  if (!uses_decode_row(g, p.n[seq])) return;
+                                                              const float* Dskip, SsdState st, int TP, int tiles,
+                                                              float* y) {
+  const int seq = static_cast<int>(blockIdx.x) / tiles, z = static_cast<int>(blockIdx.x) - seq * tiles;
+  const int tid = threadIdx.x;
+  // The sequence's metadata in one round trip, then the test.
+  const int n_rows = p.n[seq], slot = p.slot[seq], row0 = p.row0[seq];
   const int64_t start = p.start[seq];
-  const RowSource src = source_of(sh, g, p, seq, xbc, ld, dt, st);
-  const Tile t = tile_of(sh, src.slot, h, TP);
-  const int grp = h / sh.heads_per_group(), N = sh.N, Np = t.Np;
+  if (!uses_decode_row(g, n_rows)) return;
+  const int H = sh.H, P = sh.P, N = sh.N, cell = g.cell;
+  const int h = heavy_first_head(g, H, start, blockIdx.y);
+  const Tile t = tile_of(sh, slot, h, TP, z);
+  const int grp = h / sh.heads_per_group(), Np = t.Np, tp = t.tp;
   const bool bf16 = st.state_f32 == nullptr;
-  const DecodeLayout lo = decode_layout(sh, g.cell, TP, bf16);
-  const Cell c = call_cell(g, h, sh.H, start, 0);
+  const DecodeLayout lo = decode_layout(sh, cell, TP, bf16);
+  const Cell c = call_cell(g, h, H, start, 0);
   const int j = static_cast<int>(start - c.start);  // the row's index in its cell
   const int rows = j + 1;                            // source rows 0..j
   const bool fold = start + 1 == c.end;              // the row completes the cell
@@ -66,122 +110,123 @@ __global__ void __launch_bounds__(kStepThreads, 3) decode_kernel(SsdShape sh, Sc
   float* smem = reinterpret_cast<float*>(smem4);
   float *S = smem + lo.S, *Bs = smem + lo.B, *xs = smem + lo.x, *Cs = smem + lo.C;
   float *dts = smem + lo.dts, *cum = smem + lo.cum, *wf = smem + lo.wf, *coef = smem + lo.coef;
-  float* inter = smem + lo.inter;
-  uint16_t* raw = reinterpret_cast<uint16_t*>(smem + lo.raw);
+  float *inter = smem + lo.inter, *dacc = smem + lo.dacc;
+  uint16_t* raw = reinterpret_cast<uint16_t*>(smem + lo.S);
   const int R = lo.R, XP = lo.XP;
 
-  // Group 1: what the serial part needs (dt of rows 0..j, C_t, the first stage of rows); group 2:
-  // the state tile, which the serial part does not wait for.
-  auto stage = [&](int i0, int rc) {
-    stage_rows(Bs, Np, rc, N, [&](int i) { return src.B(grp, c.start + i0 + i); });
-    stage_rows(xs, XP, rc, t.tp, [&](int i) { return src.x(h, c.start + i0 + i) + t.p0; });
+  // Where source row i (0..j) of the cell lives: row j is this call's, rows before it are in the
+  // replay ring, in consecutive slots (mod cell) from the cell's first row's.
+  const float* cur = xbc + static_cast<std::size_t>(row0) * ld;
+  const int I = H * P;
+  const std::size_t xbase = (static_cast<std::size_t>(slot) * H + h) * cell;           // ring_x / ring_dt rows
+  const std::size_t bbase = (static_cast<std::size_t>(slot) * sh.groups + grp) * cell;  // ring_B rows
+  const int xs0 = ring_x_slot(g, h, H, c.start), bs0 = static_cast<int>(c.start % cell);
+  auto wrap = [cell](int s) { return s >= cell ? s - cell : s; };
+  auto x_row = [&](int i) -> const float* {
+    return i == j ? cur + static_cast<std::size_t>(h) * P : st.ring_x + (xbase + wrap(xs0 + i)) * P;
   };
-  stage_rows(dts, 1, rows, 1, [&](int i) { return src.dtp(h, c.start + i); });
-  stage_rows(Cs, N, 1, N, [&](int) { return src.C(grp, start); });
+  auto B_row = [&](int i) -> const float* {
+    return i == j ? cur + I + static_cast<std::size_t>(grp) * N : st.ring_B + (bbase + wrap(bs0 + i)) * N;
+  };
+  auto dt_of = [&](int i) -> const float* {
+    return i == j ? dt + static_cast<std::size_t>(row0) * H + h : st.ring_dt + xbase + wrap(xs0 + i);
+  };
+  auto stage = [&](int i0, int rc) {
+    stage_rows(Bs, Np, rc, N, [&](int i) { return B_row(i0 + i); });
+    stage_rows(xs, XP, rc, tp, [&](int i) { return x_row(i0 + i) + t.p0; });
+  };
+
+  // Group 1: dt of rows 0..j, C_t, the first stage of rows. Group 2: the state tile.
+  for (int i = tid; i < rows; i += kStepThreads) cp_async4(dts + i, dt_of(i));
+  stage_vec(Cs, cur + I + static_cast<std::size_t>(sh.groups) * N + static_cast<std::size_t>(grp) * N, N);
   stage(0, rows < R ? rows : R);
   cp_async_commit();
   stage_state(st, t, S, raw);
   cp_async_commit();
-  cp_async_wait<1>();
-  __syncthreads();
 
-  const float Ah = A[h];
+  // Row t into the replay ring, straight from this call's rows. No block of this launch reads
+  // these slots: the rows replayed here are the ones before t in t's cell, which sit in other
+  // slots of the x/dt ring (one per cell row) and of the B ring (position mod cell).
+  {
+    const std::size_t xb = xbase + wrap(xs0 + j);
+    const float* xt = cur + static_cast<std::size_t>(h) * P + t.p0;
+    for (int r = tid; r < tp; r += kStepThreads) st.ring_x[xb * P + t.p0 + r] = xt[r];
+    if (z == 0) {
+      if (tid == 0) st.ring_dt[xb] = *dt_of(j);
+      if (h % sh.heads_per_group() == 0) {
+        const std::size_t bb = bbase + wrap(bs0 + j);
+        const float* Bt = B_row(j);
+        for (int n = tid; n < N; n += kStepThreads) st.ring_B[bb * N + n] = Bt[n];
+      }
+    }
+  }
+
+  const float Ah = A[h], Dh = Dskip[h];
+  cp_async_wait<1>();  // group 1
+  __syncthreads();
   for (int i = tid; i < rows; i += kStepThreads) cum[i] = cum_term(dts[i], Ah);
   __syncthreads();
   if (tid == 0) cum_scan(cum, rows);
   __syncthreads();
   const float cj = cum[j];
 
-  // This thread's outputs: row p = tid of the tile (intra; inter comes from tile_dots through
-  // shared memory); when folding, the fold's accumulators of its chunks (4 columns of one row
-  // each: chunks tid, tid + 256, ...).
+  // Stages of source rows: the coefficients, this thread's intra-cell sum (row p = tid of the
+  // tile), and, for a folding head in a cell longer than a stage, the fold's partial sums of
+  // every stage but the last.
   float intra = 0.0f;
-  float acc[kMaxChunks][4];
-#pragma unroll
-  for (int k = 0; k < kMaxChunks; ++k) acc[k][0] = acc[k][1] = acc[k][2] = acc[k][3] = 0.0f;
-  const int chunks = tile_chunks(t);
-
-  for (int i0 = 0; i0 < rows; i0 += R) {
+  int i0 = 0;
+  for (;;) {
     const int rc = rows - i0 < R ? rows - i0 : R;
-    if (i0 > 0) {
-      __syncthreads();  // the previous stage is consumed
-      stage(i0, rc);
-      cp_async_commit();
-      cp_async_wait<0>();
-      __syncthreads();
+    for (int ii = tid; ii < rc; ii += kStepThreads) {
+      const float w = row_weight(cj, cum[i0 + ii], dts[i0 + ii]);
+      wf[ii] = w;
+      coef[ii] = w * cb_dot(Cs, Bs + ii * Np, N);
     }
-    if (tid < rc) {
-      const int i = i0 + tid;
-      const float w = row_weight(cj, cum[i], dts[i]);
-      wf[tid] = w;
-      coef[tid] = w * cb_dot(Cs, Bs + tid * Np, N);
-    }
-    if (i0 == 0) {
-      cp_async_wait<0>();  // the state tile
-      __syncthreads();
-      if (bf16) {
-        widen_tile(t, raw, S);
-        __syncthreads();
-      }
-      tile_dots(Cs, S, Np, N, t.tp, [&](int r, float dot) { inter[r] = dot; });
-    } else {
-      __syncthreads();
-    }
-    if (tid < t.tp)
+    __syncthreads();
+    if (tid < tp)
       for (int ii = 0; ii < rc; ++ii) intra = fmaf(coef[ii], xs[ii * XP + tid], intra);
+    if (i0 + R >= rows) break;  // the last stage stays on chip for the fold
     if (fold) {
-      for (int ii = 0; ii < rc; ++ii) {
-        const float w = wf[ii];
-        const float* Brow = Bs + ii * Np;
-        const float* xrow = xs + ii * XP;
-#pragma unroll
-        for (int k = 0; k < kMaxChunks; ++k) {
-          const int ch = tid + k * kStepThreads;
-          if (ch >= chunks) break;
-          const int e = 4 * ch, r = e / N, n = e % N;
-          const float xw = w * xrow[r];  // ssd_deltas.cu's w_i · x_i[p]
-          const float4 b = *reinterpret_cast<const float4*>(Brow + n);
-          acc[k][0] = fmaf(xw, b.x, acc[k][0]);
-          acc[k][1] = fmaf(xw, b.y, acc[k][1]);
-          acc[k][2] = fmaf(xw, b.z, acc[k][2]);
-          acc[k][3] = fmaf(xw, b.w, acc[k][3]);
-        }
+      for (Walk w(N / 4); w.r < tp; w.next()) {
+        const int e = w.r * N + 4 * w.c;
+        float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (i0 > 0)
+          for (int k = 0; k < 4; ++k) a[k] = dacc[e + k];
+        delta4(a, Bs, Np, xs, XP, wf, rc, w.r, 4 * w.c);
+        for (int k = 0; k < 4; ++k) dacc[e + k] = a[k];
       }
     }
+    __syncthreads();  // the stage is consumed
+    i0 += R;
+    stage(i0, rows - i0 < R ? rows - i0 : R);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
   }
 
-  __syncthreads();  // inter
-  const float* xt = src.x(h, start) + t.p0;  // row t's x, this call's
-  if (tid < t.tp)
-    y[static_cast<std::size_t>(src.row0) * sh.H * sh.P + static_cast<std::size_t>(h) * sh.P + t.p0 + tid] =
-        row_output(cj, inter[tid], intra, Dskip[h], xt[tid]);
+  cp_async_wait<0>();  // the state tile
+  __syncthreads();
+  tile_dots(Cs, t, S, raw, bf16, [&](int r, float dot) { inter[r] = dot; });
   if (fold) {
     const float decay = exp_f(cj);  // ssd_deltas.cu's cell_decay: exp(cum_{L-1})
-#pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) {
-      const int ch = tid + k * kStepThreads;
-      if (ch >= chunks) break;
-      const int e = 4 * ch, r = e / N, n = e % N;
-      const float* s = S + r * Np + n;
-      float v[4];
-      for (int q = 0; q < 4; ++q) v[q] = fold_element(decay, s[q], acc[k][q], bf16);
+    const int rc = rows - i0;
+    for (Walk w(N / 4); w.r < tp; w.next()) {
+      const int n = 4 * w.c, e = w.r * N + n;
+      float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (i0 > 0)
+        for (int k = 0; k < 4; ++k) a[k] = dacc[e + k];
+      delta4(a, Bs, Np, xs, XP, wf, rc, w.r, n);
+      const float4 s = tile_load4(t, S, raw, bf16, w.r, n);
+      const float v[4] = {fold_element(decay, s.x, a[0], bf16), fold_element(decay, s.y, a[1], bf16),
+                          fold_element(decay, s.z, a[2], bf16), fold_element(decay, s.w, a[3], bf16)};
       store4(st, t, e, v);
     }
   }
-
-  // Row t into the replay ring. No block of this launch reads these slots: the rows replayed here
-  // are the ones before t in t's cell, which sit in other slots of the x/dt ring (one per cell
-  // row) and of the B ring (position mod cell).
-  const int xslot = ring_x_slot(g, h, sh.H, start);
-  const std::size_t xb = (static_cast<std::size_t>(src.slot) * sh.H + h) * g.cell + xslot;
-  for (int r = tid; r < t.tp; r += kStepThreads) st.ring_x[xb * sh.P + t.p0 + r] = xt[r];
-  if (blockIdx.z == 0) {
-    if (tid == 0) st.ring_dt[xb] = src.dtv(h, start);
-    if (h % sh.heads_per_group() == 0) {
-      const std::size_t bb = (static_cast<std::size_t>(src.slot) * sh.groups + grp) * g.cell + start % g.cell;
-      const float* Bt = src.B(grp, start);
-      for (int n = tid; n < N; n += kStepThreads) st.ring_B[bb * N + n] = Bt[n];
-    }
+  __syncthreads();  // inter
+  if (tid < tp) {
+    const float xt = xs[(j - i0) * XP + tid];  // row t's x: row j, in the last stage
+    y[static_cast<std::size_t>(row0) * I + static_cast<std::size_t>(h) * P + t.p0 + tid] =
+        row_output(cj, inter[tid], intra, Dh, xt);
   }
 }
 
@@ -193,8 +238,9 @@ void launch_decode(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, con
   const bool bf16 = st.state_f32 == nullptr;
   const std::size_t smem = decode_layout(sh, g.cell, tp, bf16).total * sizeof(float);
   ensure_smem(decode_kernel, smem, "ssd decode smem");
-  const unsigned tiles = static_cast<unsigned>((sh.P + tp - 1) / tp);
-  decode_kernel<<<dim3(p.num_seqs, sh.H, tiles), kStepThreads, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, tp, y);
+  const int tiles = (sh.P + tp - 1) / tp;
+  decode_kernel<<<dim3(static_cast<unsigned>(p.num_seqs * tiles), static_cast<unsigned>(sh.H)), kStepThreads, smem,
+                  s>>>(sh, g, p, xbc, ld, dt, A, D, st, tp, tiles, y);
   check_launch("ssd decode");
 }
 

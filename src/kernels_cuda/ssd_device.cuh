@@ -144,9 +144,11 @@ __device__ inline float cb_dot(const float* C, const float* B, int N) {
 // dot(C, S[p]) = (a_0 + a_1) + (a_2 + a_3), a_q = Σ_{n ≡ q mod 4, ascending} C[n]·S[p][n].
 // quarter_dot forms the four chains side by side (16-byte aligned rows when N % 4 == 0);
 // quarter_sum forms one of them (a thread per chain, combined across lanes): each a_q is the same
-// fmaf chain either way, and combine_quarters the one final expression.
+// fmaf chain either way, and combine_quarters the one final expression. quarter_sum's row is
+// anything indexable as floats (a fp32 row, or a bf16 row widened exactly as it is read).
 __device__ inline float combine_quarters(float a0, float a1, float a2, float a3) { return (a0 + a1) + (a2 + a3); }
-__device__ inline float quarter_sum(const float* C, const float* S, int N, int q) {
+template <class Row>
+__device__ inline float quarter_sum(const float* C, const Row& S, int N, int q) {
   float a = 0.0f;
   for (int n = q; n < N; n += 4) a = fmaf(C[n], S[n], a);
   return a;
