@@ -226,20 +226,37 @@ BENCHMARK(BM_CudaDecodeSsmTile)
 
 // The batch-invariant GEMM at mamba2-2.7b's shapes: arg1 0 = in_proj (10576 × 2560), 1 = out_proj
 // (2560 × 5120), 2 = lm_head (50288 × 2560). One GEMM pass at such a shape, random inputs.
+constexpr int kGemmShapes[3][2] = {{10576, 2560}, {2560, 5120}, {50288, 2560}};
+
+// The weights of a shape, made once per process and shared by every benchmark on it: a random
+// pattern of 2^20 bf16 values repeated over the matrix on the device (a GEMM's time does not depend
+// on the values; filling 128 M values from a host generator took seconds per benchmark).
+const uint16_t* shape_weights(int shape) {
+  static cuda::DeviceBuffer<uint16_t> w[3];
+  cuda::DeviceBuffer<uint16_t>& b = w[shape];
+  if (b.size() == 0) {
+    const std::size_t n = std::size_t(kGemmShapes[shape][0]) * kGemmShapes[shape][1], chunk = std::size_t(1) << 20;
+    const std::vector<float> wf = rnd(chunk, 10, -0.05f, 0.05f);
+    std::vector<uint16_t> w16(chunk);
+    for (std::size_t i = 0; i < chunk; ++i) w16[i] = f32_to_bf16(wf[i]);
+    b.resize(n);
+    cudaMemcpy(b.data(), w16.data(), std::min(n, chunk) * 2, cudaMemcpyHostToDevice);
+    for (std::size_t done = std::min(n, chunk); done < n;) {  // doubling device copies
+      const std::size_t m = std::min(done, n - done);
+      cudaMemcpy(b.data() + done, b.data(), m * 2, cudaMemcpyDeviceToDevice);
+      done += m;
+    }
+  }
+  return b.data();
+}
+
 struct GemmPass {
   int M, Nn, K;
   cuda::DeviceBuffer<float> a, c;
-  cuda::DeviceBuffer<uint16_t> w;
-  GemmPass(int m, int shape) : M(m) {
-    const int shapes[3][2] = {{10576, 2560}, {2560, 5120}, {50288, 2560}};
-    Nn = shapes[shape][0];
-    K = shapes[shape][1];
+  const uint16_t* w;
+  GemmPass(int m, int shape) : M(m), Nn(kGemmShapes[shape][0]), K(kGemmShapes[shape][1]), w(shape_weights(shape)) {
     c.resize(std::size_t(M) * Nn);
     a.upload(rnd(std::size_t(M) * K, 9, -1, 1));
-    std::vector<float> wf = rnd(std::size_t(Nn) * K, 10, -0.05f, 0.05f);
-    std::vector<uint16_t> w16(wf.size());
-    for (std::size_t i = 0; i < wf.size(); ++i) w16[i] = f32_to_bf16(wf[i]);
-    w.upload(w16);
   }
 };
 
@@ -264,17 +281,29 @@ double copy_bandwidth() {
   return bw;
 }
 
-// Times `pass` (manual time from CUDA events) and reports TFLOPs, the weights' read rate GBps (bf16
+// Evicts the weights from L2 (50 MiB on an H100/H200) by writing a larger buffer: a decode step's
+// layers each read weights of their own, so the model never finds a GEMM's weights in L2, while
+// back-to-back timing of one GEMM can (out_proj's 26 MB fit).
+void flush_l2() {
+  static cuda::DeviceBuffer<uint8_t> junk(std::size_t(256) << 20);
+  static unsigned v = 0;
+  cudaMemsetAsync(junk.data(), static_cast<int>(++v & 0xff), junk.size());
+}
+
+// Times `pass` on the device alone (Timer::start_device: the launches queue behind a busy kernel,
+// so host launch cost, which CUDA graphs remove in the models, is not counted; cuBLAS's reference
+// hides it by timing back-to-back launches) and reports TFLOPs, the weights' read rate GBps (bf16
 // N × K bytes per pass) and x_floor: the mean time over the weight-read floor (weight bytes at
-// copy_bandwidth()); 1.0 is the floor, the decode target is <= 1.3.
+// copy_bandwidth()); 1.0 is the floor, the decode target is <= 1.3. cold: L2 flushed before each pass.
 template <typename Pass>
-void time_gemm(benchmark::State& state, const GemmPass& g, Pass&& pass) {
+void time_gemm(benchmark::State& state, const GemmPass& g, Pass&& pass, bool cold = false) {
   const double floor_s = 2.0 * g.Nn * g.K / copy_bandwidth();
   pass();  // warm-up (and any one-time set-up)
   Timer t;
   double total = 0;
   for (auto _ : state) {
-    t.start();
+    if (cold) flush_l2();
+    t.start_device();
     pass();
     const double s = t.stop_s();
     state.SetIterationTime(s);
@@ -290,8 +319,7 @@ void BM_CudaGemm(benchmark::State& state) {
   if (!have_gpu(state)) return;
   GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
   time_gemm(state, g, [&] {
-    cuda::gemm(g.a.data(), g.M, g.K, g.K, g.w.data(), cuda::WeightType::BF16, g.Nn, nullptr, g.c.data(), g.Nn, nullptr,
-               g.Nn);
+    cuda::gemm(g.a.data(), g.M, g.K, g.K, g.w, cuda::WeightType::BF16, g.Nn, nullptr, g.c.data(), g.Nn, nullptr, g.Nn);
   });
 }
 BENCHMARK(BM_CudaGemm)
@@ -300,23 +328,46 @@ BENCHMARK(BM_CudaGemm)
     ->Unit(benchmark::kMicrosecond);
 
 // The few-rows kernel's variants side by side (arg0 M, arg1 shape, arg2 variant of
-// gemm_skinny_variants(); the label names it; M = 64 only for the variant that takes 64 rows).
-// Variant 0 is what gemm() takes for M <= 16.
-void BM_CudaGemmSkinny(benchmark::State& state) {
-  if (!have_gpu(state)) return;
-  const int variant = static_cast<int>(state.range(2));
+// gemm_skinny_variants(), the label names it; arg3 1 = L2 flushed before each pass, as in a decode
+// step, 0 = warm, as cuBLAS's back-to-back reference). Variant 0 is what gemm() takes for M <= 16;
+// M = 64 only for the variant that takes 64 rows.
+bool skinny_args(benchmark::State& state, int variant) {
+  if (!have_gpu(state)) return false;
   if (variant >= cuda::gemm_skinny_variants() || state.range(0) > cuda::gemm_skinny_variant_rows(variant)) {
     state.SkipWithError("no such variant, or more rows than it takes");
-    return;
+    return false;
   }
-  GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
   state.SetLabel(cuda::gemm_skinny_variant_name(variant));
-  time_gemm(state, g, [&] {
-    cuda::gemm_bf16_skinny(g.a.data(), g.M, g.K, g.K, g.w.data(), g.Nn, nullptr, g.c.data(), g.Nn, nullptr, variant);
-  });
+  return true;
+}
+void BM_CudaGemmSkinny(benchmark::State& state) {
+  const int variant = static_cast<int>(state.range(2));
+  if (!skinny_args(state, variant)) return;
+  GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  time_gemm(
+      state, g,
+      [&] { cuda::gemm_bf16_skinny(g.a.data(), g.M, g.K, g.K, g.w, g.Nn, nullptr, g.c.data(), g.Nn, nullptr, variant); },
+      state.range(3) != 0);
 }
 BENCHMARK(BM_CudaGemmSkinny)
-    ->ArgsProduct({{1, 8, 16, 64}, {0, 1, 2}, {0, 1, 2, 3, 4}})
+    ->ArgsProduct({{1, 8, 16, 64}, {0, 1, 2}, {0, 1, 2, 3, 4, 5}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// What limits a variant: the same launch with one side alone (arg3 1 = the loads only, the
+// consumers wait for and release each stage; 2 = the tensor cores only, on whatever the ring holds),
+// warm. The side whose time is near BM_CudaGemmSkinny's is the limit; if neither is, their overlap.
+void BM_CudaGemmSkinnyProbe(benchmark::State& state) {
+  const int variant = static_cast<int>(state.range(2));
+  if (!skinny_args(state, variant)) return;
+  GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  const int probe = static_cast<int>(state.range(3));
+  time_gemm(state, g, [&] {
+    cuda::gemm_bf16_skinny_probe(probe, g.a.data(), g.M, g.K, g.K, g.w, g.Nn, g.c.data(), g.Nn, nullptr, variant);
+  });
+}
+BENCHMARK(BM_CudaGemmSkinnyProbe)
+    ->ArgsProduct({{1, 16}, {0, 1, 2}, {0, 1, 2, 3, 4, 5}, {1, 2}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -327,8 +378,7 @@ void BM_CudaGemmMmaTile(benchmark::State& state) {
   const int tile = static_cast<int>(state.range(2));
   GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
   time_gemm(state, g, [&] {
-    cuda::gemm_bf16_mma_tile(tile, g.a.data(), g.M, g.K, g.K, g.w.data(), g.Nn, g.Nn, nullptr, g.c.data(), g.Nn,
-                             nullptr);
+    cuda::gemm_bf16_mma_tile(tile, g.a.data(), g.M, g.K, g.K, g.w, g.Nn, g.Nn, nullptr, g.c.data(), g.Nn, nullptr);
   });
 }
 BENCHMARK(BM_CudaGemmMmaTile)

@@ -20,9 +20,17 @@ constexpr int kSkinnyMaxGroupRows = 64;
 void gemm_bf16_skinny(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
                       cudaStream_t s, int variant = -1, int blocks = 0);
 
+// Benchmarks only: the same launch (blocks = 0, no bias) with one side of the pipeline alone.
+// probe 1: the weights stream through the ring, the consumers only wait for and release each stage;
+// probe 2: nothing is copied, the consumers compute on whatever the ring holds. C is not the product
+// (probe 1 writes nothing). What limits the kernel is the side whose probe time is near the full time.
+void gemm_bf16_skinny_probe(int probe, const float* A, int M, int K, int lda, const void* W, int N, float* C, int ldc,
+                            cudaStream_t s, int variant);
+
 // gemm_grouped's few-rows path (max_rows <= kSkinnyMaxGroupRows; w_stride a multiple of 8): group
 // z's rows of A in 16-row tiles against the weights at W + z·w_stride. variant < 0: the default;
-// else one of gemm_skinny_grouped_variants() (the first variants of the plain list).
+// else one of gemm_skinny_grouped_variants() (the first variants of the plain list). Its default is
+// the per-row bulk copies (no tensor map to encode per launch); gemm_bf16_skinny's the tensor maps.
 void gemm_grouped_bf16_skinny(const float* A, int lda, const int32_t* offsets, int groups, int max_rows, int K,
                               const void* W, int64_t w_stride, int N, float* C, int ldc, cudaStream_t s,
                               int variant = -1);

@@ -30,13 +30,22 @@ inline int sm_count() {
 
 // Lets `kernel` launch with up to `bytes` of dynamic shared memory on the current device. The
 // opt-in is per device; `opted` (one per kernel, kept by the caller) remembers the devices done.
-inline void allow_dynamic_smem(const void* kernel, int bytes, std::atomic<std::uint64_t>& opted) {
+// max_carveout: ask for the largest shared-memory share of the SM's L1 too, so that as many blocks
+// as the shared memory allows fit on an SM (the driver may otherwise pick a smaller share).
+inline void allow_dynamic_smem(const void* kernel, int bytes, std::atomic<std::uint64_t>& opted,
+                               bool max_carveout = false) {
   int device = 0;
   cuda_check(cudaGetDevice(&device), "cudaGetDevice");
   const std::uint64_t bit = std::uint64_t(1) << (device % 64);
   if (opted.load() & bit) return;
   outside_capture([&] { return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes); },
                   "cudaFuncSetAttribute");
+  if (max_carveout)
+    outside_capture(
+        [&] {
+          return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+        },
+        "cudaFuncSetAttribute");
   opted.fetch_or(bit);
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // Inline PTX the bf16 GEMM kernels share (gemm_mma.cu, gemm_skinny.cu): asynchronous copies into
-// shared memory, mbarriers, ldmatrix and the m16n8k16 tensor-core step. sm_90 (the bulk copies and
-// fence.mbarrier_init); the rest is sm_80.
+// shared memory, mbarriers, ldmatrix and the m16n8k16 tensor-core step. sm_90 (the bulk and tensor
+// copies and fence.mbarrier_init); the rest is sm_80.
 #include <cstdint>
 
 namespace parity::cuda::ptx {
@@ -61,11 +61,31 @@ __device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, unsigned
                : "memory");
 }
 
+// ---- tensor copy (the TMA unit through a tensor map, sm_90): the box at coordinates (c0, c1, c2)
+// (c0 innermost) of the tensor `map` describes, into shared memory at `dst` (a shared-window
+// address); elements outside the tensor land as zeros and still count. Completion counts the box's
+// bytes off `bar`'s expected transactions.
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const void* map, int c0, int c1, int c2, std::uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
+          dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+      : "memory");
+}
+
 // ---- tensor cores ------------------------------------------------------------------------------
-__device__ __forceinline__ void ldmatrix_x4(const void* smem, unsigned (&r)[4]) {
+__device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(smem)));
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4(const void* smem, unsigned (&r)[4]) { ldmatrix_x4(smem_addr(smem), r); }
+
+// Two floats from shared memory (a shared-window address, 8-byte aligned).
+__device__ __forceinline__ float2 ld_shared_f2(unsigned addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
 }
 
 // c += a · b, one 16×8×16 step: a is the m16k16 fragment (rows g and g+8 of lane g·4+q, columns

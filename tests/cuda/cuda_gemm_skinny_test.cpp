@@ -4,7 +4,9 @@
 // that is no multiple of 8, an odd ldc, a K shorter than one slice and an N smaller than the SM
 // count; with a bias; split over other block counts. Row m of every M is compared with row m of
 // the WMMA tiles' 64-row pass, so the check holds the kernel to the tiles' bits and a row's bits to
-// being the same for every M. The companion shows that a reordered sum (split-K) is seen.
+// being the same for every M. The shapes cover one and two tensor boxes per stage (in_proj's 81-row
+// blocks, lm_head's 381), a last K slice that ends inside a box, and one pass or many per block
+// (the split test). The companion shows that a reordered sum (split-K) is seen.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -109,6 +111,27 @@ TEST(CudaGemmSkinny, TheSplitOverBlocksChangesNoBit) {
           ASSERT_TRUE(d.empty()) << where(sh, M, v, blocks) << d;
         }
     }
+  }
+}
+
+// The benchmark's probes (one side of the pipeline alone) run to the end on every variant, on a
+// shape with two passes per block and one with two tensor boxes per stage, and leave nothing behind
+// that changes the next real pass's bits.
+TEST(CudaGemmSkinny, ProbesRunAndLeaveTheBitsAlone) {
+  PARITY_REQUIRE_GPU();
+  for (const Shape& sh : {Shape{2592, 1001, 1003}, Shape{2560, 50288, 50288}}) {
+    Problem pr(sh);
+    const std::vector<float> ref = pr.wmma(16);
+    for (int v = 0; v < cuda::gemm_skinny_variants(); ++v)
+      for (int M : {1, 16}) {
+        for (int probe : {1, 2})
+          cuda::gemm_bf16_skinny_probe(probe, pr.a.data(), M, sh.K, sh.K, pr.w.data(), sh.N, pr.c.data(), sh.ldc, nullptr,
+                                       v);
+        cuda::cuda_check(cudaDeviceSynchronize(), "probes");
+        const std::vector<float> got = pr.skinny(M, v);
+        const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+        ASSERT_TRUE(d.empty()) << where(sh, M, v, 0) << "after the probes: " << d;
+      }
   }
 }
 

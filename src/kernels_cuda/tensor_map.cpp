@@ -1,0 +1,49 @@
+#include "kernels_cuda/tensor_map.h"
+
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "common/error.h"
+
+namespace parity::cuda {
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
+    return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p)
+                                                                     : nullptr;
+  }();
+  return fn;
+}
+
+}  // namespace
+
+CUtensorMap bf16_rows_tensor_map(const void* W, int K, int rows, int groups, std::int64_t group_stride, int box_rows) {
+  if (K <= 0 || K % 8 != 0 || rows <= 0 || groups <= 0 || group_stride % 8 != 0 || box_rows < 1 || box_rows > 256 ||
+      reinterpret_cast<std::uintptr_t>(W) % 16 != 0)
+    throw Error("bf16_rows_tensor_map: unsupported operands (K " + std::to_string(K) + ", box rows " +
+                std::to_string(box_rows) + ")");
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
+  if (!encode) throw Error("bf16_rows_tensor_map: the driver has no cuTensorMapEncodeTiled");
+  CUtensorMap map{};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(groups)};
+  // Bytes between consecutive rows and between consecutive matrices (the innermost stride is the element).
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(K) * 2,
+                                 static_cast<cuuint64_t>(groups > 1 ? group_stride : std::int64_t(rows) * K) * 2};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(W), dims, strides, box,
+                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw Error("bf16_rows_tensor_map: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(r)) +
+                ", K " + std::to_string(K) + ", rows " + std::to_string(rows) + ", box rows " + std::to_string(box_rows) + ")");
+  return map;
+}
+
+}  // namespace parity::cuda

@@ -1,0 +1,19 @@
+#pragma once
+// Tensor maps for the TMA unit's tensor copies (cp.async.bulk.tensor): the descriptor a kernel takes
+// as a __grid_constant__ parameter to copy whole 2D boxes of a matrix into shared memory in one
+// instruction. Encoded on the host through the driver's cuTensorMapEncodeTiled, reached through the
+// runtime's entry-point query so that nothing links against the driver library.
+#include <cstdint>
+
+#include <cuda.h>
+
+namespace parity::cuda {
+
+// bf16 weights as `groups` matrices of [rows][K] (row-major, K contiguous), matrix z at
+// W + z·group_stride elements; a box is 64 elements of K (128 bytes, the 128-byte swizzle: the
+// 16-byte chunk c of a box row r lands at chunk c ^ (r % 8)) by `box_rows` rows of one matrix.
+// Elements past K or past `rows` land as zeros. Requires K % 8 == 0, group_stride % 8 == 0, W
+// 16-byte aligned and box_rows in [1, 256]; throws parity::Error otherwise or when the driver refuses.
+CUtensorMap bf16_rows_tensor_map(const void* W, int K, int rows, int groups, std::int64_t group_stride, int box_rows);
+
+}  // namespace parity::cuda
