@@ -6,17 +6,21 @@
 #include <string>
 
 #include "common/error.h"
+#include "kernels_cuda/launch_support.h"
 
 namespace parity::cuda {
 namespace {
 
+// The driver's encoder, looked up once (outside any stream capture: the first GEMM may run while a
+// CUDA graph is being recorded).
 PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
-    return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p)
-                                                                     : nullptr;
+    outside_capture(
+        [&] { return cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found); },
+        "cudaGetDriverEntryPointByVersion");
+    return found == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p) : nullptr;
   }();
   return fn;
 }
