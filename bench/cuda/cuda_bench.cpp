@@ -350,7 +350,7 @@ void BM_CudaGemmSkinny(benchmark::State& state) {
       state.range(3) != 0);
 }
 BENCHMARK(BM_CudaGemmSkinny)
-    ->ArgsProduct({{1, 8, 16, 64}, {0, 1, 2}, {0, 1, 2, 3, 4, 5}, {0, 1}})
+    ->ArgsProduct({{1, 8, 16, 64}, {0, 1, 2}, {0, 1, 2, 3, 4, 5, 6}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -367,7 +367,7 @@ void BM_CudaGemmSkinnyProbe(benchmark::State& state) {
   });
 }
 BENCHMARK(BM_CudaGemmSkinnyProbe)
-    ->ArgsProduct({{1, 16}, {0, 1, 2}, {0, 1, 2, 3, 4, 5}, {1, 2}})
+    ->ArgsProduct({{1, 16}, {0, 1, 2}, {0, 1, 2, 3, 4, 5, 6}, {1, 2}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

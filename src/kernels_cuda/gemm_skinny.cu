@@ -20,8 +20,10 @@
 // which keeps three or more stages (100–150 KiB per SM) in flight. The weights come through tensor
 // maps by default: one TMA instruction per 64-deep box of up to 256 rows (swizzled for ldmatrix),
 // where round 1 issued one bulk copy per row and slice (80–400 per stage). The variants keep the
-// per-row bulk copies and cp.async, and two and four blocks per SM, so that one device run can
-// time them side by side; the benchmark's probes time the loads alone and the tensor cores alone.
+// per-row bulk copies and cp.async, two and four blocks per SM, and slices of at least 256 (each W
+// row read in 512-byte runs, where a single pass gives lm_head 128-byte runs, at the cost of 4
+// passes), so that one device run can time them side by side; the benchmark's probes time the
+// loads alone and the tensor cores alone.
 //
 // Bits: every output element is the chain the tiled kernels compute (gemm.cu, gemm_mma.cu): K in
 // 16-deep m16n8k16 tensor-core steps ascending (a WMMA 16×16×16 step is two of them, one per 8
@@ -80,22 +82,26 @@ void size_rows(Geo& g, int tiles) {
 template <typename V>
 Geo geometry(int rows_max, int M, int K) {
   Geo g{};
-  // The most tiles a pass may hold: the variant's, and two stages of 64-deep slices must fit.
+  const int k_max = std::min(1024, (K + 63) / 64 * 64), k_min = std::min(V::kMinS, k_max);
+  // The most tiles a pass may hold: the variant's, two stages of 64-deep slices must fit, and (for
+  // a deeper least slice) four stages of the least slice.
   int cap = V::kMaxTiles;
   for (;; --cap) {
     size_rows<V>(g, cap);
     g.kS = 64;
     size_stage<V>(g, M);
-    if (cap == 1 || 2 * g.stage_bytes <= V::kRing) break;
+    const int two = 2 * g.stage_bytes;
+    g.kS = k_min;
+    size_stage<V>(g, M);
+    if (cap == 1 || (two <= V::kRing && (k_min == 64 || 4 * g.stage_bytes <= V::kRing))) break;
   }
   const int tiles = (rows_max + 7) / 8, passes = (tiles + cap - 1) / cap;
   g.tpp = (tiles + passes - 1) / passes;
   size_rows<V>(g, g.tpp);
   // The deepest slice (a multiple of 64, at most 1024, no deeper than K) whose stage is at most a
   // quarter of the ring: three stages or more in flight while the consumers read one.
-  const int k_max = std::min(1024, (K + 63) / 64 * 64);
-  int best = 64;
-  for (int k = 128; k <= k_max; k += 64) {
+  int best = k_min;
+  for (int k = k_min + 64; k <= k_max; k += 64) {
     g.kS = k;
     size_stage<V>(g, M);
     if (4 * g.stage_bytes <= V::kRing) best = k;
@@ -164,6 +170,7 @@ using VCpAsync = Variant<Load::CpAsync, 8, 6, 1>;
 using VTensor2 = Variant<Load::Tensor, 8, 3, 2>;
 using VTensor4 = Variant<Load::Tensor, 4, 4, 4>;
 using VTensor64 = Variant<Load::Tensor, 8, 2, 1, 4>;
+using VTensorRuns = Variant<Load::Tensor, 8, 6, 1, 1, 256>;  // 512-byte runs: lm_head in 4 passes of 96 rows
 // The variants that take 16 rows come first: the grouped path takes those.
 const Entry kVariants[] = {
     entry<VTensor>("tma-w8x6", run_grouped<VTensor>),
@@ -171,10 +178,11 @@ const Entry kVariants[] = {
     entry<VCpAsync>("cpasync-w8x6", run_grouped<VCpAsync>),
     entry<VTensor2>("tma-2blk-w8x3", run_grouped<VTensor2>),
     entry<VTensor4>("tma-4blk-w4x4", run_grouped<VTensor4>),
+    entry<VTensorRuns>("tma-w8x6-k256", run_grouped<VTensorRuns>),
     entry<VTensor64>("tma-w8x2-m64", nullptr),
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
-constexpr int kGroupedVariantCount = 5;
+constexpr int kGroupedVariantCount = 6;
 // gemm()'s: the tensor-map loads (one instruction per box). The MoE's grouped path keeps the
 // per-row bulk copies, which need no tensor map per launch.
 constexpr int kDefault = 0, kGroupedDefault = 1;

@@ -31,11 +31,14 @@ enum class Probe { None = 0, NoCompute = 1, NoLoad = 2 };
 constexpr int kMaxStages = 8;
 
 // kCW consumer warps of up to kTPW 8-column tiles each; kBPS blocks share an SM (each with
-// kRing bytes of stages); kMT m16 tiles of A (up to 16·kMT rows per pass).
-template <Load L, int CW, int TPW, int BPS, int MT = 1>
+// kRing bytes of stages); kMT m16 tiles of A (up to 16·kMT rows per pass); kMinS: the shallowest
+// slice a launch may choose (deeper slices read each W row in longer runs, 2·kS bytes, at the cost
+// of fewer rows, so more passes, per block).
+template <Load L, int CW, int TPW, int BPS, int MT = 1, int MinS = 64>
 struct Variant {
   static constexpr Load kLoad = L;
-  static constexpr int kCW = CW, kTPW = TPW, kBPS = BPS, kMT = MT;
+  static constexpr int kCW = CW, kTPW = TPW, kBPS = BPS, kMT = MT, kMinS = MinS;
+  static_assert(MinS % 64 == 0 && MinS <= 1024, "slices are whole 64-deep boxes");
   static constexpr int kThreads = 32 * (CW + 1), kMaxRows = 16 * MT, kMaxTiles = CW * TPW;
   static constexpr bool kSwizzled = L == Load::Tensor;
   // 227 KiB of shared memory per SM, less 1 KiB the system keeps per block and 1 KiB to align.
