@@ -107,13 +107,16 @@ __device__ void produce(const Work& w, const Geo& g, const Ring& r, const CUtens
         ptx::cp_async_arrive(bar);
       } else {
         if (lane == 0) {
-          const int w_tx = V::kLoad == Load::Tensor ? ((len + 63) / 64) * g.nrb * g.box_rows * 128 : rows * len * 2;
+          // Whole boxes: rows past the block (the neighbour's, or zeros past the matrix) come along
+          // and are never stored; K past the matrix lands as zeros and is never multiplied. A box
+          // that would start past the block's rows is not copied (it holds nothing the block
+          // stores), so no box lies wholly outside the matrix.
+          const int nrb = min(g.nrb, (rows + g.box_rows - 1) / g.box_rows);
+          const int w_tx = V::kLoad == Load::Tensor ? ((len + 63) / 64) * nrb * g.box_rows * 128 : rows * len * 2;
           ptx::mbar_arrive_expect_tx(bar, w_tx + w.M * len * 4);
           if constexpr (V::kLoad == Load::Tensor) {
-            // Whole boxes: rows past the block (the neighbour's, or zeros past the matrix) come
-            // along and are never stored; K past the matrix lands as zeros and is never multiplied.
             for (int kb = 0; kb < (len + 63) / 64; ++kb)
-              for (int rb = 0; rb < g.nrb; ++rb)
+              for (int rb = 0; rb < nrb; ++rb)
                 ptx::tma_load_3d(ptx::smem_addr(st + kb * g.rows_alloc * 128 + rb * g.box_rows * 128), map, k0 + 64 * kb,
                                  n0 + rb * g.box_rows, w.z, bar);
           }
