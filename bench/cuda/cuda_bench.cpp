@@ -16,6 +16,7 @@
 #include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/gemm_skinny.h"
 #include "kernels_cuda/pass_plan.h"
+#include "kernels_cuda/ssd_prefill.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "step_shares.h"
@@ -69,7 +70,9 @@ struct ScanBench {
   cuda::DeviceBuffer<uint16_t> s16;
   cuda::DeviceBuffer<int32_t> ints;
   cuda::DeviceBuffer<int64_t> starts;
-  ScanBench(cuda::ScanGrid grid, bool b16, int nseq, int nrows) : g(grid), bf16(b16), seqs(nseq), rows(nrows) {
+  cuda::SsdPrefill which = cuda::SsdPrefill::automatic;
+  ScanBench(cuda::ScanGrid grid, bool b16, int nseq, int nrows, cuda::SsdPrefill w = cuda::SsdPrefill::automatic)
+      : g(grid), bf16(b16), seqs(nseq), rows(nrows), which(w) {
     const std::size_t T = std::size_t(nseq) * nrows;
     xbc.upload(rnd(T * LD, 1, -1, 1));
     dt.upload(rnd(T * H, 2, 0.001f, 0.1f));
@@ -100,7 +103,7 @@ struct ScanBench {
     for (int s = 0; s < seqs; ++s) spans.push_back({s, start, rows});
     const cuda::PassPlan plan(spans, g);
     ps = plan.upload(ints, starts);
-    scratch.resize(std::max<std::size_t>(1, cuda::ssd_scratch_floats({H, P, N, GR}, ps)));
+    scratch.resize(std::max<std::size_t>(1, cuda::ssd_scratch_floats({H, P, N, GR}, ps, g, which)));
   }
   void pass(int64_t start) {
     prepare(start);
@@ -114,7 +117,7 @@ struct ScanBench {
     st.ring_dt = rdt.data();
     st.ring_B = rb.data();
     cuda::ssd_scan({H, P, N, GR}, g, ps, xbc.data(), LD, dt.data(), A.data(), D.data(), st, scratch.data(), scratch.size(),
-                   y.data(), nullptr);
+                   y.data(), nullptr, which);
   }
 };
 
@@ -146,6 +149,33 @@ void BM_CudaSsdPrefill(benchmark::State& state) {
 BENCHMARK(BM_CudaSsdPrefill)
     ->ArgsProduct({{1, 8, 32}, {8, 16, 32, 64, 128, 256}, {1}})
     ->ArgsProduct({{1, 8, 32}, {64, 256}, {0}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The same prefill (exact mode) with the implementation named, device time only: arg2 0 = chosen
+// by size, 16 / 32 / 64 = the fused walk's tile of p, -1 = the earlier three-phase kernels.
+// Counter TFLOPs: the scan's main products, 2·2·P·N flops per row and head (C·S_start and the cell's
+// sum), per second; the H200's fp32 FMA peak is about 67 TFLOP/s.
+void BM_CudaSsdPrefillTiles(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
+  ScanBench b({true, cell, true}, false, batch, 2048, static_cast<cuda::SsdPrefill>(state.range(2)));
+  b.pass(0);
+  Timer t;
+  double total = 0;
+  for (auto _ : state) {
+    t.start_device();
+    b.run();
+    const double s = t.stop_s();
+    total += s;
+    state.SetIterationTime(s);
+  }
+  state.SetItemsProcessed(state.iterations() * batch * 2048);
+  const double flops = 4.0 * P * N * H * batch * 2048.0 * static_cast<double>(state.iterations());
+  state.counters["TFLOPs"] = total > 0 ? flops / total / 1e12 : 0.0;
+}
+BENCHMARK(BM_CudaSsdPrefillTiles)
+    ->ArgsProduct({{1, 8, 32}, {16, 64}, {0, 16, 32, 64, -1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -319,7 +319,7 @@ void CudaHybridModel::forward_eager(const model::ForwardBatch& b, cache::ModelCa
   const DeviceProbe probe(hooks, b, st);
   const bool probe_head = probe.wants("model.norm") || probe.wants("lm_head");
   reserve(sc, T, probe_head ? T : R);
-  if (spec_.num_mamba_layers > 0) sc.ssd.resize(cuda::ssd_scratch_floats(mamba_shape(), ps));
+  if (spec_.num_mamba_layers > 0) sc.ssd.resize(cuda::ssd_scratch_floats(mamba_shape(), ps, grid));
   if (probe_head) sc.out.resize(static_cast<std::size_t>(R) * V);  // before any launch: no buffer moves mid-pass
   enqueue_layers(sc, ps, di + plan.tokens_offset(), T, ds, grid, ap, probe, st);
   const float* out = sc.logits.data();
@@ -359,7 +359,7 @@ void CudaHybridModel::forward_graph(const model::ForwardBatch& b, cache::ModelCa
     run.graph_rows = bucket;
   }
   const cuda::PassSeqs ps = plan.upload(sc.ints, sc.starts, sc.h_ints, sc.h_starts, st);
-  if (spec_.num_mamba_layers > 0) sc.ssd.resize(cuda::ssd_scratch_floats(mamba_shape(), ps));
+  if (spec_.num_mamba_layers > 0) sc.ssd.resize(cuda::ssd_scratch_floats(mamba_shape(), ps, grid));
   const int32_t* tokens = sc.ints.data() + plan.tokens_offset();
 
   // Block tables of a fixed row length (the next power of two that holds every sequence's blocks,

@@ -176,7 +176,7 @@ void CudaMamba2Model::forward_eager(const model::ForwardBatch& b, DeviceState& d
   const DeviceProbe probe(hooks, b, st);
   const bool probe_head = probe.wants("backbone.norm_f") || probe.wants("lm_head");
   reserve(sc, T, probe_head ? T : R);
-  sc.ssd.resize(cuda::ssd_scratch_floats(shape(), ps));
+  sc.ssd.resize(cuda::ssd_scratch_floats(shape(), ps, grid));
   if (probe_head) sc.out.resize(static_cast<std::size_t>(R) * V);  // before any launch: no buffer moves mid-pass
   enqueue_layers(sc, ps, di + plan.tokens_offset(), T, ds, grid, probe, st);
   const float* out = sc.logits.data();
@@ -216,7 +216,7 @@ void CudaMamba2Model::forward_graph(const model::ForwardBatch& b, DeviceState& d
     run.graph_rows = bucket;
   }
   const cuda::PassSeqs ps = plan.upload(sc.ints, sc.starts, sc.h_ints, sc.h_starts, st);
-  sc.ssd.resize(cuda::ssd_scratch_floats(shape(), ps));
+  sc.ssd.resize(cuda::ssd_scratch_floats(shape(), ps, grid));
   const int32_t* tokens = sc.ints.data() + plan.tokens_offset();
   const GraphEpoch epoch{ds.id, run.graph_rows, {sc.ints.data(), sc.starts.data(), sc.ssd.data()}};
   const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, 0};

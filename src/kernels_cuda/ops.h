@@ -110,8 +110,10 @@ void ssd_dt(const float* dt_raw, int ld, int T, int H, const float* dt_bias, flo
 // The whole recurrent core of one layer: y [T][H·P] from xbc [T][ld_xbc] (x | B | C), dt [T][H],
 // A, D [H], the slots' state and (exact) replay ring. Cell tasks in p (seq, k) cover every cell of
 // every multi-row sequence (host: PassPlan); one-row calls take the decode kernels (SSU in plain
-// mode, the exact one-row decode in exact mode), which need N % 4 == 0. scratch holds one [P][N] state per cell task
-// and head: at least ssd_scratch_floats(sh, p) floats, reused across layers and passes.
+// mode, the exact one-row decode in exact mode), which need N % 4 == 0. scratch holds the C·B band
+// of the multi-row calls, `cell` floats per row and group: at least ssd_scratch_floats(sh, p, g)
+// floats (without the grid: enough for any cell), reused across layers and passes.
+std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g);
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p);
 void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld_xbc,
               const float* dt, const float* A, const float* D, SsdState st, float* scratch, std::size_t scratch_floats,

@@ -3,19 +3,22 @@
 // A cell's output row t (rows i of the cell up to t, cum_i = Σ dt·A from the cell's start):
 //   y_t = (exp(cum_t) · (C_t · S_start) + Σ_{i≤t} (exp(cum_t − cum_i) · dt_i · (C_t · B_i)) · x_i) + D · x_t
 // and at the cell's end   S_end = exp(cum_L) · S_start + Σ_i (exp(cum_L − cum_i) · dt_i · x_i) ⊗ B_i.
-// The same kernels serve a 1-token exact decode and a 4096-token prefill, in three phases:
-//   deltas   (ssd_deltas.cu)  per (cell, head), in parallel: the sum of every cell the call folds;
-//   chain    (ssd_chain.cu)   per (sequence, head), elementwise over the state: walks the cells in
-//            order, keeps each cell's start state in scratch and folds (plain: every cell, so the
-//            state ends after the last row; exact: the cells the call completes);
-//   outputs  (ssd_outputs.cu) per (cell, head, rows), in parallel: every output row;
+// Calls of several rows take two launches:
+//   band  (ssd_band.cu)  per (rows, group), in parallel: C_t · B_{t−d} for d < cell, every pair any
+//         head's cell needs (the dot products do not depend on the head or its stagger);
+//   walk  (ssd_walk.cu)  per (sequence, head, tile of p): walks the call's cells in order with the
+//         state on chip: each cell's output rows from its start state, then the cell's sum and the
+//         fold (plain: every cell, so the state ends after the last row; exact: the cells the call
+//         completes); the slot's state is written once, at the end;
 // then (exact) ring: the call's last rows of every head's open cell into the replay ring. One-row
-// calls skip the phases: plain mode's decode is the SSU update (ssd_ssu.cu), exact mode's the
-// one-row decode (ssd_decode.cu), which computes the row, folds a completed cell and writes the
-// ring in one launch for the whole batch. Every value is one fixed sequence of fp32
-// operations (dot products over n ascending, sums over rows ascending, cum as a left-to-right
-// sum); which call or pass a row came in changes nothing in it. The long sums run in the parallel
-// phases; the sequential walk does one fmaf per state element and cell.
+// calls skip them: plain mode's decode is the SSU update (ssd_ssu.cu), exact mode's the one-row
+// decode (ssd_decode.cu), which computes the row, folds a completed cell and writes the ring in one
+// launch for the whole batch. Every value is one fixed sequence of fp32 operations (dot products
+// over n ascending, sums over rows ascending, cum as a left-to-right sum); which call, pass or tile
+// a row came in changes nothing in it. The earlier three-phase kernels (ssd_deltas.cu, ssd_chain.cu,
+// ssd_outputs.cu: per-cell sums, a chain that stores every cell's start state in scratch, outputs)
+// compute the same sequences; ssd_prefill.h still selects them, so the tests pin that the two agree
+// bit for bit and the benchmarks time them side by side.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -23,6 +26,7 @@
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ssd_device.cuh"
+#include "kernels_cuda/ssd_prefill.h"
 #include "kernels_cuda/ssd_tile.cuh"
 
 namespace parity::cuda {
@@ -88,22 +92,47 @@ void ssd_dt(const float* dt_raw, int ld, int T, int H, const float* dt_bias, flo
   check_launch("ssd_dt");
 }
 
+std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which) {
+  if (which == SsdPrefill::three_phase)
+    return static_cast<std::size_t>(p.num_cell_tasks) * sh.H * (static_cast<std::size_t>(sh.P) * sh.N + 1);
+  return p.num_cell_tasks > 0 ? static_cast<std::size_t>(p.num_rows) * sh.groups * g.cell : 0;
+}
+
+std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
+  return ssd_scratch_floats(sh, p, g, SsdPrefill::automatic);
+}
+
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p) {
-  return static_cast<std::size_t>(p.num_cell_tasks) * sh.H * (static_cast<std::size_t>(sh.P) * sh.N + 1);
+  ScanGrid any;
+  any.cell = kMaxCell;
+  return ssd_scratch_floats(sh, p, any);
 }
 
 void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld_xbc, const float* dt,
               const float* A, const float* D, SsdState st, float* scratch, std::size_t scratch_floats, float* y,
               cudaStream_t s) {
+  ssd_scan(sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, scratch_floats, y, s, SsdPrefill::automatic);
+}
+
+void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld_xbc, const float* dt,
+              const float* A, const float* D, SsdState st, float* scratch, std::size_t scratch_floats, float* y,
+              cudaStream_t s, SsdPrefill which) {
   if (p.num_rows <= 0) return;
   if (g.cell < 1 || g.cell > kMaxCell)
     throw Error("CUDA SSD: the cell must be 1.." + std::to_string(kMaxCell) + " rows, got " + std::to_string(g.cell));
   if (sh.H % sh.groups != 0) throw Error("CUDA SSD: heads must divide into groups");
-  if (scratch_floats < ssd_scratch_floats(sh, p)) throw Error("CUDA SSD: scratch smaller than ssd_scratch_floats()");
-  const ssd::Scratch sc{scratch, scratch + static_cast<std::size_t>(p.num_cell_tasks) * sh.H * sh.P * sh.N};
-  ssd::launch_deltas(sh, g, p, xbc, ld_xbc, dt, A, st, sc, s);
-  ssd::launch_chain(sh, g, p, st, sc, s);
-  ssd::launch_outputs(sh, g, p, xbc, ld_xbc, dt, A, D, st, sc, y, s);
+  if (scratch_floats < ssd_scratch_floats(sh, p, g, which))
+    throw Error("CUDA SSD: scratch smaller than ssd_scratch_floats()");
+  if (which == SsdPrefill::three_phase) {
+    const ssd::Scratch sc{scratch, scratch + static_cast<std::size_t>(p.num_cell_tasks) * sh.H * sh.P * sh.N};
+    ssd::launch_deltas(sh, g, p, xbc, ld_xbc, dt, A, st, sc, s);
+    ssd::launch_chain(sh, g, p, st, sc, s);
+    ssd::launch_outputs(sh, g, p, xbc, ld_xbc, dt, A, D, st, sc, y, s);
+  } else {
+    ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
+    ssd::launch_walk(static_cast<int>(which), p.num_seqs - p.num_ssu_seqs - p.num_decode_seqs, sh, g, p, xbc, ld_xbc,
+                     dt, A, D, st, scratch, y, s);
+  }
   if (p.num_ssu_seqs > 0 || p.num_decode_seqs > 0) {
     if (sh.N % 4 != 0 || sh.N > ssd::kMaxTileFloats)
       throw Error("CUDA SSD: one-row decode needs a state size that is a multiple of 4, at most " +

@@ -1,7 +1,8 @@
 #pragma once
-// What the SSD kernels (ssd.cu, ssd_deltas.cu, ssd_chain.cu, ssd_outputs.cu) share: where a cell
-// lies on a call's grid, where its rows live, its cumulative decay, and the scratch layout.
-// Every kernel that needs a cell's cum computes it with cell_cum, so it has the same bits in all.
+// What the SSD kernels (ssd.cu; the fused scan ssd_band.cu, ssd_walk.cu; the three-phase scan
+// ssd_deltas.cu, ssd_chain.cu, ssd_outputs.cu; the one-row decode) share: where a cell lies on a
+// call's grid, where its rows live, its cumulative decay, the per-value arithmetic and the scratch
+// layouts. Every kernel that needs a cell's cum sums it with cum_scan, so it has the same bits in all.
 #include <cuda_bf16.h>
 
 #include "kernels/math.h"
@@ -218,6 +219,13 @@ struct Scratch {
 // the slot (the call's first cell, when the call does not fold it: the chain leaves the slot as is).
 __device__ inline bool start_state_in_scratch(const CellTask& t) { return t.k > 0 || t.fold; }
 
+// The band of C·B dot products (ssd_band.cu): for every row s of the call and d = 0..cell-1,
+// cb_dot(C_s, B_{s-d}) at band[(row·groups + grp)·cell + d]. Every pair (t, i ≤ t) of any head's
+// cell is in it, whatever the head's stagger.
+__host__ __device__ inline std::size_t band_at(int row, int groups, int grp, int cell, int d) {
+  return (static_cast<std::size_t>(row) * groups + grp) * cell + d;
+}
+
 // Launchers of the phases (one file each).
 void launch_deltas(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                    const float* dt, const float* A, const SsdState& st, Scratch sc, cudaStream_t s);
@@ -226,5 +234,13 @@ void launch_chain(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, cons
 void launch_outputs(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                     const float* dt, const float* A, const float* D, const SsdState& st, Scratch sc, float* y,
                     cudaStream_t s);
+
+// The fused scan (ssd_band.cu, ssd_walk.cu): the band, then one walk per (sequence, head, tile of
+// tile_p columns of p) that keeps the state on chip. tile_p is 16, 32 or 64 (0: chosen by size).
+void launch_band(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
+                 const SsdState& st, float* band, cudaStream_t s);
+void launch_walk(int tile_p, int active_seqs, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
+                 const float* xbc, int ld, const float* dt, const float* A, const float* D, const SsdState& st,
+                 const float* band, float* y, cudaStream_t s);
 
 }  // namespace parity::cuda::ssd

@@ -1,0 +1,104 @@
+// The band of the fused scan: for every row s of a call and every distance d = 0..cell-1,
+//   band[s][d] = C_s · B_{s-d} = Σ_n C_s[n]·B_{s-d}[n]   (one fmaf chain over n ascending, from 0)
+// the dot product the intra-cell sum weighs x_{s-d} by. It depends only on the two positions and the
+// group, not on the head, so one band serves every head of a group and every stagger: each pair
+// (t, i ≤ t) inside any head's cell has t - i < cell. Rows before the call come from the replay ring
+// (exact mode; plain cells start at the call's first row, so pairs reaching before it are never read
+// and are stored as 0). Each value is cb_dot (ssd_device.cuh), as in the three-phase outputs kernel
+// and the one-row decode.
+#include <cstdint>
+
+#include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/smem_limit.h"
+#include "kernels_cuda/ssd_device.cuh"
+
+namespace parity::cuda::ssd {
+namespace {
+
+// A block: 16 consecutive packed rows × 64 distances of one group. The rows' C and the window of B
+// rows they reach are staged in shared memory (rows 16-byte aligned, as cb_dot reads them); each
+// thread owns one row and 4 consecutive distances.
+constexpr int kRows = 16, kDist = 64, kThreads = 256;
+
+__host__ __device__ inline int row_pad(int N) { return (N + 3) / 4 * 4; }
+
+// dst[0..3] = row[c..c+3] (zeros past n_end, or for no row), one 16-byte load where aligned.
+__device__ __forceinline__ void copy4(float* dst, const float* row, int c, int n_end) {
+  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (row != nullptr) {
+    if (c + 4 <= n_end && (reinterpret_cast<std::uintptr_t>(row + c) & 15) == 0) v = *reinterpret_cast<const float4*>(row + c);
+    else v = make_float4(c < n_end ? row[c] : 0.0f, c + 1 < n_end ? row[c + 1] : 0.0f, c + 2 < n_end ? row[c + 2] : 0.0f,
+                         c + 3 < n_end ? row[c + 3] : 0.0f);
+  }
+  *reinterpret_cast<float4*>(dst) = v;
+}
+
+__global__ void __launch_bounds__(kThreads) band_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld,
+                                                        SsdState st, float* band) {
+  const int r0 = blockIdx.x * kRows, grp = blockIdx.y, d0 = blockIdx.z * kDist, G = g.cell, N = sh.N;
+  const int dn = G - d0 < kDist ? G - d0 : kDist;  // distances d0 .. d0+dn-1
+  const int Np = row_pad(N);
+  const int r_end = r0 + kRows < p.num_rows ? r0 + kRows : p.num_rows;
+  extern __shared__ __align__(16) float smem[];
+  float* Cs = smem;                // [kRows][Np]
+  float* Bw = Cs + kRows * Np;     // [kRows + kDist - 1][Np]: positions w_lo .. w_lo + W - 1
+  const int i_own = threadIdx.x / 16, dq = threadIdx.x % 16;
+
+  // The tile's rows in runs of one sequence each (a tile can straddle a boundary).
+  for (int r = r0; r < r_end;) {
+    const int seq = p.row_seq[r];
+    const int seq_end = p.row0[seq] + p.n[seq];
+    const int rb = seq_end < r_end ? seq_end : r_end, m = rb - r;
+    const bool scanned = p.task0[seq + 1] > p.task0[seq];  // SSU rows (and rows a pass scans otherwise) skip
+    if (scanned) {
+      const RowSource src = source_of(sh, g, p, seq, xbc, ld, nullptr, st);
+      const int64_t start = p.start[seq], s_a = start + (r - p.row0[seq]);
+      const int64_t lo = g.exact ? 0 : start;        // the earliest position a cell of this call reaches
+      const int64_t w_lo = s_a - (d0 + dn - 1);       // the window's first position
+      const int W = m + dn - 1;
+      __syncthreads();  // the previous run's readers are done
+      // Rows in units of 4 columns: thread → unit u0 of rows i0, i0 + rstep, ... (N ≤ 4·kThreads)
+      // or units u0, u0 + kThreads, ... of every row.
+      const int units = Np / 4;
+      const bool few = units <= kThreads;
+      const int u0 = few ? threadIdx.x % units : threadIdx.x, i0 = few ? threadIdx.x / units : 0;
+      const int rstep = few ? kThreads / units : 1, ustep = few ? units : kThreads;
+      if (!few || threadIdx.x < rstep * units) {
+        for (int i = i0; i < m; i += rstep)
+          for (int u = u0; u < units; u += ustep) copy4(Cs + i * Np + 4 * u, src.C(grp, s_a + i), 4 * u, N);
+        for (int i = i0; i < W; i += rstep) {
+          const int64_t pos = w_lo + i;
+          for (int u = u0; u < units; u += ustep) copy4(Bw + i * Np + 4 * u, pos >= lo ? src.B(grp, pos) : nullptr, 4 * u, N);
+        }
+      }
+      __syncthreads();
+      if (i_own < m) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int dd = 4 * dq + u;
+          if (dd >= dn) break;
+          const bool live = s_a + i_own - (d0 + dd) >= lo;
+          band[band_at(r + i_own, sh.groups, grp, G, d0 + dd)] =
+              live ? cb_dot(Cs + i_own * Np, Bw + (i_own + dn - 1 - dd) * Np, N) : 0.0f;
+        }
+      }
+    }
+    r = rb;
+  }
+}
+
+}  // namespace
+
+void launch_band(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
+                 const SsdState& st, float* band, cudaStream_t s) {
+  if (p.num_cell_tasks <= 0 || p.num_rows <= 0) return;
+  const int dn = g.cell < kDist ? g.cell : kDist;
+  const std::size_t smem = static_cast<std::size_t>(2 * kRows + dn - 1) * row_pad(sh.N) * sizeof(float);
+  ensure_smem(band_kernel, smem, "ssd band smem");
+  const dim3 grid(static_cast<unsigned>((p.num_rows + kRows - 1) / kRows), static_cast<unsigned>(sh.groups),
+                  static_cast<unsigned>((g.cell + kDist - 1) / kDist));
+  band_kernel<<<grid, kThreads, smem, s>>>(sh, g, p, xbc, ld, st, band);
+  check_launch("ssd band");
+}
+
+}  // namespace parity::cuda::ssd

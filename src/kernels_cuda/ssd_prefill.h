@@ -1,0 +1,27 @@
+#pragma once
+// Which implementation of the scan's multi-row part ssd_scan runs. Every choice computes each output
+// and state with the same sequence of fp32 operations (the bits do not depend on it); they differ in
+// speed and scratch. The default is the fused walk with its tile chosen by size; the tests and the
+// benchmarks name each one to pin that they agree and to time them side by side.
+#include <cstddef>
+
+#include "kernels_cuda/ops.h"
+
+namespace parity::cuda {
+
+enum class SsdPrefill {
+  automatic = 0,  // the fused walk, tile chosen from the batch's size
+  walk16 = 16,    // the fused walk (ssd_band.cu, ssd_walk.cu), 16, 32 or 64 columns of p per block
+  walk32 = 32,
+  walk64 = 64,
+  three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
+};
+
+// Scratch in floats that ssd_scan needs with this implementation on this grid.
+std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which);
+
+void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld_xbc,
+              const float* dt, const float* A, const float* D, SsdState st, float* scratch, std::size_t scratch_floats,
+              float* y, cudaStream_t s, SsdPrefill which);
+
+}  // namespace parity::cuda

@@ -1,0 +1,298 @@
+// The fused walk (ssd_band.cu + ssd_walk.cu) at each of its tiles against the three-phase kernels it
+// replaced: every output row, every state (fp32 and bf16) and the replay ring must have the same bits,
+// on shapes that hit the tiling's edges — cells not a multiple of the 16-row chunk, P not a multiple
+// of the tile, N not a multiple of 4 or 8 and above 128 (two passes), calls that start inside a cell,
+// staggered heads, several groups, several sequences per pass, an x row stride that is not a multiple
+// of 4 — in exact and plain mode. A companion shows that the comparison sees a small change.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/pass_plan.h"
+#include "kernels_cuda/ssd_prefill.h"
+#include "tests/cuda/gpu_test_support.h"
+
+namespace parity {
+namespace {
+
+using cuda::SsdPrefill;
+
+struct Shape {
+  int H, P, N, groups;
+  int I() const { return H * P; }
+  int ld() const { return H * P + 2 * groups * N + 3; }  // 3 spare columns: rows not 16-byte aligned
+};
+
+struct Call {
+  int slot;
+  int64_t start;
+  int n;
+};
+using Schedule = std::vector<std::vector<Call>>;  // passes
+
+// One sequence's inputs: xbc [T][ld], dt [T][H].
+struct Stream {
+  std::vector<float> xbc, dt;
+  Stream(const Shape& s, int T, uint64_t seed)
+      : xbc(test::uniform(std::size_t(T) * s.ld(), seed)), dt(test::uniform(std::size_t(T) * s.H, seed + 1, 0.005f, 0.1f)) {}
+};
+
+// Everything a run leaves behind: each slot's outputs, the slots' states and the replay ring.
+struct Result {
+  std::map<int, std::vector<float>> y;
+  std::vector<float> s32, ring_x, ring_dt, ring_B;
+  std::vector<uint16_t> s16;
+};
+
+class ScanRun {
+ public:
+  ScanRun(const Shape& sh, const cuda::ScanGrid& g, bool bf16, int slots, int T, SsdPrefill which)
+      : sh_(sh), g_(g), bf16_(bf16), slots_(slots), T_(T), which_(which) {
+    for (int s = 0; s < slots; ++s) streams_.emplace_back(sh, T, 1000 + 10 * s);
+    const std::size_t S = std::size_t(slots) * sh.H * sh.P * sh.N;
+    // A non-zero starting state, so loading it (and widening bf16) is part of what is compared.
+    const std::vector<float> s0 = test::uniform(S, 77, -0.5f, 0.5f);
+    if (bf16) s16_.upload(test::to_bf16(s0));
+    else s32_.upload(s0);
+    rx_.upload(std::vector<float>(std::size_t(slots) * sh.H * g.cell * sh.P, 0.0f));
+    rdt_.upload(std::vector<float>(std::size_t(slots) * sh.H * g.cell, 0.0f));
+    rb_.upload(std::vector<float>(std::size_t(slots) * sh.groups * g.cell * sh.N, 0.0f));
+    A_.upload([&] {
+      std::vector<float> a = test::uniform(sh.H, 99, 0.5f, 2.0f);
+      for (float& v : a) v = -v;
+      return a;
+    }());
+    D_.upload(test::uniform(sh.H, 98));
+  }
+
+  void pass(const std::vector<Call>& calls) {
+    const int LD = sh_.ld(), I = sh_.I();
+    std::vector<cuda::SeqSpan> spans;
+    std::vector<float> xbc, dt;
+    for (const Call& c : calls) {
+      const Stream& s = streams_[c.slot];
+      spans.push_back({c.slot, c.start, c.n});
+      xbc.insert(xbc.end(), s.xbc.begin() + c.start * LD, s.xbc.begin() + (c.start + c.n) * LD);
+      dt.insert(dt.end(), s.dt.begin() + c.start * sh_.H, s.dt.begin() + (c.start + c.n) * sh_.H);
+    }
+    const int rows = static_cast<int>(dt.size() / sh_.H);
+    const cuda::PassPlan plan(spans, g_);
+    const cuda::PassSeqs ps = plan.upload(ints_, starts_);
+    const cuda::SsdShape ssh{sh_.H, sh_.P, sh_.N, sh_.groups};
+    scratch_.resize(std::max<std::size_t>(1, cuda::ssd_scratch_floats(ssh, ps, g_, which_)));
+    cuda::DeviceBuffer<float> dx, ddt, dy(std::size_t(rows) * I);
+    dx.upload(xbc);
+    ddt.upload(dt);
+    cuda::SsdState st;
+    st.state_f32 = bf16_ ? nullptr : s32_.data();
+    st.state_bf16 = bf16_ ? s16_.data() : nullptr;
+    st.ring_x = rx_.data();
+    st.ring_dt = rdt_.data();
+    st.ring_B = rb_.data();
+    cuda::ssd_scan(ssh, g_, ps, dx.data(), LD, ddt.data(), A_.data(), D_.data(), st, scratch_.data(), scratch_.size(),
+                   dy.data(), nullptr, which_);
+    const std::vector<float> y = dy.download(std::size_t(rows) * I);
+    std::size_t r = 0;
+    for (const Call& c : calls) {
+      std::vector<float>& o = res_.y[c.slot];
+      o.resize(std::size_t(T_) * I);
+      std::copy(y.begin() + r * I, y.begin() + (r + c.n) * I, o.begin() + c.start * I);
+      r += c.n;
+    }
+  }
+
+  Result finish() {
+    const std::size_t S = std::size_t(slots_) * sh_.H * sh_.P * sh_.N;
+    if (bf16_) res_.s16 = s16_.download(S);
+    else res_.s32 = s32_.download(S);
+    res_.ring_x = rx_.download(rx_.size());
+    res_.ring_dt = rdt_.download(rdt_.size());
+    res_.ring_B = rb_.download(rb_.size());
+    return std::move(res_);
+  }
+
+  std::vector<Stream>& streams() { return streams_; }
+
+ private:
+  Shape sh_;
+  cuda::ScanGrid g_;
+  bool bf16_;
+  int slots_, T_;
+  SsdPrefill which_;
+  std::vector<Stream> streams_;
+  cuda::DeviceBuffer<float> s32_, rx_, rdt_, rb_, A_, D_, scratch_;
+  cuda::DeviceBuffer<uint16_t> s16_;
+  cuda::DeviceBuffer<int32_t> ints_;
+  cuda::DeviceBuffer<int64_t> starts_;
+  Result res_;
+};
+
+// "" when the two arrays have the same bits; else where they first differ and both values.
+template <typename V>
+std::string first_difference(const std::vector<V>& a, const std::vector<V>& b, int row_len, const char* what) {
+  if (a.size() != b.size()) return std::string(what) + ": sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(V)) == 0) continue;
+    std::ostringstream o;
+    o << what << ": first difference at " << i << " (row " << i / row_len << ", column " << i % row_len << "): ";
+    if constexpr (sizeof(V) == 4) {
+      uint32_t ua, ub;
+      std::memcpy(&ua, &a[i], 4);
+      std::memcpy(&ub, &b[i], 4);
+      o << a[i] << " (0x" << std::hex << ua << ") vs " << std::dec << b[i] << " (0x" << std::hex << ub << ")";
+    } else {
+      o << "0x" << std::hex << a[i] << " vs 0x" << b[i];
+    }
+    return o.str();
+  }
+  return "";
+}
+
+std::string compare(const Result& want, const Result& got, const Shape& sh) {
+  for (const auto& [slot, y] : want.y) {
+    const auto it = got.y.find(slot);
+    if (it == got.y.end()) return "slot " + std::to_string(slot) + " has no outputs";
+    const std::string d = first_difference(y, it->second, sh.I(), ("y of slot " + std::to_string(slot)).c_str());
+    if (!d.empty()) return d;
+  }
+  for (const std::string& d : {first_difference(want.s32, got.s32, sh.N, "fp32 state"),
+                               first_difference(want.s16, got.s16, sh.N, "bf16 state"),
+                               first_difference(want.ring_x, got.ring_x, sh.P, "ring x"),
+                               first_difference(want.ring_dt, got.ring_dt, 1, "ring dt"),
+                               first_difference(want.ring_B, got.ring_B, sh.N, "ring B")})
+    if (!d.empty()) return d;
+  return "";
+}
+
+// One sequence in one call.
+Schedule whole(int T) { return {{{0, 0, T}}}; }
+
+// One sequence in uneven calls: most start inside a cell, two are single rows (the one-row decode
+// kernels; two rows where the state size is not a multiple of 4, which those kernels refuse).
+Schedule uneven(int T, int one = 1) {
+  Schedule s;
+  int64_t pos = 0;
+  for (int n : {37, one, one, 64, 5, one}) {
+    if (pos + n > T) break;
+    s.push_back({{0, pos, n}});
+    pos += n;
+  }
+  if (pos < T) s.push_back({{0, pos, static_cast<int>(T - pos)}});
+  return s;
+}
+
+// Three sequences sharing passes: slot 0 in short chunks, slot 1 in uneven ones, slot 2 all at once
+// in the first pass.
+Schedule shared(int T, int one = 1) {
+  const int step = std::max(9, T / 16);
+  const Schedule u = uneven(T, one);
+  Schedule s;
+  int64_t pos = 0;
+  for (std::size_t k = 0; pos < T || k < u.size(); ++k) {
+    std::vector<Call> calls;
+    if (pos < T) {
+      const int n = static_cast<int>(std::min<int64_t>(step, T - pos));
+      calls.push_back({0, pos, n});
+      pos += n;
+    }
+    if (k < u.size()) calls.push_back({1, u[k][0].start, u[k][0].n});
+    if (k == 0) calls.push_back({2, 0, T});
+    s.push_back(calls);
+  }
+  return s;
+}
+
+Result run(const Shape& sh, const cuda::ScanGrid& g, bool bf16, int T, const Schedule& sched, SsdPrefill which) {
+  int slots = 0;
+  for (const auto& pass : sched)
+    for (const Call& c : pass) slots = std::max(slots, c.slot + 1);
+  ScanRun r(sh, g, bf16, slots, T, which);
+  for (const auto& pass : sched) r.pass(pass);
+  return r.finish();
+}
+
+struct Case {
+  Shape sh;
+  cuda::ScanGrid g;
+  bool bf16;
+  int T;
+};
+
+std::string name(const Case& c) {
+  std::ostringstream o;
+  o << "H " << c.sh.H << " P " << c.sh.P << " N " << c.sh.N << " groups " << c.sh.groups << (c.g.exact ? " exact" : " plain")
+    << " cell " << c.g.cell << (c.g.stagger ? " staggered" : "") << (c.bf16 ? " bf16" : " f32") << " T " << c.T;
+  return o.str();
+}
+
+void expect_every_tile_matches_three_phase(const std::vector<Case>& cases) {
+  for (const Case& c : cases) {
+    const int one = c.sh.N % 4 == 0 ? 1 : 2;
+    for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(c.T)},
+                                        {"uneven", uneven(c.T, one)}, {"shared", shared(c.T, one)}}) {
+      const Result want = run(c.sh, c.g, c.bf16, c.T, sched, SsdPrefill::three_phase);
+      for (const auto& [slot, y] : want.y)  // the reference is a real scan, not NaNs or zeros equal by accident
+        ASSERT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return std::isfinite(v); }) &&
+                    std::any_of(y.begin(), y.end(), [](float v) { return v != 0.0f; }))
+            << name(c) << ", schedule " << sname << ", slot " << slot;
+      for (SsdPrefill w : {SsdPrefill::walk16, SsdPrefill::walk32, SsdPrefill::walk64, SsdPrefill::automatic}) {
+        const std::string d = compare(want, run(c.sh, c.g, c.bf16, c.T, sched, w), c.sh);
+        EXPECT_EQ(d, "") << name(c) << ", schedule " << sname << ", walk tile " << static_cast<int>(w);
+      }
+    }
+  }
+}
+
+TEST(CudaSsdTiling, WalkMatchesThreePhaseAtTheModelShape) {
+  PARITY_REQUIRE_GPU();
+  const Shape m{2, 64, 128, 1};  // mamba2's head: P 64, N 128
+  expect_every_tile_matches_three_phase({{m, {true, 16, true}, false, 300},
+                                         {m, {true, 64, true}, false, 300},
+                                         {m, {true, 256, true}, false, 300},
+                                         {m, {true, 16, true}, true, 300},
+                                         {m, {true, 32, false}, true, 150},
+                                         {m, {false, 64, false}, false, 300},
+                                         {m, {false, 256, false}, true, 300}});
+}
+
+TEST(CudaSsdTiling, WalkMatchesThreePhaseAtRaggedShapes) {
+  PARITY_REQUIRE_GPU();
+  const Shape a{4, 40, 20, 2};   // P not a multiple of any tile; N % 8 = 4
+  const Shape b{3, 24, 18, 1};   // N % 4 = 2: the quarter sums' tail (calls of two rows, not one)
+  const Shape c{2, 72, 136, 2};  // P above one 64-tile; N above 128: two passes of the delta
+  const Shape d{6, 16, 32, 3};   // three groups of two heads
+  expect_every_tile_matches_three_phase({{a, {true, 5, true}, false, 150},
+                                         {a, {true, 23, true}, true, 150},
+                                         {a, {false, 23, false}, false, 150},
+                                         {b, {true, 1, true}, false, 60},
+                                         {b, {true, 16, true}, true, 150},
+                                         {b, {true, 48, true}, false, 150},
+                                         {c, {true, 16, true}, false, 150},
+                                         {c, {true, 100, true}, true, 150},
+                                         {c, {false, 48, false}, false, 150},
+                                         {d, {true, 8, true}, true, 150},
+                                         {d, {true, 32, true}, false, 150},
+                                         {d, {false, 16, false}, false, 150}});
+}
+
+// Companion: the comparison is not blind. One x value changed in its fourth significant digit
+// changes its own row's output (not an earlier one) and the state.
+TEST(CudaSsdTiling, CompanionASmallChangeInOneInputIsSeen) {
+  PARITY_REQUIRE_GPU();
+  const Shape sh{2, 64, 128, 1};
+  const cuda::ScanGrid g{true, 16, true};
+  const Result want = run(sh, g, false, 150, whole(150), SsdPrefill::three_phase);
+  ScanRun r(sh, g, false, 1, 150, SsdPrefill::walk64);
+  r.streams()[0].xbc[std::size_t(20) * sh.ld() + 5] *= 1.001f;  // row 20, head 0, p 5
+  for (const auto& pass : whole(150)) r.pass(pass);
+  const Result got = r.finish();
+  const std::string dy = first_difference(want.y.at(0), got.y.at(0), sh.I(), "y");
+  EXPECT_NE(dy.find("(row 20, column 5)"), std::string::npos) << dy;
+  EXPECT_NE(first_difference(want.s32, got.s32, sh.N, "state"), "");
+}
+
+}  // namespace
+}  // namespace parity
