@@ -546,3 +546,65 @@ BENCHMARK(BM_CudaModelPrefill)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark:
 }  // namespace parity
 
 BENCHMARK_MAIN();
+
+namespace parity {
+namespace {
+
+// The MoE's expert GEMMs at decode size (granite-h-tiny: 64 experts, top-6, hidden 1536, width 512; 64
+// tokens routed at random, so ~6 rows per expert): arg0 0 = the up projection (K 1536, N 1024), 1 = the
+// down projection (K 512, N 1536); arg1 the path: 0..5 the few-rows kernel's grouped variants, -1 the mma
+// grouped tiles, -2 the WMMA grouped tiles (all give the same bits; gemm_grouped takes the few-rows
+// kernel's default here).
+void BM_CudaMoeGroupedGemm(benchmark::State& state) {
+  if (cuda::device_count() == 0) {
+    state.SkipWithError("no CUDA device: GPU benchmark not run");
+    return;
+  }
+  const int K = state.range(0) == 0 ? 1536 : 512, N = state.range(0) == 0 ? 1024 : 1536, path = state.range(1);
+  const int E = 64, T = 64, k = 6;
+  std::mt19937_64 g(3);
+  std::vector<int> count(E, 0);
+  for (int t = 0; t < T; ++t) {
+    std::vector<int> ids(E);
+    for (int e = 0; e < E; ++e) ids[e] = e;
+    std::shuffle(ids.begin(), ids.end(), g);
+    for (int j = 0; j < k; ++j) ++count[ids[j]];
+  }
+  std::vector<int32_t> off(E + 1, 0);
+  int max_rows = 0;
+  for (int e = 0; e < E; ++e) {
+    off[e + 1] = off[e] + count[e];
+    max_rows = std::max(max_rows, count[e]);
+  }
+  const int rows = off[E];
+  cuda::DeviceBuffer<float> a, c(std::size_t(rows) * N);
+  a.upload(rnd(std::size_t(rows) * K, 4, -1, 1));
+  cuda::DeviceBuffer<uint16_t> w(std::size_t(E) * N * K);
+  w.zero();
+  cuda::DeviceBuffer<int32_t> doff;
+  doff.upload(off);
+  const int64_t stride = int64_t(N) * K;
+  auto pass = [&] {
+    if (path >= 0)
+      cuda::gemm_grouped_bf16_skinny(a.data(), K, doff.data(), E, max_rows, K, w.data(), stride, N, c.data(), N, nullptr,
+                                     path);
+    else  // max_rows is only a bound: 65 sends gemm_grouped past its few-rows path
+      cuda::gemm_grouped(a.data(), K, doff.data(), E, 65, K, w.data(), cuda::WeightType::BF16, stride, N, c.data(), N,
+                         nullptr, path == -1 ? rows : 0);
+  };
+  pass();
+  Timer t;
+  for (auto _ : state) {
+    t.start_device();
+    pass();
+    state.SetIterationTime(t.stop_s());
+  }
+  state.SetLabel(path >= 0 ? "few-rows variant" : path == -1 ? "mma grouped tiles" : "wmma grouped tiles");
+}
+BENCHMARK(BM_CudaMoeGroupedGemm)
+    ->ArgsProduct({{0, 1}, {-2, -1, 0, 1, 2, 3, 4, 5}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace parity

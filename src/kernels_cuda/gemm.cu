@@ -125,10 +125,15 @@ __global__ void __launch_bounds__(kT) gemm_grouped_kernel(const float* A, int ld
 void gemm_grouped(const float* A, int lda, const int32_t* offsets, int groups, int max_rows, int K, const void* W,
                   WeightType wt, int64_t w_stride, int N, float* C, int ldc, cudaStream_t s, int total_rows) {
   if (groups <= 0 || max_rows <= 0 || N <= 0) return;
-  // Decode-sized groups: 16-row tiles of each group stream their expert's weights (gemm_skinny.cu).
-  // Without it every active expert streamed its weights through 64×64 WMMA tiles holding one or two
-  // rows (300 µs for one token over 64 experts, top-6, on an H200).
-  if (wt == WeightType::BF16 && max_rows <= kSkinnyMaxGroupRows && gemm_mma_fits(A, K, lda, W) && w_stride % 8 == 0) {
+  // Few rows in all (fewer than one per group on average: a decode step of a few tokens): 16-row tiles of
+  // each group stream their expert's weights (gemm_skinny.cu). Without it every active expert streamed its
+  // weights through 64×64 WMMA tiles holding one or two rows (300 µs for one token over 64 experts, top-6,
+  // on an H200). From one row per group on, the mma tiles below win: 64 tokens over granite-h-tiny's 64
+  // experts (384 rows) take 59 + 35 µs on them against 174 + 116 µs on the few-rows kernel's grouped
+  // default (BM_CudaMoeGroupedGemm). Every path gives the same bits, so the choice is speed alone.
+  const bool few_in_all = total_rows <= 0 || total_rows < groups;
+  if (wt == WeightType::BF16 && few_in_all && max_rows <= kSkinnyMaxGroupRows && gemm_mma_fits(A, K, lda, W) &&
+      w_stride % 8 == 0) {
     gemm_grouped_bf16_skinny(A, lda, offsets, groups, max_rows, K, W, w_stride, N, C, ldc, s);
     return;
   }
