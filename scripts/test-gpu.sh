@@ -30,5 +30,12 @@ done
 for m in builtin:tiny-g2 tests/data/mamba2_g2 builtin:tiny-hybrid-g2; do
   step "$dir/parity" verify "$m" --device cuda --tensor-parallel-size 2
 done
-step "$dir/parity_gpu_bench" --benchmark_min_time=0.2 ${PARITY_GPU_BENCH_FILTER:+--benchmark_filter=$PARITY_GPU_BENCH_FILTER}
+# The benchmarks behind docs/performance.md's tables (a few minutes; the whole suite, with every few-rows
+# variant and the two-model TP benchmark, takes far longer): PARITY_GPU_BENCH_FILTER=. runs everything.
+default_filter='BM_CudaGemm/(1|16|64|4096)/|BM_CudaMoeGroupedGemm|BM_CudaMoe/|BM_CudaDecodeSsm/(1|64|256)/(0|16)/'
+default_filter+='|BM_CudaSsdPrefill/(1|8|32)/(16|32|64|256)/|BM_CudaModelDecode/batch:(1|64|256)/exact:[01]/graphs:1'
+default_filter+='|BM_CudaModelPrefill|BM_CudaHybridPrefill/8/2048|BM_CudaHybridDecode/batch:(1|64|256)/exact:[01]/model:1/graphs:1'
+step "$dir/parity_gpu_bench" --benchmark_min_time=0.05 --benchmark_filter="${PARITY_GPU_BENCH_FILTER:-$default_filter}"
+if python3 -c 'import torch' 2>/dev/null; then step python3 bench/cuda/cublas_reference.py  # cuBLAS beside ours
+else echo "PyTorch not found: cublas_reference.py (the cuBLAS baseline) not run"; fi
 exit $fail
