@@ -15,6 +15,7 @@
 #include "io/token_file.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
+#include "tests/cuda/gpu_gate_support.h"
 #include "tests/cuda/gpu_test_support.h"
 
 namespace parity {
@@ -57,21 +58,10 @@ TEST(CudaHybridModel, ExactModeIsBitIdenticalUnderTheGateSchedulesAndPlainIsNot)
   for (bool fp32 : {false, true}) {
     auto m = gpu_hybrid("builtin:tiny-hybrid", fp32);
     EXPECT_STREQ(m->device(), "cuda");
-    engine::GateOptions g;
-    g.scenarios = {"decode", "chunked-prefill", "preempt-recompute", "concurrent-8"};
-    int64_t exact_rows = 0, exact_bad = 0, plain_bad = 0;
-    for (const auto& r : engine::run_exactness_gate(*m, g)) {
-      if (r.mode == model::ScanMode::Exact) {
-        exact_rows += r.all.rows;
-        exact_bad += r.all.mismatched;
-        EXPECT_EQ(r.all.mismatched, 0) << r.scenario << " " << r.numerics.describe();
-      } else {
-        plain_bad += r.all.mismatched;
-      }
-    }
-    EXPECT_GT(exact_rows, 1000);
-    EXPECT_EQ(exact_bad, 0);
-    EXPECT_GT(plain_bad, 0) << "companion: plain mode's Mamba rows should change with the schedule";
+    const test::GateTally t = test::run_gpu_gate(*m);
+    EXPECT_GT(t.exact_rows, 1000);
+    EXPECT_EQ(t.exact_bad, 0);
+    EXPECT_GT(t.plain_bad, 0) << "companion: plain mode's Mamba rows should change with the schedule";
   }
 }
 
@@ -171,21 +161,10 @@ TEST(CudaHybridModel, RouterProbeCapturesAndReplacesOnTheGpu) {
 TEST(CudaHybridModel, FusedPatternPassesTheExactGate) {
   PARITY_REQUIRE_GPU();
   auto m = gpu_hybrid("builtin:tiny-hybrid", false, model::MoeRoutingPattern::Fused);
-  engine::GateOptions g;
-  g.scenarios = {"decode", "chunked-prefill", "preempt-recompute", "concurrent-8"};
-  int64_t exact_rows = 0, exact_bad = 0, plain_bad = 0;
-  for (const auto& r : engine::run_exactness_gate(*m, g)) {
-    if (r.mode == model::ScanMode::Exact) {
-      exact_rows += r.all.rows;
-      exact_bad += r.all.mismatched;
-      EXPECT_EQ(r.all.mismatched, 0) << r.scenario << " " << r.numerics.describe();
-    } else {
-      plain_bad += r.all.mismatched;
-    }
-  }
-  EXPECT_GT(exact_rows, 1000);
-  EXPECT_EQ(exact_bad, 0);
-  EXPECT_GT(plain_bad, 0) << "companion: plain mode's Mamba rows should change with the schedule";
+  const test::GateTally t = test::run_gpu_gate(*m);
+  EXPECT_GT(t.exact_rows, 1000);
+  EXPECT_EQ(t.exact_bad, 0);
+  EXPECT_GT(t.plain_bad, 0) << "companion: plain mode's Mamba rows should change with the schedule";
   EXPECT_GT(backend_cuda::cuda_graph_stats(*m).replays, 0) << "the gate's decode steps should replay graphs";
 }
 

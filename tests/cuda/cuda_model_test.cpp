@@ -12,6 +12,7 @@
 #include "io/token_file.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
+#include "tests/cuda/gpu_gate_support.h"
 #include "tests/cuda/gpu_test_support.h"
 
 namespace parity {
@@ -26,22 +27,10 @@ std::unique_ptr<model::Model> gpu_model(const std::string& spec, bool fp32 = fal
 TEST(CudaModel, ExactModeIsBitIdenticalUnderTheGateSchedulesAndPlainIsNot) {
   PARITY_REQUIRE_GPU();
   auto m = gpu_model("builtin:tiny");
-  engine::GateOptions g;
-  g.scenarios = {"decode", "chunked-prefill", "preempt-recompute", "concurrent-8"};
-  const auto results = engine::run_exactness_gate(*m, g);
-  int64_t exact_rows = 0, exact_bad = 0, plain_bad = 0;
-  for (const auto& r : results) {
-    if (r.mode == model::ScanMode::Exact) {
-      exact_rows += r.all.rows;
-      exact_bad += r.all.mismatched;
-      EXPECT_EQ(r.all.mismatched, 0) << r.scenario << " " << r.numerics.describe();
-    } else {
-      plain_bad += r.all.mismatched;
-    }
-  }
-  EXPECT_GT(exact_rows, 1000);
-  EXPECT_EQ(exact_bad, 0);
-  EXPECT_GT(plain_bad, 0) << "companion: plain mode's rows should change with the schedule";
+  const test::GateTally t = test::run_gpu_gate(*m);
+  EXPECT_GT(t.exact_rows, 1000);
+  EXPECT_EQ(t.exact_bad, 0);
+  EXPECT_GT(t.plain_bad, 0) << "companion: plain mode's rows should change with the schedule";
 }
 
 struct Accuracy {

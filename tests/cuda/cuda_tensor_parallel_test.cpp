@@ -23,6 +23,7 @@
 #include "model/checkpoint.h"
 #include "model/in_process_collective.h"
 #include "model/model.h"
+#include "tests/cuda/gpu_gate_support.h"
 #include "tests/cuda/gpu_test_support.h"
 
 namespace parity {
@@ -100,24 +101,12 @@ TEST_P(CudaTensorParallel, TheRanksLandOnTheirGpusWithTheCollectiveTheMachineAll
 TEST_P(CudaTensorParallel, ExactModeIsBitIdenticalAcrossSchedulesAtTp2AndPlainIsNot) {
   PARITY_REQUIRE_GPU();
   auto m = gpu(GetParam(), 2);
-  engine::GateOptions g;
-  g.scenarios = {"decode", "chunked-prefill", "preempt-recompute", "concurrent-8"};
-  int64_t exact_rows = 0, exact_bad = 0, plain_bad = 0;
-  for (const auto& r : engine::run_exactness_gate(*m, g)) {
-    if (r.mode == ScanMode::Exact) {
-      exact_rows += r.all.rows;
-      exact_bad += r.all.mismatched;
-      EXPECT_EQ(r.all.mismatched, 0) << r.scenario << " " << r.numerics.describe() << ": " << r.all.mismatched
-                                     << " of " << r.all.rows << " rows differ, max |delta| " << r.max_abs;
-    } else {
-      plain_bad += r.all.mismatched;
-    }
-  }
+  const test::GateTally t = test::run_gpu_gate(*m);
   std::fprintf(stderr, "[ gate tp2 ] %s: exact %lld rows, %lld mismatched; plain %lld mismatched\n",
-               GetParam().c_str(), (long long)exact_rows, (long long)exact_bad, (long long)plain_bad);
-  EXPECT_GT(exact_rows, 500);
-  EXPECT_EQ(exact_bad, 0);
-  EXPECT_GT(plain_bad, 0) << "companion: plain mode's Mamba rows should change with the schedule";
+               GetParam().c_str(), (long long)t.exact_rows, (long long)t.exact_bad, (long long)t.plain_bad);
+  EXPECT_GT(t.exact_rows, 500);
+  EXPECT_EQ(t.exact_bad, 0);
+  EXPECT_GT(t.plain_bad, 0) << "companion: plain mode's Mamba rows should change with the schedule";
 }
 
 TEST_P(CudaTensorParallel, Tp2LogitsWithinToleranceOfTp1) {
