@@ -19,6 +19,7 @@
 #include "kernels_cuda/ssd_prefill.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
+#include "bench_cache.h"
 #include "step_shares.h"
 
 namespace parity {
@@ -442,24 +443,13 @@ model::Model& big_model() {
   return *m;
 }
 
-// A cache of `slots` slots with the mode's default numerics.
-cache::ModelCache cache_for(const model::Model& m, bool exact, int slots) {
-  const cache::Numerics num = model::default_numerics(m, exact ? model::ScanMode::Exact : model::ScanMode::Plain);
-  cache::ModelCacheOptions o;
-  o.mamba.num_slots = slots;
-  o.mamba.exact = num.exact;
-  o.mamba.grid = num.grid;
-  o.mamba.ssm_dtype = num.ssm_dtype;
-  return cache::ModelCache(m.cache_spec(), o);
-}
-
 void BM_CudaModelDecode(benchmark::State& state) {
   if (!have_gpu(state)) return;
   model::Model& m = big_model();
   const int batch = static_cast<int>(state.range(0));
   const bool exact = state.range(1) != 0, graphs = state.range(2) != 0;
   backend_cuda::set_enforce_eager(m, !graphs);
-  cache::ModelCache mc = cache_for(m, exact, batch);
+  cache::ModelCache mc = bench::bench_cache(m, exact, batch);
   model::ForwardBatch b;
   for (int s = 0; s < batch; ++s) {
     mc.allocate();
@@ -515,7 +505,7 @@ void BM_CudaModelPrefill(benchmark::State& state) {
   const model::Model& m = big_model();
   const bool exact = state.range(0) != 0;
   const int batch = 8, len = 2048;
-  cache::ModelCache mc = cache_for(m, exact, batch);
+  cache::ModelCache mc = bench::bench_cache(m, exact, batch);
   model::ForwardBatch b;
   for (int s = 0; s < batch; ++s) {
     mc.allocate();

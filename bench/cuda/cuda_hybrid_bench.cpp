@@ -14,6 +14,7 @@
 #include "backend_cuda/backend.h"
 #include "backend_cuda/decode_graphs.h"
 #include "backend_cuda/step_profile.h"
+#include "bench_cache.h"
 #include "step_shares.h"
 #include "cache/model_cache.h"
 #include "common/dtype.h"
@@ -180,18 +181,6 @@ model::Model& hybrid_model(int which) {
   return *m[which];
 }
 
-cache::ModelCache hybrid_cache(const model::Model& m, bool exact, int slots, int64_t tokens) {
-  const cache::Numerics num = model::default_numerics(m, exact ? model::ScanMode::Exact : model::ScanMode::Plain);
-  cache::ModelCacheOptions o;
-  o.mamba.num_slots = slots;
-  o.mamba.exact = num.exact;
-  o.mamba.grid = num.grid;
-  o.mamba.ssm_dtype = num.ssm_dtype;
-  o.kv_block_size = 16;
-  o.kv_num_blocks = static_cast<int>(slots * ((tokens + 15) / 16));
-  return cache::ModelCache(m.cache_spec(), o);
-}
-
 // A large batch's prefill runs in passes of at most this many tokens (whole sequences), as an engine's
 // token budget would split it; it also bounds a pass's activations (the MoE's grouped rows, the SSD's
 // cell states) to a few GB, so 256 sequences fit beside their state and KV.
@@ -223,7 +212,7 @@ double prefill(const model::Model& m, cache::ModelCache& mc, model::ScanMode mod
 // One short prefill in a throwaway cache: the first launch of each kernel (lazy module loading) is
 // not in a timed pass.
 void warm_up(const model::Model& m, bool exact) {
-  cache::ModelCache mc = hybrid_cache(m, exact, 1, 64);
+  cache::ModelCache mc = bench::bench_cache(m, exact, 1, 64);
   const int slot = mc.allocate();
   mc.reserve(slot, 64);
   prefill(m, mc, exact ? model::ScanMode::Exact : model::ScanMode::Plain, {slot}, 32);
@@ -254,7 +243,7 @@ void BM_CudaHybridDecode(benchmark::State& state) {
   backend_cuda::set_enforce_eager(m, state.range(3) == 0);
   warm_up(m, exact);
   const int64_t steps = 1024;  // >= the iterations and profiled steps below: the reserved KV blocks suffice
-  cache::ModelCache mc = hybrid_cache(m, exact, batch, prompt + steps);
+  cache::ModelCache mc = bench::bench_cache(m, exact, batch, prompt + steps);
   std::vector<int> slots;
   for (int s = 0; s < batch; ++s) {
     slots.push_back(mc.allocate());
@@ -337,7 +326,7 @@ void BM_CudaHybridPrefill(benchmark::State& state) {
   };
   for (auto _ : state) {
     state.PauseTiming();
-    cache::ModelCache mc = hybrid_cache(m, exact, seqs, len);
+    cache::ModelCache mc = bench::bench_cache(m, exact, seqs, len);
     const std::vector<int> slots = fresh(mc);
     state.ResumeTiming();
     state.SetIterationTime(prefill(m, mc, mode, slots, len));
@@ -346,7 +335,7 @@ void BM_CudaHybridPrefill(benchmark::State& state) {
   backend_cuda::StepProfile prof;
   backend_cuda::set_step_profile(m, &prof);
   {
-    cache::ModelCache mc = hybrid_cache(m, exact, seqs, len);
+    cache::ModelCache mc = bench::bench_cache(m, exact, seqs, len);
     prefill(m, mc, mode, fresh(mc), len);
   }
   backend_cuda::set_step_profile(m, nullptr);

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "bench_cache.h"
 #include "backend_cuda/backend.h"
 #include "backend_cuda/decode_graphs.h"
 #include "cache/model_cache.h"
@@ -36,18 +37,6 @@ model::Model& tp_model(int tp) {
   return *m[tp - 1];
 }
 
-cache::ModelCache make_cache(const model::Model& m, bool exact, int slots, int64_t tokens) {
-  const cache::Numerics num = model::default_numerics(m, exact ? model::ScanMode::Exact : model::ScanMode::Plain);
-  cache::ModelCacheOptions o;
-  o.mamba.num_slots = slots;
-  o.mamba.exact = num.exact;
-  o.mamba.grid = num.grid;
-  o.mamba.ssm_dtype = num.ssm_dtype;
-  o.kv_block_size = 16;
-  o.kv_num_blocks = static_cast<int>(slots * ((tokens + 15) / 16));
-  return cache::ModelCache(m.cache_spec(), o);
-}
-
 // arg0 batch, arg1 0 = plain / 1 = exact, arg2 the TP degree, arg3 1 = CUDA graphs (TP = 1 only), 0 =
 // eager. A decode step of `batch` sequences after a 512-token prefill each; the first decode step (a
 // graph's capture) is not timed. Tokens/s = batch / step time.
@@ -63,7 +52,7 @@ void BM_CudaTpDecode(benchmark::State& state) {
       cuda::device_count() >= tp ? tp : cuda::device_count()) + " GPU)" : ""));
   if (tp == 1) backend_cuda::set_enforce_eager(m, !graphs);
   const int64_t steps = 1024;  // >= the iterations below: the reserved KV blocks suffice
-  cache::ModelCache mc = make_cache(m, exact, batch, prompt + steps);
+  cache::ModelCache mc = bench::bench_cache(m, exact, batch, prompt + steps);
   model::ForwardBatch b;
   for (int s = 0; s < batch; ++s) {
     const int slot = mc.allocate();
