@@ -208,8 +208,8 @@ void CudaMamba2Model::forward_graph(const model::ForwardBatch& b, DeviceState& d
   const PaddedDecode pd = pad_decode(b, bucket, ds.scratch_slot());
   const cuda::PassPlan plan(pd.spans, grid, pd.tokens);
   if (bucket > run.graph_rows) {
-    // The graph buffers grow to the largest bucket seen (not to 256 at once: the SSD scratch holds a
-    // state per sequence and head); the graphs captured on the old buffers are then dropped.
+    // The graph buffers grow to the largest bucket seen (not to 256 at once: the activations and the
+    // scan's scratch scale with the bucket); the graphs captured on the old buffers are then dropped.
     reserve(sc, bucket, bucket);
     sc.ints.resize(16 * static_cast<std::size_t>(bucket));
     sc.starts.resize(static_cast<std::size_t>(bucket));
