@@ -91,6 +91,8 @@ __global__ void __launch_bounds__(Config<CWG, NT, BPS, AF>::kThreads, BPS)
     // Whole boxes: W rows past N, A rows past M and K past the matrix land as zeros and count as
     // bytes; the zero rows only feed outputs that are never stored, the zero K is never multiplied.
     if (lane != 0) return;
+    ptx::prefetch_tensor_map(&wmap);
+    ptx::prefetch_tensor_map(&xmap);
     for (int b = 0; b < kboxes; ++b) {
       const int s = b % S;
       if (b >= S) ptx::mbar_wait(&empty[s], ((b / S) - 1) & 1);

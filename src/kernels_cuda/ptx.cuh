@@ -73,6 +73,12 @@ __device__ __forceinline__ void tma_load_3d(unsigned dst, const void* map, int c
       : "memory");
 }
 
+// Fetches a tensor map (a kernel's __grid_constant__ parameter) into the TMA unit's descriptor cache
+// ahead of its first use.
+__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+
 // The same for a two-dimensional map: the box at (c0, c1).
 __device__ __forceinline__ void tma_load_2d(unsigned dst, const void* map, int c0, int c1, std::uint64_t* bar) {
   asm volatile(
