@@ -21,7 +21,7 @@ namespace parity::cuda::swap_ab {
 
 using u64 = std::uint64_t;
 
-constexpr int kMaxStages = 16;
+constexpr int kMaxStages = 24;  // small boxes (few rows): up to ~200 KiB in flight per block
 
 enum class AFrom { Prepass, Fused };
 
