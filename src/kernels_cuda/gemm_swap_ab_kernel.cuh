@@ -60,6 +60,26 @@ __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
 }
 
+// The producer (one thread): box b of K into stage b % S once the consumers released the stage's
+// last round: W's box (the block's rows from n0) at the stage's start, A's (rows from m0) kWBytes
+// later. Whole boxes: W rows past N, A rows past M and K past the matrix land as zeros and count
+// as bytes; the zero rows only feed outputs that are never stored, the zero K is never multiplied.
+template <int S, int kStageBytes, int kWBytes, bool kF32A>
+__device__ __forceinline__ void produce(unsigned ring, u64* full, u64* empty, const CUtensorMap* wmap,
+                                        const CUtensorMap* xmap, int kboxes, int n0, int m0) {
+  ptx::prefetch_tensor_map(wmap);
+  ptx::prefetch_tensor_map(xmap);
+  for (int b = 0; b < kboxes; ++b) {
+    const int s = b % S;
+    if (b >= S) ptx::mbar_wait(&empty[s], ((b / S) - 1) & 1);
+    ptx::mbar_arrive_expect_tx(&full[s], kStageBytes);
+    const unsigned st = ring + s * kStageBytes;
+    ptx::tma_load_3d(st, wmap, 64 * b, n0, 0, &full[s]);
+    if constexpr (kF32A) ptx::tma_load_2d(st + kWBytes, xmap, 64 * b, m0, &full[s]);
+    else ptx::tma_load_3d(st + kWBytes, xmap, 64 * b, m0, 0, &full[s]);
+  }
+}
+
 template <int CWG, int NT, int BPS, AFrom AF>
 __global__ void __launch_bounds__(Config<CWG, NT, BPS, AF>::kThreads, BPS)
     swap_ab_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, int M, int K,
@@ -87,21 +107,7 @@ __global__ void __launch_bounds__(Config<CWG, NT, BPS, AF>::kThreads, BPS)
   __syncthreads();
 
   if (warp == Cfg::kConsumerWarps) {
-    // The producer: box b of K into stage b % S once the consumers released the stage's last round.
-    // Whole boxes: W rows past N, A rows past M and K past the matrix land as zeros and count as
-    // bytes; the zero rows only feed outputs that are never stored, the zero K is never multiplied.
-    if (lane != 0) return;
-    ptx::prefetch_tensor_map(&wmap);
-    ptx::prefetch_tensor_map(&xmap);
-    for (int b = 0; b < kboxes; ++b) {
-      const int s = b % S;
-      if (b >= S) ptx::mbar_wait(&empty[s], ((b / S) - 1) & 1);
-      ptx::mbar_arrive_expect_tx(&full[s], Cfg::kStageBytes);
-      const unsigned st = ring + s * Cfg::kStageBytes;
-      ptx::tma_load_3d(st, &wmap, 64 * b, n0, 0, &full[s]);
-      if constexpr (kFused) ptx::tma_load_2d(st + Cfg::kWBytes, &xmap, 64 * b, m0, &full[s]);
-      else ptx::tma_load_3d(st + Cfg::kWBytes, &xmap, 64 * b, m0, 0, &full[s]);
-    }
+    if (lane == 0) produce<S, Cfg::kStageBytes, Cfg::kWBytes, kFused>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0);
     return;
   }
 
