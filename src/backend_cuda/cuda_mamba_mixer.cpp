@@ -67,8 +67,8 @@ void CudaMambaMixer::enqueue(int layer, const float* x, int T, float* out, const
   gemm(x, T, hidden, L.in_proj, proj, L.in_proj_bias, sc.zx.data(), st);
   p.probe(nm.in_proj, sc.zx.data(), T, proj, proj);
   p.probe(nm.dt, sc.zx.data() + I + conv, T, H, proj);
-  // The conv1d point is before SiLU: when it is wanted the conv runs without its fused SiLU and the
-  // SiLU follows the visit (the same fp32 operations either way).
+  // The conv1d point is the conv's output before SiLU: when a hook wants it, the conv runs without its
+  // fused SiLU and the SiLU runs after the visit (which may have replaced the tensor).
   const bool probe_conv = p.probe.wants(nm.conv1d);
   mark(p.profile, StepPart::MambaConv, st);
   cuda::conv1d(sc.zx.data() + I, proj, conv, L.conv_w.data(), L.conv_b.size() ? L.conv_b.data() : nullptr,
