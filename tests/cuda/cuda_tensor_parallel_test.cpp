@@ -160,6 +160,15 @@ TEST(CudaTensorParallelCollective, NcclForcedWithRanksSharingAGpuIsRefusedSaying
   }
 }
 
+// n floats from the host into a new device buffer, queued on s. Not DeviceBuffer::upload: its cudaMemcpy runs on
+// the legacy stream and, from pageable memory, may return before the data lands, while the streams here are
+// non-blocking (not ordered after the legacy stream): the work queued on s could read the buffer first.
+cuda::DeviceBuffer<float> upload_on(const float* host, std::size_t n, cudaStream_t s) {
+  cuda::DeviceBuffer<float> d(n);
+  cuda::cuda_check(cudaMemcpyAsync(d.data(), host, n * sizeof(float), cudaMemcpyHostToDevice, s), "test upload");
+  return d;
+}
+
 // Partials whose sum depends on the order: magnitudes from 1e-3 to 1e7 with both signs.
 std::vector<std::vector<float>> order_sensitive_partials(int ranks, std::size_t n) {
   std::vector<std::vector<float>> p;
@@ -216,8 +225,7 @@ TEST(CudaTensorParallelCollective, HostStagedSumEqualsTheCpuRankOrderSumBitForBi
     for (int r = 0; r < kRanks; ++r)
       ts.emplace_back([&, r] {
         cuda::Stream s;
-        cuda::DeviceBuffer<float> d;
-        d.upload(p[r].data(), len);
+        cuda::DeviceBuffer<float> d = upload_on(p[r].data(), len, s.get());
         staged.sum_partials(r, d.data(), len, s.get());
         s.sync("test");
         got[r] = d.download(len);
@@ -242,9 +250,8 @@ TEST(CudaTensorParallelCollective, DeviceRankOrderAddEqualsTheCpuRuleBitForBit) 
   expect_order_matters(p, want);
   std::vector<float> gathered;
   for (const auto& v : p) gathered.insert(gathered.end(), v.begin(), v.end());
-  cuda::DeviceBuffer<float> g, out(n);
-  g.upload(gathered);
   cuda::Stream s;
+  cuda::DeviceBuffer<float> g = upload_on(gathered.data(), gathered.size(), s.get()), out(n);
   cuda::sum_rank_partials(g.data(), kRanks, n, out.data(), s.get());
   s.sync("test");
   const std::vector<float> got = out.download(n);
@@ -269,9 +276,8 @@ TEST(CudaTensorParallelCollective, NcclWithOneRankGathersAndSums) {
   std::fprintf(stderr, "[ nccl     ] %s\n", lib->path.c_str());
   backend_cuda::NcclCollective c(lib, {0});
   const std::vector<float> v = test::uniform(4099, 9);
-  cuda::DeviceBuffer<float> d;
-  d.upload(v);
   cuda::Stream s;
+  cuda::DeviceBuffer<float> d = upload_on(v.data(), v.size(), s.get());
   c.sum_partials(0, d.data(), v.size(), s.get());
   s.sync("test");
   const auto got = d.download(v.size());
@@ -298,8 +304,7 @@ TEST(CudaTensorParallelCollective, NcclSumEqualsHostStagedOnTwoGpus) {
     ts.emplace_back([&, r] {
       cuda::cuda_check(cudaSetDevice(r), "cudaSetDevice");
       cuda::Stream s;
-      cuda::DeviceBuffer<float> d;
-      d.upload(p[r]);
+      cuda::DeviceBuffer<float> d = upload_on(p[r].data(), n, s.get());
       c.sum_partials(r, d.data(), n, s.get());
       s.sync("test");
       got[r] = d.download(n);
