@@ -141,6 +141,7 @@ std::unique_ptr<CudaHybridModel> CudaHybridModel::build(const model::Checkpoint&
   m->enforce_eager_ = opt.enforce_eager;
   m->moe_routing_ = opt.moe_routing;
   m->run_ = std::make_unique<Run>();
+  wait_for_uploads();
   return m;
 }
 

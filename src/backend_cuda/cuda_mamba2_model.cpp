@@ -66,6 +66,7 @@ std::unique_ptr<CudaMamba2Model> CudaMamba2Model::build(const model::Checkpoint&
   for (const model::ProbePoint& pp : m->probe_points()) m->probe_names_.push_back(pp.name);
   m->enforce_eager_ = opt.enforce_eager;
   m->run_ = std::make_unique<Run>();
+  wait_for_uploads();
   return m;
 }
 

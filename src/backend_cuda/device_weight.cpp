@@ -1,6 +1,7 @@
 #include "backend_cuda/device_weight.h"
 
 #include "common/dtype.h"
+#include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ops.h"
 
 namespace parity::backend_cuda {
@@ -33,6 +34,8 @@ void gemm(const float* A, int M, int K, const DeviceWeight& w, int N, const cuda
   if (w.fp32) cuda::gemm(A, M, K, K, w.f32.data(), cuda::WeightType::F32, N, bp, C, N, s);
   else cuda::gemm(A, M, K, K, w.bf16.data(), cuda::WeightType::BF16, N, bp, C, N, s, cuda::padded_rows(w.rows));
 }
+
+void wait_for_uploads() { cuda::cuda_check(cudaDeviceSynchronize(), "weights to the device"); }
 
 void embed_rows(const DeviceWeight& table, const int32_t* tokens, int T, int cols, float* out, cudaStream_t s) {
   if (table.fp32) cuda::gather_rows(table.f32.data(), cols, tokens, T, cols, out, s);
