@@ -216,9 +216,7 @@ void CudaHybridModel::forward(const model::ForwardBatch& b, cache::ModelCache& m
   if (graph && mc.kv()) {
     // Few decode rows over long contexts run attention_split.cu's kernels, whose grid follows the
     // context: such a pass stays eager (the row kernel a graph uses would give the same bits, slower).
-    std::vector<cuda::SeqSpan> spans;
-    for (const auto& q : b.seqs) spans.push_back({q.slot, q.start, q.n});
-    graph = cuda::AttnPlan(spans, cfg_.num_attention_heads).num_long() == 0;
+    graph = cuda::AttnPlan(seq_spans(b), cfg_.num_attention_heads).num_long() == 0;
   }
   const int bucket = graph ? graph_bucket(static_cast<int>(b.seqs.size())) : 0;
   if (bucket > 0) forward_graph(b, mc, ds, grid, bucket, logits);
@@ -236,11 +234,10 @@ void CudaHybridModel::forward_eager(const model::ForwardBatch& b, cache::ModelCa
   const int T = static_cast<int>(b.tokens.size());
   const int R = static_cast<int>(b.logit_rows.size());
 
-  std::vector<cuda::SeqSpan> spans;
-  for (const auto& q : b.seqs) spans.push_back({q.slot, q.start, q.n});
+  const std::vector<cuda::SeqSpan> spans = seq_spans(b);
   const cuda::PassPlan plan(spans, grid, b.tokens, b.logit_rows);
-  const cuda::PassSeqs ps = plan.upload(sc.ints, sc.starts, sc.h_ints, sc.h_starts, st);
-  const int32_t* di = sc.ints.data();
+  const cuda::PassSeqs ps = sc.in.upload(plan, st);
+  const int32_t* di = sc.in.ints.data();
   if (plan.num_new_slots() > 0) ds.zero_slots(di + plan.new_slots_offset(), plan.num_new_slots(), st);
 
   // Attention's view of the pass: block tables in pass order, the rows shared out (AttnPlan).
@@ -281,13 +278,12 @@ void CudaHybridModel::forward_graph(const model::ForwardBatch& b, cache::ModelCa
     // The graph buffers grow to the largest bucket seen (not to 256 at once: the activations and the
     // scan's scratch scale with the bucket); the graphs captured on the old buffers are then dropped.
     reserve(sc, bucket, bucket, false);
-    sc.ints.resize(16 * static_cast<std::size_t>(bucket));
-    sc.starts.resize(static_cast<std::size_t>(bucket));
+    sc.in.reserve_decode(bucket);
     run.graph_rows = bucket;
   }
-  const cuda::PassSeqs ps = plan.upload(sc.ints, sc.starts, sc.h_ints, sc.h_starts, st);
+  const cuda::PassSeqs ps = sc.in.upload(plan, st);
   if (spec_.num_mamba_layers > 0) mixer_.reserve_scan(sc.mamba, ps, grid);
-  const int32_t* tokens = sc.ints.data() + plan.tokens_offset();
+  const int32_t* tokens = sc.in.ints.data() + plan.tokens_offset();
 
   // Block tables of a fixed row length (the next power of two that holds every sequence's blocks,
   // so a graph serves many steps); padding rows map every block to the scratch block.
@@ -306,7 +302,8 @@ void CudaHybridModel::forward_graph(const model::ForwardBatch& b, cache::ModelCa
     ap.tables = {cuda::upload_async(tab, sc.h_tables, sc.tables, st), stride};
   }
 
-  const GraphEpoch epoch{ds.id, run.graph_rows, {sc.ints.data(), sc.starts.data(), sc.mamba.scan.data(), sc.tables.data()}};
+  const GraphEpoch epoch{ds.id, run.graph_rows,
+                         {sc.in.ints.data(), sc.in.starts.data(), sc.mamba.scan.data(), sc.tables.data()}};
   const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, ap.tables.stride};
   const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
     const DeviceProbe none(nullptr, b, st);

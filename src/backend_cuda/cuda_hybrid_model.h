@@ -22,6 +22,7 @@
 #include "backend_cuda/device_probe.h"
 #include "backend_cuda/device_state.h"
 #include "backend_cuda/device_weight.h"
+#include "backend_cuda/pass_inputs.h"
 #include "backend_cuda/step_profile.h"
 #include "io/granite_config.h"
 #include "io/hf_config.h"
@@ -89,13 +90,12 @@ class CudaHybridModel : public model::Model {
   struct Scratch {
     cuda::DeviceBuffer<float> resid, normed, out, ffn, q, k, v, attn, logits_r, gates, gu, act, attn_scratch;
     cuda::DeviceBuffer<float> dense;  // the Fused pattern's affinities [T][E]
-    cuda::DeviceBuffer<int32_t> ints, tables, work, idx;
-    cuda::DeviceBuffer<int64_t> starts;
-    cuda::PinnedBuffer<int32_t> h_ints, h_tables, h_work;
-    cuda::PinnedBuffer<int64_t> h_starts;
+    cuda::DeviceBuffer<int32_t> tables, work, idx;
+    cuda::PinnedBuffer<int32_t> h_tables, h_work;
     cuda::MoeWorkspace moe;
     MambaScratch mamba;
     LmHeadScratch head;
+    PassInputs in;
   };
   // What forward mutates (forward is const: the engine runs one pass at a time).
   struct Run {

@@ -105,11 +105,10 @@ void CudaMamba2Model::forward_eager(const model::ForwardBatch& b, DeviceState& d
   const int T = static_cast<int>(b.tokens.size());
   const int R = static_cast<int>(b.logit_rows.size());
 
-  std::vector<cuda::SeqSpan> spans;
-  for (const auto& q : b.seqs) spans.push_back({q.slot, q.start, q.n});
+  const std::vector<cuda::SeqSpan> spans = seq_spans(b);
   const cuda::PassPlan plan(spans, grid, b.tokens, b.logit_rows);
-  const cuda::PassSeqs ps = plan.upload(sc.ints, sc.starts, sc.h_ints, sc.h_starts, st);
-  const int32_t* di = sc.ints.data();
+  const cuda::PassSeqs ps = sc.in.upload(plan, st);
+  const int32_t* di = sc.in.ints.data();
   if (plan.num_new_slots() > 0) ds.zero_slots(di + plan.new_slots_offset(), plan.num_new_slots(), st);
 
   const DeviceProbe probe(hooks, b, st);
@@ -135,14 +134,13 @@ void CudaMamba2Model::forward_graph(const model::ForwardBatch& b, DeviceState& d
     // The graph buffers grow to the largest bucket seen (not to 256 at once: the activations and the
     // scan's scratch scale with the bucket); the graphs captured on the old buffers are then dropped.
     reserve(sc, bucket, bucket, false);
-    sc.ints.resize(16 * static_cast<std::size_t>(bucket));
-    sc.starts.resize(static_cast<std::size_t>(bucket));
+    sc.in.reserve_decode(bucket);
     run.graph_rows = bucket;
   }
-  const cuda::PassSeqs ps = plan.upload(sc.ints, sc.starts, sc.h_ints, sc.h_starts, st);
+  const cuda::PassSeqs ps = sc.in.upload(plan, st);
   mixer_.reserve_scan(sc.mamba, ps, grid);
-  const int32_t* tokens = sc.ints.data() + plan.tokens_offset();
-  const GraphEpoch epoch{ds.id, run.graph_rows, {sc.ints.data(), sc.starts.data(), sc.mamba.scan.data()}};
+  const int32_t* tokens = sc.in.ints.data() + plan.tokens_offset();
+  const GraphEpoch epoch{ds.id, run.graph_rows, {sc.in.ints.data(), sc.in.starts.data(), sc.mamba.scan.data()}};
   const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, 0};
   const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
     const DeviceProbe none(nullptr, b, st);

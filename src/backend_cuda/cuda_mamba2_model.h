@@ -16,6 +16,7 @@
 #include "backend_cuda/device_probe.h"
 #include "backend_cuda/device_state.h"
 #include "backend_cuda/device_weight.h"
+#include "backend_cuda/pass_inputs.h"
 #include "backend_cuda/step_profile.h"
 #include "io/hf_config.h"
 #include "kernels_cuda/device_buffer.h"
@@ -62,10 +63,7 @@ class CudaMamba2Model : public model::Model {
     cuda::DeviceBuffer<float> resid, normed, out;
     MambaScratch mamba;
     LmHeadScratch head;
-    cuda::DeviceBuffer<int32_t> ints;
-    cuda::DeviceBuffer<int64_t> starts;
-    cuda::PinnedBuffer<int32_t> h_ints;
-    cuda::PinnedBuffer<int64_t> h_starts;
+    PassInputs in;
   };
   // What forward mutates (forward is const: the engine runs one pass at a time).
   struct Run {
