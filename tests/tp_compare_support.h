@@ -75,7 +75,8 @@ inline void expect_tp2_near_tp1(const model::Model& one, const model::Model& two
                  label.c_str(), engine::mode_name(mode), d.relative, double(d.max_abs), d.worst, double(b[d.worst]),
                  double(a[d.worst]));
     expect_within(d, bound, b, a);
-    EXPECT_FALSE(same_bits(a, b)) << "TP = 2 is expected to differ from TP = 1 in the last bits (was the model split at all?)";
+    EXPECT_FALSE(same_bits(a, b))
+        << "TP = 2 is expected to differ from TP = 1 in the last bits (was the model split at all?)";
   }
 }
 

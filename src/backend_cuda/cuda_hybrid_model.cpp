@@ -260,8 +260,8 @@ void CudaHybridModel::forward_eager(const model::ForwardBatch& b, cache::ModelCa
   reserve(sc, T, R, probe_head);
   if (spec_.num_mamba_layers > 0) mixer_.reserve_scan(sc.mamba, ps, grid);
   enqueue_layers(sc, ps, di + plan.tokens_offset(), T, ds, grid, ap, probe, st);
-  const float* out =
-      head_.enqueue_logit_rows(embed_, sc.resid.data(), T, di + plan.extra_offset(), R, probe_head, sc.head, probe, b, st);
+  const float* out = head_.enqueue_logit_rows(embed_, sc.resid.data(), T, di + plan.extra_offset(), R, probe_head,
+                                              sc.head, probe, b, st);
   if (profile_) profile_->finish(st);
   copy_logits_to_host(out, R, cfg_.vocab_size, logits, st);
   run.stream.sync("forward");

@@ -49,7 +49,8 @@ std::unique_ptr<CudaMamba2Model> CudaMamba2Model::build(const model::Checkpoint&
   m->spec_.chunk_size = c.chunk_size;
   m->spec_.state_on_device = true;
   const int64_t D = c.hidden_size, V = c.vocab_size;
-  if (c.intermediate_size != c.num_heads * c.head_dim) throw Error(ck.origin + ": intermediate_size must be heads × head_dim");
+  if (c.intermediate_size != c.num_heads * c.head_dim)
+    throw Error(ck.origin + ": intermediate_size must be heads × head_dim");
 
   const std::string emb = ck.find("backbone.embeddings.weight") ? "backbone.embeddings.weight" : "backbone.embedding.weight";
   upload_weight(opt.fp32, model::widen(model::need_tensor(ck, emb, {V, D})), static_cast<int>(V), m->embed_);
@@ -116,8 +117,8 @@ void CudaMamba2Model::forward_eager(const model::ForwardBatch& b, DeviceState& d
   reserve(sc, T, R, probe_head);
   mixer_.reserve_scan(sc.mamba, ps, grid);
   enqueue_layers(sc, ps, di + plan.tokens_offset(), T, ds, grid, probe, st);
-  const float* out =
-      head_.enqueue_logit_rows(embed_, sc.resid.data(), T, di + plan.extra_offset(), R, probe_head, sc.head, probe, b, st);
+  const float* out = head_.enqueue_logit_rows(embed_, sc.resid.data(), T, di + plan.extra_offset(), R, probe_head,
+                                              sc.head, probe, b, st);
   if (profile_) profile_->finish(st);
   copy_logits_to_host(out, R, cfg_.vocab_size, logits, st);
   run.stream.sync("forward");
