@@ -436,7 +436,7 @@ void BM_CudaGemmSwapAb(benchmark::State& state) {
   time_gemm(state, g, pass, state.range(3) != 0);
 }
 BENCHMARK(BM_CudaGemmSwapAb)
-    ->ArgsProduct({{1, 8, 16, 64, 256}, {0, 1, 2}, {-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 16, 17}, {0, 1}})
+    ->ArgsProduct({{1, 8, 16, 64, 256}, {0, 1, 2}, {-1, 0, 1, 2, 3, 4, 16, 17}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
