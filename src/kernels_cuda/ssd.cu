@@ -92,6 +92,8 @@ void ssd_dt(const float* dt_raw, int ld, int T, int H, const float* dt_bias, flo
   check_launch("ssd_dt");
 }
 
+bool ssd_span_supported(const SsdShape& sh, const ScanGrid& g) { return ssd::span_supported(sh, g); }
+
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which) {
   if (which == SsdPrefill::three_phase)
     return static_cast<std::size_t>(p.num_cell_tasks) * sh.H * (static_cast<std::size_t>(sh.P) * sh.N + 1);
@@ -129,9 +131,13 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
     ssd::launch_chain(sh, g, p, st, sc, s);
     ssd::launch_outputs(sh, g, p, xbc, ld_xbc, dt, A, D, st, sc, y, s);
   } else {
+    const int active = p.num_seqs - p.num_ssu_seqs - p.num_decode_seqs;
+    const bool automatic = which == SsdPrefill::automatic;
+    const bool span = which == SsdPrefill::span16 || (automatic && ssd::span_preferred(sh, g, active));
+    const int tile = automatic || which == SsdPrefill::walk ? 0 : static_cast<int>(which);
     ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
-    ssd::launch_walk(static_cast<int>(which), p.num_seqs - p.num_ssu_seqs - p.num_decode_seqs, sh, g, p, xbc, ld_xbc,
-                     dt, A, D, st, scratch, y, s);
+    if (span) ssd::launch_span(sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
+    else ssd::launch_walk(tile, active, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
   }
   if (p.num_ssu_seqs > 0 || p.num_decode_seqs > 0) {
     if (sh.N % 4 != 0 || sh.N > ssd::kMaxTileFloats)

@@ -10,12 +10,20 @@
 namespace parity::cuda {
 
 enum class SsdPrefill {
-  automatic = 0,  // the fused walk, tile chosen from the batch's size
+  automatic = 0,  // the span walk for a batch too small for the walk's blocks to fill the GPU, else the
+                  // fused walk with its tile chosen from the batch's size
+  walk = 1,       // the fused walk with its tile chosen from the batch's size (automatic's choice past
+                  // the span walk's batches; the benchmarks time it beside the span walk)
   walk16 = 16,    // the fused walk (ssd_band.cu, ssd_walk.cu), 16, 32 or 64 columns of p per block
   walk32 = 32,
   walk64 = 64,
+  span16 = 116,   // the span walk (ssd_band.cu, ssd_span.cu): K = 64 / G cells per step, 16 columns of p
+                  // per block; N % 4 == 0, N <= 128, G = 16, 32 or 64 (else it throws)
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
 };
+
+// Whether the span walk takes this shape and grid.
+bool ssd_span_supported(const SsdShape& sh, const ScanGrid& g);
 
 // Scratch in floats that ssd_scan needs with this implementation on this grid.
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which);

@@ -1,0 +1,463 @@
+// The span walk: the fused scan's walk for few sequences. The walk (ssd_walk.cu) has one block per
+// (sequence, head, tile of p) and takes a call's cells one at a time, so a batch of one sequence
+// runs 128 blocks of 64 threads through 128 cells in series, each cell waiting on its loads and four
+// barriers. Here a block takes a span of K = 64 / G consecutive cells at a time, with 256 threads,
+// and the next span's inputs are already on their way (cp.async into the other of two buffers):
+//   1. cum of each cell (one thread per cell: cum_term, then the left-to-right sum of cum_scan);
+//   2. coef_{t,i} = row_weight(cum_t, cum_i, dt_i) · band[t][t−i] for every pair of every cell, and
+//      w_i · x_i[p] with w_i = row_weight(cum_{L−1}, cum_i, dt_i) for the rows of folded cells;
+//   3. every folded cell's delta = Σ_i (w_i·x_i[p])·B_i[n] (one fmaf chain over the cell's rows
+//      ascending), the K cells side by side (T/K threads each); then the state, which lives in
+//      registers (a thread owns 2 columns of p × 4 of n), through the cells in order: each cell's
+//      start state is written out for the outputs (over its delta), S ← fold_element(exp(cum_{L−1}),
+//      S, delta);
+//   4. every output row of the span from its cell's start state:
+//      y_t[p] = row_output(cum_t, combine_quarters(a_0..a_3), Σ_{i≤t} coef_{t,i}·x_i[p], D, x_t[p]),
+//      a_q = Σ_{n ≡ q mod 4, ascending} C_t[n]·S[p][n], the intra sum over i ascending from 0.
+// Only the state's fold is serial; the cells of a span share each step's barrier. Every value is
+// the fp32 sequence of the walk and the three-phase kernels (ssd_device.cuh's helpers, the same
+// fmaf chains in the same order), so the bits do not depend on which of them ran.
+// Supported: N a multiple of 4 and at most 128 (one 2×4 tile of the state per thread), G = 16, 32 or
+// 64 (cells of whole 16-row blocks; K = 4, 2, 1). Other shapes take the walk.
+#include <atomic>
+#include <cstdint>
+
+#include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/smem_limit.h"
+#include "kernels_cuda/ssd_device.cuh"
+
+namespace parity::cuda::ssd {
+namespace {
+
+constexpr int kPT = 16;        // columns of p per block
+constexpr int kT = 256;        // threads per block
+constexpr int kRows = 64;      // rows of a span: K cells of G rows
+constexpr int kMaxCells = 4;   // K at G = 16
+
+__host__ __device__ inline int round_up(int v, int m) { return (v + m - 1) / m * m; }
+
+struct SpanLayout {
+  int Nc, Ns, Gc;              // row strides: C and B; the start states (and deltas); the coefficients
+  std::size_t buf;             // one input buffer (two of them, from 0)
+  std::size_t dts, x, C, B, band;  // offsets inside a buffer
+  std::size_t cum, xw, coef, S, total;
+};
+__host__ __device__ inline SpanLayout span_layout(int N, int G) {
+  SpanLayout l{};
+  // Ns/4 odd: 8 consecutive rows' float4 reads fall in distinct banks; Nc too, for rows two apart.
+  l.Nc = round_up(N, 8) + 4;
+  l.Ns = round_up(N, 8) + 4;
+  l.Gc = G + 1;               // odd: rows two apart start in different banks
+  const int K = kRows / G;
+  l.dts = 0;                                              // [kRows]
+  l.x = l.dts + kRows;                                    // [kRows][kPT]
+  l.C = l.x + static_cast<std::size_t>(kRows) * kPT;      // [kRows][Nc]
+  l.B = l.C + static_cast<std::size_t>(kRows) * l.Nc;     // [kRows][Nc]
+  l.band = l.B + static_cast<std::size_t>(kRows) * l.Nc;  // [kRows][G]: band[t][d]
+  l.buf = l.band + static_cast<std::size_t>(kRows) * G;   // a multiple of 4: both buffers 16-byte aligned
+  l.cum = 2 * l.buf;                                      // [kRows]
+  l.xw = l.cum + kRows;                                   // [kRows][kPT]
+  l.S = l.xw + static_cast<std::size_t>(kRows) * kPT;     // [K][kPT][Ns]: deltas, then start states
+  l.coef = l.S + static_cast<std::size_t>(K) * kPT * l.Ns;  // [kRows][Gc]
+  l.total = l.coef + static_cast<std::size_t>(kRows) * l.Gc;
+  return l;
+}
+
+// ---- asynchronous copies with zero fill ------------------------------------------------------
+__device__ __forceinline__ unsigned saddr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void cp16(float* dst, const float* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr(dst)), "l"(src) : "memory");
+}
+// 4 bytes, or 4 zero bytes when !valid (src is then not read).
+__device__ __forceinline__ void cp4(float* dst, const float* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(saddr(dst)), "l"(src), "r"(valid ? 4 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void wait_all_but_latest() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+// dst[0..3] = row[c..c+3], zeros past `end`: one 16-byte copy where aligned and whole.
+__device__ __forceinline__ void copy4(float* dst, const float* row, int c, int end) {
+  if (c + 4 <= end && (reinterpret_cast<std::uintptr_t>(row + c) & 15) == 0) {
+    cp16(dst, row + c);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) cp4(dst + j, c + j < end ? row + c + j : row, c + j < end);
+}
+
+// ---- the cells of a span ---------------------------------------------------------------------
+struct Span {
+  int n;  // cells in it (0: the walk is over)
+  int64_t cs[kMaxCells];
+  int L[kMaxCells], j0[kMaxCells];
+  bool fold[kMaxCells];
+};
+
+// The call's cells in order, as the walk takes them: the first from its task, the next ones from
+// the previous end; the walk stops after a cell the call leaves open (exact) or when cells run out.
+struct Cells {
+  CellTask t;
+  int k, K;
+  bool done;
+  __device__ Span next(int per, int cell_rows, bool exact) {
+    Span s{};
+    s.n = 0;
+    while (s.n < per && !done) {
+      if (k >= K) {
+        done = true;
+        break;
+      }
+      if (k > 0) {
+        t.c = {t.c.end, t.c.end + cell_rows};
+        t.live = t.c.start < t.end;
+        t.L = t.live ? static_cast<int>((t.c.end < t.end ? t.c.end : t.end) - t.c.start) : 0;
+        t.j0 = 0;
+        t.fold = t.live && (exact ? t.c.end <= t.end : true);
+      }
+      if (!t.live) {
+        done = true;
+        break;
+      }
+      s.cs[s.n] = t.c.start;
+      s.L[s.n] = t.L;
+      s.j0[s.n] = t.j0;
+      s.fold[s.n] = t.fold;
+      ++s.n;
+      ++k;
+      if (!t.fold) done = true;
+    }
+    return s;
+  }
+};
+
+// Issue the copies of a span's inputs into buffer `buf` (every thread takes a share; one commit).
+// Cell k's rows land at k·G: dt and x of every row (ring rows first where the call starts inside
+// the cell), C and band rows of the output rows, B of folded cells.
+__device__ void issue(const Span& s, const SpanLayout& lo, int G, const RowSource& src, const float* band, int groups,
+                      int grp, int h, int p0, int P, int N, float* buf) {
+  float *dts = buf + lo.dts, *xs = buf + lo.x, *Cs = buf + lo.C, *Bs = buf + lo.B, *bs = buf + lo.band;
+  // C is read up to N, B up to N rounded to 8 (the deltas' second run of n; zeros past N).
+  const int tid = threadIdx.x, cu = (N + 3) / 4, bu = 2 * ((N + 7) / 8), gu = G / 4;
+  for (int k = 0; k < s.n; ++k) {
+    const int base = k * G, L = s.L[k], j0 = s.j0[k];
+    const int64_t cs = s.cs[k];
+    for (int i = tid; i < L; i += kT) cp4(dts + base + i, src.dtp(h, cs + i), true);
+    for (int e = tid; e < L * (kPT / 4); e += kT) {
+      const int i = e / (kPT / 4), u = e % (kPT / 4);
+      copy4(xs + (base + i) * kPT + 4 * u, src.x(h, cs + i), p0 + 4 * u, P);
+    }
+    const int outs = L - j0;  // output rows j0 .. L-1
+    for (int e = tid; e < outs * cu; e += kT) {
+      const int i = j0 + e / cu, u = e % cu;
+      copy4(Cs + (base + i) * lo.Nc + 4 * u, src.C(grp, cs + i), 4 * u, N);
+    }
+    for (int e = tid; e < outs * gu; e += kT) {
+      const int i = j0 + e / gu, u = e % gu;
+      if (4 * u > i) continue;  // distances past the row's own (t − i ≤ t) are never read
+      const int row = src.row0 + static_cast<int>(cs + i - src.start);
+      cp16(bs + (base + i) * G + 4 * u, band + band_at(row, groups, grp, G, 4 * u));
+    }
+    if (s.fold[k])
+      for (int e = tid; e < L * bu; e += kT) {
+        const int i = e / bu, u = e % bu;
+        copy4(Bs + (base + i) * lo.Nc + 4 * u, src.B(grp, cs + i), 4 * u, N);
+      }
+  }
+  commit();
+}
+
+// A cell's delta in one thread's registers: TC columns of p × TN values of n (two runs of 4 when
+// TN = 8), accumulated over the cell's rows i ascending.
+template <int TC, int TN>
+__device__ __forceinline__ void cell_delta(int L, const float* xw, const float* Bs, int Nc, int c0, int n0, int n1,
+                                           float (&acc)[TC][TN]) {
+#pragma unroll
+  for (int a = 0; a < TC; ++a)
+#pragma unroll
+    for (int b = 0; b < TN; ++b) acc[a][b] = 0.0f;
+  for (int i = 0; i < L; ++i) {
+    float xa[TC], ba[TN];
+    if constexpr (TC == 4) {
+      const float4 v = *reinterpret_cast<const float4*>(xw + i * kPT + c0);
+      xa[0] = v.x, xa[1] = v.y, xa[2] = v.z, xa[3] = v.w;
+    } else {
+      const float2 v = *reinterpret_cast<const float2*>(xw + i * kPT + c0);
+      xa[0] = v.x, xa[1] = v.y;
+    }
+    const float4 b0 = *reinterpret_cast<const float4*>(Bs + i * Nc + n0);
+    ba[0] = b0.x, ba[1] = b0.y, ba[2] = b0.z, ba[3] = b0.w;
+    if constexpr (TN == 8) {
+      const float4 b1 = *reinterpret_cast<const float4*>(Bs + i * Nc + n1);
+      ba[4] = b1.x, ba[5] = b1.y, ba[6] = b1.z, ba[7] = b1.w;
+    }
+#pragma unroll
+    for (int a = 0; a < TC; ++a)
+#pragma unroll
+      for (int b = 0; b < TN; ++b) acc[a][b] = fmaf(xa[a], ba[b], acc[a][b]);
+  }
+}
+
+template <int G>
+__global__ void __launch_bounds__(kT, 1)
+    span_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
+                const float* Dskip, SsdState st, const float* band, float* y) {
+  constexpr int K = kRows / G;                 // cells per span
+  constexpr int TPC = kT / K;                  // threads per cell for the deltas
+  constexpr int TC = K == 1 ? 2 : 4;           // their tile: TC columns × TN values of n
+  constexpr int TN = 8 * K / TC;
+  static_assert(TC * TN * TPC == kPT * 128, "the deltas' tiles cover 16 columns × 128 values of n");
+  const int seq = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+  const int64_t start = p.start[seq];
+  const int t0 = p.task0[seq], ntasks = p.task0[seq + 1] - t0;
+  if (ntasks <= 0 || uses_ssu(g, start, p.n[seq])) return;
+  const int P = sh.P, N = sh.N, HP = sh.H * sh.P;
+  const SpanLayout lo = span_layout(N, G);
+  const RowSource src = source_of(sh, g, p, seq, xbc, ld, dt, st);
+  const int grp = h / sh.heads_per_group(), p0 = static_cast<int>(blockIdx.z) * kPT;
+  const bool bf16 = st.state_f32 == nullptr;
+  const float Ah = A[h], Dh = Dskip[h];
+  const std::size_t sbase = (static_cast<std::size_t>(src.slot) * sh.H + h) * P * N;
+
+  extern __shared__ __align__(16) float smem[];
+  float *cum = smem + lo.cum, *xw = smem + lo.xw, *Sb = smem + lo.S, *coef = smem + lo.coef;
+
+  // The state tile of this thread: columns sc, sc+1 (of the block's kPT) × n = sn .. sn+3.
+  const int NQ = N / 4;
+  const bool owner = tid < (kPT / 2) * NQ;
+  const int sc = owner ? 2 * (tid / NQ) : 0, sn = owner ? 4 * (tid % NQ) : 0;
+  float S[2][4];
+#pragma unroll
+  for (int a = 0; a < 2; ++a) {
+    const int pp = p0 + sc + a;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      float v = 0.0f;
+      if (owner && pp < P) {
+        const std::size_t i = sbase + static_cast<std::size_t>(pp) * N + sn + b;
+        v = bf16 ? widen_bf16(st.state_bf16[i]) : st.state_f32[i];
+      }
+      S[a][b] = v;
+    }
+  }
+  // The delta tile: cell dk, columns dc .. dc+TC-1 × n = dn0 .. dn0+3 (and dn1 .. dn1+3 when TN = 8).
+  // With TN = 8 the runs are 4·dg and 4·NG + 4·dg (N rounded up to 8: B's rows are zero there).
+  const int NG = (N + TN - 1) / TN;  // groups of n of a tile
+  const int dk = tid / TPC, dl = tid % TPC;
+  const bool dmine = dl < NG * (kPT / TC);
+  const int dc = dmine ? TC * (dl / NG) : 0, dg = dmine ? dl % NG : 0;
+  const int dn0 = 4 * dg, dn1 = TN == 8 ? 4 * NG + 4 * dg : dn0;
+
+  // The outputs tile: rows 2·rp, 2·rp+1 of the span × columns oc, oc+8 (8 consecutive threads: 8
+  // columns of one row pair, so the C rows are one broadcast and the start-state rows distinct banks).
+  const int oc = tid % 8, rp = tid / 8, r0 = 2 * rp;
+
+  Cells cells{cell_task(g, p, t0, h, sh.H), 0, ntasks, false};
+  Span cur = cells.next(K, G, g.exact);
+  issue(cur, lo, G, src, band, sh.groups, grp, h, p0, P, N, smem);
+  Span nxt = cells.next(K, G, g.exact);
+  if (nxt.n > 0) issue(nxt, lo, G, src, band, sh.groups, grp, h, p0, P, N, smem + lo.buf);
+  else commit();
+  bool folded = false;
+  for (int j = 0; cur.n > 0; ++j) {
+    const float* bf = smem + (j % 2) * lo.buf;
+    const float *dts = bf + lo.dts, *xs = bf + lo.x, *Cs = bf + lo.C, *Bs = bf + lo.B, *bs = bf + lo.band;
+    wait_all_but_latest();  // this span's copies (the next span's may still be in flight)
+    __syncthreads();
+
+    // 1. cum, cell by cell (the sequence of cum_scan over cum_term).
+    if (tid < cur.n) {
+      const int base = tid * G, L = cur.L[tid];
+      float c = 0.0f;
+      for (int i = 0; i < L; ++i) {
+        const float term = cum_term(dts[base + i], Ah);
+        c = c + term;
+        cum[base + i] = c;
+      }
+    }
+    __syncthreads();
+
+    // 2. The coefficients of every output row's pairs, and w·x of the folded cells' rows.
+    for (int e = tid; e < kRows * G; e += kT) {
+      const int r = e / G, i = e % G, k = r / G, t = r % G;
+      if (k >= cur.n || t < cur.j0[k] || t >= cur.L[k] || i > t) continue;
+      const int src_r = k * G + i;
+      coef[r * lo.Gc + i] = row_weight(cum[r], cum[src_r], dts[src_r]) * bs[r * G + (t - i)];
+    }
+    for (int e = tid; e < kRows * kPT; e += kT) {
+      const int r = e / kPT, k = r / G, i = r % G;
+      if (k >= cur.n || !cur.fold[k] || i >= cur.L[k]) continue;
+      const float wi = row_weight(cum[k * G + cur.L[k] - 1], cum[r], dts[r]);
+      xw[e] = wi * xs[e];
+    }
+    __syncthreads();
+
+    // 3a. The folded cells' deltas, side by side, into the start states' places.
+    if (dk < cur.n && cur.fold[dk] && dmine) {
+      float acc[TC][TN];
+      cell_delta<TC, TN>(cur.L[dk], xw + dk * G * kPT, Bs + dk * G * lo.Nc, lo.Nc, dc, dn0, dn1, acc);
+      float* D = Sb + static_cast<std::size_t>(dk) * kPT * lo.Ns;
+#pragma unroll
+      for (int a = 0; a < TC; ++a) {
+        *reinterpret_cast<float4*>(D + (dc + a) * lo.Ns + dn0) = make_float4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]);
+        if constexpr (TN == 8)
+          *reinterpret_cast<float4*>(D + (dc + a) * lo.Ns + dn1) = make_float4(acc[a][4], acc[a][5], acc[a][6], acc[a][7]);
+      }
+    }
+    __syncthreads();
+
+    // 3b. The state through the span's cells in order: the cell's start state replaces its delta.
+    for (int k = 0; k < cur.n; ++k) {
+      if (!cur.fold[k]) {  // the last cell the call touches (exact: left open)
+        if (owner) {
+          float* Sk = Sb + static_cast<std::size_t>(k) * kPT * lo.Ns;
+#pragma unroll
+          for (int a = 0; a < 2; ++a)
+            *reinterpret_cast<float4*>(Sk + (sc + a) * lo.Ns + sn) = make_float4(S[a][0], S[a][1], S[a][2], S[a][3]);
+        }
+        break;
+      }
+      folded = true;
+      if (!owner) continue;
+      float* Sk = Sb + static_cast<std::size_t>(k) * kPT * lo.Ns;
+      const float decay = exp_f(cum[k * G + cur.L[k] - 1]);
+#pragma unroll
+      for (int a = 0; a < 2; ++a) {
+        float4* e = reinterpret_cast<float4*>(Sk + (sc + a) * lo.Ns + sn);
+        const float4 d = *e;
+        *e = make_float4(S[a][0], S[a][1], S[a][2], S[a][3]);
+        S[a][0] = fold_element(decay, S[a][0], d.x, bf16);
+        S[a][1] = fold_element(decay, S[a][1], d.y, bf16);
+        S[a][2] = fold_element(decay, S[a][2], d.z, bf16);
+        S[a][3] = fold_element(decay, S[a][3], d.w, bf16);
+      }
+    }
+    __syncthreads();
+
+    // 4. The span's output rows.
+    {
+      const int k = r0 / G, t = r0 % G;  // rows r0, r0+1 are rows t, t+1 of cell k (G is even)
+      const bool any = k < cur.n && t + 1 >= cur.j0[k] && t < cur.L[k];
+      if (any) {
+        const float* Sk = Sb + static_cast<std::size_t>(k) * kPT * lo.Ns;
+        const float* S0 = Sk + oc * lo.Ns;
+        const float* S1 = Sk + (oc + 8) * lo.Ns;
+        const float* C0 = Cs + r0 * lo.Nc;
+        const float* C1 = C0 + lo.Nc;
+        float q[2][2][4];
+#pragma unroll
+        for (int a = 0; a < 2; ++a)
+#pragma unroll
+          for (int b = 0; b < 2; ++b)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) q[a][b][c] = 0.0f;
+        for (int n = 0; n < N; n += 4) {
+          const float4 c4[2] = {*reinterpret_cast<const float4*>(C0 + n), *reinterpret_cast<const float4*>(C1 + n)};
+          const float4 s4[2] = {*reinterpret_cast<const float4*>(S0 + n), *reinterpret_cast<const float4*>(S1 + n)};
+#pragma unroll
+          for (int a = 0; a < 2; ++a)
+#pragma unroll
+            for (int b = 0; b < 2; ++b) {
+              q[a][b][0] = fmaf(c4[a].x, s4[b].x, q[a][b][0]);
+              q[a][b][1] = fmaf(c4[a].y, s4[b].y, q[a][b][1]);
+              q[a][b][2] = fmaf(c4[a].z, s4[b].z, q[a][b][2]);
+              q[a][b][3] = fmaf(c4[a].w, s4[b].w, q[a][b][3]);
+            }
+        }
+        // Σ_{i≤t} coef_{t,i} · x_i, i ascending from the cell's first row.
+        float in[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+        const int base = k * G;
+        for (int i = 0; i <= t + 1; ++i) {
+          const float x0 = xs[(base + i) * kPT + oc], x1 = xs[(base + i) * kPT + oc + 8];
+#pragma unroll
+          for (int a = 0; a < 2; ++a) {
+            if (i > t + a) continue;
+            const float cf = coef[(r0 + a) * lo.Gc + i];
+            in[a][0] = fmaf(cf, x0, in[a][0]);
+            in[a][1] = fmaf(cf, x1, in[a][1]);
+          }
+        }
+#pragma unroll
+        for (int a = 0; a < 2; ++a) {
+          const int tt = t + a;
+          if (tt < cur.j0[k] || tt >= cur.L[k]) continue;
+          const int row = src.row0 + static_cast<int>(cur.cs[k] + tt - src.start);
+#pragma unroll
+          for (int b = 0; b < 2; ++b) {
+            const int col = oc + 8 * b, pp = p0 + col;
+            if (pp >= P) continue;
+            const float inter = combine_quarters(q[a][b][0], q[a][b][1], q[a][b][2], q[a][b][3]);
+            y[static_cast<std::size_t>(row) * HP + static_cast<std::size_t>(h) * P + pp] =
+                row_output(cum[r0 + a], inter, in[a][b], Dh, xs[(r0 + a) * kPT + col]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // every reader of this buffer, the start states, cum and the coefficients is done
+
+    cur = nxt;
+    nxt = cells.next(K, G, g.exact);
+    if (nxt.n > 0) issue(nxt, lo, G, src, band, sh.groups, grp, h, p0, P, N, smem + (j % 2) * lo.buf);
+    else commit();  // an empty group keeps the wait's count
+  }
+  if (!folded || !owner) return;  // the slot keeps its state
+#pragma unroll
+  for (int a = 0; a < 2; ++a) {
+    const int pp = p0 + sc + a;
+    if (pp >= P) break;
+    const std::size_t i = sbase + static_cast<std::size_t>(pp) * N + sn;
+    if (bf16) {
+#pragma unroll
+      for (int b = 0; b < 4; ++b) st.state_bf16[i + b] = static_cast<uint16_t>(__float_as_uint(S[a][b]) >> 16);  // bf16-exact
+    } else {
+      *reinterpret_cast<float4*>(st.state_f32 + i) = make_float4(S[a][0], S[a][1], S[a][2], S[a][3]);
+    }
+  }
+}
+
+int smem_optin() {
+  int device = 0, bytes = 0;
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  cuda_check(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
+  return bytes;
+}
+
+}  // namespace
+
+bool span_supported(const SsdShape& sh, const ScanGrid& g) {
+  if (sh.N % 4 != 0 || sh.N > 128 || !(g.cell == 16 || g.cell == 32 || g.cell == 64)) return false;
+  return static_cast<long>(span_layout(sh.N, g.cell).total * sizeof(float)) <= smem_optin();
+}
+
+// One block an SM (its shared memory): the span walk wins while its blocks fit one wave; past that
+// the walk's smaller blocks share the SMs and hide each other's barriers.
+bool span_preferred(const SsdShape& sh, const ScanGrid& g, int active_seqs) {
+  static std::atomic<int> sms{0};
+  if (sms.load() == 0) {
+    int device = 0, n = 0;
+    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+    cuda_check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    sms.store(n);
+  }
+  const long blocks = static_cast<long>(active_seqs) * sh.H * ((sh.P + kPT - 1) / kPT);
+  return blocks <= sms.load() && span_supported(sh, g);
+}
+
+void launch_span(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
+                 const float* A, const float* D, const SsdState& st, const float* band, float* y, cudaStream_t s) {
+  if (p.num_cell_tasks <= 0) return;
+  if (!span_supported(sh, g))
+    throw Error("CUDA SSD: the span walk needs N a multiple of 4 up to 128 and cells of 16, 32 or 64 rows (N " +
+                std::to_string(sh.N) + ", cell " + std::to_string(g.cell) + ")");
+  const std::size_t smem = span_layout(sh.N, g.cell).total * sizeof(float);
+  const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H), static_cast<unsigned>((sh.P + kPT - 1) / kPT));
+  auto run = [&](auto kernel) {
+    ensure_smem(kernel, smem, "ssd span smem");
+    kernel<<<grid, kT, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, y);
+  };
+  if (g.cell == 16) run(span_kernel<16>);
+  else if (g.cell == 32) run(span_kernel<32>);
+  else run(span_kernel<64>);
+  check_launch("ssd span");
+}
+
+}  // namespace parity::cuda::ssd
