@@ -5,8 +5,9 @@
 // and the next span's inputs are already on their way (cp.async into the other of two buffers):
 //   1. cum of each cell (one thread per cell: cum_term, then the left-to-right sum of cum_scan);
 //   2. coef_{t,i} = row_weight(cum_t, cum_i, dt_i) · band[t][t−i] for every pair of every cell, and
-//      w_i · x_i[p] with w_i = row_weight(cum_{L−1}, cum_i, dt_i) for the rows of folded cells;
-//   3. every folded cell's delta = Σ_i (w_i·x_i[p])·B_i[n] (one fmaf chain over the cell's rows
+//      w_i = row_weight(cum_{L−1}, cum_i, dt_i) for the rows of folded cells;
+//   3. every folded cell's delta = Σ_i (w_i·x_i[p])·B_i[n] (w_i·x_i[p] rounded, as the walk stages
+//      it; one fmaf chain over the cell's rows
 //      ascending), the K cells side by side (T/K threads each); then the state, which lives in
 //      registers (a thread owns 2 columns of p × 4 of n), through the cells in order: each cell's
 //      start state is written out for the outputs (over its delta), S ← fold_element(exp(cum_{L−1}),
@@ -40,7 +41,7 @@ struct SpanLayout {
   int Nc, Ns, Gc;              // row strides: C and B; the start states (and deltas); the coefficients
   std::size_t buf;             // one input buffer (two of them, from 0)
   std::size_t dts, x, C, B, band;  // offsets inside a buffer
-  std::size_t cum, xw, coef, S, total;
+  std::size_t cum, w, coef, S, total;
 };
 __host__ __device__ inline SpanLayout span_layout(int N, int G) {
   SpanLayout l{};
@@ -56,8 +57,8 @@ __host__ __device__ inline SpanLayout span_layout(int N, int G) {
   l.band = l.B + static_cast<std::size_t>(kRows) * l.Nc;  // [kRows][G]: band[t][d]
   l.buf = l.band + static_cast<std::size_t>(kRows) * G;   // a multiple of 4: both buffers 16-byte aligned
   l.cum = 2 * l.buf;                                      // [kRows]
-  l.xw = l.cum + kRows;                                   // [kRows][kPT]
-  l.S = l.xw + static_cast<std::size_t>(kRows) * kPT;     // [K][kPT][Ns]: deltas, then start states
+  l.w = l.cum + kRows;                                    // [kRows] w_i of the folded cells' rows
+  l.S = l.w + kRows;                                      // [K][kPT][Ns]: deltas, then start states
   l.coef = l.S + static_cast<std::size_t>(K) * kPT * l.Ns;  // [kRows][Gc]
   l.total = l.coef + static_cast<std::size_t>(kRows) * l.Gc;
   return l;
@@ -130,59 +131,82 @@ struct Cells {
   }
 };
 
-// Issue the copies of a span's inputs into buffer `buf` (every thread takes a share; one commit).
-// Cell k's rows land at k·G: dt and x of every row (ring rows first where the call starts inside
-// the cell), C and band rows of the output rows, B of folded cells.
-__device__ void issue(const Span& s, const SpanLayout& lo, int G, const RowSource& src, const float* band, int groups,
-                      int grp, int h, int p0, int P, int N, float* buf) {
-  float *dts = buf + lo.dts, *xs = buf + lo.x, *Cs = buf + lo.C, *Bs = buf + lo.B, *bs = buf + lo.band;
-  // C is read up to N, B up to N rounded to 8 (the deltas' second run of n; zeros past N).
-  const int tid = threadIdx.x, cu = (N + 3) / 4, bu = 2 * ((N + 7) / 8), gu = G / 4;
-  for (int k = 0; k < s.n; ++k) {
-    const int base = k * G, L = s.L[k], j0 = s.j0[k];
-    const int64_t cs = s.cs[k];
-    for (int i = tid; i < L; i += kT) cp4(dts + base + i, src.dtp(h, cs + i), true);
-    for (int e = tid; e < L * (kPT / 4); e += kT) {
-      const int i = e / (kPT / 4), u = e % (kPT / 4);
-      copy4(xs + (base + i) * kPT + 4 * u, src.x(h, cs + i), p0 + 4 * u, P);
-    }
-    const int outs = L - j0;  // output rows j0 .. L-1
-    for (int e = tid; e < outs * cu; e += kT) {
-      const int i = j0 + e / cu, u = e % cu;
-      copy4(Cs + (base + i) * lo.Nc + 4 * u, src.C(grp, cs + i), 4 * u, N);
-    }
-    for (int e = tid; e < outs * gu; e += kT) {
-      const int i = j0 + e / gu, u = e % gu;
-      if (4 * u > i) continue;  // distances past the row's own (t − i ≤ t) are never read
-      const int row = src.row0 + static_cast<int>(cs + i - src.start);
-      cp16(bs + (base + i) * G + 4 * u, band + band_at(row, groups, grp, G, 4 * u));
-    }
-    if (s.fold[k])
-      for (int e = tid; e < L * bu; e += kT) {
-        const int i = e / bu, u = e % bu;
-        copy4(Bs + (base + i) * lo.Nc + 4 * u, src.B(grp, cs + i), 4 * u, N);
-      }
+// How a block's threads split the copy of rows × `units` units of 4 floats (divisions once per
+// kernel, none per unit): thread → unit u0 of rows r0, r0 + rstep, ...; with more units than
+// threads, units u0, u0 + kT, ... of every row.
+struct Lanes {
+  int u0, r0, rstep, ustep;
+  bool on;
+};
+__device__ inline Lanes lanes_for(int units) {
+  const int t = threadIdx.x;
+  if (units <= kT) {
+    const int per = kT / units;
+    return {t % units, t / units, per, units, t < per * units};
   }
-  commit();
+  return {t, 0, 1, kT, true};
 }
+
+// The copies of a span's inputs into one of the two buffers. Cell k's rows land at k·G: dt and x
+// of every row (ring rows first where the call starts inside the cell), C and band rows of the
+// output rows, B of the folded cells' rows. C is read up to N, B up to N rounded to 8 (the deltas'
+// second run of n; zeros past N); a row's band values only up to its own distance.
+struct Stager {
+  RowSource src;
+  const float* band;
+  SpanLayout lo;
+  int G, groups, grp, h, p0, P, N, cu, bu, gu;
+  Lanes lx, lc, lb, lg;
+
+  __device__ void issue(const Span& s, float* buf) const {
+    float *dts = buf + lo.dts, *xs = buf + lo.x, *Cs = buf + lo.C, *Bs = buf + lo.B, *bs = buf + lo.band;
+    for (int k = 0; k < s.n; ++k) {
+      const int base = k * G, L = s.L[k], j0 = s.j0[k];
+      const int64_t cs = s.cs[k];
+      for (int i = threadIdx.x; i < L; i += kT) cp4(dts + base + i, src.dtp(h, cs + i), true);
+      if (lx.on)
+        for (int i = lx.r0; i < L; i += lx.rstep) {
+          const float* row = src.x(h, cs + i);
+          for (int u = lx.u0; u < kPT / 4; u += lx.ustep) copy4(xs + (base + i) * kPT + 4 * u, row, p0 + 4 * u, P);
+        }
+      if (lc.on)
+        for (int i = j0 + lc.r0; i < L; i += lc.rstep) {
+          const float* row = src.C(grp, cs + i);
+          for (int u = lc.u0; u < cu; u += lc.ustep) copy4(Cs + (base + i) * lo.Nc + 4 * u, row, 4 * u, N);
+        }
+      if (lg.on)
+        for (int i = j0 + lg.r0; i < L; i += lg.rstep) {
+          const float* row = band + band_at(src.row0 + static_cast<int>(cs + i - src.start), groups, grp, G, 0);
+          for (int u = lg.u0; u < gu && 4 * u <= i; u += lg.ustep) cp16(bs + (base + i) * G + 4 * u, row + 4 * u);
+        }
+      if (s.fold[k] && lb.on)
+        for (int i = lb.r0; i < L; i += lb.rstep) {
+          const float* row = src.B(grp, cs + i);
+          for (int u = lb.u0; u < bu; u += lb.ustep) copy4(Bs + (base + i) * lo.Nc + 4 * u, row, 4 * u, N);
+        }
+    }
+    commit();
+  }
+};
 
 // A cell's delta in one thread's registers: TC columns of p × TN values of n (two runs of 4 when
 // TN = 8), accumulated over the cell's rows i ascending.
 template <int TC, int TN>
-__device__ __forceinline__ void cell_delta(int L, const float* xw, const float* Bs, int Nc, int c0, int n0, int n1,
-                                           float (&acc)[TC][TN]) {
+__device__ __forceinline__ void cell_delta(int L, const float* w, const float* xs, const float* Bs, int Nc, int c0,
+                                           int n0, int n1, float (&acc)[TC][TN]) {
 #pragma unroll
   for (int a = 0; a < TC; ++a)
 #pragma unroll
     for (int b = 0; b < TN; ++b) acc[a][b] = 0.0f;
   for (int i = 0; i < L; ++i) {
-    float xa[TC], ba[TN];
+    float xa[TC], ba[TN];  // xa = w_i · x_i[p], the product the walk stages
+    const float wi = w[i];
     if constexpr (TC == 4) {
-      const float4 v = *reinterpret_cast<const float4*>(xw + i * kPT + c0);
-      xa[0] = v.x, xa[1] = v.y, xa[2] = v.z, xa[3] = v.w;
+      const float4 v = *reinterpret_cast<const float4*>(xs + i * kPT + c0);
+      xa[0] = wi * v.x, xa[1] = wi * v.y, xa[2] = wi * v.z, xa[3] = wi * v.w;
     } else {
-      const float2 v = *reinterpret_cast<const float2*>(xw + i * kPT + c0);
-      xa[0] = v.x, xa[1] = v.y;
+      const float2 v = *reinterpret_cast<const float2*>(xs + i * kPT + c0);
+      xa[0] = wi * v.x, xa[1] = wi * v.y;
     }
     const float4 b0 = *reinterpret_cast<const float4*>(Bs + i * Nc + n0);
     ba[0] = b0.x, ba[1] = b0.y, ba[2] = b0.z, ba[3] = b0.w;
@@ -219,7 +243,7 @@ __global__ void __launch_bounds__(kT, 1)
   const std::size_t sbase = (static_cast<std::size_t>(src.slot) * sh.H + h) * P * N;
 
   extern __shared__ __align__(16) float smem[];
-  float *cum = smem + lo.cum, *xw = smem + lo.xw, *Sb = smem + lo.S, *coef = smem + lo.coef;
+  float *cum = smem + lo.cum, *wr = smem + lo.w, *Sb = smem + lo.S, *coef = smem + lo.coef;
 
   // The state tile of this thread: columns sc, sc+1 (of the block's kPT) × n = sn .. sn+3.
   const int NQ = N / 4;
@@ -251,11 +275,14 @@ __global__ void __launch_bounds__(kT, 1)
   // columns of one row pair, so the C rows are one broadcast and the start-state rows distinct banks).
   const int oc = tid % 8, rp = tid / 8, r0 = 2 * rp;
 
+  const int cu = (N + 3) / 4, bu = 2 * ((N + 7) / 8), gu = G / 4;
+  const Stager stage{src, band, lo, G, sh.groups, grp, h, p0, P, N, cu, bu, gu,
+                     lanes_for(kPT / 4), lanes_for(cu), lanes_for(bu), lanes_for(gu)};
   Cells cells{cell_task(g, p, t0, h, sh.H), 0, ntasks, false};
   Span cur = cells.next(K, G, g.exact);
-  issue(cur, lo, G, src, band, sh.groups, grp, h, p0, P, N, smem);
+  stage.issue(cur, smem);
   Span nxt = cells.next(K, G, g.exact);
-  if (nxt.n > 0) issue(nxt, lo, G, src, band, sh.groups, grp, h, p0, P, N, smem + lo.buf);
+  if (nxt.n > 0) stage.issue(nxt, smem + lo.buf);
   else commit();
   bool folded = false;
   for (int j = 0; cur.n > 0; ++j) {
@@ -265,36 +292,43 @@ __global__ void __launch_bounds__(kT, 1)
     __syncthreads();
 
     // 1. cum, cell by cell (the sequence of cum_scan over cum_term).
-    if (tid < cur.n) {
+    if (tid < cur.n) {  // 16 rows at a time through registers: the loads do not wait on the sums
       const int base = tid * G, L = cur.L[tid];
       float c = 0.0f;
-      for (int i = 0; i < L; ++i) {
-        const float term = cum_term(dts[base + i], Ah);
-        c = c + term;
-        cum[base + i] = c;
+      for (int i0 = 0; i0 < L; i0 += 16) {
+        float v[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) v[j] = i0 + j < L ? dts[base + i0 + j] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          c = c + cum_term(v[j], Ah);
+          v[j] = c;
+        }
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+          if (i0 + j < L) cum[base + i0 + j] = v[j];
       }
     }
     __syncthreads();
 
-    // 2. The coefficients of every output row's pairs, and w·x of the folded cells' rows.
+    // 2. The coefficients of every output row's pairs, and w of the folded cells' rows.
     for (int e = tid; e < kRows * G; e += kT) {
       const int r = e / G, i = e % G, k = r / G, t = r % G;
       if (k >= cur.n || t < cur.j0[k] || t >= cur.L[k] || i > t) continue;
       const int src_r = k * G + i;
       coef[r * lo.Gc + i] = row_weight(cum[r], cum[src_r], dts[src_r]) * bs[r * G + (t - i)];
     }
-    for (int e = tid; e < kRows * kPT; e += kT) {
-      const int r = e / kPT, k = r / G, i = r % G;
+    for (int r = tid; r < kRows; r += kT) {
+      const int k = r / G, i = r % G;
       if (k >= cur.n || !cur.fold[k] || i >= cur.L[k]) continue;
-      const float wi = row_weight(cum[k * G + cur.L[k] - 1], cum[r], dts[r]);
-      xw[e] = wi * xs[e];
+      wr[r] = row_weight(cum[k * G + cur.L[k] - 1], cum[r], dts[r]);
     }
     __syncthreads();
 
     // 3a. The folded cells' deltas, side by side, into the start states' places.
     if (dk < cur.n && cur.fold[dk] && dmine) {
       float acc[TC][TN];
-      cell_delta<TC, TN>(cur.L[dk], xw + dk * G * kPT, Bs + dk * G * lo.Nc, lo.Nc, dc, dn0, dn1, acc);
+      cell_delta<TC, TN>(cur.L[dk], wr + dk * G, xs + dk * G * kPT, Bs + dk * G * lo.Nc, lo.Nc, dc, dn0, dn1, acc);
       float* D = Sb + static_cast<std::size_t>(dk) * kPT * lo.Ns;
 #pragma unroll
       for (int a = 0; a < TC; ++a) {
@@ -396,7 +430,7 @@ __global__ void __launch_bounds__(kT, 1)
 
     cur = nxt;
     nxt = cells.next(K, G, g.exact);
-    if (nxt.n > 0) issue(nxt, lo, G, src, band, sh.groups, grp, h, p0, P, N, smem + (j % 2) * lo.buf);
+    if (nxt.n > 0) stage.issue(nxt, smem + (j % 2) * lo.buf);
     else commit();  // an empty group keeps the wait's count
   }
   if (!folded || !owner) return;  // the slot keeps its state
