@@ -31,7 +31,6 @@ namespace parity::cuda::ssd {
 namespace {
 
 constexpr int kPT = 16;        // columns of p per block
-constexpr int kT = 256;        // threads per block
 constexpr int kRows = 64;      // rows of a span: K cells of G rows
 constexpr int kMaxCells = 4;   // K at G = 16
 
@@ -133,24 +132,26 @@ struct Cells {
 
 // How a block's threads split the copy of rows × `units` units of 4 floats (divisions once per
 // kernel, none per unit): thread → unit u0 of rows r0, r0 + rstep, ...; with more units than
-// threads, units u0, u0 + kT, ... of every row.
+// threads, units u0, u0 + T, ... of every row.
 struct Lanes {
   int u0, r0, rstep, ustep;
   bool on;
 };
+template <int T>
 __device__ inline Lanes lanes_for(int units) {
   const int t = threadIdx.x;
-  if (units <= kT) {
-    const int per = kT / units;
+  if (units <= T) {
+    const int per = T / units;
     return {t % units, t / units, per, units, t < per * units};
   }
-  return {t, 0, 1, kT, true};
+  return {t, 0, 1, T, true};
 }
 
 // The copies of a span's inputs into one of the two buffers. Cell k's rows land at k·G: dt and x
 // of every row (ring rows first where the call starts inside the cell), C and band rows of the
 // output rows, B of the folded cells' rows. C is read up to N, B up to N rounded to 8 (the deltas'
 // second run of n; zeros past N); a row's band values only up to its own distance.
+template <int T>
 struct Stager {
   RowSource src;
   const float* band;
@@ -163,7 +164,7 @@ struct Stager {
     for (int k = 0; k < s.n; ++k) {
       const int base = k * G, L = s.L[k], j0 = s.j0[k];
       const int64_t cs = s.cs[k];
-      for (int i = threadIdx.x; i < L; i += kT) cp4(dts + base + i, src.dtp(h, cs + i), true);
+      for (int i = threadIdx.x; i < L; i += T) cp4(dts + base + i, src.dtp(h, cs + i), true);
       if (lx.on)
         for (int i = lx.r0; i < L; i += lx.rstep) {
           const float* row = src.x(h, cs + i);
@@ -204,9 +205,11 @@ __device__ __forceinline__ void cell_delta(int L, const float* w, const float* x
     if constexpr (TC == 4) {
       const float4 v = *reinterpret_cast<const float4*>(xs + i * kPT + c0);
       xa[0] = wi * v.x, xa[1] = wi * v.y, xa[2] = wi * v.z, xa[3] = wi * v.w;
-    } else {
+    } else if constexpr (TC == 2) {
       const float2 v = *reinterpret_cast<const float2*>(xs + i * kPT + c0);
       xa[0] = wi * v.x, xa[1] = wi * v.y;
+    } else {
+      xa[0] = wi * xs[i * kPT + c0];
     }
     const float4 b0 = *reinterpret_cast<const float4*>(Bs + i * Nc + n0);
     ba[0] = b0.x, ba[1] = b0.y, ba[2] = b0.z, ba[3] = b0.w;
@@ -221,15 +224,20 @@ __device__ __forceinline__ void cell_delta(int L, const float* w, const float* x
   }
 }
 
-template <int G>
-__global__ void __launch_bounds__(kT, 1)
+template <int G, int T>
+__global__ void __launch_bounds__(T, 1)
     span_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
                 const float* Dskip, SsdState st, const float* band, float* y) {
   constexpr int K = kRows / G;                 // cells per span
-  constexpr int TPC = kT / K;                  // threads per cell for the deltas
-  constexpr int TC = K == 1 ? 2 : 4;           // their tile: TC columns × TN values of n
-  constexpr int TN = 8 * K / TC;
-  static_assert(TC * TN * TPC == kPT * 128, "the deltas' tiles cover 16 columns × 128 values of n");
+  constexpr int TPC = T / K;                   // threads per cell for the deltas
+  constexpr int DT = kPT * 128 / TPC;          // their tile (at N = 128): TC columns × TN values of n
+  constexpr int TN = DT >= 32 ? 8 : 4;
+  constexpr int TC = DT / TN;
+  constexpr int SC = kPT * 128 / 4 / T;        // the state's tile: SC columns × 4 values of n
+  constexpr int OC = kRows * kPT / 2 / T;      // the outputs' tile: 2 rows × OC columns
+  constexpr int CPT = kPT / OC;                // threads per row pair
+  static_assert(TC * TN * TPC == kPT * 128 && TC >= 1 && TC <= 4, "the deltas' tiles cover 16 columns × 128 of n");
+  static_assert(SC >= 1 && SC <= 2 && OC >= 1 && OC <= 2, "256 or 512 threads");
   const int seq = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
   const int64_t start = p.start[seq];
   const int t0 = p.task0[seq], ntasks = p.task0[seq + 1] - t0;
@@ -245,13 +253,13 @@ __global__ void __launch_bounds__(kT, 1)
   extern __shared__ __align__(16) float smem[];
   float *cum = smem + lo.cum, *wr = smem + lo.w, *Sb = smem + lo.S, *coef = smem + lo.coef;
 
-  // The state tile of this thread: columns sc, sc+1 (of the block's kPT) × n = sn .. sn+3.
+  // The state tile of this thread: columns sc .. sc+SC-1 (of the block's kPT) × n = sn .. sn+3.
   const int NQ = N / 4;
-  const bool owner = tid < (kPT / 2) * NQ;
-  const int sc = owner ? 2 * (tid / NQ) : 0, sn = owner ? 4 * (tid % NQ) : 0;
-  float S[2][4];
+  const bool owner = tid < (kPT / SC) * NQ;
+  const int sc = owner ? SC * (tid / NQ) : 0, sn = owner ? 4 * (tid % NQ) : 0;
+  float S[SC][4];
 #pragma unroll
-  for (int a = 0; a < 2; ++a) {
+  for (int a = 0; a < SC; ++a) {
     const int pp = p0 + sc + a;
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
@@ -271,13 +279,14 @@ __global__ void __launch_bounds__(kT, 1)
   const int dc = dmine ? TC * (dl / NG) : 0, dg = dmine ? dl % NG : 0;
   const int dn0 = 4 * dg, dn1 = TN == 8 ? 4 * NG + 4 * dg : dn0;
 
-  // The outputs tile: rows 2·rp, 2·rp+1 of the span × columns oc, oc+8 (8 consecutive threads: 8
-  // columns of one row pair, so the C rows are one broadcast and the start-state rows distinct banks).
-  const int oc = tid % 8, rp = tid / 8, r0 = 2 * rp;
+  // The outputs tile: rows 2·rp, 2·rp+1 of the span × columns oc + CPT·b, b < OC (8 consecutive
+  // threads: 8 columns of one row pair, so the C rows are one broadcast and the start-state rows
+  // fall in distinct banks).
+  const int oc = tid % CPT, rp = tid / CPT, r0 = 2 * rp;
 
   const int cu = (N + 3) / 4, bu = 2 * ((N + 7) / 8), gu = G / 4;
-  const Stager stage{src, band, lo, G, sh.groups, grp, h, p0, P, N, cu, bu, gu,
-                     lanes_for(kPT / 4), lanes_for(cu), lanes_for(bu), lanes_for(gu)};
+  const Stager<T> stage{src, band, lo, G, sh.groups, grp, h, p0, P, N, cu, bu, gu,
+                        lanes_for<T>(kPT / 4), lanes_for<T>(cu), lanes_for<T>(bu), lanes_for<T>(gu)};
   Cells cells{cell_task(g, p, t0, h, sh.H), 0, ntasks, false};
   Span cur = cells.next(K, G, g.exact);
   stage.issue(cur, smem);
@@ -312,13 +321,13 @@ __global__ void __launch_bounds__(kT, 1)
     __syncthreads();
 
     // 2. The coefficients of every output row's pairs, and w of the folded cells' rows.
-    for (int e = tid; e < kRows * G; e += kT) {
+    for (int e = tid; e < kRows * G; e += T) {
       const int r = e / G, i = e % G, k = r / G, t = r % G;
       if (k >= cur.n || t < cur.j0[k] || t >= cur.L[k] || i > t) continue;
       const int src_r = k * G + i;
       coef[r * lo.Gc + i] = row_weight(cum[r], cum[src_r], dts[src_r]) * bs[r * G + (t - i)];
     }
-    for (int r = tid; r < kRows; r += kT) {
+    for (int r = tid; r < kRows; r += T) {
       const int k = r / G, i = r % G;
       if (k >= cur.n || !cur.fold[k] || i >= cur.L[k]) continue;
       wr[r] = row_weight(cum[k * G + cur.L[k] - 1], cum[r], dts[r]);
@@ -345,7 +354,7 @@ __global__ void __launch_bounds__(kT, 1)
         if (owner) {
           float* Sk = Sb + static_cast<std::size_t>(k) * kPT * lo.Ns;
 #pragma unroll
-          for (int a = 0; a < 2; ++a)
+          for (int a = 0; a < SC; ++a)
             *reinterpret_cast<float4*>(Sk + (sc + a) * lo.Ns + sn) = make_float4(S[a][0], S[a][1], S[a][2], S[a][3]);
         }
         break;
@@ -355,7 +364,7 @@ __global__ void __launch_bounds__(kT, 1)
       float* Sk = Sb + static_cast<std::size_t>(k) * kPT * lo.Ns;
       const float decay = exp_f(cum[k * G + cur.L[k] - 1]);
 #pragma unroll
-      for (int a = 0; a < 2; ++a) {
+      for (int a = 0; a < SC; ++a) {
         float4* e = reinterpret_cast<float4*>(Sk + (sc + a) * lo.Ns + sn);
         const float4 d = *e;
         *e = make_float4(S[a][0], S[a][1], S[a][2], S[a][3]);
@@ -373,24 +382,27 @@ __global__ void __launch_bounds__(kT, 1)
       const bool any = k < cur.n && t + 1 >= cur.j0[k] && t < cur.L[k];
       if (any) {
         const float* Sk = Sb + static_cast<std::size_t>(k) * kPT * lo.Ns;
-        const float* S0 = Sk + oc * lo.Ns;
-        const float* S1 = Sk + (oc + 8) * lo.Ns;
-        const float* C0 = Cs + r0 * lo.Nc;
-        const float* C1 = C0 + lo.Nc;
-        float q[2][2][4];
+        const float* Cr[2] = {Cs + r0 * lo.Nc, Cs + (r0 + 1) * lo.Nc};
+        const float* Sr[OC];
+#pragma unroll
+        for (int b = 0; b < OC; ++b) Sr[b] = Sk + (oc + CPT * b) * lo.Ns;
+        float q[2][OC][4];
 #pragma unroll
         for (int a = 0; a < 2; ++a)
 #pragma unroll
-          for (int b = 0; b < 2; ++b)
+          for (int b = 0; b < OC; ++b)
 #pragma unroll
             for (int c = 0; c < 4; ++c) q[a][b][c] = 0.0f;
         for (int n = 0; n < N; n += 4) {
-          const float4 c4[2] = {*reinterpret_cast<const float4*>(C0 + n), *reinterpret_cast<const float4*>(C1 + n)};
-          const float4 s4[2] = {*reinterpret_cast<const float4*>(S0 + n), *reinterpret_cast<const float4*>(S1 + n)};
+          float4 c4[2], s4[OC];
+#pragma unroll
+          for (int a = 0; a < 2; ++a) c4[a] = *reinterpret_cast<const float4*>(Cr[a] + n);
+#pragma unroll
+          for (int b = 0; b < OC; ++b) s4[b] = *reinterpret_cast<const float4*>(Sr[b] + n);
 #pragma unroll
           for (int a = 0; a < 2; ++a)
 #pragma unroll
-            for (int b = 0; b < 2; ++b) {
+            for (int b = 0; b < OC; ++b) {
               q[a][b][0] = fmaf(c4[a].x, s4[b].x, q[a][b][0]);
               q[a][b][1] = fmaf(c4[a].y, s4[b].y, q[a][b][1]);
               q[a][b][2] = fmaf(c4[a].z, s4[b].z, q[a][b][2]);
@@ -398,16 +410,22 @@ __global__ void __launch_bounds__(kT, 1)
             }
         }
         // Σ_{i≤t} coef_{t,i} · x_i, i ascending from the cell's first row.
-        float in[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+        float in[2][OC];
+#pragma unroll
+        for (int a = 0; a < 2; ++a)
+#pragma unroll
+          for (int b = 0; b < OC; ++b) in[a][b] = 0.0f;
         const int base = k * G;
         for (int i = 0; i <= t + 1; ++i) {
-          const float x0 = xs[(base + i) * kPT + oc], x1 = xs[(base + i) * kPT + oc + 8];
+          float xv[OC];
+#pragma unroll
+          for (int b = 0; b < OC; ++b) xv[b] = xs[(base + i) * kPT + oc + CPT * b];
 #pragma unroll
           for (int a = 0; a < 2; ++a) {
             if (i > t + a) continue;
             const float cf = coef[(r0 + a) * lo.Gc + i];
-            in[a][0] = fmaf(cf, x0, in[a][0]);
-            in[a][1] = fmaf(cf, x1, in[a][1]);
+#pragma unroll
+            for (int b = 0; b < OC; ++b) in[a][b] = fmaf(cf, xv[b], in[a][b]);
           }
         }
 #pragma unroll
@@ -416,8 +434,8 @@ __global__ void __launch_bounds__(kT, 1)
           if (tt < cur.j0[k] || tt >= cur.L[k]) continue;
           const int row = src.row0 + static_cast<int>(cur.cs[k] + tt - src.start);
 #pragma unroll
-          for (int b = 0; b < 2; ++b) {
-            const int col = oc + 8 * b, pp = p0 + col;
+          for (int b = 0; b < OC; ++b) {
+            const int col = oc + CPT * b, pp = p0 + col;
             if (pp >= P) continue;
             const float inter = combine_quarters(q[a][b][0], q[a][b][1], q[a][b][2], q[a][b][3]);
             y[static_cast<std::size_t>(row) * HP + static_cast<std::size_t>(h) * P + pp] =
@@ -435,7 +453,7 @@ __global__ void __launch_bounds__(kT, 1)
   }
   if (!folded || !owner) return;  // the slot keeps its state
 #pragma unroll
-  for (int a = 0; a < 2; ++a) {
+  for (int a = 0; a < SC; ++a) {
     const int pp = p0 + sc + a;
     if (pp >= P) break;
     const std::size_t i = sbase + static_cast<std::size_t>(pp) * N + sn;
@@ -476,21 +494,23 @@ bool span_preferred(const SsdShape& sh, const ScanGrid& g, int active_seqs) {
   return blocks <= sms.load() && span_supported(sh, g);
 }
 
-void launch_span(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
-                 const float* A, const float* D, const SsdState& st, const float* band, float* y, cudaStream_t s) {
+void launch_span(int threads, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
+                 const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* y,
+                 cudaStream_t s) {
   if (p.num_cell_tasks <= 0) return;
   if (!span_supported(sh, g))
     throw Error("CUDA SSD: the span walk needs N a multiple of 4 up to 128 and cells of 16, 32 or 64 rows (N " +
                 std::to_string(sh.N) + ", cell " + std::to_string(g.cell) + ")");
   const std::size_t smem = span_layout(sh.N, g.cell).total * sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H), static_cast<unsigned>((sh.P + kPT - 1) / kPT));
-  auto run = [&](auto kernel) {
+  auto run = [&](auto kernel, int T) {
     ensure_smem(kernel, smem, "ssd span smem");
-    kernel<<<grid, kT, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, y);
+    kernel<<<grid, T, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, y);
   };
-  if (g.cell == 16) run(span_kernel<16>);
-  else if (g.cell == 32) run(span_kernel<32>);
-  else run(span_kernel<64>);
+  const bool wide = threads == 512;
+  if (g.cell == 16) wide ? run(span_kernel<16, 512>, 512) : run(span_kernel<16, 256>, 256);
+  else if (g.cell == 32) wide ? run(span_kernel<32, 512>, 512) : run(span_kernel<32, 256>, 256);
+  else wide ? run(span_kernel<64, 512>, 512) : run(span_kernel<64, 256>, 256);
   check_launch("ssd span");
 }
 

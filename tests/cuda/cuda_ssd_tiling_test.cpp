@@ -241,7 +241,10 @@ void expect_every_tile_matches_three_phase(const std::vector<Case>& cases) {
       const cuda::SsdShape ssh{c.sh.H, c.sh.P, c.sh.N, c.sh.groups};
       std::vector<SsdPrefill> ways = {SsdPrefill::walk16, SsdPrefill::walk32, SsdPrefill::walk64, SsdPrefill::walk,
                                       SsdPrefill::automatic};
-      if (cuda::ssd_span_supported(ssh, c.g)) ways.push_back(SsdPrefill::span16);
+      if (cuda::ssd_span_supported(ssh, c.g)) {
+        ways.push_back(SsdPrefill::span16);
+        ways.push_back(SsdPrefill::span16_wide);
+      }
       for (SsdPrefill w : ways) {
         const std::string d = compare(want, run(c.sh, c.g, c.bf16, c.T, sched, w), c.sh);
         EXPECT_EQ(d, "") << name(c) << ", schedule " << sname << ", walk tile " << static_cast<int>(w);
