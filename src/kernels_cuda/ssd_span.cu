@@ -3,7 +3,8 @@
 // runs 128 blocks of 64 threads through 128 cells in series, each cell waiting on its loads and four
 // barriers. Here a block takes a span of K = 64 / G consecutive cells at a time, with 256 threads,
 // and the next span's inputs are already on their way (cp.async into the other of two buffers):
-//   1. cum of each cell (one thread per cell: cum_term, then the left-to-right sum of cum_scan);
+//   1. cum of each cell (every lane of the cell's warps runs cum_term and the left-to-right sum of
+//      cum_scan, keeping its rows' prefixes: no barrier before their uses);
 //   2. coef_{t,i} = row_weight(cum_t, cum_i, dt_i) · band[t][t−i] for every pair of every cell, and
 //      w_i = row_weight(cum_{L−1}, cum_i, dt_i) for the rows of folded cells;
 //   3. every folded cell's delta = Σ_i (w_i·x_i[p])·B_i[n] (w_i·x_i[p] rounded, as the walk stages
@@ -40,7 +41,7 @@ struct SpanLayout {
   int Nc, Ns, Gc;              // row strides: C and B; the start states (and deltas); the coefficients
   std::size_t buf;             // one input buffer (two of them, from 0)
   std::size_t dts, x, C, B, band;  // offsets inside a buffer
-  std::size_t cum, w, coef, S, total;
+  std::size_t cum, w, decay, coef, S, total;
 };
 __host__ __device__ inline SpanLayout span_layout(int N, int G) {
   SpanLayout l{};
@@ -57,7 +58,8 @@ __host__ __device__ inline SpanLayout span_layout(int N, int G) {
   l.buf = l.band + static_cast<std::size_t>(kRows) * G;   // a multiple of 4: both buffers 16-byte aligned
   l.cum = 2 * l.buf;                                      // [kRows]
   l.w = l.cum + kRows;                                    // [kRows] w_i of the folded cells' rows
-  l.S = l.w + kRows;                                      // [K][kPT][Ns]: deltas, then start states
+  l.decay = l.w + kRows;                                  // [kMaxCells] exp(cum_{L−1}) of each cell
+  l.S = l.decay + kMaxCells;                              // [K][kPT][Ns]: deltas, then start states
   l.coef = l.S + static_cast<std::size_t>(K) * kPT * l.Ns;  // [kRows][Gc]
   l.total = l.coef + static_cast<std::size_t>(kRows) * l.Gc;
   return l;
@@ -251,7 +253,7 @@ __global__ void __launch_bounds__(T, 1)
   const std::size_t sbase = (static_cast<std::size_t>(src.slot) * sh.H + h) * P * N;
 
   extern __shared__ __align__(16) float smem[];
-  float *cum = smem + lo.cum, *wr = smem + lo.w, *Sb = smem + lo.S, *coef = smem + lo.coef;
+  float *cum = smem + lo.cum, *wr = smem + lo.w, *decay = smem + lo.decay, *Sb = smem + lo.S, *coef = smem + lo.coef;
 
   // The state tile of this thread: columns sc .. sc+SC-1 (of the block's kPT) × n = sn .. sn+3.
   const int NQ = N / 4;
@@ -300,37 +302,44 @@ __global__ void __launch_bounds__(T, 1)
     wait_all_but_latest();  // this span's copies (the next span's may still be in flight)
     __syncthreads();
 
-    // 1. cum, cell by cell (the sequence of cum_scan over cum_term).
-    if (tid < cur.n) {  // 16 rows at a time through registers: the loads do not wait on the sums
-      const int base = tid * G, L = cur.L[tid];
-      float c = 0.0f;
-      for (int i0 = 0; i0 < L; i0 += 16) {
-        float v[16];
+    // 1-2. Each cell by its own warps (WPC of them), with no block barrier inside: every lane runs the
+    // cell's cum (cum_term, then the left-to-right sum of cum_scan, from the cell's first row) and
+    // keeps the prefix at its rows i = lane, lane + 32; then the coefficients of the cell's output
+    // rows (rows split over the warps, source rows i over the lanes), w_i and exp(cum_{L−1}).
+    {
+      constexpr int WPC = T / 32 / K, RPL = (G + 31) / 32;  // warps per cell; rows per lane
+      const int warp = tid / 32, lane = tid % 32, k = warp / WPC, sub = warp % WPC;
+      if (k < cur.n) {  // whole warps
+        const int base = k * G, L = cur.L[k], j0 = cur.j0[k];
+        float c[RPL], run = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 16; ++j) v[j] = i0 + j < L ? dts[base + i0 + j] : 0.0f;
+        for (int q = 0; q < RPL; ++q) c[q] = 0.0f;
+        for (int m = 0; m < L; ++m) {
+          run = run + cum_term(dts[base + m], Ah);
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          c = c + cum_term(v[j], Ah);
-          v[j] = c;
+          for (int q = 0; q < RPL; ++q)
+            if (m == lane + 32 * q) c[q] = run;
         }
+        if (sub == 0) {
 #pragma unroll
-        for (int j = 0; j < 16; ++j)
-          if (i0 + j < L) cum[base + i0 + j] = v[j];
+          for (int q = 0; q < RPL; ++q) {
+            const int i = lane + 32 * q;
+            if (i >= L) continue;
+            cum[base + i] = c[q];
+            if (cur.fold[k]) wr[base + i] = row_weight(run, c[q], dts[base + i]);
+          }
+          if (lane == 0) decay[k] = exp_f(run);
+        }
+        for (int t = j0 + sub; t < L; t += WPC) {
+          const float ct = __shfl_sync(0xffffffffu, t < 32 ? c[0] : c[RPL - 1], t % 32);
+#pragma unroll
+          for (int q = 0; q < RPL; ++q) {
+            const int i = lane + 32 * q;
+            if (i > t) continue;
+            coef[(base + t) * lo.Gc + i] = row_weight(ct, c[q], dts[base + i]) * bs[(base + t) * G + (t - i)];
+          }
+        }
       }
-    }
-    __syncthreads();
-
-    // 2. The coefficients of every output row's pairs, and w of the folded cells' rows.
-    for (int e = tid; e < kRows * G; e += T) {
-      const int r = e / G, i = e % G, k = r / G, t = r % G;
-      if (k >= cur.n || t < cur.j0[k] || t >= cur.L[k] || i > t) continue;
-      const int src_r = k * G + i;
-      coef[r * lo.Gc + i] = row_weight(cum[r], cum[src_r], dts[src_r]) * bs[r * G + (t - i)];
-    }
-    for (int r = tid; r < kRows; r += T) {
-      const int k = r / G, i = r % G;
-      if (k >= cur.n || !cur.fold[k] || i >= cur.L[k]) continue;
-      wr[r] = row_weight(cum[k * G + cur.L[k] - 1], cum[r], dts[r]);
     }
     __syncthreads();
 
@@ -362,16 +371,16 @@ __global__ void __launch_bounds__(T, 1)
       folded = true;
       if (!owner) continue;
       float* Sk = Sb + static_cast<std::size_t>(k) * kPT * lo.Ns;
-      const float decay = exp_f(cum[k * G + cur.L[k] - 1]);
+      const float cell_decay = decay[k];
 #pragma unroll
       for (int a = 0; a < SC; ++a) {
         float4* e = reinterpret_cast<float4*>(Sk + (sc + a) * lo.Ns + sn);
         const float4 d = *e;
         *e = make_float4(S[a][0], S[a][1], S[a][2], S[a][3]);
-        S[a][0] = fold_element(decay, S[a][0], d.x, bf16);
-        S[a][1] = fold_element(decay, S[a][1], d.y, bf16);
-        S[a][2] = fold_element(decay, S[a][2], d.z, bf16);
-        S[a][3] = fold_element(decay, S[a][3], d.w, bf16);
+        S[a][0] = fold_element(cell_decay, S[a][0], d.x, bf16);
+        S[a][1] = fold_element(cell_decay, S[a][1], d.y, bf16);
+        S[a][2] = fold_element(cell_decay, S[a][2], d.z, bf16);
+        S[a][3] = fold_element(cell_decay, S[a][3], d.w, bf16);
       }
     }
     __syncthreads();
