@@ -9,7 +9,9 @@
 //   walk  (ssd_walk.cu)  per (sequence, head, tile of p): walks the call's cells in order with the
 //         state on chip: each cell's output rows from its start state, then the cell's sum and the
 //         fold (plain: every cell, so the state ends after the last row; exact: the cells the call
-//         completes); the slot's state is written once, at the end;
+//         completes); the slot's state is written once, at the end. For batches too small to fill
+//         the GPU with those blocks, the span walk (ssd_span.cu) does the same with 64 rows (several
+//         cells) per step, larger blocks and the next rows prefetched;
 // then (exact) ring: the call's last rows of every head's open cell into the replay ring. One-row
 // calls skip them: plain mode's decode is the SSU update (ssd_ssu.cu), exact mode's the one-row
 // decode (ssd_decode.cu), which computes the row, folds a completed cell and writes the ring in one

@@ -1,5 +1,5 @@
-// The fused walk (ssd_band.cu + ssd_walk.cu) at each of its tiles against the three-phase kernels it
-// replaced: every output row, every state (fp32 and bf16) and the replay ring must have the same bits,
+// The fused walk (ssd_band.cu + ssd_walk.cu) at each of its tiles, and the span walk (ssd_span.cu) at
+// both its block sizes where it takes the shape, against the three-phase kernels they replaced: every output row, every state (fp32 and bf16) and the replay ring must have the same bits,
 // on shapes that hit the tiling's edges — cells not a multiple of the 16-row chunk, P not a multiple
 // of the tile, N not a multiple of 4 or 8 and above 128 (two passes), calls that start inside a cell,
 // staggered heads, several groups, several sequences per pass, an x row stride that is not a multiple
