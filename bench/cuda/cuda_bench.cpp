@@ -155,7 +155,8 @@ BENCHMARK(BM_CudaSsdPrefill)
 
 // The same prefill (exact mode) with the implementation named, device time only: arg2 0 = chosen
 // by size, 1 = the fused walk with its tile chosen by size, 16 / 32 / 64 = the fused walk's tile of p,
-// 116 / 216 = the span walk (ssd_span.cu) with 256 / 512 threads, -1 = the earlier three-phase kernels.
+// 116 / 216 = the span walk (ssd_span.cu) with 256 / 512 threads, 316 = the span walk with bulk
+// copies, -1 = the earlier three-phase kernels.
 // Counter TFLOPs: the scan's main products, 2·2·P·N flops per row and head (C·S_start and the cell's
 // sum), per second; the H200's fp32 FMA peak is about 67 TFLOP/s.
 void BM_CudaSsdPrefillTiles(benchmark::State& state) {
@@ -178,8 +179,8 @@ void BM_CudaSsdPrefillTiles(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaSsdPrefillTiles)
     ->ArgsProduct({{1, 8, 32}, {16, 64}, {0, 16, 32, 64, -1}})
-    ->ArgsProduct({{1, 2, 4, 8}, {16, 32, 64}, {1, 116, 216}})
-    ->ArgsProduct({{32}, {16}, {1, 116, 216}})
+    ->ArgsProduct({{1, 2, 4, 8}, {16, 32, 64}, {1, 116, 216, 316}})
+    ->ArgsProduct({{32}, {16}, {1, 116, 216, 316}})
     ->ArgsProduct({{2, 4}, {16}, {-1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

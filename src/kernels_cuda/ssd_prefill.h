@@ -20,6 +20,7 @@ enum class SsdPrefill {
   span16 = 116,   // the span walk (ssd_band.cu, ssd_span.cu): K = 64 / G cells per step, 16 columns of p
                   // per block; N % 4 == 0, N <= 128, G = 16, 32 or 64 (else it throws)
   span16_wide = 216,  // the span walk with 512 threads per block (the same values)
+  span16_bulk = 316,  // the span walk with rows copied by the TMA unit where they are 16-byte aligned
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
 };
 

@@ -87,6 +87,38 @@ __device__ __forceinline__ void copy4(float* dst, const float* row, int c, int e
   for (int j = 0; j < 4; ++j) cp4(dst + j, c + j < end ? row + c + j : row, c + j < end);
 }
 
+// ---- bulk copies (the TMA unit, one row each) completing on an mbarrier --------------------------
+// A phase of the barrier takes one arrival per thread; each copy first adds its bytes to the
+// phase's expected count, so the phase completes when every thread has issued and every byte landed.
+__device__ __forceinline__ void bar_init(std::uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(saddr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void bar_expect(std::uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(saddr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(std::uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(saddr(bar)) : "memory");
+}
+__device__ __forceinline__ void bar_wait(std::uint64_t* bar, unsigned parity) {
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(saddr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// `bytes` (a multiple of 16; both ends 16-byte aligned) from global to shared memory.
+__device__ __forceinline__ void bulk_row(float* dst, const float* src, unsigned bytes, std::uint64_t* bar) {
+  bar_expect(bar, bytes);
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   saddr(dst)),
+               "l"(src), "r"(bytes), "r"(saddr(bar))
+               : "memory");
+}
+
 // ---- the cells of a span ---------------------------------------------------------------------
 struct Span {
   int n;  // cells in it (0: the walk is over)
@@ -190,6 +222,40 @@ struct Stager {
     }
     commit();
   }
+
+  // The same copies as whole rows by the TMA unit (every row 16-byte aligned: see bulk_ok), one
+  // thread per row, dt by cp.async. Columns of x past P and values of B past N are left as they
+  // were: they only ever meet their own columns and values of n, which are never stored.
+  __device__ void issue_bulk(const Span& s, float* buf, std::uint64_t* bar) const {
+    float *dts = buf + lo.dts, *xs = buf + lo.x, *Cs = buf + lo.C, *Bs = buf + lo.B, *bs = buf + lo.band;
+    const int tid = threadIdx.x;
+    const unsigned xbytes = static_cast<unsigned>((P - p0 < kPT ? P - p0 : kPT) * 4), nbytes = static_cast<unsigned>(N * 4);
+    int e0 = 0;  // jobs handed out so far: thread tid takes jobs e ≡ tid (mod T)
+    auto first = [&](int m) {
+      const int f = ((tid - e0) % T + T) % T;
+      e0 += m;
+      return f;
+    };
+    for (int k = 0; k < s.n; ++k) {
+      const int base = k * G, L = s.L[k], j0 = s.j0[k], outs = L - j0;
+      const int64_t cs = s.cs[k];
+      for (int i = threadIdx.x; i < L; i += T) cp4(dts + base + i, src.dtp(h, cs + i), true);
+      for (int i = first(L); i < L; i += T) bulk_row(xs + (base + i) * kPT, src.x(h, cs + i) + p0, xbytes, bar);
+      for (int e = first(outs); e < outs; e += T) {
+        const int i = j0 + e;
+        bulk_row(Cs + (base + i) * lo.Nc, src.C(grp, cs + i), nbytes, bar);
+      }
+      for (int e = first(outs); e < outs; e += T) {
+        const int i = j0 + e;
+        const float* row = band + band_at(src.row0 + static_cast<int>(cs + i - src.start), groups, grp, G, 0);
+        bulk_row(bs + (base + i) * G, row, static_cast<unsigned>(16 * (i / 4 + 1)), bar);
+      }
+      if (s.fold[k])
+        for (int i = first(L); i < L; i += T) bulk_row(Bs + (base + i) * lo.Nc, src.B(grp, cs + i), nbytes, bar);
+    }
+    commit();
+    bar_arrive(bar);
+  }
 };
 
 // A cell's delta in one thread's registers: TC columns of p × TN values of n (two runs of 4 when
@@ -226,7 +292,7 @@ __device__ __forceinline__ void cell_delta(int L, const float* w, const float* x
   }
 }
 
-template <int G, int T>
+template <int G, int T, bool kBulk>
 __global__ void __launch_bounds__(T, 1)
     span_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
                 const float* Dskip, SsdState st, const float* band, float* y) {
@@ -253,6 +319,15 @@ __global__ void __launch_bounds__(T, 1)
   const std::size_t sbase = (static_cast<std::size_t>(src.slot) * sh.H + h) * P * N;
 
   extern __shared__ __align__(16) float smem[];
+  __shared__ std::uint64_t bars[2];  // the bulk copies of each buffer
+  if constexpr (kBulk) {
+    if (tid == 0) {
+      bar_init(&bars[0], T);
+      bar_init(&bars[1], T);
+      bar_init_fence();
+    }
+    __syncthreads();
+  }
   float *cum = smem + lo.cum, *wr = smem + lo.w, *decay = smem + lo.decay, *Sb = smem + lo.S, *coef = smem + lo.coef;
 
   // The state tile of this thread: columns sc .. sc+SC-1 (of the block's kPT) × n = sn .. sn+3.
@@ -291,15 +366,21 @@ __global__ void __launch_bounds__(T, 1)
                         lanes_for<T>(kPT / 4), lanes_for<T>(cu), lanes_for<T>(bu), lanes_for<T>(gu)};
   Cells cells{cell_task(g, p, t0, h, sh.H), 0, ntasks, false};
   Span cur = cells.next(K, G, g.exact);
-  stage.issue(cur, smem);
+  // Span j goes to buffer j % 2; with bulk copies it is that buffer's (j / 2)-th phase.
+  auto issue = [&](const Span& sp, int b) {
+    if constexpr (kBulk) stage.issue_bulk(sp, smem + b * lo.buf, &bars[b]);
+    else stage.issue(sp, smem + b * lo.buf);
+  };
+  issue(cur, 0);
   Span nxt = cells.next(K, G, g.exact);
-  if (nxt.n > 0) stage.issue(nxt, smem + lo.buf);
+  if (nxt.n > 0) issue(nxt, 1);
   else commit();
   bool folded = false;
   for (int j = 0; cur.n > 0; ++j) {
     const float* bf = smem + (j % 2) * lo.buf;
     const float *dts = bf + lo.dts, *xs = bf + lo.x, *Cs = bf + lo.C, *Bs = bf + lo.B, *bs = bf + lo.band;
     wait_all_but_latest();  // this span's copies (the next span's may still be in flight)
+    if constexpr (kBulk) bar_wait(&bars[j % 2], static_cast<unsigned>((j / 2) & 1));
     __syncthreads();
 
     // 1-2. Each cell by its own warps (WPC of them), with no block barrier inside: every lane runs the
@@ -457,7 +538,7 @@ __global__ void __launch_bounds__(T, 1)
 
     cur = nxt;
     nxt = cells.next(K, G, g.exact);
-    if (nxt.n > 0) stage.issue(nxt, smem + (j % 2) * lo.buf);
+    if (nxt.n > 0) issue(nxt, j % 2);
     else commit();  // an empty group keeps the wait's count
   }
   if (!folded || !owner) return;  // the slot keeps its state
@@ -503,7 +584,14 @@ bool span_preferred(const SsdShape& sh, const ScanGrid& g, int active_seqs) {
   return blocks <= sms.load() && span_supported(sh, g);
 }
 
-void launch_span(int threads, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
+// Whether every row the span walk copies starts 16-byte aligned and is a whole number of 16 bytes
+// (the TMA unit's rule): x, B and C rows of the call and of the replay ring, 16 columns of x.
+bool bulk_ok(const SsdShape& sh, int ld, const float* xbc, const SsdState& st) {
+  auto aligned = [](const void* q) { return q == nullptr || (reinterpret_cast<std::uintptr_t>(q) & 15) == 0; };
+  return aligned(xbc) && aligned(st.ring_x) && aligned(st.ring_B) && ld % 4 == 0 && sh.P % 4 == 0 && sh.N % 4 == 0;
+}
+
+void launch_span(int threads, bool bulk, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                  const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* y,
                  cudaStream_t s) {
   if (p.num_cell_tasks <= 0) return;
@@ -517,9 +605,15 @@ void launch_span(int threads, const SsdShape& sh, const ScanGrid& g, const PassS
     kernel<<<grid, T, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, y);
   };
   const bool wide = threads == 512;
-  if (g.cell == 16) wide ? run(span_kernel<16, 512>, 512) : run(span_kernel<16, 256>, 256);
-  else if (g.cell == 32) wide ? run(span_kernel<32, 512>, 512) : run(span_kernel<32, 256>, 256);
-  else wide ? run(span_kernel<64, 512>, 512) : run(span_kernel<64, 256>, 256);
+  if (bulk && bulk_ok(sh, ld, xbc, st)) {
+    if (g.cell == 16) wide ? run(span_kernel<16, 512, true>, 512) : run(span_kernel<16, 256, true>, 256);
+    else if (g.cell == 32) wide ? run(span_kernel<32, 512, true>, 512) : run(span_kernel<32, 256, true>, 256);
+    else wide ? run(span_kernel<64, 512, true>, 512) : run(span_kernel<64, 256, true>, 256);
+  } else {
+    if (g.cell == 16) wide ? run(span_kernel<16, 512, false>, 512) : run(span_kernel<16, 256, false>, 256);
+    else if (g.cell == 32) wide ? run(span_kernel<32, 512, false>, 512) : run(span_kernel<32, 256, false>, 256);
+    else wide ? run(span_kernel<64, 512, false>, 512) : run(span_kernel<64, 256, false>, 256);
+  }
   check_launch("ssd span");
 }
 

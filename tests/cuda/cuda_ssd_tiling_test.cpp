@@ -22,8 +22,9 @@ using cuda::SsdPrefill;
 
 struct Shape {
   int H, P, N, groups;
+  int pad = 3;  // spare columns after x | B | C: 3 leaves rows not 16-byte aligned, 0 or 4 keeps them aligned
   int I() const { return H * P; }
-  int ld() const { return H * P + 2 * groups * N + 3; }  // 3 spare columns: rows not 16-byte aligned
+  int ld() const { return H * P + 2 * groups * N + pad; }
 };
 
 struct Call {
@@ -223,7 +224,8 @@ struct Case {
 
 std::string name(const Case& c) {
   std::ostringstream o;
-  o << "H " << c.sh.H << " P " << c.sh.P << " N " << c.sh.N << " groups " << c.sh.groups << (c.g.exact ? " exact" : " plain")
+  o << "H " << c.sh.H << " P " << c.sh.P << " N " << c.sh.N << " groups " << c.sh.groups << " pad " << c.sh.pad
+    << (c.g.exact ? " exact" : " plain")
     << " cell " << c.g.cell << (c.g.stagger ? " staggered" : "") << (c.bf16 ? " bf16" : " f32") << " T " << c.T;
   return o.str();
 }
@@ -244,6 +246,7 @@ void expect_every_tile_matches_three_phase(const std::vector<Case>& cases) {
       if (cuda::ssd_span_supported(ssh, c.g)) {
         ways.push_back(SsdPrefill::span16);
         ways.push_back(SsdPrefill::span16_wide);
+        ways.push_back(SsdPrefill::span16_bulk);  // bulk copies where rows are aligned (pad 0 or 4), else cp.async
       }
       for (SsdPrefill w : ways) {
         const std::string d = compare(want, run(c.sh, c.g, c.bf16, c.T, sched, w), c.sh);
@@ -297,6 +300,16 @@ TEST(CudaSsdTiling, SpanWalkMatchesThreePhase) {
   for (const Shape& sh : {m, a, d, e})
     for (int cell : {16, 32, 64})
       ASSERT_TRUE(cuda::ssd_span_supported({sh.H, sh.P, sh.N, sh.groups}, {true, cell, true})) << "cell " << cell;
+  // The same shapes with 16-byte aligned rows: the span walk's bulk copies (the TMA unit).
+  const Shape m0{2, 64, 128, 1, 0}, a0{4, 40, 20, 2, 4}, d0{6, 16, 32, 3, 0}, e0{3, 48, 64, 1, 0};
+  expect_every_tile_matches_three_phase({{m0, {true, 16, true}, false, 300},
+                                         {m0, {true, 64, true}, true, 200},
+                                         {m0, {false, 32, false}, false, 200},
+                                         {a0, {true, 16, true}, true, 150},
+                                         {a0, {true, 32, true}, false, 150},
+                                         {d0, {true, 16, true}, false, 150},
+                                         {e0, {true, 64, true}, false, 150},
+                                         {e0, {false, 16, false}, true, 150}});
   expect_every_tile_matches_three_phase({{m, {true, 32, true}, false, 300},
                                          {m, {false, 16, false}, true, 200},
                                          {m, {true, 16, false}, false, 97},
@@ -343,18 +356,20 @@ TEST(CudaSsdTiling, CompanionASmallChangeInOneInputIsSeen) {
 // its fourth significant digit changes that row's output first, and the state.
 TEST(CudaSsdTiling, CompanionTheSpanWalkSeesASmallChange) {
   PARITY_REQUIRE_GPU();
-  const Shape sh{2, 64, 128, 1};
   const cuda::ScanGrid g{true, 16, true};
-  const Result want = run(sh, g, false, 150, whole(150), SsdPrefill::three_phase);
-  const Result same = run(sh, g, false, 150, whole(150), SsdPrefill::span16);
-  EXPECT_EQ(compare(want, same, sh), "");
-  ScanRun r(sh, g, false, 1, 150, SsdPrefill::span16);
-  r.streams()[0].xbc[std::size_t(37) * sh.ld() + 5] *= 1.001f;  // row 37, head 0, p 5
-  for (const auto& pass : whole(150)) r.pass(pass);
-  const Result got = r.finish();
-  const std::string dy = first_difference(want.y.at(0), got.y.at(0), sh.I(), "y");
-  EXPECT_NE(dy.find("(row 37, column 5)"), std::string::npos) << dy;
-  EXPECT_NE(first_difference(want.s32, got.s32, sh.N, "state"), "");
+  for (const auto& [sh, way] : {std::pair<Shape, SsdPrefill>{{2, 64, 128, 1}, SsdPrefill::span16},
+                                {{2, 64, 128, 1, 0}, SsdPrefill::span16_bulk}}) {
+    const Result want = run(sh, g, false, 150, whole(150), SsdPrefill::three_phase);
+    const Result same = run(sh, g, false, 150, whole(150), way);
+    EXPECT_EQ(compare(want, same, sh), "") << "way " << static_cast<int>(way);
+    ScanRun r(sh, g, false, 1, 150, way);
+    r.streams()[0].xbc[std::size_t(37) * sh.ld() + 5] *= 1.001f;  // row 37, head 0, p 5
+    for (const auto& pass : whole(150)) r.pass(pass);
+    const Result got = r.finish();
+    const std::string dy = first_difference(want.y.at(0), got.y.at(0), sh.I(), "y");
+    EXPECT_NE(dy.find("(row 37, column 5)"), std::string::npos) << "way " << static_cast<int>(way) << ": " << dy;
+    EXPECT_NE(first_difference(want.s32, got.s32, sh.N, "state"), "") << "way " << static_cast<int>(way);
+  }
 }
 
 }  // namespace
