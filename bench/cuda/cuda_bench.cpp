@@ -156,7 +156,7 @@ BENCHMARK(BM_CudaSsdPrefill)
 // The same prefill (exact mode) with the implementation named, device time only: arg2 0 = chosen
 // by size, 1 = the fused walk with its tile chosen by size, 16 / 32 / 64 = the fused walk's tile of p,
 // 116 / 216 = the span walk (ssd_span.cu) with 256 / 512 threads, 316 = the span walk with bulk
-// copies, -1 = the earlier three-phase kernels.
+// copies, 416 = 316 with its hot loops not unrolled, -1 = the earlier three-phase kernels.
 // Counter TFLOPs: the scan's main products, 2·2·P·N flops per row and head (C·S_start and the cell's
 // sum), per second; the H200's fp32 FMA peak is about 67 TFLOP/s.
 void BM_CudaSsdPrefillTiles(benchmark::State& state) {
@@ -179,11 +179,43 @@ void BM_CudaSsdPrefillTiles(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaSsdPrefillTiles)
     ->ArgsProduct({{1, 8, 32}, {16, 64}, {0, 16, 32, 64, -1}})
-    ->ArgsProduct({{1, 2, 4, 8}, {16, 32, 64}, {1, 116, 216, 316}})
-    ->ArgsProduct({{32}, {16}, {1, 116, 216, 316}})
+    ->ArgsProduct({{1, 2, 4, 8}, {16, 32, 64}, {1, 116, 216, 316, 416}})
+    ->ArgsProduct({{32}, {16}, {1, 116, 216, 316, 416}})
     ->ArgsProduct({{2, 4}, {16}, {-1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+
+// Where the span walk's time goes: its first block's clock cycles per span in each step (the step's
+// own work of thread 0 and the barrier that ends it): wait (copies of the span landed), cum (cum,
+// coefficients, w), delta, fold, out (thread 0's outputs), next (the end barrier and the next
+// span's copies issued). arg2: 116 / 216 / 316 as in BM_CudaSsdPrefillTiles.
+void BM_CudaSsdSpanProbe(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
+  ScanBench b({true, cell, true}, false, batch, 2048, static_cast<cuda::SsdPrefill>(state.range(2)));
+  b.pass(0);
+  cuda::DeviceBuffer<long long> probe(8);
+  std::vector<long long> got(8, 0);
+  Timer t;
+  for (auto _ : state) {
+    cuda::ssd_span_probe(probe.data());
+    t.start_device();
+    b.run();
+    state.SetIterationTime(t.stop_s());
+    cuda::ssd_span_probe(nullptr);
+    got = probe.download(8);
+  }
+  const double spans = got[6] > 0 ? static_cast<double>(got[6]) : 1.0;
+  const char* names[6] = {"wait", "cum", "delta", "fold", "out", "next"};
+  double total = 0;
+  for (int i = 0; i < 6; ++i) {
+    state.counters[names[i]] = static_cast<double>(got[i]) / spans;
+    total += static_cast<double>(got[i]);
+  }
+  state.counters["cyc_per_span"] = total / spans;
+  state.counters["spans"] = spans;
+}
+BENCHMARK(BM_CudaSsdSpanProbe)->ArgsProduct({{1, 8}, {16, 64}, {116, 216, 316, 416}})->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 double copy_bandwidth();
 

@@ -95,6 +95,7 @@ void ssd_dt(const float* dt_raw, int ld, int T, int H, const float* dt_bias, flo
 }
 
 bool ssd_span_supported(const SsdShape& sh, const ScanGrid& g) { return ssd::span_supported(sh, g); }
+void ssd_span_probe(long long* device_buffer) { ssd::span_probe(device_buffer); }
 
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which) {
   if (which == SsdPrefill::three_phase)
@@ -136,10 +137,12 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
     const int active = p.num_seqs - p.num_ssu_seqs - p.num_decode_seqs;
     const bool automatic = which == SsdPrefill::automatic;
     const bool span = which == SsdPrefill::span16 || which == SsdPrefill::span16_wide ||
-                      which == SsdPrefill::span16_bulk || (automatic && ssd::span_preferred(sh, g, active));
+                      which == SsdPrefill::span16_bulk || which == SsdPrefill::span16_compact ||
+                      (automatic && ssd::span_preferred(sh, g, active));
     const int tile = automatic || which == SsdPrefill::walk ? 0 : static_cast<int>(which);
     ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
-    if (span) ssd::launch_span(which == SsdPrefill::span16_wide ? 512 : 256, which == SsdPrefill::span16_bulk, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
+    if (span) ssd::launch_span(which == SsdPrefill::span16_wide ? 512 : 256, which == SsdPrefill::span16_bulk,
+                               which == SsdPrefill::span16_compact, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
     else ssd::launch_walk(tile, active, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
   }
   if (p.num_ssu_seqs > 0 || p.num_decode_seqs > 0) {

@@ -260,13 +260,14 @@ struct Stager {
 
 // A cell's delta in one thread's registers: TC columns of p × TN values of n (two runs of 4 when
 // TN = 8), accumulated over the cell's rows i ascending.
-template <int TC, int TN>
+template <int TC, int TN, int kUnroll>
 __device__ __forceinline__ void cell_delta(int L, const float* w, const float* xs, const float* Bs, int Nc, int c0,
                                            int n0, int n1, float (&acc)[TC][TN]) {
 #pragma unroll
   for (int a = 0; a < TC; ++a)
 #pragma unroll
     for (int b = 0; b < TN; ++b) acc[a][b] = 0.0f;
+#pragma unroll kUnroll
   for (int i = 0; i < L; ++i) {
     float xa[TC], ba[TN];  // xa = w_i · x_i[p], the product the walk stages
     const float wi = w[i];
@@ -292,10 +293,11 @@ __device__ __forceinline__ void cell_delta(int L, const float* w, const float* x
   }
 }
 
-template <int G, int T, bool kBulk>
+// kUnroll: how far the hot loops unroll (1 keeps the loop's code small; the same values).
+template <int G, int T, bool kBulk, int kUnroll = 4>
 __global__ void __launch_bounds__(T, 1)
     span_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
-                const float* Dskip, SsdState st, const float* band, float* y) {
+                const float* Dskip, SsdState st, const float* band, float* y, long long* probe) {
   constexpr int K = kRows / G;                 // cells per span
   constexpr int TPC = T / K;                   // threads per cell for the deltas
   constexpr int DT = kPT * 128 / TPC;          // their tile (at N = 128): TC columns × TN values of n
@@ -318,6 +320,15 @@ __global__ void __launch_bounds__(T, 1)
   const float Ah = A[h], Dh = Dskip[h];
   const std::size_t sbase = (static_cast<std::size_t>(src.slot) * sh.H + h) * P * N;
 
+  // Benchmarks only (probe set): thread 0 of the first block sums clock cycles per step.
+  const bool timing = probe != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && tid == 0;
+  long long steps[6] = {0, 0, 0, 0, 0, 0}, tick = timing ? clock64() : 0, spans = 0;
+  auto mark = [&](int i) {
+    if (!timing) return;
+    const long long now = clock64();
+    steps[i] += now - tick;
+    tick = now;
+  };
   extern __shared__ __align__(16) float smem[];
   __shared__ std::uint64_t bars[2];  // the bulk copies of each buffer
   if constexpr (kBulk) {
@@ -382,6 +393,8 @@ __global__ void __launch_bounds__(T, 1)
     wait_all_but_latest();  // this span's copies (the next span's may still be in flight)
     if constexpr (kBulk) bar_wait(&bars[j % 2], static_cast<unsigned>((j / 2) & 1));
     __syncthreads();
+    mark(0);
+    ++spans;
 
     // 1-2. Each cell by its own warps (WPC of them), with no block barrier inside: every lane runs the
     // cell's cum (cum_term, then the left-to-right sum of cum_scan, from the cell's first row) and
@@ -423,11 +436,12 @@ __global__ void __launch_bounds__(T, 1)
       }
     }
     __syncthreads();
+    mark(1);
 
     // 3a. The folded cells' deltas, side by side, into the start states' places.
     if (dk < cur.n && cur.fold[dk] && dmine) {
       float acc[TC][TN];
-      cell_delta<TC, TN>(cur.L[dk], wr + dk * G, xs + dk * G * kPT, Bs + dk * G * lo.Nc, lo.Nc, dc, dn0, dn1, acc);
+      cell_delta<TC, TN, kUnroll>(cur.L[dk], wr + dk * G, xs + dk * G * kPT, Bs + dk * G * lo.Nc, lo.Nc, dc, dn0, dn1, acc);
       float* D = Sb + static_cast<std::size_t>(dk) * kPT * lo.Ns;
 #pragma unroll
       for (int a = 0; a < TC; ++a) {
@@ -437,6 +451,7 @@ __global__ void __launch_bounds__(T, 1)
       }
     }
     __syncthreads();
+    mark(2);
 
     // 3b. The state through the span's cells in order: the cell's start state replaces its delta.
     for (int k = 0; k < cur.n; ++k) {
@@ -465,6 +480,7 @@ __global__ void __launch_bounds__(T, 1)
       }
     }
     __syncthreads();
+    mark(3);
 
     // 4. The span's output rows.
     {
@@ -483,6 +499,7 @@ __global__ void __launch_bounds__(T, 1)
           for (int b = 0; b < OC; ++b)
 #pragma unroll
             for (int c = 0; c < 4; ++c) q[a][b][c] = 0.0f;
+#pragma unroll kUnroll
         for (int n = 0; n < N; n += 4) {
           float4 c4[2], s4[OC];
 #pragma unroll
@@ -506,6 +523,7 @@ __global__ void __launch_bounds__(T, 1)
 #pragma unroll
           for (int b = 0; b < OC; ++b) in[a][b] = 0.0f;
         const int base = k * G;
+#pragma unroll kUnroll
         for (int i = 0; i <= t + 1; ++i) {
           float xv[OC];
 #pragma unroll
@@ -534,12 +552,19 @@ __global__ void __launch_bounds__(T, 1)
         }
       }
     }
+    mark(4);
     __syncthreads();  // every reader of this buffer, the start states, cum and the coefficients is done
 
     cur = nxt;
     nxt = cells.next(K, G, g.exact);
     if (nxt.n > 0) issue(nxt, j % 2);
     else commit();  // an empty group keeps the wait's count
+    mark(5);
+  }
+  if (timing) {  // benchmarks: the first block's cycles per step, summed over its spans
+#pragma unroll
+    for (int i = 0; i < 6; ++i) probe[i] = steps[i];
+    probe[6] = spans;
   }
   if (!folded || !owner) return;  // the slot keeps its state
 #pragma unroll
@@ -586,12 +611,16 @@ bool span_preferred(const SsdShape& sh, const ScanGrid& g, int active_seqs) {
 
 // Whether every row the span walk copies starts 16-byte aligned and is a whole number of 16 bytes
 // (the TMA unit's rule): x, B and C rows of the call and of the replay ring, 16 columns of x.
+std::atomic<long long*> probe_buffer{nullptr};
+
+void span_probe(long long* device_buffer) { probe_buffer.store(device_buffer); }
+
 bool bulk_ok(const SsdShape& sh, int ld, const float* xbc, const SsdState& st) {
   auto aligned = [](const void* q) { return q == nullptr || (reinterpret_cast<std::uintptr_t>(q) & 15) == 0; };
   return aligned(xbc) && aligned(st.ring_x) && aligned(st.ring_B) && ld % 4 == 0 && sh.P % 4 == 0 && sh.N % 4 == 0;
 }
 
-void launch_span(int threads, bool bulk, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
+void launch_span(int threads, bool bulk, bool compact, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                  const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* y,
                  cudaStream_t s) {
   if (p.num_cell_tasks <= 0) return;
@@ -602,10 +631,14 @@ void launch_span(int threads, bool bulk, const SsdShape& sh, const ScanGrid& g, 
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H), static_cast<unsigned>((sh.P + kPT - 1) / kPT));
   auto run = [&](auto kernel, int T) {
     ensure_smem(kernel, smem, "ssd span smem");
-    kernel<<<grid, T, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, y);
+    kernel<<<grid, T, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, y, probe_buffer.load());
   };
   const bool wide = threads == 512;
-  if (bulk && bulk_ok(sh, ld, xbc, st)) {
+  if (compact && bulk_ok(sh, ld, xbc, st)) {
+    if (g.cell == 16) run(span_kernel<16, 256, true, 1>, 256);
+    else if (g.cell == 32) run(span_kernel<32, 256, true, 1>, 256);
+    else run(span_kernel<64, 256, true, 1>, 256);
+  } else if (bulk && bulk_ok(sh, ld, xbc, st)) {
     if (g.cell == 16) wide ? run(span_kernel<16, 512, true>, 512) : run(span_kernel<16, 256, true>, 256);
     else if (g.cell == 32) wide ? run(span_kernel<32, 512, true>, 512) : run(span_kernel<32, 256, true>, 256);
     else wide ? run(span_kernel<64, 512, true>, 512) : run(span_kernel<64, 256, true>, 256);
