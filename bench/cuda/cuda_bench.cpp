@@ -156,7 +156,7 @@ BENCHMARK(BM_CudaSsdPrefill)
 // The same prefill (exact mode) with the implementation named, device time only: arg2 0 = chosen
 // by size, 1 = the fused walk with its tile chosen by size, 16 / 32 / 64 = the fused walk's tile of p,
 // 116 / 216 = the span walk (ssd_span.cu) with 256 / 512 threads, 316 = the span walk with bulk
-// copies, 416 = 316 with its hot loops not unrolled, -1 = the earlier three-phase kernels.
+// copies, 416 = 316 with the outputs in 4 × 4 tiles, -1 = the earlier three-phase kernels.
 // Counter TFLOPs: the scan's main products, 2·2·P·N flops per row and head (C·S_start and the cell's
 // sum), per second; the H200's fp32 FMA peak is about 67 TFLOP/s.
 void BM_CudaSsdPrefillTiles(benchmark::State& state) {
@@ -192,10 +192,12 @@ BENCHMARK(BM_CudaSsdPrefillTiles)
 void BM_CudaSsdSpanProbe(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
-  ScanBench b({true, cell, true}, false, batch, 2048, static_cast<cuda::SsdPrefill>(state.range(2)));
+  const int way = static_cast<int>(state.range(2));
+  ScanBench b({true, cell, true}, false, batch, 2048, static_cast<cuda::SsdPrefill>(way));
   b.pass(0);
-  cuda::DeviceBuffer<long long> probe(8);
-  std::vector<long long> got(8, 0);
+  cuda::DeviceBuffer<long long> probe(24);
+  probe.upload(std::vector<long long>(24, 0));
+  std::vector<long long> got(24, 0);
   Timer t;
   for (auto _ : state) {
     cuda::ssd_span_probe(probe.data());
@@ -203,17 +205,25 @@ void BM_CudaSsdSpanProbe(benchmark::State& state) {
     b.run();
     state.SetIterationTime(t.stop_s());
     cuda::ssd_span_probe(nullptr);
-    got = probe.download(8);
+    got = probe.download(24);
   }
-  const double spans = got[6] > 0 ? static_cast<double>(got[6]) : 1.0;
-  const char* names[6] = {"wait", "cum", "delta", "fold", "out", "next"};
+  const double spans = got[7] > 0 ? static_cast<double>(got[7]) : 1.0;
+  const char* names[7] = {"wait", "cum", "delta", "fold", "out", "endbar", "issue"};
   double total = 0;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 7; ++i) {
     state.counters[names[i]] = static_cast<double>(got[i]) / spans;
     total += static_cast<double>(got[i]);
   }
   state.counters["cyc_per_span"] = total / spans;
-  state.counters["spans"] = spans;
+  // The outputs step of the fastest and the slowest warp.
+  const int warps = way == 216 ? 16 : 8;
+  double lo = 1e30, hi = 0;
+  for (int w = 0; w < warps; ++w) {
+    lo = std::min(lo, static_cast<double>(got[8 + w]) / spans);
+    hi = std::max(hi, static_cast<double>(got[8 + w]) / spans);
+  }
+  state.counters["out_min"] = lo;
+  state.counters["out_max"] = hi;
 }
 BENCHMARK(BM_CudaSsdSpanProbe)->ArgsProduct({{1, 8}, {16, 64}, {116, 216, 316, 416}})->UseManualTime()->Unit(benchmark::kMicrosecond);
 

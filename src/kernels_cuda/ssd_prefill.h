@@ -21,16 +21,16 @@ enum class SsdPrefill {
                   // per block; N % 4 == 0, N <= 128, G = 16, 32 or 64 (else it throws)
   span16_wide = 216,  // the span walk with 512 threads per block (the same values)
   span16_bulk = 316,  // the span walk with rows copied by the TMA unit where they are 16-byte aligned
-  span16_compact = 416,  // span16_bulk with its hot loops not unrolled (smaller code)
+  span16_tile4 = 416,  // span16_bulk with the outputs in 4 × 4 tiles by 64 threads
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
 };
 
 // Whether the span walk takes this shape and grid.
 bool ssd_span_supported(const SsdShape& sh, const ScanGrid& g);
 
-// Benchmarks only: where the span walk's first block writes the clock cycles of its steps (7 values:
-// wait for copies, cum and coefficients, deltas, fold, outputs, next copies; then the span count),
-// or nullptr (the default: nothing written).
+// Benchmarks only: where the span walk's first block writes the clock cycles of its steps (24 values:
+// wait for copies, cum and coefficients, deltas, fold, outputs, end barrier, next copies, as thread 0
+// sees them; the span count; each warp's own outputs step), or nullptr (the default: nothing written).
 void ssd_span_probe(long long* device_buffer);
 
 // Scratch in floats that ssd_scan needs with this implementation on this grid.

@@ -3,8 +3,8 @@
 // runs 128 blocks of 64 threads through 128 cells in series, each cell waiting on its loads and four
 // barriers. Here a block takes a span of K = 64 / G consecutive cells at a time, with 256 threads,
 // and the next span's inputs are already on their way (cp.async into the other of two buffers):
-//   1. cum of each cell (every lane of the cell's warps runs cum_term and the left-to-right sum of
-//      cum_scan, keeping its rows' prefixes: no barrier before their uses);
+//   1. cum of each cell (every lane of the cell's warp runs cum_term and the left-to-right sum of
+//      cum_scan, keeping its rows' prefixes);
 //   2. coef_{t,i} = row_weight(cum_t, cum_i, dt_i) · band[t][t−i] for every pair of every cell, and
 //      w_i = row_weight(cum_{L−1}, cum_i, dt_i) for the rows of folded cells;
 //   3. every folded cell's delta = Σ_i (w_i·x_i[p])·B_i[n] (w_i·x_i[p] rounded, as the walk stages
@@ -260,14 +260,13 @@ struct Stager {
 
 // A cell's delta in one thread's registers: TC columns of p × TN values of n (two runs of 4 when
 // TN = 8), accumulated over the cell's rows i ascending.
-template <int TC, int TN, int kUnroll>
+template <int TC, int TN>
 __device__ __forceinline__ void cell_delta(int L, const float* w, const float* xs, const float* Bs, int Nc, int c0,
                                            int n0, int n1, float (&acc)[TC][TN]) {
 #pragma unroll
   for (int a = 0; a < TC; ++a)
 #pragma unroll
     for (int b = 0; b < TN; ++b) acc[a][b] = 0.0f;
-#pragma unroll kUnroll
   for (int i = 0; i < L; ++i) {
     float xa[TC], ba[TN];  // xa = w_i · x_i[p], the product the walk stages
     const float wi = w[i];
@@ -293,8 +292,9 @@ __device__ __forceinline__ void cell_delta(int L, const float* w, const float* x
   }
 }
 
-// kUnroll: how far the hot loops unroll (1 keeps the loop's code small; the same values).
-template <int G, int T, bool kBulk, int kUnroll = 4>
+// OR: rows of the outputs' tile, 2 (every thread: 2 rows × OC columns) or 4 (64 threads: 4 × 4; each
+// loaded value feeds more FMAs). The same values either way.
+template <int G, int T, bool kBulk, int OR = 2>
 __global__ void __launch_bounds__(T, 1)
     span_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
                 const float* Dskip, SsdState st, const float* band, float* y, long long* probe) {
@@ -304,10 +304,10 @@ __global__ void __launch_bounds__(T, 1)
   constexpr int TN = DT >= 32 ? 8 : 4;
   constexpr int TC = DT / TN;
   constexpr int SC = kPT * 128 / 4 / T;        // the state's tile: SC columns × 4 values of n
-  constexpr int OC = kRows * kPT / 2 / T;      // the outputs' tile: 2 rows × OC columns
-  constexpr int CPT = kPT / OC;                // threads per row pair
+  constexpr int OC = OR == 4 ? 4 : kRows * kPT / 2 / T;  // the outputs' tile: OR rows × OC columns
+  constexpr int CPT = kPT / OC;                // threads per row group
   static_assert(TC * TN * TPC == kPT * 128 && TC >= 1 && TC <= 4, "the deltas' tiles cover 16 columns × 128 of n");
-  static_assert(SC >= 1 && SC <= 2 && OC >= 1 && OC <= 2, "256 or 512 threads");
+  static_assert(SC >= 1 && SC <= 2 && OC >= 1 && OC <= 4 && kRows / OR * CPT <= T, "256 or 512 threads");
   const int seq = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
   const int64_t start = p.start[seq];
   const int t0 = p.task0[seq], ntasks = p.task0[seq + 1] - t0;
@@ -321,8 +321,10 @@ __global__ void __launch_bounds__(T, 1)
   const std::size_t sbase = (static_cast<std::size_t>(src.slot) * sh.H + h) * P * N;
 
   // Benchmarks only (probe set): thread 0 of the first block sums clock cycles per step.
-  const bool timing = probe != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && tid == 0;
-  long long steps[6] = {0, 0, 0, 0, 0, 0}, tick = timing ? clock64() : 0, spans = 0;
+  // Each warp's lane 0 also sums its own outputs step (the end barrier waits for the slowest).
+  const bool block0 = probe != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
+  const bool timing = block0 && tid == 0, wtiming = block0 && tid % 32 == 0;
+  long long steps[7] = {0, 0, 0, 0, 0, 0, 0}, tick = timing ? clock64() : 0, spans = 0, wout = 0, w0 = 0;
   auto mark = [&](int i) {
     if (!timing) return;
     const long long now = clock64();
@@ -331,6 +333,7 @@ __global__ void __launch_bounds__(T, 1)
   };
   extern __shared__ __align__(16) float smem[];
   __shared__ std::uint64_t bars[2];  // the bulk copies of each buffer
+  __shared__ int meta[2 * kMaxCells];  // each cell's j0 and L, for loops that index cells by row
   if constexpr (kBulk) {
     if (tid == 0) {
       bar_init(&bars[0], T);
@@ -367,10 +370,10 @@ __global__ void __launch_bounds__(T, 1)
   const int dc = dmine ? TC * (dl / NG) : 0, dg = dmine ? dl % NG : 0;
   const int dn0 = 4 * dg, dn1 = TN == 8 ? 4 * NG + 4 * dg : dn0;
 
-  // The outputs tile: rows 2·rp, 2·rp+1 of the span × columns oc + CPT·b, b < OC (8 consecutive
-  // threads: 8 columns of one row pair, so the C rows are one broadcast and the start-state rows
-  // fall in distinct banks).
-  const int oc = tid % CPT, rp = tid / CPT, r0 = 2 * rp;
+  // The outputs tile: rows OR·rg .. OR·rg+OR-1 of the span × columns oc + CPT·b, b < OC (8
+  // consecutive threads read one or two C rows and 8 distinct start-state rows: distinct banks).
+  const int oc = tid % CPT, rg = tid / CPT, r0 = OR * rg;
+  const bool outs_mine = rg < kRows / OR;
 
   const int cu = (N + 3) / 4, bu = 2 * ((N + 7) / 8), gu = G / 4;
   const Stager<T> stage{src, band, lo, G, sh.groups, grp, h, p0, P, N, cu, bu, gu,
@@ -396,15 +399,14 @@ __global__ void __launch_bounds__(T, 1)
     mark(0);
     ++spans;
 
-    // 1-2. Each cell by its own warps (WPC of them), with no block barrier inside: every lane runs the
-    // cell's cum (cum_term, then the left-to-right sum of cum_scan, from the cell's first row) and
-    // keeps the prefix at its rows i = lane, lane + 32; then the coefficients of the cell's output
-    // rows (rows split over the warps, source rows i over the lanes), w_i and exp(cum_{L−1}).
+    // 1. cum, w and exp(cum_{L−1}) of each cell, one warp per cell: every lane runs the cell's sum
+    // (cum_term, then the left-to-right sum of cum_scan, from the cell's first row) and keeps the
+    // prefixes of its rows i = lane, lane + 32.
     {
-      constexpr int WPC = T / 32 / K, RPL = (G + 31) / 32;  // warps per cell; rows per lane
-      const int warp = tid / 32, lane = tid % 32, k = warp / WPC, sub = warp % WPC;
-      if (k < cur.n) {  // whole warps
-        const int base = k * G, L = cur.L[k], j0 = cur.j0[k];
+      constexpr int RPL = (G + 31) / 32;  // rows per lane
+      const int warp = tid / 32, lane = tid % 32;
+      if (warp < cur.n) {  // whole warps
+        const int k = warp, base = k * G, L = cur.L[k];
         float c[RPL], run = 0.0f;
 #pragma unroll
         for (int q = 0; q < RPL; ++q) c[q] = 0.0f;
@@ -414,34 +416,37 @@ __global__ void __launch_bounds__(T, 1)
           for (int q = 0; q < RPL; ++q)
             if (m == lane + 32 * q) c[q] = run;
         }
-        if (sub == 0) {
 #pragma unroll
-          for (int q = 0; q < RPL; ++q) {
-            const int i = lane + 32 * q;
-            if (i >= L) continue;
-            cum[base + i] = c[q];
-            if (cur.fold[k]) wr[base + i] = row_weight(run, c[q], dts[base + i]);
-          }
-          if (lane == 0) decay[k] = exp_f(run);
+        for (int q = 0; q < RPL; ++q) {
+          const int i = lane + 32 * q;
+          if (i >= L) continue;
+          cum[base + i] = c[q];
+          if (cur.fold[k]) wr[base + i] = row_weight(run, c[q], dts[base + i]);
         }
-        for (int t = j0 + sub; t < L; t += WPC) {
-          const float ct = __shfl_sync(0xffffffffu, t < 32 ? c[0] : c[RPL - 1], t % 32);
-#pragma unroll
-          for (int q = 0; q < RPL; ++q) {
-            const int i = lane + 32 * q;
-            if (i > t) continue;
-            coef[(base + t) * lo.Gc + i] = row_weight(ct, c[q], dts[base + i]) * bs[(base + t) * G + (t - i)];
-          }
+        if (lane == 0) {
+          decay[k] = exp_f(run);
+          meta[2 * k] = cur.j0[k];
+          meta[2 * k + 1] = L;
         }
       }
     }
     __syncthreads();
     mark(1);
 
+    // 2. The coefficients of every output row's pairs, every thread a few (independent exps in
+    // flight); the barrier after the deltas publishes them.
+#pragma unroll 4
+    for (int e = tid; e < kRows * G; e += T) {
+      const int r = e / G, i = e % G, k = r / G, t = r % G;
+      if (k >= cur.n || t < meta[2 * k] || t >= meta[2 * k + 1] || i > t) continue;
+      const int src_r = k * G + i;
+      coef[r * lo.Gc + i] = row_weight(cum[r], cum[src_r], dts[src_r]) * bs[r * G + (t - i)];
+    }
+
     // 3a. The folded cells' deltas, side by side, into the start states' places.
     if (dk < cur.n && cur.fold[dk] && dmine) {
       float acc[TC][TN];
-      cell_delta<TC, TN, kUnroll>(cur.L[dk], wr + dk * G, xs + dk * G * kPT, Bs + dk * G * lo.Nc, lo.Nc, dc, dn0, dn1, acc);
+      cell_delta<TC, TN>(cur.L[dk], wr + dk * G, xs + dk * G * kPT, Bs + dk * G * lo.Nc, lo.Nc, dc, dn0, dn1, acc);
       float* D = Sb + static_cast<std::size_t>(dk) * kPT * lo.Ns;
 #pragma unroll
       for (int a = 0; a < TC; ++a) {
@@ -481,33 +486,35 @@ __global__ void __launch_bounds__(T, 1)
     }
     __syncthreads();
     mark(3);
+    if (wtiming) w0 = clock64();
 
     // 4. The span's output rows.
     {
-      const int k = r0 / G, t = r0 % G;  // rows r0, r0+1 are rows t, t+1 of cell k (G is even)
-      const bool any = k < cur.n && t + 1 >= cur.j0[k] && t < cur.L[k];
+      const int k = r0 / G, t = r0 % G;  // rows r0 .. r0+OR-1 are rows t .. t+OR-1 of cell k
+      const bool any = outs_mine && k < cur.n && t + OR - 1 >= cur.j0[k] && t < cur.L[k];
       if (any) {
         const float* Sk = Sb + static_cast<std::size_t>(k) * kPT * lo.Ns;
-        const float* Cr[2] = {Cs + r0 * lo.Nc, Cs + (r0 + 1) * lo.Nc};
+        const float* Cr[OR];
+#pragma unroll
+        for (int a = 0; a < OR; ++a) Cr[a] = Cs + (r0 + a) * lo.Nc;
         const float* Sr[OC];
 #pragma unroll
         for (int b = 0; b < OC; ++b) Sr[b] = Sk + (oc + CPT * b) * lo.Ns;
-        float q[2][OC][4];
+        float q[OR][OC][4];
 #pragma unroll
-        for (int a = 0; a < 2; ++a)
+        for (int a = 0; a < OR; ++a)
 #pragma unroll
           for (int b = 0; b < OC; ++b)
 #pragma unroll
             for (int c = 0; c < 4; ++c) q[a][b][c] = 0.0f;
-#pragma unroll kUnroll
         for (int n = 0; n < N; n += 4) {
-          float4 c4[2], s4[OC];
+          float4 c4[OR], s4[OC];
 #pragma unroll
-          for (int a = 0; a < 2; ++a) c4[a] = *reinterpret_cast<const float4*>(Cr[a] + n);
+          for (int a = 0; a < OR; ++a) c4[a] = *reinterpret_cast<const float4*>(Cr[a] + n);
 #pragma unroll
           for (int b = 0; b < OC; ++b) s4[b] = *reinterpret_cast<const float4*>(Sr[b] + n);
 #pragma unroll
-          for (int a = 0; a < 2; ++a)
+          for (int a = 0; a < OR; ++a)
 #pragma unroll
             for (int b = 0; b < OC; ++b) {
               q[a][b][0] = fmaf(c4[a].x, s4[b].x, q[a][b][0]);
@@ -517,19 +524,18 @@ __global__ void __launch_bounds__(T, 1)
             }
         }
         // Σ_{i≤t} coef_{t,i} · x_i, i ascending from the cell's first row.
-        float in[2][OC];
+        float in[OR][OC];
 #pragma unroll
-        for (int a = 0; a < 2; ++a)
+        for (int a = 0; a < OR; ++a)
 #pragma unroll
           for (int b = 0; b < OC; ++b) in[a][b] = 0.0f;
         const int base = k * G;
-#pragma unroll kUnroll
-        for (int i = 0; i <= t + 1; ++i) {
+        for (int i = 0; i <= t + OR - 1; ++i) {
           float xv[OC];
 #pragma unroll
           for (int b = 0; b < OC; ++b) xv[b] = xs[(base + i) * kPT + oc + CPT * b];
 #pragma unroll
-          for (int a = 0; a < 2; ++a) {
+          for (int a = 0; a < OR; ++a) {
             if (i > t + a) continue;
             const float cf = coef[(r0 + a) * lo.Gc + i];
 #pragma unroll
@@ -537,7 +543,7 @@ __global__ void __launch_bounds__(T, 1)
           }
         }
 #pragma unroll
-        for (int a = 0; a < 2; ++a) {
+        for (int a = 0; a < OR; ++a) {
           const int tt = t + a;
           if (tt < cur.j0[k] || tt >= cur.L[k]) continue;
           const int row = src.row0 + static_cast<int>(cur.cs[k] + tt - src.start);
@@ -553,19 +559,22 @@ __global__ void __launch_bounds__(T, 1)
       }
     }
     mark(4);
+    if (wtiming) wout += clock64() - w0;
     __syncthreads();  // every reader of this buffer, the start states, cum and the coefficients is done
+    mark(5);
 
     cur = nxt;
     nxt = cells.next(K, G, g.exact);
     if (nxt.n > 0) issue(nxt, j % 2);
     else commit();  // an empty group keeps the wait's count
-    mark(5);
+    mark(6);
   }
   if (timing) {  // benchmarks: the first block's cycles per step, summed over its spans
 #pragma unroll
-    for (int i = 0; i < 6; ++i) probe[i] = steps[i];
-    probe[6] = spans;
+    for (int i = 0; i < 7; ++i) probe[i] = steps[i];
+    probe[7] = spans;
   }
+  if (wtiming && tid / 32 < 16) probe[8 + tid / 32] = wout;
   if (!folded || !owner) return;  // the slot keeps its state
 #pragma unroll
   for (int a = 0; a < SC; ++a) {
@@ -620,7 +629,7 @@ bool bulk_ok(const SsdShape& sh, int ld, const float* xbc, const SsdState& st) {
   return aligned(xbc) && aligned(st.ring_x) && aligned(st.ring_B) && ld % 4 == 0 && sh.P % 4 == 0 && sh.N % 4 == 0;
 }
 
-void launch_span(int threads, bool bulk, bool compact, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
+void launch_span(int threads, bool bulk, bool tile4, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                  const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* y,
                  cudaStream_t s) {
   if (p.num_cell_tasks <= 0) return;
@@ -634,10 +643,10 @@ void launch_span(int threads, bool bulk, bool compact, const SsdShape& sh, const
     kernel<<<grid, T, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, y, probe_buffer.load());
   };
   const bool wide = threads == 512;
-  if (compact && bulk_ok(sh, ld, xbc, st)) {
-    if (g.cell == 16) run(span_kernel<16, 256, true, 1>, 256);
-    else if (g.cell == 32) run(span_kernel<32, 256, true, 1>, 256);
-    else run(span_kernel<64, 256, true, 1>, 256);
+  if (tile4 && bulk_ok(sh, ld, xbc, st)) {
+    if (g.cell == 16) run(span_kernel<16, 256, true, 4>, 256);
+    else if (g.cell == 32) run(span_kernel<32, 256, true, 4>, 256);
+    else run(span_kernel<64, 256, true, 4>, 256);
   } else if (bulk && bulk_ok(sh, ld, xbc, st)) {
     if (g.cell == 16) wide ? run(span_kernel<16, 512, true>, 512) : run(span_kernel<16, 256, true>, 256);
     else if (g.cell == 32) wide ? run(span_kernel<32, 512, true>, 512) : run(span_kernel<32, 256, true>, 256);

@@ -247,7 +247,7 @@ void expect_every_tile_matches_three_phase(const std::vector<Case>& cases) {
         ways.push_back(SsdPrefill::span16);
         ways.push_back(SsdPrefill::span16_wide);
         ways.push_back(SsdPrefill::span16_bulk);  // bulk copies where rows are aligned (pad 0 or 4), else cp.async
-        ways.push_back(SsdPrefill::span16_compact);
+        ways.push_back(SsdPrefill::span16_tile4);
       }
       for (SsdPrefill w : ways) {
         const std::string d = compare(want, run(c.sh, c.g, c.bf16, c.T, sched, w), c.sh);
