@@ -242,16 +242,14 @@ void launch_band(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
 // The span walk (ssd_span.cu): the walk with K = 64 / G cells per step, 256 threads and the next
 // span's inputs prefetched, for batches too small to fill the GPU with the walk's blocks.
 bool span_supported(const SsdShape& sh, const ScanGrid& g);
-// Whether automatic takes the span walk: supported, and its blocks fit one per SM.
+// Whether automatic takes the span walk: supported, and its blocks (one an SM) take at most 3 waves.
 bool span_preferred(const SsdShape& sh, const ScanGrid& g, int active_seqs);
 // Benchmarks only: where the span walk's first block writes the clock cycles of its steps (24 values:
 // wait, cum and coefficients, deltas, fold, outputs, end barrier, next copies; the span count; each
 // warp's own outputs step), or nullptr.
 void span_probe(long long* device_buffer);
-// threads: 256 or 512 per block (the same values; how many warps share a span's steps). bulk: rows
-// copied by the TMA unit where every row is 16-byte aligned (else by cp.async, as without it).
-// tile4: bulk copies and the outputs in 4 × 4 tiles by 64 threads (fewer loads per FMA).
-void launch_span(int threads, bool bulk, bool tile4, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
+// tile4: the outputs in 4 × 4 tiles by 64 threads instead of 2 × 2 tiles by all (the same values).
+void launch_span(bool tile4, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                  const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* y,
                  cudaStream_t s);
 void launch_walk(int tile_p, int active_seqs, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,

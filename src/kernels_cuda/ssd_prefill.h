@@ -18,10 +18,9 @@ enum class SsdPrefill {
   walk32 = 32,
   walk64 = 64,
   span16 = 116,   // the span walk (ssd_band.cu, ssd_span.cu): K = 64 / G cells per step, 16 columns of p
-                  // per block; N % 4 == 0, N <= 128, G = 16, 32 or 64 (else it throws)
-  span16_wide = 216,  // the span walk with 512 threads per block (the same values)
-  span16_bulk = 316,  // the span walk with rows copied by the TMA unit where they are 16-byte aligned
-  span16_tile4 = 416,  // span16_bulk with the outputs in 4 × 4 tiles by 64 threads
+                  // per block, rows copied by the TMA unit where 16-byte aligned (else cp.async);
+                  // N % 4 == 0, N <= 128, G = 16, 32 or 64 (else it throws)
+  span16_tile4 = 416,  // the span walk with its outputs in 4 × 4 tiles by 64 threads
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
 };
 

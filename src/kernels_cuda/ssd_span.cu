@@ -23,6 +23,7 @@
 // 64 (cells of whole 16-row blocks; K = 4, 2, 1). Other shapes take the walk.
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/smem_limit.h"
@@ -32,6 +33,7 @@ namespace parity::cuda::ssd {
 namespace {
 
 constexpr int kPT = 16;        // columns of p per block
+constexpr int kThreads = 256;  // threads per block (the kernel's tiles also cover 512)
 constexpr int kRows = 64;      // rows of a span: K cells of G rows
 constexpr int kMaxCells = 4;   // K at G = 16
 
@@ -604,8 +606,10 @@ bool span_supported(const SsdShape& sh, const ScanGrid& g) {
   return static_cast<long>(span_layout(sh.N, g.cell).total * sizeof(float)) <= smem_optin();
 }
 
-// One block an SM (its shared memory): the span walk wins while its blocks fit one wave; past that
-// the walk's smaller blocks share the SMs and hide each other's barriers.
+// One block an SM (its shared memory), so the span walk's time grows with its waves of blocks; the
+// walk's smaller blocks share SMs and win from about four waves on (H200, 32 heads × 64, N 128:
+// span 437 / 832 µs at 1 / 2 sequences against the walk's 1,388 / 1,424; at 8 sequences 3,168
+// against 2,459).
 bool span_preferred(const SsdShape& sh, const ScanGrid& g, int active_seqs) {
   static std::atomic<int> sms{0};
   if (sms.load() == 0) {
@@ -615,7 +619,8 @@ bool span_preferred(const SsdShape& sh, const ScanGrid& g, int active_seqs) {
     sms.store(n);
   }
   const long blocks = static_cast<long>(active_seqs) * sh.H * ((sh.P + kPT - 1) / kPT);
-  return blocks <= sms.load() && span_supported(sh, g);
+  const long waves = (blocks + sms.load() - 1) / sms.load();
+  return waves <= 3 && span_supported(sh, g);
 }
 
 // Whether every row the span walk copies starts 16-byte aligned and is a whole number of 16 bytes
@@ -629,7 +634,7 @@ bool bulk_ok(const SsdShape& sh, int ld, const float* xbc, const SsdState& st) {
   return aligned(xbc) && aligned(st.ring_x) && aligned(st.ring_B) && ld % 4 == 0 && sh.P % 4 == 0 && sh.N % 4 == 0;
 }
 
-void launch_span(int threads, bool bulk, bool tile4, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
+void launch_span(bool tile4, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                  const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* y,
                  cudaStream_t s) {
   if (p.num_cell_tasks <= 0) return;
@@ -638,24 +643,20 @@ void launch_span(int threads, bool bulk, bool tile4, const SsdShape& sh, const S
                 std::to_string(sh.N) + ", cell " + std::to_string(g.cell) + ")");
   const std::size_t smem = span_layout(sh.N, g.cell).total * sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H), static_cast<unsigned>((sh.P + kPT - 1) / kPT));
-  auto run = [&](auto kernel, int T) {
+  auto run = [&](auto kernel) {
     ensure_smem(kernel, smem, "ssd span smem");
-    kernel<<<grid, T, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, y, probe_buffer.load());
+    kernel<<<grid, kThreads, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, y, probe_buffer.load());
   };
-  const bool wide = threads == 512;
-  if (tile4 && bulk_ok(sh, ld, xbc, st)) {
-    if (g.cell == 16) run(span_kernel<16, 256, true, 4>, 256);
-    else if (g.cell == 32) run(span_kernel<32, 256, true, 4>, 256);
-    else run(span_kernel<64, 256, true, 4>, 256);
-  } else if (bulk && bulk_ok(sh, ld, xbc, st)) {
-    if (g.cell == 16) wide ? run(span_kernel<16, 512, true>, 512) : run(span_kernel<16, 256, true>, 256);
-    else if (g.cell == 32) wide ? run(span_kernel<32, 512, true>, 512) : run(span_kernel<32, 256, true>, 256);
-    else wide ? run(span_kernel<64, 512, true>, 512) : run(span_kernel<64, 256, true>, 256);
-  } else {
-    if (g.cell == 16) wide ? run(span_kernel<16, 512, false>, 512) : run(span_kernel<16, 256, false>, 256);
-    else if (g.cell == 32) wide ? run(span_kernel<32, 512, false>, 512) : run(span_kernel<32, 256, false>, 256);
-    else wide ? run(span_kernel<64, 512, false>, 512) : run(span_kernel<64, 256, false>, 256);
-  }
+  // Rows by the TMA unit where every row is 16-byte aligned (the models' layouts), else by cp.async.
+  const bool bulk = bulk_ok(sh, ld, xbc, st);
+  auto by_cell = [&](auto cell) {
+    constexpr int G = decltype(cell)::value;
+    if (bulk) tile4 ? run(span_kernel<G, kThreads, true, 4>) : run(span_kernel<G, kThreads, true, 2>);
+    else tile4 ? run(span_kernel<G, kThreads, false, 4>) : run(span_kernel<G, kThreads, false, 2>);
+  };
+  if (g.cell == 16) by_cell(std::integral_constant<int, 16>{});
+  else if (g.cell == 32) by_cell(std::integral_constant<int, 32>{});
+  else by_cell(std::integral_constant<int, 64>{});
   check_launch("ssd span");
 }
 

@@ -244,9 +244,7 @@ void expect_every_tile_matches_three_phase(const std::vector<Case>& cases) {
       std::vector<SsdPrefill> ways = {SsdPrefill::walk16, SsdPrefill::walk32, SsdPrefill::walk64, SsdPrefill::walk,
                                       SsdPrefill::automatic};
       if (cuda::ssd_span_supported(ssh, c.g)) {
-        ways.push_back(SsdPrefill::span16);
-        ways.push_back(SsdPrefill::span16_wide);
-        ways.push_back(SsdPrefill::span16_bulk);  // bulk copies where rows are aligned (pad 0 or 4), else cp.async
+        ways.push_back(SsdPrefill::span16);  // bulk copies where rows are aligned (pad 0 or 4), else cp.async
         ways.push_back(SsdPrefill::span16_tile4);
       }
       for (SsdPrefill w : ways) {
@@ -301,7 +299,7 @@ TEST(CudaSsdTiling, SpanWalkMatchesThreePhase) {
   for (const Shape& sh : {m, a, d, e})
     for (int cell : {16, 32, 64})
       ASSERT_TRUE(cuda::ssd_span_supported({sh.H, sh.P, sh.N, sh.groups}, {true, cell, true})) << "cell " << cell;
-  // The same shapes with 16-byte aligned rows: the span walk's bulk copies (the TMA unit).
+  // The same shapes with 16-byte aligned rows: the span walk copies them by the TMA unit.
   const Shape m0{2, 64, 128, 1, 0}, a0{4, 40, 20, 2, 4}, d0{6, 16, 32, 3, 0}, e0{3, 48, 64, 1, 0};
   expect_every_tile_matches_three_phase({{m0, {true, 16, true}, false, 300},
                                          {m0, {true, 64, true}, true, 200},
@@ -359,7 +357,8 @@ TEST(CudaSsdTiling, CompanionTheSpanWalkSeesASmallChange) {
   PARITY_REQUIRE_GPU();
   const cuda::ScanGrid g{true, 16, true};
   for (const auto& [sh, way] : {std::pair<Shape, SsdPrefill>{{2, 64, 128, 1}, SsdPrefill::span16},
-                                {{2, 64, 128, 1, 0}, SsdPrefill::span16_bulk}}) {
+                                {{2, 64, 128, 1, 0}, SsdPrefill::span16},
+                                {{2, 64, 128, 1, 0}, SsdPrefill::span16_tile4}}) {
     const Result want = run(sh, g, false, 150, whole(150), SsdPrefill::three_phase);
     const Result same = run(sh, g, false, 150, whole(150), way);
     EXPECT_EQ(compare(want, same, sh), "") << "way " << static_cast<int>(way);
