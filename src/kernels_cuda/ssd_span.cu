@@ -129,6 +129,17 @@ struct Span {
   bool fold[kMaxCells];
 };
 
+// a[k] for a k known only at run time, without indexing the array (which would put it in local
+// memory): the loops over a span's cells are unrolled, so every other index is a constant.
+template <class V>
+__device__ __forceinline__ V pick(const V (&a)[kMaxCells], int k) {
+  V v = a[0];
+#pragma unroll
+  for (int i = 1; i < kMaxCells; ++i)
+    if (k == i) v = a[i];
+  return v;
+}
+
 // The call's cells in order, as the walk takes them: the first from its task, the next ones from
 // the previous end; the walk stops after a cell the call leaves open (exact) or when cells run out.
 struct Cells {
@@ -138,7 +149,9 @@ struct Cells {
   __device__ Span next(int per, int cell_rows, bool exact) {
     Span s{};
     s.n = 0;
-    while (s.n < per && !done) {
+#pragma unroll
+    for (int c = 0; c < kMaxCells; ++c) {  // unrolled: the span's arrays stay in registers
+      if (c >= per || done) break;
       if (k >= K) {
         done = true;
         break;
@@ -154,11 +167,11 @@ struct Cells {
         done = true;
         break;
       }
-      s.cs[s.n] = t.c.start;
-      s.L[s.n] = t.L;
-      s.j0[s.n] = t.j0;
-      s.fold[s.n] = t.fold;
-      ++s.n;
+      s.cs[c] = t.c.start;
+      s.L[c] = t.L;
+      s.j0[c] = t.j0;
+      s.fold[c] = t.fold;
+      s.n = c + 1;
       ++k;
       if (!t.fold) done = true;
     }
@@ -197,7 +210,9 @@ struct Stager {
 
   __device__ void issue(const Span& s, float* buf) const {
     float *dts = buf + lo.dts, *xs = buf + lo.x, *Cs = buf + lo.C, *Bs = buf + lo.B, *bs = buf + lo.band;
-    for (int k = 0; k < s.n; ++k) {
+#pragma unroll
+    for (int k = 0; k < kMaxCells; ++k) {
+      if (k >= s.n) break;
       const int base = k * G, L = s.L[k], j0 = s.j0[k];
       const int64_t cs = s.cs[k];
       for (int i = threadIdx.x; i < L; i += T) cp4(dts + base + i, src.dtp(h, cs + i), true);
@@ -238,7 +253,9 @@ struct Stager {
       e0 += m;
       return f;
     };
-    for (int k = 0; k < s.n; ++k) {
+#pragma unroll
+    for (int k = 0; k < kMaxCells; ++k) {
+      if (k >= s.n) break;
       const int base = k * G, L = s.L[k], j0 = s.j0[k], outs = L - j0;
       const int64_t cs = s.cs[k];
       for (int i = threadIdx.x; i < L; i += T) cp4(dts + base + i, src.dtp(h, cs + i), true);
@@ -408,7 +425,8 @@ __global__ void __launch_bounds__(T, 1)
       constexpr int RPL = (G + 31) / 32;  // rows per lane
       const int warp = tid / 32, lane = tid % 32;
       if (warp < cur.n) {  // whole warps
-        const int k = warp, base = k * G, L = cur.L[k];
+        const int k = warp, base = k * G, L = pick(cur.L, k);
+        const bool fold_k = pick(cur.fold, k);
         float c[RPL], run = 0.0f;
 #pragma unroll
         for (int q = 0; q < RPL; ++q) c[q] = 0.0f;
@@ -423,11 +441,11 @@ __global__ void __launch_bounds__(T, 1)
           const int i = lane + 32 * q;
           if (i >= L) continue;
           cum[base + i] = c[q];
-          if (cur.fold[k]) wr[base + i] = row_weight(run, c[q], dts[base + i]);
+          if (fold_k) wr[base + i] = row_weight(run, c[q], dts[base + i]);
         }
         if (lane == 0) {
           decay[k] = exp_f(run);
-          meta[2 * k] = cur.j0[k];
+          meta[2 * k] = pick(cur.j0, k);
           meta[2 * k + 1] = L;
         }
       }
@@ -446,9 +464,9 @@ __global__ void __launch_bounds__(T, 1)
     }
 
     // 3a. The folded cells' deltas, side by side, into the start states' places.
-    if (dk < cur.n && cur.fold[dk] && dmine) {
+    if (dk < cur.n && pick(cur.fold, dk) && dmine) {
       float acc[TC][TN];
-      cell_delta<TC, TN>(cur.L[dk], wr + dk * G, xs + dk * G * kPT, Bs + dk * G * lo.Nc, lo.Nc, dc, dn0, dn1, acc);
+      cell_delta<TC, TN>(meta[2 * dk + 1], wr + dk * G, xs + dk * G * kPT, Bs + dk * G * lo.Nc, lo.Nc, dc, dn0, dn1, acc);
       float* D = Sb + static_cast<std::size_t>(dk) * kPT * lo.Ns;
 #pragma unroll
       for (int a = 0; a < TC; ++a) {
@@ -461,7 +479,9 @@ __global__ void __launch_bounds__(T, 1)
     mark(2);
 
     // 3b. The state through the span's cells in order: the cell's start state replaces its delta.
-    for (int k = 0; k < cur.n; ++k) {
+#pragma unroll
+    for (int k = 0; k < kMaxCells; ++k) {
+      if (k >= cur.n) break;
       if (!cur.fold[k]) {  // the last cell the call touches (exact: left open)
         if (owner) {
           float* Sk = Sb + static_cast<std::size_t>(k) * kPT * lo.Ns;
@@ -493,7 +513,8 @@ __global__ void __launch_bounds__(T, 1)
     // 4. The span's output rows.
     {
       const int k = r0 / G, t = r0 % G;  // rows r0 .. r0+OR-1 are rows t .. t+OR-1 of cell k
-      const bool any = outs_mine && k < cur.n && t + OR - 1 >= cur.j0[k] && t < cur.L[k];
+      const int j0k = meta[2 * k], Lk = meta[2 * k + 1];  // k < 4 always (cells past n: not read)
+      const bool any = outs_mine && k < cur.n && t + OR - 1 >= j0k && t < Lk;
       if (any) {
         const float* Sk = Sb + static_cast<std::size_t>(k) * kPT * lo.Ns;
         const float* Cr[OR];
@@ -547,8 +568,8 @@ __global__ void __launch_bounds__(T, 1)
 #pragma unroll
         for (int a = 0; a < OR; ++a) {
           const int tt = t + a;
-          if (tt < cur.j0[k] || tt >= cur.L[k]) continue;
-          const int row = src.row0 + static_cast<int>(cur.cs[k] + tt - src.start);
+          if (tt < j0k || tt >= Lk) continue;
+          const int row = src.row0 + static_cast<int>(pick(cur.cs, k) + tt - src.start);
 #pragma unroll
           for (int b = 0; b < OC; ++b) {
             const int col = oc + CPT * b, pp = p0 + col;
