@@ -311,8 +311,72 @@ __device__ __forceinline__ void cell_delta(int L, const float* w, const float* x
   }
 }
 
-// OR: rows of the outputs' tile, 2 (every thread: 2 rows × OC columns) or 4 (64 threads: 4 × 4; each
-// loaded value feeds more FMAs). The same values either way.
+// The outputs of a span with the quarter sums across lanes (256 threads). Lane l of warp w: quarter
+// q = l % 4 of rows 4·rg .. 4·rg+3 (rg = 2w + l / 16) × columns cg, cg+4, cg+8, cg+12 (cg = (l / 4) % 4).
+// Every thread runs its quarter's chain (n = q, q+4, ... ascending) for 16 outputs; the two
+// shuffles form combine_quarters' (a_0 + a_1) + (a_2 + a_3) in every lane of the four (additions
+// commute exactly); lane q then finishes row 4·rg + q.
+template <int G>
+__device__ __forceinline__ void out_lanes(const Span& cur, const int* meta, const float* Cs, const float* Sb,
+                                          const float* xs, const float* coef, const float* cum, const SpanLayout& lo,
+                                          int N, int P, int p0, int h, int HP, float Dh, const RowSource& src, float* y) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int q = lane % 4, cg = (lane / 4) % 4, rg = 2 * warp + lane / 16, r0 = 4 * rg;
+  const int k = r0 / G, t = r0 % G;  // rows r0 .. r0+3 are rows t .. t+3 of cell k
+  const float* Sk = Sb + static_cast<std::size_t>(k) * kPT * lo.Ns;
+  const float* C0 = Cs + r0 * lo.Nc + q;
+  const float* S0 = Sk + cg * lo.Ns + q;
+  float acc[4][4];
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int b = 0; b < 4; ++b) acc[a][b] = 0.0f;
+  for (int n = 0; n < N; n += 4) {  // every lane, whatever its rows: the shuffles need the whole warp
+    float cv[4], sv[4];
+#pragma unroll
+    for (int a = 0; a < 4; ++a) cv[a] = C0[a * lo.Nc + n];
+#pragma unroll
+    for (int b = 0; b < 4; ++b) sv[b] = S0[4 * b * lo.Ns + n];
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) acc[a][b] = fmaf(cv[a], sv[b], acc[a][b]);
+  }
+  float inter[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // row r0 + q
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      float v = acc[a][b];
+      v = v + __shfl_xor_sync(0xffffffffu, v, 1);
+      v = v + __shfl_xor_sync(0xffffffffu, v, 2);
+      if (a == q) inter[b] = v;
+    }
+  if (k >= cur.n) return;
+  const int tt = t + q, j0k = meta[2 * k], Lk = meta[2 * k + 1];
+  if (tt < j0k || tt >= Lk) return;
+  // Σ_{i≤t} coef_{t,i} · x_i, i ascending from the cell's first row.
+  const int base = k * G, r = r0 + q;
+  float in[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int i = 0; i <= tt; ++i) {
+    const float cf = coef[r * lo.Gc + i];
+#pragma unroll
+    for (int b = 0; b < 4; ++b) in[b] = fmaf(cf, xs[(base + i) * kPT + cg + 4 * b], in[b]);
+  }
+  const int row = src.row0 + static_cast<int>(pick(cur.cs, k) + tt - src.start);
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    const int col = cg + 4 * b, pp = p0 + col;
+    if (pp >= P) continue;
+    y[static_cast<std::size_t>(row) * HP + static_cast<std::size_t>(h) * P + pp] =
+        row_output(cum[r], inter[b], in[b], Dh, xs[r * kPT + col]);
+  }
+}
+
+// OR: rows of the outputs' tile, 2 (every thread: 2 rows × OC columns, its 4 quarter sums) or 4 (64
+// threads: 4 × 4; each loaded value feeds more FMAs); 1: quarters across lanes (every thread 4 rows
+// × 4 columns of one quarter sum, scalar loads that are each one bank access, the four quarters
+// combined by two shuffles). The same values every way.
 template <int G, int T, bool kBulk, int OR = 2>
 __global__ void __launch_bounds__(T, 1)
     span_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
@@ -323,10 +387,11 @@ __global__ void __launch_bounds__(T, 1)
   constexpr int TN = DT >= 32 ? 8 : 4;
   constexpr int TC = DT / TN;
   constexpr int SC = kPT * 128 / 4 / T;        // the state's tile: SC columns × 4 values of n
-  constexpr int OC = OR == 4 ? 4 : kRows * kPT / 2 / T;  // the outputs' tile: OR rows × OC columns
+  constexpr int OC = OR == 4 || OR == 1 ? 4 : kRows * kPT / 2 / T;  // the outputs' tile: OR rows × OC columns
   constexpr int CPT = kPT / OC;                // threads per row group
   static_assert(TC * TN * TPC == kPT * 128 && TC >= 1 && TC <= 4, "the deltas' tiles cover 16 columns × 128 of n");
-  static_assert(SC >= 1 && SC <= 2 && OC >= 1 && OC <= 4 && kRows / OR * CPT <= T, "256 or 512 threads");
+  static_assert(SC >= 1 && SC <= 2 && OC >= 1 && OC <= 4 && (OR == 1 ? T == 256 : kRows / OR * CPT <= T),
+                "256 or 512 threads");
   const int seq = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
   const int64_t start = p.start[seq];
   const int t0 = p.task0[seq], ntasks = p.task0[seq + 1] - t0;
@@ -511,7 +576,9 @@ __global__ void __launch_bounds__(T, 1)
     if (wtiming) w0 = clock64();
 
     // 4. The span's output rows.
-    {
+    if constexpr (OR == 1) {
+      out_lanes<G>(cur, meta, Cs, Sb, xs, coef, cum, lo, N, P, p0, h, HP, Dh, src, y);
+    } else {
       const int k = r0 / G, t = r0 % G;  // rows r0 .. r0+OR-1 are rows t .. t+OR-1 of cell k
       const int j0k = meta[2 * k], Lk = meta[2 * k + 1];  // k < 4 always (cells past n: not read)
       const bool any = outs_mine && k < cur.n && t + OR - 1 >= j0k && t < Lk;
@@ -655,7 +722,7 @@ bool bulk_ok(const SsdShape& sh, int ld, const float* xbc, const SsdState& st) {
   return aligned(xbc) && aligned(st.ring_x) && aligned(st.ring_B) && ld % 4 == 0 && sh.P % 4 == 0 && sh.N % 4 == 0;
 }
 
-void launch_span(bool tile4, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
+void launch_span(int mode, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                  const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* y,
                  cudaStream_t s) {
   if (p.num_cell_tasks <= 0) return;
@@ -672,8 +739,15 @@ void launch_span(bool tile4, const SsdShape& sh, const ScanGrid& g, const PassSe
   const bool bulk = bulk_ok(sh, ld, xbc, st);
   auto by_cell = [&](auto cell) {
     constexpr int G = decltype(cell)::value;
-    if (bulk) tile4 ? run(span_kernel<G, kThreads, true, 4>) : run(span_kernel<G, kThreads, true, 2>);
-    else tile4 ? run(span_kernel<G, kThreads, false, 4>) : run(span_kernel<G, kThreads, false, 2>);
+    if (bulk) {
+      if (mode == 4) run(span_kernel<G, kThreads, true, 4>);
+      else if (mode == 1) run(span_kernel<G, kThreads, true, 1>);
+      else run(span_kernel<G, kThreads, true, 2>);
+    } else {
+      if (mode == 4) run(span_kernel<G, kThreads, false, 4>);
+      else if (mode == 1) run(span_kernel<G, kThreads, false, 1>);
+      else run(span_kernel<G, kThreads, false, 2>);
+    }
   };
   if (g.cell == 16) by_cell(std::integral_constant<int, 16>{});
   else if (g.cell == 32) by_cell(std::integral_constant<int, 32>{});
