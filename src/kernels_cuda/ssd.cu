@@ -136,11 +136,10 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
   } else {
     const int active = p.num_seqs - p.num_ssu_seqs - p.num_decode_seqs;
     const bool automatic = which == SsdPrefill::automatic;
-    const bool span = which == SsdPrefill::span16 || which == SsdPrefill::span16_tile4 ||
-                      which == SsdPrefill::span16_lanes || (automatic && ssd::span_preferred(sh, g, active));
+    const bool span = which == SsdPrefill::span16 || (automatic && ssd::span_preferred(sh, g, active));
     const int tile = automatic || which == SsdPrefill::walk ? 0 : static_cast<int>(which);
     ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
-    if (span) ssd::launch_span(which == SsdPrefill::span16_tile4 ? 4 : which == SsdPrefill::span16_lanes ? 1 : 2, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
+    if (span) ssd::launch_span(sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
     else ssd::launch_walk(tile, active, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
   }
   if (p.num_ssu_seqs > 0 || p.num_decode_seqs > 0) {

@@ -248,9 +248,7 @@ bool span_preferred(const SsdShape& sh, const ScanGrid& g, int active_seqs);
 // wait, cum and coefficients, deltas, fold, outputs, end barrier, next copies; the span count; each
 // warp's own outputs step), or nullptr.
 void span_probe(long long* device_buffer);
-// mode: the outputs' tiles: 2 = 2 × 2 by every thread, 4 = 4 × 4 by 64 threads, 1 = 4 × 4 of one
-// quarter sum by every thread (quarters across lanes). The same values every way.
-void launch_span(int mode, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
+void launch_span(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                  const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* y,
                  cudaStream_t s);
 void launch_walk(int tile_p, int active_seqs, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,

@@ -20,8 +20,6 @@ enum class SsdPrefill {
   span16 = 116,   // the span walk (ssd_band.cu, ssd_span.cu): K = 64 / G cells per step, 16 columns of p
                   // per block, rows copied by the TMA unit where 16-byte aligned (else cp.async);
                   // N % 4 == 0, N <= 128, G = 16, 32 or 64 (else it throws)
-  span16_tile4 = 416,  // the span walk with its outputs in 4 × 4 tiles by 64 threads
-  span16_lanes = 516,  // the span walk with its outputs' quarter sums across lanes (4 × 4 tiles of one quarter)
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
 };
 

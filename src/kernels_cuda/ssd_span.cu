@@ -2,20 +2,26 @@
 // (sequence, head, tile of p) and takes a call's cells one at a time, so a batch of one sequence
 // runs 128 blocks of 64 threads through 128 cells in series, each cell waiting on its loads and four
 // barriers. Here a block takes a span of K = 64 / G consecutive cells at a time, with 256 threads,
-// and the next span's inputs are already on their way (cp.async into the other of two buffers):
+// and the next span's inputs are already on their way (into the other of two buffers: whole rows by
+// the TMA unit where every row is 16-byte aligned, else cp.async):
 //   1. cum of each cell (every lane of the cell's warp runs cum_term and the left-to-right sum of
 //      cum_scan, keeping its rows' prefixes);
 //   2. coef_{t,i} = row_weight(cum_t, cum_i, dt_i) · band[t][t−i] for every pair of every cell, and
 //      w_i = row_weight(cum_{L−1}, cum_i, dt_i) for the rows of folded cells;
 //   3. every folded cell's delta = Σ_i (w_i·x_i[p])·B_i[n] (w_i·x_i[p] rounded, as the walk stages
-//      it; one fmaf chain over the cell's rows
-//      ascending), the K cells side by side (T/K threads each); then the state, which lives in
+//      it; one fmaf chain over the cell's rows ascending), the K cells side by side (T/K threads
+//      each); then the state, which lives in
 //      registers (a thread owns 2 columns of p × 4 of n), through the cells in order: each cell's
 //      start state is written out for the outputs (over its delta), S ← fold_element(exp(cum_{L−1}),
 //      S, delta);
 //   4. every output row of the span from its cell's start state:
 //      y_t[p] = row_output(cum_t, combine_quarters(a_0..a_3), Σ_{i≤t} coef_{t,i}·x_i[p], D, x_t[p]),
-//      a_q = Σ_{n ≡ q mod 4, ascending} C_t[n]·S[p][n], the intra sum over i ascending from 0.
+//      a_q = Σ_{n ≡ q mod 4, ascending} C_t[n]·S[p][n], the intra sum over i ascending from 0; the
+//      four quarter sums of a 4 × 4 tile by four lanes, combined by two shuffles (out_lanes).
+// Measured (H200, 32 heads × 64, N 128, 2048 tokens): 1 sequence 458 µs at G = 16 (the walk 1,397,
+// the three-phase kernels 632), 3 sequences 1,310 (walk 1,510), 4 sequences 1,729 (walk 1,556): one
+// block an SM, so the time grows by waves. Per 64-row span about 25k cycles: 40 % issuing the next
+// span's copies (every thread's expect_tx and arrival on one mbarrier), 24 % outputs, 20 % deltas.
 // Only the state's fold is serial; the cells of a span share each step's barrier. Every value is
 // the fp32 sequence of the walk and the three-phase kernels (ssd_device.cuh's helpers, the same
 // fmaf chains in the same order), so the bits do not depend on which of them ran.
@@ -33,7 +39,7 @@ namespace parity::cuda::ssd {
 namespace {
 
 constexpr int kPT = 16;        // columns of p per block
-constexpr int kThreads = 256;  // threads per block (the kernel's tiles also cover 512)
+constexpr int kThreads = 256;  // threads per block
 constexpr int kRows = 64;      // rows of a span: K cells of G rows
 constexpr int kMaxCells = 4;   // K at G = 16
 
@@ -373,11 +379,7 @@ __device__ __forceinline__ void out_lanes(const Span& cur, const int* meta, cons
   }
 }
 
-// OR: rows of the outputs' tile, 2 (every thread: 2 rows × OC columns, its 4 quarter sums) or 4 (64
-// threads: 4 × 4; each loaded value feeds more FMAs); 1: quarters across lanes (every thread 4 rows
-// × 4 columns of one quarter sum, scalar loads that are each one bank access, the four quarters
-// combined by two shuffles). The same values every way.
-template <int G, int T, bool kBulk, int OR = 2>
+template <int G, int T, bool kBulk>
 __global__ void __launch_bounds__(T, 1)
     span_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
                 const float* Dskip, SsdState st, const float* band, float* y, long long* probe) {
@@ -387,11 +389,8 @@ __global__ void __launch_bounds__(T, 1)
   constexpr int TN = DT >= 32 ? 8 : 4;
   constexpr int TC = DT / TN;
   constexpr int SC = kPT * 128 / 4 / T;        // the state's tile: SC columns × 4 values of n
-  constexpr int OC = OR == 4 || OR == 1 ? 4 : kRows * kPT / 2 / T;  // the outputs' tile: OR rows × OC columns
-  constexpr int CPT = kPT / OC;                // threads per row group
   static_assert(TC * TN * TPC == kPT * 128 && TC >= 1 && TC <= 4, "the deltas' tiles cover 16 columns × 128 of n");
-  static_assert(SC >= 1 && SC <= 2 && OC >= 1 && OC <= 4 && (OR == 1 ? T == 256 : kRows / OR * CPT <= T),
-                "256 or 512 threads");
+  static_assert(SC >= 1 && SC <= 2 && T == 256, "the outputs' lanes are laid out for 256 threads");
   const int seq = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
   const int64_t start = p.start[seq];
   const int t0 = p.task0[seq], ntasks = p.task0[seq + 1] - t0;
@@ -454,10 +453,6 @@ __global__ void __launch_bounds__(T, 1)
   const int dc = dmine ? TC * (dl / NG) : 0, dg = dmine ? dl % NG : 0;
   const int dn0 = 4 * dg, dn1 = TN == 8 ? 4 * NG + 4 * dg : dn0;
 
-  // The outputs tile: rows OR·rg .. OR·rg+OR-1 of the span × columns oc + CPT·b, b < OC (8
-  // consecutive threads read one or two C rows and 8 distinct start-state rows: distinct banks).
-  const int oc = tid % CPT, rg = tid / CPT, r0 = OR * rg;
-  const bool outs_mine = rg < kRows / OR;
 
   const int cu = (N + 3) / 4, bu = 2 * ((N + 7) / 8), gu = G / 4;
   const Stager<T> stage{src, band, lo, G, sh.groups, grp, h, p0, P, N, cu, bu, gu,
@@ -576,78 +571,7 @@ __global__ void __launch_bounds__(T, 1)
     if (wtiming) w0 = clock64();
 
     // 4. The span's output rows.
-    if constexpr (OR == 1) {
-      out_lanes<G>(cur, meta, Cs, Sb, xs, coef, cum, lo, N, P, p0, h, HP, Dh, src, y);
-    } else {
-      const int k = r0 / G, t = r0 % G;  // rows r0 .. r0+OR-1 are rows t .. t+OR-1 of cell k
-      const int j0k = meta[2 * k], Lk = meta[2 * k + 1];  // k < 4 always (cells past n: not read)
-      const bool any = outs_mine && k < cur.n && t + OR - 1 >= j0k && t < Lk;
-      if (any) {
-        const float* Sk = Sb + static_cast<std::size_t>(k) * kPT * lo.Ns;
-        const float* Cr[OR];
-#pragma unroll
-        for (int a = 0; a < OR; ++a) Cr[a] = Cs + (r0 + a) * lo.Nc;
-        const float* Sr[OC];
-#pragma unroll
-        for (int b = 0; b < OC; ++b) Sr[b] = Sk + (oc + CPT * b) * lo.Ns;
-        float q[OR][OC][4];
-#pragma unroll
-        for (int a = 0; a < OR; ++a)
-#pragma unroll
-          for (int b = 0; b < OC; ++b)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) q[a][b][c] = 0.0f;
-        for (int n = 0; n < N; n += 4) {
-          float4 c4[OR], s4[OC];
-#pragma unroll
-          for (int a = 0; a < OR; ++a) c4[a] = *reinterpret_cast<const float4*>(Cr[a] + n);
-#pragma unroll
-          for (int b = 0; b < OC; ++b) s4[b] = *reinterpret_cast<const float4*>(Sr[b] + n);
-#pragma unroll
-          for (int a = 0; a < OR; ++a)
-#pragma unroll
-            for (int b = 0; b < OC; ++b) {
-              q[a][b][0] = fmaf(c4[a].x, s4[b].x, q[a][b][0]);
-              q[a][b][1] = fmaf(c4[a].y, s4[b].y, q[a][b][1]);
-              q[a][b][2] = fmaf(c4[a].z, s4[b].z, q[a][b][2]);
-              q[a][b][3] = fmaf(c4[a].w, s4[b].w, q[a][b][3]);
-            }
-        }
-        // Σ_{i≤t} coef_{t,i} · x_i, i ascending from the cell's first row.
-        float in[OR][OC];
-#pragma unroll
-        for (int a = 0; a < OR; ++a)
-#pragma unroll
-          for (int b = 0; b < OC; ++b) in[a][b] = 0.0f;
-        const int base = k * G;
-        for (int i = 0; i <= t + OR - 1; ++i) {
-          float xv[OC];
-#pragma unroll
-          for (int b = 0; b < OC; ++b) xv[b] = xs[(base + i) * kPT + oc + CPT * b];
-#pragma unroll
-          for (int a = 0; a < OR; ++a) {
-            if (i > t + a) continue;
-            const float cf = coef[(r0 + a) * lo.Gc + i];
-#pragma unroll
-            for (int b = 0; b < OC; ++b) in[a][b] = fmaf(cf, xv[b], in[a][b]);
-          }
-        }
-#pragma unroll
-        for (int a = 0; a < OR; ++a) {
-          const int tt = t + a;
-          if (tt < j0k || tt >= Lk) continue;
-          const int row = src.row0 + static_cast<int>(pick(cur.cs, k) + tt - src.start);
-#pragma unroll
-          for (int b = 0; b < OC; ++b) {
-            const int col = oc + CPT * b, pp = p0 + col;
-            if (pp >= P) continue;
-            const float inter = combine_quarters(q[a][b][0], q[a][b][1], q[a][b][2], q[a][b][3]);
-            y[static_cast<std::size_t>(row) * HP + static_cast<std::size_t>(h) * P + pp] =
-                row_output(cum[r0 + a], inter, in[a][b], Dh, xs[(r0 + a) * kPT + col]);
-          }
-        }
-      }
-    }
+    out_lanes<G>(cur, meta, Cs, Sb, xs, coef, cum, lo, N, P, p0, h, HP, Dh, src, y);
     mark(4);
     if (wtiming) wout += clock64() - w0;
     __syncthreads();  // every reader of this buffer, the start states, cum and the coefficients is done
@@ -722,7 +646,7 @@ bool bulk_ok(const SsdShape& sh, int ld, const float* xbc, const SsdState& st) {
   return aligned(xbc) && aligned(st.ring_x) && aligned(st.ring_B) && ld % 4 == 0 && sh.P % 4 == 0 && sh.N % 4 == 0;
 }
 
-void launch_span(int mode, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
+void launch_span(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                  const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* y,
                  cudaStream_t s) {
   if (p.num_cell_tasks <= 0) return;
@@ -739,15 +663,8 @@ void launch_span(int mode, const SsdShape& sh, const ScanGrid& g, const PassSeqs
   const bool bulk = bulk_ok(sh, ld, xbc, st);
   auto by_cell = [&](auto cell) {
     constexpr int G = decltype(cell)::value;
-    if (bulk) {
-      if (mode == 4) run(span_kernel<G, kThreads, true, 4>);
-      else if (mode == 1) run(span_kernel<G, kThreads, true, 1>);
-      else run(span_kernel<G, kThreads, true, 2>);
-    } else {
-      if (mode == 4) run(span_kernel<G, kThreads, false, 4>);
-      else if (mode == 1) run(span_kernel<G, kThreads, false, 1>);
-      else run(span_kernel<G, kThreads, false, 2>);
-    }
+    if (bulk) run(span_kernel<G, kThreads, true>);
+    else run(span_kernel<G, kThreads, false>);
   };
   if (g.cell == 16) by_cell(std::integral_constant<int, 16>{});
   else if (g.cell == 32) by_cell(std::integral_constant<int, 32>{});

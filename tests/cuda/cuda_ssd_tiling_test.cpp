@@ -245,8 +245,6 @@ void expect_every_tile_matches_three_phase(const std::vector<Case>& cases) {
                                       SsdPrefill::automatic};
       if (cuda::ssd_span_supported(ssh, c.g)) {
         ways.push_back(SsdPrefill::span16);  // bulk copies where rows are aligned (pad 0 or 4), else cp.async
-        ways.push_back(SsdPrefill::span16_tile4);
-        ways.push_back(SsdPrefill::span16_lanes);
       }
       for (SsdPrefill w : ways) {
         const std::string d = compare(want, run(c.sh, c.g, c.bf16, c.T, sched, w), c.sh);
@@ -358,9 +356,7 @@ TEST(CudaSsdTiling, CompanionTheSpanWalkSeesASmallChange) {
   PARITY_REQUIRE_GPU();
   const cuda::ScanGrid g{true, 16, true};
   for (const auto& [sh, way] : {std::pair<Shape, SsdPrefill>{{2, 64, 128, 1}, SsdPrefill::span16},
-                                {{2, 64, 128, 1, 0}, SsdPrefill::span16},
-                                {{2, 64, 128, 1, 0}, SsdPrefill::span16_tile4},
-                                {{2, 64, 128, 1, 0}, SsdPrefill::span16_lanes}}) {
+                                {{2, 64, 128, 1, 0}, SsdPrefill::span16}}) {
     const Result want = run(sh, g, false, 150, whole(150), SsdPrefill::three_phase);
     const Result same = run(sh, g, false, 150, whole(150), way);
     EXPECT_EQ(compare(want, same, sh), "") << "way " << static_cast<int>(way);
