@@ -20,8 +20,9 @@
 //      four quarter sums of a 4 × 4 tile by four lanes, combined by two shuffles (out_lanes).
 // Measured (H200, 32 heads × 64, N 128, 2048 tokens): 1 sequence 458 µs at G = 16 (the walk 1,397,
 // the three-phase kernels 632), 3 sequences 1,310 (walk 1,510), 4 sequences 1,729 (walk 1,556): one
-// block an SM, so the time grows by waves. Per 64-row span about 25k cycles: 40 % issuing the next
-// span's copies (every thread's expect_tx and arrival on one mbarrier), 24 % outputs, 20 % deltas.
+// block an SM, so the time grows by waves. Per 64-row span about 25k cycles (BM_CudaSsdSpanProbe):
+// 40 % issuing the next span's copies (likely every thread's expect_tx and arrival serialising on the
+// one mbarrier: one arrival with the span's byte count would do), 24 % outputs, 20 % deltas.
 // Only the state's fold is serial; the cells of a span share each step's barrier. Every value is
 // the fp32 sequence of the walk and the three-phase kernels (ssd_device.cuh's helpers, the same
 // fmaf chains in the same order), so the bits do not depend on which of them ran.
