@@ -131,6 +131,49 @@ bool have_gpu(benchmark::State& state) {
   return false;
 }
 
+// Where the span walk's time goes: its first block's clock cycles per span in each step (the step's
+// own work of thread 0 and the barrier that ends it): wait (copies of the span landed), cum (cum,
+// coefficients, w), delta, fold, out (thread 0's outputs), next (the end barrier and the next
+// span's copies issued). arg2: 116 as in BM_CudaSsdPrefillTiles.
+void BM_CudaSsdSpanProbe(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
+  const int way = static_cast<int>(state.range(2));
+  ScanBench b({true, cell, true}, false, batch, 2048, static_cast<cuda::SsdPrefill>(way));
+  b.pass(0);
+  cuda::DeviceBuffer<long long> probe(24);
+  probe.upload(std::vector<long long>(24, 0));
+  std::vector<long long> got(24, 0);
+  Timer t;
+  for (auto _ : state) {
+    cuda::ssd_span_probe(probe.data());
+    t.start_device();
+    b.run();
+    state.SetIterationTime(t.stop_s());
+    cuda::ssd_span_probe(nullptr);
+    got = probe.download(24);
+  }
+  const double spans = got[7] > 0 ? static_cast<double>(got[7]) : 1.0;
+  const char* names[7] = {"wait", "cum", "delta", "fold", "out", "endbar", "issue"};
+  double total = 0;
+  for (int i = 0; i < 7; ++i) {
+    state.counters[names[i]] = static_cast<double>(got[i]) / spans;
+    total += static_cast<double>(got[i]);
+  }
+  state.counters["cyc_per_span"] = total / spans;
+  // The outputs step of the fastest and the slowest warp.
+  const int warps = 8;  // the warps that compute outputs
+  (void)way;
+  double lo = 1e30, hi = 0;
+  for (int w = 0; w < warps; ++w) {
+    lo = std::min(lo, static_cast<double>(got[8 + w]) / spans);
+    hi = std::max(hi, static_cast<double>(got[8 + w]) / spans);
+  }
+  state.counters["out_min"] = lo;
+  state.counters["out_max"] = hi;
+}
+BENCHMARK(BM_CudaSsdSpanProbe)->ArgsProduct({{1, 8}, {16, 64}, {116}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+
 // SSD prefill of batch × 2048 tokens, one call per sequence from position 0, fp32 state.
 // arg1: the cell; arg2: 1 = exact (cells anchored at 0, staggered), 0 = plain (cells from the
 // call's start, vLLM's chunked scan at chunk 256). vLLM's mamba_chunk_scan_combined on an H200:
@@ -157,7 +200,8 @@ BENCHMARK(BM_CudaSsdPrefill)
     ->Unit(benchmark::kMicrosecond);
 
 // The same prefill (exact mode) with the implementation named, device time only: arg2 0 = chosen
-// by size, 16 / 32 / 64 = the fused walk's tile of p, -1 = the earlier three-phase kernels.
+// by size, 1 = the fused walk with its tile chosen by size, 16 / 32 / 64 = the fused walk's tile of p,
+// 116 = the span walk (ssd_span.cu), -1 = the earlier three-phase kernels.
 // Counter TFLOPs: the scan's main products, 2·2·P·N flops per row and head (C·S_start and the cell's
 // sum), per second; the H200's fp32 FMA peak is about 67 TFLOP/s.
 void BM_CudaSsdPrefillTiles(benchmark::State& state) {
@@ -180,6 +224,10 @@ void BM_CudaSsdPrefillTiles(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaSsdPrefillTiles)
     ->ArgsProduct({{1, 8, 32}, {16, 64}, {0, 16, 32, 64, -1}})
+    ->ArgsProduct({{1, 2, 3, 4, 8}, {16}, {1, 116}})
+    ->ArgsProduct({{1, 2, 8}, {32, 64}, {1, 116}})
+    ->ArgsProduct({{32}, {16}, {1, 116}})
+    ->ArgsProduct({{2, 4}, {16}, {-1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -9,7 +9,9 @@
 //   walk  (ssd_walk.cu)  per (sequence, head, tile of p): walks the call's cells in order with the
 //         state on chip: each cell's output rows from its start state, then the cell's sum and the
 //         fold (plain: every cell, so the state ends after the last row; exact: the cells the call
-//         completes); the slot's state is written once, at the end;
+//         completes); the slot's state is written once, at the end. For batches too small to fill
+//         the GPU with those blocks, the span walk (ssd_span.cu) does the same with 64 rows (several
+//         cells) per step, larger blocks and the next rows prefetched;
 // then (exact) ring: the call's last rows of every head's open cell into the replay ring. One-row
 // calls skip them: plain mode's decode is the SSU update (ssd_ssu.cu), exact mode's the one-row
 // decode (ssd_decode.cu), which computes the row, folds a completed cell and writes the ring in one
@@ -98,6 +100,9 @@ void ssd_dt(const float* dt_raw, int ld, int T, int H, const float* dt_bias, flo
   check_launch("ssd_dt");
 }
 
+bool ssd_span_supported(const SsdShape& sh, const ScanGrid& g) { return ssd::span_supported(sh, g); }
+void ssd_span_probe(long long* device_buffer) { ssd::span_probe(device_buffer); }
+
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which) {
   if (which == SsdPrefill::three_phase)
     return static_cast<std::size_t>(p.num_cell_tasks) * sh.H * (static_cast<std::size_t>(sh.P) * sh.N + 1);
@@ -135,9 +140,13 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
     ssd::launch_chain(sh, g, p, st, sc, s);
     ssd::launch_outputs(sh, g, p, xbc, ld_xbc, dt, A, D, st, sc, y, s);
   } else {
+    const int active = p.num_seqs - p.num_ssu_seqs - p.num_decode_seqs;
+    const bool automatic = which == SsdPrefill::automatic;
+    const bool span = which == SsdPrefill::span16 || (automatic && ssd::span_preferred(sh, g, active));
+    const int tile = automatic || which == SsdPrefill::walk ? 0 : static_cast<int>(which);
     ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
-    ssd::launch_walk(static_cast<int>(which), p.num_seqs - p.num_ssu_seqs - p.num_decode_seqs, sh, g, p, xbc, ld_xbc,
-                     dt, A, D, st, scratch, y, s);
+    if (span) ssd::launch_span(sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
+    else ssd::launch_walk(tile, active, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
   }
   if (p.num_ssu_seqs > 0 || p.num_decode_seqs > 0) {
     if (sh.N % 4 != 0 || sh.N > ssd::kMaxTileFloats)

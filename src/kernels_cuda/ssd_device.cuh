@@ -239,6 +239,18 @@ void launch_outputs(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, co
 // tile_p columns of p) that keeps the state on chip. tile_p is 16, 32 or 64 (0: chosen by size).
 void launch_band(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                  const SsdState& st, float* band, cudaStream_t s);
+// The span walk (ssd_span.cu): the walk with K = 64 / G cells per step, 256 threads and the next
+// span's inputs prefetched, for batches too small to fill the GPU with the walk's blocks.
+bool span_supported(const SsdShape& sh, const ScanGrid& g);
+// Whether automatic takes the span walk: supported, and its blocks (one an SM) take at most 3 waves.
+bool span_preferred(const SsdShape& sh, const ScanGrid& g, int active_seqs);
+// Benchmarks only: where the span walk's first block writes the clock cycles of its steps (24 values:
+// wait, cum and coefficients, deltas, fold, outputs, end barrier, next copies; the span count; each
+// warp's own outputs step), or nullptr.
+void span_probe(long long* device_buffer);
+void launch_span(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
+                 const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* y,
+                 cudaStream_t s);
 void launch_walk(int tile_p, int active_seqs, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
                  const float* xbc, int ld, const float* dt, const float* A, const float* D, const SsdState& st,
                  const float* band, float* y, cudaStream_t s);

@@ -10,12 +10,26 @@
 namespace parity::cuda {
 
 enum class SsdPrefill {
-  automatic = 0,  // the fused walk, tile chosen from the batch's size
+  automatic = 0,  // the span walk for a batch too small for the walk's blocks to fill the GPU, else the
+                  // fused walk with its tile chosen from the batch's size
+  walk = 1,       // the fused walk with its tile chosen from the batch's size (automatic's choice past
+                  // the span walk's batches; the benchmarks time it beside the span walk)
   walk16 = 16,    // the fused walk (ssd_band.cu, ssd_walk.cu), 16, 32 or 64 columns of p per block
   walk32 = 32,
   walk64 = 64,
+  span16 = 116,   // the span walk (ssd_band.cu, ssd_span.cu): K = 64 / G cells per step, 16 columns of p
+                  // per block, rows copied by the TMA unit where 16-byte aligned (else cp.async);
+                  // N % 4 == 0, N <= 128, G = 16, 32 or 64 (else it throws)
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
 };
+
+// Whether the span walk takes this shape and grid.
+bool ssd_span_supported(const SsdShape& sh, const ScanGrid& g);
+
+// Benchmarks only: where the span walk's first block writes the clock cycles of its steps (24 values:
+// wait for copies, cum and coefficients, deltas, fold, outputs, end barrier, next copies, as thread 0
+// sees them; the span count; each warp's own outputs step), or nullptr (the default: nothing written).
+void ssd_span_probe(long long* device_buffer);
 
 // Scratch in floats that ssd_scan needs with this implementation on this grid.
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which);

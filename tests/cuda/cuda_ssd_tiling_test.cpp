@@ -1,5 +1,5 @@
-// The fused walk (ssd_band.cu + ssd_walk.cu) at each of its tiles against the three-phase kernels it
-// replaced: every output row, every state (fp32 and bf16) and the replay ring must have the same bits,
+// The fused walk (ssd_band.cu + ssd_walk.cu) at each of its tiles, and the span walk (ssd_span.cu) at
+// both its block sizes where it takes the shape, against the three-phase kernels they replaced: every output row, every state (fp32 and bf16) and the replay ring must have the same bits,
 // on shapes that hit the tiling's edges — cells not a multiple of the 16-row chunk, P not a multiple
 // of the tile, N not a multiple of 4 or 8 and above 128 (two passes), calls that start inside a cell,
 // staggered heads, several groups, several sequences per pass, an x row stride that is not a multiple
@@ -22,8 +22,9 @@ using cuda::SsdPrefill;
 
 struct Shape {
   int H, P, N, groups;
+  int pad = 3;  // spare columns after x | B | C: 3 leaves rows not 16-byte aligned, 0 or 4 keeps them aligned
   int I() const { return H * P; }
-  int ld() const { return H * P + 2 * groups * N + 3; }  // 3 spare columns: rows not 16-byte aligned
+  int ld() const { return H * P + 2 * groups * N + pad; }
 };
 
 struct Call {
@@ -223,7 +224,8 @@ struct Case {
 
 std::string name(const Case& c) {
   std::ostringstream o;
-  o << "H " << c.sh.H << " P " << c.sh.P << " N " << c.sh.N << " groups " << c.sh.groups << (c.g.exact ? " exact" : " plain")
+  o << "H " << c.sh.H << " P " << c.sh.P << " N " << c.sh.N << " groups " << c.sh.groups << " pad " << c.sh.pad
+    << (c.g.exact ? " exact" : " plain")
     << " cell " << c.g.cell << (c.g.stagger ? " staggered" : "") << (c.bf16 ? " bf16" : " f32") << " T " << c.T;
   return o.str();
 }
@@ -238,7 +240,13 @@ void expect_every_tile_matches_three_phase(const std::vector<Case>& cases) {
         ASSERT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return std::isfinite(v); }) &&
                     std::any_of(y.begin(), y.end(), [](float v) { return v != 0.0f; }))
             << name(c) << ", schedule " << sname << ", slot " << slot;
-      for (SsdPrefill w : {SsdPrefill::walk16, SsdPrefill::walk32, SsdPrefill::walk64, SsdPrefill::automatic}) {
+      const cuda::SsdShape ssh{c.sh.H, c.sh.P, c.sh.N, c.sh.groups};
+      std::vector<SsdPrefill> ways = {SsdPrefill::walk16, SsdPrefill::walk32, SsdPrefill::walk64, SsdPrefill::walk,
+                                      SsdPrefill::automatic};
+      if (cuda::ssd_span_supported(ssh, c.g)) {
+        ways.push_back(SsdPrefill::span16);  // bulk copies where rows are aligned (pad 0 or 4), else cp.async
+      }
+      for (SsdPrefill w : ways) {
         const std::string d = compare(want, run(c.sh, c.g, c.bf16, c.T, sched, w), c.sh);
         EXPECT_EQ(d, "") << name(c) << ", schedule " << sname << ", walk tile " << static_cast<int>(w);
       }
@@ -278,6 +286,54 @@ TEST(CudaSsdTiling, WalkMatchesThreePhaseAtRaggedShapes) {
                                          {d, {false, 16, false}, false, 150}});
 }
 
+// The span walk (ssd_span.cu) at every grid it takes (G = 16, 32, 64: 4, 2 and 1 cells per span), on
+// shapes at its edges: P not a multiple of its 16 columns, N below 128 (idle state lanes), several
+// groups, bf16 states, spans cut short by the call's end, calls that start inside a cell.
+TEST(CudaSsdTiling, SpanWalkMatchesThreePhase) {
+  PARITY_REQUIRE_GPU();
+  const Shape m{2, 64, 128, 1};
+  const Shape a{4, 40, 20, 2};  // P = 40: the third tile of 16 columns is half empty; N = 20
+  const Shape d{6, 16, 32, 3};  // three groups of two heads
+  const Shape e{3, 48, 64, 1};  // N = 64: half the state lanes idle
+  for (const Shape& sh : {m, a, d, e})
+    for (int cell : {16, 32, 64})
+      ASSERT_TRUE(cuda::ssd_span_supported({sh.H, sh.P, sh.N, sh.groups}, {true, cell, true})) << "cell " << cell;
+  // The same shapes with 16-byte aligned rows: the span walk copies them by the TMA unit.
+  const Shape m0{2, 64, 128, 1, 0}, a0{4, 40, 20, 2, 4}, d0{6, 16, 32, 3, 0}, e0{3, 48, 64, 1, 0};
+  expect_every_tile_matches_three_phase({{m0, {true, 16, true}, false, 300},
+                                         {m0, {true, 64, true}, true, 200},
+                                         {m0, {false, 32, false}, false, 200},
+                                         {a0, {true, 16, true}, true, 150},
+                                         {a0, {true, 32, true}, false, 150},
+                                         {d0, {true, 16, true}, false, 150},
+                                         {e0, {true, 64, true}, false, 150},
+                                         {e0, {false, 16, false}, true, 150}});
+  expect_every_tile_matches_three_phase({{m, {true, 32, true}, false, 300},
+                                         {m, {false, 16, false}, true, 200},
+                                         {m, {true, 16, false}, false, 97},
+                                         {a, {true, 16, true}, false, 150},
+                                         {a, {true, 32, true}, true, 150},
+                                         {a, {true, 64, true}, false, 200},
+                                         {a, {false, 16, false}, false, 150},
+                                         {d, {true, 16, true}, true, 150},
+                                         {d, {false, 32, false}, false, 150},
+                                         {e, {true, 16, true}, false, 230},
+                                         {e, {true, 64, true}, true, 150}});
+}
+
+// What the span walk takes and what it leaves to the walk (ssd_scan throws if it is named for one).
+TEST(CudaSsdTiling, SpanWalkShapes) {
+  PARITY_REQUIRE_GPU();
+  const cuda::SsdShape m{32, 64, 128, 1};
+  EXPECT_TRUE(cuda::ssd_span_supported(m, {true, 16, true}));
+  EXPECT_TRUE(cuda::ssd_span_supported(m, {false, 64, false}));
+  EXPECT_FALSE(cuda::ssd_span_supported(m, {true, 8, true}));     // cells below a 16-row block
+  EXPECT_FALSE(cuda::ssd_span_supported(m, {true, 48, true}));    // 64 / 48 is not a whole number of cells
+  EXPECT_FALSE(cuda::ssd_span_supported(m, {false, 256, false})); // one cell is more than a span
+  EXPECT_FALSE(cuda::ssd_span_supported({32, 64, 136, 1}, {true, 16, true}));  // N above 128
+  EXPECT_FALSE(cuda::ssd_span_supported({32, 64, 18, 1}, {true, 16, true}));   // N not a multiple of 4
+}
+
 // Companion: the comparison is not blind. One x value changed in its fourth significant digit
 // changes its own row's output (not an earlier one) and the state.
 TEST(CudaSsdTiling, CompanionASmallChangeInOneInputIsSeen) {
@@ -292,6 +348,26 @@ TEST(CudaSsdTiling, CompanionASmallChangeInOneInputIsSeen) {
   const std::string dy = first_difference(want.y.at(0), got.y.at(0), sh.I(), "y");
   EXPECT_NE(dy.find("(row 20, column 5)"), std::string::npos) << dy;
   EXPECT_NE(first_difference(want.s32, got.s32, sh.N, "state"), "");
+}
+
+// The same for the span walk: x of row 37 (the third cell of the first span at G = 16) changed in
+// its fourth significant digit changes that row's output first, and the state.
+TEST(CudaSsdTiling, CompanionTheSpanWalkSeesASmallChange) {
+  PARITY_REQUIRE_GPU();
+  const cuda::ScanGrid g{true, 16, true};
+  for (const auto& [sh, way] : {std::pair<Shape, SsdPrefill>{{2, 64, 128, 1}, SsdPrefill::span16},
+                                {{2, 64, 128, 1, 0}, SsdPrefill::span16}}) {
+    const Result want = run(sh, g, false, 150, whole(150), SsdPrefill::three_phase);
+    const Result same = run(sh, g, false, 150, whole(150), way);
+    EXPECT_EQ(compare(want, same, sh), "") << "way " << static_cast<int>(way);
+    ScanRun r(sh, g, false, 1, 150, way);
+    r.streams()[0].xbc[std::size_t(37) * sh.ld() + 5] *= 1.001f;  // row 37, head 0, p 5
+    for (const auto& pass : whole(150)) r.pass(pass);
+    const Result got = r.finish();
+    const std::string dy = first_difference(want.y.at(0), got.y.at(0), sh.I(), "y");
+    EXPECT_NE(dy.find("(row 37, column 5)"), std::string::npos) << "way " << static_cast<int>(way) << ": " << dy;
+    EXPECT_NE(first_difference(want.s32, got.s32, sh.N, "state"), "") << "way " << static_cast<int>(way);
+  }
 }
 
 }  // namespace
