@@ -15,6 +15,7 @@
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/gemm_skinny.h"
+#include "kernels_cuda/gemm_wgmma.h"
 #include "kernels_cuda/pass_plan.h"
 #include "kernels_cuda/ssd_prefill.h"
 #include "model/checkpoint.h"
@@ -413,7 +414,28 @@ void BM_CudaGemmMmaTile(benchmark::State& state) {
   });
 }
 BENCHMARK(BM_CudaGemmMmaTile)
-    ->ArgsProduct({{64, 512, 4096}, {0, 1, 2}, {0, 1, 2, 3}})
+    ->ArgsProduct({{64, 128, 512, 4096}, {0, 1, 2}, {0, 1, 2, 3}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The wgmma/TMA many-rows kernel's tiles forced on the same passes (arg0 M, arg1 shape, arg2 tile,
+// the label names it; pre-pass included), beside BM_CudaGemmMmaTile's mma.sync tiles: one filter
+// ('BM_CudaGemm(Wgmma|MmaTile)/(128|512|4096)/') times both.
+void BM_CudaGemmWgmma(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int tile = static_cast<int>(state.range(2));
+  if (tile >= cuda::gemm_wgmma_tile_count()) {
+    state.SkipWithError("no such tile");
+    return;
+  }
+  state.SetLabel(cuda::gemm_wgmma_tile_name(tile));
+  GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  time_gemm(state, g, [&] {
+    cuda::gemm_bf16_wgmma_tile(tile, g.a.data(), g.M, g.K, g.K, g.w, g.Nn, nullptr, g.c.data(), g.Nn, nullptr);
+  });
+}
+BENCHMARK(BM_CudaGemmWgmma)
+    ->ArgsProduct({{128, 512, 4096}, {0, 1, 2}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -6,8 +6,9 @@
 // element's place in the tile change nothing in that sequence, so a row's bits are the same for
 // M = 1 and M = 4096 (DESIGN.md rule 3; tests/cuda/cuda_gemm_test.cpp checks M = 1..4096). gemm()
 // picks among kernels that all compute that sequence: the few-rows kernel for M <= 16
-// (gemm_skinny.cu), the mma.sync tiles above (gemm_mma.cu), and the WMMA tiles here for operands
-// those cannot take (K not a multiple of 32, A or W not 16-byte aligned).
+// (gemm_skinny.cu), the mma.sync tiles above (gemm_mma.cu), the wgmma/TMA tiles from
+// kWgmmaMinRows rows on (gemm_wgmma.cu), and the WMMA tiles here for operands those cannot take (K
+// not a multiple of 32, A or W not 16-byte aligned).
 #include <mma.h>
 
 #include <cuda_bf16.h>
@@ -15,6 +16,7 @@
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/gemm_skinny.h"
+#include "kernels_cuda/gemm_wgmma.h"
 #include "kernels_cuda/ops.h"
 
 namespace parity::cuda {
@@ -22,6 +24,9 @@ namespace {
 
 constexpr int kBM = 64, kBN = 64, kBK = 32, kThreads = 128;
 constexpr int kPad = 8;  // bf16 row padding: ldm stays a multiple of 8 and banks spread
+// From this many rows on the wgmma tiles (128-row blocks) take the pass; below, the mma.sync tiles'
+// 32- and 64-row blocks waste less. Speed alone decides: both give the same bits.
+constexpr int kWgmmaMinRows = 128;
 
 // One 64×64 output tile at (m0, n0); the plain and the grouped kernels below run exactly this.
 __device__ __forceinline__ void gemm_bf16_tile(const float* A, int M, int K, int lda, const __nv_bfloat16* W, int N,
@@ -160,7 +165,9 @@ void gemm(const float* A, int M, int K, int lda, const void* W, WeightType wt, i
     gemm_bf16_skinny(A, M, K, lda, W, N, bias, C, ldc, s);  // decode: the weights' read bandwidth
     return;
   }
-  if (wt == WeightType::BF16 && gemm_mma_fits(A, K, lda, W)) {
+  if (wt == WeightType::BF16 && M >= kWgmmaMinRows && gemm_wgmma_fits(A, K, lda, W)) {
+    gemm_bf16_wgmma(A, M, K, lda, W, N, bias, C, ldc, s);
+  } else if (wt == WeightType::BF16 && gemm_mma_fits(A, K, lda, W)) {
     gemm_bf16_mma(A, M, K, lda, W, w_rows > N ? w_rows : N, N, bias, C, ldc, s);
   } else if (wt == WeightType::BF16) {
     gemm_bf16_kernel<<<grid, kThreads, 0, s>>>(A, M, K, lda, static_cast<const __nv_bfloat16*>(W), N, bias, C, ldc);

@@ -1,0 +1,269 @@
+// The many-rows bf16 GEMM on Hopper: warpgroup tensor-core steps (wgmma) fed by TMA tensor copies.
+//
+// Why: the mma.sync tiles (gemm_mma.cu) reach ~40 % of cuBLAS at M = 4096; each warp there loads its
+// fragments with ldmatrix and issues 16×8×16 steps, and the issue slots, not the tensor cores, bound
+// it. Here one producer warp copies whole 64-deep boxes of A and W into a ring of shared-memory
+// stages (one TMA instruction per operand and stage, completion counted on an mbarrier), and two
+// consumer warpgroups each issue m64nBNk16 steps that read both operands straight from shared
+// memory: 64 × BN outputs per warpgroup and instruction. Blocks are persistent (one per SM), walk
+// the tiles in the same grouped order as the mma tiles (8 block rows sweeping the columns, so the
+// weights a wave reads are reused from L2), and the producer runs ahead into the next tile while
+// the consumers store the last one.
+//
+// Bits: every output element is the chain the other bf16 kernels compute (gemm.cu): K in 16-deep
+// steps ascending into one fp32 accumulator that starts as +0 in registers (scale-d is always 1, so
+// the first step adds to +0 as mma.sync's chain from c = 0 does), the bias added once at the end.
+// wgmma accumulates such a chain with mma.sync m16n8k16's bits (tests/cuda/cuda_wgmma_bits_test.cpp).
+// A stage is a 64-deep box; past K the box holds zeros, and a 32-deep tail stage issues two steps,
+// never a step over the zeros (it could turn a -0 into +0). Rows past M and columns past N are
+// zeros that feed outputs never stored. The tile shape, the ring depth, which block takes a tile
+// and when only decide when each step runs, never which steps or in what order.
+// tests/cuda/cuda_gemm_wgmma_test.cpp compares every tile with the mma tiles bit for bit.
+#include "kernels_cuda/gemm_wgmma.h"
+
+#include <cuda.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/gemm_mma.h"
+#include "kernels_cuda/launch_support.h"
+#include "kernels_cuda/ptx.cuh"
+#include "kernels_cuda/tensor_map.h"
+#include "kernels_cuda/wgmma.cuh"
+
+namespace parity::cuda {
+namespace {
+
+constexpr int kBM = 128;           // block rows: two consumer warpgroups of 64
+constexpr int kBK = 64;            // K per stage: one 128-byte swizzled box row, four 16-deep steps
+constexpr int kThreads = 384;      // warpgroup 0 produces, 1 and 2 consume
+constexpr int kGroup = 8;          // block rows per raster group
+constexpr int kConsumerWarps = 8;  // arrivals that free a stage
+
+template <int BN, int STAGES>
+struct WgTile {
+  static constexpr int kABytes = kBM * kBK * 2;
+  static constexpr int kBBytes = BN * kBK * 2;
+  static constexpr int kStageBytes = kABytes + kBBytes;  // a multiple of 1024: every box stays aligned
+  static constexpr int kAcc = BN / 2;                    // fp32 accumulators per consumer thread
+  // Stages, the barriers, and slack to align the ring to 1024 bytes (the swizzle's anchor).
+  static constexpr int kSmemBytes = STAGES * kStageBytes + 2 * STAGES * 8 + 1024;
+  static_assert(kStageBytes % 1024 == 0, "boxes 1024-byte aligned");
+  static_assert(BN % 16 == 0 && BN <= 256, "one wgmma per warpgroup and step");
+};
+
+template <int BN>
+__device__ __forceinline__ void mma_step(float (&d)[BN / 2], std::uint64_t da, std::uint64_t db) {
+  if constexpr (BN == 256) wgmma::mma_m64n256k16(d, da, db);
+  else wgmma::mma_m64n128k16(d, da, db);
+}
+
+// Tile t's origin: groups of kGroup block rows, each group sweeping all column tiles.
+__device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles_n, int bn, int& m0, int& n0) {
+  const int per_group = kGroup * tiles_n, first_m = (t / per_group) * kGroup;
+  const int rows = min(kGroup, tiles_m - first_m), r = t % per_group;
+  m0 = (first_m + r % rows) * kBM;
+  n0 = (r / rows) * bn;
+}
+
+// a_map: the bf16 copy of A [M][K], boxes of 64 × 128 rows; w_map: W [N][K], boxes of 64 × BN rows.
+template <int BN, int STAGES>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_bf16_wgmma_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map, int M,
+                           int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc,
+                           bool pair_store) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = WgTile<BN, STAGES>;
+  extern __shared__ unsigned char smem_raw[];
+  const unsigned raw = ptx::smem_addr(smem_raw);
+  const unsigned ring = (raw + 1023) & ~1023u;
+  auto* full = reinterpret_cast<std::uint64_t*>(smem_raw + (ring - raw) + STAGES * T::kStageBytes);
+  std::uint64_t* empty = full + STAGES;
+
+  const int tiles_m = (M + kBM - 1) / kBM, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
+  const int ktiles = (K + kBK - 1) / kBK;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      ptx::mbar_init(&full[s], 1);                 // the producer's arrive (+ the boxes' bytes)
+      ptx::mbar_init(&empty[s], kConsumerWarps);  // every consumer warp done reading
+    }
+    ptx::mbar_init_fence();
+  }
+  __syncthreads();
+
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    // The producer: one thread issues every copy; the warpgroup gives its registers to the consumers.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (threadIdx.x != 0) return;
+    int s = 0;
+    unsigned phase = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      int m0, n0;
+      tile_origin(t, tiles_m, tiles_n, BN, m0, n0);
+      for (int kt = 0; kt < ktiles; ++kt) {
+        ptx::mbar_wait(&empty[s], phase ^ 1);  // a fresh barrier's "previous phase" counts as done
+        ptx::mbar_arrive_expect_tx(&full[s], T::kStageBytes);
+        const unsigned a = ring + s * T::kStageBytes;
+        ptx::tma_load_3d(a, &a_map, kt * kBK, m0, 0, &full[s]);
+        ptx::tma_load_3d(a + T::kABytes, &w_map, kt * kBK, n0, 0, &full[s]);
+        if (++s == STAGES) {
+          s = 0;
+          phase ^= 1;
+        }
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int c = wg - 1, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, q = lane % 4;
+  int s = 0;
+  unsigned phase = 0;
+  float acc[T::kAcc];
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int m0, n0;
+    tile_origin(t, tiles_m, tiles_n, BN, m0, n0);
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i) acc[i] = 0.0f;
+    int prev = -1;
+    for (int kt = 0; kt < ktiles; ++kt) {
+      ptx::mbar_wait(&full[s], phase);
+      const unsigned a = ring + s * T::kStageBytes;
+      const std::uint64_t da = wgmma::desc_k_sw128(a + c * 64 * 128);  // this warpgroup's 64 rows
+      const std::uint64_t db = wgmma::desc_k_sw128(a + T::kABytes);
+      wgmma::fence();
+      if (K - kt * kBK >= kBK) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) mma_step<BN>(acc, da + 2 * k, db + 2 * k);
+      } else {  // the 32-deep tail: the box's zero half is never multiplied
+#pragma unroll
+        for (int k = 0; k < 2; ++k) mma_step<BN>(acc, da + 2 * k, db + 2 * k);
+      }
+      wgmma::commit();
+      // The previous stage's steps are done once at most this stage's group is pending: free it.
+      wgmma::wait<1>();
+      if (prev >= 0 && lane == 0) ptx::mbar_arrive(&empty[prev]);
+      prev = s;
+      if (++s == STAGES) {
+        s = 0;
+        phase ^= 1;
+      }
+    }
+    wgmma::wait<0>();
+    wgmma::hold(acc);
+    if (prev >= 0 && lane == 0) ptx::mbar_arrive(&empty[prev]);
+
+    // acc[4j + 2h + e] is row 16·warp + g + 8h of this warpgroup's 64, column 8j + 2q + e: each quad
+    // of lanes stores 8 consecutive floats of a row (a whole 32-byte sector).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int gm = m0 + 64 * c + 16 * warp + g + 8 * h;
+      if (gm >= M) continue;
+      float* crow = C + static_cast<std::size_t>(gm) * ldc;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        const int gn = n0 + 8 * j + 2 * q;
+        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+        if (bias) {
+          if (gn < N) v0 = v0 + bias[gn];
+          if (gn + 1 < N) v1 = v1 + bias[gn + 1];
+        }
+        if (pair_store && gn + 1 < N) {
+          *reinterpret_cast<float2*>(crow + gn) = make_float2(v0, v1);
+        } else {
+          if (gn < N) crow[gn] = v0;
+          if (gn + 1 < N) crow[gn + 1] = v1;
+        }
+      }
+    }
+  }
+#endif
+}
+
+struct Launch {
+  const void* A;  // the bf16 copy
+  int M, K;
+  const void* W;
+  int N;
+  const float* bias;
+  float* C;
+  int ldc;
+  bool pair_store;
+  cudaStream_t s;
+};
+
+template <int BN, int STAGES>
+void launch(const Launch& l) {
+  using T = WgTile<BN, STAGES>;
+  auto* kernel = gemm_bf16_wgmma_kernel<BN, STAGES>;
+  static std::atomic<std::uint64_t> opted{0};
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, opted);
+  const CUtensorMap a_map = bf16_rows_tensor_map(l.A, l.K, l.M, 1, 0, kBM);
+  const CUtensorMap w_map = bf16_rows_tensor_map(l.W, l.K, l.N, 1, 0, BN);
+  const long tiles = long((l.M + kBM - 1) / kBM) * long((l.N + BN - 1) / BN);
+  const unsigned grid = static_cast<unsigned>(std::min<long>(tiles, sm_count()));
+  kernel<<<grid, kThreads, T::kSmemBytes, l.s>>>(a_map, w_map, l.M, l.K, l.N, l.bias, l.C, l.ldc, l.pair_store);
+}
+
+struct TileChoice {
+  int bn;
+  const char* name;
+  double rate;  // relative throughput of a full wave (a wider tile reads each A box for more columns)
+  void (*run)(const Launch&);
+};
+const TileChoice kTiles[] = {
+    {256, "128x256x4", 1.00, launch<256, 4>},  // 192 KiB of stages
+    {128, "128x128x6", 0.90, launch<128, 6>},  // 192 KiB
+};
+constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
+
+// Whole waves of persistent blocks (a partial wave costs a full one) times a tile's work over its
+// rate: a function of M, N and the SM count only.
+int choose_tile(int M, int N) {
+  const int sms = sm_count();
+  int best = 0;
+  double best_cost = 0;
+  for (int i = 0; i < kTileCount; ++i) {
+    const long tiles = long((M + kBM - 1) / kBM) * long((N + kTiles[i].bn - 1) / kTiles[i].bn);
+    const double cost = double((tiles + sms - 1) / sms) * kTiles[i].bn / kTiles[i].rate;
+    if (i == 0 || cost < best_cost) {
+      best = i;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+void run_tile(int tile, const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C,
+              int ldc, cudaStream_t s) {
+  if (M <= 0 || N <= 0) return;
+  const bool pair_store = ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(C) % 8 == 0;
+  with_bf16_rows(A, M, K, lda, s, [&](const void* a16) {
+    kTiles[tile].run(Launch{a16, M, K, W, N, bias, C, ldc, pair_store, s});
+  });
+  check_launch("gemm_bf16_wgmma");
+}
+
+}  // namespace
+
+bool gemm_wgmma_fits(const float* A, int K, int lda, const void* W) { return gemm_mma_fits(A, K, lda, W); }
+
+void gemm_bf16_wgmma(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
+                     cudaStream_t s) {
+  if (M <= 0 || N <= 0) return;
+  run_tile(choose_tile(M, N), A, M, K, lda, W, N, bias, C, ldc, s);
+}
+
+int gemm_wgmma_tile_count() { return kTileCount; }
+const char* gemm_wgmma_tile_name(int tile) { return tile >= 0 && tile < kTileCount ? kTiles[tile].name : "?"; }
+
+void gemm_bf16_wgmma_tile(int tile, const float* A, int M, int K, int lda, const void* W, int N, const float* bias,
+                          float* C, int ldc, cudaStream_t s) {
+  run_tile(tile, A, M, K, lda, W, N, bias, C, ldc, s);
+}
+
+}  // namespace parity::cuda
