@@ -36,58 +36,62 @@
 namespace parity::cuda {
 namespace {
 
-constexpr int kBM = 128;           // block rows: two consumer warpgroups of 64
-constexpr int kBK = 64;            // K per stage: one 128-byte swizzled box row, four 16-deep steps
-constexpr int kThreads = 384;      // warpgroup 0 produces, 1 and 2 consume
-constexpr int kGroup = 8;          // block rows per raster group
-constexpr int kConsumerWarps = 8;  // arrivals that free a stage
+constexpr int kBK = 64;        // K per stage: one 128-byte swizzled box row, four 16-deep steps
+constexpr int kThreads = 384;  // warpgroup 0 produces, 1 and 2 consume
+constexpr int kGroup = 8;      // block rows per raster group
 
-template <int BN, int STAGES>
+// A BM × BN block tile with STAGES ring stages. PING = false (cooperative): both consumer
+// warpgroups work on each tile, 64·MW rows each. PING = true: the consumer warpgroups take
+// alternate tiles whole (MW = BM / 64 m64 steps each per k16), one storing its last tile while the
+// other runs its steps, so the tensor cores do not wait for the epilogue.
+template <int BM, int BN, int STAGES, bool PING>
 struct WgTile {
-  static constexpr int kABytes = kBM * kBK * 2;
+  static constexpr int MW = PING ? BM / 64 : BM / 128;  // m64 steps per warpgroup and k16
+  static constexpr int kABytes = BM * kBK * 2;
   static constexpr int kBBytes = BN * kBK * 2;
-  static constexpr int kStageBytes = kABytes + kBBytes;  // a multiple of 1024: every box stays aligned
-  static constexpr int kAcc = BN / 2;                    // fp32 accumulators per consumer thread
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kReleaseWarps = PING ? 4 : 8;  // arrivals that free a stage
   // Stages, the barriers, and slack to align the ring to 1024 bytes (the swizzle's anchor).
   static constexpr int kSmemBytes = STAGES * kStageBytes + 2 * STAGES * 8 + 1024;
-  static_assert(kStageBytes % 1024 == 0, "boxes 1024-byte aligned");
-  static_assert(BN % 16 == 0 && BN <= 256, "one wgmma per warpgroup and step");
+  static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "boxes 1024-byte aligned");
+  static_assert(MW >= 1 && BM % 64 == 0 && BN % 16 == 0 && BN <= 256, "whole m64nBN steps");
 };
 
-template <int BN>
-__device__ __forceinline__ void mma_step(float (&d)[BN / 2], std::uint64_t da, std::uint64_t db) {
-  if constexpr (BN == 256) wgmma::mma_m64n256k16(d, da, db);
-  else wgmma::mma_m64n128k16(d, da, db);
-}
-
 // Tile t's origin: groups of kGroup block rows, each group sweeping all column tiles.
-__device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles_n, int bn, int& m0, int& n0) {
+__device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles_n, int bm, int bn, int& m0, int& n0) {
   const int per_group = kGroup * tiles_n, first_m = (t / per_group) * kGroup;
   const int rows = min(kGroup, tiles_m - first_m), r = t % per_group;
-  m0 = (first_m + r % rows) * kBM;
+  m0 = (first_m + r % rows) * bm;
   n0 = (r / rows) * bn;
 }
 
-// a_map: the bf16 copy of A [M][K], boxes of 64 × 128 rows; w_map: W [N][K], boxes of 64 × BN rows.
-template <int BN, int STAGES>
+// Ping-pong turns: warpgroup x arrives on barrier 1 + x once it has issued a tile's last steps (and
+// another tile follows); the other waits there before its next tile's steps. Besides the overlap,
+// this keeps a warpgroup from waiting on a ring slot whose previous fill (the other warpgroup's) has
+// not completed: a parity wait cannot tell fill n from fill n - 2.
+__device__ __forceinline__ void turn_arrive(int x) { asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + x) : "memory"); }
+__device__ __forceinline__ void turn_wait(int x) { asm volatile("bar.sync %0, 256;\n" ::"r"(1 + x) : "memory"); }
+
+// a_map: the bf16 copy of A [M][K], boxes of 64 × BM rows; w_map: W [N][K], boxes of 64 × BN rows.
+template <int BM, int BN, int STAGES, bool PING>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_bf16_wgmma_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map, int M,
                            int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc,
                            bool pair_store) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using T = WgTile<BN, STAGES>;
+  using T = WgTile<BM, BN, STAGES, PING>;
   extern __shared__ unsigned char smem_raw[];
   const unsigned raw = ptx::smem_addr(smem_raw);
   const unsigned ring = (raw + 1023) & ~1023u;
   auto* full = reinterpret_cast<std::uint64_t*>(smem_raw + (ring - raw) + STAGES * T::kStageBytes);
   std::uint64_t* empty = full + STAGES;
 
-  const int tiles_m = (M + kBM - 1) / kBM, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
   const int ktiles = (K + kBK - 1) / kBK;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      ptx::mbar_init(&full[s], 1);                 // the producer's arrive (+ the boxes' bytes)
-      ptx::mbar_init(&empty[s], kConsumerWarps);  // every consumer warp done reading
+      ptx::mbar_init(&full[s], 1);                   // the producer's arrive (+ the boxes' bytes)
+      ptx::mbar_init(&empty[s], T::kReleaseWarps);  // every consumer warp done reading
     }
     ptx::mbar_init_fence();
   }
@@ -102,7 +106,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     unsigned phase = 0;
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
       int m0, n0;
-      tile_origin(t, tiles_m, tiles_n, BN, m0, n0);
+      tile_origin(t, tiles_m, tiles_n, BM, BN, m0, n0);
       for (int kt = 0; kt < ktiles; ++kt) {
         ptx::mbar_wait(&empty[s], phase ^ 1);  // a fresh barrier's "previous phase" counts as done
         ptx::mbar_arrive_expect_tx(&full[s], T::kStageBytes);
@@ -121,65 +125,69 @@ __global__ void __launch_bounds__(kThreads, 1)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
   const int c = wg - 1, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, q = lane % 4;
-  int s = 0;
-  unsigned phase = 0;
-  float acc[T::kAcc];
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+  const int row0 = PING ? 0 : 64 * T::MW * c;  // this warpgroup's first row in the tile
+  float acc[T::MW][BN / 2];
+  // Local tile i (the block's i-th) is ring fill i·ktiles + kt for its stage kt.
+  for (int i = PING ? c : 0, t = blockIdx.x + i * gridDim.x; t < tiles; i += PING ? 2 : 1, t = blockIdx.x + i * gridDim.x) {
     int m0, n0;
-    tile_origin(t, tiles_m, tiles_n, BN, m0, n0);
+    tile_origin(t, tiles_m, tiles_n, BM, BN, m0, n0);
 #pragma unroll
-    for (int i = 0; i < T::kAcc; ++i) acc[i] = 0.0f;
-    int prev = -1;
-    for (int kt = 0; kt < ktiles; ++kt) {
-      ptx::mbar_wait(&full[s], phase);
-      const unsigned a = ring + s * T::kStageBytes;
-      const std::uint64_t da = wgmma::desc_k_sw128(a + c * 64 * 128);  // this warpgroup's 64 rows
-      const std::uint64_t db = wgmma::desc_k_sw128(a + T::kABytes);
+    for (int mi = 0; mi < T::MW; ++mi)
+#pragma unroll
+      for (int e = 0; e < BN / 2; ++e) acc[mi][e] = 0.0f;
+    if (PING && i > 0) turn_wait(1 - c);
+    int fill = i * ktiles, prev = -1;
+    for (int kt = 0; kt < ktiles; ++kt, ++fill) {
+      const int s = fill % STAGES;
+      ptx::mbar_wait(&full[s], (fill / STAGES) & 1);
+      const unsigned a = ring + s * T::kStageBytes + row0 * 128;
+      const std::uint64_t db = wgmma::desc_k_sw128(ring + s * T::kStageBytes + T::kABytes);
       wgmma::fence();
-      if (K - kt * kBK >= kBK) {
+      const int steps = K - kt * kBK >= kBK ? 4 : 2;  // the 32-deep tail: the box's zero half is never multiplied
 #pragma unroll
-        for (int k = 0; k < 4; ++k) mma_step<BN>(acc, da + 2 * k, db + 2 * k);
-      } else {  // the 32-deep tail: the box's zero half is never multiplied
+      for (int k = 0; k < 4; ++k)
+        if (k < steps) {
 #pragma unroll
-        for (int k = 0; k < 2; ++k) mma_step<BN>(acc, da + 2 * k, db + 2 * k);
-      }
-      wgmma::commit();
+          for (int mi = 0; mi < T::MW; ++mi)
+            wgmma::mma_ss<BN>(acc[mi], wgmma::desc_k_sw128(a + mi * 64 * 128) + 2 * k, db + 2 * k);
+        }
+      wgmma::commit_group();
       // The previous stage's steps are done once at most this stage's group is pending: free it.
-      wgmma::wait<1>();
+      wgmma::wait_group<1>();
       if (prev >= 0 && lane == 0) ptx::mbar_arrive(&empty[prev]);
       prev = s;
-      if (++s == STAGES) {
-        s = 0;
-        phase ^= 1;
-      }
     }
-    wgmma::wait<0>();
-    wgmma::hold(acc);
+    if (PING && blockIdx.x + (i + 1) * gridDim.x < tiles) turn_arrive(c);
+    wgmma::wait_group<0>();
+#pragma unroll
+    for (int mi = 0; mi < T::MW; ++mi) wgmma::fence_operands(acc[mi]);
     if (prev >= 0 && lane == 0) ptx::mbar_arrive(&empty[prev]);
 
-    // acc[4j + 2h + e] is row 16·warp + g + 8h of this warpgroup's 64, column 8j + 2q + e: each quad
-    // of lanes stores 8 consecutive floats of a row (a whole 32-byte sector).
+    // acc[mi][4j + 2h + e] is row 64·mi + 16·warp + g + 8h of this warpgroup's rows, column
+    // 8j + 2q + e: each quad of lanes stores 8 consecutive floats of a row (a whole 32-byte sector).
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int gm = m0 + 64 * c + 16 * warp + g + 8 * h;
-      if (gm >= M) continue;
-      float* crow = C + static_cast<std::size_t>(gm) * ldc;
+    for (int mi = 0; mi < T::MW; ++mi)
 #pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        const int gn = n0 + 8 * j + 2 * q;
-        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-        if (bias) {
-          if (gn < N) v0 = v0 + bias[gn];
-          if (gn + 1 < N) v1 = v1 + bias[gn + 1];
-        }
-        if (pair_store && gn + 1 < N) {
-          *reinterpret_cast<float2*>(crow + gn) = make_float2(v0, v1);
-        } else {
-          if (gn < N) crow[gn] = v0;
-          if (gn + 1 < N) crow[gn + 1] = v1;
+      for (int h = 0; h < 2; ++h) {
+        const int gm = m0 + row0 + 64 * mi + 16 * warp + g + 8 * h;
+        if (gm >= M) continue;
+        float* crow = C + static_cast<std::size_t>(gm) * ldc;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+          const int gn = n0 + 8 * j + 2 * q;
+          float v0 = acc[mi][4 * j + 2 * h], v1 = acc[mi][4 * j + 2 * h + 1];
+          if (bias) {
+            if (gn < N) v0 = v0 + bias[gn];
+            if (gn + 1 < N) v1 = v1 + bias[gn + 1];
+          }
+          if (pair_store && gn + 1 < N) {
+            *reinterpret_cast<float2*>(crow + gn) = make_float2(v0, v1);
+          } else {
+            if (gn < N) crow[gn] = v0;
+            if (gn + 1 < N) crow[gn + 1] = v1;
+          }
         }
       }
-    }
   }
 #endif
 }
@@ -196,40 +204,44 @@ struct Launch {
   cudaStream_t s;
 };
 
-template <int BN, int STAGES>
+template <int BM, int BN, int STAGES, bool PING>
 void launch(const Launch& l) {
-  using T = WgTile<BN, STAGES>;
-  auto* kernel = gemm_bf16_wgmma_kernel<BN, STAGES>;
+  using T = WgTile<BM, BN, STAGES, PING>;
+  auto* kernel = gemm_bf16_wgmma_kernel<BM, BN, STAGES, PING>;
   static std::atomic<std::uint64_t> opted{0};
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, opted);
-  const CUtensorMap a_map = bf16_rows_tensor_map(l.A, l.K, l.M, 1, 0, kBM);
+  const CUtensorMap a_map = bf16_rows_tensor_map(l.A, l.K, l.M, 1, 0, BM);
   const CUtensorMap w_map = bf16_rows_tensor_map(l.W, l.K, l.N, 1, 0, BN);
-  const long tiles = long((l.M + kBM - 1) / kBM) * long((l.N + BN - 1) / BN);
+  const long tiles = long((l.M + BM - 1) / BM) * long((l.N + BN - 1) / BN);
   const unsigned grid = static_cast<unsigned>(std::min<long>(tiles, sm_count()));
   kernel<<<grid, kThreads, T::kSmemBytes, l.s>>>(a_map, w_map, l.M, l.K, l.N, l.bias, l.C, l.ldc, l.pair_store);
 }
 
 struct TileChoice {
-  int bn;
+  int bm, bn;
   const char* name;
-  double rate;  // relative throughput of a full wave (a wider tile reads each A box for more columns)
+  double rate;  // relative throughput of a full wave; 0: never chosen (benchmarks and tests only)
   void (*run)(const Launch&);
 };
 const TileChoice kTiles[] = {
-    {256, "128x256x4", 1.00, launch<256, 4>},  // 192 KiB of stages
-    {128, "128x128x6", 0.90, launch<128, 6>},  // 192 KiB
+    {128, 256, "coop128x256x4", 1.00, launch<128, 256, 4, false>},  // 192 KiB of stages
+    {128, 128, "coop128x128x6", 0.90, launch<128, 128, 6, false>},  // 192 KiB
+    {128, 128, "ping128x128x6", 0.00, launch<128, 128, 6, true>},   // 192 KiB
+    {64, 256, "ping64x256x5", 0.00, launch<64, 256, 5, true>},      // 200 KiB
 };
 constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
 
-// Whole waves of persistent blocks (a partial wave costs a full one) times a tile's work over its
-// rate: a function of M, N and the SM count only.
+// Persistent blocks each take every sms-th tile one after the other: the pass costs the most
+// tiles a block takes times a tile's work over its rate. A function of M, N and the SM count only.
 int choose_tile(int M, int N) {
   const int sms = sm_count();
   int best = 0;
   double best_cost = 0;
   for (int i = 0; i < kTileCount; ++i) {
-    const long tiles = long((M + kBM - 1) / kBM) * long((N + kTiles[i].bn - 1) / kTiles[i].bn);
-    const double cost = double((tiles + sms - 1) / sms) * kTiles[i].bn / kTiles[i].rate;
+    const TileChoice& t = kTiles[i];
+    if (t.rate <= 0) continue;
+    const long tiles = long((M + t.bm - 1) / t.bm) * long((N + t.bn - 1) / t.bn);
+    const double cost = double((tiles + sms - 1) / sms) * t.bm * t.bn / t.rate;
     if (i == 0 || cost < best_cost) {
       best = i;
       best_cost = cost;
