@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend_cuda/backend.h"
@@ -15,6 +17,7 @@
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/gemm_skinny.h"
+#include "kernels_cuda/gemm_swap_ab.h"
 #include "kernels_cuda/gemm_wgmma.h"
 #include "kernels_cuda/pass_plan.h"
 #include "kernels_cuda/ssd_prefill.h"
@@ -355,7 +358,7 @@ void BM_CudaGemm(benchmark::State& state) {
   });
 }
 BENCHMARK(BM_CudaGemm)
-    ->ArgsProduct({{1, 8, 16, 64, 512, 4096}, {0, 1, 2}})
+    ->ArgsProduct({{1, 8, 16, 64, 256, 512, 4096}, {0, 1, 2}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -400,6 +403,40 @@ void BM_CudaGemmSkinnyProbe(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaGemmSkinnyProbe)
     ->ArgsProduct({{1, 16}, {0, 1, 2}, {0, 1, 2, 3, 4, 5, 6}, {1, 2}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// Decode-sized passes on every path side by side (arg0 M, arg1 shape, arg3 1 = L2 flushed before
+// each pass, as in a decode step; 0 = warm). arg2: 0..3 the swap-AB wgmma kernel's variants
+// (gemm_swap_ab_variants(), -1 its default), 4 the few-rows mma.sync kernel (its default up to 16
+// rows, its 64-row variant up to 64), 5 the mma tiles (gemm_bf16_mma's choice). The label names
+// the path. Every path includes its bf16 pre-pass where it has one.
+void BM_CudaGemmSwapAb(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int M = static_cast<int>(state.range(0)), path = static_cast<int>(state.range(2));
+  GemmPass g(M, static_cast<int>(state.range(1)));
+  std::function<void()> pass;
+  if (path < 4) {
+    if (path >= cuda::gemm_swap_ab_variants()) return state.SkipWithError("no such variant");
+    state.SetLabel(std::string("swap-ab ") + (path < 0 ? "default" : cuda::gemm_swap_ab_variant_name(path)));
+    pass = [&, path] {
+      cuda::gemm_bf16_swap_ab(g.a.data(), g.M, g.K, g.K, g.w, g.Nn, nullptr, g.c.data(), g.Nn, nullptr, path);
+    };
+  } else if (path == 4) {
+    const int variant = M <= 16 ? 0 : cuda::gemm_skinny_variants() - 1;
+    if (M > cuda::gemm_skinny_variant_rows(variant)) return state.SkipWithError("more rows than the few-rows kernel takes");
+    state.SetLabel(std::string("few-rows ") + cuda::gemm_skinny_variant_name(variant));
+    pass = [&, variant] {
+      cuda::gemm_bf16_skinny(g.a.data(), g.M, g.K, g.K, g.w, g.Nn, nullptr, g.c.data(), g.Nn, nullptr, variant);
+    };
+  } else {
+    state.SetLabel("mma tiles");
+    pass = [&] { cuda::gemm_bf16_mma(g.a.data(), g.M, g.K, g.K, g.w, g.Nn, g.Nn, nullptr, g.c.data(), g.Nn, nullptr); };
+  }
+  time_gemm(state, g, pass, state.range(3) != 0);
+}
+BENCHMARK(BM_CudaGemmSwapAb)
+    ->ArgsProduct({{1, 8, 16, 64, 256}, {0, 1, 2}, {0, 1, 2, 3, 4, 5}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -5,10 +5,11 @@
 // accumulator; the bias is added once at the end. The tile an element lands in, M, and the
 // element's place in the tile change nothing in that sequence, so a row's bits are the same for
 // M = 1 and M = 4096 (DESIGN.md rule 3; tests/cuda/cuda_gemm_test.cpp checks M = 1..4096). gemm()
-// picks among kernels that all compute that sequence: the few-rows kernel for M <= 16
-// (gemm_skinny.cu), the mma.sync tiles above (gemm_mma.cu), the wgmma/TMA tiles from
-// kWgmmaMinRows rows on (gemm_wgmma.cu), and the WMMA tiles here for operands those cannot take (K
-// not a multiple of 32, A or W not 16-byte aligned).
+// picks among kernels that all compute that sequence: the swap-AB wgmma kernel for decode-sized M
+// (gemm_swap_ab.cu, up to kSwapAbMaxRows), the mma.sync tiles above (gemm_mma.cu), the wgmma/TMA
+// tiles from kWgmmaMinRows rows on (gemm_wgmma.cu), and the WMMA tiles here for operands those
+// cannot take (K not a multiple of 32, A or W not 16-byte aligned). The few-rows mma.sync kernel
+// (gemm_skinny.cu) stays reachable directly (tests, benchmarks) and serves gemm_grouped's few-rows case.
 #include <mma.h>
 
 #include <cuda_bf16.h>
@@ -16,6 +17,7 @@
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/gemm_skinny.h"
+#include "kernels_cuda/gemm_swap_ab.h"
 #include "kernels_cuda/gemm_wgmma.h"
 #include "kernels_cuda/ops.h"
 
@@ -161,8 +163,9 @@ void gemm(const float* A, int M, int K, int lda, const void* W, WeightType wt, i
           int ldc, cudaStream_t s, int w_rows) {
   if (M <= 0 || N <= 0) return;
   const dim3 grid((N + kBN - 1) / kBN, (M + kBM - 1) / kBM);
-  if (wt == WeightType::BF16 && M <= kSkinnyMaxRows && gemm_mma_fits(A, K, lda, W)) {
-    gemm_bf16_skinny(A, M, K, lda, W, N, bias, C, ldc, s);  // decode: the weights' read bandwidth
+  // Decode-sized passes: the weights' read bandwidth (wgmma with the weights as its 64-row operand).
+  if (wt == WeightType::BF16 && M <= kSwapAbMaxRows && gemm_swap_ab_fits(A, K, lda, W)) {
+    gemm_bf16_swap_ab(A, M, K, lda, W, N, bias, C, ldc, s);
     return;
   }
   if (wt == WeightType::BF16 && M >= kWgmmaMinRows && gemm_wgmma_fits(A, K, lda, W)) {

@@ -3,6 +3,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
+#include <mutex>
 #include <string>
 
 #include "common/error.h"
@@ -47,6 +48,31 @@ CUtensorMap bf16_rows_tensor_map(const void* W, int K, int rows, int groups, std
   if (r != CUDA_SUCCESS)
     throw Error("bf16_rows_tensor_map: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(r)) +
                 ", K " + std::to_string(K) + ", rows " + std::to_string(rows) + ", box rows " + std::to_string(box_rows) + ")");
+  return map;
+}
+
+CUtensorMap bf16_rows_tensor_map_cached(const void* W, int K, int rows, int box_rows) {
+  struct Entry {
+    const void* w;
+    int K, rows, box_rows, device;
+    CUtensorMap map;
+  };
+  constexpr int kEntries = 64;
+  static std::mutex mu;
+  static Entry entries[kEntries] = {};
+  static int next = 0;  // the entry replaced next: the oldest
+  int device = 0;
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    for (const Entry& e : entries)
+      if (e.w == W && W != nullptr && e.K == K && e.rows == rows && e.box_rows == box_rows && e.device == device)
+        return e.map;
+  }
+  const CUtensorMap map = bf16_rows_tensor_map(W, K, rows, 1, 0, box_rows);  // throws on bad operands
+  const std::lock_guard<std::mutex> lock(mu);
+  entries[next] = Entry{W, K, rows, box_rows, device, map};
+  next = (next + 1) % kEntries;
   return map;
 }
 

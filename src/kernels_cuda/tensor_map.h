@@ -16,4 +16,10 @@ namespace parity::cuda {
 // 16-byte aligned and box_rows in [1, 256]; throws parity::Error otherwise or when the driver refuses.
 CUtensorMap bf16_rows_tensor_map(const void* W, int K, int rows, int groups, std::int64_t group_stride, int box_rows);
 
+// The same map for one matrix (groups = 1), encoded once per (W, K, rows, box_rows) and then taken
+// from a small cache (the last 64 asked for): a map describes addresses and shapes only, never the
+// contents, so the same key always means the same map. Saves the encoder's host time on every
+// launch of a GEMM whose operands stay put (the weights, the activations' bf16 scratch).
+CUtensorMap bf16_rows_tensor_map_cached(const void* W, int K, int rows, int box_rows);
+
 }  // namespace parity::cuda

@@ -35,7 +35,8 @@ struct Operands {
                  c.data(), N, nullptr);
       return c.download(std::size_t(M) * N);
     }
-    // M <= 16 takes the few-rows kernel (gemm_skinny.cu), larger M the mma tiles (gemm_mma.cu).
+    // M <= kSwapAbMaxRows takes the swap-AB wgmma kernel (gemm_swap_ab.cu), larger M the mma tiles
+    // (gemm_mma.cu).
     cuda::gemm(da.data() + std::size_t(row0) * K, M, K, K, w, wt, N, nullptr, c.data(), N, nullptr, N);
     return c.download(std::size_t(M) * N);
   }
@@ -61,8 +62,8 @@ TEST(CudaGemm, RowsAreBitIdenticalForEveryMFrom1To4096AndAnyRowPosition) {
   }
 }
 
-// The mma.sync tiles (gemm_mma.cu) take every aligned pass above 16 rows; an A that is not 16-byte
-// aligned falls back to the WMMA tiles. Both, and the few-rows kernel, give a row the same bits.
+// The mma.sync tiles (gemm_mma.cu) take every aligned pass above kSwapAbMaxRows; an A that is not 16-byte
+// aligned falls back to the WMMA tiles. Both, and the swap-AB kernel, give a row the same bits.
 TEST(CudaGemm, FallbackTilesGiveTheSameBitsAsTheMmaTiles) {
   PARITY_REQUIRE_GPU();
   Operands op;

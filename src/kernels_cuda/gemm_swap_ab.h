@@ -1,0 +1,27 @@
+#pragma once
+// The decode-sized bf16 GEMM on Hopper's wgmma with the operands swapped (gemm_swap_ab.cu):
+// C[M][N] = A · Wᵀ (+ bias) computed as Cᵀ = W · Aᵀ, the weights as wgmma's 64-row A operand and
+// up to 256 rows of A as its B operand. Same contract and bits as the other bf16 kernels (gemm.cu).
+#include <cuda_runtime_api.h>
+
+namespace parity::cuda {
+
+// gemm() takes this kernel up to this many rows of A, the mma tiles (gemm_mma.h) above: the rows
+// where the swap-AB kernel's time was measured below the tiles' (docs/performance.md).
+constexpr int kSwapAbMaxRows = 64;
+
+// Whether gemm_bf16_swap_ab can take these operands: gemm_mma_fits's (K a multiple of 32, A rows
+// 16-byte vectors, W 16-byte aligned) and the tensor maps' (K a multiple of 8: implied).
+bool gemm_swap_ab_fits(const float* A, int K, int lda, const void* W);
+
+// C[M][N] = A · Wᵀ (+ bias), W bf16 [N][K]. Any M (passes of up to 256 rows); meant for M up to a
+// few hundred, where the weights' read is the cost. A is rounded to bf16 into the module's scratch
+// (with_bf16_rows, gemm_mma.h). variant < 0: the default; else one of gemm_swap_ab_variants()
+// (tests and benchmarks compare them; all give the same bits).
+void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
+                       cudaStream_t s, int variant = -1);
+
+int gemm_swap_ab_variants();
+const char* gemm_swap_ab_variant_name(int variant);
+
+}  // namespace parity::cuda

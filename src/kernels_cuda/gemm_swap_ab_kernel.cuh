@@ -1,0 +1,125 @@
+#pragma once
+// The swap-AB GEMM's device code (gemm_swap_ab.cu has the why, the bits and the launches): a block
+// computes Cᵀ for 64·CWG output columns (rows of W) and up to NT rows of A. One producer warp
+// streams 64-deep boxes of W (64·CWG rows) and of the bf16 activations (NT rows) through the TMA
+// unit into a ring of kStages stages; CWG consumer warpgroups each run one wgmma m64nNTk16 chain
+// on their 64 columns, four k16 steps per stage, one stage's group kept in flight.
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "kernels_cuda/ptx.cuh"
+#include "kernels_cuda/wgmma.cuh"
+
+namespace parity::cuda::swap_ab {
+
+using u64 = std::uint64_t;
+
+constexpr int kMaxStages = 16;
+
+// CWG consumer warpgroups (64 output columns each), NT rows of A per block (a wgmma N: 8..256),
+// BPS blocks per SM (each with kRing bytes of stages).
+template <int CWG, int NT, int BPS>
+struct Config {
+  static constexpr int kCols = 64 * CWG;
+  static constexpr int kConsumerWarps = 4 * CWG;
+  static constexpr int kThreads = 32 * kConsumerWarps + 32;  // the producer warp last: warpgroups stay aligned
+  static constexpr int kWBytes = kCols * 128;                // a 64-deep box of the block's W rows
+  static constexpr int kXBytes = NT * 128;                   // a 64-deep box of A's rows
+  static constexpr int kStageBytes = kWBytes + kXBytes;      // a multiple of 1024: every box swizzle-aligned
+  // 227 KiB of shared memory per SM, less 1 KiB the system keeps per block and 1 KiB to align.
+  static constexpr int kRing = BPS == 1 ? 200 * 1024 : BPS == 2 ? 108 * 1024 : 72 * 1024;
+  static constexpr int kStages = kRing / kStageBytes < kMaxStages ? kRing / kStageBytes : kMaxStages;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
+  static_assert(NT % 8 == 0 && NT >= 8 && NT <= 256, "a wgmma N");
+  static_assert(kStages >= 2, "one stage in flight while the next is read");
+};
+
+template <int CWG, int NT, int BPS>
+__global__ void __launch_bounds__(Config<CWG, NT, BPS>::kThreads, BPS)
+    swap_ab_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, int M, int K,
+                   int N, const float* __restrict__ bias, float* __restrict__ C, int ldc) {
+  using Cfg = Config<CWG, NT, BPS>;
+  constexpr int S = Cfg::kStages;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ u64 full[S], empty[S];
+  // 1024-byte aligned: the 128-byte swizzle repeats every 8 rows of 128 bytes from such an address.
+  const unsigned ring = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n0 = blockIdx.x * Cfg::kCols, m0 = blockIdx.y * NT;
+  const int kboxes = (K + 63) / 64;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      ptx::mbar_init(&full[s], 1);                     // the producer's expect_tx arrival
+      ptx::mbar_init(&empty[s], Cfg::kConsumerWarps);  // one arrival per consumer warp
+    }
+    ptx::mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warp == Cfg::kConsumerWarps) {
+    // The producer: box b of K into stage b % S once the consumers released the stage's last round.
+    // Whole boxes: W rows past N, A rows past M and K past the matrix land as zeros and count as
+    // bytes; the zero rows only feed outputs that are never stored, the zero K is never multiplied.
+    if (lane != 0) return;
+    for (int b = 0; b < kboxes; ++b) {
+      const int s = b % S;
+      if (b >= S) ptx::mbar_wait(&empty[s], ((b / S) - 1) & 1);
+      ptx::mbar_arrive_expect_tx(&full[s], Cfg::kStageBytes);
+      const unsigned st = ring + s * Cfg::kStageBytes;
+      ptx::tma_load_3d(st, &wmap, 64 * b, n0, 0, &full[s]);
+      ptx::tma_load_3d(st + Cfg::kWBytes, &xmap, 64 * b, m0, 0, &full[s]);
+    }
+    return;
+  }
+
+  // A consumer warpgroup: columns n0 + 64·wg .. +63 of C, as rows of the m64 wgmma tile.
+  const int wg = warp / 4;
+  float d[NT / 2];
+#pragma unroll
+  for (int i = 0; i < NT / 2; ++i) d[i] = 0.0f;  // every step accumulates onto them (wgmma.cuh)
+  wgmma::fence_operands(d);
+  // Box b's k16 steps (STEPS of them: 4, or 2 for a 32-deep last box, whose zero half is never
+  // multiplied: a step on zeros could turn a -0 accumulator into +0), then the release of box
+  // b - 1's stage once at most box b's group is pending.
+  auto box = [&]<int STEPS>(int b) {
+    const int s = b % S;
+    ptx::mbar_wait(&full[s], (b / S) & 1);
+    __syncwarp();
+    const unsigned st = ring + s * Cfg::kStageBytes;
+    const unsigned wa = st + wg * 64 * 128, xa = st + Cfg::kWBytes;
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < STEPS; ++kk)
+      wgmma::mma_ss<NT>(d, wgmma::desc_k_sw128(wa + 32 * kk), wgmma::desc_k_sw128(xa + 32 * kk));
+    wgmma::commit_group();
+    wgmma::fence_operands(d);
+    wgmma::wait_group<1>();
+    wgmma::fence_operands(d);
+    if (b > 0 && lane == 0) ptx::mbar_arrive(&empty[(b - 1) % S]);
+  };
+  const int whole = K / 64;  // K is a multiple of 32
+  for (int b = 0; b < whole; ++b) box.template operator()<4>(b);
+  if (whole < kboxes) box.template operator()<2>(whole);
+  wgmma::wait_group<0>();
+  wgmma::fence_operands(d);
+
+  // d[4j + 2h + e]: tile row 16·(warp % 4) + g + 8h (output column n), tile column 8j + 2q + e (row m of A).
+  const int g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int n = n0 + 64 * wg + 16 * (warp % 4) + g + 8 * h;
+    if (n >= N) continue;
+    const float bn = bias ? bias[n] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < NT / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int m = m0 + 8 * j + 2 * q + e;
+        if (m < M) C[static_cast<std::size_t>(m) * ldc + n] = bias ? d[4 * j + 2 * h + e] + bn : d[4 * j + 2 * h + e];
+      }
+  }
+}
+
+}  // namespace parity::cuda::swap_ab

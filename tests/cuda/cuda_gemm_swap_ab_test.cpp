@@ -1,0 +1,165 @@
+// The swap-AB wgmma GEMM (gemm_swap_ab.cu: Cᵀ = W · Aᵀ, the weights as wgmma's A operand) against
+// the mma tiles (gemm_bf16_mma_tile 0) and the few-rows kernel, bit for bit: every variant, M from 1
+// to 256 (every wgmma N it picks, one row past each, and 300: two passes), N a multiple of the
+// 64-column blocks, ragged (200, with an odd ldc) and out_proj's 2560, K one box (64), a 32-deep last
+// box (96) and 2560; with and without a bias. Row 1 of A is zero and row 7 of W all negative: every
+// product of that output is -0, and the chain from +0 must end at +0 as mma.sync's does (a zero-fill
+// step or wgmma's no-addend first step would get the sign wrong). The companion shows that the same
+// comparison sees a K chain taken in another order.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/gemm_mma.h"
+#include "kernels_cuda/gemm_skinny.h"
+#include "kernels_cuda/gemm_swap_ab.h"
+#include "tests/cuda/gpu_test_support.h"
+
+namespace parity {
+namespace {
+
+constexpr int kMaxRows = 300;
+constexpr int kZeroRow = 1, kNegativeColumn = 7;
+
+struct Shape {
+  int K, N, ldc;
+};
+
+struct Problem {
+  Shape sh;
+  cuda::DeviceBuffer<float> a, bias, c;
+  cuda::DeviceBuffer<uint16_t> w;
+  explicit Problem(Shape s, uint64_t seed = 50) : sh(s) {
+    std::vector<float> av = test::uniform(std::size_t(kMaxRows) * sh.K, seed);
+    std::fill(av.begin() + std::size_t(kZeroRow) * sh.K, av.begin() + std::size_t(kZeroRow + 1) * sh.K, 0.0f);
+    std::vector<float> wv = test::uniform(std::size_t(sh.N) * sh.K, seed + 1, -0.05f, 0.05f);
+    for (int k = 0; k < sh.K; ++k) {
+      float& x = wv[std::size_t(kNegativeColumn) * sh.K + k];
+      x = -std::max(std::fabs(x), 1e-3f);
+    }
+    a.upload(av);
+    w.upload(test::to_bf16(wv));
+    bias.upload(test::uniform(std::size_t(sh.N), seed + 2));
+    c.resize(std::size_t(kMaxRows) * sh.ldc);
+  }
+  std::size_t out(int M) const { return std::size_t(M) * sh.ldc; }
+  const float* b(bool with_bias) const { return with_bias ? bias.data() : nullptr; }
+  std::vector<float> mma(int M, bool with_bias) {
+    c.zero();
+    cuda::gemm_bf16_mma_tile(0, a.data(), M, sh.K, sh.K, w.data(), sh.N, sh.N, b(with_bias), c.data(), sh.ldc, nullptr);
+    return c.download(out(M));
+  }
+  std::vector<float> swap(int M, bool with_bias, int variant) {
+    c.zero();
+    cuda::gemm_bf16_swap_ab(a.data(), M, sh.K, sh.K, w.data(), sh.N, b(with_bias), c.data(), sh.ldc, nullptr, variant);
+    return c.download(out(M));
+  }
+  std::vector<float> skinny(int M, bool with_bias) {
+    c.zero();
+    cuda::gemm_bf16_skinny(a.data(), M, sh.K, sh.K, w.data(), sh.N, b(with_bias), c.data(), sh.ldc, nullptr, 0);
+    return c.download(out(M));
+  }
+  std::vector<float> through_gemm(int M, bool with_bias) {
+    c.zero();
+    cuda::gemm(a.data(), M, sh.K, sh.K, w.data(), cuda::WeightType::BF16, sh.N, b(with_bias), c.data(), sh.ldc, nullptr,
+               sh.N);
+    return c.download(out(M));
+  }
+};
+
+std::string where(const Shape& sh, int M, bool with_bias, const std::string& what) {
+  return "K=" + std::to_string(sh.K) + " N=" + std::to_string(sh.N) + " ldc=" + std::to_string(sh.ldc) +
+         " M=" + std::to_string(M) + (with_bias ? " bias" : " no bias") + ", " + what + ": ";
+}
+
+TEST(CudaGemmSwapAb, EveryVariantGivesTheMmaTileBits) {
+  PARITY_REQUIRE_GPU();
+  const int rows[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 64, 100, 255, 256, 300};
+  for (int K : {64, 96, 2560})
+    for (int N : {64, 200, 2560}) {
+      const Shape sh{K, N, N == 200 ? 203 : N};
+      Problem pr(sh);
+      for (int M : rows)
+        for (bool with_bias : {false, true}) {
+          const std::vector<float> ref = pr.mma(M, with_bias);
+          double mag = 0;
+          for (int n = 0; n < N; ++n) mag += std::fabs(ref[std::size_t(n)]);
+          ASSERT_GT(mag, 0.001 * N) << where(sh, M, with_bias, "the reference holds real values");
+          if (M > kZeroRow && !with_bias) {
+            ASSERT_EQ(ref[std::size_t(kZeroRow) * sh.ldc + kNegativeColumn], 0.0f) << where(sh, M, with_bias, "-0 case");
+          }
+          for (int v = -1; v < cuda::gemm_swap_ab_variants(); ++v) {
+            const std::vector<float> got = pr.swap(M, with_bias, v);
+            const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+            ASSERT_TRUE(d.empty()) << where(sh, M, with_bias,
+                                            "variant " + std::to_string(v) + " (" + cuda::gemm_swap_ab_variant_name(v) +
+                                                ") vs mma tile 0")
+                                   << d;
+          }
+          if (M <= cuda::kSkinnyMaxRows) {
+            const std::vector<float> got = pr.skinny(M, with_bias);
+            const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+            ASSERT_TRUE(d.empty()) << where(sh, M, with_bias, "few-rows kernel vs mma tile 0") << d;
+          }
+          const std::vector<float> got = pr.through_gemm(M, with_bias);
+          const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+          ASSERT_TRUE(d.empty()) << where(sh, M, with_bias, "gemm() vs mma tile 0") << d;
+        }
+    }
+}
+
+// The models' decode shapes (in_proj, lm_head: many blocks, lm_head's N no multiple of 64) at the
+// row counts a decode step has, every variant against the mma tiles.
+TEST(CudaGemmSwapAb, ModelShapesGiveTheMmaTileBits) {
+  PARITY_REQUIRE_GPU();
+  for (const Shape& sh : {Shape{2560, 10576, 10576}, Shape{5120, 2560, 2560}, Shape{2560, 50288, 50288}}) {
+    Problem pr(sh, 70);
+    for (int M : {1, 16, 64})
+      for (bool with_bias : {false, true}) {
+        const std::vector<float> ref = pr.mma(M, with_bias);
+        for (int v = 0; v < cuda::gemm_swap_ab_variants(); ++v) {
+          const std::vector<float> got = pr.swap(M, with_bias, v);
+          const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+          ASSERT_TRUE(d.empty()) << where(sh, M, with_bias, std::string("variant ") + cuda::gemm_swap_ab_variant_name(v))
+                                 << d;
+        }
+      }
+  }
+}
+
+// The checks above can fail: the same products with the k16 steps in descending order (both
+// operands' 16-deep blocks of K reversed) through the same kernel give other bits in many outputs.
+TEST(CudaGemmSwapAb, CompanionReversedKChainChangesBits) {
+  PARITY_REQUIRE_GPU();
+  const Shape sh{2560, 2560, 2560};
+  const int M = 16, blocks = sh.K / 16;
+  Problem pr(sh, 90);
+  const std::vector<float> forward = pr.swap(M, false, -1);
+  std::vector<float> a = pr.a.download(std::size_t(M) * sh.K), ar(a.size());
+  std::vector<uint16_t> w = pr.w.download(std::size_t(sh.N) * sh.K), wr(w.size());
+  for (int j = 0; j < blocks; ++j) {
+    const int from = 16 * j, to = 16 * (blocks - 1 - j);
+    for (int m = 0; m < M; ++m)
+      std::memcpy(&ar[std::size_t(m) * sh.K + to], &a[std::size_t(m) * sh.K + from], 16 * 4);
+    for (int n = 0; n < sh.N; ++n)
+      std::memcpy(&wr[std::size_t(n) * sh.K + to], &w[std::size_t(n) * sh.K + from], 16 * 2);
+  }
+  cuda::DeviceBuffer<float> dar, c(std::size_t(M) * sh.N);
+  cuda::DeviceBuffer<uint16_t> dwr;
+  dar.upload(ar);
+  dwr.upload(wr);
+  cuda::gemm_bf16_swap_ab(dar.data(), M, sh.K, sh.K, dwr.data(), sh.N, nullptr, c.data(), sh.N, nullptr);
+  const std::vector<float> reversed = c.download(std::size_t(M) * sh.N);
+  int differ = 0;
+  double err = 0;
+  for (std::size_t i = 0; i < forward.size(); ++i) {
+    differ += std::memcmp(&reversed[i], &forward[i], 4) != 0;
+    err = std::max(err, double(std::fabs(reversed[i] - forward[i])));
+  }
+  EXPECT_GT(differ, static_cast<int>(forward.size() / 10)) << differ << " of " << forward.size();
+  EXPECT_LT(err, 1e-3) << "the two orders sum the same products";
+}
+
+}  // namespace
+}  // namespace parity
