@@ -22,6 +22,7 @@
 #include "kernels_cuda/gemm_wgmma.h"
 
 #include <cuda.h>
+#include <cuda_bf16.h>
 
 #include <algorithm>
 #include <atomic>
@@ -32,6 +33,7 @@
 #include "kernels_cuda/ptx.cuh"
 #include "kernels_cuda/tensor_map.h"
 #include "kernels_cuda/wgmma.cuh"
+#include "kernels_cuda/wgmma_rs.cuh"
 
 namespace parity::cuda {
 namespace {
@@ -43,11 +45,13 @@ constexpr int kGroup = 8;      // block rows per raster group
 // A BM × BN block tile with STAGES ring stages. PING = false (cooperative): both consumer
 // warpgroups work on each tile, 64·MW rows each. PING = true: the consumer warpgroups take
 // alternate tiles whole (MW = BM / 64 m64 steps each per k16), one storing its last tile while the
-// other runs its steps, so the tensor cores do not wait for the epilogue.
-template <int BM, int BN, int STAGES, bool PING>
+// other runs its steps, so the tensor cores do not wait for the epilogue. F32A: A comes into the
+// ring as fp32 straight from the caller's matrix (two 32-deep boxes per stage) and the consumers
+// round it to bf16 on the way into the tensor cores (register A operand); no pre-pass.
+template <int BM, int BN, int STAGES, bool PING, bool F32A>
 struct WgTile {
   static constexpr int MW = PING ? BM / 64 : BM / 128;  // m64 steps per warpgroup and k16
-  static constexpr int kABytes = BM * kBK * 2;
+  static constexpr int kABytes = BM * kBK * (F32A ? 4 : 2);
   static constexpr int kBBytes = BN * kBK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kReleaseWarps = PING ? 4 : 8;  // arrivals that free a stage
@@ -55,6 +59,8 @@ struct WgTile {
   static constexpr int kSmemBytes = STAGES * kStageBytes + 2 * STAGES * 8 + 1024;
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "boxes 1024-byte aligned");
   static_assert(MW >= 1 && BM % 64 == 0 && BN % 16 == 0 && BN <= 256, "whole m64nBN steps");
+  static_assert(!F32A || MW == 1, "register A fragments for one m64 step per warpgroup");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
 };
 
 // Tile t's origin: groups of kGroup block rows, each group sweeping all column tiles.
@@ -72,14 +78,33 @@ __device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles_n, int
 __device__ __forceinline__ void turn_arrive(int x) { asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + x) : "memory"); }
 __device__ __forceinline__ void turn_wait(int x) { asm volatile("bar.sync %0, 256;\n" ::"r"(1 + x) : "memory"); }
 
-// a_map: the bf16 copy of A [M][K], boxes of 64 × BM rows; w_map: W [N][K], boxes of 64 × BN rows.
-template <int BM, int BN, int STAGES, bool PING>
+// The register A fragment of k16 step k (0..3) of an fp32 stage: rows r and r + 8 (r ≡ g mod 8) of
+// the two 32-deep boxes [BM][32] (128-byte rows, 16-byte chunk c at c ^ (row % 8)), columns
+// 2q, 2q + 1 and 2q + 8, 2q + 9 of the step, each pair rounded to bf16 (round to nearest even, as
+// the pre-pass rounds: the same bf16 values reach the tensor cores).
+template <int BM>
+__device__ __forceinline__ void f32_fragment(unsigned stage, int r, int g, int q, int k, std::uint32_t (&a)[4]) {
+  const unsigned box = stage + (k / 2) * BM * 128, off = (q % 2) * 8;
+  const int c0 = (k % 2) * 4 + q / 2;  // the 16-byte chunk of columns 2q, 2q + 1
+  const unsigned r0 = box + r * 128, r1 = r0 + 8 * 128;
+  const float2 x0 = ptx::ld_shared_f2(r0 + ((c0 ^ g) << 4) + off), x1 = ptx::ld_shared_f2(r1 + ((c0 ^ g) << 4) + off);
+  const float2 x2 = ptx::ld_shared_f2(r0 + (((c0 + 2) ^ g) << 4) + off);
+  const float2 x3 = ptx::ld_shared_f2(r1 + (((c0 + 2) ^ g) << 4) + off);
+  const __nv_bfloat162 p[4] = {__floats2bfloat162_rn(x0.x, x0.y), __floats2bfloat162_rn(x1.x, x1.y),
+                               __floats2bfloat162_rn(x2.x, x2.y), __floats2bfloat162_rn(x3.x, x3.y)};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const std::uint32_t*>(&p[i]);
+}
+
+// a_map: A's boxes of 64 × BM rows (bf16 copy) or 32 × BM (fp32, F32A); w_map: W [N][K], boxes of
+// 64 × BN rows.
+template <int BM, int BN, int STAGES, bool PING, bool F32A>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_bf16_wgmma_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map, int M,
                            int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc,
                            bool pair_store) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using T = WgTile<BM, BN, STAGES, PING>;
+  using T = WgTile<BM, BN, STAGES, PING, F32A>;
   extern __shared__ unsigned char smem_raw[];
   const unsigned raw = ptx::smem_addr(smem_raw);
   const unsigned ring = (raw + 1023) & ~1023u;
@@ -97,7 +122,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  const int wg = threadIdx.x / 128;
+  // Broadcast from lane 0 so that ptxas sees the warpgroup index as warp-uniform: branches on it
+  // (the ping-pong tile walk) would otherwise count as divergent and serialize the wgmma steps.
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
   if (wg == 0) {
     // The producer: one thread issues every copy; the warpgroup gives its registers to the consumers.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
@@ -112,6 +139,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         ptx::mbar_arrive_expect_tx(&full[s], T::kStageBytes);
         const unsigned a = ring + s * T::kStageBytes;
         ptx::tma_load_3d(a, &a_map, kt * kBK, m0, 0, &full[s]);
+        if constexpr (F32A) ptx::tma_load_3d(a + BM * 128, &a_map, kt * kBK + 32, m0, 0, &full[s]);
         ptx::tma_load_3d(a + T::kABytes, &w_map, kt * kBK, n0, 0, &full[s]);
         if (++s == STAGES) {
           s = 0;
@@ -127,8 +155,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int g = lane / 4, q = lane % 4;
   const int row0 = PING ? 0 : 64 * T::MW * c;  // this warpgroup's first row in the tile
   float acc[T::MW][BN / 2];
+  std::uint32_t frag[2][4][4];  // F32A: the A fragments of two stages (one may still be read)
   // Local tile i (the block's i-th) is ring fill i·ktiles + kt for its stage kt.
-  for (int i = PING ? c : 0, t = blockIdx.x + i * gridDim.x; t < tiles; i += PING ? 2 : 1, t = blockIdx.x + i * gridDim.x) {
+  for (int i = PING ? c : 0, t = blockIdx.x + i * gridDim.x; t < tiles;
+       i += PING ? 2 : 1, t = blockIdx.x + i * gridDim.x) {
     int m0, n0;
     tile_origin(t, tiles_m, tiles_n, BM, BN, m0, n0);
 #pragma unroll
@@ -137,30 +167,55 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int e = 0; e < BN / 2; ++e) acc[mi][e] = 0.0f;
     if (PING && i > 0) turn_wait(1 - c);
     int fill = i * ktiles, prev = -1;
-    for (int kt = 0; kt < ktiles; ++kt, ++fill) {
+    // One stage: its k16 steps (4, or 2 in a 32-deep tail: the box's zero half is never multiplied),
+    // then the previous stage freed once its steps are done (at most this stage's group pending).
+    auto stage = [&](int kt, std::uint32_t (&fa)[4][4], std::uint32_t (&fprev)[4][4]) {
       const int s = fill % STAGES;
       ptx::mbar_wait(&full[s], (fill / STAGES) & 1);
-      const unsigned a = ring + s * T::kStageBytes + row0 * 128;
-      const std::uint64_t db = wgmma::desc_k_sw128(ring + s * T::kStageBytes + T::kABytes);
+      const unsigned a = ring + s * T::kStageBytes;
+      const std::uint64_t db = wgmma::desc_k_sw128(a + T::kABytes);
+      const int steps = K - kt * kBK >= kBK ? 4 : 2;
+      if constexpr (F32A) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          if (k < steps) f32_fragment<BM>(a, row0 + 16 * warp + g, g, q, k, fa[k]);
+      }
       wgmma::fence();
-      const int steps = K - kt * kBK >= kBK ? 4 : 2;  // the 32-deep tail: the box's zero half is never multiplied
 #pragma unroll
       for (int k = 0; k < 4; ++k)
         if (k < steps) {
+          if constexpr (F32A) {
+            wgmma::mma_rs<BN>(acc[0], fa[k], db + 2 * k);
+          } else {
 #pragma unroll
-          for (int mi = 0; mi < T::MW; ++mi)
-            wgmma::mma_ss<BN>(acc[mi], wgmma::desc_k_sw128(a + mi * 64 * 128) + 2 * k, db + 2 * k);
+            for (int mi = 0; mi < T::MW; ++mi)
+              wgmma::mma_ss<BN>(acc[mi], wgmma::desc_k_sw128(a + (row0 + 64 * mi) * 128) + 2 * k, db + 2 * k);
+          }
         }
       wgmma::commit_group();
-      // The previous stage's steps are done once at most this stage's group is pending: free it.
       wgmma::wait_group<1>();
+      if constexpr (F32A)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) wgmma::fence_fragment(fprev[k]);
       if (prev >= 0 && lane == 0) ptx::mbar_arrive(&empty[prev]);
       prev = s;
+      ++fill;
+    };
+    // Two stages per turn so that each fragment buffer has a fixed register home.
+    for (int kt = 0; kt < ktiles; kt += 2) {
+      stage(kt, frag[0], frag[1]);
+      if (kt + 1 < ktiles) stage(kt + 1, frag[1], frag[0]);
     }
     if (PING && blockIdx.x + (i + 1) * gridDim.x < tiles) turn_arrive(c);
     wgmma::wait_group<0>();
 #pragma unroll
     for (int mi = 0; mi < T::MW; ++mi) wgmma::fence_operands(acc[mi]);
+    if constexpr (F32A)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        wgmma::fence_fragment(frag[0][k]);
+        wgmma::fence_fragment(frag[1][k]);
+      }
     if (prev >= 0 && lane == 0) ptx::mbar_arrive(&empty[prev]);
 
     // acc[mi][4j + 2h + e] is row 64·mi + 16·warp + g + 8h of this warpgroup's rows, column
@@ -193,8 +248,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 struct Launch {
-  const void* A;  // the bf16 copy
-  int M, K;
+  const float* A;  // fp32 [M][lda]
+  const void* a16;  // its bf16 copy [M][K] (nullptr for the F32A tiles, which take A itself)
+  int M, K, lda;
   const void* W;
   int N;
   const float* bias;
@@ -204,14 +260,15 @@ struct Launch {
   cudaStream_t s;
 };
 
-template <int BM, int BN, int STAGES, bool PING>
+template <int BM, int BN, int STAGES, bool PING, bool F32A>
 void launch(const Launch& l) {
-  using T = WgTile<BM, BN, STAGES, PING>;
-  auto* kernel = gemm_bf16_wgmma_kernel<BM, BN, STAGES, PING>;
+  using T = WgTile<BM, BN, STAGES, PING, F32A>;
+  auto* kernel = gemm_bf16_wgmma_kernel<BM, BN, STAGES, PING, F32A>;
   static std::atomic<std::uint64_t> opted{0};
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, opted);
-  const CUtensorMap a_map = bf16_rows_tensor_map(l.A, l.K, l.M, 1, 0, BM);
-  const CUtensorMap w_map = bf16_rows_tensor_map(l.W, l.K, l.N, 1, 0, BN);
+  const CUtensorMap a_map =
+      F32A ? f32_rows_tensor_map(l.A, l.K, l.M, l.lda, BM) : bf16_rows_tensor_map_cached(l.a16, l.K, l.M, BM);
+  const CUtensorMap w_map = bf16_rows_tensor_map_cached(l.W, l.K, l.N, BN);
   const long tiles = long((l.M + BM - 1) / BM) * long((l.N + BN - 1) / BN);
   const unsigned grid = static_cast<unsigned>(std::min<long>(tiles, sm_count()));
   kernel<<<grid, kThreads, T::kSmemBytes, l.s>>>(a_map, w_map, l.M, l.K, l.N, l.bias, l.C, l.ldc, l.pair_store);
@@ -219,15 +276,19 @@ void launch(const Launch& l) {
 
 struct TileChoice {
   int bm, bn;
+  bool f32a;  // takes fp32 A itself (no bf16 pre-pass)
   const char* name;
   double rate;  // relative throughput of a full wave; 0: never chosen (benchmarks and tests only)
   void (*run)(const Launch&);
 };
 const TileChoice kTiles[] = {
-    {128, 256, "coop128x256x4", 1.00, launch<128, 256, 4, false>},  // 192 KiB of stages
-    {128, 128, "coop128x128x6", 0.90, launch<128, 128, 6, false>},  // 192 KiB
-    {128, 128, "ping128x128x6", 0.00, launch<128, 128, 6, true>},   // 192 KiB
-    {64, 256, "ping64x256x5", 0.00, launch<64, 256, 5, true>},      // 200 KiB
+    {128, 256, false, "coop128x256x4", 1.00, launch<128, 256, 4, false, false>},  // 192 KiB of stages
+    {128, 128, false, "coop128x128x6", 0.90, launch<128, 128, 6, false, false>},  // 192 KiB
+    {128, 128, false, "ping128x128x6", 0.00, launch<128, 128, 6, true, false>},   // 192 KiB
+    {64, 256, false, "ping64x256x5", 0.00, launch<64, 256, 5, true, false>},      // 200 KiB
+    {128, 256, true, "coop128x256x3f", 0.00, launch<128, 256, 3, false, true>},   // 192 KiB, fp32 A
+    {128, 128, true, "coop128x128x4f", 0.00, launch<128, 128, 4, false, true>},   // 192 KiB, fp32 A
+    {64, 256, true, "ping64x256x4f", 0.00, launch<64, 256, 4, true, true>},       // 192 KiB, fp32 A
 };
 constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
 
@@ -254,9 +315,13 @@ void run_tile(int tile, const float* A, int M, int K, int lda, const void* W, in
               int ldc, cudaStream_t s) {
   if (M <= 0 || N <= 0) return;
   const bool pair_store = ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(C) % 8 == 0;
-  with_bf16_rows(A, M, K, lda, s, [&](const void* a16) {
-    kTiles[tile].run(Launch{a16, M, K, W, N, bias, C, ldc, pair_store, s});
-  });
+  if (kTiles[tile].f32a) {
+    kTiles[tile].run(Launch{A, nullptr, M, K, lda, W, N, bias, C, ldc, pair_store, s});
+  } else {
+    with_bf16_rows(A, M, K, lda, s, [&](const void* a16) {
+      kTiles[tile].run(Launch{A, a16, M, K, lda, W, N, bias, C, ldc, pair_store, s});
+    });
+  }
   check_launch("gemm_bf16_wgmma");
 }
 
