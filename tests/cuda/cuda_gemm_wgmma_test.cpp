@@ -82,6 +82,26 @@ TEST(CudaGemmWgmma, OddLdcAndTailStageGiveTheMmaTilesBits) {
   }
 }
 
+// A read through a row stride larger than K (a column slice of a wider matrix), as the fp32-A
+// tiles' tensor map and the pre-pass both take it.
+TEST(CudaGemmWgmma, RowStrideBeyondKGivesTheMmaTilesBits) {
+  PARITY_REQUIRE_GPU();
+  const Operands op(96);
+  const int M = 700, N = 200, lda = 96 + 36;
+  cuda::DeviceBuffer<float> wide(std::size_t(M) * lda), c(std::size_t(M) * N);
+  wide.zero();
+  cuda::cuda_check(cudaMemcpy2D(wide.data(), lda * 4, op.a.data(), 96 * 4, 96 * 4, M, cudaMemcpyDeviceToDevice), "copy");
+  cuda::gemm_bf16_mma_tile(0, wide.data(), M, 96, lda, op.w.data(), N, N, op.bias.data(), c.data(), N, nullptr);
+  const std::vector<float> ref = c.download(std::size_t(M) * N);
+  for (int tile = 0; tile < cuda::gemm_wgmma_tile_count(); ++tile) {
+    c.zero();
+    cuda::gemm_bf16_wgmma_tile(tile, wide.data(), M, 96, lda, op.w.data(), N, op.bias.data(), c.data(), N, nullptr);
+    const std::vector<float> got = c.download(std::size_t(M) * N);
+    const std::string diff = test::bit_difference(got.data(), ref.data(), got.size(), N);
+    ASSERT_TRUE(diff.empty()) << "tile " << cuda::gemm_wgmma_tile_name(tile) << ": " << diff;
+  }
+}
+
 // The check above can fail: the same operands with K's 16-deep steps in reverse order (A's and W's
 // columns permuted alike: the same products, summed the other way round) give other bits, while the
 // values stay within rounding of each other.
