@@ -47,20 +47,25 @@ constexpr int kGroup = 8;      // block rows per raster group
 // alternate tiles whole (MW = BM / 64 m64 steps each per k16), one storing its last tile while the
 // other runs its steps, so the tensor cores do not wait for the epilogue. F32A: A comes into the
 // ring as fp32 straight from the caller's matrix (two 32-deep boxes per stage) and the consumers
-// round it to bf16 on the way into the tensor cores (register A operand); no pre-pass.
-template <int BM, int BN, int STAGES, bool PING, bool F32A>
+// round it to bf16 on the way into the tensor cores (register A operand); no pre-pass. CL = 2
+// (cooperative only): a cluster of two blocks takes two vertically adjacent tiles with the same
+// columns, and each block's producer copies half of the shared W box into both blocks' rings (TMA
+// multicast), so each W byte crosses from L2 once per pair.
+template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL>
 struct WgTile {
   static constexpr int MW = PING ? BM / 64 : BM / 128;  // m64 steps per warpgroup and k16
   static constexpr int kABytes = BM * kBK * (F32A ? 4 : 2);
   static constexpr int kBBytes = BN * kBK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
-  static constexpr int kReleaseWarps = PING ? 4 : 8;  // arrivals that free a stage
+  static constexpr int kReleaseWarps = (PING ? 4 : 8) * CL;  // arrivals that free a stage (both blocks')
+  static constexpr int kBoxN = BN / CL;                      // W rows each block's producer copies
   // Stages, the barriers, and slack to align the ring to 1024 bytes (the swizzle's anchor).
   static constexpr int kSmemBytes = STAGES * kStageBytes + 2 * STAGES * 8 + 1024;
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "boxes 1024-byte aligned");
   static_assert(MW >= 1 && BM % 64 == 0 && BN % 16 == 0 && BN <= 256, "whole m64nBN steps");
   static_assert(!F32A || MW == 1, "register A fragments for one m64 step per warpgroup");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
+  static_assert((CL == 1 || (CL == 2 && !PING)) && (kBoxN * 128) % 1024 == 0, "multicast halves 1024-byte aligned");
 };
 
 // Tile t's origin: groups of kGroup block rows, each group sweeping all column tiles.
@@ -77,6 +82,31 @@ __device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles_n, int
 // not completed: a parity wait cannot tell fill n from fill n - 2.
 __device__ __forceinline__ void turn_arrive(int x) { asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + x) : "memory"); }
 __device__ __forceinline__ void turn_wait(int x) { asm volatile("bar.sync %0, 256;\n" ::"r"(1 + x) : "memory"); }
+
+// Clusters (CL = 2): this block's rank, a barrier over both blocks' threads, an arrival on the
+// mbarrier at `bar`'s offset in block `cta`'s shared memory, and a tensor copy that lands at `dst`'s
+// offset in every block of `mask`, completing bytes on the mbarrier at `bar`'s offset in each.
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_in(std::uint64_t* bar, unsigned cta) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(ptx::smem_addr(bar)), "r"(cta));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+}
+__device__ __forceinline__ void tma_load_3d_multicast(unsigned dst, const void* map, int c0, int c1, int c2,
+                                                      std::uint64_t* bar, unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+      "%3, %4}], [%5], %6;\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(ptx::smem_addr(bar)), "h"(mask)
+      : "memory");
+}
 
 // The register A fragment of k16 step k (0..3) of an fp32 stage: rows r and r + 8 (r ≡ g mod 8) of
 // the two 32-deep boxes [BM][32] (128-byte rows, 16-byte chunk c at c ^ (row % 8)), columns
@@ -96,22 +126,33 @@ __device__ __forceinline__ void f32_fragment(unsigned stage, int r, int g, int q
   for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const std::uint32_t*>(&p[i]);
 }
 
+// A block of a cluster leaves only with its peer: until then the peer may still arrive on its
+// barriers. Every thread of both blocks passes here once.
+template <int CL>
+__device__ __forceinline__ void finish() {
+  if constexpr (CL > 1) cluster_sync();
+}
+
 // a_map: A's boxes of 64 × BM rows (bf16 copy) or 32 × BM (fp32, F32A); w_map: W [N][K], boxes of
-// 64 × BN rows.
-template <int BM, int BN, int STAGES, bool PING, bool F32A>
+// 64 × BN / CL rows.
+template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_bf16_wgmma_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map, int M,
                            int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc,
                            bool pair_store) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using T = WgTile<BM, BN, STAGES, PING, F32A>;
+  using T = WgTile<BM, BN, STAGES, PING, F32A, CL>;
   extern __shared__ unsigned char smem_raw[];
   const unsigned raw = ptx::smem_addr(smem_raw);
   const unsigned ring = (raw + 1023) & ~1023u;
   auto* full = reinterpret_cast<std::uint64_t*>(smem_raw + (ring - raw) + STAGES * T::kStageBytes);
   std::uint64_t* empty = full + STAGES;
 
-  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
+  // Tiles of CL vertically adjacent block tiles: the blocks of a cluster walk the same sequence, block
+  // `rank` taking the rank-th block rows of each (rows past M: zeros, never stored).
+  const unsigned rank = CL > 1 ? cluster_rank() : 0;
+  const int tiles_m = (M + BM * CL - 1) / (BM * CL), tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
+  const int first = blockIdx.x / CL, stride = gridDim.x / CL;
   const int ktiles = (K + kBK - 1) / kBK;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -120,7 +161,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     ptx::mbar_init_fence();
   }
-  __syncthreads();
+  if constexpr (CL > 1) cluster_sync();  // the peer's barriers exist before any copy or arrival reaches them
+  else __syncthreads();
 
   // Broadcast from lane 0 so that ptxas sees the warpgroup index as warp-uniform: branches on it
   // (the ping-pong tile walk) would otherwise count as divergent and serialize the wgmma steps.
@@ -128,39 +170,54 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 0) {
     // The producer: one thread issues every copy; the warpgroup gives its registers to the consumers.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    if (threadIdx.x != 0) return;
-    int s = 0;
-    unsigned phase = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-      int m0, n0;
-      tile_origin(t, tiles_m, tiles_n, BM, BN, m0, n0);
-      for (int kt = 0; kt < ktiles; ++kt) {
-        ptx::mbar_wait(&empty[s], phase ^ 1);  // a fresh barrier's "previous phase" counts as done
-        ptx::mbar_arrive_expect_tx(&full[s], T::kStageBytes);
-        const unsigned a = ring + s * T::kStageBytes;
-        ptx::tma_load_3d(a, &a_map, kt * kBK, m0, 0, &full[s]);
-        if constexpr (F32A) ptx::tma_load_3d(a + BM * 128, &a_map, kt * kBK + 32, m0, 0, &full[s]);
-        ptx::tma_load_3d(a + T::kABytes, &w_map, kt * kBK, n0, 0, &full[s]);
-        if (++s == STAGES) {
-          s = 0;
-          phase ^= 1;
+    if (threadIdx.x == 0) {
+      int s = 0;
+      unsigned phase = 0;
+      for (int t = first; t < tiles; t += stride) {
+        int m0, n0;
+        tile_origin(t, tiles_m, tiles_n, BM * CL, BN, m0, n0);
+        m0 += rank * BM;
+        for (int kt = 0; kt < ktiles; ++kt) {
+          ptx::mbar_wait(&empty[s], phase ^ 1);  // a fresh barrier's "previous phase" counts as done
+          ptx::mbar_arrive_expect_tx(&full[s], T::kStageBytes);
+          const unsigned a = ring + s * T::kStageBytes;
+          ptx::tma_load_3d(a, &a_map, kt * kBK, m0, 0, &full[s]);
+          if constexpr (F32A) ptx::tma_load_3d(a + BM * 128, &a_map, kt * kBK + 32, m0, 0, &full[s]);
+          if constexpr (CL > 1)
+            tma_load_3d_multicast(a + T::kABytes + rank * T::kBoxN * 128, &w_map, kt * kBK, n0 + rank * T::kBoxN, 0,
+                                  &full[s], (1u << CL) - 1);
+          else
+            ptx::tma_load_3d(a + T::kABytes, &w_map, kt * kBK, n0, 0, &full[s]);
+          if (++s == STAGES) {
+            s = 0;
+            phase ^= 1;
+          }
         }
       }
     }
-    return;
+    __syncwarp();  // .aligned cluster barrier: the warp arrives converged
+    return finish<CL>();
   }
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
   const int c = wg - 1, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, q = lane % 4;
   const int row0 = PING ? 0 : 64 * T::MW * c;  // this warpgroup's first row in the tile
+  // A stage is free once every consumer warp of the cluster is done with it: the producers of both
+  // blocks write into it.
+  auto release = [](std::uint64_t* bar) {
+    if constexpr (CL > 1)
+      for (unsigned r = 0; r < CL; ++r) mbar_arrive_in(bar, r);
+    else
+      ptx::mbar_arrive(bar);
+  };
   float acc[T::MW][BN / 2];
   std::uint32_t frag[2][4][4];  // F32A: the A fragments of two stages (one may still be read)
   // Local tile i (the block's i-th) is ring fill i·ktiles + kt for its stage kt.
-  for (int i = PING ? c : 0, t = blockIdx.x + i * gridDim.x; t < tiles;
-       i += PING ? 2 : 1, t = blockIdx.x + i * gridDim.x) {
+  for (int i = PING ? c : 0, t = first + i * stride; t < tiles; i += PING ? 2 : 1, t = first + i * stride) {
     int m0, n0;
-    tile_origin(t, tiles_m, tiles_n, BM, BN, m0, n0);
+    tile_origin(t, tiles_m, tiles_n, BM * CL, BN, m0, n0);
+    m0 += rank * BM;
 #pragma unroll
     for (int mi = 0; mi < T::MW; ++mi)
 #pragma unroll
@@ -197,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (F32A)
 #pragma unroll
         for (int k = 0; k < 4; ++k) wgmma::fence_fragment(fprev[k]);
-      if (prev >= 0 && lane == 0) ptx::mbar_arrive(&empty[prev]);
+      if (prev >= 0 && lane == 0) release(&empty[prev]);
       prev = s;
       ++fill;
     };
@@ -206,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       stage(kt, frag[0], frag[1]);
       if (kt + 1 < ktiles) stage(kt + 1, frag[1], frag[0]);
     }
-    if (PING && blockIdx.x + (i + 1) * gridDim.x < tiles) turn_arrive(c);
+    if (PING && first + (i + 1) * stride < tiles) turn_arrive(c);
     wgmma::wait_group<0>();
 #pragma unroll
     for (int mi = 0; mi < T::MW; ++mi) wgmma::fence_operands(acc[mi]);
@@ -216,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma::fence_fragment(frag[0][k]);
         wgmma::fence_fragment(frag[1][k]);
       }
-    if (prev >= 0 && lane == 0) ptx::mbar_arrive(&empty[prev]);
+    if (prev >= 0 && lane == 0) release(&empty[prev]);
 
     // acc[mi][4j + 2h + e] is row 64·mi + 16·warp + g + 8h of this warpgroup's rows, column
     // 8j + 2q + e: each quad of lanes stores 8 consecutive floats of a row (a whole 32-byte sector).
@@ -244,6 +301,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
   }
+  __syncwarp();
+  finish<CL>();
 #endif
 }
 
@@ -260,35 +319,75 @@ struct Launch {
   cudaStream_t s;
 };
 
-template <int BM, int BN, int STAGES, bool PING, bool F32A>
+// Blocks (clusters of CL) that fit on the device at once: a persistent grid larger than that would
+// run its last blocks after the others. Asked of the runtime once per kernel and device.
+template <typename Kernel>
+int resident_clusters(Kernel kernel, int cl, int smem, std::atomic<int>& cached) {
+  if (cl == 1) return sm_count();
+  if (const int n = cached.load()) return n;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(cl), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(smem);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cl);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  outside_capture([&] { return cudaOccupancyMaxActiveClusters(&n, kernel, &cfg); }, "cudaOccupancyMaxActiveClusters");
+  n = std::max(n, 1);
+  cached.store(n);
+  return n;
+}
+
+template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL>
 void launch(const Launch& l) {
-  using T = WgTile<BM, BN, STAGES, PING, F32A>;
-  auto* kernel = gemm_bf16_wgmma_kernel<BM, BN, STAGES, PING, F32A>;
+  using T = WgTile<BM, BN, STAGES, PING, F32A, CL>;
+  auto* kernel = gemm_bf16_wgmma_kernel<BM, BN, STAGES, PING, F32A, CL>;
   static std::atomic<std::uint64_t> opted{0};
+  static std::atomic<int> clusters{0};
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, opted);
   const CUtensorMap a_map =
       F32A ? f32_rows_tensor_map(l.A, l.K, l.M, l.lda, BM) : bf16_rows_tensor_map_cached(l.a16, l.K, l.M, BM);
-  const CUtensorMap w_map = bf16_rows_tensor_map_cached(l.W, l.K, l.N, BN);
-  const long tiles = long((l.M + BM - 1) / BM) * long((l.N + BN - 1) / BN);
-  const unsigned grid = static_cast<unsigned>(std::min<long>(tiles, sm_count()));
-  kernel<<<grid, kThreads, T::kSmemBytes, l.s>>>(a_map, w_map, l.M, l.K, l.N, l.bias, l.C, l.ldc, l.pair_store);
+  const CUtensorMap w_map = bf16_rows_tensor_map_cached(l.W, l.K, l.N, T::kBoxN);
+  const long tiles = long((l.M + BM * CL - 1) / (BM * CL)) * long((l.N + BN - 1) / BN);
+  const long groups = std::min<long>(tiles, resident_clusters(kernel, CL, T::kSmemBytes, clusters));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(groups * CL), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = T::kSmemBytes;
+  cfg.stream = l.s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = CL;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = CL > 1 ? 1 : 0;
+  cuda_check(cudaLaunchKernelEx(&cfg, kernel, a_map, w_map, l.M, l.K, l.N, l.bias, l.C, l.ldc, l.pair_store),
+             "gemm_bf16_wgmma launch");
 }
 
 struct TileChoice {
-  int bm, bn;
+  int bm, bn, cl;
   bool f32a;  // takes fp32 A itself (no bf16 pre-pass)
   const char* name;
   double rate;  // relative throughput of a full wave; 0: never chosen (benchmarks and tests only)
   void (*run)(const Launch&);
 };
 const TileChoice kTiles[] = {
-    {128, 256, false, "coop128x256x4", 1.00, launch<128, 256, 4, false, false>},  // 192 KiB of stages
-    {128, 128, false, "coop128x128x6", 0.90, launch<128, 128, 6, false, false>},  // 192 KiB
-    {128, 128, false, "ping128x128x6", 0.00, launch<128, 128, 6, true, false>},   // 192 KiB
-    {64, 256, false, "ping64x256x5", 0.00, launch<64, 256, 5, true, false>},      // 200 KiB
-    {128, 256, true, "coop128x256x3f", 0.00, launch<128, 256, 3, false, true>},   // 192 KiB, fp32 A
-    {128, 128, true, "coop128x128x4f", 0.00, launch<128, 128, 4, false, true>},   // 192 KiB, fp32 A
-    {64, 256, true, "ping64x256x4f", 0.00, launch<64, 256, 4, true, true>},       // 192 KiB, fp32 A
+    {128, 256, 1, false, "coop128x256x4", 1.00, launch<128, 256, 4, false, false, 1>},  // 192 KiB of stages
+    {128, 128, 1, false, "coop128x128x6", 0.90, launch<128, 128, 6, false, false, 1>},  // 192 KiB
+    {128, 128, 1, false, "ping128x128x6", 0.00, launch<128, 128, 6, true, false, 1>},   // 192 KiB
+    {64, 256, 1, false, "ping64x256x5", 0.00, launch<64, 256, 5, true, false, 1>},      // 200 KiB
+    {128, 256, 1, true, "coop128x256x3f", 0.00, launch<128, 256, 3, false, true, 1>},   // 192 KiB, fp32 A
+    {128, 128, 1, true, "coop128x128x4f", 0.00, launch<128, 128, 4, false, true, 1>},   // 192 KiB, fp32 A
+    {64, 256, 1, true, "ping64x256x4f", 0.00, launch<64, 256, 4, true, true, 1>},       // 192 KiB, fp32 A
+    {128, 256, 2, false, "coop128x256x4c2", 0.00, launch<128, 256, 4, false, false, 2>},  // W multicast to 2 blocks
+    {128, 256, 2, true, "coop128x256x3fc2", 0.00, launch<128, 256, 3, false, true, 2>},   // fp32 A, W multicast
 };
 constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
 
@@ -301,8 +400,9 @@ int choose_tile(int M, int N) {
   for (int i = 0; i < kTileCount; ++i) {
     const TileChoice& t = kTiles[i];
     if (t.rate <= 0) continue;
-    const long tiles = long((M + t.bm - 1) / t.bm) * long((N + t.bn - 1) / t.bn);
-    const double cost = double((tiles + sms - 1) / sms) * t.bm * t.bn / t.rate;
+    const long tiles = long((M + t.bm * t.cl - 1) / (t.bm * t.cl)) * long((N + t.bn - 1) / t.bn);
+    const long slots = sms / t.cl;  // clusters
+    const double cost = double((tiles + slots - 1) / slots) * t.bm * t.bn * t.cl / t.rate;
     if (i == 0 || cost < best_cost) {
       best = i;
       best_cost = cost;
