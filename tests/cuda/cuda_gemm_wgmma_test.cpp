@@ -4,6 +4,7 @@
 // sum's sign). The companion shows the comparison sees a change in the order of K's steps.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/gemm_mma.h"
@@ -43,6 +44,22 @@ std::vector<float> run(const Operands& op, int tile, int M, int N, bool bias, in
   else
     cuda::gemm_bf16_wgmma_tile(tile, op.a.data(), M, op.K, op.K, op.w.data(), N, b, c.data(), ldc, nullptr);
   return c.download(std::size_t(M) * ldc);
+}
+
+// Each tile once on a mid-sized pass, named in the log before it runs: if a tile's pipeline hangs,
+// the log says which (the device run is read from its log alone).
+TEST(CudaGemmWgmma, SmokeEachTileOnce) {
+  PARITY_REQUIRE_GPU();
+  const Operands op(96);
+  const std::vector<float> ref = run(op, -1, 1000, 200, true, 200);
+  for (int tile = 0; tile < cuda::gemm_wgmma_tile_count(); ++tile) {
+    std::fprintf(stderr, "wgmma smoke: tile %s ...", cuda::gemm_wgmma_tile_name(tile));
+    std::fflush(stderr);
+    const std::vector<float> got = run(op, tile, 1000, 200, true, 200);
+    const std::string diff = test::bit_difference(got.data(), ref.data(), got.size(), 200);
+    std::fprintf(stderr, " %s\n", diff.empty() ? "same bits" : diff.c_str());
+    EXPECT_TRUE(diff.empty()) << "tile " << cuda::gemm_wgmma_tile_name(tile) << ": " << diff;
+  }
 }
 
 TEST(CudaGemmWgmma, EveryTileGivesTheMmaTilesBits) {
