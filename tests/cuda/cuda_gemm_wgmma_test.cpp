@@ -9,6 +9,7 @@
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/gemm_wgmma.h"
+#include "tests/cuda/device_compare.h"
 #include "tests/cuda/gpu_test_support.h"
 
 namespace parity {
@@ -34,16 +35,18 @@ struct Operands {
   }
 };
 
-// The pass on the mma.sync tile 0 (tile < 0) or on wgmma tile `tile`.
-std::vector<float> run(const Operands& op, int tile, int M, int N, bool bias, int ldc) {
+// The pass on the mma.sync tile 0 (tile < 0) or on wgmma tile `tile`, into a C whose every byte was
+// 0xFF first (NaN patterns: an element the kernel fails to store shows as a difference; the padding
+// of an ldc > N stays 0xFF in both).
+cuda::DeviceBuffer<float> run(const Operands& op, int tile, int M, int N, bool bias, int ldc) {
   cuda::DeviceBuffer<float> c(std::size_t(M) * ldc);
-  c.zero();
+  cuda::cuda_check(cudaMemset(c.data(), 0xFF, std::size_t(M) * ldc * 4), "cudaMemset");
   const float* b = bias ? op.bias.data() : nullptr;
   if (tile < 0)
     cuda::gemm_bf16_mma_tile(0, op.a.data(), M, op.K, op.K, op.w.data(), N, N, b, c.data(), ldc, nullptr);
   else
     cuda::gemm_bf16_wgmma_tile(tile, op.a.data(), M, op.K, op.K, op.w.data(), N, b, c.data(), ldc, nullptr);
-  return c.download(std::size_t(M) * ldc);
+  return c;
 }
 
 // Each tile once on a mid-sized pass, named in the log before it runs: if a tile's pipeline hangs,
@@ -51,12 +54,12 @@ std::vector<float> run(const Operands& op, int tile, int M, int N, bool bias, in
 TEST(CudaGemmWgmma, SmokeEachTileOnce) {
   PARITY_REQUIRE_GPU();
   const Operands op(96);
-  const std::vector<float> ref = run(op, -1, 1000, 200, true, 200);
+  const auto ref = run(op, -1, 1000, 200, true, 200);
   for (int tile = 0; tile < cuda::gemm_wgmma_tile_count(); ++tile) {
     std::fprintf(stderr, "wgmma smoke: tile %s ...", cuda::gemm_wgmma_tile_name(tile));
     std::fflush(stderr);
-    const std::vector<float> got = run(op, tile, 1000, 200, true, 200);
-    const std::string diff = test::bit_difference(got.data(), ref.data(), got.size(), 200);
+    const auto got = run(op, tile, 1000, 200, true, 200);
+    const std::string diff = test::device_bit_difference(got.data(), ref.data(), 1000 * 200, 200);
     std::fprintf(stderr, " %s\n", diff.empty() ? "same bits" : diff.c_str());
     EXPECT_TRUE(diff.empty()) << "tile " << cuda::gemm_wgmma_tile_name(tile) << ": " << diff;
   }
@@ -65,20 +68,27 @@ TEST(CudaGemmWgmma, SmokeEachTileOnce) {
 TEST(CudaGemmWgmma, EveryTileGivesTheMmaTilesBits) {
   PARITY_REQUIRE_GPU();
   ASSERT_GE(cuda::gemm_wgmma_tile_count(), 1);
+  int failures = 0;  // every failing case is reported (the log is all a device run leaves), up to 24
   for (int K : {32, 96, 2560}) {
     const Operands op(K);
     for (int M : {1, 63, 64, 65, 128, 129, 1000, 4096})
       for (int N : {64, 200, 10576})
         for (bool bias : {false, true}) {
-          const std::vector<float> ref = run(op, -1, M, N, bias, N);
+          const auto ref = run(op, -1, M, N, bias, N);
           for (int tile = 0; tile < cuda::gemm_wgmma_tile_count(); ++tile) {
-            const std::vector<float> got = run(op, tile, M, N, bias, N);
-            const std::string diff = test::bit_difference(got.data(), ref.data(), got.size(), N);
-            ASSERT_TRUE(diff.empty()) << "M=" << M << " N=" << N << " K=" << K << (bias ? " bias" : "") << " tile "
+            const auto got = run(op, tile, M, N, bias, N);
+            const std::string diff = test::device_bit_difference(got.data(), ref.data(), std::size_t(M) * N, N);
+            EXPECT_TRUE(diff.empty()) << "M=" << M << " N=" << N << " K=" << K << (bias ? " bias" : "") << " tile "
                                       << cuda::gemm_wgmma_tile_name(tile) << ": wgmma vs mma: " << diff;
+            failures += !diff.empty();
+            ASSERT_LT(failures, 24) << "stopping after 24 failing cases";
             if (!bias && M > kZeroRow && N > kNegativeCol) {  // the zero row's sum over -0 products is a zero
-              const float z = got[std::size_t(kZeroRow) * N + kNegativeCol];
-              ASSERT_EQ(z, 0.0f) << "M=" << M << " N=" << N << " K=" << K;
+              float z = 1;
+              cuda::cuda_check(cudaMemcpy(&z, got.data() + std::size_t(kZeroRow) * N + kNegativeCol, 4,
+                                          cudaMemcpyDeviceToHost),
+                               "copy");
+              EXPECT_EQ(z, 0.0f) << "M=" << M << " N=" << N << " K=" << K << " tile "
+                                 << cuda::gemm_wgmma_tile_name(tile);
             }
           }
         }
@@ -90,11 +100,11 @@ TEST(CudaGemmWgmma, OddLdcAndTailStageGiveTheMmaTilesBits) {
   PARITY_REQUIRE_GPU();
   const Operands op(2592);
   for (int M : {333, 1500}) {
-    const std::vector<float> ref = run(op, -1, M, 1001, true, 1003);
+    const auto ref = run(op, -1, M, 1001, true, 1003);
     for (int tile = 0; tile < cuda::gemm_wgmma_tile_count(); ++tile) {
-      const std::vector<float> got = run(op, tile, M, 1001, true, 1003);
-      const std::string diff = test::bit_difference(got.data(), ref.data(), got.size(), 1003);
-      ASSERT_TRUE(diff.empty()) << "M=" << M << " tile " << cuda::gemm_wgmma_tile_name(tile) << ": " << diff;
+      const auto got = run(op, tile, M, 1001, true, 1003);
+      const std::string diff = test::device_bit_difference(got.data(), ref.data(), std::size_t(M) * 1003, 1003);
+      EXPECT_TRUE(diff.empty()) << "M=" << M << " tile " << cuda::gemm_wgmma_tile_name(tile) << ": " << diff;
     }
   }
 }
@@ -115,7 +125,7 @@ TEST(CudaGemmWgmma, RowStrideBeyondKGivesTheMmaTilesBits) {
     cuda::gemm_bf16_wgmma_tile(tile, wide.data(), M, 96, lda, op.w.data(), N, op.bias.data(), c.data(), N, nullptr);
     const std::vector<float> got = c.download(std::size_t(M) * N);
     const std::string diff = test::bit_difference(got.data(), ref.data(), got.size(), N);
-    ASSERT_TRUE(diff.empty()) << "tile " << cuda::gemm_wgmma_tile_name(tile) << ": " << diff;
+    EXPECT_TRUE(diff.empty()) << "tile " << cuda::gemm_wgmma_tile_name(tile) << ": " << diff;
   }
 }
 
