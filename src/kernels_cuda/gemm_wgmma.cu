@@ -47,8 +47,8 @@ constexpr int kGroup = 8;      // block rows per raster group
 // alternate tiles whole (MW = BM / 64 m64 steps each per k16), one storing its last tile while the
 // other runs its steps, so the tensor cores do not wait for the epilogue. F32A: A comes into the
 // ring as fp32 straight from the caller's matrix (two 32-deep boxes per stage) and the consumers
-// round it to bf16 on the way into the tensor cores (register A operand); no pre-pass. CL = 2 or 4
-// (cooperative only): a cluster of CL blocks takes CL vertically adjacent tiles with the same
+// round it to bf16 on the way into the tensor cores (register A operand); no pre-pass. CL = 2 or 4:
+// a cluster of CL blocks takes CL vertically adjacent tiles with the same
 // columns, and each block's producer copies a 1/CL part of the shared W box into every block's ring
 // (TMA multicast), so each W byte crosses from L2 once per cluster.
 template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL>
@@ -65,8 +65,7 @@ struct WgTile {
   static_assert(MW >= 1 && BM % 64 == 0 && BN % 16 == 0 && BN <= 256, "whole m64nBN steps");
   static_assert(!F32A || MW == 1, "register A fragments for one m64 step per warpgroup");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
-  static_assert((CL == 1 || ((CL == 2 || CL == 4) && !PING)) && (kBoxN * 128) % 1024 == 0,
-                "multicast parts 1024-byte aligned");
+  static_assert((CL == 1 || CL == 2 || CL == 4) && (kBoxN * 128) % 1024 == 0, "multicast parts 1024-byte aligned");
 };
 
 // Tile t's origin: groups of kGroup block rows, each group sweeping all column tiles.
@@ -391,6 +390,9 @@ const TileChoice kTiles[] = {
     {128, 256, 2, true, "coop128x256x3fc2", 0.00, launch<128, 256, 3, false, true, 2>},   // fp32 A, W multicast
     {128, 256, 4, false, "coop128x256x4c4", 0.00, launch<128, 256, 4, false, false, 4>},  // W multicast to 4 blocks
     {128, 256, 4, true, "coop128x256x3fc4", 0.00, launch<128, 256, 3, false, true, 4>},   // fp32 A, W to 4 blocks
+    {128, 128, 2, false, "ping128x128x6c2", 0.00, launch<128, 128, 6, true, false, 2>},   // ping-pong, W multicast
+    {64, 256, 2, false, "ping64x256x5c2", 0.00, launch<64, 256, 5, true, false, 2>},
+    {64, 256, 2, true, "ping64x256x4fc2", 0.00, launch<64, 256, 4, true, true, 2>},
 };
 constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
 
