@@ -144,6 +144,13 @@ void gemm_grouped(const float* A, int lda, const int32_t* offsets, int groups, i
     gemm_grouped_bf16_skinny(A, lda, offsets, groups, max_rows, K, W, w_stride, N, C, ldc, s);
     return;
   }
+  // Prefill-sized groups (kWgmmaMinRows per group on average and more): the wgmma tiles, as gemm()
+  // takes them for as many rows (the same bits).
+  if (wt == WeightType::BF16 && total_rows > 0 && total_rows >= kWgmmaMinRows * groups &&
+      groups <= gemm_wgmma_max_groups() && gemm_wgmma_fits(A, K, lda, W) && w_stride % 8 == 0) {
+    gemm_grouped_bf16_wgmma(A, lda, offsets, groups, total_rows, K, W, w_stride, N, C, ldc, s);
+    return;
+  }
   // Prefill-sized groups: the pipelined mma tiles (the same bits; every expert's weights 16-byte aligned).
   if (wt == WeightType::BF16 && total_rows > 0 && gemm_mma_fits(A, K, lda, W) && (w_stride * 2) % 16 == 0) {
     gemm_grouped_bf16_mma(A, lda, offsets, groups, max_rows, total_rows, K, W, w_stride, N, C, ldc, s);

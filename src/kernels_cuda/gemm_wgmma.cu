@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "common/error.h"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/launch_support.h"
@@ -41,6 +42,7 @@ namespace {
 constexpr int kBK = 64;        // K per stage: one 128-byte swizzled box row, four 16-deep steps
 constexpr int kThreads = 384;  // warpgroup 0 produces, 1 and 2 consume
 constexpr int kGroup = 8;      // block rows per raster group
+constexpr int kMaxGroups = 256;  // grouped passes: groups (experts) one launch takes
 
 // A BM × BN block tile with STAGES ring stages. PING = false (cooperative): both consumer
 // warpgroups work on each tile, 64·MW rows each. PING = true: the consumer warpgroups take
@@ -74,6 +76,32 @@ __device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles_n, int
   const int rows = min(kGroup, tiles_m - first_m), r = t % per_group;
   m0 = (first_m + r % rows) * bm;
   n0 = (r / rows) * bn;
+}
+
+// Where tile t lies: rows base + m0 .. of A and C, of which those below base + limit exist; columns
+// n0 ..; weights of group z. Dense passes: one group of M rows, tiles in the raster above. Grouped
+// passes (the MoE's experts): group z owns rows [offsets[z], offsets[z+1]) and weights z; its
+// tiles follow those of groups < z (prefix[z] of them: prefix lives in shared memory), rows
+// fastest, so the tiles that read one expert's weights run side by side. A tile's rows past its
+// group's end are the next group's rows or zeros: they feed only outputs never stored.
+struct TilePlace {
+  int base, m0, limit, n0, z;
+};
+template <int BM, int BN, int CL>
+__device__ __forceinline__ TilePlace tile_place(int t, unsigned rank, int M, int tiles_m, int tiles_n,
+                                                const int32_t* offsets, const int* prefix, int groups) {
+  TilePlace p{0, 0, M, 0, 0};
+  if (!offsets) {
+    tile_origin(t, tiles_m, tiles_n, BM * CL, BN, p.m0, p.n0);
+  } else {
+    int z = 0;
+    while (z + 1 < groups && prefix[z + 1] <= t) ++z;
+    const int rows = offsets[z + 1] - offsets[z], local = t - prefix[z];
+    const int tiles_mz = (rows + BM * CL - 1) / (BM * CL);
+    p = TilePlace{offsets[z], (local % tiles_mz) * BM * CL, rows, (local / tiles_mz) * BN, z};
+  }
+  p.m0 += static_cast<int>(rank) * BM;
+  return p;
 }
 
 // Ping-pong turns: warpgroup x arrives on barrier 1 + x once it has issued a tile's last steps (and
@@ -139,7 +167,7 @@ template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_bf16_wgmma_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map, int M,
                            int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc,
-                           bool pair_store) {
+                           bool pair_store, const int32_t* __restrict__ offsets, int groups) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = WgTile<BM, BN, STAGES, PING, F32A, CL>;
   extern __shared__ unsigned char smem_raw[];
@@ -151,7 +179,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Tiles of CL vertically adjacent block tiles: the blocks of a cluster walk the same sequence, block
   // `rank` taking the rank-th block rows of each (rows past M: zeros, never stored).
   const unsigned rank = CL > 1 ? cluster_rank() : 0;
-  const int tiles_m = (M + BM * CL - 1) / (BM * CL), tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
+  const int tiles_m = (M + BM * CL - 1) / (BM * CL), tiles_n = (N + BN - 1) / BN;
+  int tiles = tiles_m * tiles_n;
+  // Grouped passes: tiles per group, prefix-summed (kMaxGroups at most; the host checks).
+  __shared__ int prefix[kMaxGroups + 1];
+  if (offsets) {
+    for (int z = threadIdx.x; z < groups; z += blockDim.x)
+      prefix[z + 1] = (offsets[z + 1] - offsets[z] + BM * CL - 1) / (BM * CL) * tiles_n;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      prefix[0] = 0;
+      for (int z = 0; z < groups; ++z) prefix[z + 1] += prefix[z];
+    }
+    __syncthreads();
+    tiles = prefix[groups];
+  }
   const int first = blockIdx.x / CL, stride = gridDim.x / CL;
   const int ktiles = (K + kBK - 1) / kBK;
   if (threadIdx.x == 0) {
@@ -174,20 +216,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       int s = 0;
       unsigned phase = 0;
       for (int t = first; t < tiles; t += stride) {
-        int m0, n0;
-        tile_origin(t, tiles_m, tiles_n, BM * CL, BN, m0, n0);
-        m0 += rank * BM;
+        const TilePlace p = tile_place<BM, BN, CL>(t, rank, M, tiles_m, tiles_n, offsets, prefix, groups);
         for (int kt = 0; kt < ktiles; ++kt) {
           ptx::mbar_wait(&empty[s], phase ^ 1);  // a fresh barrier's "previous phase" counts as done
           ptx::mbar_arrive_expect_tx(&full[s], T::kStageBytes);
           const unsigned a = ring + s * T::kStageBytes;
-          ptx::tma_load_3d(a, &a_map, kt * kBK, m0, 0, &full[s]);
-          if constexpr (F32A) ptx::tma_load_3d(a + BM * 128, &a_map, kt * kBK + 32, m0, 0, &full[s]);
+          const int arow = p.base + p.m0;
+          ptx::tma_load_3d(a, &a_map, kt * kBK, arow, 0, &full[s]);
+          if constexpr (F32A) ptx::tma_load_3d(a + BM * 128, &a_map, kt * kBK + 32, arow, 0, &full[s]);
           if constexpr (CL > 1)
-            tma_load_3d_multicast(a + T::kABytes + rank * T::kBoxN * 128, &w_map, kt * kBK, n0 + rank * T::kBoxN, 0,
-                                  &full[s], (1u << CL) - 1);
+            tma_load_3d_multicast(a + T::kABytes + rank * T::kBoxN * 128, &w_map, kt * kBK, p.n0 + rank * T::kBoxN,
+                                  p.z, &full[s], (1u << CL) - 1);
           else
-            ptx::tma_load_3d(a + T::kABytes, &w_map, kt * kBK, n0, 0, &full[s]);
+            ptx::tma_load_3d(a + T::kABytes, &w_map, kt * kBK, p.n0, p.z, &full[s]);
           if (++s == STAGES) {
             s = 0;
             phase ^= 1;
@@ -215,9 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   std::uint32_t frag[2][4][4];  // F32A: the A fragments of two stages (one may still be read)
   // Local tile i (the block's i-th) is ring fill i·ktiles + kt for its stage kt.
   for (int i = PING ? c : 0, t = first + i * stride; t < tiles; i += PING ? 2 : 1, t = first + i * stride) {
-    int m0, n0;
-    tile_origin(t, tiles_m, tiles_n, BM * CL, BN, m0, n0);
-    m0 += rank * BM;
+    const TilePlace p = tile_place<BM, BN, CL>(t, rank, M, tiles_m, tiles_n, offsets, prefix, groups);
 #pragma unroll
     for (int mi = 0; mi < T::MW; ++mi)
 #pragma unroll
@@ -281,12 +320,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int mi = 0; mi < T::MW; ++mi)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int gm = m0 + row0 + 64 * mi + 16 * warp + g + 8 * h;
-        if (gm >= M) continue;
-        float* crow = C + static_cast<std::size_t>(gm) * ldc;
+        const int lm = p.m0 + row0 + 64 * mi + 16 * warp + g + 8 * h;
+        if (lm >= p.limit) continue;
+        float* crow = C + static_cast<std::size_t>(p.base + lm) * ldc;
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
-          const int gn = n0 + 8 * j + 2 * q;
+          const int gn = p.n0 + 8 * j + 2 * q;
           float v0 = acc[mi][4 * j + 2 * h], v1 = acc[mi][4 * j + 2 * h + 1];
           if (bias) {
             if (gn < N) v0 = v0 + bias[gn];
@@ -317,6 +356,9 @@ struct Launch {
   int ldc;
   bool pair_store;
   cudaStream_t s;
+  const int32_t* offsets = nullptr;  // grouped: [groups + 1] row offsets on the device; M = all rows
+  int groups = 1;
+  std::int64_t w_stride = 0;  // grouped: elements between consecutive groups' weights
 };
 
 // Blocks (clusters of CL) that fit on the device at once: a persistent grid larger than that would
@@ -352,8 +394,10 @@ void launch(const Launch& l) {
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, opted);
   const CUtensorMap a_map =
       F32A ? f32_rows_tensor_map(l.A, l.K, l.M, l.lda, BM) : bf16_rows_tensor_map_cached(l.a16, l.K, l.M, BM);
-  const CUtensorMap w_map = bf16_rows_tensor_map_cached(l.W, l.K, l.N, T::kBoxN);
-  const long tiles = long((l.M + BM * CL - 1) / (BM * CL)) * long((l.N + BN - 1) / BN);
+  const CUtensorMap w_map = l.offsets ? bf16_rows_tensor_map(l.W, l.K, l.N, l.groups, l.w_stride, T::kBoxN)
+                                      : bf16_rows_tensor_map_cached(l.W, l.K, l.N, T::kBoxN);
+  // Grouped: each group's last tile may be partial, so at most groups more block rows than dense.
+  const long tiles = long((l.M + BM * CL - 1) / (BM * CL) + (l.offsets ? l.groups : 0)) * long((l.N + BN - 1) / BN);
   const long groups = std::min<long>(tiles, resident_clusters(kernel, CL, T::kSmemBytes, clusters));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(groups * CL), 1, 1);
@@ -367,7 +411,8 @@ void launch(const Launch& l) {
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = CL > 1 ? 1 : 0;
-  cuda_check(cudaLaunchKernelEx(&cfg, kernel, a_map, w_map, l.M, l.K, l.N, l.bias, l.C, l.ldc, l.pair_store),
+  cuda_check(cudaLaunchKernelEx(&cfg, kernel, a_map, w_map, l.M, l.K, l.N, l.bias, l.C, l.ldc, l.pair_store,
+                                l.offsets, l.groups),
              "gemm_bf16_wgmma launch");
 }
 
@@ -431,6 +476,35 @@ void run_tile(int tile, const float* A, int M, int K, int lda, const void* W, in
 }
 
 }  // namespace
+
+int gemm_wgmma_max_groups() { return kMaxGroups; }
+
+void gemm_grouped_bf16_wgmma_tile(int tile, const float* A, int lda, const int32_t* offsets, int groups,
+                                  int total_rows, int K, const void* W, int64_t w_stride, int N, float* C, int ldc,
+                                  cudaStream_t s) {
+  if (groups <= 0 || total_rows <= 0 || N <= 0) return;
+  if (groups > kMaxGroups) throw Error("gemm_grouped_bf16_wgmma: more groups than one launch takes");
+  const bool pair_store = ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(C) % 8 == 0;
+  Launch l{A, nullptr, total_rows, K, lda, W, N, nullptr, C, ldc, pair_store, s};
+  l.offsets = offsets;
+  l.groups = groups;
+  l.w_stride = w_stride;
+  if (kTiles[tile].f32a) {
+    kTiles[tile].run(l);
+  } else {
+    with_bf16_rows(A, total_rows, K, lda, s, [&](const void* a16) {
+      l.a16 = a16;
+      kTiles[tile].run(l);
+    });
+  }
+  check_launch("gemm_grouped_bf16_wgmma");
+}
+
+void gemm_grouped_bf16_wgmma(const float* A, int lda, const int32_t* offsets, int groups, int total_rows, int K,
+                             const void* W, int64_t w_stride, int N, float* C, int ldc, cudaStream_t s) {
+  gemm_grouped_bf16_wgmma_tile(choose_tile((total_rows + groups - 1) / groups, N), A, lda, offsets, groups, total_rows,
+                               K, W, w_stride, N, C, ldc, s);
+}
 
 bool gemm_wgmma_fits(const float* A, int K, int lda, const void* W) { return gemm_mma_fits(A, K, lda, W); }
 

@@ -129,6 +129,37 @@ TEST(CudaGemmWgmma, RowStrideBeyondKGivesTheMmaTilesBits) {
   }
 }
 
+// The MoE's experts on every tile: groups of 0, 1, 127..129, 300, 513 rows (tiles that straddle a
+// group's end and read the next group's rows) against the mma tiles' grouped pass, bit for bit.
+TEST(CudaGemmWgmma, GroupedEveryTileGivesTheMmaTilesBits) {
+  PARITY_REQUIRE_GPU();
+  const std::vector<int> sizes = {0, 1, 127, 128, 129, 300, 0, 64, 513, 2};
+  for (int K : {96, 1536})
+    for (int N : {200, 1024}) {
+      std::vector<int32_t> offsets{0};
+      for (int n : sizes) offsets.push_back(offsets.back() + n);
+      const int rows = offsets.back(), groups = static_cast<int>(sizes.size());
+      cuda::DeviceBuffer<float> a, c(std::size_t(rows) * N), ref(std::size_t(rows) * N);
+      cuda::DeviceBuffer<uint16_t> w;
+      cuda::DeviceBuffer<int32_t> doff;
+      a.upload(test::uniform(std::size_t(rows) * K, 31));
+      w.upload(test::to_bf16(test::uniform(std::size_t(groups) * N * K, 32, -0.05f, 0.05f)));
+      doff.upload(offsets);
+      const int64_t stride = int64_t(N) * K;
+      cuda::cuda_check(cudaMemset(ref.data(), 0xFF, std::size_t(rows) * N * 4), "cudaMemset");
+      cuda::gemm_grouped_bf16_mma(a.data(), K, doff.data(), groups, 513, rows, K, w.data(), stride, N, ref.data(), N,
+                                  nullptr);
+      for (int tile = 0; tile < cuda::gemm_wgmma_tile_count(); ++tile) {
+        cuda::cuda_check(cudaMemset(c.data(), 0xFF, std::size_t(rows) * N * 4), "cudaMemset");
+        cuda::gemm_grouped_bf16_wgmma_tile(tile, a.data(), K, doff.data(), groups, rows, K, w.data(), stride, N,
+                                           c.data(), N, nullptr);
+        const std::string diff = test::device_bit_difference(c.data(), ref.data(), std::size_t(rows) * N, N);
+        EXPECT_TRUE(diff.empty()) << "K=" << K << " N=" << N << " tile " << cuda::gemm_wgmma_tile_name(tile) << ": "
+                                  << diff;
+      }
+    }
+}
+
 // The check above can fail: the same operands with K's 16-deep steps in reverse order (A's and W's
 // columns permuted alike: the same products, summed the other way round) give other bits, while the
 // values stay within rounding of each other.
