@@ -407,22 +407,23 @@ BENCHMARK(BM_CudaGemmSkinnyProbe)
     ->Unit(benchmark::kMicrosecond);
 
 // Decode-sized passes on every path side by side (arg0 M, arg1 shape, arg3 1 = L2 flushed before
-// each pass, as in a decode step; 0 = warm). arg2: 0..3 the swap-AB wgmma kernel's variants
-// (gemm_swap_ab_variants(), -1 its default), 4 the few-rows mma.sync kernel (its default up to 16
-// rows, its 64-row variant up to 64), 5 the mma tiles (gemm_bf16_mma's choice). The label names
-// the path. Every path includes its bf16 pre-pass where it has one.
+// each pass, as in a decode step; 0 = warm). arg2: 0..15 the swap-AB kernel's variants
+// (gemm_swap_ab_variants(); -1 its default), 16 the few-rows mma.sync kernel (its default up to 16
+// rows, its 64-row variant up to 64), 17 the mma tiles (gemm_bf16_mma's choice). The label names
+// the path.
+// Every path includes its bf16 pre-pass where it has one.
 void BM_CudaGemmSwapAb(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const int M = static_cast<int>(state.range(0)), path = static_cast<int>(state.range(2));
   GemmPass g(M, static_cast<int>(state.range(1)));
   std::function<void()> pass;
-  if (path < 4) {
+  if (path < 16) {
     if (path >= cuda::gemm_swap_ab_variants()) return state.SkipWithError("no such variant");
     state.SetLabel(std::string("swap-ab ") + (path < 0 ? "default" : cuda::gemm_swap_ab_variant_name(path)));
     pass = [&, path] {
       cuda::gemm_bf16_swap_ab(g.a.data(), g.M, g.K, g.K, g.w, g.Nn, nullptr, g.c.data(), g.Nn, nullptr, path);
     };
-  } else if (path == 4) {
+  } else if (path == 16) {
     const int variant = M <= 16 ? 0 : cuda::gemm_skinny_variants() - 1;
     if (M > cuda::gemm_skinny_variant_rows(variant)) return state.SkipWithError("more rows than the few-rows kernel takes");
     state.SetLabel(std::string("few-rows ") + cuda::gemm_skinny_variant_name(variant));
@@ -436,7 +437,7 @@ void BM_CudaGemmSwapAb(benchmark::State& state) {
   time_gemm(state, g, pass, state.range(3) != 0);
 }
 BENCHMARK(BM_CudaGemmSwapAb)
-    ->ArgsProduct({{1, 8, 16, 64, 256}, {0, 1, 2}, {0, 1, 2, 3, 4, 5}, {0, 1}})
+    ->ArgsProduct({{1, 8, 16, 64, 256}, {0, 1, 2}, {-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 16, 17}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -6,8 +6,8 @@
 // element's place in the tile change nothing in that sequence, so a row's bits are the same for
 // M = 1 and M = 4096 (DESIGN.md rule 3; tests/cuda/cuda_gemm_test.cpp checks M = 1..4096). gemm()
 // picks among kernels that all compute that sequence: the swap-AB wgmma kernel for decode-sized M
-// (gemm_swap_ab.cu, up to kSwapAbMaxRows), the mma.sync tiles above (gemm_mma.cu), the wgmma/TMA
-// tiles from kWgmmaMinRows rows on (gemm_wgmma.cu), and the WMMA tiles here for operands those
+// (gemm_swap_ab.cu, up to kSwapAbMaxRows), the wgmma/TMA tiles above that (gemm_wgmma.cu), the
+// mma.sync tiles (gemm_mma.cu) for what neither takes, and the WMMA tiles here for operands those
 // cannot take (K not a multiple of 32, A or W not 16-byte aligned). The few-rows mma.sync kernel
 // (gemm_skinny.cu) stays reachable directly (tests, benchmarks) and serves gemm_grouped's few-rows case.
 #include <mma.h>
@@ -26,8 +26,9 @@ namespace {
 
 constexpr int kBM = 64, kBN = 64, kBK = 32, kThreads = 128;
 constexpr int kPad = 8;  // bf16 row padding: ldm stays a multiple of 8 and banks spread
-// From this many rows on the wgmma tiles (128-row blocks) take the pass; below, the mma.sync tiles'
-// 32- and 64-row blocks waste less. Speed alone decides: both give the same bits.
+// From this many rows on the wgmma tiles (128-row blocks) take a pass the swap-AB kernel does not
+// (above kSwapAbMaxRows); below, the mma.sync tiles' 32- and 64-row blocks waste less. Speed alone
+// decides: all give the same bits.
 constexpr int kWgmmaMinRows = 128;
 
 // One 64×64 output tile at (m0, n0); the plain and the grouped kernels below run exactly this.

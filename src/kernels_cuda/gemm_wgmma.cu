@@ -393,7 +393,7 @@ void launch(const Launch& l) {
   static std::atomic<int> clusters{0};
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, opted);
   const CUtensorMap a_map =
-      F32A ? f32_rows_tensor_map(l.A, l.K, l.M, l.lda, BM) : bf16_rows_tensor_map_cached(l.a16, l.K, l.M, BM);
+      F32A ? f32_rows_tensor_map_sw128(l.A, l.K, l.M, l.lda, BM) : bf16_rows_tensor_map_cached(l.a16, l.K, l.M, BM);
   const CUtensorMap w_map = l.offsets ? bf16_rows_tensor_map(l.W, l.K, l.N, l.groups, l.w_stride, T::kBoxN)
                                       : bf16_rows_tensor_map_cached(l.W, l.K, l.N, T::kBoxN);
   // Grouped: each group's last tile may be partial, so at most groups more block rows than dense.
@@ -425,7 +425,7 @@ struct TileChoice {
 };
 const TileChoice kTiles[] = {
     {128, 256, 1, false, "coop128x256x4", 1.00, launch<128, 256, 4, false, false, 1>},  // 192 KiB of stages
-    {128, 128, 1, false, "coop128x128x6", 0.90, launch<128, 128, 6, false, false, 1>},  // 192 KiB
+    {128, 128, 1, false, "coop128x128x6", 0.93, launch<128, 128, 6, false, false, 1>},  // 192 KiB
     {128, 128, 1, false, "ping128x128x6", 0.00, launch<128, 128, 6, true, false, 1>},   // 192 KiB
     {64, 256, 1, false, "ping64x256x5", 0.00, launch<64, 256, 5, true, false, 1>},      // 200 KiB
     {128, 256, 1, true, "coop128x256x3f", 0.00, launch<128, 256, 3, false, true, 1>},   // 192 KiB, fp32 A

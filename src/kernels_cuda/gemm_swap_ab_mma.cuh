@@ -1,0 +1,129 @@
+#pragma once
+// The swap-AB GEMM on mma.sync (gemm_swap_ab.cu has the why and the bits): the same producer and
+// ring as the wgmma kernel (gemm_swap_ab_kernel.cuh), but each consumer warp owns 16 output columns
+// (16 rows of W, mma.sync's m16 side) and takes A's rows as n8 tiles. For long K with few columns
+// (out_proj: K = 5120, 2560 columns) the chain of K/16 dependent steps per output bounds the pass,
+// and a dependent mma.sync step is several times shorter than a dependent wgmma step; 16 columns
+// per warp also make 4× more blocks than 64 per warpgroup. The fragments of box b + 1 are read
+// (and its stage released) while the tensor cores run box b's steps.
+#include "kernels_cuda/gemm_swap_ab_kernel.cuh"
+
+namespace parity::cuda::swap_ab {
+
+// CW consumer warps (16 output columns each), NT rows of A per block (8, 16 or 32: n8 tiles whose
+// fragments for a whole box stay in registers), BPS blocks per SM.
+template <int CW, int NT, int BPS>
+struct MmaConfig {
+  static constexpr int kCols = 16 * CW;
+  static constexpr int kThreads = 32 * CW + 32;  // the producer warp last
+  static constexpr int kWBytes = kCols * 128;    // a 64-deep box of the block's W rows: 2 KiB a warp
+  static constexpr int kXBytes = NT * 128;       // a 64-deep box of A's rows in bf16
+  static constexpr int kStageBytes = kWBytes + kXBytes;
+  static constexpr int kRing = BPS == 1 ? 200 * 1024 : BPS == 2 ? 108 * 1024 : BPS == 4 ? 52 * 1024 : 24 * 1024;
+  static constexpr int kStages = kRing / kStageBytes < kMaxStages ? kRing / kStageBytes : kMaxStages;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
+  static_assert(NT == 8 || NT == 16 || NT == 32, "n8 tiles held for a whole box");
+  static_assert(kStageBytes % 1024 == 0, "every box swizzle-aligned");
+  static_assert(kStages >= 3, "one stage being read, one in flight, one filling");
+};
+
+template <int CW, int NT, int BPS>
+__global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
+    swap_ab_mma_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, int M,
+                       int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc) {
+  using Cfg = MmaConfig<CW, NT, BPS>;
+  constexpr int S = Cfg::kStages, T = NT / 8;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ u64 full[S], empty[S];
+  const unsigned ring = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n0 = blockIdx.x * Cfg::kCols, m0 = blockIdx.y * NT;
+  const int kboxes = (K + 63) / 64, whole = K / 64;  // K is a multiple of 32
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      ptx::mbar_init(&full[s], 1);    // the producer's expect_tx arrival
+      ptx::mbar_init(&empty[s], CW);  // one arrival per consumer warp
+    }
+    ptx::mbar_init_fence();
+  }
+  __syncthreads();
+  if (warp == CW) {
+    if (lane == 0) produce<S, Cfg::kStageBytes, Cfg::kWBytes, false>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0);
+    return;
+  }
+
+  // A box's operands. a[kk]: m16n8k16's A fragment of step kk (this warp's 16 W rows); b[kk][j]: the
+  // B fragment of step kk for n8 tile j (A's rows 8j..8j+7).
+  struct Frag {
+    unsigned a[4][4];
+    unsigned b[4][T][2];
+  };
+  // ldmatrix addresses in the 128-byte swizzle (chunk c of box row r at chunk c ^ (r % 8)). W: lanes
+  // 0-15 rows 0-15 of the warp's tile at chunk 2kk, lanes 16-31 the same rows at chunk 2kk + 1
+  // (registers a0..a3). A's rows: lanes address row 8j + lane % 8 at chunk 4p + lane / 8 (registers:
+  // b0, b1 of step 2p, then of step 2p + 1).
+  const int wr = 16 * warp + lane % 16, xr = lane % 8;
+  auto load = [&](Frag& f, int b) {
+    const int s = b % S;
+    ptx::mbar_wait(&full[s], (b / S) & 1);
+    const unsigned st = ring + s * Cfg::kStageBytes, xs = st + Cfg::kWBytes;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) ptx::ldmatrix_x4(st + wr * 128 + (((2 * kk + lane / 16) ^ (wr & 7)) << 4), f.a[kk]);
+#pragma unroll
+    for (int j = 0; j < T; ++j)
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        unsigned r[4];
+        ptx::ldmatrix_x4(xs + (8 * j + xr) * 128 + (((4 * p + lane / 8) ^ xr) << 4), r);
+        f.b[2 * p][j][0] = r[0];
+        f.b[2 * p][j][1] = r[1];
+        f.b[2 * p + 1][j][0] = r[2];
+        f.b[2 * p + 1][j][1] = r[3];
+      }
+    // The fragments are read: the stage may be refilled (the arrival orders the reads before it).
+    __syncwarp();
+    if (lane == 0) ptx::mbar_arrive(&empty[s]);
+  };
+
+  float acc[T][4];
+#pragma unroll
+  for (int j = 0; j < T; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+  Frag cur, nxt;
+  load(cur, 0);
+  for (int b = 0; b < kboxes; ++b) {
+    // Step 0 of box b, then box b + 1's loads (issued while step 0's result is pending: the next
+    // step depends on it), then steps 1..3. A 32-deep last box runs its two real steps only (a step
+    // on zeros could turn a -0 accumulator into +0).
+#pragma unroll
+    for (int j = 0; j < T; ++j) ptx::mma_bf16(acc[j], cur.a[0], cur.b[0][j]);
+    if (b + 1 < kboxes) load(nxt, b + 1);
+    const bool four = b < whole;
+#pragma unroll
+    for (int kk = 1; kk < 4; ++kk)
+      if (kk < 2 || four)
+#pragma unroll
+        for (int j = 0; j < T; ++j) ptx::mma_bf16(acc[j], cur.a[kk], cur.b[kk][j]);
+    cur = nxt;
+  }
+
+  // acc[j][2h + e]: tile row g + 8h (output column n), tile column 2q + e of n8 tile j (row m of A).
+  const int g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int n = n0 + 16 * warp + g + 8 * h;
+    if (n >= N) continue;
+    const float bn = bias ? bias[n] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < T; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int m = m0 + 8 * j + 2 * q + e;
+        if (m < M) C[static_cast<std::size_t>(m) * ldc + n] = bias ? acc[j][2 * h + e] + bn : acc[j][2 * h + e];
+      }
+  }
+}
+
+}  // namespace parity::cuda::swap_ab
