@@ -473,7 +473,7 @@ void BM_CudaGemmWgmma(benchmark::State& state) {
   });
 }
 BENCHMARK(BM_CudaGemmWgmma)
-    ->ArgsProduct({{128, 512, 4096}, {0, 1, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}})
+    ->ArgsProduct({{128, 512, 4096}, {0, 1, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -715,7 +715,7 @@ void BM_CudaMoePrefillGemm(benchmark::State& state) {
   state.SetLabel(path < 0 ? "mma grouped tiles" : cuda::gemm_wgmma_tile_name(path));
 }
 BENCHMARK(BM_CudaMoePrefillGemm)
-    ->ArgsProduct({{0, 1}, {-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}})
+    ->ArgsProduct({{0, 1}, {-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -34,7 +34,7 @@
 #include "kernels_cuda/ptx.cuh"
 #include "kernels_cuda/tensor_map.h"
 #include "kernels_cuda/wgmma.cuh"
-#include "kernels_cuda/wgmma_rs.cuh"
+#include "kernels_cuda/wgmma_extra.cuh"
 
 namespace parity::cuda {
 namespace {
@@ -154,6 +154,12 @@ __device__ __forceinline__ void f32_fragment(unsigned stage, int r, int g, int q
   for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const std::uint32_t*>(&p[i]);
 }
 
+template <int N>
+__device__ __forceinline__ void mma_ss_any(float (&d)[N / 2], std::uint64_t da, std::uint64_t db) {
+  if constexpr (N == 160 || N == 192) wgmma::mma_ss_wide<N>(d, da, db);
+  else wgmma::mma_ss<N>(d, da, db);
+}
+
 // A block of a cluster leaves only with its peer: until then the peer may still arrive on its
 // barriers. Every thread of both blocks passes here once.
 template <int CL>
@@ -169,6 +175,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                            int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc,
                            bool pair_store, const int32_t* __restrict__ offsets, int groups) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  // Launched with programmatic serialization: the launch and the block set-up overlap the kernel
+  // before (the bf16 pre-pass), and every thread waits here until that kernel has completed and its
+  // writes are visible, before any read of global memory (offsets, A, W, bias) or any store.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   using T = WgTile<BM, BN, STAGES, PING, F32A, CL>;
   extern __shared__ unsigned char smem_raw[];
   const unsigned raw = ptx::smem_addr(smem_raw);
@@ -285,7 +295,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           } else {
 #pragma unroll
             for (int mi = 0; mi < T::MW; ++mi)
-              wgmma::mma_ss<BN>(acc[mi], wgmma::desc_k_sw128(a + (row0 + 64 * mi) * 128) + 2 * k, db + 2 * k);
+              mma_ss_any<BN>(acc[mi], wgmma::desc_k_sw128(a + (row0 + 64 * mi) * 128) + 2 * k, db + 2 * k);
           }
         }
       wgmma::commit_group();
@@ -404,13 +414,15 @@ void launch(const Launch& l) {
   cfg.blockDim = dim3(kThreads, 1, 1);
   cfg.dynamicSmemBytes = T::kSmemBytes;
   cfg.stream = l.s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = CL;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = CL;
+  attr[1].val.clusterDim.y = 1;
+  attr[1].val.clusterDim.z = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = CL > 1 ? 1 : 0;
+  cfg.numAttrs = CL > 1 ? 2 : 1;
   cuda_check(cudaLaunchKernelEx(&cfg, kernel, a_map, w_map, l.M, l.K, l.N, l.bias, l.C, l.ldc, l.pair_store,
                                 l.offsets, l.groups),
              "gemm_bf16_wgmma launch");
@@ -438,6 +450,8 @@ const TileChoice kTiles[] = {
     {128, 128, 2, false, "ping128x128x6c2", 0.00, launch<128, 128, 6, true, false, 2>},   // ping-pong, W multicast
     {64, 256, 2, false, "ping64x256x5c2", 0.00, launch<64, 256, 5, true, false, 2>},
     {64, 256, 2, true, "ping64x256x4fc2", 0.00, launch<64, 256, 4, true, true, 2>},
+    {128, 192, 1, false, "coop128x192x5", 0.00, launch<128, 192, 5, false, false, 1>},  // 200 KiB
+    {128, 160, 1, false, "coop128x160x6", 0.00, launch<128, 160, 6, false, false, 1>},  // 216 KiB
 };
 constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
 
