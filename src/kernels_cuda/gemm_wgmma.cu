@@ -455,23 +455,57 @@ const TileChoice kTiles[] = {
 };
 constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
 
-// Persistent blocks each take every sms-th tile one after the other: the pass costs the most
-// tiles a block takes times a tile's work over its rate. A function of M, N and the SM count only.
+// Persistent blocks each take every sms-th tile one after the other: a pass costs the most tiles a
+// block takes times a tile's work over its rate. A function of M, N and the SM count only.
+double pass_cost(const TileChoice& t, int M, int N, int sms) {
+  if (M <= 0) return 0;
+  const long tiles = long((M + t.bm * t.cl - 1) / (t.bm * t.cl)) * long((N + t.bn - 1) / t.bn);
+  const long slots = sms / t.cl;  // clusters
+  return double((tiles + slots - 1) / slots) * t.bm * t.bn * t.cl / t.rate;
+}
+
 int choose_tile(int M, int N) {
   const int sms = sm_count();
   int best = 0;
   double best_cost = 0;
   for (int i = 0; i < kTileCount; ++i) {
-    const TileChoice& t = kTiles[i];
-    if (t.rate <= 0) continue;
-    const long tiles = long((M + t.bm * t.cl - 1) / (t.bm * t.cl)) * long((N + t.bn - 1) / t.bn);
-    const long slots = sms / t.cl;  // clusters
-    const double cost = double((tiles + slots - 1) / slots) * t.bm * t.bn * t.cl / t.rate;
+    if (kTiles[i].rate <= 0) continue;
+    const double cost = pass_cost(kTiles[i], M, N, sms);
     if (i == 0 || cost < best_cost) {
       best = i;
       best_cost = cost;
     }
   }
+  return best;
+}
+
+// A dense pass may be cut by rows into two launches on two tiles: rows [0, rows_first) on `first`,
+// the rest on `second`, so that neither leaves most of a last round of blocks idle (out_proj at
+// M = 4096: 320 tiles of 128×256 are 2.4 rounds on 132 SMs, 640 of 128×128 are 4.8; 26 block rows
+// of 128×256 then 6 of 128×128 are 2.0 + 0.9). Each row is still computed whole by one tile, so the
+// bits are those of either tile alone. Chosen from M, N and the SM count only; a second launch must
+// save more than kLaunchCost of work units to be worth it.
+struct Plan {
+  int first, second, rows_first;
+};
+constexpr double kLaunchCost = 16;
+Plan choose_plan(int M, int N) {
+  const int sms = sm_count();
+  Plan best{choose_tile(M, N), 0, M};
+  double best_cost = pass_cost(kTiles[best.first], M, N, sms);
+  for (int a = 0; a < kTileCount; ++a)
+    for (int b = 0; b < kTileCount; ++b) {
+      const TileChoice &ta = kTiles[a], &tb = kTiles[b];
+      if (a == b || ta.rate <= 0 || tb.rate <= 0 || ta.f32a || tb.f32a) continue;
+      const int step = ta.bm * ta.cl;
+      for (int m1 = step; m1 < M; m1 += step) {
+        const double cost = pass_cost(ta, m1, N, sms) + pass_cost(tb, M - m1, N, sms) + kLaunchCost;
+        if (cost < best_cost) {
+          best = Plan{a, b, m1};
+          best_cost = cost;
+        }
+      }
+    }
   return best;
 }
 
@@ -525,7 +559,21 @@ bool gemm_wgmma_fits(const float* A, int K, int lda, const void* W) { return gem
 void gemm_bf16_wgmma(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
                      cudaStream_t s) {
   if (M <= 0 || N <= 0) return;
-  run_tile(choose_tile(M, N), A, M, K, lda, W, N, bias, C, ldc, s);
+  const Plan plan = choose_plan(M, N);
+  if (plan.rows_first >= M) {
+    run_tile(plan.first, A, M, K, lda, W, N, bias, C, ldc, s);
+    return;
+  }
+  // Two launches on one bf16 copy of A (both tiles take the pre-pass's copy: choose_plan skips fp32-A tiles).
+  const bool pair_store = ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(C) % 8 == 0;
+  const int m1 = plan.rows_first;
+  with_bf16_rows(A, M, K, lda, s, [&](const void* a16) {
+    kTiles[plan.first].run(Launch{A, a16, m1, K, lda, W, N, bias, C, ldc, pair_store, s});
+    const auto* rest = static_cast<const unsigned char*>(a16) + std::size_t(m1) * K * 2;
+    kTiles[plan.second].run(Launch{A + std::size_t(m1) * lda, rest, M - m1, K, lda, W, N, bias,
+                                   C + std::size_t(m1) * ldc, ldc, pair_store, s});
+  });
+  check_launch("gemm_bf16_wgmma");
 }
 
 int gemm_wgmma_tile_count() { return kTileCount; }
