@@ -2,6 +2,7 @@
 // schedule at TP = 2 (with the plain-mode companion), TP = 2 stays within a stated tolerance of TP = 1,
 // thread counts do not move TP = 2's bits, splits that do not fit are refused, and the collective sums
 // in rank order.
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "model/in_process_collective.h"
 #include "model/tensor_parallel_model.h"
 #include "test_support.h"
+#include "tp_compare_support.h"
 
 using namespace parity;
 using model::ScanMode;
@@ -38,29 +40,14 @@ std::vector<int32_t> tokens(int n, int vocab, uint32_t seed) {
   return t;
 }
 
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  float m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
-
 class TensorParallel : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TensorParallel, Tp2LogitsWithinToleranceOfTp1) {
   const auto& one = test::cached_model(GetParam());
   const auto& two = test::cached_model(GetParam(), {}, 2);
   EXPECT_EQ(two.probe_points().size(), one.probe_points().size());
-  const auto t = tokens(3 * one.chunk_size() + 5, one.vocab_size(), 7);
-  for (ScanMode mode : {ScanMode::Exact, ScanMode::Plain}) {
-    SCOPED_TRACE(engine::mode_name(mode));
-    const auto a = model::score_all_rows(one, t, mode), b = model::score_all_rows(two, t, mode);
-    ASSERT_EQ(a.size(), b.size());
-    const float d = max_abs_diff(a, b);
-    std::fprintf(stderr, "[ tp2-tp1  ] %s %s: max |logit delta| %.3g\n", GetParam().c_str(), engine::mode_name(mode),
-                 double(d));
-    EXPECT_LE(d, kTpLogitTolerance);
-    EXPECT_FALSE(test::same_bits(a, b)) << "TP = 2 is expected to differ from TP = 1 in the last bits";
-  }
+  test::expect_tp2_near_tp1(one, two, tokens(3 * one.chunk_size() + 5, one.vocab_size(), 7), GetParam(),
+                            test::max_abs_bound(kTpLogitTolerance));
 }
 
 TEST_P(TensorParallel, ExactModeBitIdenticalInEveryGateScenarioAtTp2) {
@@ -120,6 +107,45 @@ INSTANTIATE_TEST_SUITE_P(Models, TensorParallel,
                          ::testing::Values("builtin:tiny-g2", "builtin:tiny-hybrid-g2", "builtin:tiny-nemotron-h",
                                            "builtin:tiny-falcon-h1"),
                          test::builtin_param_name);
+
+// What a check reports when run on purpose where it must fail; the failures are not this test's.
+template <class F>
+std::vector<std::string> failures_of(F check) {
+  ::testing::TestPartResultArray results;
+  {
+    ::testing::ScopedFakeTestPartResultReporter intercept(
+        ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &results);
+    check();
+  }
+  std::vector<std::string> out;
+  for (int i = 0; i < results.size(); ++i) out.push_back(results.GetTestPartResult(i).message());
+  return out;
+}
+
+bool any_contains(const std::vector<std::string>& messages, const std::string& what) {
+  for (const std::string& m : messages)
+    if (m.find(what) != std::string::npos) return true;
+  return false;
+}
+
+// The companion of the shared comparisons (tp_compare_support.h), which the CPU and the GPU tests both rely
+// on: each fails where it must, so their passes above mean something.
+TEST(TensorParallelCompare, TheSharedChecksFailOnAnUnsplitModelAndOnAGapPastTheirBound) {
+  const auto& one = test::cached_model("builtin:tiny-g2");
+  const auto& two = test::cached_model("builtin:tiny-g2", {}, 2);
+  const auto t = tokens(one.chunk_size() + 9, one.vocab_size(), 13);
+  const auto unsplit = failures_of([&] { test::expect_tp2_near_tp1(one, one, t, "tp1 twice", test::max_abs_bound(1)); });
+  EXPECT_EQ(unsplit.size(), 2u);  // exact and plain
+  EXPECT_TRUE(any_contains(unsplit, "was the model split at all")) << ::testing::PrintToString(unsplit);
+  const auto tight =
+      failures_of([&] { test::expect_tp2_near_tp1(one, two, t, "tight", test::relative_bound(1e-12)); });
+  EXPECT_EQ(tight.size(), 2u);
+  EXPECT_TRUE(any_contains(tight, "(TP 2) vs")) << ::testing::PrintToString(tight);
+  EXPECT_FALSE(failures_of([&] { test::expect_tp2_captures_near_tp1(one, two, t, "tight", 1e-12); }).empty());
+  EXPECT_FALSE(
+      failures_of([&] { test::expect_tp2_replacement_near_tp1(one, two, t, "tight", test::max_abs_bound(1e-12f)); })
+          .empty());
+}
 
 std::string load_error(const std::string& spec, int tp) {
   try {

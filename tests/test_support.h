@@ -27,6 +27,7 @@
 #include "model/model.h"
 #include "model/model_options.h"
 #include "model/tensor_parallel_model.h"
+#include "float_compare.h"  // same_bits
 
 namespace parity::test {
 
@@ -113,14 +114,6 @@ inline CliResult run_cli(const std::string& args) {
   return r;
 }
 
-// Bit-for-bit equality of float arrays (memcmp: -0 differs from 0, a NaN equals its own bits).
-// n == 0 compares nothing, so empty vectors' null data() never reaches memcmp.
-inline bool same_bits(const float* a, const float* b, std::size_t n) {
-  return n == 0 || std::memcmp(a, b, n * sizeof(float)) == 0;
-}
-inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && same_bits(a.data(), b.data(), a.size());
-}
 // How many of n floats differ in their bits.
 inline std::size_t count_bit_mismatches(const float* a, const float* b, std::size_t n) {
   std::size_t bad = 0;

@@ -2,7 +2,8 @@
 // GraniteMoeHybridForCausalLM on the GPU: the network of model/hybrid_model.cpp for Granite (Mamba2
 // and attention layers, each followed by the shared SwiGLU MLP plus the top-k MoE, µP
 // multipliers), weights uploaded once, every step run by src/kernels_cuda. The Mamba layers are
-// CudaMamba2Model's mixer (the same kernels and grid), attention is kernels_cuda/attention.h over
+// CudaMambaMixer (cuda_mamba_mixer.h, as CudaMamba2Model's), the final norm and lm_head CudaLmHead
+// (cuda_lm_head.h), attention is kernels_cuda/attention.h over
 // the device KV blocks of DeviceState, the MoE is kernels_cuda/moe.h in the Direct router-override
 // pattern or kernels_cuda/moe_dense.h in the Fused one (CudaModelOptions::moe_routing; the same
 // bits). Probe points copy to and from the host only when a hook asks; the router point asks for
@@ -14,10 +15,14 @@
 #include <vector>
 
 #include "backend_cuda/backend.h"
+#include "backend_cuda/cuda_lm_head.h"
+#include "backend_cuda/cuda_mamba_mixer.h"
 #include "backend_cuda/decode_graphs.h"
 #include "backend_cuda/device_collective.h"
 #include "backend_cuda/device_probe.h"
 #include "backend_cuda/device_state.h"
+#include "backend_cuda/device_weight.h"
+#include "backend_cuda/pass_inputs.h"
 #include "backend_cuda/step_profile.h"
 #include "io/granite_config.h"
 #include "io/hf_config.h"
@@ -63,44 +68,34 @@ class CudaHybridModel : public model::Model {
   void set_step_profile(StepProfile* p) { profile_ = p; }
   model::MoeRoutingPattern moe_routing() const { return moe_routing_; }
 
-  // A GEMM weight on the device: bf16 (rows padded to whole 16-row strips) or fp32.
-  struct Weight {
-    cuda::DeviceBuffer<uint16_t> bf16;
-    cuda::DeviceBuffer<float> f32;
-    int rows = 0;
-  };
-
  private:
   struct Layer {
     bool mamba = true;
-    int ordinal = 0;  // among the layers of its kind: DeviceState's Mamba layer or KV layer
+    int ordinal = 0;  // among the layers of its kind: the mixer's (and DeviceState's) Mamba layer, or KV layer
     cuda::DeviceBuffer<float> input_norm, post_norm;
-    // Mamba
-    Weight in_proj, out_proj;
-    cuda::DeviceBuffer<float> in_proj_bias, out_proj_bias, conv_w, conv_b, dt_bias, A, D, gate_norm;
-    // attention
-    Weight q, k, v, o;
+    // attention (a Mamba layer's weights are mixer_'s)
+    DeviceWeight q, k, v, o;
     cuda::DeviceBuffer<float> q_bias, k_bias, v_bias, o_bias;
     // feed-forward
-    Weight router, shared_in, shared_out;
+    DeviceWeight router, shared_in, shared_out;
     cuda::DeviceBuffer<uint16_t> experts_in_bf16, experts_out_bf16;  // [E][2F][H], [E][H][F]
     cuda::DeviceBuffer<float> experts_in_f32, experts_out_f32;
   };
   struct Names {
-    std::string layer, mixer, in_proj, conv1d, dt, norm, q, k, v, router, moe, shared;
+    std::string layer, mixer, q, k, v, router, moe, shared;
   };
   // Activations and the pass's metadata (device buffers and their pinned staging), reused across
   // passes. The eager set grows to the largest pass; the graph set grows only to a larger bucket or
   // longer block tables, and then every graph is dropped (they froze its addresses).
   struct Scratch {
-    cuda::DeviceBuffer<float> resid, normed, out, ffn, zx, xbc, dt, y, g, ssd, q, k, v, attn, logits_r, gates, gu,
-        act, head, logits, attn_scratch;
+    cuda::DeviceBuffer<float> resid, normed, out, ffn, q, k, v, attn, logits_r, gates, gu, act, attn_scratch;
     cuda::DeviceBuffer<float> dense;  // the Fused pattern's affinities [T][E]
-    cuda::DeviceBuffer<int32_t> ints, tables, work, idx;
-    cuda::DeviceBuffer<int64_t> starts;
-    cuda::PinnedBuffer<int32_t> h_ints, h_tables, h_work;
-    cuda::PinnedBuffer<int64_t> h_starts;
+    cuda::DeviceBuffer<int32_t> tables, work, idx;
+    cuda::PinnedBuffer<int32_t> h_tables, h_work;
     cuda::MoeWorkspace moe;
+    MambaScratch mamba;
+    LmHeadScratch head;
+    PassInputs in;
   };
   // What forward mutates (forward is const: the engine runs one pass at a time).
   struct Run {
@@ -116,18 +111,12 @@ class CudaHybridModel : public model::Model {
     cuda::AttnWork work;  // empty: every row by the row kernel
   };
 
-  void gemm(const float* A, int M, int K, const Weight& w, int N, const cuda::DeviceBuffer<float>& bias, float* C,
-            cudaStream_t s) const;
-  cuda::SsdShape mamba_shape() const {
-    return {mamba_cfg_.num_heads, mamba_cfg_.head_dim, mamba_cfg_.state_size, mamba_cfg_.n_groups};
-  }
-  // Every activation of a T-row pass (the SSD scratch depends on the pass's cell tasks: sized apart).
-  void reserve(Scratch& sc, int T, int head_rows) const;
+  // Every activation of a T-row pass with R logit rows (the SSD scratch depends on the pass's cell
+  // tasks: sized apart).
+  void reserve(Scratch& sc, int T, int R, bool probe_head) const;
   // Embedding and every layer over the pass's T rows, into sc.resid.
   void enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, const int32_t* tokens, int T, DeviceState& ds,
                       const cuda::ScanGrid& grid, const AttnPass& ap, const DeviceProbe& probe, cudaStream_t st) const;
-  // The final norm, lm_head and logits_scaling over `rows` rows of x (may be sc.head): sc.head, sc.logits.
-  void enqueue_head(Scratch& sc, const float* x, int rows, const DeviceProbe& probe, cudaStream_t st) const;
   void forward_eager(const model::ForwardBatch& b, cache::ModelCache& mc, DeviceState& ds, const cuda::ScanGrid& grid,
                      float* logits, model::ProbeHooks* hooks) const;
   void forward_graph(const model::ForwardBatch& b, cache::ModelCache& mc, DeviceState& ds, const cuda::ScanGrid& grid,
@@ -136,13 +125,14 @@ class CudaHybridModel : public model::Model {
                                                 const io::Mamba2Config& mamba, const CudaModelOptions& opt);
 
   io::GraniteHybridConfig cfg_;
-  io::Mamba2Config mamba_cfg_;
   std::string arch_ = "GraniteMoeHybridForCausalLM";
   std::string origin_;
   cache::ModelCacheSpec spec_;
   bool fp32_ = false;
-  Weight embed_, lm_head_;
-  cuda::DeviceBuffer<float> norm_, inv_freq_;
+  DeviceWeight embed_;  // also the tied lm_head
+  CudaLmHead head_;     // model.norm, lm_head, logits_scaling
+  cuda::DeviceBuffer<float> inv_freq_;
+  CudaMambaMixer mixer_;  // every Mamba layer's mixer; its config is the mixer shape (empty without Mamba layers)
   std::vector<Layer> layers_;
   std::vector<Names> names_;
   std::vector<std::string> probe_names_;  // every probe point: a pass wanting any runs eagerly

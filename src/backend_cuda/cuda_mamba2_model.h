@@ -9,10 +9,14 @@
 #include <vector>
 
 #include "backend_cuda/backend.h"
+#include "backend_cuda/cuda_lm_head.h"
+#include "backend_cuda/cuda_mamba_mixer.h"
 #include "backend_cuda/decode_graphs.h"
 #include "backend_cuda/device_collective.h"
 #include "backend_cuda/device_probe.h"
 #include "backend_cuda/device_state.h"
+#include "backend_cuda/device_weight.h"
+#include "backend_cuda/pass_inputs.h"
 #include "backend_cuda/step_profile.h"
 #include "io/hf_config.h"
 #include "kernels_cuda/device_buffer.h"
@@ -22,11 +26,6 @@
 #include "model/model.h"
 
 namespace parity::backend_cuda {
-
-// Scan cell of the GPU: exact mode's default (chosen by measurement, docs/performance.md "CUDA")
-// and plain mode's chunk, which restarts at each call like vLLM's chunk_size grid.
-inline constexpr int kCudaDefaultExactCell = 16;
-inline constexpr int kCudaPlainCell = cuda::kMaxCell;
 
 class CudaMamba2Model : public model::Model {
  public:
@@ -57,20 +56,14 @@ class CudaMamba2Model : public model::Model {
   void set_step_profile(StepProfile* p) { profile_ = p; }
 
  private:
-  struct Layer {
-    cuda::DeviceBuffer<uint16_t> in_proj_bf16, out_proj_bf16;
-    cuda::DeviceBuffer<float> in_proj_f32, out_proj_f32;
-    cuda::DeviceBuffer<float> in_proj_bias, out_proj_bias, conv_w, conv_b, dt_bias, A, D, gate_norm, norm;
-  };
   // Activations and the pass's metadata (device buffers and their pinned staging), reused across
   // passes. The eager set grows to the largest pass; the graph set grows only to a larger bucket,
   // and then every graph is dropped (they froze its addresses).
   struct Scratch {
-    cuda::DeviceBuffer<float> resid, normed, zx, xbc, dt, y, g, out, ssd, head, logits;
-    cuda::DeviceBuffer<int32_t> ints;
-    cuda::DeviceBuffer<int64_t> starts;
-    cuda::PinnedBuffer<int32_t> h_ints;
-    cuda::PinnedBuffer<int64_t> h_starts;
+    cuda::DeviceBuffer<float> resid, normed, out;
+    MambaScratch mamba;
+    LmHeadScratch head;
+    PassInputs in;
   };
   // What forward mutates (forward is const: the engine runs one pass at a time).
   struct Run {
@@ -80,20 +73,16 @@ class CudaMamba2Model : public model::Model {
     DecodeGraphs graphs;
   };
 
-  cuda::SsdShape shape() const { return {cfg_.num_heads, cfg_.head_dim, cfg_.state_size, cfg_.n_groups}; }
-  // Every activation of a T-row pass (the SSD scratch depends on the pass's cell tasks: sized apart).
-  void reserve(Scratch& sc, int T, int head_rows) const;
+  // Every activation of a T-row pass with R logit rows (the SSD scratch depends on the pass's cell
+  // tasks: sized apart).
+  void reserve(Scratch& sc, int T, int R, bool probe_head) const;
   // Embedding and every layer over the pass's T rows, into sc.resid.
   void enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, const int32_t* tokens, int T, DeviceState& ds,
                       const cuda::ScanGrid& grid, const DeviceProbe& probe, cudaStream_t st) const;
-  // norm_f and lm_head over `rows` rows of x [rows][D] (may be sc.head): sc.head, then sc.logits.
-  void enqueue_head(Scratch& sc, const float* x, int rows, const DeviceProbe& probe, cudaStream_t st) const;
   void forward_eager(const model::ForwardBatch& b, DeviceState& ds, const cuda::ScanGrid& grid, float* logits,
                      model::ProbeHooks* hooks) const;
   void forward_graph(const model::ForwardBatch& b, DeviceState& ds, const cuda::ScanGrid& grid, int bucket,
                      float* logits) const;
-  void gemm(const float* A, int M, int K, const cuda::DeviceBuffer<uint16_t>& wb, const cuda::DeviceBuffer<float>& wf,
-            int N, const cuda::DeviceBuffer<float>& bias, float* C, cudaStream_t st) const;
   static std::unique_ptr<CudaMamba2Model> build(const model::Checkpoint& ck, const io::Mamba2Config& c,
                                                 const CudaModelOptions& opt);
 
@@ -101,15 +90,12 @@ class CudaMamba2Model : public model::Model {
   std::string arch_ = "Mamba2ForCausalLM";
   std::string origin_;
   cache::ModelCacheSpec spec_;
-  bool fp32_ = false;
-  cuda::DeviceBuffer<uint16_t> embed_bf16_;  // [V][D], also the tied lm_head
-  cuda::DeviceBuffer<float> embed_f32_;      // fp32 path
-  cuda::DeviceBuffer<uint16_t> lm_head_bf16_;
-  cuda::DeviceBuffer<float> lm_head_f32_;
-  cuda::DeviceBuffer<float> norm_f_;
-  std::vector<Layer> layers_;
+  DeviceWeight embed_;  // [V][D], also the tied lm_head
+  CudaLmHead head_;    // norm_f, lm_head
+  std::vector<cuda::DeviceBuffer<float>> norms_;  // each layer's pre-norm [D]
+  CudaMambaMixer mixer_;
   struct Names {
-    std::string in_proj, conv1d, dt, norm, mixer, block;
+    std::string mixer, block;
   };
   std::vector<Names> names_;
   std::vector<std::string> probe_names_;  // every probe point: a pass wanting any runs eagerly

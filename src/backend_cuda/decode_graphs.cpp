@@ -1,5 +1,6 @@
 #include "backend_cuda/decode_graphs.h"
 
+#include "backend_cuda/pass_inputs.h"
 #include "kernels_cuda/cuda_check.h"
 
 namespace parity::backend_cuda {
@@ -28,7 +29,7 @@ bool any_probe_wanted(const model::ProbeHooks* hooks, const std::vector<std::str
 PaddedDecode pad_decode(const model::ForwardBatch& b, int bucket, int scratch_slot) {
   PaddedDecode p;
   p.tokens = b.tokens;
-  for (const model::SeqChunk& q : b.seqs) p.spans.push_back({q.slot, q.start, q.n});
+  p.spans = seq_spans(b);
   // Position 1, not 0: a padding row is a decode row like the others (the same launch shapes),
   // and it never asks for its slot to be cleared.
   for (int s = static_cast<int>(b.seqs.size()); s < bucket; ++s) {

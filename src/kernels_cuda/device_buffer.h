@@ -44,9 +44,14 @@ class DeviceBuffer {
   void zero(cudaStream_t s = nullptr) {
     if (n_) cuda_check(cudaMemsetAsync(p_, 0, n_ * sizeof(T), s), "cudaMemsetAsync");
   }
+  // From pageable memory cudaMemcpy may return once the bytes are staged, before the DMA lands, and
+  // the kernels run on non-blocking streams that do not wait for the legacy stream: wait for it here,
+  // so that whatever is enqueued after upload() returns reads the new contents (a test's collective
+  // once read a rank's partial before it arrived).
   void upload(const T* src, std::size_t n) {
     resize(n);
     cuda_check(cudaMemcpy(p_, src, n * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy to device");
+    cuda_check(cudaStreamSynchronize(cudaStreamLegacy), "cudaMemcpy to device (wait)");
   }
   void upload(const std::vector<T>& v) { upload(v.data(), v.size()); }
   std::vector<T> download(std::size_t n) const {

@@ -14,6 +14,7 @@
 
 #include "common/dtype.h"
 #include "kernels_cuda/ops.h"
+#include "tests/float_compare.h"  // same_bits, relative_error
 
 #define PARITY_REQUIRE_GPU()                                                             \
   do {                                                                                   \
@@ -46,23 +47,6 @@ inline std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> o(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) o[i] = f32_to_bf16(v[i]);
   return o;
-}
-
-// ‖got − ref‖ / ‖ref‖ over all elements (Frobenius), in double.
-inline double relative_error(const std::vector<float>& got, const float* ref) {
-  double n = 0, d = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double e = double(got[i]) - ref[i];
-    n += e * e;
-    d += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(n / d);
-}
-
-inline bool same_bits(const float* a, const float* b, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i)
-    if (std::memcmp(a + i, b + i, 4) != 0) return false;
-  return true;
 }
 
 // Empty when a and b hold the same bits; else how many elements differ and the first one: its

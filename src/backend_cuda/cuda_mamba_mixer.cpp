@@ -1,0 +1,95 @@
+#include "backend_cuda/cuda_mamba_mixer.h"
+
+#include "kernels/math.h"
+#include "model/weight_loading.h"
+
+namespace parity::backend_cuda {
+namespace {
+
+std::vector<float> tensor(const model::Checkpoint& ck, const std::string& name, std::vector<int64_t> shape) {
+  return model::widen(model::need_tensor(ck, name, shape));
+}
+
+}  // namespace
+
+void CudaMambaMixer::add_layer(const model::Checkpoint& ck, const std::string& p) {
+  const io::Mamba2Config& c = cfg_;
+  const int64_t hidden = c.hidden_size, I = c.intermediate_size, H = c.num_heads;
+  const int64_t conv = c.conv_dim(), proj = c.in_proj_dim();
+  Layer L;
+  upload_weight(fp32_, tensor(ck, p + "in_proj.weight", {proj, hidden}), static_cast<int>(proj), L.in_proj);
+  if (c.use_bias) upload_f32(L.in_proj_bias, tensor(ck, p + "in_proj.bias", {proj}));
+  upload_f32(L.conv_w, tensor(ck, p + "conv1d.weight", {conv, 1, c.conv_kernel}));
+  if (c.use_conv_bias) upload_f32(L.conv_b, tensor(ck, p + "conv1d.bias", {conv}));
+  upload_f32(L.dt_bias, tensor(ck, p + "dt_bias", {H}));
+  std::vector<float> A = tensor(ck, p + "A_log", {H});
+  for (float& a : A) a = -kernels::exp_f(a);  // A = -exp(A_log), as the CPU mixer
+  upload_f32(L.A, A);
+  upload_f32(L.D, tensor(ck, p + "D", {H}));
+  upload_f32(L.gate_norm, tensor(ck, p + "norm.weight", {I}));
+  upload_weight(fp32_, tensor(ck, p + "out_proj.weight", {hidden, I}), static_cast<int>(hidden), L.out_proj);
+  if (c.use_bias) upload_f32(L.out_proj_bias, tensor(ck, p + "out_proj.bias", {hidden}));
+  L.names = {p + "in_proj", p + "conv1d", p + "dt", p + "norm"};
+  layers_.push_back(std::move(L));
+}
+
+std::vector<model::ProbePoint> CudaMambaMixer::probe_points(int layer) const {
+  const model::MixerProbeNames& n = layers_[static_cast<std::size_t>(layer)].names;
+  return {{n.in_proj, cfg_.in_proj_dim(), "in_proj output [z | xBC | dt]"},
+          {n.conv1d, cfg_.conv_dim(), "causal conv1d output over xBC, before SiLU"},
+          {n.dt, cfg_.num_heads, "raw dt (before dt_bias, softplus and clamp)"},
+          {n.norm, cfg_.intermediate_size, "gated RMSNorm output"}};
+}
+
+void CudaMambaMixer::reserve(MambaScratch& sc, int T) const {
+  const std::size_t t = static_cast<std::size_t>(T);
+  sc.zx.resize(t * cfg_.in_proj_dim());
+  sc.xbc.resize(t * cfg_.conv_dim());
+  sc.dt.resize(t * cfg_.num_heads);
+  sc.y.resize(t * cfg_.intermediate_size);
+  sc.g.resize(t * cfg_.intermediate_size);
+}
+
+void CudaMambaMixer::reserve_scan(MambaScratch& sc, const cuda::PassSeqs& ps, const cuda::ScanGrid& grid) const {
+  sc.scan.resize(cuda::ssd_scratch_floats(shape(), ps, grid));
+}
+
+void CudaMambaMixer::enqueue(int layer, const float* x, int T, float* out, const MambaPass& p) const {
+  const io::Mamba2Config& c = cfg_;
+  const Layer& L = layers_[static_cast<std::size_t>(layer)];
+  const model::MixerProbeNames& nm = L.names;
+  const int hidden = c.hidden_size, I = c.intermediate_size, H = c.num_heads;
+  const int conv = c.conv_dim(), proj = c.in_proj_dim();
+  MambaScratch& sc = p.sc;
+  const cudaStream_t st = p.st;
+
+  mark(p.profile, StepPart::MambaGemm, st);
+  gemm(x, T, hidden, L.in_proj, proj, L.in_proj_bias, sc.zx.data(), st);
+  p.probe(nm.in_proj, sc.zx.data(), T, proj, proj);
+  p.probe(nm.dt, sc.zx.data() + I + conv, T, H, proj);
+  // The conv1d point is the conv's output before SiLU: when a hook wants it, the conv runs without its
+  // fused SiLU and the SiLU runs after the visit (which may have replaced the tensor).
+  const bool probe_conv = p.probe.wants(nm.conv1d);
+  mark(p.profile, StepPart::MambaConv, st);
+  cuda::conv1d(sc.zx.data() + I, proj, conv, L.conv_w.data(), L.conv_b.size() ? L.conv_b.data() : nullptr,
+               c.conv_kernel, p.ds.conv_state(layer), p.ps, !probe_conv, sc.xbc.data(), st);
+  if (probe_conv) {
+    p.probe(nm.conv1d, sc.xbc.data(), T, conv, conv);
+    cuda::silu_inplace(sc.xbc.data(), static_cast<std::size_t>(T) * conv, st);
+  }
+  mark(p.profile, StepPart::MambaSsd, st);
+  cuda::ssd_dt(sc.zx.data() + I + conv, proj, T, H, L.dt_bias.data(), static_cast<float>(c.time_step_min_limit),
+               static_cast<float>(c.time_step_max_limit), sc.dt.data(), st);
+  cuda::ssd_scan(shape(), p.grid, p.ps, sc.xbc.data(), conv, sc.dt.data(), L.A.data(), L.D.data(), p.ds.ssd(layer),
+                 sc.scan.data(), sc.scan.size(), sc.y.data(), st);
+  mark(p.profile, StepPart::MambaNorm, st);
+  cuda::gated_rmsnorm(sc.y.data(), sc.zx.data(), proj, T, I, I / c.n_groups, L.gate_norm.data(),
+                      static_cast<float>(c.layer_norm_epsilon), c.norm_before_gate, sc.g.data(), st);
+  p.probe(nm.norm, sc.g.data(), T, I, I);
+  mark(p.profile, StepPart::MambaGemm, st);
+  gemm(sc.g.data(), T, I, L.out_proj, hidden, L.out_proj_bias, out, st);
+  // A rank's out_proj holds its rows of the reduction (its heads): the ranks' sum, in rank order.
+  p.rank.sum(out, static_cast<std::size_t>(T) * hidden, st);
+}
+
+}  // namespace parity::backend_cuda
