@@ -437,7 +437,7 @@ void BM_CudaGemmSwapAb(benchmark::State& state) {
   time_gemm(state, g, pass, state.range(3) != 0);
 }
 BENCHMARK(BM_CudaGemmSwapAb)
-    ->ArgsProduct({{1, 8, 16, 64, 256}, {0, 1, 2}, {-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 16, 17}, {0, 1}})
+    ->ArgsProduct({{1, 8, 16, 64, 256}, {0, 1, 2}, {-1, 0, 1, 2, 3, 4, 16, 17}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -473,7 +473,7 @@ void BM_CudaGemmWgmma(benchmark::State& state) {
   });
 }
 BENCHMARK(BM_CudaGemmWgmma)
-    ->ArgsProduct({{128, 512, 4096}, {0, 1, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}})
+    ->ArgsProduct({{128, 512, 4096}, {0, 1, 2}, {0, 1, 2, 3, 4, 5}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -715,7 +715,7 @@ void BM_CudaMoePrefillGemm(benchmark::State& state) {
   state.SetLabel(path < 0 ? "mma grouped tiles" : cuda::gemm_wgmma_tile_name(path));
 }
 BENCHMARK(BM_CudaMoePrefillGemm)
-    ->ArgsProduct({{0, 1}, {-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}})
+    ->ArgsProduct({{0, 1}, {-1, 0, 1, 2, 3, 4, 5}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

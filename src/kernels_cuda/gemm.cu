@@ -5,11 +5,12 @@
 // accumulator; the bias is added once at the end. The tile an element lands in, M, and the
 // element's place in the tile change nothing in that sequence, so a row's bits are the same for
 // M = 1 and M = 4096 (DESIGN.md rule 3; tests/cuda/cuda_gemm_test.cpp checks M = 1..4096). gemm()
-// picks among kernels that all compute that sequence: the swap-AB wgmma kernel for decode-sized M
-// (gemm_swap_ab.cu, up to kSwapAbMaxRows), the wgmma/TMA tiles above that (gemm_wgmma.cu), the
-// mma.sync tiles (gemm_mma.cu) for what neither takes, and the WMMA tiles here for operands those
-// cannot take (K not a multiple of 32, A or W not 16-byte aligned). The few-rows mma.sync kernel
-// (gemm_skinny.cu) stays reachable directly (tests, benchmarks) and serves gemm_grouped's few-rows case.
+// picks among kernels that all compute that sequence: the swap-AB kernel for decode-sized M
+// (gemm_swap_ab.cu: the weights as the tensor cores' 64- or 16-row side, up to kSwapAbMaxRows), the
+// wgmma/TMA tiles above that (gemm_wgmma.cu), the mma.sync tiles (gemm_mma.cu) for what neither
+// takes, and the WMMA tiles here for operands those cannot take (K not a multiple of 32, A or W not
+// 16-byte aligned). The few-rows mma.sync kernel (gemm_skinny.cu) stays reachable directly (tests,
+// benchmarks) and serves gemm_grouped's few-rows case.
 #include <mma.h>
 
 #include <cuda_bf16.h>

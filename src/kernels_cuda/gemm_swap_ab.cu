@@ -12,17 +12,16 @@
 // boxes in the 128-byte swizzle (tensor_map.h), kStages boxes ahead of the tensor cores.
 //
 // A dependent wgmma step still costs ~100 cycles (H200: out_proj's 320-step chains took ~16 µs at
-// one row, wherever the blocks ran), so for long K and few columns the "mma" variants run the same
+// one row, wherever the blocks ran), so for long K and few columns the "mma" variant runs the same
 // ring with mma.sync, the weights as its m16 side (gemm_swap_ab_mma.cuh): 16 columns per warp,
-// four times the blocks, and shorter dependent steps.
+// more blocks, and shorter dependent steps (out_proj 20.5 -> 17.1 µs at one row).
 //
 // Bits: every output element is the chain the other bf16 kernels compute (gemm.cu) — K in 16-deep
 // steps ascending into one fp32 accumulator that starts at +0, the bias added once at the end.
 // CudaWgmmaBits (tests/cuda/cuda_wgmma_bits_test.cpp) shows on the device that wgmma's k16 step
 // with the operands' roles swapped accumulates with mma.sync's bits, Dᵀ for D; the accumulators
 // start at +0 in registers and every step adds onto them (wgmma.cuh says why). A is rounded to
-// bf16 round-to-nearest-even, by the same pre-pass the mma tiles use (with_bf16_rows) or, fused,
-// by the consumers from A's fp32 boxes with the same conversion (__floats2bfloat162_rn). Rows of A
+// bf16 round-to-nearest-even by the same pre-pass the mma tiles use (with_bf16_rows). Rows of A
 // past M, W rows past N and K past the matrix arrive as zeros; the zero rows feed only outputs that
 // are never stored, and a 32-deep last box runs only its two real steps. The block's column range,
 // its rows' pass, the variant (columns per block, blocks per SM, stage count) and NT (the rows a
@@ -68,31 +67,20 @@ int row_tile_index(int M) {
   return i;
 }
 
-template <int CWG, int NT, int BPS, AFrom AF>
-void launch_with(const Args& a, const CUtensorMap& xmap) {
-  using Cfg = Config<CWG, NT, BPS, AF>;
-  auto* kernel = swap_ab_kernel<CWG, NT, BPS, AF>;
-  static std::atomic<std::uint64_t> opted{0};
-  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, opted, true);
-  const CUtensorMap wmap = bf16_rows_tensor_map_cached(a.W, a.K, a.N, Cfg::kCols);
-  const dim3 grid(static_cast<unsigned>((a.N + Cfg::kCols - 1) / Cfg::kCols), static_cast<unsigned>((a.M + NT - 1) / NT));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, a.s>>>(wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc);
-}
-
-template <int CWG, int NT, int BPS, AFrom AF>
+template <int CWG, int NT, int BPS>
 void launch(const Args& a) {
   // 256 rows keep 128 accumulators a thread: one block per SM has the registers.
   constexpr int kBPS = NT == 256 ? 1 : BPS;
-  // Fused rounding needs A's fp32 boxes in the ring: with many rows (or two warpgroups and two
-  // blocks per SM) fewer than three stages would fit, and the pre-pass takes A instead.
-  constexpr bool kFused = AF == AFrom::Fused && Config<CWG, NT, kBPS, AFrom::Fused>::kFits;
-  if constexpr (kFused) {
-    launch_with<CWG, NT, kBPS, AFrom::Fused>(a, f32_rows_tensor_map_cached(a.A, a.K, a.M, a.lda, NT));
-  } else {
-    with_bf16_rows(a.A, a.M, a.K, a.lda, a.s, [&](const void* a16) {
-      launch_with<CWG, NT, kBPS, AFrom::Prepass>(a, bf16_rows_tensor_map_cached(a16, a.K, a.M, NT));
-    });
-  }
+  using Cfg = Config<CWG, NT, kBPS>;
+  auto* kernel = swap_ab_kernel<CWG, NT, kBPS>;
+  static std::atomic<std::uint64_t> opted{0};
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, opted, true);
+  const CUtensorMap wmap = bf16_rows_tensor_map_cached(a.W, a.K, a.N, Cfg::kCols);
+  with_bf16_rows(a.A, a.M, a.K, a.lda, a.s, [&](const void* a16) {
+    const CUtensorMap xmap = bf16_rows_tensor_map_cached(a16, a.K, a.M, NT);
+    const dim3 grid(static_cast<unsigned>((a.N + Cfg::kCols - 1) / Cfg::kCols), static_cast<unsigned>((a.M + NT - 1) / NT));
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, a.s>>>(wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc);
+  });
 }
 
 // The mma.sync kernel (gemm_swap_ab_mma.cuh) for up to 32 rows; more rows take the wgmma kernel's
@@ -100,7 +88,7 @@ void launch(const Args& a) {
 template <int CW, int NT, int BPS>
 void launch_mma(const Args& a) {
   if constexpr (NT > 32) {
-    launch<1, NT, 2, AFrom::Prepass>(a);
+    launch<1, NT, 2>(a);
   } else {
     using Cfg = MmaConfig<CW, NT, BPS>;
     auto* kernel = swap_ab_mma_kernel<CW, NT, BPS>;
@@ -121,11 +109,11 @@ struct Variant {
   const char* name;
   LaunchFn by_rows[kRowTileCount];  // by row_tile_index
 };
-template <int CWG, int BPS, AFrom AF>
+template <int CWG, int BPS>
 constexpr Variant variant(const char* name) {
   return {name,
-          {launch<CWG, 8, BPS, AF>, launch<CWG, 16, BPS, AF>, launch<CWG, 32, BPS, AF>, launch<CWG, 64, BPS, AF>,
-           launch<CWG, 128, BPS, AF>, launch<CWG, 256, BPS, AF>}};
+          {launch<CWG, 8, BPS>, launch<CWG, 16, BPS>, launch<CWG, 32, BPS>, launch<CWG, 64, BPS>, launch<CWG, 128, BPS>,
+           launch<CWG, 256, BPS>}};
 }
 
 template <int CW, int BPS>
@@ -135,27 +123,33 @@ constexpr Variant mma_variant(const char* name) {
            launch_mma<CW, 128, BPS>, launch_mma<CW, 256, BPS>}};
 }
 
-// Columns per block (64: one consumer warpgroup; 128: two, sharing A's boxes), blocks per SM (two:
-// one block's ring fills while the other's drains; out_proj's 2560 columns make only 40 blocks of
-// 64, so the SM count is not what limits it), and where A is rounded to bf16 (a pre-pass, or
-// fused: "-fx").
+// Columns per block (64: one consumer warpgroup; 128: two, sharing A's boxes) and blocks per SM
+// (two: one block's ring fills while the other's drains); mma-c32-4blk: the mma.sync kernel, two
+// warps of 16 columns a block, four blocks per SM. Measured on an H200 (BM_CudaGemmSwapAb, device
+// time, µs, M = 1 / 16 / 64 / 256; in_proj 10576×2560, out_proj 2560×5120, lm_head 50288×2560):
+//                 in_proj                 out_proj                lm_head
+//   c64           25.9 26.5 29.9 44.6     20.7 21.4 24.8 35.9     73.3  74.8  82.7 140
+//   c64-2blk      22.4 22.3 22.4 44.7     20.5 21.3 23.0 35.9     67.7  70.0  74.9 139
+//   c128          22.1 23.0 22.9 37.0     24.9 26.4 30.6 57.0     68.3  70.8  76.6 112
+//   c128-2blk     19.9 20.7 25.7 37.1     20.6 21.5 30.5 57.0     69.7  72.7  78.1 112
+//   mma-c32-4blk  20.5 20.8   —    —      17.1 18.8   —    —      67.7  69.3   —    —
+// (mma-c32-4blk takes c64-2blk above 32 rows.) Dropped after that run: the same ring with A rounded
+// to bf16 by the consumers from fp32 boxes (no pre-pass launch; within 3 % at best, up to 74 %
+// slower: the rounding sits on the consumers' path), and mma.sync with 16 or 64 columns a block
+// (lm_head 126 µs; out_proj 17.4-17.7).
 const Variant kVariants[] = {
-    variant<1, 1, AFrom::Prepass>("c64"),        variant<1, 2, AFrom::Prepass>("c64-2blk"),
-    variant<2, 1, AFrom::Prepass>("c128"),       variant<2, 2, AFrom::Prepass>("c128-2blk"),
-    variant<1, 1, AFrom::Fused>("c64-fx"),       variant<1, 2, AFrom::Fused>("c64-2blk-fx"),
-    variant<2, 1, AFrom::Fused>("c128-fx"),      variant<2, 2, AFrom::Fused>("c128-2blk-fx"),
-    // mma.sync, 16 columns a warp: 16, 32 or 64 columns a block.
-    mma_variant<1, 8>("mma-c16-8blk"),           mma_variant<2, 4>("mma-c32-4blk"),
-    mma_variant<4, 2>("mma-c64-2blk"),
+    variant<1, 1>("c64"),  variant<1, 2>("c64-2blk"), variant<2, 1>("c128"), variant<2, 2>("c128-2blk"),
+    mma_variant<2, 4>("mma-c32-4blk"),
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
-constexpr int kC64TwoBlocks = 1, kC128 = 2;
+constexpr int kC64TwoBlocks = 1, kC128 = 2, kMmaC32 = 4;
 
-// The default variant, from the shapes alone (H200, BM_CudaGemmSwapAb, device time, mamba2-2.7b's
-// in_proj / out_proj / lm_head): up to 64 rows c64-2blk was the fastest or within 12 % of it on
-// every shape; at 256 rows c128 (two warpgroups share A's boxes) won by 17-20 % where its blocks
-// still cover half the SMs (in_proj, lm_head) and lost by 58 % where they do not (out_proj: 20).
+// The default variant, from the shapes alone (the table above): up to 16 rows mma-c32-4blk (the
+// fastest on out_proj and lm_head, within 4 % of c128-2blk on in_proj); up to 64 c64-2blk (the
+// fastest or tied on every shape); above, c128 where its blocks still cover half the SMs (in_proj,
+// lm_head: 17-20 % faster) and c64-2blk where they do not (out_proj's 20 blocks: 58 % slower).
 int default_variant(int M, int N) {
+  if (M <= 16) return kMmaC32;
   if (M <= 64) return kC64TwoBlocks;
   return (N + 127) / 128 >= sm_count() / 2 ? kC128 : kC64TwoBlocks;
 }

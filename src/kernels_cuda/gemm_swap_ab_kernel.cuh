@@ -3,14 +3,9 @@
 // computes Cᵀ for 64·CWG output columns (rows of W) and up to NT rows of A. One producer warp
 // streams 64-deep boxes of W (64·CWG rows) and of A (NT rows) through the TMA unit into a ring of
 // kStages stages; CWG consumer warpgroups each run one wgmma m64nNTk16 chain on their 64 columns,
-// four k16 steps per stage, one stage's group kept in flight.
-//
-// Where A is rounded to bf16: Prepass reads the bf16 copy a pre-pass wrote (gemm_mma.h's
-// with_bf16_rows), in the 128-byte swizzle wgmma reads. Fused reads A's fp32 rows and the consumers
-// round box b + 1 (round to nearest even, the pre-pass's rounding) into one of three bf16
-// buffers while the tensor cores work on box b: no pre-pass launch, no bf16 copy in global memory.
+// four k16 steps per stage, one stage's group kept in flight. A is the bf16 copy a pre-pass wrote
+// (gemm_mma.h's with_bf16_rows).
 #include <cuda.h>
-#include <cuda_bf16.h>
 
 #include <cstdint>
 
@@ -23,48 +18,30 @@ using u64 = std::uint64_t;
 
 constexpr int kMaxStages = 24;  // small boxes (few rows): up to ~200 KiB in flight per block
 
-enum class AFrom { Prepass, Fused };
-
 // CWG consumer warpgroups (64 output columns each), NT rows of A per block (a wgmma N: 8..256),
 // BPS blocks per SM (each with kRing bytes of stages).
-template <int CWG, int NT, int BPS, AFrom AF>
+template <int CWG, int NT, int BPS>
 struct Config {
   static constexpr int kCols = 64 * CWG;
   static constexpr int kConsumerWarps = 4 * CWG;
-  static constexpr int kConsumers = 32 * kConsumerWarps;
-  static constexpr int kThreads = kConsumers + 32;  // the producer warp last: warpgroups stay aligned
-  static constexpr int kWBytes = kCols * 128;       // a 64-deep box of the block's W rows
-  static constexpr int kXBytes = NT * 128;          // a 64-deep box of A's rows in bf16
-  // A stage: W's box, then A's box (bf16, swizzled; or fp32, 256-byte rows). Multiples of 1024:
-  // every box starts swizzle-aligned.
-  static constexpr int kABytes = AF == AFrom::Fused ? NT * 256 : kXBytes;
-  static constexpr int kStageBytes = kWBytes + kABytes;
-  // Fused: three bf16 boxes of A after the ring, box b's in buffer b % 3. Box b + 1's is written
-  // while box b's wgmma run; box b - 2's, whose buffer it takes, are complete in every warp: each
-  // warp waited for them before the consumers' barrier that ends box b's rounding.
-  static constexpr int kXBuffers = 3;
-  static constexpr int kExtraBytes = AF == AFrom::Fused ? kXBuffers * kXBytes : 0;
+  static constexpr int kThreads = 32 * kConsumerWarps + 32;  // the producer warp last: warpgroups stay aligned
+  static constexpr int kWBytes = kCols * 128;                // a 64-deep box of the block's W rows
+  static constexpr int kXBytes = NT * 128;                   // a 64-deep box of A's rows
+  // A stage: W's box, then A's. Multiples of 1024: every box starts swizzle-aligned.
+  static constexpr int kStageBytes = kWBytes + kXBytes;
   // 227 KiB of shared memory per SM, less 1 KiB the system keeps per block and 1 KiB to align.
-  static constexpr int kRing = (BPS == 1 ? 200 * 1024 : BPS == 2 ? 108 * 1024 : 72 * 1024) - kExtraBytes;
+  static constexpr int kRing = BPS == 1 ? 200 * 1024 : BPS == 2 ? 108 * 1024 : 72 * 1024;
   static constexpr int kStages = kRing / kStageBytes < kMaxStages ? kRing / kStageBytes : kMaxStages;
-  static constexpr int kSmemBytes = kStages * kStageBytes + kExtraBytes + 1024;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
   static_assert(NT % 8 == 0 && NT >= 8 && NT <= 256, "a wgmma N");
-  // Three stages or more: one being read, one in flight, one filling. (Fused with many rows does
-  // not fit: the launches take the pre-pass there.)
-  static constexpr bool kFits = kStages >= 3;
+  static_assert(kStages >= 3, "one stage being read, one in flight, one filling");
 };
-
-// Only the consumer warpgroups (named barrier 1; 0 is __syncthreads).
-template <int THREADS>
-__device__ __forceinline__ void consumers_sync() {
-  asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
-}
 
 // The producer (one thread): box b of K into stage b % S once the consumers released the stage's
 // last round: W's box (the block's rows from n0) at the stage's start, A's (rows from m0) kWBytes
 // later. Whole boxes: W rows past N, A rows past M and K past the matrix land as zeros and count
 // as bytes; the zero rows only feed outputs that are never stored, the zero K is never multiplied.
-template <int S, int kStageBytes, int kWBytes, bool kF32A>
+template <int S, int kStageBytes, int kWBytes>
 __device__ __forceinline__ void produce(unsigned ring, u64* full, u64* empty, const CUtensorMap* wmap,
                                         const CUtensorMap* xmap, int kboxes, int n0, int m0) {
   ptx::prefetch_tensor_map(wmap);
@@ -75,24 +52,20 @@ __device__ __forceinline__ void produce(unsigned ring, u64* full, u64* empty, co
     ptx::mbar_arrive_expect_tx(&full[s], kStageBytes);
     const unsigned st = ring + s * kStageBytes;
     ptx::tma_load_3d(st, wmap, 64 * b, n0, 0, &full[s]);
-    if constexpr (kF32A) ptx::tma_load_2d(st + kWBytes, xmap, 64 * b, m0, &full[s]);
-    else ptx::tma_load_3d(st + kWBytes, xmap, 64 * b, m0, 0, &full[s]);
+    ptx::tma_load_3d(st + kWBytes, xmap, 64 * b, m0, 0, &full[s]);
   }
 }
 
-template <int CWG, int NT, int BPS, AFrom AF>
-__global__ void __launch_bounds__(Config<CWG, NT, BPS, AF>::kThreads, BPS)
+template <int CWG, int NT, int BPS>
+__global__ void __launch_bounds__(Config<CWG, NT, BPS>::kThreads, BPS)
     swap_ab_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, int M, int K,
                    int N, const float* __restrict__ bias, float* __restrict__ C, int ldc) {
-  using Cfg = Config<CWG, NT, BPS, AF>;
+  using Cfg = Config<CWG, NT, BPS>;
   constexpr int S = Cfg::kStages;
-  constexpr bool kFused = AF == AFrom::Fused;
-  static_assert(Cfg::kFits, "at least three stages");
   extern __shared__ unsigned char smem_raw[];
   __shared__ u64 full[S], empty[S];
   // 1024-byte aligned: the 128-byte swizzle repeats every 8 rows of 128 bytes from such an address.
   const unsigned ring = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
-  const unsigned xbuf = ring + S * Cfg::kStageBytes;  // Fused: the bf16 boxes of A
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n0 = blockIdx.x * Cfg::kCols, m0 = blockIdx.y * NT;
   const int kboxes = (K + 63) / 64;
@@ -107,33 +80,9 @@ __global__ void __launch_bounds__(Config<CWG, NT, BPS, AF>::kThreads, BPS)
   __syncthreads();
 
   if (warp == Cfg::kConsumerWarps) {
-    if (lane == 0) produce<S, Cfg::kStageBytes, Cfg::kWBytes, kFused>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0);
+    if (lane == 0) produce<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0);
     return;
   }
-
-  // Fused: waits for box b and rounds its rows of A (those below M; the rest of the bf16 box feeds
-  // only outputs that are never stored) into bf16 buffer b % 3, in the 128-byte swizzle: the
-  // 16-byte chunk c of row r at chunk c ^ (r % 8). Four floats per item: half a chunk.
-  const int rows = min(NT, M - m0);
-  auto round_box = [&](int b) {
-    const int s = b % S;
-    ptx::mbar_wait(&full[s], (b / S) & 1);
-    const unsigned src = ring + s * Cfg::kStageBytes + Cfg::kWBytes, dst = xbuf + (b % 3) * Cfg::kXBytes;
-    for (int i = threadIdx.x; i < rows * 16; i += Cfg::kConsumers) {
-      const int r = i / 16, c4 = i % 16;
-      float4 v;
-      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                   : "r"(src + r * 256 + c4 * 16));
-      const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-      const unsigned at = dst + r * 128 + (((c4 >> 1) ^ (r & 7)) << 4) + (c4 & 1) * 8;
-      asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(at), "r"(*reinterpret_cast<const unsigned*>(&lo)),
-                   "r"(*reinterpret_cast<const unsigned*>(&hi))
-                   : "memory");
-    }
-    wgmma::fence_proxy_async();  // the generic stores, then wgmma's (async proxy) reads
-    consumers_sync<Cfg::kConsumers>();
-  };
 
   // A consumer warpgroup: columns n0 + 64·wg .. +63 of C, as rows of the m64 wgmma tile.
   const int wg = warp / 4;
@@ -143,15 +92,13 @@ __global__ void __launch_bounds__(Config<CWG, NT, BPS, AF>::kThreads, BPS)
   wgmma::fence_operands(d);
   // Box b's k16 steps (STEPS of them: 4, or 2 for a 32-deep last box, whose zero half is never
   // multiplied: a step on zeros could turn a -0 accumulator into +0), then the release of box
-  // b - 1's stage once at most box b's group is pending; fused, then box b + 1's rounding.
+  // b - 1's stage once at most box b's group is pending.
   auto box = [&]<int STEPS>(int b) {
     const int s = b % S;
-    if constexpr (!kFused) {
-      ptx::mbar_wait(&full[s], (b / S) & 1);
-      __syncwarp();
-    }
+    ptx::mbar_wait(&full[s], (b / S) & 1);
+    __syncwarp();
     const unsigned st = ring + s * Cfg::kStageBytes;
-    const unsigned wa = st + wg * 64 * 128, xa = kFused ? xbuf + (b % 3) * Cfg::kXBytes : st + Cfg::kWBytes;
+    const unsigned wa = st + wg * 64 * 128, xa = st + Cfg::kWBytes;
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < STEPS; ++kk)
@@ -161,10 +108,7 @@ __global__ void __launch_bounds__(Config<CWG, NT, BPS, AF>::kThreads, BPS)
     wgmma::wait_group<1>();
     wgmma::fence_operands(d);
     if (b > 0 && lane == 0) ptx::mbar_arrive(&empty[(b - 1) % S]);
-    if constexpr (kFused)
-      if (b + 1 < kboxes) round_box(b + 1);
   };
-  if constexpr (kFused) round_box(0);
   const int whole = K / 64;  // K is a multiple of 32
   for (int b = 0; b < whole; ++b) box.template operator()<4>(b);
   if (whole < kboxes) box.template operator()<2>(whole);

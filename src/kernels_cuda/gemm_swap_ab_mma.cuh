@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
   }
   __syncthreads();
   if (warp == CW) {
-    if (lane == 0) produce<S, Cfg::kStageBytes, Cfg::kWBytes, false>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0);
+    if (lane == 0) produce<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0);
     return;
   }
 

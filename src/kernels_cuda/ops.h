@@ -127,10 +127,11 @@ PARITY_HD inline bool uses_ssu(const ScanGrid& g, int64_t start, int n) { return
 PARITY_HD inline bool uses_decode_row(const ScanGrid& g, int n) { return g.exact && n == 1; }
 
 // The decode kernels (SSU, exact one-row) cover a head in tiles of rows of p; by default the tile
-// is chosen from the batch size (launch shape only: the bits do not depend on it). A benchmark may
-// force one (0 = the default); tests check that every tile gives the same bits.
+// is chosen from the batch size, the mode and the state dtype (launch shape only: the bits do not
+// depend on it). A benchmark may force one (0 = the default); tests check that every tile gives the
+// same bits.
 void ssd_force_step_tile(int rows_of_p);
-int ssd_step_tile(const SsdShape& sh, int seqs);
+int ssd_step_tile(const SsdShape& sh, int seqs, bool exact, bool bf16);
 
 // ---- tensor parallelism ----------------------------------------------------------------------
 // out[i] = ((g[0][i] + g[1][i]) + g[2][i]) + … over gathered [ranks][n] (every rank's partial sum of a

@@ -73,14 +73,20 @@ std::atomic<int> forced_tile{0};
 
 void ssd_force_step_tile(int rows_of_p) { forced_tile.store(rows_of_p); }
 
-// Rows of p per block: a 16 KB fp32 tile (kDefaultTileFloats; 32 rows at N = 128), halved down to
-// 16 rows while the batch gives fewer than 2048 blocks (a small batch then still spreads over the
-// SMs). At most kMaxTileFloats per tile and one row per thread (the row's outputs).
-int ssd_step_tile(const SsdShape& sh, int seqs) {
+// Rows of p per block, by kernel and state dtype: plain, a 16 KB tile (kDefaultTileFloats floats
+// fp32: 32 rows at N = 128; twice the rows bf16); exact, the largest tile (kMaxTileFloats: the whole
+// head at N = 128), whose replay work (dt, cum, the C·B coefficients, the intra-cell sums: the same
+// for every tile of a head) is then done once per head. Halved down to 16 rows while the batch gives
+// fewer than 2048 blocks (a small batch then still spreads over the SMs). At most kMaxTileFloats per
+// tile and one row per thread (the row's outputs). H200, batch 64 (BM_CudaDecodeSsm, session 9):
+// exact G=16 fp32 47.3 -> 43.4 us (32 rows before), exact bf16 42.7 -> 30.7, plain bf16 30.3 -> 25.3;
+// plain fp32 stays best at 32 rows (41.3 vs 43.1 at 64, BM_CudaDecodeSsmTile).
+int ssd_step_tile(const SsdShape& sh, int seqs, bool exact, bool bf16) {
   const int most = std::min(sh.P, std::min(ssd::kStepThreads, std::max(1, ssd::kMaxTileFloats / sh.N)));
   const int forced = forced_tile.load();
   if (forced > 0) return std::min(forced, most);
-  int tp = std::min(most, std::max(1, ssd::kDefaultTileFloats / sh.N));
+  const int floats = exact ? ssd::kMaxTileFloats : bf16 ? 2 * ssd::kDefaultTileFloats : ssd::kDefaultTileFloats;
+  int tp = std::min(most, std::max(1, floats / sh.N));
   while (tp > 16 && static_cast<long>(seqs) * sh.H * ((sh.P + tp - 1) / tp) < 2048) tp = (tp + 1) / 2;
   return tp;
 }
@@ -137,7 +143,7 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
     if (sh.N % 4 != 0 || sh.N > ssd::kMaxTileFloats)
       throw Error("CUDA SSD: one-row decode needs a state size that is a multiple of 4, at most " +
                   std::to_string(ssd::kMaxTileFloats) + "; got " + std::to_string(sh.N));
-    const int tp = ssd_step_tile(sh, p.num_seqs);
+    const int tp = ssd_step_tile(sh, p.num_seqs, g.exact, st.state_f32 == nullptr);
     if (p.num_ssu_seqs > 0) ssd::launch_ssu(sh, g, p, xbc, ld_xbc, dt, A, D, st, tp, y, s);
     if (p.num_decode_seqs > 0) ssd::launch_decode(sh, g, p, xbc, ld_xbc, dt, A, D, st, tp, y, s);
   }

@@ -51,27 +51,6 @@ CUtensorMap bf16_rows_tensor_map(const void* W, int K, int rows, int groups, std
   return map;
 }
 
-CUtensorMap f32_rows_tensor_map(const float* A, int K, int rows, int ld, int box_rows) {
-  if (K <= 0 || K % 4 != 0 || ld % 4 != 0 || ld < K || rows <= 0 || box_rows < 1 || box_rows > 256 ||
-      reinterpret_cast<std::uintptr_t>(A) % 16 != 0)
-    throw Error("f32_rows_tensor_map: unsupported operands (K " + std::to_string(K) + ", ld " + std::to_string(ld) +
-                ", box rows " + std::to_string(box_rows) + ")");
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
-  if (!encode) throw Error("f32_rows_tensor_map: the driver has no cuTensorMapEncodeTiled");
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 4};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(A), dims, strides, box,
-                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw Error("f32_rows_tensor_map: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(r)) +
-                ", K " + std::to_string(K) + ", rows " + std::to_string(rows) + ", box rows " + std::to_string(box_rows) + ")");
-  return map;
-}
-
 CUtensorMap f32_rows_tensor_map_sw128(const float* A, int K, int rows, int lda, int box_rows) {
   if (K <= 0 || K % 4 != 0 || rows <= 0 || lda % 4 != 0 || lda < K || box_rows < 1 || box_rows > 256 ||
       reinterpret_cast<std::uintptr_t>(A) % 16 != 0)
@@ -96,12 +75,12 @@ CUtensorMap f32_rows_tensor_map_sw128(const float* A, int K, int rows, int lda, 
 
 namespace {
 
-// The cache behind the *_cached encoders: kind 0 bf16, 1 fp32.
+// The cache behind bf16_rows_tensor_map_cached.
 template <typename Encode>
-CUtensorMap cached(int kind, const void* p, int K, int rows, int ld, int box_rows, Encode&& encode) {
+CUtensorMap cached(const void* p, int K, int rows, int box_rows, Encode&& encode) {
   struct Entry {
     const void* p;
-    int kind, K, rows, ld, box_rows, device;
+    int K, rows, box_rows, device;
     CUtensorMap map;
   };
   constexpr int kEntries = 64;
@@ -113,13 +92,12 @@ CUtensorMap cached(int kind, const void* p, int K, int rows, int ld, int box_row
   {
     const std::lock_guard<std::mutex> lock(mu);
     for (const Entry& e : entries)
-      if (e.p == p && p != nullptr && e.kind == kind && e.K == K && e.rows == rows && e.ld == ld &&
-          e.box_rows == box_rows && e.device == device)
+      if (e.p == p && p != nullptr && e.K == K && e.rows == rows && e.box_rows == box_rows && e.device == device)
         return e.map;
   }
   const CUtensorMap map = encode();  // throws on bad operands
   const std::lock_guard<std::mutex> lock(mu);
-  entries[next] = Entry{p, kind, K, rows, ld, box_rows, device, map};
+  entries[next] = Entry{p, K, rows, box_rows, device, map};
   next = (next + 1) % kEntries;
   return map;
 }
@@ -127,11 +105,7 @@ CUtensorMap cached(int kind, const void* p, int K, int rows, int ld, int box_row
 }  // namespace
 
 CUtensorMap bf16_rows_tensor_map_cached(const void* W, int K, int rows, int box_rows) {
-  return cached(0, W, K, rows, K, box_rows, [&] { return bf16_rows_tensor_map(W, K, rows, 1, 0, box_rows); });
-}
-
-CUtensorMap f32_rows_tensor_map_cached(const float* A, int K, int rows, int ld, int box_rows) {
-  return cached(1, A, K, rows, ld, box_rows, [&] { return f32_rows_tensor_map(A, K, rows, ld, box_rows); });
+  return cached(W, K, rows, box_rows, [&] { return bf16_rows_tensor_map(W, K, rows, 1, 0, box_rows); });
 }
 
 }  // namespace parity::cuda

@@ -16,19 +16,11 @@ namespace parity::cuda {
 // 16-byte aligned and box_rows in [1, 256]; throws parity::Error otherwise or when the driver refuses.
 CUtensorMap bf16_rows_tensor_map(const void* W, int K, int rows, int groups, std::int64_t group_stride, int box_rows);
 
-// fp32 rows [rows][K] with a row stride of `ld` elements, boxes of 64 elements of K by `box_rows`
-// rows, unswizzled (a box lands as box_rows rows of 256 bytes). Elements past K or past `rows` land
-// as zeros. Requires K % 4 == 0, ld % 4 == 0 and ld >= K, A 16-byte aligned and box_rows in
-// [1, 256]; throws parity::Error otherwise or when the driver refuses.
-CUtensorMap f32_rows_tensor_map(const float* A, int K, int rows, int ld, int box_rows);
-
-// The same maps for one matrix (bf16: groups = 1, row stride K), encoded once per (pointer, K,
-// rows, row stride, box rows) and then taken from a small cache (the last 64 asked for): a map
-// describes addresses and shapes only, never the contents, so the same key always means the same
-// map. Saves the encoder's host time on every launch of a GEMM whose operands stay put (the
-// weights, the activations' buffers).
+// The same map for one matrix (groups = 1), encoded once per (W, K, rows, box_rows) and then taken
+// from a small cache (the last 64 asked for): a map describes addresses and shapes only, never the
+// contents, so the same key always means the same map. Saves the encoder's host time on every
+// launch of a GEMM whose operands stay put (the weights, the activations' bf16 scratch).
 CUtensorMap bf16_rows_tensor_map_cached(const void* W, int K, int rows, int box_rows);
-CUtensorMap f32_rows_tensor_map_cached(const float* A, int K, int rows, int ld, int box_rows);
 
 // fp32 activations A [rows][K] with row stride lda (elements) as a 3D map of one matrix, in the
 // 128-byte swizzle (gemm_wgmma.cu's fp32-A tiles): a box is 32 elements of K (128 bytes; 16-byte
