@@ -18,6 +18,7 @@
 #include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/gemm_skinny.h"
 #include "kernels_cuda/gemm_swap_ab.h"
+#include "kernels_cuda/gemm_wgmma.h"
 #include "kernels_cuda/pass_plan.h"
 #include "kernels_cuda/ssd_prefill.h"
 #include "model/checkpoint.h"
@@ -499,7 +500,28 @@ void BM_CudaGemmMmaTile(benchmark::State& state) {
   });
 }
 BENCHMARK(BM_CudaGemmMmaTile)
-    ->ArgsProduct({{64, 512, 4096}, {0, 1, 2}, {0, 1, 2, 3}})
+    ->ArgsProduct({{64, 128, 512, 4096}, {0, 1, 2}, {0, 1, 2, 3}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The wgmma/TMA many-rows kernel's tiles forced on the same passes (arg0 M, arg1 shape, arg2 tile,
+// the label names it; pre-pass included), beside BM_CudaGemmMmaTile's mma.sync tiles: one filter
+// ('BM_CudaGemm(Wgmma|MmaTile)/(128|512|4096)/') times both.
+void BM_CudaGemmWgmma(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int tile = static_cast<int>(state.range(2));
+  if (tile >= cuda::gemm_wgmma_tile_count()) {
+    state.SkipWithError("no such tile");
+    return;
+  }
+  state.SetLabel(cuda::gemm_wgmma_tile_name(tile));
+  GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  time_gemm(state, g, [&] {
+    cuda::gemm_bf16_wgmma_tile(tile, g.a.data(), g.M, g.K, g.K, g.w, g.Nn, nullptr, g.c.data(), g.Nn, nullptr);
+  });
+}
+BENCHMARK(BM_CudaGemmWgmma)
+    ->ArgsProduct({{128, 512, 4096}, {0, 1, 2}, {0, 1, 2, 3, 4, 5}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -679,6 +701,69 @@ void BM_CudaMoeGroupedGemm(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaMoeGroupedGemm)
     ->ArgsProduct({{0, 1}, {-2, -1, 0, 1, 2, 3, 4, 5}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The same expert GEMMs at prefill size: 4096 tokens routed at random (~384 rows per expert). arg0 the
+// projection as above; arg1 -1 the mma grouped tiles, t >= 0 the wgmma kernel's tile t (label: its
+// name). Pre-pass included where the path has one. Reports TFLOPs over the routed rows.
+void BM_CudaMoePrefillGemm(benchmark::State& state) {
+  if (cuda::device_count() == 0) {
+    state.SkipWithError("no CUDA device: GPU benchmark not run");
+    return;
+  }
+  const int K = state.range(0) == 0 ? 1536 : 512, N = state.range(0) == 0 ? 1024 : 1536;
+  const int path = static_cast<int>(state.range(1));
+  if (path >= cuda::gemm_wgmma_tile_count()) {
+    state.SkipWithError("no such tile");
+    return;
+  }
+  const int E = 64, T = 4096, k = 6;
+  std::mt19937_64 g(3);
+  std::vector<int> count(E, 0);
+  for (int t = 0; t < T; ++t) {
+    std::vector<int> ids(E);
+    for (int e = 0; e < E; ++e) ids[e] = e;
+    std::shuffle(ids.begin(), ids.end(), g);
+    for (int j = 0; j < k; ++j) ++count[ids[j]];
+  }
+  std::vector<int32_t> off(E + 1, 0);
+  int max_rows = 0;
+  for (int e = 0; e < E; ++e) {
+    off[e + 1] = off[e] + count[e];
+    max_rows = std::max(max_rows, count[e]);
+  }
+  const int rows = off[E];
+  cuda::DeviceBuffer<float> a, c(std::size_t(rows) * N);
+  a.upload(rnd(std::size_t(rows) * K, 4, -1, 1));
+  cuda::DeviceBuffer<uint16_t> w(std::size_t(E) * N * K);
+  w.zero();
+  cuda::DeviceBuffer<int32_t> doff;
+  doff.upload(off);
+  const int64_t stride = int64_t(N) * K;
+  auto pass = [&] {
+    if (path < 0)
+      cuda::gemm_grouped_bf16_mma(a.data(), K, doff.data(), E, max_rows, rows, K, w.data(), stride, N, c.data(), N,
+                                  nullptr);
+    else
+      cuda::gemm_grouped_bf16_wgmma_tile(path, a.data(), K, doff.data(), E, rows, K, w.data(), stride, N, c.data(), N,
+                                         nullptr);
+  };
+  pass();
+  Timer t;
+  double total = 0;
+  for (auto _ : state) {
+    t.start_device();
+    pass();
+    const double sec = t.stop_s();
+    state.SetIterationTime(sec);
+    total += sec;
+  }
+  state.counters["TFLOPs"] = 2.0 * rows * N * K / (total / std::max<int64_t>(1, state.iterations())) / 1e12;
+  state.SetLabel(path < 0 ? "mma grouped tiles" : cuda::gemm_wgmma_tile_name(path));
+}
+BENCHMARK(BM_CudaMoePrefillGemm)
+    ->ArgsProduct({{0, 1}, {-1, 0, 1, 2, 3, 4, 5}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -7,10 +7,10 @@
 // M = 1 and M = 4096 (DESIGN.md rule 3; tests/cuda/cuda_gemm_test.cpp checks M = 1..4096). gemm()
 // picks among kernels that all compute that sequence: the swap-AB kernel for decode-sized M
 // (gemm_swap_ab.cu: the weights as the tensor cores' 64- or 16-row side, up to kSwapAbMaxRows), the
-// mma.sync tiles above (gemm_mma.cu), and the WMMA tiles here for operands those cannot take (K not
-// a multiple of 32, A or W not 16-byte aligned).
-// The few-rows mma.sync kernel (gemm_skinny.cu) stays reachable directly (tests, benchmarks) and
-// serves gemm_grouped's few-rows case.
+// wgmma/TMA tiles above that (gemm_wgmma.cu), the mma.sync tiles (gemm_mma.cu) for what neither
+// takes, and the WMMA tiles here for operands those cannot take (K not a multiple of 32, A or W not
+// 16-byte aligned). The few-rows mma.sync kernel (gemm_skinny.cu) stays reachable directly (tests,
+// benchmarks) and serves gemm_grouped's few-rows case.
 #include <mma.h>
 
 #include <cuda_bf16.h>
@@ -19,6 +19,7 @@
 #include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/gemm_skinny.h"
 #include "kernels_cuda/gemm_swap_ab.h"
+#include "kernels_cuda/gemm_wgmma.h"
 #include "kernels_cuda/ops.h"
 
 namespace parity::cuda {
@@ -26,6 +27,10 @@ namespace {
 
 constexpr int kBM = 64, kBN = 64, kBK = 32, kThreads = 128;
 constexpr int kPad = 8;  // bf16 row padding: ldm stays a multiple of 8 and banks spread
+// From this many rows on the wgmma tiles (128-row blocks) take a pass the swap-AB kernel does not
+// (above kSwapAbMaxRows); below, the mma.sync tiles' 32- and 64-row blocks waste less. Speed alone
+// decides: all give the same bits.
+constexpr int kWgmmaMinRows = 128;
 
 // One 64×64 output tile at (m0, n0); the plain and the grouped kernels below run exactly this.
 __device__ __forceinline__ void gemm_bf16_tile(const float* A, int M, int K, int lda, const __nv_bfloat16* W, int N,
@@ -141,6 +146,13 @@ void gemm_grouped(const float* A, int lda, const int32_t* offsets, int groups, i
     gemm_grouped_bf16_skinny(A, lda, offsets, groups, max_rows, K, W, w_stride, N, C, ldc, s);
     return;
   }
+  // Prefill-sized groups (kWgmmaMinRows per group on average and more): the wgmma tiles, as gemm()
+  // takes them for as many rows (the same bits).
+  if (wt == WeightType::BF16 && total_rows > 0 && total_rows >= kWgmmaMinRows * groups &&
+      groups <= gemm_wgmma_max_groups() && gemm_wgmma_fits(A, K, lda, W) && w_stride % 8 == 0) {
+    gemm_grouped_bf16_wgmma(A, lda, offsets, groups, total_rows, K, W, w_stride, N, C, ldc, s);
+    return;
+  }
   // Prefill-sized groups: the pipelined mma tiles (the same bits; every expert's weights 16-byte aligned).
   if (wt == WeightType::BF16 && total_rows > 0 && gemm_mma_fits(A, K, lda, W) && (w_stride * 2) % 16 == 0) {
     gemm_grouped_bf16_mma(A, lda, offsets, groups, max_rows, total_rows, K, W, w_stride, N, C, ldc, s);
@@ -165,7 +177,9 @@ void gemm(const float* A, int M, int K, int lda, const void* W, WeightType wt, i
     gemm_bf16_swap_ab(A, M, K, lda, W, N, bias, C, ldc, s);
     return;
   }
-  if (wt == WeightType::BF16 && gemm_mma_fits(A, K, lda, W)) {
+  if (wt == WeightType::BF16 && M >= kWgmmaMinRows && gemm_wgmma_fits(A, K, lda, W)) {
+    gemm_bf16_wgmma(A, M, K, lda, W, N, bias, C, ldc, s);
+  } else if (wt == WeightType::BF16 && gemm_mma_fits(A, K, lda, W)) {
     gemm_bf16_mma(A, M, K, lda, W, w_rows > N ? w_rows : N, N, bias, C, ldc, s);
   } else if (wt == WeightType::BF16) {
     gemm_bf16_kernel<<<grid, kThreads, 0, s>>>(A, M, K, lda, static_cast<const __nv_bfloat16*>(W), N, bias, C, ldc);

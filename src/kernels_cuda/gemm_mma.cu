@@ -219,6 +219,9 @@ __global__ void __launch_bounds__(32 * WM * WN) gemm_grouped_mma_kernel(const bf
 // fp32 [M][lda] → bf16 [M][K], 8 elements (two float4 in, one 16-byte store out) per thread.
 __global__ void __launch_bounds__(256) round_to_bf16_kernel(const float* __restrict__ A, int M, int K, int lda,
                                                             bf16* __restrict__ out) {
+  // A GEMM launched after this kernel with programmatic serialization (gemm_wgmma.cu) may start its
+  // prologue now; it waits for this kernel's completion (griddepcontrol.wait) before reading memory.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int per_row = K / 8;
   const std::size_t total = static_cast<std::size_t>(M) * per_row;
   for (std::size_t e = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; e < total;

@@ -51,6 +51,28 @@ CUtensorMap bf16_rows_tensor_map(const void* W, int K, int rows, int groups, std
   return map;
 }
 
+CUtensorMap f32_rows_tensor_map_sw128(const float* A, int K, int rows, int lda, int box_rows) {
+  if (K <= 0 || K % 4 != 0 || rows <= 0 || lda % 4 != 0 || lda < K || box_rows < 1 || box_rows > 256 ||
+      reinterpret_cast<std::uintptr_t>(A) % 16 != 0)
+    throw Error("f32_rows_tensor_map_sw128: unsupported operands (K " + std::to_string(K) + ", lda " +
+                std::to_string(lda) + ", box rows " + std::to_string(box_rows) + ")");
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
+  if (!encode) throw Error("f32_rows_tensor_map_sw128: the driver has no cuTensorMapEncodeTiled");
+  CUtensorMap map{};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows), 1};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(lda) * 4, static_cast<cuuint64_t>(lda) * 4 * rows};
+  const cuuint32_t box[3] = {32, static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(A), dims, strides, box,
+                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw Error("f32_rows_tensor_map_sw128: cuTensorMapEncodeTiled failed (CUresult " +
+                std::to_string(static_cast<int>(r)) + ", K " + std::to_string(K) + ", rows " + std::to_string(rows) +
+                ", lda " + std::to_string(lda) + ")");
+  return map;
+}
+
 namespace {
 
 // The cache behind bf16_rows_tensor_map_cached.

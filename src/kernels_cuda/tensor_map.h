@@ -22,4 +22,11 @@ CUtensorMap bf16_rows_tensor_map(const void* W, int K, int rows, int groups, std
 // launch of a GEMM whose operands stay put (the weights, the activations' bf16 scratch).
 CUtensorMap bf16_rows_tensor_map_cached(const void* W, int K, int rows, int box_rows);
 
+// fp32 activations A [rows][K] with row stride lda (elements) as a 3D map of one matrix, in the
+// 128-byte swizzle (gemm_wgmma.cu's fp32-A tiles): a box is 32 elements of K (128 bytes; 16-byte
+// chunk c of a box row r lands at chunk c ^ (r % 8)) by `box_rows` rows. Elements past K or past
+// `rows` land as zeros. Requires K % 4 == 0, lda % 4 == 0, lda >= K, A 16-byte aligned and
+// box_rows in [1, 256]; throws parity::Error otherwise or when the driver refuses.
+CUtensorMap f32_rows_tensor_map_sw128(const float* A, int K, int rows, int lda, int box_rows);
+
 }  // namespace parity::cuda

@@ -1,0 +1,581 @@
+// The many-rows bf16 GEMM on Hopper: warpgroup tensor-core steps (wgmma) fed by TMA tensor copies.
+//
+// Why: the mma.sync tiles (gemm_mma.cu) reach ~40 % of cuBLAS at M = 4096; each warp there loads its
+// fragments with ldmatrix and issues 16×8×16 steps, and the issue slots, not the tensor cores, bound
+// it. Here one producer warp copies whole 64-deep boxes of A and W into a ring of shared-memory
+// stages (one TMA instruction per operand and stage, completion counted on an mbarrier), and two
+// consumer warpgroups each issue m64nBNk16 steps that read both operands straight from shared
+// memory: 64 × BN outputs per warpgroup and instruction. Blocks are persistent (one per SM), walk
+// the tiles in the same grouped order as the mma tiles (8 block rows sweeping the columns, so the
+// weights a wave reads are reused from L2), and the producer runs ahead into the next tile while
+// the consumers store the last one.
+//
+// Bits: every output element is the chain the other bf16 kernels compute (gemm.cu): K in 16-deep
+// steps ascending into one fp32 accumulator that starts as +0 in registers (scale-d is always 1, so
+// the first step adds to +0 as mma.sync's chain from c = 0 does), the bias added once at the end.
+// wgmma accumulates such a chain with mma.sync m16n8k16's bits (tests/cuda/cuda_wgmma_bits_test.cpp).
+// A stage is a 64-deep box; past K the box holds zeros, and a 32-deep tail stage issues two steps,
+// never a step over the zeros (it could turn a -0 into +0). Rows past M and columns past N are
+// zeros that feed outputs never stored. The tile shape, the ring depth, which block takes a tile
+// and when only decide when each step runs, never which steps or in what order.
+// tests/cuda/cuda_gemm_wgmma_test.cpp compares every tile with the mma tiles bit for bit.
+#include "kernels_cuda/gemm_wgmma.h"
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "common/error.h"
+#include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/gemm_mma.h"
+#include "kernels_cuda/launch_support.h"
+#include "kernels_cuda/ptx.cuh"
+#include "kernels_cuda/tensor_map.h"
+#include "kernels_cuda/wgmma.cuh"
+#include "kernels_cuda/wgmma_extra.cuh"
+
+namespace parity::cuda {
+namespace {
+
+constexpr int kBK = 64;        // K per stage: one 128-byte swizzled box row, four 16-deep steps
+constexpr int kThreads = 384;  // warpgroup 0 produces, 1 and 2 consume
+constexpr int kGroup = 8;      // block rows per raster group
+constexpr int kMaxGroups = 256;  // grouped passes: groups (experts) one launch takes
+
+// A BM × BN block tile with STAGES ring stages. PING = false (cooperative): both consumer
+// warpgroups work on each tile, 64·MW rows each. PING = true: the consumer warpgroups take
+// alternate tiles whole (MW = BM / 64 m64 steps each per k16), one storing its last tile while the
+// other runs its steps, so the tensor cores do not wait for the epilogue. F32A: A comes into the
+// ring as fp32 straight from the caller's matrix (two 32-deep boxes per stage) and the consumers
+// round it to bf16 on the way into the tensor cores (register A operand); no pre-pass. CL = 2: a
+// cluster of two blocks takes two vertically adjacent tiles with the same columns, and each block's
+// producer copies half of the shared W box into both blocks' rings (TMA multicast), so each W byte
+// crosses from L2 once per pair.
+template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL>
+struct WgTile {
+  static constexpr int MW = PING ? BM / 64 : BM / 128;  // m64 steps per warpgroup and k16
+  static constexpr int kABytes = BM * kBK * (F32A ? 4 : 2);
+  static constexpr int kBBytes = BN * kBK * 2;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kReleaseWarps = (PING ? 4 : 8) * CL;  // arrivals that free a stage (both blocks')
+  static constexpr int kBoxN = BN / CL;                      // W rows each block's producer copies
+  // Stages, the barriers, and slack to align the ring to 1024 bytes (the swizzle's anchor).
+  static constexpr int kSmemBytes = STAGES * kStageBytes + 2 * STAGES * 8 + 1024;
+  static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "boxes 1024-byte aligned");
+  static_assert(MW >= 1 && BM % 64 == 0 && BN % 16 == 0 && BN <= 256, "whole m64nBN steps");
+  static_assert(!F32A || MW == 1, "register A fragments for one m64 step per warpgroup");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
+  static_assert((CL == 1 || CL == 2) && (kBoxN * 128) % 1024 == 0, "multicast halves 1024-byte aligned");
+};
+
+// Tile t's origin: groups of kGroup block rows, each group sweeping all column tiles.
+__device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles_n, int bm, int bn, int& m0, int& n0) {
+  const int per_group = kGroup * tiles_n, first_m = (t / per_group) * kGroup;
+  const int rows = min(kGroup, tiles_m - first_m), r = t % per_group;
+  m0 = (first_m + r % rows) * bm;
+  n0 = (r / rows) * bn;
+}
+
+// Where tile t lies: rows base + m0 .. of A and C, of which those below base + limit exist; columns
+// n0 ..; weights of group z. Dense passes: one group of M rows, tiles in the raster above. Grouped
+// passes (the MoE's experts): group z owns rows [offsets[z], offsets[z+1]) and weights z; its
+// tiles follow those of groups < z (prefix[z] of them: prefix lives in shared memory), rows
+// fastest, so the tiles that read one expert's weights run side by side. A tile's rows past its
+// group's end are the next group's rows or zeros: they feed only outputs never stored.
+struct TilePlace {
+  int base, m0, limit, n0, z;
+};
+template <int BM, int BN, int CL>
+__device__ __forceinline__ TilePlace tile_place(int t, unsigned rank, int M, int tiles_m, int tiles_n,
+                                                const int32_t* offsets, const int* prefix, int groups) {
+  TilePlace p{0, 0, M, 0, 0};
+  if (!offsets) {
+    tile_origin(t, tiles_m, tiles_n, BM * CL, BN, p.m0, p.n0);
+  } else {
+    int z = 0;
+    while (z + 1 < groups && prefix[z + 1] <= t) ++z;
+    const int rows = offsets[z + 1] - offsets[z], local = t - prefix[z];
+    const int tiles_mz = (rows + BM * CL - 1) / (BM * CL);
+    p = TilePlace{offsets[z], (local % tiles_mz) * BM * CL, rows, (local / tiles_mz) * BN, z};
+  }
+  p.m0 += static_cast<int>(rank) * BM;
+  return p;
+}
+
+// Ping-pong turns: warpgroup x arrives on barrier 1 + x once it has issued a tile's last steps (and
+// another tile follows); the other waits there before its next tile's steps. Besides the overlap,
+// this keeps a warpgroup from waiting on a ring slot whose previous fill (the other warpgroup's) has
+// not completed: a parity wait cannot tell fill n from fill n - 2.
+__device__ __forceinline__ void turn_arrive(int x) { asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + x) : "memory"); }
+__device__ __forceinline__ void turn_wait(int x) { asm volatile("bar.sync %0, 256;\n" ::"r"(1 + x) : "memory"); }
+
+// Clusters (CL = 2): this block's rank, a barrier over both blocks' threads, an arrival on the
+// mbarrier at `bar`'s offset in block `cta`'s shared memory, and a tensor copy that lands at `dst`'s
+// offset in every block of `mask`, completing bytes on the mbarrier at `bar`'s offset in each.
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_in(std::uint64_t* bar, unsigned cta) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(ptx::smem_addr(bar)), "r"(cta));
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+}
+__device__ __forceinline__ void tma_load_3d_multicast(unsigned dst, const void* map, int c0, int c1, int c2,
+                                                      std::uint64_t* bar, unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+      "%3, %4}], [%5], %6;\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(ptx::smem_addr(bar)), "h"(mask)
+      : "memory");
+}
+
+// The register A fragment of k16 step k (0..3) of an fp32 stage: rows r and r + 8 (r ≡ g mod 8) of
+// the two 32-deep boxes [BM][32] (128-byte rows, 16-byte chunk c at c ^ (row % 8)), columns
+// 2q, 2q + 1 and 2q + 8, 2q + 9 of the step, each pair rounded to bf16 (round to nearest even, as
+// the pre-pass rounds: the same bf16 values reach the tensor cores).
+template <int BM>
+__device__ __forceinline__ void f32_fragment(unsigned stage, int r, int g, int q, int k, std::uint32_t (&a)[4]) {
+  const unsigned box = stage + (k / 2) * BM * 128, off = (q % 2) * 8;
+  const int c0 = (k % 2) * 4 + q / 2;  // the 16-byte chunk of columns 2q, 2q + 1
+  const unsigned r0 = box + r * 128, r1 = r0 + 8 * 128;
+  const float2 x0 = ptx::ld_shared_f2(r0 + ((c0 ^ g) << 4) + off), x1 = ptx::ld_shared_f2(r1 + ((c0 ^ g) << 4) + off);
+  const float2 x2 = ptx::ld_shared_f2(r0 + (((c0 + 2) ^ g) << 4) + off);
+  const float2 x3 = ptx::ld_shared_f2(r1 + (((c0 + 2) ^ g) << 4) + off);
+  const __nv_bfloat162 p[4] = {__floats2bfloat162_rn(x0.x, x0.y), __floats2bfloat162_rn(x1.x, x1.y),
+                               __floats2bfloat162_rn(x2.x, x2.y), __floats2bfloat162_rn(x3.x, x3.y)};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const std::uint32_t*>(&p[i]);
+}
+
+template <int N>
+__device__ __forceinline__ void mma_ss_any(float (&d)[N / 2], std::uint64_t da, std::uint64_t db) {
+  if constexpr (N == 160 || N == 192) wgmma::mma_ss_wide<N>(d, da, db);
+  else wgmma::mma_ss<N>(d, da, db);
+}
+
+// A block of a cluster leaves only with its peer: until then the peer may still arrive on its
+// barriers. Every thread of both blocks passes here once.
+template <int CL>
+__device__ __forceinline__ void finish() {
+  if constexpr (CL > 1) cluster_sync();
+}
+
+// a_map: A's boxes of 64 × BM rows (bf16 copy) or 32 × BM (fp32, F32A); w_map: W [N][K], boxes of
+// 64 × BN / CL rows.
+template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_bf16_wgmma_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map, int M,
+                           int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc,
+                           bool pair_store, const int32_t* __restrict__ offsets, int groups) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  // Launched with programmatic serialization: the launch and the block set-up overlap the kernel
+  // before (the bf16 pre-pass), and every thread waits here until that kernel has completed and its
+  // writes are visible, before any read of global memory (offsets, A, W, bias) or any store.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  using T = WgTile<BM, BN, STAGES, PING, F32A, CL>;
+  extern __shared__ unsigned char smem_raw[];
+  const unsigned raw = ptx::smem_addr(smem_raw);
+  const unsigned ring = (raw + 1023) & ~1023u;
+  auto* full = reinterpret_cast<std::uint64_t*>(smem_raw + (ring - raw) + STAGES * T::kStageBytes);
+  std::uint64_t* empty = full + STAGES;
+
+  // Tiles of CL vertically adjacent block tiles: the blocks of a cluster walk the same sequence, block
+  // `rank` taking the rank-th block rows of each (rows past M: zeros, never stored).
+  const unsigned rank = CL > 1 ? cluster_rank() : 0;
+  const int tiles_m = (M + BM * CL - 1) / (BM * CL), tiles_n = (N + BN - 1) / BN;
+  int tiles = tiles_m * tiles_n;
+  // Grouped passes: tiles per group, prefix-summed (kMaxGroups at most; the host checks).
+  __shared__ int prefix[kMaxGroups + 1];
+  if (offsets) {
+    for (int z = threadIdx.x; z < groups; z += blockDim.x)
+      prefix[z + 1] = (offsets[z + 1] - offsets[z] + BM * CL - 1) / (BM * CL) * tiles_n;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      prefix[0] = 0;
+      for (int z = 0; z < groups; ++z) prefix[z + 1] += prefix[z];
+    }
+    __syncthreads();
+    tiles = prefix[groups];
+  }
+  const int first = blockIdx.x / CL, stride = gridDim.x / CL;
+  const int ktiles = (K + kBK - 1) / kBK;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      ptx::mbar_init(&full[s], 1);                   // the producer's arrive (+ the boxes' bytes)
+      ptx::mbar_init(&empty[s], T::kReleaseWarps);  // every consumer warp done reading
+    }
+    ptx::mbar_init_fence();
+  }
+  if constexpr (CL > 1) cluster_sync();  // the peer's barriers exist before any copy or arrival reaches them
+  else __syncthreads();
+
+  // Broadcast from lane 0 so that ptxas sees the warpgroup index as warp-uniform: branches on it
+  // (the ping-pong tile walk) would otherwise count as divergent and serialize the wgmma steps.
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+  if (wg == 0) {
+    // The producer: one thread issues every copy; the warpgroup gives its registers to the consumers.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (threadIdx.x == 0) {
+      int s = 0;
+      unsigned phase = 0;
+      for (int t = first; t < tiles; t += stride) {
+        const TilePlace p = tile_place<BM, BN, CL>(t, rank, M, tiles_m, tiles_n, offsets, prefix, groups);
+        for (int kt = 0; kt < ktiles; ++kt) {
+          ptx::mbar_wait(&empty[s], phase ^ 1);  // a fresh barrier's "previous phase" counts as done
+          ptx::mbar_arrive_expect_tx(&full[s], T::kStageBytes);
+          const unsigned a = ring + s * T::kStageBytes;
+          const int arow = p.base + p.m0;
+          ptx::tma_load_3d(a, &a_map, kt * kBK, arow, 0, &full[s]);
+          if constexpr (F32A) ptx::tma_load_3d(a + BM * 128, &a_map, kt * kBK + 32, arow, 0, &full[s]);
+          if constexpr (CL > 1)
+            tma_load_3d_multicast(a + T::kABytes + rank * T::kBoxN * 128, &w_map, kt * kBK, p.n0 + rank * T::kBoxN,
+                                  p.z, &full[s], (1u << CL) - 1);
+          else
+            ptx::tma_load_3d(a + T::kABytes, &w_map, kt * kBK, p.n0, p.z, &full[s]);
+          if (++s == STAGES) {
+            s = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    }
+    __syncwarp();  // .aligned cluster barrier: the warp arrives converged
+    return finish<CL>();
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int c = wg - 1, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int row0 = PING ? 0 : 64 * T::MW * c;  // this warpgroup's first row in the tile
+  // A stage is free once every consumer warp of the cluster is done with it: the producers of both
+  // blocks write into it.
+  auto release = [](std::uint64_t* bar) {
+    if constexpr (CL > 1)
+      for (unsigned r = 0; r < CL; ++r) mbar_arrive_in(bar, r);
+    else
+      ptx::mbar_arrive(bar);
+  };
+  float acc[T::MW][BN / 2];
+  std::uint32_t frag[2][4][4];  // F32A: the A fragments of two stages (one may still be read)
+  // Local tile i (the block's i-th) is ring fill i·ktiles + kt for its stage kt.
+  for (int i = PING ? c : 0, t = first + i * stride; t < tiles; i += PING ? 2 : 1, t = first + i * stride) {
+    const TilePlace p = tile_place<BM, BN, CL>(t, rank, M, tiles_m, tiles_n, offsets, prefix, groups);
+#pragma unroll
+    for (int mi = 0; mi < T::MW; ++mi)
+#pragma unroll
+      for (int e = 0; e < BN / 2; ++e) acc[mi][e] = 0.0f;
+    if (PING && i > 0) turn_wait(1 - c);
+    int fill = i * ktiles, prev = -1;
+    // One stage: its k16 steps (4, or 2 in a 32-deep tail: the box's zero half is never multiplied),
+    // then the previous stage freed once its steps are done (at most this stage's group pending).
+    auto stage = [&](int kt, std::uint32_t (&fa)[4][4], std::uint32_t (&fprev)[4][4]) {
+      const int s = fill % STAGES;
+      ptx::mbar_wait(&full[s], (fill / STAGES) & 1);
+      const unsigned a = ring + s * T::kStageBytes;
+      const std::uint64_t db = wgmma::desc_k_sw128(a + T::kABytes);
+      const int steps = K - kt * kBK >= kBK ? 4 : 2;
+      if constexpr (F32A) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          if (k < steps) f32_fragment<BM>(a, row0 + 16 * warp + g, g, q, k, fa[k]);
+      }
+      wgmma::fence();
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        if (k < steps) {
+          if constexpr (F32A) {
+            wgmma::mma_rs<BN>(acc[0], fa[k], db + 2 * k);
+          } else {
+#pragma unroll
+            for (int mi = 0; mi < T::MW; ++mi)
+              mma_ss_any<BN>(acc[mi], wgmma::desc_k_sw128(a + (row0 + 64 * mi) * 128) + 2 * k, db + 2 * k);
+          }
+        }
+      wgmma::commit_group();
+      wgmma::wait_group<1>();
+      if constexpr (F32A)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) wgmma::fence_fragment(fprev[k]);
+      if (prev >= 0 && lane == 0) release(&empty[prev]);
+      prev = s;
+      ++fill;
+    };
+    // Two stages per turn so that each fragment buffer has a fixed register home.
+    for (int kt = 0; kt < ktiles; kt += 2) {
+      stage(kt, frag[0], frag[1]);
+      if (kt + 1 < ktiles) stage(kt + 1, frag[1], frag[0]);
+    }
+    if (PING && first + (i + 1) * stride < tiles) turn_arrive(c);
+    wgmma::wait_group<0>();
+#pragma unroll
+    for (int mi = 0; mi < T::MW; ++mi) wgmma::fence_operands(acc[mi]);
+    if constexpr (F32A)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        wgmma::fence_fragment(frag[0][k]);
+        wgmma::fence_fragment(frag[1][k]);
+      }
+    if (prev >= 0 && lane == 0) release(&empty[prev]);
+
+    // acc[mi][4j + 2h + e] is row 64·mi + 16·warp + g + 8h of this warpgroup's rows, column
+    // 8j + 2q + e: each quad of lanes stores 8 consecutive floats of a row (a whole 32-byte sector).
+#pragma unroll
+    for (int mi = 0; mi < T::MW; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int lm = p.m0 + row0 + 64 * mi + 16 * warp + g + 8 * h;
+        if (lm >= p.limit) continue;
+        float* crow = C + static_cast<std::size_t>(p.base + lm) * ldc;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+          const int gn = p.n0 + 8 * j + 2 * q;
+          float v0 = acc[mi][4 * j + 2 * h], v1 = acc[mi][4 * j + 2 * h + 1];
+          if (bias) {
+            if (gn < N) v0 = v0 + bias[gn];
+            if (gn + 1 < N) v1 = v1 + bias[gn + 1];
+          }
+          if (pair_store && gn + 1 < N) {
+            *reinterpret_cast<float2*>(crow + gn) = make_float2(v0, v1);
+          } else {
+            if (gn < N) crow[gn] = v0;
+            if (gn + 1 < N) crow[gn + 1] = v1;
+          }
+        }
+      }
+  }
+  __syncwarp();
+  finish<CL>();
+#endif
+}
+
+struct Launch {
+  const float* A;  // fp32 [M][lda]
+  const void* a16;  // its bf16 copy [M][K] (nullptr for the F32A tiles, which take A itself)
+  int M, K, lda;
+  const void* W;
+  int N;
+  const float* bias;
+  float* C;
+  int ldc;
+  bool pair_store;
+  cudaStream_t s;
+  const int32_t* offsets = nullptr;  // grouped: [groups + 1] row offsets on the device; M = all rows
+  int groups = 1;
+  std::int64_t w_stride = 0;  // grouped: elements between consecutive groups' weights
+};
+
+// Blocks (clusters of CL) that fit on the device at once: a persistent grid larger than that would
+// run its last blocks after the others. Asked of the runtime once per kernel and device.
+template <typename Kernel>
+int resident_clusters(Kernel kernel, int cl, int smem, std::atomic<int>& cached) {
+  if (cl == 1) return sm_count();
+  if (const int n = cached.load()) return n;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(cl), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(smem);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cl);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  outside_capture([&] { return cudaOccupancyMaxActiveClusters(&n, kernel, &cfg); }, "cudaOccupancyMaxActiveClusters");
+  n = std::max(n, 1);
+  cached.store(n);
+  return n;
+}
+
+template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL>
+void launch(const Launch& l) {
+  using T = WgTile<BM, BN, STAGES, PING, F32A, CL>;
+  auto* kernel = gemm_bf16_wgmma_kernel<BM, BN, STAGES, PING, F32A, CL>;
+  static std::atomic<std::uint64_t> opted{0};
+  static std::atomic<int> clusters{0};
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, opted);
+  const CUtensorMap a_map =
+      F32A ? f32_rows_tensor_map_sw128(l.A, l.K, l.M, l.lda, BM) : bf16_rows_tensor_map_cached(l.a16, l.K, l.M, BM);
+  const CUtensorMap w_map = l.offsets ? bf16_rows_tensor_map(l.W, l.K, l.N, l.groups, l.w_stride, T::kBoxN)
+                                      : bf16_rows_tensor_map_cached(l.W, l.K, l.N, T::kBoxN);
+  // Grouped: each group's last tile may be partial, so at most groups more block rows than dense.
+  const long tiles = long((l.M + BM * CL - 1) / (BM * CL) + (l.offsets ? l.groups : 0)) * long((l.N + BN - 1) / BN);
+  const long groups = std::min<long>(tiles, resident_clusters(kernel, CL, T::kSmemBytes, clusters));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(groups * CL), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = T::kSmemBytes;
+  cfg.stream = l.s;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = CL;
+  attr[1].val.clusterDim.y = 1;
+  attr[1].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = CL > 1 ? 2 : 1;
+  cuda_check(cudaLaunchKernelEx(&cfg, kernel, a_map, w_map, l.M, l.K, l.N, l.bias, l.C, l.ldc, l.pair_store,
+                                l.offsets, l.groups),
+             "gemm_bf16_wgmma launch");
+}
+
+struct TileChoice {
+  int bm, bn, cl;
+  bool f32a;  // takes fp32 A itself (no bf16 pre-pass)
+  const char* name;
+  double rate;  // relative throughput of a full wave; 0: never chosen (benchmarks and tests only)
+  void (*run)(const Launch&);
+};
+// Tiles 0 and 1 are chosen (H200, session 9: at M = 4096, 128×256 for in_proj and lm_head, 128×128 or a row
+// cut of both for out_proj); the others stay for tests and benchmarks as measured comparisons: the
+// ping-pong tile (0.85–0.9× of 0: the epilogue overlap does not pay), fp32 A without a pre-pass
+// (0.7–0.8×), the cluster of two with W multicast (1.00–1.01×, not chosen on one measurement), 128×160.
+const TileChoice kTiles[] = {
+    {128, 256, 1, false, "coop128x256x4", 1.00, launch<128, 256, 4, false, false, 1>},    // 192 KiB of stages
+    {128, 128, 1, false, "coop128x128x6", 0.93, launch<128, 128, 6, false, false, 1>},    // 192 KiB
+    {128, 128, 1, false, "ping128x128x6", 0.00, launch<128, 128, 6, true, false, 1>},     // 192 KiB
+    {128, 256, 1, true, "coop128x256x3f", 0.00, launch<128, 256, 3, false, true, 1>},     // 192 KiB, fp32 A
+    {128, 256, 2, false, "coop128x256x4c2", 0.00, launch<128, 256, 4, false, false, 2>},  // W multicast to 2 blocks
+    {128, 160, 1, false, "coop128x160x6", 0.00, launch<128, 160, 6, false, false, 1>},    // 216 KiB
+};
+constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
+
+// Persistent blocks each take every sms-th tile one after the other: a pass costs the most tiles a
+// block takes times a tile's work over its rate. A function of M, N and the SM count only.
+double pass_cost(const TileChoice& t, int M, int N, int sms) {
+  if (M <= 0) return 0;
+  const long tiles = long((M + t.bm * t.cl - 1) / (t.bm * t.cl)) * long((N + t.bn - 1) / t.bn);
+  const long slots = sms / t.cl;  // clusters
+  return double((tiles + slots - 1) / slots) * t.bm * t.bn * t.cl / t.rate;
+}
+
+int choose_tile(int M, int N) {
+  const int sms = sm_count();
+  int best = 0;
+  double best_cost = 0;
+  for (int i = 0; i < kTileCount; ++i) {
+    if (kTiles[i].rate <= 0) continue;
+    const double cost = pass_cost(kTiles[i], M, N, sms);
+    if (i == 0 || cost < best_cost) {
+      best = i;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+// A dense pass may be cut by rows into two launches on two tiles: rows [0, rows_first) on `first`,
+// the rest on `second`, so that neither leaves most of a last round of blocks idle (out_proj at
+// M = 4096: 320 tiles of 128×256 are 2.4 rounds on 132 SMs, 640 of 128×128 are 4.8; 26 block rows
+// of 128×256 then 6 of 128×128 are 2.0 + 0.9). Each row is still computed whole by one tile, so the
+// bits are those of either tile alone. Chosen from M, N and the SM count only; a second launch must
+// save more than kLaunchCost of work units to be worth it.
+struct Plan {
+  int first, second, rows_first;
+};
+constexpr double kLaunchCost = 16;
+Plan choose_plan(int M, int N) {
+  const int sms = sm_count();
+  Plan best{choose_tile(M, N), 0, M};
+  double best_cost = pass_cost(kTiles[best.first], M, N, sms);
+  for (int a = 0; a < kTileCount; ++a)
+    for (int b = 0; b < kTileCount; ++b) {
+      const TileChoice &ta = kTiles[a], &tb = kTiles[b];
+      if (a == b || ta.rate <= 0 || tb.rate <= 0 || ta.f32a || tb.f32a) continue;
+      const int step = ta.bm * ta.cl;
+      for (int m1 = step; m1 < M; m1 += step) {
+        const double cost = pass_cost(ta, m1, N, sms) + pass_cost(tb, M - m1, N, sms) + kLaunchCost;
+        if (cost < best_cost) {
+          best = Plan{a, b, m1};
+          best_cost = cost;
+        }
+      }
+    }
+  return best;
+}
+
+void run_tile(int tile, const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C,
+              int ldc, cudaStream_t s) {
+  if (M <= 0 || N <= 0) return;
+  const bool pair_store = ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(C) % 8 == 0;
+  if (kTiles[tile].f32a) {
+    kTiles[tile].run(Launch{A, nullptr, M, K, lda, W, N, bias, C, ldc, pair_store, s});
+  } else {
+    with_bf16_rows(A, M, K, lda, s, [&](const void* a16) {
+      kTiles[tile].run(Launch{A, a16, M, K, lda, W, N, bias, C, ldc, pair_store, s});
+    });
+  }
+  check_launch("gemm_bf16_wgmma");
+}
+
+}  // namespace
+
+int gemm_wgmma_max_groups() { return kMaxGroups; }
+
+void gemm_grouped_bf16_wgmma_tile(int tile, const float* A, int lda, const int32_t* offsets, int groups,
+                                  int total_rows, int K, const void* W, int64_t w_stride, int N, float* C, int ldc,
+                                  cudaStream_t s) {
+  if (groups <= 0 || total_rows <= 0 || N <= 0) return;
+  if (groups > kMaxGroups) throw Error("gemm_grouped_bf16_wgmma: more groups than one launch takes");
+  const bool pair_store = ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(C) % 8 == 0;
+  Launch l{A, nullptr, total_rows, K, lda, W, N, nullptr, C, ldc, pair_store, s};
+  l.offsets = offsets;
+  l.groups = groups;
+  l.w_stride = w_stride;
+  if (kTiles[tile].f32a) {
+    kTiles[tile].run(l);
+  } else {
+    with_bf16_rows(A, total_rows, K, lda, s, [&](const void* a16) {
+      l.a16 = a16;
+      kTiles[tile].run(l);
+    });
+  }
+  check_launch("gemm_grouped_bf16_wgmma");
+}
+
+void gemm_grouped_bf16_wgmma(const float* A, int lda, const int32_t* offsets, int groups, int total_rows, int K,
+                             const void* W, int64_t w_stride, int N, float* C, int ldc, cudaStream_t s) {
+  gemm_grouped_bf16_wgmma_tile(choose_tile((total_rows + groups - 1) / groups, N), A, lda, offsets, groups, total_rows,
+                               K, W, w_stride, N, C, ldc, s);
+}
+
+bool gemm_wgmma_fits(const float* A, int K, int lda, const void* W) { return gemm_mma_fits(A, K, lda, W); }
+
+void gemm_bf16_wgmma(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
+                     cudaStream_t s) {
+  if (M <= 0 || N <= 0) return;
+  const Plan plan = choose_plan(M, N);
+  if (plan.rows_first >= M) {
+    run_tile(plan.first, A, M, K, lda, W, N, bias, C, ldc, s);
+    return;
+  }
+  // Two launches on one bf16 copy of A (both tiles take the pre-pass's copy: choose_plan skips fp32-A tiles).
+  const bool pair_store = ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(C) % 8 == 0;
+  const int m1 = plan.rows_first;
+  with_bf16_rows(A, M, K, lda, s, [&](const void* a16) {
+    kTiles[plan.first].run(Launch{A, a16, m1, K, lda, W, N, bias, C, ldc, pair_store, s});
+    const auto* rest = static_cast<const unsigned char*>(a16) + std::size_t(m1) * K * 2;
+    kTiles[plan.second].run(Launch{A + std::size_t(m1) * lda, rest, M - m1, K, lda, W, N, bias,
+                                   C + std::size_t(m1) * ldc, ldc, pair_store, s});
+  });
+  check_launch("gemm_bf16_wgmma");
+}
+
+int gemm_wgmma_tile_count() { return kTileCount; }
+const char* gemm_wgmma_tile_name(int tile) { return tile >= 0 && tile < kTileCount ? kTiles[tile].name : "?"; }
+
+void gemm_bf16_wgmma_tile(int tile, const float* A, int M, int K, int lda, const void* W, int N, const float* bias,
+                          float* C, int ldc, cudaStream_t s) {
+  run_tile(tile, A, M, K, lda, W, N, bias, C, ldc, s);
+}
+
+}  // namespace parity::cuda
