@@ -156,7 +156,7 @@ __device__ __forceinline__ void f32_fragment(unsigned stage, int r, int g, int q
 
 template <int N>
 __device__ __forceinline__ void mma_ss_any(float (&d)[N / 2], std::uint64_t da, std::uint64_t db) {
-  if constexpr (N == 160 || N == 192) wgmma::mma_ss_wide<N>(d, da, db);
+  if constexpr (N == 160) wgmma::mma_ss_wide<N>(d, da, db);
   else wgmma::mma_ss<N>(d, da, db);
 }
 
