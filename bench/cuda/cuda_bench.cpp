@@ -648,6 +648,30 @@ BENCHMARK_MAIN();
 namespace parity {
 namespace {
 
+// T tokens each routed to k of E experts at random (seed 3): the experts' row offsets [E + 1] in
+// expert order, as the MoE's grouping leaves them, and the most rows any expert got.
+struct RandomRouting {
+  std::vector<int32_t> offsets;
+  int max_rows = 0;
+};
+RandomRouting random_routing(int T, int E, int k) {
+  std::mt19937_64 g(3);
+  std::vector<int> count(E, 0);
+  for (int t = 0; t < T; ++t) {
+    std::vector<int> ids(E);
+    for (int e = 0; e < E; ++e) ids[e] = e;
+    std::shuffle(ids.begin(), ids.end(), g);
+    for (int j = 0; j < k; ++j) ++count[ids[j]];
+  }
+  RandomRouting r;
+  r.offsets.assign(E + 1, 0);
+  for (int e = 0; e < E; ++e) {
+    r.offsets[e + 1] = r.offsets[e] + count[e];
+    r.max_rows = std::max(r.max_rows, count[e]);
+  }
+  return r;
+}
+
 // The MoE's expert GEMMs at decode size (granite-h-tiny: 64 experts, top-6, hidden 1536, width 512; 64
 // tokens routed at random, so ~6 rows per expert): arg0 0 = the up projection (K 1536, N 1024), 1 = the
 // down projection (K 512, N 1536); arg1 the path: 0..5 the few-rows kernel's grouped variants, -1 the mma
@@ -660,20 +684,9 @@ void BM_CudaMoeGroupedGemm(benchmark::State& state) {
   }
   const int K = state.range(0) == 0 ? 1536 : 512, N = state.range(0) == 0 ? 1024 : 1536, path = state.range(1);
   const int E = 64, T = 64, k = 6;
-  std::mt19937_64 g(3);
-  std::vector<int> count(E, 0);
-  for (int t = 0; t < T; ++t) {
-    std::vector<int> ids(E);
-    for (int e = 0; e < E; ++e) ids[e] = e;
-    std::shuffle(ids.begin(), ids.end(), g);
-    for (int j = 0; j < k; ++j) ++count[ids[j]];
-  }
-  std::vector<int32_t> off(E + 1, 0);
-  int max_rows = 0;
-  for (int e = 0; e < E; ++e) {
-    off[e + 1] = off[e] + count[e];
-    max_rows = std::max(max_rows, count[e]);
-  }
+  const RandomRouting route = random_routing(T, E, k);
+  const std::vector<int32_t>& off = route.offsets;
+  const int max_rows = route.max_rows;
   const int rows = off[E];
   cuda::DeviceBuffer<float> a, c(std::size_t(rows) * N);
   a.upload(rnd(std::size_t(rows) * K, 4, -1, 1));
@@ -719,20 +732,9 @@ void BM_CudaMoePrefillGemm(benchmark::State& state) {
     return;
   }
   const int E = 64, T = 4096, k = 6;
-  std::mt19937_64 g(3);
-  std::vector<int> count(E, 0);
-  for (int t = 0; t < T; ++t) {
-    std::vector<int> ids(E);
-    for (int e = 0; e < E; ++e) ids[e] = e;
-    std::shuffle(ids.begin(), ids.end(), g);
-    for (int j = 0; j < k; ++j) ++count[ids[j]];
-  }
-  std::vector<int32_t> off(E + 1, 0);
-  int max_rows = 0;
-  for (int e = 0; e < E; ++e) {
-    off[e + 1] = off[e] + count[e];
-    max_rows = std::max(max_rows, count[e]);
-  }
+  const RandomRouting route = random_routing(T, E, k);
+  const std::vector<int32_t>& off = route.offsets;
+  const int max_rows = route.max_rows;
   const int rows = off[E];
   cuda::DeviceBuffer<float> a, c(std::size_t(rows) * N);
   a.upload(rnd(std::size_t(rows) * K, 4, -1, 1));
