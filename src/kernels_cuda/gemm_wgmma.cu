@@ -34,7 +34,6 @@
 #include "kernels_cuda/ptx.cuh"
 #include "kernels_cuda/tensor_map.h"
 #include "kernels_cuda/wgmma.cuh"
-#include "kernels_cuda/wgmma_extra.cuh"
 
 namespace parity::cuda {
 namespace {
