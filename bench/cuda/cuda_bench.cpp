@@ -672,6 +672,27 @@ RandomRouting random_routing(int T, int E, int k) {
   return r;
 }
 
+// The operands of an expert GEMM benchmark: E experts' [N][K] bf16 weights (zeros: the time does not
+// depend on them), the routed rows of A, C, and the routing's offsets on the device.
+struct ExpertGemm {
+  ExpertGemm(int T, int E, int k, int K, int N) {
+    const RandomRouting route = random_routing(T, E, k);
+    max_rows = route.max_rows;
+    rows = route.offsets[E];
+    stride = int64_t(N) * K;
+    a.upload(rnd(std::size_t(rows) * K, 4, -1, 1));
+    c.resize(std::size_t(rows) * N);
+    w.resize(std::size_t(E) * N * K);
+    w.zero();
+    offsets.upload(route.offsets);
+  }
+  int max_rows = 0, rows = 0;
+  int64_t stride = 0;
+  cuda::DeviceBuffer<float> a, c;
+  cuda::DeviceBuffer<uint16_t> w;
+  cuda::DeviceBuffer<int32_t> offsets;
+};
+
 // The MoE's expert GEMMs at decode size (granite-h-tiny: 64 experts, top-6, hidden 1536, width 512; 64
 // tokens routed at random, so ~6 rows per expert): arg0 0 = the up projection (K 1536, N 1024), 1 = the
 // down projection (K 512, N 1536); arg1 the path: 0..5 the few-rows kernel's grouped variants, -1 the mma
@@ -684,17 +705,13 @@ void BM_CudaMoeGroupedGemm(benchmark::State& state) {
   }
   const int K = state.range(0) == 0 ? 1536 : 512, N = state.range(0) == 0 ? 1024 : 1536, path = state.range(1);
   const int E = 64, T = 64, k = 6;
-  const RandomRouting route = random_routing(T, E, k);
-  const std::vector<int32_t>& off = route.offsets;
-  const int max_rows = route.max_rows;
-  const int rows = off[E];
-  cuda::DeviceBuffer<float> a, c(std::size_t(rows) * N);
-  a.upload(rnd(std::size_t(rows) * K, 4, -1, 1));
-  cuda::DeviceBuffer<uint16_t> w(std::size_t(E) * N * K);
-  w.zero();
-  cuda::DeviceBuffer<int32_t> doff;
-  doff.upload(off);
-  const int64_t stride = int64_t(N) * K;
+  ExpertGemm x(T, E, k, K, N);
+  const int max_rows = x.max_rows, rows = x.rows;
+  const int64_t stride = x.stride;
+  cuda::DeviceBuffer<float>& a = x.a;
+  cuda::DeviceBuffer<float>& c = x.c;
+  cuda::DeviceBuffer<uint16_t>& w = x.w;
+  cuda::DeviceBuffer<int32_t>& doff = x.offsets;
   auto pass = [&] {
     if (path >= 0)
       cuda::gemm_grouped_bf16_skinny(a.data(), K, doff.data(), E, max_rows, K, w.data(), stride, N, c.data(), N, nullptr,
@@ -732,17 +749,13 @@ void BM_CudaMoePrefillGemm(benchmark::State& state) {
     return;
   }
   const int E = 64, T = 4096, k = 6;
-  const RandomRouting route = random_routing(T, E, k);
-  const std::vector<int32_t>& off = route.offsets;
-  const int max_rows = route.max_rows;
-  const int rows = off[E];
-  cuda::DeviceBuffer<float> a, c(std::size_t(rows) * N);
-  a.upload(rnd(std::size_t(rows) * K, 4, -1, 1));
-  cuda::DeviceBuffer<uint16_t> w(std::size_t(E) * N * K);
-  w.zero();
-  cuda::DeviceBuffer<int32_t> doff;
-  doff.upload(off);
-  const int64_t stride = int64_t(N) * K;
+  ExpertGemm x(T, E, k, K, N);
+  const int max_rows = x.max_rows, rows = x.rows;
+  const int64_t stride = x.stride;
+  cuda::DeviceBuffer<float>& a = x.a;
+  cuda::DeviceBuffer<float>& c = x.c;
+  cuda::DeviceBuffer<uint16_t>& w = x.w;
+  cuda::DeviceBuffer<int32_t>& doff = x.offsets;
   auto pass = [&] {
     if (path < 0)
       cuda::gemm_grouped_bf16_mma(a.data(), K, doff.data(), E, max_rows, rows, K, w.data(), stride, N, c.data(), N,
