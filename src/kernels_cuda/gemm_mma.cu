@@ -20,6 +20,7 @@
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/gemm_mma.h"
+#include "kernels_cuda/gemm_store.cuh"
 #include "kernels_cuda/launch_support.h"
 #include "kernels_cuda/ptx.cuh"
 
@@ -168,17 +169,7 @@ __device__ __forceinline__ void mma_block_tile(const bf16* __restrict__ A, int M
 #pragma unroll
       for (int j = 0; j < T::NI; ++j) {
         const int gn = n0 + wn + 8 * j + 2 * q;
-        float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-        if (bias) {
-          if (gn < N) v0 = v0 + bias[gn];
-          if (gn + 1 < N) v1 = v1 + bias[gn + 1];
-        }
-        if (pair_store && gn + 1 < N) {
-          *reinterpret_cast<float2*>(crow + gn) = make_float2(v0, v1);
-        } else {
-          if (gn < N) crow[gn] = v0;
-          if (gn + 1 < N) crow[gn + 1] = v1;
-        }
+        store_column_pair(crow, gn, N, acc[i][j][2 * h], acc[i][j][2 * h + 1], bias, pair_store);
       }
     }
 }

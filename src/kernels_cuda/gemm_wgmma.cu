@@ -30,6 +30,7 @@
 #include "common/error.h"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/gemm_mma.h"
+#include "kernels_cuda/gemm_store.cuh"
 #include "kernels_cuda/launch_support.h"
 #include "kernels_cuda/ptx.cuh"
 #include "kernels_cuda/tensor_map.h"
@@ -335,17 +336,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
           const int gn = p.n0 + 8 * j + 2 * q;
-          float v0 = acc[mi][4 * j + 2 * h], v1 = acc[mi][4 * j + 2 * h + 1];
-          if (bias) {
-            if (gn < N) v0 = v0 + bias[gn];
-            if (gn + 1 < N) v1 = v1 + bias[gn + 1];
-          }
-          if (pair_store && gn + 1 < N) {
-            *reinterpret_cast<float2*>(crow + gn) = make_float2(v0, v1);
-          } else {
-            if (gn < N) crow[gn] = v0;
-            if (gn + 1 < N) crow[gn + 1] = v1;
-          }
+          store_column_pair(crow, gn, N, acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1], bias, pair_store);
         }
       }
   }
