@@ -34,6 +34,7 @@
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/smem_limit.h"
+#include "kernels_cuda/ssd_copy_lanes.cuh"
 #include "kernels_cuda/ssd_device.cuh"
 
 namespace parity::cuda::ssd {
@@ -185,23 +186,6 @@ struct Cells {
     return s;
   }
 };
-
-// How a block's threads split the copy of rows × `units` units of 4 floats (divisions once per
-// kernel, none per unit): thread → unit u0 of rows r0, r0 + rstep, ...; with more units than
-// threads, units u0, u0 + T, ... of every row.
-struct Lanes {
-  int u0, r0, rstep, ustep;
-  bool on;
-};
-template <int T>
-__device__ inline Lanes lanes_for(int units) {
-  const int t = threadIdx.x;
-  if (units <= T) {
-    const int per = T / units;
-    return {t % units, t / units, per, units, t < per * units};
-  }
-  return {t, 0, 1, T, true};
-}
 
 // The copies of a span's inputs into one of the two buffers. Cell k's rows land at k·G: dt and x
 // of every row (ring rows first where the call starts inside the cell), C and band rows of the

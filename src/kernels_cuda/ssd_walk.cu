@@ -32,6 +32,7 @@
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/smem_limit.h"
+#include "kernels_cuda/ssd_copy_lanes.cuh"
 #include "kernels_cuda/ssd_device.cuh"
 
 namespace parity::cuda::ssd {
@@ -61,23 +62,6 @@ __host__ __device__ inline WalkLayout walk_layout(int PT, int N, int cell) {
   l.cum = l.dts + Gr;                               // [cell]
   l.total = l.cum + Gr;
   return l;
-}
-
-// How a block's threads split the copy of R rows × `units` units of 4 columns (one division per
-// kernel, none per element): thread → unit u0 of rows r0, r0 + rstep, ...; with more units than
-// threads, units u0, u0 + T, ... of every row.
-struct Lanes {
-  int u0, r0, rstep, ustep;
-  bool on;
-};
-template <int T>
-__device__ inline Lanes lanes_for(int units) {
-  const int t = threadIdx.x;
-  if (units <= T) {
-    const int per = T / units;
-    return {t % units, t / units, per, units, t < per * units};
-  }
-  return {t, 0, 1, T, true};
 }
 
 // 4 values of a row from column c (zeros past `end` or for no row), 16-byte loads where aligned.
