@@ -12,6 +12,7 @@
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/pass_plan.h"
 #include "tests/cuda/gpu_test_support.h"
+#include "tests/cuda/ssd_scan_memory.h"
 
 namespace parity {
 namespace {
@@ -47,15 +48,15 @@ class GpuScan {
   GpuScan(cuda::ScanGrid g, bool bf16, int slots) : g_(g), bf16_(bf16) {
     const std::size_t S = std::size_t(slots) * H * P * N;
     if (bf16) {
-      s16_.resize(S);
-      s16_.zero();
+      mem_.s16.resize(S);
+      mem_.s16.zero();
     } else {
-      s32_.resize(S);
-      s32_.zero();
+      mem_.s32.resize(S);
+      mem_.s32.zero();
     }
-    rx_.resize(std::size_t(slots) * H * g.cell * P);
-    rdt_.resize(std::size_t(slots) * H * g.cell);
-    rb_.resize(std::size_t(slots) * G * g.cell * N);
+    mem_.rx.resize(std::size_t(slots) * H * g.cell * P);
+    mem_.rdt.resize(std::size_t(slots) * H * g.cell);
+    mem_.rb.resize(std::size_t(slots) * G * g.cell * N);
     dA_.upload(A_());
     dD_.upload(D_());
   }
@@ -76,12 +77,7 @@ class GpuScan {
     scratch_.resize(std::max<std::size_t>(1, cuda::ssd_scratch_floats({H, P, N, G}, ps)));
     dx.upload(xbc);
     ddt.upload(dt);
-    cuda::SsdState st;
-    st.state_f32 = bf16_ ? nullptr : s32_.data();
-    st.state_bf16 = bf16_ ? s16_.data() : nullptr;
-    st.ring_x = rx_.data();
-    st.ring_dt = rdt_.data();
-    st.ring_B = rb_.data();
+    cuda::SsdState st = mem_.state(bf16_);
     cuda::ssd_scan({H, P, N, G}, g_, ps, dx.data(), LD, ddt.data(), dA_.data(), dD_.data(), st, scratch_.data(),
                    scratch_.size(), dy.data(), nullptr);
     const std::vector<float> y = dy.download(std::size_t(rows) * I);
@@ -95,8 +91,8 @@ class GpuScan {
   }
   // The slots' states [slots][H][P][N] as floats (a bf16 state widened: exact).
   std::vector<float> state() const {
-    if (!bf16_) return s32_.download(s32_.size());
-    const std::vector<uint16_t> b = s16_.download(s16_.size());
+    if (!bf16_) return mem_.s32.download(mem_.s32.size());
+    const std::vector<uint16_t> b = mem_.s16.download(mem_.s16.size());
     std::vector<float> f(b.size());
     for (std::size_t i = 0; i < b.size(); ++i) f[i] = bf16_to_f32(b[i]);
     return f;
@@ -106,8 +102,8 @@ class GpuScan {
  private:
   cuda::ScanGrid g_;
   bool bf16_;
-  cuda::DeviceBuffer<float> s32_, rx_, rdt_, rb_, dA_, dD_, scratch_;
-  cuda::DeviceBuffer<uint16_t> s16_;
+  test::ScanMemory mem_;
+  cuda::DeviceBuffer<float> dA_, dD_, scratch_;
   cuda::DeviceBuffer<int32_t> ints_;
   cuda::DeviceBuffer<int64_t> starts_;
 };

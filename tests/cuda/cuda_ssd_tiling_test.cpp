@@ -14,6 +14,7 @@
 #include "kernels_cuda/pass_plan.h"
 #include "kernels_cuda/ssd_prefill.h"
 #include "tests/cuda/gpu_test_support.h"
+#include "tests/cuda/ssd_scan_memory.h"
 
 namespace parity {
 namespace {
@@ -56,11 +57,11 @@ class ScanRun {
     const std::size_t S = std::size_t(slots) * sh.H * sh.P * sh.N;
     // A non-zero starting state, so loading it (and widening bf16) is part of what is compared.
     const std::vector<float> s0 = test::uniform(S, 77, -0.5f, 0.5f);
-    if (bf16) s16_.upload(test::to_bf16(s0));
-    else s32_.upload(s0);
-    rx_.upload(std::vector<float>(std::size_t(slots) * sh.H * g.cell * sh.P, 0.0f));
-    rdt_.upload(std::vector<float>(std::size_t(slots) * sh.H * g.cell, 0.0f));
-    rb_.upload(std::vector<float>(std::size_t(slots) * sh.groups * g.cell * sh.N, 0.0f));
+    if (bf16) mem_.s16.upload(test::to_bf16(s0));
+    else mem_.s32.upload(s0);
+    mem_.rx.upload(std::vector<float>(std::size_t(slots) * sh.H * g.cell * sh.P, 0.0f));
+    mem_.rdt.upload(std::vector<float>(std::size_t(slots) * sh.H * g.cell, 0.0f));
+    mem_.rb.upload(std::vector<float>(std::size_t(slots) * sh.groups * g.cell * sh.N, 0.0f));
     A_.upload([&] {
       std::vector<float> a = test::uniform(sh.H, 99, 0.5f, 2.0f);
       for (float& v : a) v = -v;
@@ -87,12 +88,7 @@ class ScanRun {
     cuda::DeviceBuffer<float> dx, ddt, dy(std::size_t(rows) * I);
     dx.upload(xbc);
     ddt.upload(dt);
-    cuda::SsdState st;
-    st.state_f32 = bf16_ ? nullptr : s32_.data();
-    st.state_bf16 = bf16_ ? s16_.data() : nullptr;
-    st.ring_x = rx_.data();
-    st.ring_dt = rdt_.data();
-    st.ring_B = rb_.data();
+    cuda::SsdState st = mem_.state(bf16_);
     cuda::ssd_scan(ssh, g_, ps, dx.data(), LD, ddt.data(), A_.data(), D_.data(), st, scratch_.data(), scratch_.size(),
                    dy.data(), nullptr, which_);
     const std::vector<float> y = dy.download(std::size_t(rows) * I);
@@ -107,11 +103,11 @@ class ScanRun {
 
   Result finish() {
     const std::size_t S = std::size_t(slots_) * sh_.H * sh_.P * sh_.N;
-    if (bf16_) res_.s16 = s16_.download(S);
-    else res_.s32 = s32_.download(S);
-    res_.ring_x = rx_.download(rx_.size());
-    res_.ring_dt = rdt_.download(rdt_.size());
-    res_.ring_B = rb_.download(rb_.size());
+    if (bf16_) res_.s16 = mem_.s16.download(S);
+    else res_.s32 = mem_.s32.download(S);
+    res_.ring_x = mem_.rx.download(mem_.rx.size());
+    res_.ring_dt = mem_.rdt.download(mem_.rdt.size());
+    res_.ring_B = mem_.rb.download(mem_.rb.size());
     return std::move(res_);
   }
 
@@ -124,8 +120,8 @@ class ScanRun {
   int slots_, T_;
   SsdPrefill which_;
   std::vector<Stream> streams_;
-  cuda::DeviceBuffer<float> s32_, rx_, rdt_, rb_, A_, D_, scratch_;
-  cuda::DeviceBuffer<uint16_t> s16_;
+  test::ScanMemory mem_;
+  cuda::DeviceBuffer<float> A_, D_, scratch_;
   cuda::DeviceBuffer<int32_t> ints_;
   cuda::DeviceBuffer<int64_t> starts_;
   Result res_;
