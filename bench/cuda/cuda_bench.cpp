@@ -706,19 +706,13 @@ void BM_CudaMoeGroupedGemm(benchmark::State& state) {
   const int K = state.range(0) == 0 ? 1536 : 512, N = state.range(0) == 0 ? 1024 : 1536, path = state.range(1);
   const int E = 64, T = 64, k = 6;
   ExpertGemm x(T, E, k, K, N);
-  const int max_rows = x.max_rows, rows = x.rows;
-  const int64_t stride = x.stride;
-  cuda::DeviceBuffer<float>& a = x.a;
-  cuda::DeviceBuffer<float>& c = x.c;
-  cuda::DeviceBuffer<uint16_t>& w = x.w;
-  cuda::DeviceBuffer<int32_t>& doff = x.offsets;
   auto pass = [&] {
     if (path >= 0)
-      cuda::gemm_grouped_bf16_skinny(a.data(), K, doff.data(), E, max_rows, K, w.data(), stride, N, c.data(), N, nullptr,
-                                     path);
+      cuda::gemm_grouped_bf16_skinny(x.a.data(), K, x.offsets.data(), E, x.max_rows, K, x.w.data(), x.stride, N,
+                                     x.c.data(), N, nullptr, path);
     else  // max_rows is only a bound: 65 sends gemm_grouped past its few-rows path
-      cuda::gemm_grouped(a.data(), K, doff.data(), E, 65, K, w.data(), cuda::WeightType::BF16, stride, N, c.data(), N,
-                         nullptr, path == -1 ? rows : 0);
+      cuda::gemm_grouped(x.a.data(), K, x.offsets.data(), E, 65, K, x.w.data(), cuda::WeightType::BF16, x.stride, N,
+                         x.c.data(), N, nullptr, path == -1 ? x.rows : 0);
   };
   pass();
   Timer t;
@@ -750,19 +744,13 @@ void BM_CudaMoePrefillGemm(benchmark::State& state) {
   }
   const int E = 64, T = 4096, k = 6;
   ExpertGemm x(T, E, k, K, N);
-  const int max_rows = x.max_rows, rows = x.rows;
-  const int64_t stride = x.stride;
-  cuda::DeviceBuffer<float>& a = x.a;
-  cuda::DeviceBuffer<float>& c = x.c;
-  cuda::DeviceBuffer<uint16_t>& w = x.w;
-  cuda::DeviceBuffer<int32_t>& doff = x.offsets;
   auto pass = [&] {
     if (path < 0)
-      cuda::gemm_grouped_bf16_mma(a.data(), K, doff.data(), E, max_rows, rows, K, w.data(), stride, N, c.data(), N,
-                                  nullptr);
+      cuda::gemm_grouped_bf16_mma(x.a.data(), K, x.offsets.data(), E, x.max_rows, x.rows, K, x.w.data(), x.stride, N,
+                                  x.c.data(), N, nullptr);
     else
-      cuda::gemm_grouped_bf16_wgmma_tile(path, a.data(), K, doff.data(), E, rows, K, w.data(), stride, N, c.data(), N,
-                                         nullptr);
+      cuda::gemm_grouped_bf16_wgmma_tile(path, x.a.data(), K, x.offsets.data(), E, x.rows, K, x.w.data(), x.stride,
+                                         N, x.c.data(), N, nullptr);
   };
   pass();
   Timer t;
@@ -774,7 +762,7 @@ void BM_CudaMoePrefillGemm(benchmark::State& state) {
     state.SetIterationTime(sec);
     total += sec;
   }
-  state.counters["TFLOPs"] = 2.0 * rows * N * K / (total / std::max<int64_t>(1, state.iterations())) / 1e12;
+  state.counters["TFLOPs"] = 2.0 * x.rows * N * K / (total / std::max<int64_t>(1, state.iterations())) / 1e12;
   state.SetLabel(path < 0 ? "mma grouped tiles" : cuda::gemm_wgmma_tile_name(path));
 }
 BENCHMARK(BM_CudaMoePrefillGemm)
