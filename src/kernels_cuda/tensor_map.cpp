@@ -26,6 +26,23 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   return fn;
 }
 
+// A 3D map of rows (innermost: 128 bytes of a row, box_rows rows, one matrix per box) in the 128-byte
+// swizzle, the layout the wgmma descriptors read; `what` names the map and its operands in errors.
+CUtensorMap encode_swizzled(CUtensorMapDataType type, const void* base, const cuuint64_t (&dims)[3],
+                            const cuuint64_t (&strides)[2], int box_cols, int box_rows, const std::string& what) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
+  if (!encode) throw Error(what + ": the driver has no cuTensorMapEncodeTiled");
+  CUtensorMap map{};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult r = encode(&map, type, 3, const_cast<void*>(base), dims, strides, box, element_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw Error(what + ": cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(r)) + ")");
+  return map;
+}
+
 }  // namespace
 
 CUtensorMap bf16_rows_tensor_map(const void* W, int K, int rows, int groups, std::int64_t group_stride, int box_rows) {
@@ -33,22 +50,13 @@ CUtensorMap bf16_rows_tensor_map(const void* W, int K, int rows, int groups, std
       reinterpret_cast<std::uintptr_t>(W) % 16 != 0)
     throw Error("bf16_rows_tensor_map: unsupported operands (K " + std::to_string(K) + ", box rows " +
                 std::to_string(box_rows) + ")");
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
-  if (!encode) throw Error("bf16_rows_tensor_map: the driver has no cuTensorMapEncodeTiled");
-  CUtensorMap map{};
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(groups)};
   // Bytes between consecutive rows and between consecutive matrices (the innermost stride is the element).
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(K) * 2,
                                  static_cast<cuuint64_t>(groups > 1 ? group_stride : std::int64_t(rows) * K) * 2};
-  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(box_rows), 1};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(W), dims, strides, box,
-                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw Error("bf16_rows_tensor_map: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(r)) +
-                ", K " + std::to_string(K) + ", rows " + std::to_string(rows) + ", box rows " + std::to_string(box_rows) + ")");
-  return map;
+  return encode_swizzled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, W, dims, strides, 64, box_rows,
+                         "bf16_rows_tensor_map (K " + std::to_string(K) + ", rows " + std::to_string(rows) +
+                             ", box rows " + std::to_string(box_rows) + ")");
 }
 
 CUtensorMap f32_rows_tensor_map_sw128(const float* A, int K, int rows, int lda, int box_rows) {
@@ -56,21 +64,11 @@ CUtensorMap f32_rows_tensor_map_sw128(const float* A, int K, int rows, int lda, 
       reinterpret_cast<std::uintptr_t>(A) % 16 != 0)
     throw Error("f32_rows_tensor_map_sw128: unsupported operands (K " + std::to_string(K) + ", lda " +
                 std::to_string(lda) + ", box rows " + std::to_string(box_rows) + ")");
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
-  if (!encode) throw Error("f32_rows_tensor_map_sw128: the driver has no cuTensorMapEncodeTiled");
-  CUtensorMap map{};
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows), 1};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(lda) * 4, static_cast<cuuint64_t>(lda) * 4 * rows};
-  const cuuint32_t box[3] = {32, static_cast<cuuint32_t>(box_rows), 1};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(A), dims, strides, box,
-                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw Error("f32_rows_tensor_map_sw128: cuTensorMapEncodeTiled failed (CUresult " +
-                std::to_string(static_cast<int>(r)) + ", K " + std::to_string(K) + ", rows " + std::to_string(rows) +
-                ", lda " + std::to_string(lda) + ")");
-  return map;
+  return encode_swizzled(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, A, dims, strides, 32, box_rows,
+                         "f32_rows_tensor_map_sw128 (K " + std::to_string(K) + ", rows " + std::to_string(rows) +
+                             ", lda " + std::to_string(lda) + ")");
 }
 
 namespace {
