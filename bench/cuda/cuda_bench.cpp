@@ -15,6 +15,7 @@
 #include "backend_cuda/step_profile.h"
 #include "common/dtype.h"
 #include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/gemm_gemv.h"
 #include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/gemm_skinny.h"
 #include "kernels_cuda/gemm_swap_ab.h"
@@ -486,6 +487,43 @@ void BM_CudaGemmSwapAb(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaGemmSwapAb)
     ->ArgsProduct({{1, 8, 16, 64, 256}, {0, 1, 2}, {-1, 0, 1, 2, 3, 4, 16, 17}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The decode kernel (gemm_gemv.cu) beside the path gemm() took for up to 16 rows before it (arg0 M,
+// arg1 shape, arg3 1 = L2 flushed before each pass, as in a decode step; 0 = warm, as cuBLAS's
+// back-to-back reference). arg2: 0..3 the decode kernel's variants (gemm_gemv_variants(); -1 its
+// default), 4 / 5 its default's probes (the loads alone / the tensor cores alone: gemm_bf16_gemv_probe),
+// 8 the swap-AB kernel's default (pre-pass included), 9 gemm() itself. The label names it.
+void BM_CudaGemmGemv(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int M = static_cast<int>(state.range(0)), path = static_cast<int>(state.range(2));
+  GemmPass g(M, static_cast<int>(state.range(1)));
+  std::function<void()> pass;
+  if (path == 4 || path == 5) {
+    state.SetLabel(path == 4 ? "gemv probe: loads only" : "gemv probe: tensor cores only");
+    pass = [&, path] {
+      cuda::gemm_bf16_gemv_probe(path - 3, g.a.data(), g.M, g.K, g.K, g.w, g.Nn, g.c.data(), g.Nn, nullptr);
+    };
+  } else if (path < 8) {
+    if (path >= cuda::gemm_gemv_variants()) return state.SkipWithError("no such variant");
+    state.SetLabel(std::string("gemv ") + (path < 0 ? "default" : cuda::gemm_gemv_variant_name(path)));
+    pass = [&, path] {
+      cuda::gemm_bf16_gemv(g.a.data(), g.M, g.K, g.K, g.w, g.Nn, nullptr, g.c.data(), g.Nn, nullptr, path);
+    };
+  } else if (path == 8) {
+    state.SetLabel("swap-ab default");
+    pass = [&] { cuda::gemm_bf16_swap_ab(g.a.data(), g.M, g.K, g.K, g.w, g.Nn, nullptr, g.c.data(), g.Nn, nullptr); };
+  } else {
+    state.SetLabel("gemm()");
+    pass = [&] {
+      cuda::gemm(g.a.data(), g.M, g.K, g.K, g.w, cuda::WeightType::BF16, g.Nn, nullptr, g.c.data(), g.Nn, nullptr, g.Nn);
+    };
+  }
+  time_gemm(state, g, pass, state.range(3) != 0);
+}
+BENCHMARK(BM_CudaGemmGemv)
+    ->ArgsProduct({{1, 2, 4, 8, 16}, {0, 1, 2}, {-1, 0, 1, 2, 4, 5, 8, 9}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -1,0 +1,133 @@
+// The decode-sized bf16 GEMM (M = 1..16): C = A · Wᵀ (+ bias) as near the weights' read bandwidth as
+// the one-chain-per-output contract allows.
+//
+// Why this shape. With a few rows a GEMM reads every weight once, so its time is W's bytes over the
+// bandwidth, unless something else bounds it first. Two things did in the swap-AB kernel
+// (gemm_swap_ab.cu, 16-column warps): (1) blocks of 32 or 64 columns leave SMs idle where N is small
+// (out_proj's 2560 columns: 80 blocks for 132 SMs), and each busy SM must then stream 327 KB through
+// a chain of K/16 dependent steps; (2) the bf16 pre-pass is a launch of its own before the GEMM. Here
+// the tensor cores' n8 side is the weights (8 output columns a tile, the mma tiles' own
+// orientation), so the columns split finely: block b of G (one per SM) owns an even range of about
+// N/G rows of W, all of them in one pass where they fit (out_proj: 20 rows, three 8-column tiles per
+// SM, each its own warp's chain; in_proj: 82 rows, 11 tiles; lm_head: two passes of 192). One
+// producer warp streams the block's rows as 64-deep TMA boxes and A's M rows as bulk copies into a
+// ring as deep as shared memory allows (up to 32 stages); the consumers round A to bf16 as they read
+// their fragments, so no pre-pass runs. A consumer reads a box's fragments into registers and
+// releases the stage while the previous box's steps are in flight, so the only wait on a chain is
+// the tensor core's own latency (or the data, when the weights' stream is the bound).
+//
+// Bits: every output element is the chain the other bf16 kernels compute (gemm.cu) — K in 16-deep
+// m16n8k16 steps ascending into one fp32 accumulator from +0, the bias added once at the end — with
+// the operands in the mma tiles' roles (A's rows as the m16 side, W's rows as the n8 side). A is
+// rounded to bf16 round-to-nearest-even, as the pre-pass rounds it (with_bf16_rows). Rows of A past
+// M enter as zeros, W rows past a block's range (the neighbour's, or zeros past N) and stale stage
+// rows feed only columns that are never stored (an mma's output column depends on its B column
+// alone), and a 32-deep last box runs only its two real steps. The block, pass, warp, tile slot,
+// stage and variant decide when each step runs, never which steps or in what order.
+// tests/cuda/cuda_gemm_gemv_test.cpp compares every variant and block split against the mma tiles.
+#include "kernels_cuda/gemm_gemv.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "common/error.h"
+#include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/gemm_gemv_kernel.cuh"
+#include "kernels_cuda/gemm_mma.h"
+#include "kernels_cuda/launch_support.h"
+#include "kernels_cuda/tensor_map.h"
+
+namespace parity::cuda {
+namespace {
+
+using namespace gemv;
+
+// The ring for G blocks over N rows of W and M rows of A: a block's rows in as few passes as the
+// shape's tiles allow, balanced; as many stages as the ring holds.
+template <typename Sh>
+Geo geometry(int M, int N, int G) {
+  Geo g{};
+  g.units = (N + 1) / 2;
+  const int rows = 2 * ((g.units + G - 1) / G);  // the most rows a block owns
+  const int passes = (rows + Sh::kMaxPassRows - 1) / Sh::kMaxPassRows;
+  g.pass_rows = std::min(Sh::kMaxPassRows, ((rows + passes - 1) / passes + 1) / 2 * 2);
+  g.w_slot = (g.pass_rows + 7) / 8 * 8 * 128;
+  g.a_slot = M * kARowBytes;
+  g.stages = std::min(kMaxStages, Sh::kRing / (g.w_slot + g.a_slot));
+  return g;
+}
+
+template <typename Sh, bool M16, Probe P>
+void launch(const CUtensorMap& wmap, const float* A, int M, int K, int lda, int N, const float* bias, float* C,
+            int ldc, bool pair_store, const Geo& g, int G, cudaStream_t s) {
+  auto* kernel = gemv_kernel<Sh, M16, P>;
+  static std::atomic<std::uint64_t> opted{0};
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Sh::kRing + 1024, opted, true);
+  const int smem = 1024 + g.stages * (g.w_slot + g.a_slot);
+  kernel<<<static_cast<unsigned>(G), Sh::kThreads, smem, s>>>(wmap, A, M, K, lda, N, bias, C, ldc, pair_store, g);
+}
+
+template <typename Sh, Probe P = Probe::None>
+void run(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
+         cudaStream_t s, int blocks) {
+  // Blocks of at least 16 rows where N is small (two tiles: a block's fixed costs over more bytes).
+  const int G = blocks > 0 ? std::min(blocks, (N + 1) / 2)
+                           : std::min(Sh::kBlocksPerSm * sm_count(), std::max(1, (N + 15) / 16));
+  const Geo g = geometry<Sh>(M, N, G);
+  if (g.stages < 3) throw Error("gemm_bf16_gemv: the ring holds fewer than three stages");
+  const CUtensorMap wmap = bf16_rows_tensor_map_cached(W, K, N, g.pass_rows);
+  const bool pair_store = ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(C) % 8 == 0;
+  if (M > 8) launch<Sh, true, P>(wmap, A, M, K, lda, N, bias, C, ldc, pair_store, g, G, s);
+  else launch<Sh, false, P>(wmap, A, M, K, lda, N, bias, C, ldc, pair_store, g, G, s);
+}
+
+using RunFn = void (*)(const float*, int, int, int, const void*, int, const float*, float*, int, cudaStream_t, int);
+struct Variant {
+  const char* name;
+  RunFn run[3];  // by Probe
+};
+template <typename Sh>
+constexpr Variant variant(const char* name) {
+  return {name, {run<Sh, Probe::None>, run<Sh, Probe::LoadsOnly>, run<Sh, Probe::ComputeOnly>}};
+}
+// w8x4: eight consumer warps of up to four tiles, one block per SM (256 rows a pass); w16x2: the
+// same rows over sixteen warps of two (more warps to hide each step's latency); w4x4-2blk: two
+// blocks per SM of four warps (two producers, half the ring each).
+const Variant kVariants[] = {
+    variant<Shape<8, 4, 1>>("w8x4"),
+    variant<Shape<16, 2, 1>>("w16x2"),
+    variant<Shape<4, 4, 2>>("w4x4-2blk"),
+};
+constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
+constexpr int kDefault = 0;
+
+}  // namespace
+
+bool gemm_gemv_fits(const float* A, int K, int lda, const void* W) { return gemm_mma_fits(A, K, lda, W); }
+
+void gemm_bf16_gemv(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
+                    cudaStream_t s, int variant, int blocks) {
+  if (M <= 0 || N <= 0) return;
+  if (M > kGemvMaxRows) throw Error("gemm_bf16_gemv: more than 16 rows");
+  if (variant >= kVariantCount) throw Error("gemm_bf16_gemv: no such variant");
+  if (!gemm_gemv_fits(A, K, lda, W)) throw Error("gemm_bf16_gemv: unsupported operands");
+  kVariants[variant < 0 ? kDefault : variant].run[0](A, M, K, lda, W, N, bias, C, ldc, s, blocks);
+  check_launch("gemm_bf16_gemv");
+}
+
+void gemm_bf16_gemv_probe(int probe, const float* A, int M, int K, int lda, const void* W, int N, float* C, int ldc,
+                          cudaStream_t s, int variant) {
+  if (M <= 0 || N <= 0) return;
+  if (probe < 1 || probe > 2 || M > kGemvMaxRows || variant >= kVariantCount || !gemm_gemv_fits(A, K, lda, W))
+    throw Error("gemm_bf16_gemv_probe: bad probe, rows, variant or operands");
+  kVariants[variant < 0 ? kDefault : variant].run[probe](A, M, K, lda, W, N, nullptr, C, ldc, s, 0);
+  check_launch("gemm_bf16_gemv_probe");
+}
+
+int gemm_gemv_variants() { return kVariantCount; }
+const char* gemm_gemv_variant_name(int variant) {
+  return variant >= 0 && variant < kVariantCount ? kVariants[variant].name : "?";
+}
+
+}  // namespace parity::cuda

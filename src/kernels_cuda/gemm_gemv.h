@@ -1,0 +1,34 @@
+#pragma once
+// The decode-sized bf16 GEMM (gemm_gemv.cu): up to 16 rows of A against the weights at their read
+// bandwidth, 8-column mma.sync tiles with the weights as the B operand, spread over every SM, A
+// rounded to bf16 inside the kernel (no pre-pass launch). Same contract and bits as the other bf16
+// kernels (gemm.cu).
+#include <cuda_runtime_api.h>
+
+namespace parity::cuda {
+
+// gemm() takes this kernel up to this many rows of A (one m16 tile).
+constexpr int kGemvMaxRows = 16;
+
+// Whether gemm_bf16_gemv can take these operands: K a multiple of 32, A's rows 16-byte aligned
+// (A 16-byte aligned, lda a multiple of 4: the bulk copies), W 16-byte aligned (the tensor map).
+bool gemm_gemv_fits(const float* A, int K, int lda, const void* W);
+
+// C[M][N] = A · Wᵀ (+ bias) for 1 <= M <= kGemvMaxRows, W bf16 [N][K] (only rows < N are read).
+// variant < 0: the default; else one of gemm_gemv_variants() (tests and benchmarks compare them; all
+// give the same bits). blocks > 0 forces how many blocks the columns are split over (tests: the
+// split and the passes it needs change no bit); 0: the variant's blocks per SM on every SM.
+void gemm_bf16_gemv(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
+                    cudaStream_t s, int variant = -1, int blocks = 0);
+
+// Benchmarks only: the same launch (no bias) with one side of the pipeline alone. probe 1: W and A
+// stream through the ring, the consumers only wait for and release each stage (C untouched); probe
+// 2: nothing is copied, the consumers read fragments and multiply whatever the ring holds (C is not
+// the product). What bounds the kernel is the side whose probe time is near the full pass's.
+void gemm_bf16_gemv_probe(int probe, const float* A, int M, int K, int lda, const void* W, int N, float* C, int ldc,
+                          cudaStream_t s, int variant = -1);
+
+int gemm_gemv_variants();
+const char* gemm_gemv_variant_name(int variant);
+
+}  // namespace parity::cuda
