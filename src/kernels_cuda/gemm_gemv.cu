@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <string>
 
 #include "common/error.h"
 #include "kernels_cuda/cuda_check.h"
@@ -59,30 +60,28 @@ Geo geometry(int M, int N, int G) {
 }
 
 template <typename Sh, bool M16, Probe P>
-void launch(const CUtensorMap& wmap, const float* A, int M, int K, int lda, int N, const float* bias, float* C,
-            int ldc, bool pair_store, const Geo& g, int G, cudaStream_t s) {
+void launch(const CUtensorMap& wmap, const float* A, int M, int K, int lda, int N, const Out& o, const Geo& g, int G,
+            cudaStream_t s) {
   auto* kernel = gemv_kernel<Sh, M16, P>;
   static std::atomic<std::uint64_t> opted{0};
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Sh::kRing + 1024, opted, true);
   const int smem = 1024 + g.stages * (g.w_slot + g.a_slot);
-  kernel<<<static_cast<unsigned>(G), Sh::kThreads, smem, s>>>(wmap, A, M, K, lda, N, bias, C, ldc, pair_store, g);
+  kernel<<<static_cast<unsigned>(G), Sh::kThreads, smem, s>>>(wmap, A, M, K, lda, N, o, g);
 }
 
 template <typename Sh, Probe P = Probe::None>
-void run(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
-         cudaStream_t s, int blocks) {
+void run(const float* A, int M, int K, int lda, const void* W, int N, const Out& o, cudaStream_t s, int blocks) {
   // Blocks of at least 16 rows where N is small (two tiles: a block's fixed costs over more bytes).
   const int G = blocks > 0 ? std::min(blocks, (N + 1) / 2)
                            : std::min(Sh::kBlocksPerSm * sm_count(), std::max(1, (N + 15) / 16));
   const Geo g = geometry<Sh>(M, N, G);
   if (g.stages < 3) throw Error("gemm_bf16_gemv: the ring holds fewer than three stages");
   const CUtensorMap wmap = bf16_rows_tensor_map_cached(W, K, N, g.pass_rows);
-  const bool pair_store = ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(C) % 8 == 0;
-  if (M > 8) launch<Sh, true, P>(wmap, A, M, K, lda, N, bias, C, ldc, pair_store, g, G, s);
-  else launch<Sh, false, P>(wmap, A, M, K, lda, N, bias, C, ldc, pair_store, g, G, s);
+  if (M > 8) launch<Sh, true, P>(wmap, A, M, K, lda, N, o, g, G, s);
+  else launch<Sh, false, P>(wmap, A, M, K, lda, N, o, g, G, s);
 }
 
-using RunFn = void (*)(const float*, int, int, int, const void*, int, const float*, float*, int, cudaStream_t, int);
+using RunFn = void (*)(const float*, int, int, int, const void*, int, const Out&, cudaStream_t, int);
 struct Variant {
   const char* name;
   RunFn run[3];  // by Probe
@@ -102,6 +101,15 @@ const Variant kVariants[] = {
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 constexpr int kDefault = 0;
 
+Out out(float* C, int ldc, const float* bias, bool add) {
+  return Out{C, ldc, bias, add, ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(C) % 8 == 0};
+}
+
+void check(int M, int K, int lda, const void* W, const float* A, int variant, const char* what) {
+  if (M > kGemvMaxRows || variant >= kVariantCount || !gemm_gemv_fits(A, K, lda, W))
+    throw Error(std::string(what) + ": more than 16 rows, no such variant, or unsupported operands");
+}
+
 }  // namespace
 
 bool gemm_gemv_fits(const float* A, int K, int lda, const void* W) { return gemm_mma_fits(A, K, lda, W); }
@@ -109,19 +117,25 @@ bool gemm_gemv_fits(const float* A, int K, int lda, const void* W) { return gemm
 void gemm_bf16_gemv(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
                     cudaStream_t s, int variant, int blocks) {
   if (M <= 0 || N <= 0) return;
-  if (M > kGemvMaxRows) throw Error("gemm_bf16_gemv: more than 16 rows");
-  if (variant >= kVariantCount) throw Error("gemm_bf16_gemv: no such variant");
-  if (!gemm_gemv_fits(A, K, lda, W)) throw Error("gemm_bf16_gemv: unsupported operands");
-  kVariants[variant < 0 ? kDefault : variant].run[0](A, M, K, lda, W, N, bias, C, ldc, s, blocks);
+  check(M, K, lda, W, A, variant, "gemm_bf16_gemv");
+  kVariants[variant < 0 ? kDefault : variant].run[0](A, M, K, lda, W, N, out(C, ldc, bias, false), s, blocks);
   check_launch("gemm_bf16_gemv");
+}
+
+void gemm_bf16_gemv_add(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C,
+                        int ldc, cudaStream_t s, int variant) {
+  if (M <= 0 || N <= 0) return;
+  check(M, K, lda, W, A, variant, "gemm_bf16_gemv_add");
+  kVariants[variant < 0 ? kDefault : variant].run[0](A, M, K, lda, W, N, out(C, ldc, bias, true), s, 0);
+  check_launch("gemm_bf16_gemv_add");
 }
 
 void gemm_bf16_gemv_probe(int probe, const float* A, int M, int K, int lda, const void* W, int N, float* C, int ldc,
                           cudaStream_t s, int variant) {
   if (M <= 0 || N <= 0) return;
-  if (probe < 1 || probe > 2 || M > kGemvMaxRows || variant >= kVariantCount || !gemm_gemv_fits(A, K, lda, W))
-    throw Error("gemm_bf16_gemv_probe: bad probe, rows, variant or operands");
-  kVariants[variant < 0 ? kDefault : variant].run[probe](A, M, K, lda, W, N, nullptr, C, ldc, s, 0);
+  if (probe < 1 || probe > 2) throw Error("gemm_bf16_gemv_probe: no such probe");
+  check(M, K, lda, W, A, variant, "gemm_bf16_gemv_probe");
+  kVariants[variant < 0 ? kDefault : variant].run[probe](A, M, K, lda, W, N, out(C, ldc, nullptr, false), s, 0);
   check_launch("gemm_bf16_gemv_probe");
 }
 

@@ -21,6 +21,12 @@ bool gemm_gemv_fits(const float* A, int K, int lda, const void* W);
 void gemm_bf16_gemv(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
                     cudaStream_t s, int variant = -1, int blocks = 0);
 
+// C = C + (A · Wᵀ (+ bias)): the pass above with the residual add of the result folded into its
+// store, the bits of gemm_bf16_gemv into a scratch y followed by add_inplace(C, y) (ops.h), without
+// the scratch or the second launch. C must not overlap A.
+void gemm_bf16_gemv_add(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C,
+                        int ldc, cudaStream_t s, int variant = -1);
+
 // Benchmarks only: the same launch (no bias) with one side of the pipeline alone. probe 1: W and A
 // stream through the ring, the consumers only wait for and release each stage (C untouched); probe
 // 2: nothing is copied, the consumers read fragments and multiply whatever the ring holds (C is not

@@ -10,7 +10,6 @@
 
 #include <cstdint>
 
-#include "kernels_cuda/gemm_store.cuh"
 #include "kernels_cuda/ptx.cuh"
 
 namespace parity::cuda::gemv {
@@ -47,6 +46,39 @@ struct Geo {
   int stages;
   int units;      // 2-row units of N: block b of G owns units [units·b/G, units·(b+1)/G)
 };
+
+// Where the product goes: C (row stride ldc) = A · Wᵀ (+ bias), or with add C = C + (A · Wᵀ (+ bias)),
+// the sum a separate add_inplace(C, product) would compute (one fp32 add of the same two values).
+// pair_store: ldc even and C 8-byte aligned, so a thread's two adjacent columns go out as one float2.
+struct Out {
+  float* C;
+  int ldc;
+  const float* bias;
+  bool add, pair_store;
+};
+
+// Columns n and n + 1 (n even) of one row of C from a thread's two accumulators; columns at or past
+// `end` are not the block's. The bias is added once to each (its one rounding after the K chain).
+__device__ __forceinline__ void store_pair(const Out& o, int m, int n, int end, float v0, float v1) {
+  float* crow = o.C + static_cast<std::size_t>(m) * o.ldc;
+  const bool has1 = n + 1 < end;
+  if (o.bias) {
+    v0 = v0 + o.bias[n];
+    if (has1) v1 = v1 + o.bias[n + 1];
+  }
+  if (o.pair_store && has1) {
+    float2* p = reinterpret_cast<float2*>(crow + n);
+    if (o.add) {
+      const float2 x = *p;
+      v0 = x.x + v0;
+      v1 = x.y + v1;
+    }
+    *p = make_float2(v0, v1);
+  } else {
+    crow[n] = o.add ? crow[n] + v0 : v0;
+    if (has1) crow[n + 1] = o.add ? crow[n + 1] + v1 : v1;
+  }
+}
 
 // Two adjacent fp32 of A at a shared address, rounded to bf16 round-to-nearest-even (the pre-pass's
 // rounding, with_bf16_rows in gemm_mma.cu) and packed as an mma operand register, the lower column
@@ -112,8 +144,7 @@ struct Frag {
 
 // A consumer warp: tiles warp, warp + CW, … of each pass (8 W rows each).
 template <typename Sh, bool M16, Probe P>
-__device__ __forceinline__ void consume(int M, int K, int lo, int hi, const float* bias, float* C, int ldc,
-                                        bool pair_store, const Geo& g, unsigned wring, unsigned aring, u64* full,
+__device__ __forceinline__ void consume(int M, int K, int lo, int hi, const Out& o, const Geo& g, unsigned wring, unsigned aring, u64* full,
                                         u64* empty, int warp, int lane) {
   constexpr int kCW = Sh::kConsumerWarps, kTPW = Sh::kTilesPerWarp;
   constexpr bool kWait = P != Probe::ComputeOnly, kCompute = P != Probe::LoadsOnly;
@@ -214,9 +245,7 @@ __device__ __forceinline__ void consume(int M, int K, int lo, int hi, const floa
 #pragma unroll
       for (int h = 0; h < (M16 ? 2 : 1); ++h) {
         const int m = gr + 8 * h;
-        if (m < M)
-          store_column_pair(C + static_cast<std::size_t>(m) * ldc, n, r0 + rows, acc[j][2 * h], acc[j][2 * h + 1], bias,
-                            pair_store);
+        if (m < M && n < r0 + rows) store_pair(o, m, n, r0 + rows, acc[j][2 * h], acc[j][2 * h + 1]);
       }
     }
   }
@@ -227,7 +256,7 @@ __device__ __forceinline__ void consume(int M, int K, int lo, int hi, const floa
 template <typename Sh, bool M16, Probe P = Probe::None>
 __global__ void __launch_bounds__(Sh::kThreads, Sh::kBlocksPerSm)
     gemv_kernel(const __grid_constant__ CUtensorMap wmap, const float* __restrict__ A, int M, int K, int lda, int N,
-                const float* __restrict__ bias, float* __restrict__ C, int ldc, bool pair_store, Geo g) {
+                Out o, Geo g) {
   extern __shared__ unsigned char smem_raw[];
   __shared__ u64 full[kMaxStages], empty[kMaxStages];
   // 1024-byte aligned: the 128-byte swizzle repeats every 8 rows of 128 bytes from such an address.
@@ -251,7 +280,7 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kBlocksPerSm)
   if (warp == Sh::kConsumerWarps) {
     produce<P>(&wmap, A, M, K, lda, lo, hi, g, wring, aring, full, empty, lane);
   } else if (warp < consumers) {
-    consume<Sh, M16, P>(M, K, lo, hi, bias, C, ldc, pair_store, g, wring, aring, full, empty, warp, lane);
+    consume<Sh, M16, P>(M, K, lo, hi, o, g, wring, aring, full, empty, warp, lane);
   }
 }
 

@@ -150,6 +150,39 @@ TEST(CudaGemmGemv, ModelShapesGiveTheMmaTileBits) {
   }
 }
 
+// The residual add folded into the store (gemm_bf16_gemv_add: C = C + product) gives the bits of the
+// product written out and then added by add_inplace: odd and even ldc (scalar and pair stores), with
+// and without a bias, every variant.
+TEST(CudaGemmGemv, FoldedResidualAddGivesTheBitsOfTheSeparateAdd) {
+  PARITY_REQUIRE_GPU();
+  for (const Shape& sh : {Shape{96, 200, 203}, Shape{5120, 2560, 2560}}) {
+    Problem pr(sh, 190);
+    const std::vector<float> x0 = test::uniform(std::size_t(kRows) * sh.ldc, 191, -4.0f, 4.0f);
+    cuda::DeviceBuffer<float> x;
+    for (int M : {1, 5, 16})
+      for (bool with_bias : {false, true}) {
+        pr.mma(M, with_bias);  // the product, left in pr.c
+        x.upload(x0);
+        cuda::add_inplace(x.data(), pr.c.data(), pr.out(M), nullptr);
+        const std::vector<float> ref = x.download(pr.out(M));
+        int changed = 0;
+        for (std::size_t i = 0; i < ref.size(); ++i) changed += ref[i] != x0[i];
+        ASSERT_GT(changed, static_cast<int>(ref.size() / 2)) << where(sh, M, with_bias, "the add changed C");
+        for (int v = -1; v < cuda::gemm_gemv_variants(); ++v) {
+          x.upload(x0);
+          cuda::gemm_bf16_gemv_add(pr.a.data(), M, sh.K, sh.K, pr.w.data(), sh.N, pr.b(with_bias), x.data(), sh.ldc,
+                                   nullptr, v);
+          const std::vector<float> got = x.download(pr.out(M));
+          const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+          ASSERT_TRUE(d.empty()) << where(sh, M, with_bias,
+                                          std::string("folded add, variant ") + cuda::gemm_gemv_variant_name(v) +
+                                              " vs mma tile 0 + add_inplace")
+                                 << d;
+        }
+      }
+  }
+}
+
 // The checks above can fail: the same products with the k16 steps in descending order (both
 // operands' 16-deep blocks of K reversed) through the same kernel give other bits in many outputs.
 TEST(CudaGemmGemv, CompanionReversedKChainChangesBits) {
