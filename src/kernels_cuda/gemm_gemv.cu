@@ -65,8 +65,17 @@ void launch(const CUtensorMap& wmap, const float* A, int M, int K, int lda, int 
   auto* kernel = gemv_kernel<Sh, M16, P>;
   static std::atomic<std::uint64_t> opted{0};
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Sh::kRing + 1024, opted, true);
-  const int smem = 1024 + g.stages * (g.w_slot + g.a_slot);
-  kernel<<<static_cast<unsigned>(G), Sh::kThreads, smem, s>>>(wmap, A, M, K, lda, N, o, g);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(G), 1, 1);
+  cfg.blockDim = dim3(Sh::kThreads, 1, 1);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(1024 + g.stages * (g.w_slot + g.a_slot));
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = Sh::kPdl ? 1 : 0;
+  cuda_check(cudaLaunchKernelEx(&cfg, kernel, wmap, A, M, K, lda, N, o, g), "gemm_bf16_gemv launch");
 }
 
 template <typename Sh, Probe P = Probe::None>
@@ -92,11 +101,13 @@ constexpr Variant variant(const char* name) {
 }
 // w8x4: eight consumer warps of up to four tiles, one block per SM (256 rows a pass); w16x2: the
 // same rows over sixteen warps of two (more warps to hide each step's latency); w4x4-2blk: two
-// blocks per SM of four warps (two producers, half the ring each).
+// blocks per SM of four warps (two producers, half the ring each); w8x4-pdl: w8x4 launched with
+// programmatic serialization (its set-up and an L2 prefetch of W overlap the kernel before).
 const Variant kVariants[] = {
     variant<Shape<8, 4, 1>>("w8x4"),
     variant<Shape<16, 2, 1>>("w16x2"),
     variant<Shape<4, 4, 2>>("w4x4-2blk"),
+    variant<Shape<8, 4, 1, true>>("w8x4-pdl"),
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 constexpr int kDefault = 0;

@@ -16,10 +16,13 @@ namespace parity::cuda::gemv {
 
 using u64 = std::uint64_t;
 
-// CW consumer warps of up to TPW 8-column tiles each; BPS blocks per SM.
-template <int CW, int TPW, int BPS>
+// CW consumer warps of up to TPW 8-column tiles each; BPS blocks per SM. PDL: launched with
+// programmatic serialization (gemm_gemv.cu): the block's set-up and an L2 prefetch of its first
+// stages of W overlap the end of the kernel before.
+template <int CW, int TPW, int BPS, bool PDL = false>
 struct Shape {
   static constexpr int kConsumerWarps = CW, kTilesPerWarp = TPW, kBlocksPerSm = BPS;
+  static constexpr bool kPdl = PDL;
   static constexpr int kMaxPassRows = 8 * CW * TPW;  // W rows a pass may compute
   static constexpr int kThreads = 32 * CW + 32;      // the producer warp last
   // 227 KiB of shared memory per SM, less 1 KiB the system keeps per block and 1 KiB to align.
@@ -106,13 +109,25 @@ struct Cursor {
 // past the block's range, the neighbour's or zeros past N, come along and are never stored; K past
 // the matrix lands as zeros; all of it counts as bytes) and the box's slice of A's M rows (only
 // the real K: a 32-deep last box copies 128 bytes a row).
-template <Probe P>
+template <Probe P, bool PDL>
 __device__ __forceinline__ void produce(const CUtensorMap* wmap, const float* A, int M, int K, int lda, int lo, int hi,
                                         const Geo& g, unsigned wring, unsigned aring, u64* full, u64* empty,
                                         int lane) {
   if constexpr (P == Probe::ComputeOnly) return;
-  if (lane == 0) ptx::prefetch_tensor_map(wmap);
   const int kboxes = (K + 63) / 64;
+  if (lane == 0) {
+    ptx::prefetch_tensor_map(wmap);
+    if constexpr (PDL) {
+      // The weights are no output of the kernel before, and a prefetch into L2 (the device's point of
+      // coherence) cannot bring a stale copy, so the first ring's worth of W may start now. Nothing
+      // lands in shared memory and nothing of A is read before griddepcontrol.wait.
+      for (int b = 0; b < min(kboxes, g.stages); ++b)
+        asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(wmap), "r"(64 * b),
+                     "r"(lo), "r"(0)
+                     : "memory");
+    }
+  }
+  if constexpr (PDL) asm volatile("griddepcontrol.wait;\n" ::: "memory");
   Cursor c;
   int it = 0;
   for (int r0 = lo; r0 < hi; r0 += g.pass_rows)
@@ -278,8 +293,11 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kBlocksPerSm)
   }
   __syncthreads();
   if (warp == Sh::kConsumerWarps) {
-    produce<P>(&wmap, A, M, K, lda, lo, hi, g, wring, aring, full, empty, lane);
+    produce<P, Sh::kPdl>(&wmap, A, M, K, lda, lo, hi, g, wring, aring, full, empty, lane);
   } else if (warp < consumers) {
+    // Programmatic launch: no read of A or C and no store before the kernel before has completed
+    // (the producer's A copies already wait; this keeps every thread's own accesses after it too).
+    if constexpr (Sh::kPdl) asm volatile("griddepcontrol.wait;\n" ::: "memory");
     consume<Sh, M16, P>(M, K, lo, hi, o, g, wring, aring, full, empty, warp, lane);
   }
 }

@@ -13,6 +13,7 @@
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/gemm_gemv.h"
 #include "kernels_cuda/gemm_mma.h"
+#include "kernels_cuda/graph.h"
 #include "tests/cuda/gpu_test_support.h"
 
 namespace parity {
@@ -181,6 +182,66 @@ TEST(CudaGemmGemv, FoldedResidualAddGivesTheBitsOfTheSeparateAdd) {
         }
       }
   }
+}
+
+// The programmatic launch (variant w8x4-pdl: its set-up and an L2 prefetch of W may run before the
+// kernel ahead of it has finished) reads the A that kernel wrote, eagerly and replayed from a CUDA
+// graph: A is rewritten by add_inplace right before each pass, and the output must carry the bits
+// of the mma tiles on the new A, never those of the old one.
+TEST(CudaGemmGemv, ProgrammaticLaunchSeesTheKernelBeforeItEagerAndInAGraph) {
+  PARITY_REQUIRE_GPU();
+  int pdl = -1;
+  for (int v = 0; v < cuda::gemm_gemv_variants(); ++v)
+    if (std::string(cuda::gemm_gemv_variant_name(v)) == "w8x4-pdl") pdl = v;
+  ASSERT_GE(pdl, 0) << "the programmatic variant is listed";
+  const Shape sh{2560, 10576, 10576};
+  const int M = 4;
+  const std::size_t n = std::size_t(M) * sh.K;
+  Problem pr(sh, 230);
+  const std::vector<float> a0 = pr.a.download(n), delta = test::uniform(n, 231, -0.5f, 0.5f);
+  std::vector<float> a1(n), a2(n);  // after one and two adds, as add_inplace computes them
+  for (std::size_t i = 0; i < n; ++i) {
+    a1[i] = a0[i] + delta[i];
+    a2[i] = a1[i] + delta[i];
+  }
+  cuda::DeviceBuffer<float> d, other;
+  d.upload(delta);
+  auto reference = [&](const std::vector<float>& a) {
+    other.upload(a);
+    pr.c.zero();
+    cuda::gemm_bf16_mma_tile(0, other.data(), M, sh.K, sh.K, pr.w.data(), sh.N, sh.N, nullptr, pr.c.data(), sh.ldc,
+                             nullptr);
+    return pr.c.download(pr.out(M));
+  };
+  const std::vector<float> ref1 = reference(a1), ref2 = reference(a2);
+  ASSERT_FALSE(test::bit_difference(ref1.data(), ref2.data(), ref1.size()).empty()) << "the adds change the product";
+
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  auto pass = [&] {
+    cuda::add_inplace(pr.a.data(), d.data(), n, s);
+    cuda::gemm_bf16_gemv(pr.a.data(), M, sh.K, sh.K, pr.w.data(), sh.N, nullptr, pr.c.data(), sh.ldc, s, pdl);
+  };
+  auto check = [&](const std::vector<float>& ref, const std::string& what) {
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess) << what;
+    const std::vector<float> got = pr.c.download(pr.out(M));
+    const std::string diff = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+    ASSERT_TRUE(diff.empty()) << what << ": " << diff;
+  };
+  pr.a.upload(a0);
+  pass();
+  check(ref1, "eager, after one add");
+  pass();
+  check(ref2, "eager, after two adds");
+  pr.a.upload(a0);
+  {
+    const cuda::GraphExec graph = cuda::capture_graph(s, pass);
+    graph.launch(s);
+    check(ref1, "graph, first replay");
+    graph.launch(s);
+    check(ref2, "graph, second replay");
+  }
+  cudaStreamDestroy(s);
 }
 
 // The checks above can fail: the same products with the k16 steps in descending order (both
