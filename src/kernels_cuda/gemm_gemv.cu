@@ -68,7 +68,9 @@ void launch(const CUtensorMap& wmap, const float* A, int M, int K, int lda, int 
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(G), 1, 1);
   cfg.blockDim = dim3(Sh::kThreads, 1, 1);
-  cfg.dynamicSmemBytes = static_cast<std::size_t>(1024 + g.stages * (g.w_slot + g.a_slot));
+  // The whole ring's share whatever the stages use: no SM is given more than BPS blocks (a second
+  // block on one SM would leave another idle, and halve both blocks' bandwidth).
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(1024 + Sh::kRing);
   cfg.stream = s;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
