@@ -523,7 +523,7 @@ void BM_CudaGemmGemv(benchmark::State& state) {
   time_gemm(state, g, pass, state.range(3) != 0);
 }
 BENCHMARK(BM_CudaGemmGemv)
-    ->ArgsProduct({{1, 2, 4, 8, 16}, {0, 1, 2}, {-1, 0, 1, 2, 3, 6, 7, 8, 9}, {0, 1}})
+    ->ArgsProduct({{1, 2, 4, 8, 16}, {0, 1, 2}, {-1, 0, 1, 2, 3, 4, 6, 7, 8, 9}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

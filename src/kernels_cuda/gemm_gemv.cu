@@ -104,12 +104,14 @@ constexpr Variant variant(const char* name) {
 // w8x4: eight consumer warps of up to four tiles, one block per SM (256 rows a pass); w16x2: the
 // same rows over sixteen warps of two (more warps to hide each step's latency); w4x4-2blk: two
 // blocks per SM of four warps (two producers, half the ring each); w8x4-pdl: w8x4 launched with
-// programmatic serialization (its set-up and an L2 prefetch of W overlap the kernel before).
+// programmatic serialization (its set-up and an L2 prefetch of W overlap the kernel before);
+// w8x4-l2ahead: w8x4 prefetching into L2 the box one ring ahead of each box it copies.
 const Variant kVariants[] = {
     variant<Shape<8, 4, 1>>("w8x4"),
     variant<Shape<16, 2, 1>>("w16x2"),
     variant<Shape<4, 4, 2>>("w4x4-2blk"),
     variant<Shape<8, 4, 1, true>>("w8x4-pdl"),
+    variant<Shape<8, 4, 1, false, true>>("w8x4-l2ahead"),
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 constexpr int kDefault = 0;

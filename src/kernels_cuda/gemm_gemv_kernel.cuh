@@ -18,11 +18,12 @@ using u64 = std::uint64_t;
 
 // CW consumer warps of up to TPW 8-column tiles each; BPS blocks per SM. PDL: launched with
 // programmatic serialization (gemm_gemv.cu): the block's set-up and an L2 prefetch of its first
-// stages of W overlap the end of the kernel before.
-template <int CW, int TPW, int BPS, bool PDL = false>
+// stages of W overlap the end of the kernel before. L2AHEAD: with each box copied into the ring,
+// the box one ring further on is prefetched into L2 (twice the ring's bytes in flight).
+template <int CW, int TPW, int BPS, bool PDL = false, bool L2AHEAD = false>
 struct Shape {
   static constexpr int kConsumerWarps = CW, kTilesPerWarp = TPW, kBlocksPerSm = BPS;
-  static constexpr bool kPdl = PDL;
+  static constexpr bool kPdl = PDL, kL2Ahead = L2AHEAD;
   static constexpr int kMaxPassRows = 8 * CW * TPW;  // W rows a pass may compute
   static constexpr int kThreads = 32 * CW + 32;      // the producer warp last
   // 227 KiB of shared memory per SM, less 1 KiB the system keeps per block and 1 KiB to align.
@@ -109,7 +110,14 @@ struct Cursor {
 // past the block's range, the neighbour's or zeros past N, come along and are never stored; K past
 // the matrix lands as zeros; all of it counts as bytes) and the box's slice of A's M rows (only
 // the real K: a 32-deep last box copies 128 bytes a row).
-template <Probe P, bool PDL>
+// An L2 prefetch of W's 64-deep box at (k, row) through the tensor map: no shared memory, no barrier.
+__device__ __forceinline__ void prefetch_box_l2(const CUtensorMap* wmap, int k, int row) {
+  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(wmap), "r"(k), "r"(row),
+               "r"(0)
+               : "memory");
+}
+
+template <Probe P, bool PDL, bool L2AHEAD>
 __device__ __forceinline__ void produce(const CUtensorMap* wmap, const float* A, int M, int K, int lda, int lo, int hi,
                                         const Geo& g, unsigned wring, unsigned aring, u64* full, u64* empty,
                                         int lane) {
@@ -121,10 +129,7 @@ __device__ __forceinline__ void produce(const CUtensorMap* wmap, const float* A,
       // The weights are no output of the kernel before, and a prefetch into L2 (the device's point of
       // coherence) cannot bring a stale copy, so the first ring's worth of W may start now. Nothing
       // lands in shared memory and nothing of A is read before griddepcontrol.wait.
-      for (int b = 0; b < min(kboxes, g.stages); ++b)
-        asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(wmap), "r"(64 * b),
-                     "r"(lo), "r"(0)
-                     : "memory");
+      for (int b = 0; b < min(kboxes, g.stages); ++b) prefetch_box_l2(wmap, 64 * b, lo);
     }
   }
   if constexpr (PDL) asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -137,6 +142,9 @@ __device__ __forceinline__ void produce(const CUtensorMap* wmap, const float* A,
       if (lane == 0) {
         ptx::mbar_arrive_expect_tx(&full[c.s], static_cast<unsigned>(g.pass_rows * 128 + M * kd * 4));
         ptx::tma_load_3d(wring + c.s * g.w_slot, wmap, 64 * b, r0, 0, &full[c.s]);
+        if constexpr (L2AHEAD) {
+          if (b + g.stages < kboxes) prefetch_box_l2(wmap, 64 * (b + g.stages), r0);
+        }
       }
       __syncwarp();
       if (lane < M) {
@@ -293,7 +301,7 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kBlocksPerSm)
   }
   __syncthreads();
   if (warp == Sh::kConsumerWarps) {
-    produce<P, Sh::kPdl>(&wmap, A, M, K, lda, lo, hi, g, wring, aring, full, empty, lane);
+    produce<P, Sh::kPdl, Sh::kL2Ahead>(&wmap, A, M, K, lda, lo, hi, g, wring, aring, full, empty, lane);
   } else if (warp < consumers) {
     // Programmatic launch: no read of A or C and no store before the kernel before has completed
     // (the producer's A copies already wait; this keeps every thread's own accesses after it too).
