@@ -281,6 +281,7 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kBlocksPerSm)
     gemv_kernel(const __grid_constant__ CUtensorMap wmap, const float* __restrict__ A, int M, int K, int lda, int N,
                 Out o, Geo g) {
   extern __shared__ unsigned char smem_raw[];
+  static_assert(Sh::kThreads >= kMaxStages, "a thread per stage initialises its barriers");
   __shared__ u64 full[kMaxStages], empty[kMaxStages];
   // 1024-byte aligned: the 128-byte swizzle repeats every 8 rows of 128 bytes from such an address.
   const unsigned wring = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -292,11 +293,9 @@ __global__ void __launch_bounds__(Sh::kThreads, Sh::kBlocksPerSm)
   // Consumer warps with a tile in the first (largest) pass; the others leave at once.
   const int first_tiles = (min(hi - lo, g.pass_rows) + 7) / 8;
   const int consumers = min(Sh::kConsumerWarps, first_tiles);
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < g.stages; ++s) {
-      ptx::mbar_init(&full[s], 1);           // the producer's expect_tx arrival
-      ptx::mbar_init(&empty[s], consumers);  // one arrival per working consumer warp
-    }
+  if (threadIdx.x < g.stages) {  // one thread per stage
+    ptx::mbar_init(&full[threadIdx.x], 1);           // the producer's expect_tx arrival
+    ptx::mbar_init(&empty[threadIdx.x], consumers);  // one arrival per working consumer warp
     ptx::mbar_init_fence();
   }
   __syncthreads();
