@@ -158,11 +158,12 @@ __device__ __forceinline__ void produce(const CUtensorMap* wmap, const float* A,
 }
 
 // A box's operands: a[kk] the m16k16 fragment of A's rows for step kk (rows g + 8 only when M > 8,
-// else zeros), b[j][kk] the k16n8 fragment of the warp's tile j.
+// else zeros), b[j][kk] the k16n8 fragment of the warp's tile j; the stage they were read from.
 template <int TPW>
 struct Frag {
   unsigned a[4][4];
   unsigned b[TPW][4][2];
+  int stage;
 };
 
 // A consumer warp: tiles warp, warp + CW, … of each pass (8 W rows each).
@@ -189,7 +190,7 @@ __device__ __forceinline__ void consume(int M, int K, int lo, int hi, const Out&
 #pragma unroll
     for (int j = 0; j < kTPW; ++j) has[j] = warp + kCW * j < tiles;
 
-    // Waits for box b's stage, reads its fragments into f, releases the stage.
+    // Waits for the next box's stage and reads its fragments into f (release(f) hands the stage back).
     auto load = [&](F& f) {
       if constexpr (kWait) ptx::mbar_wait(&full[c.s], c.phase);
       if constexpr (!kCompute) {
@@ -223,12 +224,17 @@ __device__ __forceinline__ void consume(int M, int K, int lo, int hi, const Out&
           f.b[j][3][0] = r[2];
           f.b[j][3][1] = r[3];
         }
-      // The fragments are read: the stage may be refilled (the arrival orders the reads before it).
-      if constexpr (kWait) {
-        __syncwarp();
-        if (lane == 0) ptx::mbar_arrive(&empty[c.s]);
-      }
+      f.stage = c.s;
       c.next(g.stages);
+    };
+    // The stage f was read from may be refilled: the arrival orders every lane's reads of it before
+    // the producer's next copy. Called a box after the reads were issued, when they have long
+    // landed, so the arrival does not hold the warp until its shared-memory loads return.
+    auto release = [&](const F& f) {
+      if constexpr (kWait && kCompute) {
+        __syncwarp();
+        if (lane == 0) ptx::mbar_arrive(&empty[f.stage]);
+      }
     };
 
     float acc[kTPW][4];
@@ -241,11 +247,12 @@ __device__ __forceinline__ void consume(int M, int K, int lo, int hi, const Out&
       for (int j = 0; j < kTPW; ++j)
         if (kCompute && has[j]) ptx::mma_bf16(acc[j], f.a[kk], f.b[j][kk]);
     };
-    // Box b from cur: its step 0, then box b + 1's stage into nxt (read while step 0 is in flight:
-    // step 1 depends on it), then steps 1..3; a 32-deep last box runs its two real steps only (a
-    // step on the zero half could turn a -0 accumulator into +0).
+    // Box b from cur: its step 0, the release of its stage, then box b + 1's stage into nxt (read
+    // while step 0 is in flight: step 1 depends on it), then steps 1..3; a 32-deep last box runs its
+    // two real steps only (a step on the zero half could turn a -0 accumulator into +0).
     auto box = [&](F& cur, F& nxt, int b) {
       step(cur, 0);
+      release(cur);
       if (b + 1 < kboxes) load(nxt);
       step(cur, 1);
       if (b < whole) {
