@@ -175,7 +175,7 @@ void gemm(const float* A, int M, int K, int lda, const void* W, WeightType wt, i
   if (M <= 0 || N <= 0) return;
   const dim3 grid((N + kBN - 1) / kBN, (M + kBM - 1) / kBM);
   // Decode (up to 16 rows): 8-column tiles spread over every SM, no pre-pass launch.
-  if (wt == WeightType::BF16 && M <= kGemvMaxRows && gemm_gemv_fits(A, K, lda, W)) {
+  if (wt == WeightType::BF16 && gemm_gemv_takes(M, K) && gemm_gemv_fits(A, K, lda, W)) {
     gemm_bf16_gemv(A, M, K, lda, W, N, bias, C, ldc, s);
     return;
   }

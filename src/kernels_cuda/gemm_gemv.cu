@@ -44,52 +44,59 @@ namespace {
 
 using namespace gemv;
 
-// The ring for G blocks over N rows of W and M rows of A: a block's rows in as few passes as the
-// shape's tiles allow, balanced; as many stages as the ring holds.
-template <typename Sh>
-Geo geometry(int M, int N, int G) {
+// A's rows in shared memory: 2K bytes each, 16 more so that the 8 rows an ldmatrix phase reads fall
+// on 8 different 16-byte bank groups ((2K + 16) / 16 is odd), and slack for a 32-deep last box's
+// unused half (read, never multiplied).
+int a_region_bytes(int M, int K) { return (M * (2 * K + 16) + 128 + 1023) / 1024 * 1024; }
+
+// The geometry for G blocks over N rows of W, M rows of A and TPW tile slots a warp: a block's rows
+// in as few passes as the slots allow, balanced; as many stages as the rest of shared memory holds.
+template <int TPW>
+Geo geometry(int M, int K, int N, int G) {
   Geo g{};
   g.units = (N + 1) / 2;
   const int rows = 2 * ((g.units + G - 1) / G);  // the most rows a block owns
-  const int passes = (rows + Sh::kMaxPassRows - 1) / Sh::kMaxPassRows;
-  g.pass_rows = std::min(Sh::kMaxPassRows, ((rows + passes - 1) / passes + 1) / 2 * 2);
+  const int passes = (rows + max_pass_rows<TPW>() - 1) / max_pass_rows<TPW>();
+  g.pass_rows = std::min(max_pass_rows<TPW>(), ((rows + passes - 1) / passes + 1) / 2 * 2);
   g.w_slot = (g.pass_rows + 7) / 8 * 8 * 128;
-  g.a_slot = M * kARowBytes;
-  g.stages = std::min(kMaxStages, Sh::kRing / (g.w_slot + g.a_slot));
+  g.a_stride = 2 * K + 16;
+  g.a_bytes = a_region_bytes(M, K);
+  g.stages = std::min(kMaxStages, (kSmemBudget - g.a_bytes) / g.w_slot);
   return g;
 }
 
-template <typename Sh, bool M16, Probe P>
-void launch(const CUtensorMap& wmap, const float* A, int M, int K, int lda, int N, const Out& o, const Geo& g, int G,
-            cudaStream_t s) {
-  auto* kernel = gemv_kernel<Sh, M16, P>;
+template <int TPW, bool PDL, Probe P>
+void launch(const void* W, const float* A, int M, int K, int lda, int N, const Out& o, int G, cudaStream_t s) {
+  const Geo g = geometry<TPW>(M, K, N, G);
+  if (g.stages < 3) throw Error("gemm_bf16_gemv: the ring holds fewer than three stages");
+  const CUtensorMap wmap = bf16_rows_tensor_map_cached(W, K, N, g.pass_rows);
+  auto* kernel = gemv_kernel<TPW, PDL, P>;
   static std::atomic<std::uint64_t> opted{0};
-  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Sh::kRing + 1024, opted, true);
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemBudget + 1024, opted, true);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(G), 1, 1);
-  cfg.blockDim = dim3(Sh::kThreads, 1, 1);
-  // The whole ring's share whatever the stages use: no SM is given more than BPS blocks (a second
-  // block on one SM would leave another idle, and halve both blocks' bandwidth).
-  cfg.dynamicSmemBytes = static_cast<std::size_t>(1024 + Sh::kRing);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  // The whole budget whatever A and the stages use: one block per SM (a second block on one SM
+  // would leave another idle, and halve both blocks' bandwidth).
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(kSmemBudget + 1024);
   cfg.stream = s;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = Sh::kPdl ? 1 : 0;
+  cfg.numAttrs = PDL ? 1 : 0;
   cuda_check(cudaLaunchKernelEx(&cfg, kernel, wmap, A, M, K, lda, N, o, g), "gemm_bf16_gemv launch");
 }
 
-template <typename Sh, Probe P = Probe::None>
+// tpw 0: one tile slot a warp where a block's rows fit one pass of 128 (out_proj's 20, in_proj's
+// 82 rows: a warp per tile), else two (lm_head: two passes of 192 rows, 12 warps of two).
+template <bool PDL, int TPW, Probe P = Probe::None>
 void run(const float* A, int M, int K, int lda, const void* W, int N, const Out& o, cudaStream_t s, int blocks) {
   // Blocks of at least 16 rows where N is small (two tiles: a block's fixed costs over more bytes).
-  const int G = blocks > 0 ? std::min(blocks, (N + 1) / 2)
-                           : std::min(Sh::kBlocksPerSm * sm_count(), std::max(1, (N + 15) / 16));
-  const Geo g = geometry<Sh>(M, N, G);
-  if (g.stages < 3) throw Error("gemm_bf16_gemv: the ring holds fewer than three stages");
-  const CUtensorMap wmap = bf16_rows_tensor_map_cached(W, K, N, g.pass_rows);
-  if (M > 8) launch<Sh, true, P>(wmap, A, M, K, lda, N, o, g, G, s);
-  else launch<Sh, false, P>(wmap, A, M, K, lda, N, o, g, G, s);
+  const int G = blocks > 0 ? std::min(blocks, (N + 1) / 2) : std::min(sm_count(), std::max(1, (N + 15) / 16));
+  const int rows = 2 * (((N + 1) / 2 + G - 1) / G);
+  if (TPW == 2 || (TPW == 0 && rows > max_pass_rows<1>())) launch<2, PDL, P>(W, A, M, K, lda, N, o, G, s);
+  else launch<1, PDL, P>(W, A, M, K, lda, N, o, G, s);
 }
 
 using RunFn = void (*)(const float*, int, int, int, const void*, int, const Out&, cudaStream_t, int);
@@ -97,21 +104,17 @@ struct Variant {
   const char* name;
   RunFn run[3];  // by Probe
 };
-template <typename Sh>
+template <bool PDL, int TPW>
 constexpr Variant variant(const char* name) {
-  return {name, {run<Sh, Probe::None>, run<Sh, Probe::LoadsOnly>, run<Sh, Probe::ComputeOnly>}};
+  return {name, {run<PDL, TPW, Probe::None>, run<PDL, TPW, Probe::LoadsOnly>, run<PDL, TPW, Probe::ComputeOnly>}};
 }
-// w8x4: eight consumer warps of up to four tiles, one block per SM (256 rows a pass); w16x2: the
-// same rows over sixteen warps of two (more warps to hide each step's latency); w4x4-2blk: two
-// blocks per SM of four warps (two producers, half the ring each); w8x4-pdl: w8x4 launched with
-// programmatic serialization (its set-up and an L2 prefetch of W overlap the kernel before);
-// w8x4-l2ahead: w8x4 prefetching into L2 the box one ring ahead of each box it copies.
+// auto: one or two tile slots a warp by the rows a block owns (run above); t2: always two (half the
+// warps, two chains each); pdl: auto launched with programmatic serialization (its set-up and an L2
+// prefetch of W overlap the kernel before).
 const Variant kVariants[] = {
-    variant<Shape<8, 4, 1>>("w8x4"),
-    variant<Shape<16, 2, 1>>("w16x2"),
-    variant<Shape<4, 4, 2>>("w4x4-2blk"),
-    variant<Shape<8, 4, 1, true>>("w8x4-pdl"),
-    variant<Shape<8, 4, 1, false, true>>("w8x4-l2ahead"),
+    variant<false, 0>("auto"),
+    variant<false, 2>("t2"),
+    variant<true, 0>("pdl"),
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 constexpr int kDefault = 0;
@@ -121,13 +124,15 @@ Out out(float* C, int ldc, const float* bias, bool add) {
 }
 
 void check(int M, int K, int lda, const void* W, const float* A, int variant, const char* what) {
-  if (M > kGemvMaxRows || variant >= kVariantCount || !gemm_gemv_fits(A, K, lda, W))
-    throw Error(std::string(what) + ": more than 16 rows, no such variant, or unsupported operands");
+  if (!gemm_gemv_takes(M, K) || variant >= kVariantCount || !gemm_gemv_fits(A, K, lda, W))
+    throw Error(std::string(what) + ": rows past what it takes, no such variant, or unsupported operands");
 }
 
 }  // namespace
 
 bool gemm_gemv_fits(const float* A, int K, int lda, const void* W) { return gemm_mma_fits(A, K, lda, W); }
+
+bool gemm_gemv_takes(int M, int K) { return M >= 1 && M <= kGemvMaxRows && K > 0 && a_region_bytes(M, K) <= kABudget; }
 
 void gemm_bf16_gemv(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
                     cudaStream_t s, int variant, int blocks) {

@@ -14,7 +14,11 @@ constexpr int kGemvMaxRows = 16;
 // (A 16-byte aligned, lda a multiple of 4: the bulk copies), W 16-byte aligned (the tensor map).
 bool gemm_gemv_fits(const float* A, int K, int lda, const void* W);
 
-// C[M][N] = A · Wᵀ (+ bias) for 1 <= M <= kGemvMaxRows, W bf16 [N][K] (only rows < N are read).
+// Whether gemm_bf16_gemv takes M rows of K: M <= kGemvMaxRows and A's rows in bf16 fit the share of
+// shared memory they may take (M · 2K bytes up to ~96 KiB: K = 5120 up to 9 rows, K = 2560 all 16).
+bool gemm_gemv_takes(int M, int K);
+
+// C[M][N] = A · Wᵀ (+ bias) for gemm_gemv_takes(M, K), W bf16 [N][K] (only rows < N are read).
 // variant < 0: the default; else one of gemm_gemv_variants() (tests and benchmarks compare them; all
 // give the same bits). blocks > 0 forces how many blocks the columns are split over (tests: the
 // split and the passes it needs change no bit); 0: the variant's blocks per SM on every SM.

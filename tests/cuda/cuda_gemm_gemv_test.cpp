@@ -113,12 +113,16 @@ TEST(CudaGemmGemv, EveryVariantGivesTheMmaTileBitsForEveryMUpTo16) {
 
 // The split over blocks decides only which block, pass and warp runs a column: one block (2560 rows
 // in ten passes of 256), three (several passes of an odd number of rows), 97 and 1280 (two-row
-// blocks, their second tile's rows outside the block) give the same bits.
+// blocks, their second tile's rows outside the block) give the same bits. K = 5120 takes up to 9
+// rows (A's bf16 rows must fit the block's shared memory); gemm() sends more to other kernels.
 TEST(CudaGemmGemv, TheSplitOverBlocksChangesNoBit) {
   PARITY_REQUIRE_GPU();
   const Shape sh{5120, 2560, 2560};
+  ASSERT_TRUE(cuda::gemm_gemv_takes(9, sh.K));
+  ASSERT_FALSE(cuda::gemm_gemv_takes(10, sh.K));
+  ASSERT_TRUE(cuda::gemm_gemv_takes(16, 2560));
   Problem pr(sh, 130);
-  for (int M : {1, 9, 16}) {
+  for (int M : {1, 4, 9}) {
     const std::vector<float> ref = pr.mma(M, true);
     check_reference(sh, M, true, ref);
     for (int v = 0; v < cuda::gemm_gemv_variants(); ++v)
@@ -139,7 +143,8 @@ TEST(CudaGemmGemv, ModelShapesGiveTheMmaTileBits) {
   PARITY_REQUIRE_GPU();
   for (const Shape& sh : {Shape{2560, 10576, 10576}, Shape{5120, 2560, 2560}, Shape{2560, 50288, 50288}}) {
     Problem pr(sh, 150);
-    for (int M : {1, 2, 8, 16}) {
+    for (int M : {1, 2, 8, 9, 16}) {
+      if (!cuda::gemm_gemv_takes(M, sh.K)) continue;  // out_proj's K: up to 9 rows
       const std::vector<float> ref = pr.mma(M, false);
       check_reference(sh, M, false, ref);
       for (int v = 0; v < cuda::gemm_gemv_variants(); ++v) {
@@ -160,7 +165,7 @@ TEST(CudaGemmGemv, FoldedResidualAddGivesTheBitsOfTheSeparateAdd) {
     Problem pr(sh, 190);
     const std::vector<float> x0 = test::uniform(std::size_t(kRows) * sh.ldc, 191, -4.0f, 4.0f);
     cuda::DeviceBuffer<float> x;
-    for (int M : {1, 5, 16})
+    for (int M : {1, 5, 9})
       for (bool with_bias : {false, true}) {
         pr.mma(M, with_bias);  // the product, left in pr.c
         x.upload(x0);
@@ -184,7 +189,7 @@ TEST(CudaGemmGemv, FoldedResidualAddGivesTheBitsOfTheSeparateAdd) {
   }
 }
 
-// The programmatic launch (variant w8x4-pdl: its set-up and an L2 prefetch of W may run before the
+// The programmatic launch (variant pdl: its set-up and an L2 prefetch of W may run before the
 // kernel ahead of it has finished) reads the A that kernel wrote, eagerly and replayed from a CUDA
 // graph: A is rewritten by add_inplace right before each pass, and the output must carry the bits
 // of the mma tiles on the new A, never those of the old one.
@@ -192,7 +197,7 @@ TEST(CudaGemmGemv, ProgrammaticLaunchSeesTheKernelBeforeItEagerAndInAGraph) {
   PARITY_REQUIRE_GPU();
   int pdl = -1;
   for (int v = 0; v < cuda::gemm_gemv_variants(); ++v)
-    if (std::string(cuda::gemm_gemv_variant_name(v)) == "w8x4-pdl") pdl = v;
+    if (std::string(cuda::gemm_gemv_variant_name(v)) == "pdl") pdl = v;
   ASSERT_GE(pdl, 0) << "the programmatic variant is listed";
   const Shape sh{2560, 10576, 10576};
   const int M = 4;
