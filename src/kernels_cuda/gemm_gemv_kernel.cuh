@@ -153,6 +153,18 @@ struct Frag {
   int stage;
 };
 
+// Whether the phase of parity `parity` has completed, without waiting (mbarrier.test_wait: acquire
+// when it says yes, like mbar_wait).
+__device__ __forceinline__ bool mbar_test(u64* bar, unsigned parity) {
+  unsigned done = 0;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(ptx::smem_addr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
 // One arrival on `bar` from lane 0 of the warp, predicated rather than branched.
 __device__ __forceinline__ void arrive_lane0(u64* bar, int lane) {
   asm volatile(
@@ -187,9 +199,12 @@ __device__ __forceinline__ void consume(int M, int K, int lo, int hi, int consum
     for (int j = 0; j < TPW; ++j)
       wrow[j] = static_cast<unsigned>(8 * min(warp + consumers * j, tiles - 1) + lane % 8) * 128;
 
-    // Waits for box b's stage and reads its fragments into f (release(f) hands the stage back).
-    auto load = [&](F& f, int b) {
-      if constexpr (kWait) ptx::mbar_wait(&full[c.s], c.phase);
+    // Waits for box b's stage (unless `ready` says it has landed) and reads its fragments into f
+    // (release(f) hands the stage back).
+    auto load = [&](F& f, int b, bool ready = false) {
+      if constexpr (kWait) {
+        if (!ready) ptx::mbar_wait(&full[c.s], c.phase);
+      }
       if constexpr (kCompute) {
         const unsigned ws = wring + c.s * g.w_slot, as = alane + b * 128;
 #pragma unroll
@@ -236,14 +251,21 @@ __device__ __forceinline__ void consume(int M, int K, int lo, int hi, int consum
         for (int j = 0; j < TPW; ++j) ptx::mma_bf16(acc[j], f.a[kk], f.b[j][kk]);
       }
     };
-    // Box b from cur: its step 0, the release of its stage, then box b + 1's stage into nxt (read
-    // while step 0 is in flight: step 1 depends on it), then steps 1..3; a 32-deep last box runs its
-    // two real steps only (a step on the zero half could turn a -0 accumulator into +0).
+    // Box b from cur: its step 0, the release of its stage and a first test of box b + 1's (its
+    // answer is not needed before step 1 has been issued: nothing waits on it between two dependent
+    // steps), step 1, then box b + 1's fragments into nxt (in flight while steps 1..3 run), steps 2
+    // and 3; a 32-deep last box runs its two real steps only (a step on the zero half could turn a
+    // -0 accumulator into +0).
     auto box = [&](F& cur, F& nxt, int b) {
       step(cur, 0);
       release(cur);
-      if (b + 1 < kboxes) load(nxt, b + 1);
+      const bool more = b + 1 < kboxes;
+      bool ready = false;
+      if constexpr (kWait) {
+        if (more) ready = mbar_test(&full[c.s], c.phase);
+      }
       step(cur, 1);
+      if (more) load(nxt, b + 1, ready);
       if (b < whole) {
         step(cur, 2);
         step(cur, 3);
