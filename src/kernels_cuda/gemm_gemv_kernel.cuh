@@ -130,17 +130,34 @@ __device__ __forceinline__ void produce(const CUtensorMap* wmap, int K, int lo, 
 
 // A's M fp32 rows [M][lda] rounded to bf16 round-to-nearest-even (the pre-pass's rounding,
 // with_bf16_rows in gemm_mma.cu) into shared memory at `abase`, row stride a_stride; `threads`
-// threads from `tid`, 8 elements (two float4 in, one 16-byte store) each turn.
+// threads from `tid`, 8 elements (two float4 in, one 16-byte store) a chunk. A thread issues the
+// loads of up to kU chunks before it converts any: one L2 round trip per kU chunks, not per chunk
+// (A's rows are read by every block at once, so each load waits long).
 __device__ __forceinline__ void round_a(const float* A, int M, int K, int lda, unsigned char* abase, int a_stride,
                                         int tid, int threads) {
-  const int per_row = K / 8;
-  for (int e = tid; e < M * per_row; e += threads) {
-    const int m = e / per_row, c = (e % per_row) * 8;
-    const float4* src = reinterpret_cast<const float4*>(A + static_cast<std::size_t>(m) * lda + c);
-    const float4 x = src[0], y = src[1];
-    const __nv_bfloat162 p[4] = {__floats2bfloat162_rn(x.x, x.y), __floats2bfloat162_rn(x.z, x.w),
-                                 __floats2bfloat162_rn(y.x, y.y), __floats2bfloat162_rn(y.z, y.w)};
-    *reinterpret_cast<uint4*>(abase + m * a_stride + c * 2) = *reinterpret_cast<const uint4*>(p);
+  constexpr int kU = 8;
+  const int per_row = K / 8, total = M * per_row;
+  for (int e0 = tid; e0 < total; e0 += threads * kU) {
+    float4 x[kU][2];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int e = e0 + u * threads;
+      if (e < total) {
+        const float4* src =
+            reinterpret_cast<const float4*>(A + static_cast<std::size_t>(e / per_row) * lda + (e % per_row) * 8);
+        x[u][0] = src[0];
+        x[u][1] = src[1];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int e = e0 + u * threads;
+      if (e < total) {
+        const __nv_bfloat162 p[4] = {__floats2bfloat162_rn(x[u][0].x, x[u][0].y), __floats2bfloat162_rn(x[u][0].z, x[u][0].w),
+                                     __floats2bfloat162_rn(x[u][1].x, x[u][1].y), __floats2bfloat162_rn(x[u][1].z, x[u][1].w)};
+        *reinterpret_cast<uint4*>(abase + (e / per_row) * a_stride + (e % per_row) * 16) = *reinterpret_cast<const uint4*>(p);
+      }
+    }
   }
 }
 
