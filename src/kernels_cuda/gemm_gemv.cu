@@ -9,22 +9,32 @@
 // the tensor cores' n8 side is the weights (8 output columns a tile, the mma tiles' own
 // orientation), so the columns split finely: block b of G (one per SM) owns an even range of about
 // N/G rows of W, all of them in one pass where they fit (out_proj: 20 rows, three 8-column tiles per
-// SM, each its own warp's chain; in_proj: 82 rows, 11 tiles; lm_head: two passes of 192). One
-// producer warp streams the block's rows as 64-deep TMA boxes and A's M rows as bulk copies into a
-// ring as deep as shared memory allows (up to 32 stages); the consumers round A to bf16 as they read
-// their fragments, so no pre-pass runs. A consumer reads a box's fragments into registers and
-// releases the stage while the previous box's steps are in flight, so the only wait on a chain is
-// the tensor core's own latency (or the data, when the weights' stream is the bound).
+// SM, each its own warp's chain; in_proj: 82 rows, 11 tiles; lm_head: two passes of 192).
+//
+// A: the block's consumer warps round A's M fp32 rows to bf16 once, into shared memory, where they
+// stay for the pass (gemm_gemv_takes: while they fit 96 KiB), and read their fragments with
+// ldmatrix as the mma tiles do. The first version streamed A's fp32 rows through the ring beside W
+// and rounded them in the step loop; on the H200 that lost to swap-AB everywhere (out_proj M=1 34 us
+// against 17): each register's load-then-convert stalled the chain (the tensor cores alone took ~150
+// cycles a step), and all 132 blocks fetched A's current 256 bytes from one L2 slice in lockstep,
+// box after box (the loads alone took 22 us at M=1, 56 at M=16). W: one producer warp streams the
+// block's rows as 64-deep TMA boxes into a ring as deep as the rest of shared memory allows (up to
+// 32 stages). A consumer reads a box's fragments into registers a box ahead, releases a stage a box
+// after reading it, tests the next stage's barrier before its second step and reads the answer
+// after, and has no branch on its lane or warp in the step loop (A rows past M and tile slots past
+// the pass are clamped onto real ones), so what waits between two dependent steps is the tensor
+// core's own latency, or the data when W's stream is the bound.
 //
 // Bits: every output element is the chain the other bf16 kernels compute (gemm.cu) — K in 16-deep
 // m16n8k16 steps ascending into one fp32 accumulator from +0, the bias added once at the end — with
 // the operands in the mma tiles' roles (A's rows as the m16 side, W's rows as the n8 side). A is
-// rounded to bf16 round-to-nearest-even, as the pre-pass rounds it (with_bf16_rows). Rows of A past
-// M enter as zeros, W rows past a block's range (the neighbour's, or zeros past N) and stale stage
-// rows feed only columns that are never stored (an mma's output column depends on its B column
-// alone), and a 32-deep last box runs only its two real steps. The block, pass, warp, tile slot,
-// stage and variant decide when each step runs, never which steps or in what order.
-// tests/cuda/cuda_gemm_gemv_test.cpp compares every variant and block split against the mma tiles.
+// rounded to bf16 round-to-nearest-even, as the pre-pass rounds it (with_bf16_rows). Rows of the
+// m16 tile past M (copies of row M - 1), W rows past a block's range (the neighbour's, or zeros past
+// N), clamped tile slots and stale stage rows feed only outputs that are never stored (an mma's
+// output element depends on its own A row and B column alone), and a 32-deep last box runs only its
+// two real steps. The block, pass, warp, tile slot, stage and variant decide when each step runs,
+// never which steps or in what order. tests/cuda/cuda_gemm_gemv_test.cpp compares every variant and
+// block split against the mma tiles.
 #include "kernels_cuda/gemm_gemv.h"
 
 #include <algorithm>
