@@ -142,6 +142,10 @@ void check(int M, int K, int lda, const void* W, const float* A, int variant, co
 
 bool gemm_gemv_fits(const float* A, int K, int lda, const void* W) { return gemm_mma_fits(A, K, lda, W); }
 
+bool gemm_gemv_preferred(int M, int K, int N) {
+  return M <= 4 && gemm_gemv_takes(M, K) && static_cast<long>(N) >= 256L * sm_count();
+}
+
 bool gemm_gemv_takes(int M, int K) { return M >= 1 && M <= kGemvMaxRows && K > 0 && a_region_bytes(M, K) <= kABudget; }
 
 void gemm_bf16_gemv(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
