@@ -542,7 +542,8 @@ void BM_CudaCopy(benchmark::State& state) {
 BENCHMARK(BM_CudaCopy)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // End to end on builtin:mamba2-2.7b (loaded once): arg0 batch, arg1 0 = plain, 1 = exact, arg2 1 =
-// CUDA graphs (the default), 0 = eager (--enforce-eager). A decode step of `batch` sequences
+// CUDA graphs (the default), 0 = eager (--enforce-eager), arg3 1 = the fused launches (the default),
+// 0 = every step in its own launch (set_fuse_kernels; the same bits). A decode step of `batch` sequences
 // (after a 16-token prefill each), wall time of Model::forward (its logits copy synchronises), CPU
 // launch overhead included: what graphs remove. The first decode step (the graph's capture) is
 // not timed.
@@ -557,6 +558,7 @@ void BM_CudaModelDecode(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
   const bool exact = state.range(1) != 0, graphs = state.range(2) != 0;
   backend_cuda::set_enforce_eager(m, !graphs);
+  backend_cuda::set_fuse_kernels(m, state.range(3) != 0);
   cache::ModelCache mc = bench::bench_cache(m, exact, batch);
   model::ForwardBatch b;
   for (int s = 0; s < batch; ++s) {
@@ -600,10 +602,11 @@ void BM_CudaModelDecode(benchmark::State& state) {
   backend_cuda::set_step_profile(m, nullptr);
   bench::report_step_shares(state, prof);
   backend_cuda::set_enforce_eager(m, false);
+  backend_cuda::set_fuse_kernels(m, true);
 }
 BENCHMARK(BM_CudaModelDecode)
-    ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}})
-    ->ArgNames({"batch", "exact", "graphs"})
+    ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}, {1, 0}})
+    ->ArgNames({"batch", "exact", "graphs", "fused"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

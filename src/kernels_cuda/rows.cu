@@ -1,6 +1,16 @@
 // Row-wise kernels: embedding, RMSNorm, gated RMSNorm, residual add. One block per row (or per
 // row and group); the reduction is block_sum's fixed tree over a fixed 256 threads.
+//
+// The norms can also do the work of the launches around them (issue 11: a decode step is dozens of
+// launches of a few µs): rmsnorm_kernel adds the residual branch first (add_inplace's or
+// add_scaled_inplace's operation, element for element) and both norms can write the bf16 copy of
+// their output that the next GEMM would otherwise make in a pre-pass. Every element still gets the
+// unfused sequence of fp32 operations: thread i owns elements i, i + 256, ... in the add, the sum of
+// squares and the scaling alike, so the fused add is the value the sum reads, and the bf16 copy is
+// __float2bfloat16_rn of the stored fp32 value, the pre-pass's round to nearest even.
 #include <cmath>
+
+#include <cuda_bf16.h>
 
 #include "kernels/math.h"
 #include "kernels_cuda/block_reduce.cuh"
@@ -31,40 +41,65 @@ __device__ float sumsq(const float* x, int n) {
 // The same scalar tail as the CPU (kernels/norm.cpp): mean, add eps, sqrt, reciprocal.
 __device__ float inv_rms(float s, int n, float eps) { return 1.0f / sqrtf(s / static_cast<float>(n) + eps); }
 
-__global__ void rmsnorm_kernel(const float* x, int dim, const float* w, float eps, float* out) {
+// The GEMM pre-pass's rounding (gemm_mma.cu round_to_bf16_kernel: __floats2bfloat162_rn, which
+// rounds each half as __float2bfloat16_rn does), as raw bits.
+__device__ uint16_t bf16_bits(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+
+// The residual branch's add: add_kernel's x + y, or add_scaled_kernel's x + y·m (product rounded).
+__device__ float residual_add(float x, float y, float m, bool scaled) { return scaled ? x + y * m : x + y; }
+
+// x = residual_add(x, add) first when add is not null (written back); out16: the bf16 copy, or null.
+__global__ void rmsnorm_kernel(float* x, const float* add, float mult, bool scaled, int dim, const float* w, float eps,
+                               float* out, uint16_t* out16) {
   const std::size_t off = static_cast<std::size_t>(blockIdx.x) * dim;
-  const float r = inv_rms(sumsq(x + off, dim), dim, eps);
-  for (int i = threadIdx.x; i < dim; i += kRowThreads) out[off + i] = (x[off + i] * r) * w[i];
+  float* xr = x + off;
+  if (add) {  // each thread adds the elements sumsq then reads, its own
+    for (int i = threadIdx.x; i < dim; i += kRowThreads) xr[i] = residual_add(xr[i], add[off + i], mult, scaled);
+  }
+  const float r = inv_rms(sumsq(xr, dim), dim, eps);
+  for (int i = threadIdx.x; i < dim; i += kRowThreads) {
+    const float v = (xr[i] * r) * w[i];
+    out[off + i] = v;
+    if (out16) out16[off + i] = bf16_bits(v);
+  }
 }
 
 __global__ void gated_rmsnorm_kernel(const float* y, const float* z, int ldz, int dim, int group, const float* w,
-                                     float eps, bool norm_before_gate, float* out) {
+                                     float eps, bool norm_before_gate, float* out, uint16_t* out16) {
   const int row = blockIdx.x, g = blockIdx.y;
   const std::size_t off = static_cast<std::size_t>(row) * dim + static_cast<std::size_t>(g) * group;
   const float* yr = y + off;
   const float* zr = z + static_cast<std::size_t>(row) * ldz + static_cast<std::size_t>(g) * group;
   const float* wg = w + static_cast<std::size_t>(g) * group;
   float* o = out + off;
+  uint16_t* o16 = out16 ? out16 + off : nullptr;
   if (norm_before_gate) {
     const float r = inv_rms(sumsq(yr, group), group, eps);
-    for (int i = threadIdx.x; i < group; i += kRowThreads)
-      o[i] = ((yr[i] * r) * wg[i]) * kernels::silu_f(zr[i]);
+    for (int i = threadIdx.x; i < group; i += kRowThreads) {
+      const float v = ((yr[i] * r) * wg[i]) * kernels::silu_f(zr[i]);
+      o[i] = v;
+      if (o16) o16[i] = bf16_bits(v);
+    }
   } else {
     for (int i = threadIdx.x; i < group; i += kRowThreads) o[i] = yr[i] * kernels::silu_f(zr[i]);
     __syncthreads();
     const float r = inv_rms(sumsq(o, group), group, eps);
-    for (int i = threadIdx.x; i < group; i += kRowThreads) o[i] = (o[i] * r) * wg[i];
+    for (int i = threadIdx.x; i < group; i += kRowThreads) {
+      const float v = (o[i] * r) * wg[i];
+      o[i] = v;
+      if (o16) o16[i] = bf16_bits(v);
+    }
   }
 }
 
 __global__ void add_kernel(float* x, const float* y, std::size_t n) {
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) x[i] = x[i] + y[i];
+  if (i < n) x[i] = residual_add(x[i], y[i], 1.0f, false);
 }
 
 __global__ void add_scaled_kernel(float* x, const float* y, float m, std::size_t n) {
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) x[i] = x[i] + y[i] * m;
+  if (i < n) x[i] = residual_add(x[i], y[i], m, true);
 }
 
 __global__ void scale_kernel(float* x, float m, std::size_t n) {
@@ -106,16 +141,24 @@ void embed_bf16(const uint16_t* table, const int32_t* tokens, int T, int D, floa
 
 void rmsnorm(const float* x, int rows, int dim, const float* w, float eps, float* out, cudaStream_t s) {
   if (rows <= 0) return;
-  rmsnorm_kernel<<<rows, kRowThreads, 0, s>>>(x, dim, w, eps, out);
+  // Without an add the kernel only reads x (out may alias it).
+  rmsnorm_kernel<<<rows, kRowThreads, 0, s>>>(const_cast<float*>(x), nullptr, 1.0f, false, dim, w, eps, out, nullptr);
   check_launch("rmsnorm");
 }
 
+void add_rmsnorm(float* x, const ResidualAdd& add, int rows, int dim, const float* w, float eps, float* out,
+                 uint16_t* out16, cudaStream_t s) {
+  if (rows <= 0) return;
+  rmsnorm_kernel<<<rows, kRowThreads, 0, s>>>(x, add.y, add.mult, add.scaled, dim, w, eps, out, out16);
+  check_launch("add_rmsnorm");
+}
+
 void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, int group, const float* w, float eps,
-                   bool norm_before_gate, float* out, cudaStream_t s) {
+                   bool norm_before_gate, float* out, cudaStream_t s, uint16_t* out16) {
   if (rows <= 0) return;
   if (group <= 0 || dim % group != 0) throw Error("gated_rmsnorm: group does not divide the width");
   gated_rmsnorm_kernel<<<dim3(rows, dim / group), kRowThreads, 0, s>>>(y, z, ldz, dim, group, w, eps,
-                                                                       norm_before_gate, out);
+                                                                       norm_before_gate, out, out16);
   check_launch("gated_rmsnorm");
 }
 
