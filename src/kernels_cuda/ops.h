@@ -34,6 +34,10 @@ void add_rmsnorm(float* x, const ResidualAdd& add, int rows, int dim, const floa
 // null): out's bf16 copy as well, as add_rmsnorm writes it.
 void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, int group, const float* w, float eps,
                    bool norm_before_gate, float* out, cudaStream_t s, uint16_t* out16 = nullptr);
+// The norms keep a thread's elements in registers for rows up to 6144 wide and loop over memory for
+// wider ones (the same operations in the same order). Tests force the loop form for every width
+// (true) to compare the two; false restores the default.
+void norms_force_loop_form(bool loop);
 void add_inplace(float* x, const float* y, std::size_t n, cudaStream_t s);
 // x = x + y · m (the product rounded, then the add: a residual branch scaled by µP's multiplier).
 void add_scaled_inplace(float* x, const float* y, float m, std::size_t n, cudaStream_t s);

@@ -240,5 +240,45 @@ TEST(CudaFused, GemmRoundedReadsTheCallersCopyAtDecodeSizes) {
     EXPECT_NE(compare_gemm(M, 2560, 1040, true), "") << "M = " << M << ": a nudged copy left the output alone";
 }
 
+
+// The norms' register (held) form against their loop form, which the unfused build ran for every width.
+struct NormRun {
+  std::vector<float> resid, out, gated;
+};
+NormRun run_norms(int rows, int dim, bool scaled, bool before, bool loop, bool nudge) {
+  const std::size_t n = static_cast<std::size_t>(rows) * dim;
+  std::vector<float> x = test::uniform(n, 51, -3.0f, 3.0f);
+  if (nudge) x[n - 1] = std::nextafter(x[n - 1], 10.0f);
+  const std::vector<float> y = test::uniform(n, 52), z = test::uniform(n, 53, -4.0f, 4.0f),
+                           w = test::uniform(static_cast<std::size_t>(dim), 54, 0.5f, 1.5f);
+  cuda::DeviceBuffer<float> dx, dy, dz, dw, o(n), g(n);
+  cuda::DeviceBuffer<uint16_t> o16(n);
+  dx.upload(x);
+  dy.upload(y);
+  dz.upload(z);
+  dw.upload(w);
+  cuda::norms_force_loop_form(loop);
+  cuda::add_rmsnorm(dx.data(), {dy.data(), 0.37f, scaled}, rows, dim, dw.data(), 1e-6f, o.data(), o16.data(), nullptr);
+  cuda::gated_rmsnorm(dx.data(), dz.data(), dim, rows, dim, dim, dw.data(), 1e-6f, before, g.data(), nullptr);
+  cuda::cuda_check(cudaDeviceSynchronize(), "norms");
+  cuda::norms_force_loop_form(false);
+  return {down(dx, n), down(o, n), down(g, n)};
+}
+
+TEST(CudaFused, NormsHeldInRegistersEqualTheLoopFormBitForBit) {
+  PARITY_REQUIRE_GPU();
+  for (int dim : {256, 1000, 2560, 5120, 6144})
+    for (bool scaled : {false, true}) {
+      const bool before = scaled;  // both gate orders, over the widths
+      const NormRun a = run_norms(5, dim, scaled, before, false, false), b = run_norms(5, dim, scaled, before, true, false);
+      const std::string what = "dim " + std::to_string(dim) + (scaled ? " scaled add, norm before gate" : " add, gate before norm");
+      EXPECT_EQ(test::bit_difference(a.resid.data(), b.resid.data(), a.resid.size(), dim), "") << what;
+      EXPECT_EQ(test::bit_difference(a.out.data(), b.out.data(), a.out.size(), dim), "") << what;
+      EXPECT_EQ(test::bit_difference(a.gated.data(), b.gated.data(), a.gated.size(), dim), "") << what;
+    }
+  const NormRun a = run_norms(2, 2560, false, false, false, false), b = run_norms(2, 2560, false, false, true, true);
+  EXPECT_NE(test::bit_difference(a.out.data(), b.out.data(), a.out.size(), 2560), "") << "companion: a nudged input";
+}
+
 }  // namespace
 }  // namespace parity
