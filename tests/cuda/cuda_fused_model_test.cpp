@@ -71,7 +71,8 @@ std::vector<float> run_schedule(model::Model& m, bool exact, int batch, model::P
   for (int k = 0; k < kSteps; ++k) {
     model::ForwardBatch d;
     for (int s = 0; s < batch; ++s) {
-      d.tokens.push_back(token_at(s, 200 + k, V) + (s == poke && k == 2 ? 1 : 0));
+      const int32_t t = token_at(s, 200 + k, V);
+      d.tokens.push_back(s == poke && k == 2 ? (t + 1) % V : t);
       d.seqs.push_back({slots[s], static_cast<int64_t>(len[s] + k), 1});
       d.logit_rows.push_back(s);
     }
