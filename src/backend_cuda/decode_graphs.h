@@ -59,9 +59,10 @@ struct GraphKey {
   int cell_tasks = 0;  // the SSD phases' grid (none in a pure decode pass: one-row calls take the decode kernels)
   int kv_stride = 0;   // hybrids: the block tables' row length
   bool fuse = true;    // the model's fused launches (set_fuse_kernels) or the unfused ones
+  bool programmatic = true;  // cuda::programmatic_launch() when captured
   bool operator<(const GraphKey& o) const {
-    return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride, fuse) <
-           std::tie(o.bucket, o.exact, o.cell, o.stagger, o.cell_tasks, o.kv_stride, o.fuse);
+    return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride, fuse, programmatic) <
+           std::tie(o.bucket, o.exact, o.cell, o.stagger, o.cell_tasks, o.kv_stride, o.fuse, o.programmatic);
   }
 };
 

@@ -9,6 +9,7 @@
 #include "kernels/math.h"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ops.h"
+#include "kernels_cuda/programmatic_launch.cuh"
 
 namespace parity::cuda {
 namespace {
@@ -41,6 +42,8 @@ __device__ void advance_state(const float* in, int ld, int ch, int K, float* st,
 // advance: every sequence has one row, so the thread of (row, c) advances the state after its read.
 __global__ void conv_kernel(const float* in, int ld, int ch, const float* w, const float* bias, int K, float* state,
                             PassSeqs p, bool silu, float* out, int cblocks, DtJob dt, bool advance) {
+  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
+  release_next_kernel();    // the SSD decode kernels may start loading their state
   const int r = blockIdx.x;
   if (static_cast<int>(blockIdx.y) == cblocks) {
     for (int h = threadIdx.x; h < dt.H; h += kThreads)
@@ -74,9 +77,8 @@ void conv1d(const float* in, int ld_in, int ch, const float* w, const float* bia
   const DtJob job = dt ? *dt : DtJob{};
   const bool advance = K > 1 && p.one_row_each;
   const unsigned yblocks = static_cast<unsigned>(cblocks + (job.dt ? 1 : 0));
-  conv_kernel<<<dim3(p.num_rows, yblocks), kThreads, 0, s>>>(in, ld_in, ch, w, bias, K, conv_state, p, silu, out,
-                                                             cblocks, job, advance);
-  check_launch("conv1d");
+  launch_after_prior(conv_kernel, dim3(p.num_rows, yblocks), dim3(kThreads), 0, s, "conv1d", in, ld_in, ch, w, bias, K,
+                     conv_state, p, silu, out, cblocks, job, advance);
   if (K > 1 && !advance) {
     conv_state_kernel<<<dim3(p.num_seqs, cblocks), kThreads, 0, s>>>(in, ld_in, ch, K, conv_state, p);
     check_launch("conv1d state");

@@ -184,6 +184,12 @@ void sum_rank_partials(const float* gathered, int ranks, std::size_t n, float* o
 
 // ---- device ----------------------------------------------------------------------------------
 int device_count();  // 0 when there is no usable device (or no driver)
+// Whether the small kernels of a step (norms, conv, the SSD decode kernels) launch programmatically
+// after the kernel before them (programmatic_launch.cuh: their launch overlaps its tail; the same
+// bits). On by default; benchmarks switch it off to compare. A model's CUDA graphs record the
+// setting they were captured with.
+bool programmatic_launch();
+void set_programmatic_launch(bool on);
 // Keeps stream s busy for about `microseconds` (benchmarks: the timed launches queue behind it).
 void busy_wait(double microseconds, cudaStream_t s);
 

@@ -17,6 +17,7 @@
 #include "kernels_cuda/block_reduce.cuh"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ops.h"
+#include "kernels_cuda/programmatic_launch.cuh"
 
 namespace parity::cuda {
 namespace {
@@ -70,6 +71,8 @@ __device__ void store(float* out, uint16_t* out16, int i, float v) {
 // x = residual_add(x, add) first when add is not null (written back); out16: the bf16 copy, or null.
 __global__ void rmsnorm_kernel(float* x, const float* add, float mult, bool scaled, int dim, const float* w, float eps,
                                float* out, uint16_t* out16) {
+  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
+  release_next_kernel();
   const std::size_t off = static_cast<std::size_t>(blockIdx.x) * dim;
   float* xr = x + off;
   if (add) {  // each thread adds the elements sumsq then reads, its own
@@ -83,6 +86,8 @@ __global__ void rmsnorm_kernel(float* x, const float* add, float mult, bool scal
 // The held form of rmsnorm_kernel (dim <= kHeldMaxWidth).
 __global__ void rmsnorm_held_kernel(float* x, const float* add, float mult, bool scaled, int dim, const float* w,
                                     float eps, float* out, uint16_t* out16) {
+  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
+  release_next_kernel();
   const std::size_t off = static_cast<std::size_t>(blockIdx.x) * dim;
   const int t = threadIdx.x;
   float v[kHeld];
@@ -125,6 +130,8 @@ __device__ GatedRow gated_row(const float* y, const float* z, int ldz, int dim, 
 
 __global__ void gated_rmsnorm_kernel(const float* y, const float* z, int ldz, int dim, int group, const float* w,
                                      float eps, bool norm_before_gate, float* out, uint16_t* out16) {
+  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
+  release_next_kernel();
   const GatedRow g = gated_row(y, z, ldz, dim, group, w, out, out16);
   if (norm_before_gate) {
     const float r = inv_rms(sumsq(g.y, group), group, eps);
@@ -140,6 +147,8 @@ __global__ void gated_rmsnorm_kernel(const float* y, const float* z, int ldz, in
 // The held form of gated_rmsnorm_kernel (group <= kHeldMaxWidth).
 __global__ void gated_rmsnorm_held_kernel(const float* y, const float* z, int ldz, int dim, int group, const float* w,
                                           float eps, bool norm_before_gate, float* out, uint16_t* out16) {
+  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
+  release_next_kernel();
   const GatedRow g = gated_row(y, z, ldz, dim, group, w, out, out16);
   const int t = threadIdx.x;
   float v[kHeld];
@@ -216,26 +225,24 @@ void norms_force_loop_form(bool loop) { force_loop.store(loop); }
 void rmsnorm(const float* x, int rows, int dim, const float* w, float eps, float* out, cudaStream_t s) {
   if (rows <= 0) return;
   // Without an add the kernel only reads x (out may alias it).
-  auto* kernel = held(dim) ? rmsnorm_held_kernel : rmsnorm_kernel;
-  kernel<<<rows, kRowThreads, 0, s>>>(const_cast<float*>(x), nullptr, 1.0f, false, dim, w, eps, out, nullptr);
-  check_launch("rmsnorm");
+  launch_after_prior(held(dim) ? rmsnorm_held_kernel : rmsnorm_kernel, dim3(rows), dim3(kRowThreads), 0, s, "rmsnorm",
+                     const_cast<float*>(x), nullptr, 1.0f, false, dim, w, eps, out, nullptr);
 }
 
 void add_rmsnorm(float* x, const ResidualAdd& add, int rows, int dim, const float* w, float eps, float* out,
                  uint16_t* out16, cudaStream_t s) {
   if (rows <= 0) return;
-  auto* kernel = held(dim) ? rmsnorm_held_kernel : rmsnorm_kernel;
-  kernel<<<rows, kRowThreads, 0, s>>>(x, add.y, add.mult, add.scaled, dim, w, eps, out, out16);
-  check_launch("add_rmsnorm");
+  launch_after_prior(held(dim) ? rmsnorm_held_kernel : rmsnorm_kernel, dim3(rows), dim3(kRowThreads), 0, s,
+                     "add_rmsnorm", x, add.y, add.mult, add.scaled, dim, w, eps, out, out16);
 }
 
 void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, int group, const float* w, float eps,
                    bool norm_before_gate, float* out, cudaStream_t s, uint16_t* out16) {
   if (rows <= 0) return;
   if (group <= 0 || dim % group != 0) throw Error("gated_rmsnorm: group does not divide the width");
-  auto* kernel = held(group) ? gated_rmsnorm_held_kernel : gated_rmsnorm_kernel;
-  kernel<<<dim3(rows, dim / group), kRowThreads, 0, s>>>(y, z, ldz, dim, group, w, eps, norm_before_gate, out, out16);
-  check_launch("gated_rmsnorm");
+  launch_after_prior(held(group) ? gated_rmsnorm_held_kernel : gated_rmsnorm_kernel, dim3(rows, dim / group),
+                     dim3(kRowThreads), 0, s, "gated_rmsnorm", y, z, ldz, dim, group, w, eps, norm_before_gate, out,
+                     out16);
 }
 
 void add_inplace(float* x, const float* y, std::size_t n, cudaStream_t s) {

@@ -21,6 +21,7 @@
 // cells (more rows to replay) to the lightest: the last blocks to start are short ones and the
 // step does not end on a folding block (heavy_first_head; launch order only, no bits depend on it).
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/programmatic_launch.cuh"
 #include "kernels_cuda/smem_limit.h"
 #include "kernels_cuda/ssd_tile.cuh"
 
@@ -89,6 +90,8 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
                                                               int ld, const float* dt, const float* A,
                                                               const float* Dskip, SsdState st, int TP, int tiles,
                                                               float* y) {
+  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
+  release_next_kernel();
   const int seq = static_cast<int>(blockIdx.x) / tiles, z = static_cast<int>(blockIdx.x) - seq * tiles;
   const int tid = threadIdx.x;
   // The sequence's metadata in one round trip, then the test.
@@ -239,9 +242,8 @@ void launch_decode(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, con
   const std::size_t smem = decode_layout(sh, g.cell, tp, bf16).total * sizeof(float);
   ensure_smem(decode_kernel, smem, "ssd decode smem");
   const int tiles = (sh.P + tp - 1) / tp;
-  decode_kernel<<<dim3(static_cast<unsigned>(p.num_seqs * tiles), static_cast<unsigned>(sh.H)), kStepThreads, smem,
-                  s>>>(sh, g, p, xbc, ld, dt, A, D, st, tp, tiles, y);
-  check_launch("ssd decode");
+  launch_after_prior(decode_kernel, dim3(static_cast<unsigned>(p.num_seqs * tiles), static_cast<unsigned>(sh.H)),
+                     dim3(kStepThreads), smem, s, "ssd decode", sh, g, p, xbc, ld, dt, A, D, st, tp, tiles, y);
 }
 
 }  // namespace parity::cuda::ssd

@@ -1,16 +1,18 @@
 // The models' fused launches (issue 11: the residual add in the next norm, the norms writing the
-// GEMMs' bf16 inputs, dt in the conv's launch) against the unfused launches (set_fuse_kernels
-// false), end to end on builtin:tiny and builtin:tiny-hybrid: every logit bit for bit, through
+// GEMMs' bf16 inputs, dt in the conv's launch) and programmatic launches against the unfused,
+// ordinary launches (set_fuse_kernels, set_programmatic_launch), end to end on builtin:tiny and builtin:tiny-hybrid: every logit bit for bit, through
 // prefill and graph-replayed decode, in exact and plain mode; and with probes that replace tensors
 // mid-layer (the fused path must fall back where a probe wants a point), the same logits and the
 // same visited tensors. Companions: a changed token changes the logits, a replacement changes them.
 #include <cmath>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "backend_cuda/backend.h"
 #include "backend_cuda/decode_graphs.h"
 #include "cache/model_cache.h"
+#include "kernels_cuda/ops.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "model/probe.h"
@@ -90,12 +92,21 @@ TEST(CudaFusedModel, FusedLaunchesGiveTheUnfusedLogitsBitForBit) {
     for (bool exact : {true, false})
       for (int batch : {1, 3}) {
         const std::string what = std::string(spec) + (exact ? " exact" : " plain") + " batch " + std::to_string(batch);
+        // The reference: every step in its own launch, launched the ordinary way (as before issue 11's
+        // fusions); then fused and programmatic launches each alone and together.
         backend_cuda::set_fuse_kernels(*m, false);
+        cuda::set_programmatic_launch(false);
         const std::vector<float> unfused = run_schedule(*m, exact, batch, nullptr);
+        for (const auto& [fuse, pdl] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, true}}) {
+          backend_cuda::set_fuse_kernels(*m, fuse);
+          cuda::set_programmatic_launch(pdl);
+          const std::vector<float> got = run_schedule(*m, exact, batch, nullptr);
+          EXPECT_EQ(test::bit_difference(got.data(), unfused.data(), got.size(), static_cast<std::size_t>(V)), "")
+              << what << (fuse ? " fused" : " unfused") << (pdl ? " programmatic" : "")
+              << " (row r: prefill rows first, then step k's batch)";
+        }
         backend_cuda::set_fuse_kernels(*m, true);
-        const std::vector<float> fused = run_schedule(*m, exact, batch, nullptr);
-        EXPECT_EQ(test::bit_difference(fused.data(), unfused.data(), fused.size(), static_cast<std::size_t>(V)), "")
-            << what << " (row r: prefill rows first, then step k's batch)";
+        cuda::set_programmatic_launch(true);
       }
     // Companion: the comparison sees one changed decode token.
     const std::vector<float> a = run_schedule(*m, true, 3, nullptr), b = run_schedule(*m, true, 3, nullptr, 1);
