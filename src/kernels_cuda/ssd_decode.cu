@@ -90,8 +90,6 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
                                                               int ld, const float* dt, const float* A,
                                                               const float* Dskip, SsdState st, int TP, int tiles,
                                                               float* y) {
-  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
-  release_next_kernel();
   const int seq = static_cast<int>(blockIdx.x) / tiles, z = static_cast<int>(blockIdx.x) - seq * tiles;
   const int tid = threadIdx.x;
   // The sequence's metadata in one round trip, then the test.
@@ -108,6 +106,12 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   const int j = static_cast<int>(start - c.start);  // the row's index in its cell
   const int rows = j + 1;                            // source rows 0..j
   const bool fold = start + 1 == c.end;              // the row completes the cell
+  // Launched programmatically (launch_after_prior): the state tile (this layer's, written by an earlier
+  // pass) is asked of L2 while the conv before this kernel finishes; what the conv writes (this row's
+  // x, B, C and dt) is read after the wait, as is everything else.
+  prefetch_state_l2(st, t);
+  wait_for_prior_kernel();
+  release_next_kernel();
 
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
