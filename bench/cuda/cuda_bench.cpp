@@ -544,10 +544,10 @@ BENCHMARK(BM_CudaCopy)->UseManualTime()->Unit(benchmark::kMicrosecond);
 // End to end on builtin:mamba2-2.7b (loaded once): arg0 batch, arg1 0 = plain, 1 = exact, arg2 1 =
 // CUDA graphs (the default), 0 = eager (--enforce-eager), arg3 1 = the fused launches (the default),
 // 0 = every step in its own launch (set_fuse_kernels), arg4 1 = programmatic launches of the small
-// kernels (the default), 0 = ordinary launches (set_programmatic_launch). The same bits every way. A decode step of `batch` sequences
-// (after a 16-token prefill each), wall time of Model::forward (its logits copy synchronises), CPU
-// launch overhead included: what graphs remove. The first decode step (the graph's capture) is
-// not timed.
+// kernels (the default), 0 = ordinary launches (set_programmatic_launch); the same bits every way.
+// A decode step of `batch` sequences (after a 16-token prefill each), wall time of Model::forward
+// (its logits copy synchronises), CPU launch overhead included: what graphs remove. The first decode
+// step (the graph's capture) is not timed.
 model::Model& big_model() {
   static std::unique_ptr<model::Model> m = backend_cuda::load_model(model::open_checkpoint("builtin:mamba2-2.7b"));
   return *m;

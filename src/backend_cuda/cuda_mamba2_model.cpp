@@ -143,7 +143,8 @@ void CudaMamba2Model::forward_graph(const model::ForwardBatch& b, DeviceState& d
   mixer_.reserve_scan(sc.mamba, ps, grid);
   const int32_t* tokens = sc.in.ints.data() + plan.tokens_offset();
   const GraphEpoch epoch{ds.id, run.graph_rows, {sc.in.ints.data(), sc.in.starts.data(), sc.mamba.scan.data()}};
-  const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, 0, fuse_, cuda::programmatic_launch()};
+  const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, 0,
+                     fuse_, cuda::programmatic_launch()};
   const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
     const DeviceProbe none(nullptr, b, st);
     enqueue_layers(sc, ps, tokens, bucket, ds, grid, none, st);
@@ -169,8 +170,8 @@ void CudaMamba2Model::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
 
   const MambaPass mp{ds, ps, grid, rank_, probe, pf, sc.mamba, st, fuse_};
   // Fused, a layer's residual add waits for the next layer's norm, which does it in its own launch and
-  // writes in_proj's bf16 input beside the fp32 one; a probe of the mixer output or the block (which may
-  // replace either) takes the add where the unfused pass has it.
+  // writes in_proj's bf16 input beside the fp32 one. A probe of the block's output (which may replace
+  // it) takes the add where the unfused pass has it; the mixer output's is visited before either.
   const float* pending = nullptr;  // the previous layer's mixer output, not yet added
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const Names& nm = names_[static_cast<std::size_t>(l)];
@@ -181,7 +182,7 @@ void CudaMamba2Model::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
     mark(pf, StepPart::Other, st);
     probe(nm.mixer, sc.out.data(), T, D, D);
     pending = sc.out.data();
-    if (!fuse_ || probe.wants(nm.mixer) || probe.wants(nm.block) || l + 1 == cfg_.num_hidden_layers) {
+    if (!fuse_ || probe.wants(nm.block) || l + 1 == cfg_.num_hidden_layers) {
       cuda::add_inplace(sc.resid.data(), pending, TD, st);
       pending = nullptr;
     }

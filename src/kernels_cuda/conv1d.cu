@@ -22,7 +22,8 @@ __device__ float conv_at(const float* in, int ld, int ch, const float* w, const 
   float acc = bias ? bias[c] : 0.0f;
   for (int i = 0; i < K; ++i) {
     const int q = j - (K - 1) + i;  // < 0: from the carried state
-    const float v = q >= 0 ? in[static_cast<std::size_t>(row0 + q) * ld + c] : st[static_cast<std::size_t>(K - 1 + q) * ch + c];
+    const float v =
+        q >= 0 ? in[static_cast<std::size_t>(row0 + q) * ld + c] : st[static_cast<std::size_t>(K - 1 + q) * ch + c];
     acc = fmaf(w[static_cast<std::size_t>(c) * K + i], v, acc);
   }
   return acc;
@@ -64,7 +65,8 @@ __global__ void conv_kernel(const float* in, int ld, int ch, const float* w, con
 __global__ void conv_state_kernel(const float* in, int ld, int ch, int K, float* state, PassSeqs p) {
   const int s = blockIdx.x;
   const int c = blockIdx.y * kThreads + threadIdx.x;
-  if (c < ch) advance_state(in, ld, ch, K, state + static_cast<std::size_t>(p.slot[s]) * (K - 1) * ch, p.row0[s], p.n[s], c);
+  float* st = state + static_cast<std::size_t>(p.slot[s]) * (K - 1) * ch;
+  if (c < ch) advance_state(in, ld, ch, K, st, p.row0[s], p.n[s], c);
 }
 
 }  // namespace

@@ -135,7 +135,8 @@ __global__ void gated_rmsnorm_kernel(const float* y, const float* z, int ldz, in
   const GatedRow g = gated_row(y, z, ldz, dim, group, w, out, out16);
   if (norm_before_gate) {
     const float r = inv_rms(sumsq(g.y, group), group, eps);
-    for (int i = threadIdx.x; i < group; i += kRowThreads) store(g.o, g.o16, i, gated_scaled_by(g.y[i], r, g.w[i], g.z[i]));
+    for (int i = threadIdx.x; i < group; i += kRowThreads)
+      store(g.o, g.o16, i, gated_scaled_by(g.y[i], r, g.w[i], g.z[i]));
   } else {
     for (int i = threadIdx.x; i < group; i += kRowThreads) g.o[i] = gate(g.y[i], g.z[i]);
     __syncthreads();

@@ -1,12 +1,13 @@
 // The models' fused launches (issue 11: the residual add in the next norm, the norms writing the
 // GEMMs' bf16 inputs, dt in the conv's launch) and programmatic launches against the unfused,
-// ordinary launches (set_fuse_kernels, set_programmatic_launch), end to end on builtin:tiny and builtin:tiny-hybrid: every logit bit for bit, through
-// prefill and graph-replayed decode, in exact and plain mode; and with probes that replace tensors
+// ordinary launches (set_fuse_kernels, set_programmatic_launch), end to end on builtin:tiny and
+// builtin:tiny-hybrid: every logit bit for bit, through prefill and graph-replayed decode, in
+// exact and plain mode; and with probes that replace tensors
 // mid-layer (the fused path must fall back where a probe wants a point), the same logits and the
 // same visited tensors. Companions: a changed token changes the logits, a replacement changes them.
 #include <cmath>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend_cuda/backend.h"
@@ -127,7 +128,8 @@ TEST(CudaFusedModel, ProbesReplacingMidLayerTensorsSeeTheUnfusedTensors) {
     EXPECT_GE(h0.log.size(), 4u * (kSteps + 1)) << spec << ": layer 1's points should be visited every pass";
     EXPECT_EQ(h1.log, h0.log) << spec;
     EXPECT_EQ(h1.sums, h0.sums) << spec << ": a visit saw another tensor";
-    EXPECT_EQ(test::bit_difference(fused.data(), unfused.data(), fused.size(), static_cast<std::size_t>(V)), "") << spec;
+    EXPECT_EQ(test::bit_difference(fused.data(), unfused.data(), fused.size(), static_cast<std::size_t>(V)), "")
+        << spec;
     // Companion: the replacements did change the logits.
     const std::vector<float> plain = run_schedule(*m, true, 3, nullptr);
     EXPECT_NE(test::bit_difference(fused.data(), plain.data(), fused.size(), static_cast<std::size_t>(V)), "") << spec;

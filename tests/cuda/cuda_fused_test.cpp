@@ -270,8 +270,10 @@ TEST(CudaFused, NormsHeldInRegistersEqualTheLoopFormBitForBit) {
   for (int dim : {256, 1000, 2560, 5120, 6144})
     for (bool scaled : {false, true}) {
       const bool before = scaled;  // both gate orders, over the widths
-      const NormRun a = run_norms(5, dim, scaled, before, false, false), b = run_norms(5, dim, scaled, before, true, false);
-      const std::string what = "dim " + std::to_string(dim) + (scaled ? " scaled add, norm before gate" : " add, gate before norm");
+      const NormRun a = run_norms(5, dim, scaled, before, false, false);
+      const NormRun b = run_norms(5, dim, scaled, before, true, false);
+      const std::string what =
+          "dim " + std::to_string(dim) + (scaled ? " scaled add, norm before gate" : " add, gate before norm");
       EXPECT_EQ(test::bit_difference(a.resid.data(), b.resid.data(), a.resid.size(), dim), "") << what;
       EXPECT_EQ(test::bit_difference(a.out.data(), b.out.data(), a.out.size(), dim), "") << what;
       EXPECT_EQ(test::bit_difference(a.gated.data(), b.gated.data(), a.gated.size(), dim), "") << what;
