@@ -183,6 +183,7 @@ void CudaHybridModel::reserve(Scratch& sc, int T, int R, bool probe_head) const 
   sc.resid.resize(t * H);
   sc.normed.resize(t * H);
   sc.normed16.resize(t * H);
+  sc.act16.resize(t * static_cast<std::size_t>(c.shared_intermediate_size));
   sc.out.resize(t * H);
   sc.ffn.resize(t * H);
   if (spec_.num_mamba_layers > 0) mixer_.reserve(sc.mamba, T);
@@ -339,16 +340,18 @@ void CudaHybridModel::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
   // one; a layer's last add waits for the next layer's input norm unless a probe of the layer's output
   // (which may replace it) wants it where the unfused pass has it.
   const uint16_t* n16 = fuse_ ? sc.normed16.data() : nullptr;
-  auto norm = [&](const float* add, const cuda::DeviceBuffer<float>& w) {
-    if (fuse_) cuda::add_rmsnorm(sc.resid.data(), {add, res_mult, true}, T, H, w.data(), eps, sc.normed.data(),
+  auto norm = [&](const float* add, const float* add2, const cuda::DeviceBuffer<float>& w) {
+    if (fuse_) cuda::add_rmsnorm(sc.resid.data(), {add, res_mult, true, add2}, T, H, w.data(), eps, sc.normed.data(),
                                  sc.normed16.data(), st);
     else cuda::rmsnorm(sc.resid.data(), T, H, w.data(), eps, sc.normed.data(), st);
   };
-  const float* pending = nullptr;  // the previous layer's feed-forward output, not yet added
+  // The previous layer's feed-forward output (shared MLP, and MoE when there is one), not yet added.
+  const float* pending = nullptr;
+  const float* pending2 = nullptr;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& L = layers_[static_cast<std::size_t>(l)];
     const Names& nm = names_[static_cast<std::size_t>(l)];
-    norm(pending, L.input_norm);
+    norm(pending, pending2, L.input_norm);
     if (L.mamba) {
       mixer_.enqueue(L.ordinal, sc.normed.data(), n16, T, sc.out.data(), mp);
     } else {
@@ -379,7 +382,7 @@ void CudaHybridModel::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
     mark(pf, StepPart::Other, st);
     probe(nm.mixer, sc.out.data(), T, H, H);
     if (!fuse_) cuda::add_scaled_inplace(sc.resid.data(), sc.out.data(), res_mult, TD, st);
-    norm(fuse_ ? sc.out.data() : nullptr, L.post_norm);
+    norm(fuse_ ? sc.out.data() : nullptr, nullptr, L.post_norm);
 
     // Feed-forward: the MoE (into ffn), the shared MLP (into out), out = out + ffn.
     if (c.has_experts()) {
@@ -409,16 +412,18 @@ void CudaHybridModel::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
     const int S = c.shared_intermediate_size;
     mark(pf, StepPart::SharedMlp, st);
     gemm(sc.normed.data(), n16, T, H, L.shared_in, 2 * S, no_bias, sc.gu.data(), st);
-    cuda::swiglu(sc.gu.data(), T, S, sc.act.data(), st);
-    gemm(sc.act.data(), T, S, L.shared_out, H, no_bias, sc.out.data(), st);
+    cuda::swiglu(sc.gu.data(), T, S, sc.act.data(), st, fuse_ ? sc.act16.data() : nullptr);
+    gemm(sc.act.data(), fuse_ ? sc.act16.data() : nullptr, T, S, L.shared_out, H, no_bias, sc.out.data(), st);
     rank_.sum(sc.out.data(), TD, st);  // the shared MLP's down projection by rows: a partial sum
     probe(nm.shared, sc.out.data(), T, H, H);
     mark(pf, StepPart::Other, st);
-    if (c.has_experts()) cuda::add_inplace(sc.out.data(), sc.ffn.data(), TD, st);  // moe + shared: one rounded add
+    // moe + shared: one rounded add, then the scaled residual add (fused: both in the next input norm).
     pending = sc.out.data();
+    pending2 = c.has_experts() ? sc.ffn.data() : nullptr;
     if (!fuse_ || probe.wants(nm.layer) || l + 1 == c.num_hidden_layers) {
+      if (pending2) cuda::add_inplace(sc.out.data(), pending2, TD, st);
       cuda::add_scaled_inplace(sc.resid.data(), pending, res_mult, TD, st);
-      pending = nullptr;
+      pending = pending2 = nullptr;
     }
     probe(nm.layer, sc.resid.data(), T, H, H);
   }

@@ -91,7 +91,7 @@ class CudaHybridModel : public model::Model {
   // longer block tables, and then every graph is dropped (they froze its addresses).
   struct Scratch {
     cuda::DeviceBuffer<float> resid, normed, out, ffn, q, k, v, attn, logits_r, gates, gu, act, attn_scratch;
-    cuda::DeviceBuffer<uint16_t> normed16;  // normed's bf16 copy, the GEMMs' input (fused passes)
+    cuda::DeviceBuffer<uint16_t> normed16, act16;  // normed's and act's bf16 copies, GEMM inputs (fused passes)
     cuda::DeviceBuffer<float> dense;  // the Fused pattern's affinities [T][E]
     cuda::DeviceBuffer<int32_t> tables, work, idx;
     cuda::PinnedBuffer<int32_t> h_tables, h_work;

@@ -18,11 +18,13 @@ void embed_bf16(const uint16_t* table, const int32_t* tokens, int T, int D, floa
 // out = (x · rsqrt(mean(x²) + eps)) · w per row; out may alias x.
 void rmsnorm(const float* x, int rows, int dim, const float* w, float eps, float* out, cudaStream_t s);
 // A residual branch y [rows][dim] for add_rmsnorm: x + y (add_inplace), or x + y · m when scaled
-// (add_scaled_inplace). y null: no add.
+// (add_scaled_inplace). y null: no add. y2 (not null): the branch is y + y2, rounded, then as above
+// (add_inplace(y, y2) first: a hybrid layer's MoE and shared MLP outputs).
 struct ResidualAdd {
   const float* y = nullptr;
   float mult = 1.0f;
   bool scaled = false;
+  const float* y2 = nullptr;
 };
 // One launch for add_inplace/add_scaled_inplace(x, add.y) (when add.y is set), then rmsnorm(x) into
 // out, and (out16 not null) out's bf16 copy [rows][dim], rounded to nearest even as the GEMM's

@@ -68,15 +68,20 @@ __device__ void store(float* out, uint16_t* out16, int i, float v) {
   if (out16) out16[i] = bf16_bits(v);
 }
 
-// x = residual_add(x, add) first when add is not null (written back); out16: the bf16 copy, or null.
-__global__ void rmsnorm_kernel(float* x, const float* add, float mult, bool scaled, int dim, const float* w, float eps,
-                               float* out, uint16_t* out16) {
+// The branch a residual add adds: y, or y + y2 (add_inplace(y, y2)'s value) when there is a second.
+__device__ float branch(const float* y, const float* y2, std::size_t i) { return y2 ? y[i] + y2[i] : y[i]; }
+
+// x = residual_add(x, branch(add, add2)) first when add is not null (written back); out16: the bf16
+// copy, or null.
+__global__ void rmsnorm_kernel(float* x, const float* add, const float* add2, float mult, bool scaled, int dim,
+                               const float* w, float eps, float* out, uint16_t* out16) {
   wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
   release_next_kernel();
   const std::size_t off = static_cast<std::size_t>(blockIdx.x) * dim;
   float* xr = x + off;
   if (add) {  // each thread adds the elements sumsq then reads, its own
-    for (int i = threadIdx.x; i < dim; i += kRowThreads) xr[i] = residual_add(xr[i], add[off + i], mult, scaled);
+    for (int i = threadIdx.x; i < dim; i += kRowThreads)
+      xr[i] = residual_add(xr[i], branch(add, add2, off + i), mult, scaled);
   }
   const float r = inv_rms(sumsq(xr, dim), dim, eps);
   for (int i = threadIdx.x; i < dim; i += kRowThreads)
@@ -84,8 +89,8 @@ __global__ void rmsnorm_kernel(float* x, const float* add, float mult, bool scal
 }
 
 // The held form of rmsnorm_kernel (dim <= kHeldMaxWidth).
-__global__ void rmsnorm_held_kernel(float* x, const float* add, float mult, bool scaled, int dim, const float* w,
-                                    float eps, float* out, uint16_t* out16) {
+__global__ void rmsnorm_held_kernel(float* x, const float* add, const float* add2, float mult, bool scaled, int dim,
+                                    const float* w, float eps, float* out, uint16_t* out16) {
   wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
   release_next_kernel();
   const std::size_t off = static_cast<std::size_t>(blockIdx.x) * dim;
@@ -96,7 +101,8 @@ __global__ void rmsnorm_held_kernel(float* x, const float* add, float mult, bool
   if (add) {
 #pragma unroll
     for (int k = 0; k < kHeld; ++k)
-      if (t + k * kRowThreads < dim) v[k] = residual_add(v[k], add[off + t + k * kRowThreads], mult, scaled);
+      if (t + k * kRowThreads < dim)
+        v[k] = residual_add(v[k], branch(add, add2, off + t + k * kRowThreads), mult, scaled);
 #pragma unroll
     for (int k = 0; k < kHeld; ++k)
       if (t + k * kRowThreads < dim) x[off + t + k * kRowThreads] = v[k];
@@ -227,14 +233,14 @@ void rmsnorm(const float* x, int rows, int dim, const float* w, float eps, float
   if (rows <= 0) return;
   // Without an add the kernel only reads x (out may alias it).
   launch_after_prior(held(dim) ? rmsnorm_held_kernel : rmsnorm_kernel, dim3(rows), dim3(kRowThreads), 0, s, "rmsnorm",
-                     const_cast<float*>(x), nullptr, 1.0f, false, dim, w, eps, out, nullptr);
+                     const_cast<float*>(x), nullptr, nullptr, 1.0f, false, dim, w, eps, out, nullptr);
 }
 
 void add_rmsnorm(float* x, const ResidualAdd& add, int rows, int dim, const float* w, float eps, float* out,
                  uint16_t* out16, cudaStream_t s) {
   if (rows <= 0) return;
   launch_after_prior(held(dim) ? rmsnorm_held_kernel : rmsnorm_kernel, dim3(rows), dim3(kRowThreads), 0, s,
-                     "add_rmsnorm", x, add.y, add.mult, add.scaled, dim, w, eps, out, out16);
+                     "add_rmsnorm", x, add.y, add.y2, add.mult, add.scaled, dim, w, eps, out, out16);
 }
 
 void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, int group, const float* w, float eps,

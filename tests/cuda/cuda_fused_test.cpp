@@ -1,8 +1,8 @@
 // The fused launches of a decode step (issue 11) against the launches they replace, bit for bit on
 // random inputs: add_rmsnorm against add_inplace / add_scaled_inplace + rmsnorm + the GEMM's bf16
-// pre-pass; gated_rmsnorm's bf16 copy against the pre-pass; conv1d with dt and the state's advance
+// pre-pass; gated_rmsnorm's and swiglu's bf16 copies against the pre-pass; conv1d with dt and the state's advance
 // in one launch against conv1d's two launches + ssd_dt; gemm_rounded against gemm. Each has a
-// companion showing the comparison sees a one-ulp change.
+// companion showing the comparison sees a changed input.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +10,7 @@
 
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/gemm_mma.h"
+#include "kernels_cuda/moe.h"
 #include "kernels_cuda/pass_plan.h"
 #include "tests/cuda/gpu_test_support.h"
 
@@ -47,35 +48,39 @@ std::vector<float> down(const cuda::DeviceBuffer<float>& d, std::size_t n) { ret
 struct NormCase {
   int rows, dim;
   bool scaled;
+  bool two_branches = false;  // a hybrid layer's MoE + shared MLP outputs: add_inplace(y, y2) first
 };
 
-// add_rmsnorm's three outputs against the unfused launches'; `nudge` moves one element of the
-// residual branch by one ulp in the fused run only (the companion).
+// add_rmsnorm's three outputs against the unfused launches'; `nudge` changes one element of the
+// residual branch in the fused run only (the companion).
 struct NormOutputs {
   std::string resid, out, out16;
 };
 NormOutputs compare_add_rmsnorm(const NormCase& c, bool with_add, bool nudge) {
   const std::size_t n = static_cast<std::size_t>(c.rows) * c.dim;
   const std::vector<float> x = test::uniform(n, 11, -3.0f, 3.0f), y = test::uniform(n, 12, -2.0f, 2.0f),
+                           y2 = test::uniform(n, 14, -2.0f, 2.0f),
                            w = test::uniform(static_cast<std::size_t>(c.dim), 13, 0.5f, 1.5f);
   const float m = 0.22f, eps = 1e-5f;
-  cuda::DeviceBuffer<float> x0, x1, dy, dw, o0(n), o1(n);
+  cuda::DeviceBuffer<float> x0, x1, dy, dy2, dw, o0(n), o1(n);
   cuda::DeviceBuffer<uint16_t> o16(n);
   x0.upload(x);
   x1.upload(x);
   dw.upload(w);
   dy.upload(y);
-  // Unfused: the add, the norm, the pre-pass.
+  dy2.upload(y2);
+  // Unfused: the adds, the norm, the pre-pass.
+  if (with_add && c.two_branches) cuda::add_inplace(dy.data(), dy2.data(), n, nullptr);
   if (with_add && c.scaled) cuda::add_scaled_inplace(x0.data(), dy.data(), m, n, nullptr);
   else if (with_add) cuda::add_inplace(x0.data(), dy.data(), n, nullptr);
   cuda::rmsnorm(x0.data(), c.rows, c.dim, dw.data(), eps, o0.data(), nullptr);
   const std::vector<uint16_t> ref16 = prepass(o0.data(), c.rows, c.dim);
   // Fused.
   std::vector<float> y1 = y;
-  if (nudge) y1[n / 2] = std::nextafter(y1[n / 2], 10.0f);
+  if (nudge) y1[n / 2] += 0.5f;  // not one ulp: the add could round it away
   dy.upload(y1);
-  cuda::add_rmsnorm(x1.data(), {with_add ? dy.data() : nullptr, m, c.scaled}, c.rows, c.dim, dw.data(), eps, o1.data(),
-                    o16.data(), nullptr);
+  cuda::add_rmsnorm(x1.data(), {with_add ? dy.data() : nullptr, m, c.scaled, c.two_branches ? dy2.data() : nullptr},
+                    c.rows, c.dim, dw.data(), eps, o1.data(), o16.data(), nullptr);
   cuda::cuda_check(cudaDeviceSynchronize(), "add_rmsnorm");
   NormOutputs r;
   r.resid = test::bit_difference(down(x1, n).data(), down(x0, n).data(), n, c.dim);
@@ -87,10 +92,12 @@ NormOutputs compare_add_rmsnorm(const NormCase& c, bool with_add, bool nudge) {
 TEST(CudaFused, AddRmsnormEqualsAddThenNormThenPrepassBitForBit) {
   PARITY_REQUIRE_GPU();
   for (const NormCase& c : {NormCase{1, 2560, false}, NormCase{7, 2560, false}, NormCase{64, 776, false},
-                            NormCase{1, 1536, true}, NormCase{33, 1536, true}})
+                            NormCase{1, 1536, true}, NormCase{33, 1536, true}, NormCase{1, 1536, true, true},
+                            NormCase{9, 4096, true, true}})
     for (bool with_add : {true, false}) {
       const std::string what = "rows " + std::to_string(c.rows) + " dim " + std::to_string(c.dim) +
-                               (c.scaled ? " scaled" : "") + (with_add ? " with add" : " no add");
+                               (c.scaled ? " scaled" : "") + (c.two_branches ? " two branches" : "") +
+                               (with_add ? " with add" : " no add");
       const NormOutputs r = compare_add_rmsnorm(c, with_add, false);
       EXPECT_EQ(r.resid, "") << what << ": residual";
       EXPECT_EQ(r.out, "") << what << ": normed fp32";
@@ -98,11 +105,11 @@ TEST(CudaFused, AddRmsnormEqualsAddThenNormThenPrepassBitForBit) {
     }
 }
 
-TEST(CudaFused, AddRmsnormComparisonSeesAOneUlpChange) {
+TEST(CudaFused, AddRmsnormComparisonSeesAChangedBranch) {
   PARITY_REQUIRE_GPU();
   for (bool scaled : {false, true}) {
     const NormOutputs r = compare_add_rmsnorm({4, 2560, scaled}, true, true);
-    EXPECT_NE(r.resid, "") << "a one-ulp change in the residual branch must show in the residual";
+    EXPECT_NE(r.resid, "") << "a changed element of the residual branch must show in the residual";
     EXPECT_NE(r.out, "") << "... and in the normed row";
   }
 }
@@ -113,7 +120,7 @@ std::string compare_gated(int rows, int dim, int group, bool before, bool nudge)
   const std::vector<float> y = test::uniform(n, 21, -2.0f, 2.0f), z = test::uniform(2 * n, 22, -4.0f, 4.0f),
                            w = test::uniform(static_cast<std::size_t>(dim), 23, 0.5f, 1.5f);
   std::vector<float> y1 = y;
-  if (nudge) y1[n - 1] = std::nextafter(y1[n - 1], 10.0f);
+  if (nudge) y1[n - 1] += 0.5f;
   cuda::DeviceBuffer<float> dy0, dy1, dz, dw, o0(n), o1(n);
   cuda::DeviceBuffer<uint16_t> o16(n);
   dy0.upload(y);
@@ -137,7 +144,25 @@ TEST(CudaFused, GatedNormBf16CopyIsThePrepassBitForBit) {
     EXPECT_EQ(compare_gated(1, 5120, 5120, before, false), "") << "norm_before_gate " << before;
     EXPECT_EQ(compare_gated(9, 4096, 1024, before, false), "") << "norm_before_gate " << before;
   }
-  EXPECT_NE(compare_gated(3, 5120, 5120, false, true), "") << "companion: a one-ulp change in y must show";
+  EXPECT_NE(compare_gated(3, 5120, 5120, false, true), "") << "companion: a changed element of y must show";
+}
+
+// swiglu's bf16 copy (the hybrid's shared MLP: shared_out reads it) is the pre-pass of its output.
+TEST(CudaFused, SwigluBf16CopyIsThePrepassBitForBit) {
+  PARITY_REQUIRE_GPU();
+  for (int rows : {1, 5, 64}) {
+    const int F = 1024;
+    const std::size_t n = static_cast<std::size_t>(rows) * F;
+    cuda::DeviceBuffer<float> gu, o0(n), o1(n);
+    cuda::DeviceBuffer<uint16_t> o16(n);
+    gu.upload(test::uniform(2 * n, 61, -4.0f, 4.0f));
+    cuda::swiglu(gu.data(), rows, F, o0.data(), nullptr);
+    const std::vector<uint16_t> ref16 = prepass(o0.data(), rows, F);
+    cuda::swiglu(gu.data(), rows, F, o1.data(), nullptr, o16.data());
+    cuda::cuda_check(cudaDeviceSynchronize(), "swiglu");
+    EXPECT_EQ(test::bit_difference(down(o1, n).data(), down(o0, n).data(), n, F), "") << rows << " rows";
+    EXPECT_EQ(bits16_difference(o16.download(n), ref16, F), "") << rows << " rows";
+  }
 }
 
 // conv1d with a DtJob (and, for one-row sequences, the state's advance) in one launch against the
@@ -163,7 +188,7 @@ ConvResult compare_conv(const std::vector<int>& lengths, bool silu, bool nudge) 
   db.upload(b);
   ddtb.upload(dtb);
   st0.upload(state);
-  if (nudge) state[(K - 2) * ch + 7] = std::nextafter(state[(K - 2) * ch + 7], 10.0f);  // slot 0, last tap
+  if (nudge) state[(K - 2) * ch + 7] += 0.5f;  // slot 0, last tap
   st1.upload(state);
   cuda::DeviceBuffer<int32_t> ints;
   cuda::DeviceBuffer<int64_t> starts;
@@ -197,7 +222,7 @@ TEST(CudaFused, ConvWithDtAndStateInOneLaunchEqualsTheSeparateLaunches) {
     }
 }
 
-TEST(CudaFused, ConvComparisonSeesAOneUlpChangeInTheState) {
+TEST(CudaFused, ConvComparisonSeesAChangedState) {
   PARITY_REQUIRE_GPU();
   const ConvResult r = compare_conv({1, 1}, false, true);
   EXPECT_NE(r.out, "") << "the nudged state element feeds slot 0's output";
@@ -248,7 +273,7 @@ struct NormRun {
 NormRun run_norms(int rows, int dim, bool scaled, bool before, bool loop, bool nudge) {
   const std::size_t n = static_cast<std::size_t>(rows) * dim;
   std::vector<float> x = test::uniform(n, 51, -3.0f, 3.0f);
-  if (nudge) x[n - 1] = std::nextafter(x[n - 1], 10.0f);
+  if (nudge) x[n - 1] += 0.5f;
   const std::vector<float> y = test::uniform(n, 52), z = test::uniform(n, 53, -4.0f, 4.0f),
                            w = test::uniform(static_cast<std::size_t>(dim), 54, 0.5f, 1.5f);
   cuda::DeviceBuffer<float> dx, dy, dz, dw, o(n), g(n);
