@@ -39,27 +39,61 @@ __device__ void advance_state(const float* in, int ld, int ch, int K, float* st,
   }
 }
 
+// Up to this many taps a thread holds its weights and its window in registers: the loads issue
+// together, before the sum, and a one-row call's new state is the window's last K-1 values. The sum
+// is conv_at's: bias, then fmaf over the taps in ascending order.
+constexpr int kHeldTaps = 8;
+
 // Blocks (row, y): y < cblocks cover the channels; y == cblocks (when dt.dt is set) the row's dt.
 // advance: every sequence has one row, so the thread of (row, c) advances the state after its read.
 __global__ void conv_kernel(const float* in, int ld, int ch, const float* w, const float* bias, int K, float* state,
                             PassSeqs p, bool silu, float* out, int cblocks, DtJob dt, bool advance) {
+  const int r = blockIdx.x;
+  const int c = blockIdx.y * kThreads + threadIdx.x;
+  const bool channel = static_cast<int>(blockIdx.y) < cblocks && c < ch, held = K <= kHeldTaps;
+  // The weights before the wait: no kernel writes them.
+  float wk[kHeldTaps], acc = 0.0f;
+  if (channel && held) {
+#pragma unroll
+    for (int i = 0; i < kHeldTaps; ++i)
+      if (i < K) wk[i] = w[static_cast<std::size_t>(c) * K + i];
+    acc = bias ? bias[c] : 0.0f;
+  }
   wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
   release_next_kernel();    // the SSD decode kernels may start loading their state
-  const int r = blockIdx.x;
   if (static_cast<int>(blockIdx.y) == cblocks) {
     for (int h = threadIdx.x; h < dt.H; h += kThreads)
       dt.dt[static_cast<std::size_t>(r) * dt.H + h] =
           dt_value(dt.raw[static_cast<std::size_t>(r) * dt.ld + h], dt.bias[h], dt.lo, dt.hi);
     return;
   }
+  if (!channel) return;
   const int s = p.row_seq[r];
-  const int row0 = p.row0[s];
+  const int row0 = p.row0[s], j = r - row0;
   float* st = state + static_cast<std::size_t>(p.slot[s]) * (K - 1) * ch;
-  const int c = blockIdx.y * kThreads + threadIdx.x;
-  if (c >= ch) return;
-  const float acc = conv_at(in, ld, ch, w, bias, K, st, row0, r - row0, c);
+  if (!held) {
+    const float v = conv_at(in, ld, ch, w, bias, K, st, row0, j, c);
+    out[static_cast<std::size_t>(r) * ch + c] = silu ? kernels::silu_f(v) : v;
+    if (advance) advance_state(in, ld, ch, K, st, row0, 1, c);
+    return;
+  }
+  float win[kHeldTaps];
+#pragma unroll
+  for (int i = 0; i < kHeldTaps; ++i) {
+    const int q = j - (K - 1) + i;  // < 0: from the carried state
+    if (i < K)
+      win[i] =
+          q >= 0 ? in[static_cast<std::size_t>(row0 + q) * ld + c] : st[static_cast<std::size_t>(K - 1 + q) * ch + c];
+  }
+#pragma unroll
+  for (int i = 0; i < kHeldTaps; ++i)
+    if (i < K) acc = fmaf(wk[i], win[i], acc);
   out[static_cast<std::size_t>(r) * ch + c] = silu ? kernels::silu_f(acc) : acc;
-  if (advance) advance_state(in, ld, ch, K, st, row0, 1, c);
+  if (advance) {  // one row: the window is [old state | the row], the new state its last K-1 values
+#pragma unroll
+    for (int i = 0; i + 1 < kHeldTaps; ++i)
+      if (i + 1 < K) st[static_cast<std::size_t>(i) * ch + c] = win[i + 1];
+  }
 }
 
 __global__ void conv_state_kernel(const float* in, int ld, int ch, int K, float* state, PassSeqs p) {

@@ -91,11 +91,14 @@ __global__ void rmsnorm_kernel(float* x, const float* add, const float* add2, fl
 // The held form of rmsnorm_kernel (dim <= kHeldMaxWidth).
 __global__ void rmsnorm_held_kernel(float* x, const float* add, const float* add2, float mult, bool scaled, int dim,
                                     const float* w, float eps, float* out, uint16_t* out16) {
-  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
-  release_next_kernel();
   const std::size_t off = static_cast<std::size_t>(blockIdx.x) * dim;
   const int t = threadIdx.x;
-  float v[kHeld];
+  float v[kHeld], wk[kHeld];
+  // The norm's weights before the wait: no kernel writes them.
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k) wk[k] = t + k * kRowThreads < dim ? w[t + k * kRowThreads] : 0.0f;
+  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
+  release_next_kernel();
 #pragma unroll
   for (int k = 0; k < kHeld; ++k) v[k] = t + k * kRowThreads < dim ? x[off + t + k * kRowThreads] : 0.0f;
   if (add) {
@@ -115,7 +118,7 @@ __global__ void rmsnorm_held_kernel(float* x, const float* add, const float* add
   const float r = inv_rms(block_sum<kRowThreads>(a, scratch), dim, eps);
 #pragma unroll
   for (int k = 0; k < kHeld; ++k)
-    if (t + k * kRowThreads < dim) v[k] = scaled_by(v[k], r, w[t + k * kRowThreads]);
+    if (t + k * kRowThreads < dim) v[k] = scaled_by(v[k], r, wk[k]);
 #pragma unroll
   for (int k = 0; k < kHeld; ++k)
     if (t + k * kRowThreads < dim) store(out + off, out16 ? out16 + off : nullptr, t + k * kRowThreads, v[k]);
@@ -154,15 +157,24 @@ __global__ void gated_rmsnorm_kernel(const float* y, const float* z, int ldz, in
 // The held form of gated_rmsnorm_kernel (group <= kHeldMaxWidth).
 __global__ void gated_rmsnorm_held_kernel(const float* y, const float* z, int ldz, int dim, int group, const float* w,
                                           float eps, bool norm_before_gate, float* out, uint16_t* out16) {
-  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
-  release_next_kernel();
   const GatedRow g = gated_row(y, z, ldz, dim, group, w, out, out16);
   const int t = threadIdx.x;
-  float v[kHeld];
+  float v[kHeld], zk[kHeld], wk[kHeld];
+  // The norm's weights before the wait: no kernel writes them.
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k) wk[k] = t + k * kRowThreads < group ? g.w[t + k * kRowThreads] : 0.0f;
+  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
+  release_next_kernel();
 #pragma unroll
   for (int k = 0; k < kHeld; ++k) {
     const int i = t + k * kRowThreads;
-    v[k] = i < group ? (norm_before_gate ? g.y[i] : gate(g.y[i], g.z[i])) : 0.0f;
+    v[k] = i < group ? g.y[i] : 0.0f;
+    zk[k] = i < group ? g.z[i] : 0.0f;
+  }
+  if (!norm_before_gate) {
+#pragma unroll
+    for (int k = 0; k < kHeld; ++k)
+      if (t + k * kRowThreads < group) v[k] = gate(v[k], zk[k]);
   }
   float a = 0.0f;
 #pragma unroll
@@ -171,10 +183,9 @@ __global__ void gated_rmsnorm_held_kernel(const float* y, const float* z, int ld
   __shared__ float scratch[kRowThreads / 32];
   const float r = inv_rms(block_sum<kRowThreads>(a, scratch), group, eps);
 #pragma unroll
-  for (int k = 0; k < kHeld; ++k) {
-    const int i = t + k * kRowThreads;
-    if (i < group) v[k] = norm_before_gate ? gated_scaled_by(v[k], r, g.w[i], g.z[i]) : scaled_by(v[k], r, g.w[i]);
-  }
+  for (int k = 0; k < kHeld; ++k)
+    if (t + k * kRowThreads < group)
+      v[k] = norm_before_gate ? gated_scaled_by(v[k], r, wk[k], zk[k]) : scaled_by(v[k], r, wk[k]);
 #pragma unroll
   for (int k = 0; k < kHeld; ++k)
     if (t + k * kRowThreads < group) store(g.o, g.o16, t + k * kRowThreads, v[k]);
