@@ -60,7 +60,7 @@ __global__ void conv_kernel(const float* in, int ld, int ch, const float* w, con
     acc = bias ? bias[c] : 0.0f;
   }
   wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
-  release_next_kernel();    // the SSD decode kernels may start loading their state
+  release_next_kernel();    // plain mode's SSU may start loading its state
   if (static_cast<int>(blockIdx.y) == cblocks) {
     for (int h = threadIdx.x; h < dt.H; h += kThreads)
       dt.dt[static_cast<std::size_t>(r) * dt.H + h] =

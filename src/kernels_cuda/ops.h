@@ -186,7 +186,7 @@ void sum_rank_partials(const float* gathered, int ranks, std::size_t n, float* o
 
 // ---- device ----------------------------------------------------------------------------------
 int device_count();  // 0 when there is no usable device (or no driver)
-// Whether the small kernels of a step (norms, conv, the SSD decode kernels) launch programmatically
+// Whether the small kernels of a step (norms, conv, plain mode's SSU) launch programmatically
 // after the kernel before them (programmatic_launch.cuh: their launch overlaps its tail; the same
 // bits). On by default; benchmarks switch it off to compare. A model's CUDA graphs record the
 // setting they were captured with.

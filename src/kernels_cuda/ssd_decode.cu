@@ -21,7 +21,6 @@
 // cells (more rows to replay) to the lightest: the last blocks to start are short ones and the
 // step does not end on a folding block (heavy_first_head; launch order only, no bits depend on it).
 #include "kernels_cuda/cuda_check.h"
-#include "kernels_cuda/programmatic_launch.cuh"
 #include "kernels_cuda/smem_limit.h"
 #include "kernels_cuda/ssd_tile.cuh"
 
@@ -106,12 +105,6 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   const int j = static_cast<int>(start - c.start);  // the row's index in its cell
   const int rows = j + 1;                            // source rows 0..j
   const bool fold = start + 1 == c.end;              // the row completes the cell
-  // Launched programmatically (launch_after_prior): the state tile (this layer's, written by an earlier
-  // pass) is asked of L2 while the conv before this kernel finishes; what the conv writes (this row's
-  // x, B, C and dt) is read after the wait, as is everything else.
-  prefetch_state_l2(st, t);
-  wait_for_prior_kernel();
-  release_next_kernel();
 
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
@@ -246,8 +239,9 @@ void launch_decode(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, con
   const std::size_t smem = decode_layout(sh, g.cell, tp, bf16).total * sizeof(float);
   ensure_smem(decode_kernel, smem, "ssd decode smem");
   const int tiles = (sh.P + tp - 1) / tp;
-  launch_after_prior(decode_kernel, dim3(static_cast<unsigned>(p.num_seqs * tiles), static_cast<unsigned>(sh.H)),
-                     dim3(kStepThreads), smem, s, "ssd decode", sh, g, p, xbc, ld, dt, A, D, st, tp, tiles, y);
+  decode_kernel<<<dim3(static_cast<unsigned>(p.num_seqs * tiles), static_cast<unsigned>(sh.H)), kStepThreads, smem,
+                  s>>>(sh, g, p, xbc, ld, dt, A, D, st, tp, tiles, y);
+  check_launch("ssd decode");
 }
 
 }  // namespace parity::cuda::ssd
