@@ -581,10 +581,12 @@ void BM_CudaCopy(benchmark::State& state) {
 BENCHMARK(BM_CudaCopy)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // End to end on builtin:mamba2-2.7b (loaded once): arg0 batch, arg1 0 = plain, 1 = exact, arg2 1 =
-// CUDA graphs (the default), 0 = eager (--enforce-eager). A decode step of `batch` sequences
-// (after a 16-token prefill each), wall time of Model::forward (its logits copy synchronises), CPU
-// launch overhead included: what graphs remove. The first decode step (the graph's capture) is
-// not timed.
+// CUDA graphs (the default), 0 = eager (--enforce-eager), arg3 1 = the fused launches (the default),
+// 0 = every step in its own launch (set_fuse_kernels), arg4 1 = programmatic launches of the small
+// kernels (the default), 0 = ordinary launches (set_programmatic_launch); the same bits every way.
+// A decode step of `batch` sequences (after a 16-token prefill each), wall time of Model::forward
+// (its logits copy synchronises), CPU launch overhead included: what graphs remove. The first decode
+// step (the graph's capture) is not timed.
 model::Model& big_model() {
   static std::unique_ptr<model::Model> m = backend_cuda::load_model(model::open_checkpoint("builtin:mamba2-2.7b"));
   return *m;
@@ -596,6 +598,8 @@ void BM_CudaModelDecode(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
   const bool exact = state.range(1) != 0, graphs = state.range(2) != 0;
   backend_cuda::set_enforce_eager(m, !graphs);
+  backend_cuda::set_fuse_kernels(m, state.range(3) != 0);
+  cuda::set_programmatic_launch(state.range(4) != 0);
   cache::ModelCache mc = bench::bench_cache(m, exact, batch);
   model::ForwardBatch b;
   for (int s = 0; s < batch; ++s) {
@@ -639,10 +643,19 @@ void BM_CudaModelDecode(benchmark::State& state) {
   backend_cuda::set_step_profile(m, nullptr);
   bench::report_step_shares(state, prof);
   backend_cuda::set_enforce_eager(m, false);
+  backend_cuda::set_fuse_kernels(m, true);
+  cuda::set_programmatic_launch(true);
 }
 BENCHMARK(BM_CudaModelDecode)
-    ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}})
-    ->ArgNames({"batch", "exact", "graphs"})
+    ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}, {1}, {1}})
+    ->ArgNames({"batch", "exact", "graphs", "fused", "pdl"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+// What the fused and the programmatic launches each save (issue 11): graphs on, one or both off.
+BENCHMARK(BM_CudaModelDecode)
+    ->Args({1, 0, 1, 1, 0})->Args({1, 1, 1, 1, 0})->Args({64, 0, 1, 1, 0})->Args({64, 1, 1, 1, 0})
+    ->Args({1, 0, 1, 0, 0})->Args({1, 1, 1, 0, 0})->Args({64, 0, 1, 0, 0})->Args({64, 1, 1, 0, 0})
+    ->ArgNames({"batch", "exact", "graphs", "fused", "pdl"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

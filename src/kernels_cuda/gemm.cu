@@ -15,6 +15,8 @@
 // benchmarks) and serves gemm_grouped's few-rows case.
 #include <mma.h>
 
+#include <cstdint>
+
 #include <cuda_bf16.h>
 
 #include "kernels_cuda/cuda_check.h"
@@ -196,6 +198,16 @@ void gemm(const float* A, int M, int K, int lda, const void* W, WeightType wt, i
     gemm_f32_kernel<<<grid, 256, 0, s>>>(A, M, K, lda, static_cast<const float*>(W), N, bias, C, ldc);
   }
   check_launch("gemm");
+}
+
+void gemm_rounded(const float* A, const uint16_t* a16, int M, int K, int lda, const void* W, WeightType wt, int N,
+                  const float* bias, float* C, int ldc, cudaStream_t s, int w_rows) {
+  // A copy the tensor maps cannot take (or none) leaves the GEMM to round A itself: the same bits.
+  if (a16 == nullptr || reinterpret_cast<std::uintptr_t>(a16) % 16 != 0 || wt != WeightType::BF16) {
+    gemm(A, M, K, lda, W, wt, N, bias, C, ldc, s, w_rows);
+    return;
+  }
+  with_rounded_rows(A, M, K, a16, [&] { gemm(A, M, K, lda, W, wt, N, bias, C, ldc, s, w_rows); });
 }
 
 }  // namespace parity::cuda
