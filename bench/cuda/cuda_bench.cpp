@@ -202,7 +202,8 @@ BENCHMARK(BM_CudaSsdPrefill)
 
 // The same prefill (exact mode) with the implementation named, device time only: arg2 0 = chosen
 // by size, 1 = the fused walk with its tile chosen by size, 16 / 32 / 64 = the fused walk's tile of p,
-// 116 = the span walk (ssd_span.cu), -1 = the earlier three-phase kernels.
+// 116 = the span walk (ssd_span.cu), 232 / 264 = the lane walk (ssd_lanes.cu) with 32 / 64 columns of p
+// per block, -1 = the earlier three-phase kernels.
 // Counter TFLOPs: the scan's main products, 2·2·P·N flops per row and head (C·S_start and the cell's
 // sum), per second; the H200's fp32 FMA peak is about 67 TFLOP/s.
 void BM_CudaSsdPrefillTiles(benchmark::State& state) {
@@ -229,6 +230,8 @@ BENCHMARK(BM_CudaSsdPrefillTiles)
     ->ArgsProduct({{1, 2, 8}, {32, 64}, {1, 116}})
     ->ArgsProduct({{32}, {16}, {1, 116}})
     ->ArgsProduct({{2, 4}, {16}, {-1}})
+    ->ArgsProduct({{1, 2, 3, 4, 8, 16, 32}, {16}, {232, 264}})
+    ->ArgsProduct({{16}, {16}, {1, 116}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -251,6 +251,12 @@ void span_probe(long long* device_buffer);
 void launch_span(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                  const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* y,
                  cudaStream_t s);
+// The lane walk (ssd_lanes.cu): the state in registers, a lane per (two columns of p, quarter of n),
+// one block per (sequence, head, tile_p = 32 or 64 columns of p; 0: chosen from the batch's size).
+bool lanes_supported(const SsdShape& sh, const ScanGrid& g);
+void launch_lanes(int tile_p, int active_seqs, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
+                  const float* xbc, int ld, const float* dt, const float* A, const float* D, const SsdState& st,
+                  const float* band, float* y, cudaStream_t s);
 void launch_walk(int tile_p, int active_seqs, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
                  const float* xbc, int ld, const float* dt, const float* A, const float* D, const SsdState& st,
                  const float* band, float* y, cudaStream_t s);

@@ -11,7 +11,7 @@ namespace parity::cuda {
 
 enum class SsdPrefill {
   automatic = 0,  // the span walk for a batch too small for the walk's blocks to fill the GPU, else the
-                  // fused walk with its tile chosen from the batch's size
+                  // lane walk where it takes the shape, else the fused walk with its tile chosen by size
   walk = 1,       // the fused walk with its tile chosen from the batch's size (automatic's choice past
                   // the span walk's batches; the benchmarks time it beside the span walk)
   walk16 = 16,    // the fused walk (ssd_band.cu, ssd_walk.cu), 16, 32 or 64 columns of p per block
@@ -20,11 +20,18 @@ enum class SsdPrefill {
   span16 = 116,   // the span walk (ssd_band.cu, ssd_span.cu): K = 64 / G cells per step, 16 columns of p
                   // per block, rows copied by the TMA unit where 16-byte aligned (else cp.async);
                   // N % 4 == 0, N <= 128, G = 16, 32 or 64 (else it throws)
+  lanes = 200,    // the lane walk (ssd_band.cu, ssd_lanes.cu): the state in registers, one block per
+                  // (sequence, head, 32 or 64 columns of p, chosen by size); N % 4 == 0, N <= 128,
+                  // G <= 16 (else it throws)
+  lanes32 = 232,  // the lane walk with 32 or 64 columns of p per block
+  lanes64 = 264,
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
 };
 
 // Whether the span walk takes this shape and grid.
 bool ssd_span_supported(const SsdShape& sh, const ScanGrid& g);
+// Whether the lane walk takes this shape and grid.
+bool ssd_lanes_supported(const SsdShape& sh, const ScanGrid& g);
 
 // Benchmarks only: where the span walk's first block writes the clock cycles of its steps (24 values:
 // wait for copies, cum and coefficients, deltas, fold, outputs, end barrier, next copies, as thread 0

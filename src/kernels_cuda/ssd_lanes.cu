@@ -1,0 +1,414 @@
+// The lane walk: the fused scan's walk for batches that fill the GPU. The walk (ssd_walk.cu) keeps a
+// tile's state in shared memory and reads it from there for every output row and every fold: its
+// inner loops are shared-memory bound, and its four barriers a cell, the serial cum by one thread
+// and the synchronous loads of each cell's inputs leave the SM idle between cells (10 % of the fp32
+// peak at 8 × 2048). Here the state lives in registers, split so that no value of it ever moves:
+// lane (pair, q) of a block owns S[p][n] for its two columns p = 2·pair, 2·pair + 1 and the n of
+// quarter q (n ≡ q mod 4), which is exactly what the quarter sum a_q of dot(C_t, S[p]) runs over and
+// what the fold of those elements needs. Per cell of at most 16 rows (G ≤ 16):
+//   1. (after the cell's copies landed) C and B rows are rearranged by quarter (C_t[4j + q] at
+//      Cq[t][q][j]), every warp runs the left-to-right cum of cum_scan across its lanes (lane i keeps
+//      cum_i, by shuffles), and the block forms coef_{t,i} = row_weight(cum_t, cum_i, dt_i)·band[t][t−i],
+//      w_i = row_weight(cum_{L−1}, cum_i, dt_i) and exp(cum_{L−1}); one barrier; the next cell's
+//      copies are issued (cp.async; they land while this cell computes);
+//   2. outputs, four rows at a time: each lane its quarter sums a_q for 4 rows × 2 columns (one
+//      fmaf chain over its n ascending, 8 independent chains), exchanged inside the warp so that
+//      lane q holds row t0 + q's four quarters: y_t[p] = row_output(cum_t, combine_quarters(a_0..a_3),
+//      Σ_{i≤t} coef_{t,i}·x_i[p] (i ascending from 0), D, x_t[p]);
+//   3. delta[p][n] = Σ_i (w_i·x_i[p])·B_i[n] (w_i·x_i[p] rounded, one fmaf chain over i ascending
+//      from 0) for the lane's elements, 8 at a time, each folded as soon as it is complete:
+//      S ← fold_element(exp(cum_{L−1}), S, delta) (rounded to bf16 for a bf16 state).
+// Only the outputs' quarters cross lanes (shared memory inside a warp); the state never does, so a
+// cell costs two block barriers and no wait on its own inputs. Every value is the fp32 sequence of
+// the walk, the span walk and the three-phase kernels (ssd_device.cuh's helpers where a value is
+// formed, the same fmaf chains in the same order where it is summed): the bits do not depend on
+// which ran. Blocks: one per (sequence, head, PT = 64 or 32 columns of p), 2·PT threads, 12 warps an SM.
+// Supported: N a multiple of 4 up to 128, cells of at most 16 rows; else the walk.
+#include <cstdint>
+
+#include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/smem_limit.h"
+#include "kernels_cuda/ssd_device.cuh"
+
+namespace parity::cuda::ssd {
+namespace {
+
+constexpr int kG = 16;             // most rows of a cell
+constexpr int kNQ = 32;            // most n of a quarter (N ≤ 128)
+constexpr int kQS = kNQ + 4;       // a quarter's stride in Cq and Bq: the four quarters start 4 banks apart
+constexpr int kRowQ = 4 * kQS;     // one row of Cq or Bq
+constexpr int kCoef = kG + 1;      // a row of coef (odd: the four rows a warp reads fall in distinct banks)
+constexpr int kQx = 4 * 4 * 16;    // a warp's exchange of quarter sums: [row][quarter][16 columns]
+
+__host__ __device__ inline int round_up(int v, int m) { return (v + m - 1) / m * m; }
+
+// PT columns of p per block (32 or 64), a lane per (pair of columns, quarter): 2·PT threads.
+struct LaneLayout {
+  int Nr;                         // a raw C or B row (N rounded to 4)
+  std::size_t xbuf;               // one of the two per-cell buffers of dt, band and x
+  std::size_t dts, band, x;       // offsets inside such a buffer
+  std::size_t C, B, Cq, Bq, cum, w, decay, coef, qx, total;
+};
+__host__ __device__ inline LaneLayout lane_layout(int N, int PT) {
+  LaneLayout l{};
+  l.Nr = round_up(N, 4);
+  l.dts = 0;                                                   // [kG]
+  l.band = l.dts + kG;                                         // [kG][kG]: band[t][d]
+  l.x = l.band + kG * kG;                                      // [kG][PT]
+  l.xbuf = l.x + kG * PT;                                      // a multiple of 4
+  l.C = 2 * l.xbuf;                                            // [kG][Nr] raw C of the output rows
+  l.B = l.C + static_cast<std::size_t>(kG) * l.Nr;             // [kG][Nr] raw B
+  l.Cq = l.B + static_cast<std::size_t>(kG) * l.Nr;            // [kG][4][kQS] C by quarter
+  l.Bq = l.Cq + kG * kRowQ;                                    // [kG][4][kQS] B by quarter
+  l.cum = l.Bq + kG * kRowQ;                                   // [kG]
+  l.w = l.cum + kG;                                            // [kG]
+  l.decay = l.w + kG;                                          // [4]: exp(cum_{L−1}) at 0
+  l.coef = l.decay + 4;                                        // [kG][kCoef]
+  l.qx = l.coef + round_up(kG * kCoef, 4);                     // [warps][kQx]
+  l.total = l.qx + static_cast<std::size_t>(PT / 16) * kQx;
+  return l;
+}
+
+// ---- asynchronous copies with zero fill ------------------------------------------------------
+__device__ __forceinline__ unsigned saddr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void cp16(float* dst, const float* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr(dst)), "l"(src) : "memory");
+}
+// 4 bytes, or 4 zero bytes when !valid (src is then not read).
+__device__ __forceinline__ void cp4(float* dst, const float* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(saddr(dst)), "l"(src), "r"(valid ? 4 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// dst[0..3] = row[c..c+3], zeros past `end`: one 16-byte copy where aligned and whole.
+__device__ __forceinline__ void copy4(float* dst, const float* row, int c, int end) {
+  if (c + 4 <= end && (reinterpret_cast<std::uintptr_t>(row + c) & 15) == 0) {
+    cp16(dst, row + c);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) cp4(dst + j, c + j < end ? row + c + j : row, c + j < end);
+}
+
+// One cell of the call as the walk takes it: source rows cs .. cs+L-1 (ring rows first where the
+// call starts inside it), output rows j0 .. L-1, folded or not (exact: only a cell the call completes).
+struct CellIn {
+  int64_t cs, ce;
+  int L, j0;
+  bool live, fold;
+};
+__device__ inline CellIn first_cell(const CellTask& t) { return {t.c.start, t.c.end, t.L, t.j0, t.live, t.fold}; }
+// The cell after c (call_cell's k > 0 without its divisions): it starts at c's end.
+__device__ inline CellIn next_cell(const CellIn& c, int64_t end, int G, bool exact) {
+  CellIn n;
+  n.cs = c.ce;
+  n.ce = c.ce + G;
+  n.live = n.cs < end;
+  n.L = n.live ? static_cast<int>((n.ce < end ? n.ce : end) - n.cs) : 0;
+  n.j0 = 0;
+  n.fold = n.live && (exact ? n.ce <= end : true);
+  return n;
+}
+
+struct Block {
+  SsdShape sh;
+  ScanGrid g;
+  RowSource src;
+  const float* band;
+  LaneLayout lo;
+  int h, grp, p0;
+};
+
+// The copies of cell c's inputs: dt and x of every source row, C and band rows of the output rows,
+// B of every source row when the cell folds. x, dt and band go to buffer xb, C and B to the raw rows.
+template <int PT>
+__device__ void issue(const Block& b, const CellIn& c, float* xb, float* Craw, float* Braw) {
+  constexpr int kThreads = 2 * PT;
+  const int tid = threadIdx.x, N = b.sh.N, nu = b.lo.Nr / 4, Nr = b.lo.Nr, G = b.g.cell;
+  for (int i = tid; i < c.L; i += kThreads) cp4(xb + b.lo.dts + i, b.src.dtp(b.h, c.cs + i), true);
+  const int xend = b.sh.P - b.p0;
+  for (int e = tid; e < c.L * (PT / 4); e += kThreads) {
+    const int i = e / (PT / 4), u = e % (PT / 4);
+    copy4(xb + b.lo.x + i * PT + 4 * u, b.src.x(b.h, c.cs + i) + b.p0, 4 * u, xend);
+  }
+  const int outs = c.L - c.j0;
+  for (int e = tid; e < outs * nu; e += kThreads) {
+    const int t = c.j0 + e / nu, u = e % nu;
+    copy4(Craw + t * Nr + 4 * u, b.src.C(b.grp, c.cs + t), 4 * u, N);
+  }
+  for (int e = tid; e < outs * (kG / 4); e += kThreads) {
+    const int t = c.j0 + e / (kG / 4), u = e % (kG / 4);
+    if (4 * u > t) continue;  // distances up to t only
+    const int row = b.src.row0 + static_cast<int>(c.cs + t - b.src.start);
+    copy4(xb + b.lo.band + t * kG + 4 * u, b.band + band_at(row, b.sh.groups, b.grp, G, 0), 4 * u, t + 1);
+  }
+  if (c.fold)
+    for (int e = tid; e < c.L * nu; e += kThreads) {
+      const int i = e / nu, u = e % nu;
+      copy4(Braw + i * Nr + 4 * u, b.src.B(b.grp, c.cs + i), 4 * u, N);
+    }
+  commit();
+}
+
+// C_t[4j + q] → Cq[t][q][j] for rows lo .. hi-1 (one 16-byte read, four 4-byte writes).
+template <int kThreads>
+__device__ __forceinline__ void by_quarter(const float* raw, int Nr, float* q, int lo, int hi) {
+  const int nu = Nr / 4;
+  for (int e = lo * nu + static_cast<int>(threadIdx.x); e < hi * nu; e += kThreads) {
+    const int t = e / nu, u = e % nu;
+    const float4 v = *reinterpret_cast<const float4*>(raw + t * Nr + 4 * u);
+    float* d = q + t * kRowQ + u;
+    d[0] = v.x;
+    d[kQS] = v.y;
+    d[2 * kQS] = v.z;
+    d[3 * kQS] = v.w;
+  }
+}
+
+// Blocks an SM: 12 warps at either tile (162 registers a thread, no spills).
+template <int PT>
+__global__ void __launch_bounds__(2 * PT, 3 * 64 / PT)
+    lanes_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
+                 const float* Dskip, SsdState st, const float* band, float* y) {
+  constexpr int kThreads = 2 * PT;
+  const int seq = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int64_t start = p.start[seq];
+  const int t0 = p.task0[seq], K = p.task0[seq + 1] - t0;
+  if (K <= 0 || uses_ssu(g, start, p.n[seq])) return;
+  const int P = sh.P, N = sh.N, nq = N / 4;
+  const Block b{sh, g, source_of(sh, g, p, seq, xbc, ld, dt, st), band, lane_layout(N, PT), h, h / sh.heads_per_group(),
+                static_cast<int>(blockIdx.z) * PT};
+  const LaneLayout& lo = b.lo;
+  const bool bf16 = st.state_f32 == nullptr;
+  const float Ah = A[h], Dh = Dskip[h];
+  const int64_t call_end = start + p.n[seq];
+
+  extern __shared__ __align__(16) float smem[];
+  float *Craw = smem + lo.C, *Braw = smem + lo.B, *Cq = smem + lo.Cq, *Bq = smem + lo.Bq;
+  float *cum = smem + lo.cum, *wts = smem + lo.w, *coef = smem + lo.coef, *qx = smem + lo.qx + warp * kQx;
+
+  // This lane's columns (block-local pl, pl + 1; warp-local wc, wc + 1) and quarter.
+  const int q = lane & 3, wc = 2 * (lane >> 2), pl = 16 * warp + wc;
+  const std::size_t sbase = (static_cast<std::size_t>(b.src.slot) * sh.H + h) * P * N;
+
+  CellIn c = first_cell(cell_task(g, p, t0, h, sh.H));
+  if (!c.live) return;
+  issue<PT>(b, c, smem, Craw, Braw);
+
+  // The state: S[a][j] = state[p0 + pl + a][4j + q] (zeros for columns past P).
+  float S[2][kNQ];
+#pragma unroll
+  for (int a = 0; a < 2; ++a) {
+    const int pp = b.p0 + pl + a;
+#pragma unroll
+    for (int j = 0; j < kNQ; ++j) {
+      float v = 0.0f;
+      if (j < nq && pp < P) {
+        const std::size_t i = sbase + static_cast<std::size_t>(pp) * N + 4 * j + q;
+        v = bf16 ? widen_bf16(st.state_bf16[i]) : st.state_f32[i];
+      }
+      S[a][j] = v;
+    }
+  }
+
+  bool folded = false;
+  for (int k = 0; k < K; ++k) {
+    const float* xb = smem + (k % 2) * lo.xbuf;
+    const float *dts = xb + lo.dts, *bnd = xb + lo.band, *x = xb + lo.x;
+    const int L = c.L, j0 = c.j0;
+    wait_all();
+    __syncthreads();  // the cell's copies landed; every reader of the previous cell is done
+
+    // 1. C and B by quarter; cum (every warp: lane i keeps cum_i, the left-to-right sum of cum_scan);
+    //    the coefficients, w and the decay.
+    by_quarter<kThreads>(Craw, lo.Nr, Cq, j0, L);
+    if (c.fold) by_quarter<kThreads>(Braw, lo.Nr, Bq, 0, L);
+    const float d = lane < L ? cum_term(dts[lane], Ah) : 0.0f;
+    float cl = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kG; ++i) {
+      const float v = __shfl_sync(0xffffffffu, d, i);
+      if (i < L && i <= lane) cl = cl + v;
+    }
+    const float total = __shfl_sync(0xffffffffu, cl, L - 1);
+#pragma unroll
+    for (int e0 = 0; e0 < kG * kG; e0 += kThreads) {  // kThreads divides kG·kG
+      const int e = e0 + tid, t = e / kG, i = e % kG;
+      const float ct = __shfl_sync(0xffffffffu, cl, t % 32), ci = __shfl_sync(0xffffffffu, cl, i);
+      if (t >= j0 && t < L && i <= t) coef[t * kCoef + i] = row_weight(ct, ci, dts[i]) * bnd[t * kG + (t - i)];
+    }
+    if (warp == 0 && lane < L) {
+      cum[lane] = cl;
+      wts[lane] = row_weight(total, cl, dts[lane]);
+    }
+    if (tid == 0) smem[lo.decay] = exp_f(total);
+    __syncthreads();
+
+    // The next cell's copies (into the other x buffer and the raw rows, both free now).
+    const bool more = c.fold && k + 1 < K;
+    CellIn nxt = c;
+    if (more) {
+      nxt = next_cell(c, call_end, g.cell, g.exact);
+      if (nxt.live) issue<PT>(b, nxt, smem + ((k + 1) % 2) * lo.xbuf, Craw, Braw);
+    }
+
+    // 2. Outputs, four rows at a time: t0 + r for r = 0..3, lane q finishing row t0 + q.
+    for (int r0 = j0 / 4 * 4; r0 < L; r0 += 4) {
+      float a4[4][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}};
+#pragma unroll
+      for (int j4 = 0; j4 < kNQ; j4 += 4) {
+        if (j4 < nq) {
+          float4 cv[4];
+#pragma unroll
+          for (int r = 0; r < 4; ++r) cv[r] = *reinterpret_cast<const float4*>(Cq + (r0 + r) * kRowQ + q * kQS + j4);
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const float cr[4] = {cv[r].x, cv[r].y, cv[r].z, cv[r].w};
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+              if (j4 + u < nq) {
+                a4[r][0] = fmaf(cr[u], S[0][j4 + u], a4[r][0]);
+                a4[r][1] = fmaf(cr[u], S[1][j4 + u], a4[r][1]);
+              }
+          }
+        }
+      }
+      // Exchange: qx[r][q][wc + a] = this lane's a_q of row r0 + r, column wc + a.
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        *reinterpret_cast<float2*>(qx + (r * 4 + q) * 16 + wc) = make_float2(a4[r][0], a4[r][1]);
+      __syncwarp();
+      const int t = r0 + q;
+      if (t >= j0 && t < L) {
+        float2 aq[4];
+#pragma unroll
+        for (int qq = 0; qq < 4; ++qq) aq[qq] = *reinterpret_cast<const float2*>(qx + (q * 4 + qq) * 16 + wc);
+        float in0 = 0.0f, in1 = 0.0f;
+        for (int i = 0; i <= t; ++i) {
+          const float cf = coef[t * kCoef + i];
+          const float2 xv = *reinterpret_cast<const float2*>(x + i * PT + pl);
+          in0 = fmaf(cf, xv.x, in0);
+          in1 = fmaf(cf, xv.y, in1);
+        }
+        const float2 xt = *reinterpret_cast<const float2*>(x + t * PT + pl);
+        const int row = b.src.row0 + static_cast<int>(c.cs + t - b.src.start);
+        float* yr = y + static_cast<std::size_t>(row) * sh.H * P + static_cast<std::size_t>(h) * P + b.p0 + pl;
+        const float cumt = cum[t];
+        if (b.p0 + pl < P) yr[0] = row_output(cumt, combine_quarters(aq[0].x, aq[1].x, aq[2].x, aq[3].x), in0, Dh, xt.x);
+        if (b.p0 + pl + 1 < P)
+          yr[1] = row_output(cumt, combine_quarters(aq[0].y, aq[1].y, aq[2].y, aq[3].y), in1, Dh, xt.y);
+      }
+      __syncwarp();  // the exchange is read before the next rows overwrite it
+    }
+
+    // 3. The delta and the fold, 4 values of n (one float4 of Bq) × 2 columns at a time.
+    if (c.fold) {
+      float xw[kG][2];
+#pragma unroll
+      for (int i = 0; i < kG; ++i) {
+        if (i < L) {
+          const float wi = wts[i];
+          const float2 xv = *reinterpret_cast<const float2*>(x + i * PT + pl);
+          xw[i][0] = wi * xv.x;
+          xw[i][1] = wi * xv.y;
+        } else {
+          xw[i][0] = xw[i][1] = 0.0f;
+        }
+      }
+      const float decay = smem[lo.decay];
+#pragma unroll
+      for (int j4 = 0; j4 < kNQ; j4 += 4) {
+        if (j4 < nq) {
+          float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+          for (int i = 0; i < kG; ++i) {
+            if (i < L) {
+              const float4 bv = *reinterpret_cast<const float4*>(Bq + i * kRowQ + q * kQS + j4);
+              const float bb[4] = {bv.x, bv.y, bv.z, bv.w};
+#pragma unroll
+              for (int a = 0; a < 2; ++a)
+#pragma unroll
+                for (int u = 0; u < 4; ++u) acc[a][u] = fmaf(xw[i][a], bb[u], acc[a][u]);
+            }
+          }
+#pragma unroll
+          for (int a = 0; a < 2; ++a)
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+              if (j4 + u < nq) S[a][j4 + u] = fold_element(decay, S[a][j4 + u], acc[a][u], bf16);
+        }
+      }
+      folded = true;
+    }
+    if (!more || !nxt.live) break;  // a cell the call leaves open (exact) is the last it touches
+    c = nxt;
+  }
+  if (!folded) return;  // the slot keeps its state
+#pragma unroll
+  for (int a = 0; a < 2; ++a) {
+    const int pp = b.p0 + pl + a;
+    if (pp >= P) break;
+#pragma unroll
+    for (int j = 0; j < kNQ; ++j) {
+      if (j >= nq) break;
+      const std::size_t i = sbase + static_cast<std::size_t>(pp) * N + 4 * j + q;
+      if (bf16) st.state_bf16[i] = static_cast<uint16_t>(__float_as_uint(S[a][j]) >> 16);  // already bf16-exact
+      else st.state_f32[i] = S[a][j];
+    }
+  }
+}
+
+int smem_optin() {
+  int device = 0, bytes = 0;
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  cuda_check(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
+  return bytes;
+}
+
+int sm_count() {
+  int device = 0, n = 0;
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  cuda_check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  return n;
+}
+
+template <int PT>
+void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
+            const float* A, const float* D, const SsdState& st, const float* band, float* y, cudaStream_t s) {
+  const std::size_t smem = lane_layout(sh.N, PT).total * sizeof(float);
+  ensure_smem(lanes_kernel<PT>, smem, "ssd lanes smem");
+  const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H), static_cast<unsigned>((sh.P + PT - 1) / PT));
+  lanes_kernel<PT><<<grid, 2 * PT, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, y);
+  check_launch("ssd lanes");
+}
+
+}  // namespace
+
+bool lanes_supported(const SsdShape& sh, const ScanGrid& g) {
+  return sh.N % 4 == 0 && sh.N > 0 && sh.N <= 4 * kNQ && g.cell >= 1 && g.cell <= kG &&
+         static_cast<long>(lane_layout(sh.N, 64).total * sizeof(float)) <= smem_optin();
+}
+
+// 64 columns a block once those blocks give every SM two (fewer copies of each cell's C and B),
+// else 32 (twice the blocks for a small batch).
+int lanes_tile(const SsdShape& sh, int active_seqs) {
+  static const int sms = sm_count();
+  const long blocks64 = static_cast<long>(active_seqs) * sh.H * ((sh.P + 63) / 64);
+  return blocks64 >= 2L * sms ? 64 : 32;
+}
+
+void launch_lanes(int tile_p, int active_seqs, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
+                  const float* xbc, int ld, const float* dt, const float* A, const float* D, const SsdState& st,
+                  const float* band, float* y, cudaStream_t s) {
+  if (p.num_cell_tasks <= 0) return;
+  if (!lanes_supported(sh, g))
+    throw Error("CUDA SSD: the lane walk needs N a multiple of 4 up to 128 and cells of at most 16 rows (N " +
+                std::to_string(sh.N) + ", cell " + std::to_string(g.cell) + ")");
+  const int pt = tile_p == 0 ? lanes_tile(sh, active_seqs) : tile_p;
+  if (pt == 64) launch<64>(sh, g, p, xbc, ld, dt, A, D, st, band, y, s);
+  else if (pt == 32) launch<32>(sh, g, p, xbc, ld, dt, A, D, st, band, y, s);
+  else throw Error("CUDA SSD: the lane walk's tile of p is 32 or 64, got " + std::to_string(pt));
+}
+
+}  // namespace parity::cuda::ssd
