@@ -175,6 +175,40 @@ void BM_CudaSsdSpanProbe(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaSsdSpanProbe)->ArgsProduct({{1, 8}, {16, 64}, {116}})->UseManualTime()->Unit(benchmark::kMicrosecond);
 
+// Where the lane walk's time goes (ssd_lanes.cu): thread 0 of its first block, clock cycles per cell
+// in each step: wait (the cell's copies landed, the barrier), coef (C and B by quarter, cum, the
+// coefficients, the barrier), issue (the next cell's copies), out (the outputs), fold (delta and
+// fold); blocks_per_sm: how many of the kernel's blocks an SM holds. arg2: 232 or 264 (the tile).
+void BM_CudaSsdLanesProbe(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
+  const int way = static_cast<int>(state.range(2));
+  ScanBench b({true, cell, true}, false, batch, 2048, static_cast<cuda::SsdPrefill>(way));
+  b.pass(0);
+  cuda::DeviceBuffer<long long> probe(6);
+  probe.upload(std::vector<long long>(6, 0));
+  std::vector<long long> got(6, 0);
+  Timer t;
+  for (auto _ : state) {
+    cuda::ssd_lanes_probe(probe.data());
+    t.start_device();
+    b.run();
+    state.SetIterationTime(t.stop_s());
+    cuda::ssd_lanes_probe(nullptr);
+    got = probe.download(6);
+  }
+  const double cells = got[5] > 0 ? static_cast<double>(got[5]) : 1.0;
+  const char* names[5] = {"wait", "coef", "issue", "out", "fold"};
+  double total = 0;
+  for (int i = 0; i < 5; ++i) {
+    state.counters[names[i]] = static_cast<double>(got[i]) / cells;
+    total += static_cast<double>(got[i]);
+  }
+  state.counters["cyc_per_cell"] = total / cells;
+  state.counters["blocks_per_sm"] = cuda::ssd_lanes_resident(way - 200, {H, P, N, GR});
+}
+BENCHMARK(BM_CudaSsdLanesProbe)->ArgsProduct({{1, 8, 32}, {16}, {232, 264}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+
 // SSD prefill of batch × 2048 tokens, one call per sequence from position 0, fp32 state.
 // arg1: the cell; arg2: 1 = exact (cells anchored at 0, staggered), 0 = plain (cells from the
 // call's start, vLLM's chunked scan at chunk 256). vLLM's mamba_chunk_scan_combined on an H200:

@@ -103,6 +103,8 @@ void ssd_dt(const float* dt_raw, int ld, int T, int H, const float* dt_bias, flo
 
 bool ssd_span_supported(const SsdShape& sh, const ScanGrid& g) { return ssd::span_supported(sh, g); }
 bool ssd_lanes_supported(const SsdShape& sh, const ScanGrid& g) { return ssd::lanes_supported(sh, g); }
+void ssd_lanes_probe(long long* device_buffer) { ssd::lanes_probe(device_buffer); }
+int ssd_lanes_resident(int tile_p, const SsdShape& sh) { return ssd::lanes_resident(tile_p, sh); }
 void ssd_span_probe(long long* device_buffer) { ssd::span_probe(device_buffer); }
 
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which) {

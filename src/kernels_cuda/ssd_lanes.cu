@@ -24,6 +24,7 @@
 // formed, the same fmaf chains in the same order where it is summed): the bits do not depend on
 // which ran. Blocks: one per (sequence, head, PT = 64 or 32 columns of p), 2·PT threads, 12 warps an SM.
 // Supported: N a multiple of 4 up to 128, cells of at most 16 rows; else the walk.
+#include <atomic>
 #include <cstdint>
 
 #include "kernels_cuda/cuda_check.h"
@@ -39,6 +40,7 @@ constexpr int kQS = kNQ + 4;       // a quarter's stride in Cq and Bq: the four 
 constexpr int kRowQ = 4 * kQS;     // one row of Cq or Bq
 constexpr int kCoef = kG + 1;      // a row of coef (odd: the four rows a warp reads fall in distinct banks)
 constexpr int kQx = 4 * 4 * 16;    // a warp's exchange of quarter sums: [row][quarter][16 columns]
+constexpr int kProbeSteps = 5;     // the probe's steps (ssd_lanes_probe)
 
 __host__ __device__ inline int round_up(int v, int m) { return (v + m - 1) / m * m; }
 
@@ -166,11 +168,12 @@ __device__ __forceinline__ void by_quarter(const float* raw, int Nr, float* q, i
   }
 }
 
-// Blocks an SM: 12 warps at either tile (162 registers a thread, no spills).
-template <int PT>
+// Blocks an SM: 12 warps at either tile (162 / 168 registers a thread, no spills). kProbe: the
+// benchmarks' instance that times its steps (its clocks take registers the others keep).
+template <int PT, bool kProbe>
 __global__ void __launch_bounds__(2 * PT, 3 * 64 / PT)
     lanes_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
-                 const float* Dskip, SsdState st, const float* band, float* y) {
+                 const float* Dskip, SsdState st, const float* band, float* y, long long* probe) {
   constexpr int kThreads = 2 * PT;
   const int seq = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int64_t start = p.start[seq];
@@ -191,6 +194,16 @@ __global__ void __launch_bounds__(2 * PT, 3 * 64 / PT)
   // This lane's columns (block-local pl, pl + 1; warp-local wc, wc + 1) and quarter.
   const int q = lane & 3, wc = 2 * (lane >> 2), pl = 16 * warp + wc;
   const std::size_t sbase = (static_cast<std::size_t>(b.src.slot) * sh.H + h) * P * N;
+
+  // Benchmarks only (probe set): thread 0 of the first block sums its clock cycles per step.
+  const bool timing = kProbe && probe != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && tid == 0;
+  long long steps[kProbeSteps] = {0, 0, 0, 0, 0}, tick = timing ? clock64() : 0, cells = 0;
+  auto mark = [&](int i) {
+    if (!timing) return;
+    const long long now = clock64();
+    steps[i] += now - tick;
+    tick = now;
+  };
 
   CellIn c = first_cell(cell_task(g, p, t0, h, sh.H));
   if (!c.live) return;
@@ -219,6 +232,8 @@ __global__ void __launch_bounds__(2 * PT, 3 * 64 / PT)
     const int L = c.L, j0 = c.j0;
     wait_all();
     __syncthreads();  // the cell's copies landed; every reader of the previous cell is done
+    mark(0);
+    ++cells;
 
     // 1. C and B by quarter; cum (every warp: lane i keeps cum_i, the left-to-right sum of cum_scan);
     //    the coefficients, w and the decay.
@@ -244,6 +259,7 @@ __global__ void __launch_bounds__(2 * PT, 3 * 64 / PT)
     }
     if (tid == 0) smem[lo.decay] = exp_f(total);
     __syncthreads();
+    mark(1);
 
     // The next cell's copies (into the other x buffer and the raw rows, both free now).
     const bool more = c.fold && k + 1 < K;
@@ -252,6 +268,7 @@ __global__ void __launch_bounds__(2 * PT, 3 * 64 / PT)
       nxt = next_cell(c, call_end, g.cell, g.exact);
       if (nxt.live) issue<PT>(b, nxt, smem + ((k + 1) % 2) * lo.xbuf, Craw, Braw);
     }
+    mark(2);
 
     // 2. Outputs, four rows at a time: t0 + r for r = 0..3, lane q finishing row t0 + q.
     for (int r0 = j0 / 4 * 4; r0 < L; r0 += 4) {
@@ -301,6 +318,7 @@ __global__ void __launch_bounds__(2 * PT, 3 * 64 / PT)
       }
       __syncwarp();  // the exchange is read before the next rows overwrite it
     }
+    mark(3);
 
     // 3. The delta and the fold, 4 values of n (one float4 of Bq) × 2 columns at a time.
     if (c.fold) {
@@ -341,8 +359,14 @@ __global__ void __launch_bounds__(2 * PT, 3 * 64 / PT)
       }
       folded = true;
     }
+    mark(4);
     if (!more || !nxt.live) break;  // a cell the call leaves open (exact) is the last it touches
     c = nxt;
+  }
+  if (kProbe && timing) {
+#pragma unroll
+    for (int i = 0; i < kProbeSteps; ++i) probe[i] = steps[i];
+    probe[kProbeSteps] = cells;
   }
   if (!folded) return;  // the slot keeps its state
 #pragma unroll
@@ -366,6 +390,8 @@ int smem_optin() {
   return bytes;
 }
 
+std::atomic<long long*> probe_buffer{nullptr};
+
 int sm_count() {
   int device = 0, n = 0;
   cuda_check(cudaGetDevice(&device), "cudaGetDevice");
@@ -377,13 +403,33 @@ template <int PT>
 void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
             const float* A, const float* D, const SsdState& st, const float* band, float* y, cudaStream_t s) {
   const std::size_t smem = lane_layout(sh.N, PT).total * sizeof(float);
-  ensure_smem(lanes_kernel<PT>, smem, "ssd lanes smem");
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H), static_cast<unsigned>((sh.P + PT - 1) / PT));
-  lanes_kernel<PT><<<grid, 2 * PT, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, y);
+  long long* probe = probe_buffer.load();
+  auto run = [&](auto kernel) {
+    ensure_smem(kernel, smem, "ssd lanes smem");
+    kernel<<<grid, 2 * PT, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, y, probe);
+  };
+  if (probe != nullptr) run(lanes_kernel<PT, true>);
+  else run(lanes_kernel<PT, false>);
   check_launch("ssd lanes");
 }
 
 }  // namespace
+
+void lanes_probe(long long* device_buffer) { probe_buffer.store(device_buffer); }
+
+int lanes_resident(int tile_p, const SsdShape& sh) {
+  int per_sm = 0;
+  const std::size_t smem = lane_layout(sh.N, tile_p).total * sizeof(float);
+  auto ask = [&](auto kernel) {
+    ensure_smem(kernel, smem, "ssd lanes smem");
+    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 2 * tile_p, smem),
+               "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  };
+  if (tile_p == 64) ask(lanes_kernel<64, false>);
+  else ask(lanes_kernel<32, false>);
+  return per_sm;
+}
 
 bool lanes_supported(const SsdShape& sh, const ScanGrid& g) {
   return sh.N % 4 == 0 && sh.N > 0 && sh.N <= 4 * kNQ && g.cell >= 1 && g.cell <= kG &&

@@ -38,6 +38,12 @@ bool ssd_lanes_supported(const SsdShape& sh, const ScanGrid& g);
 // sees them; the span count; each warp's own outputs step), or nullptr (the default: nothing written).
 void ssd_span_probe(long long* device_buffer);
 
+// Benchmarks only: the lane walk's probe (6 values: thread 0 of the first block's clock cycles summed
+// over its cells in each step: wait, quarters and coefficients, next copies, outputs, delta and fold;
+// the cell count), or nullptr; and how many of its blocks (tile 32 or 64) an SM holds.
+void ssd_lanes_probe(long long* device_buffer);
+int ssd_lanes_resident(int tile_p, const SsdShape& sh);
+
 // Scratch in floats that ssd_scan needs with this implementation on this grid.
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which);
 
