@@ -29,6 +29,7 @@
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/smem_limit.h"
+#include "kernels_cuda/ssd_copy_lanes.cuh"
 #include "kernels_cuda/ssd_device.cuh"
 
 namespace parity::cuda::ssd {
@@ -120,47 +121,46 @@ struct Block {
   const float* band;
   LaneLayout lo;
   int h, grp, p0;
+  Lanes ln, lx, lg;  // the copies of C and B rows (Nr/4 units), x rows (PT/4), band rows (kG/4)
 };
 
 // The copies of cell c's inputs: dt and x of every source row, C and band rows of the output rows,
 // B of every source row when the cell folds. x, dt and band go to buffer xb, C and B to the raw rows.
+// Each thread's rows and units come from its Lanes (no division per copy).
 template <int PT>
 __device__ void issue(const Block& b, const CellIn& c, float* xb, float* Craw, float* Braw) {
   constexpr int kThreads = 2 * PT;
-  const int tid = threadIdx.x, N = b.sh.N, nu = b.lo.Nr / 4, Nr = b.lo.Nr, G = b.g.cell;
+  const int tid = threadIdx.x, N = b.sh.N, Nr = b.lo.Nr, G = b.g.cell;
   for (int i = tid; i < c.L; i += kThreads) cp4(xb + b.lo.dts + i, b.src.dtp(b.h, c.cs + i), true);
-  const int xend = b.sh.P - b.p0;
-  for (int e = tid; e < c.L * (PT / 4); e += kThreads) {
-    const int i = e / (PT / 4), u = e % (PT / 4);
-    copy4(xb + b.lo.x + i * PT + 4 * u, b.src.x(b.h, c.cs + i) + b.p0, 4 * u, xend);
+  if (b.lx.on) {
+    const int xend = b.sh.P - b.p0;
+    for (int i = b.lx.r0; i < c.L; i += b.lx.rstep)
+      copy4(xb + b.lo.x + i * PT + 4 * b.lx.u0, b.src.x(b.h, c.cs + i) + b.p0, 4 * b.lx.u0, xend);
   }
-  const int outs = c.L - c.j0;
-  for (int e = tid; e < outs * nu; e += kThreads) {
-    const int t = c.j0 + e / nu, u = e % nu;
-    copy4(Craw + t * Nr + 4 * u, b.src.C(b.grp, c.cs + t), 4 * u, N);
+  if (b.ln.on) {
+    for (int t = b.ln.r0; t < c.L; t += b.ln.rstep)
+      if (t >= c.j0) copy4(Craw + t * Nr + 4 * b.ln.u0, b.src.C(b.grp, c.cs + t), 4 * b.ln.u0, N);
+    if (c.fold)
+      for (int i = b.ln.r0; i < c.L; i += b.ln.rstep)
+        copy4(Braw + i * Nr + 4 * b.ln.u0, b.src.B(b.grp, c.cs + i), 4 * b.ln.u0, N);
   }
-  for (int e = tid; e < outs * (kG / 4); e += kThreads) {
-    const int t = c.j0 + e / (kG / 4), u = e % (kG / 4);
-    if (4 * u > t) continue;  // distances up to t only
-    const int row = b.src.row0 + static_cast<int>(c.cs + t - b.src.start);
-    copy4(xb + b.lo.band + t * kG + 4 * u, b.band + band_at(row, b.sh.groups, b.grp, G, 0), 4 * u, t + 1);
-  }
-  if (c.fold)
-    for (int e = tid; e < c.L * nu; e += kThreads) {
-      const int i = e / nu, u = e % nu;
-      copy4(Braw + i * Nr + 4 * u, b.src.B(b.grp, c.cs + i), 4 * u, N);
+  if (b.lg.on)
+    for (int t = b.lg.r0; t < c.L; t += b.lg.rstep) {
+      const int u = b.lg.u0;
+      if (t < c.j0 || 4 * u > t) continue;  // output rows, distances up to t only
+      const int row = b.src.row0 + static_cast<int>(c.cs + t - b.src.start);
+      copy4(xb + b.lo.band + t * kG + 4 * u, b.band + band_at(row, b.sh.groups, b.grp, G, 0), 4 * u, t + 1);
     }
   commit();
 }
 
-// C_t[4j + q] → Cq[t][q][j] for rows lo .. hi-1 (one 16-byte read, four 4-byte writes).
-template <int kThreads>
-__device__ __forceinline__ void by_quarter(const float* raw, int Nr, float* q, int lo, int hi) {
-  const int nu = Nr / 4;
-  for (int e = lo * nu + static_cast<int>(threadIdx.x); e < hi * nu; e += kThreads) {
-    const int t = e / nu, u = e % nu;
-    const float4 v = *reinterpret_cast<const float4*>(raw + t * Nr + 4 * u);
-    float* d = q + t * kRowQ + u;
+// raw[t][4j + q] → qd[t][q][j] for rows lo .. hi-1 (one 16-byte read, four 4-byte writes).
+__device__ __forceinline__ void by_quarter(const Lanes& ln, const float* raw, int Nr, float* qd, int lo, int hi) {
+  if (!ln.on) return;
+  for (int t = ln.r0; t < hi; t += ln.rstep) {
+    if (t < lo) continue;
+    const float4 v = *reinterpret_cast<const float4*>(raw + t * Nr + 4 * ln.u0);
+    float* d = qd + t * kRowQ + ln.u0;
     d[0] = v.x;
     d[kQS] = v.y;
     d[2 * kQS] = v.z;
@@ -180,8 +180,10 @@ __global__ void __launch_bounds__(2 * PT, 3 * 64 / PT)
   const int t0 = p.task0[seq], K = p.task0[seq + 1] - t0;
   if (K <= 0 || uses_ssu(g, start, p.n[seq])) return;
   const int P = sh.P, N = sh.N, nq = N / 4;
-  const Block b{sh, g, source_of(sh, g, p, seq, xbc, ld, dt, st), band, lane_layout(N, PT), h, h / sh.heads_per_group(),
-                static_cast<int>(blockIdx.z) * PT};
+  const LaneLayout lay = lane_layout(N, PT);
+  const Block b{sh, g, source_of(sh, g, p, seq, xbc, ld, dt, st), band, lay, h, h / sh.heads_per_group(),
+                static_cast<int>(blockIdx.z) * PT, lanes_for<kThreads>(lay.Nr / 4), lanes_for<kThreads>(PT / 4),
+                lanes_for<kThreads>(kG / 4)};
   const LaneLayout& lo = b.lo;
   const bool bf16 = st.state_f32 == nullptr;
   const float Ah = A[h], Dh = Dskip[h];
@@ -237,8 +239,8 @@ __global__ void __launch_bounds__(2 * PT, 3 * 64 / PT)
 
     // 1. C and B by quarter; cum (every warp: lane i keeps cum_i, the left-to-right sum of cum_scan);
     //    the coefficients, w and the decay.
-    by_quarter<kThreads>(Craw, lo.Nr, Cq, j0, L);
-    if (c.fold) by_quarter<kThreads>(Braw, lo.Nr, Bq, 0, L);
+    by_quarter(b.ln, Craw, lo.Nr, Cq, j0, L);
+    if (c.fold) by_quarter(b.ln, Braw, lo.Nr, Bq, 0, L);
     const float d = lane < L ? cum_term(dts[lane], Ah) : 0.0f;
     float cl = 0.0f;
 #pragma unroll
