@@ -104,7 +104,7 @@ void ssd_dt(const float* dt_raw, int ld, int T, int H, const float* dt_bias, flo
 bool ssd_span_supported(const SsdShape& sh, const ScanGrid& g) { return ssd::span_supported(sh, g); }
 bool ssd_lanes_supported(const SsdShape& sh, const ScanGrid& g) { return ssd::lanes_supported(sh, g); }
 void ssd_lanes_probe(long long* device_buffer) { ssd::lanes_probe(device_buffer); }
-int ssd_lanes_resident(int tile_p, const SsdShape& sh) { return ssd::lanes_resident(tile_p, sh); }
+int ssd_lanes_resident(int way, const SsdShape& sh) { return ssd::lanes_resident(way, sh); }
 void ssd_span_probe(long long* device_buffer) { ssd::span_probe(device_buffer); }
 
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which) {
@@ -147,11 +147,10 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
     const int active = p.num_seqs - p.num_ssu_seqs - p.num_decode_seqs;
     const bool automatic = which == SsdPrefill::automatic;
     const bool span = which == SsdPrefill::span16 || (automatic && ssd::span_preferred(sh, g, active));
-    const bool named_lanes = which == SsdPrefill::lanes || which == SsdPrefill::lanes32 || which == SsdPrefill::lanes64;
+    const int way = static_cast<int>(which);
+    const bool named_lanes = way >= static_cast<int>(SsdPrefill::lanes);
     const bool lanes = named_lanes || (automatic && !span && ssd::lanes_supported(sh, g));
-    const int tile = automatic || which == SsdPrefill::walk || which == SsdPrefill::lanes ? 0
-                     : named_lanes ? static_cast<int>(which) - 200
-                                   : static_cast<int>(which);
+    const int tile = automatic || which == SsdPrefill::walk || which == SsdPrefill::lanes ? 0 : way;
     ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
     if (span) ssd::launch_span(sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
     else if (lanes) ssd::launch_lanes(tile, active, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);

@@ -26,6 +26,7 @@
 // Supported: N a multiple of 4 up to 128, cells of at most 16 rows; else the walk.
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/smem_limit.h"
@@ -40,12 +41,15 @@ constexpr int kNQ = 32;            // most n of a quarter (N ≤ 128)
 constexpr int kQS = kNQ + 4;       // a quarter's stride in Cq and Bq: the four quarters start 4 banks apart
 constexpr int kRowQ = 4 * kQS;     // one row of Cq or Bq
 constexpr int kCoef = kG + 1;      // a row of coef (odd: the four rows a warp reads fall in distinct banks)
-constexpr int kQx = 4 * 4 * 16;    // a warp's exchange of quarter sums: [row][quarter][16 columns]
 constexpr int kProbeSteps = 5;     // the probe's steps (ssd_lanes_probe)
 
 __host__ __device__ inline int round_up(int v, int m) { return (v + m - 1) / m * m; }
 
-// PT columns of p per block (32 or 64), a lane per (pair of columns, quarter): 2·PT threads.
+// PT columns of p per block, PP (1 or 2) of them a lane, a lane per (PP columns, quarter): 4·PT/PP
+// threads; a warp covers 8·PP columns.
+template <int PT, int PP>
+constexpr int kThreadsOf = 4 * PT / PP;
+
 struct LaneLayout {
   int Nr;                         // a raw C or B row (N rounded to 4)
   std::size_t xbuf;               // one of the two per-cell buffers of dt, band and x
@@ -57,7 +61,7 @@ __host__ __device__ inline LaneLayout lane_layout(int N, int PT) {
   l.Nr = round_up(N, 4);
   l.dts = 0;                                                   // [kG]
   l.band = l.dts + kG;                                         // [kG][kG]: band[t][d]
-  l.x = l.band + kG * kG;                                      // [kG][PT]
+  l.x = l.band + kG * kG;                                      // [kG][PT] (PT a multiple of 16)
   l.xbuf = l.x + kG * PT;                                      // a multiple of 4
   l.C = 2 * l.xbuf;                                            // [kG][Nr] raw C of the output rows
   l.B = l.C + static_cast<std::size_t>(kG) * l.Nr;             // [kG][Nr] raw B
@@ -67,8 +71,8 @@ __host__ __device__ inline LaneLayout lane_layout(int N, int PT) {
   l.w = l.cum + kG;                                            // [kG]
   l.decay = l.w + kG;                                          // [4]: exp(cum_{L−1}) at 0
   l.coef = l.decay + 4;                                        // [kG][kCoef]
-  l.qx = l.coef + round_up(kG * kCoef, 4);                     // [warps][kQx]
-  l.total = l.qx + static_cast<std::size_t>(PT / 16) * kQx;
+  l.qx = l.coef + round_up(kG * kCoef, 4);                     // [warps][4 rows][4 quarters][8·PP columns]
+  l.total = l.qx + static_cast<std::size_t>(16) * PT;          // 4·PT/PP/32 warps × 128·PP floats
   return l;
 }
 
@@ -127,9 +131,9 @@ struct Block {
 // The copies of cell c's inputs: dt and x of every source row, C and band rows of the output rows,
 // B of every source row when the cell folds. x, dt and band go to buffer xb, C and B to the raw rows.
 // Each thread's rows and units come from its Lanes (no division per copy).
-template <int PT>
+template <int PT, int PP>
 __device__ void issue(const Block& b, const CellIn& c, float* xb, float* Craw, float* Braw) {
-  constexpr int kThreads = 2 * PT;
+  constexpr int kThreads = kThreadsOf<PT, PP>;
   const int tid = threadIdx.x, N = b.sh.N, Nr = b.lo.Nr, G = b.g.cell;
   for (int i = tid; i < c.L; i += kThreads) cp4(xb + b.lo.dts + i, b.src.dtp(b.h, c.cs + i), true);
   if (b.lx.on) {
@@ -168,13 +172,34 @@ __device__ __forceinline__ void by_quarter(const Lanes& ln, const float* raw, in
   }
 }
 
-// Blocks an SM: 12 warps at either tile (162 / 168 registers a thread, no spills). kProbe: the
-// benchmarks' instance that times its steps (its clocks take registers the others keep).
-template <int PT, bool kProbe>
-__global__ void __launch_bounds__(2 * PT, 3 * 64 / PT)
+// PP columns of p from shared memory as floats (a float2 for two: the columns are even).
+template <int PP>
+__device__ __forceinline__ void load_cols(const float* src, float (&v)[PP]) {
+  if constexpr (PP == 2) {
+    const float2 t = *reinterpret_cast<const float2*>(src);
+    v[0] = t.x;
+    v[1] = t.y;
+  } else {
+    v[0] = src[0];
+  }
+}
+template <int PP>
+__device__ __forceinline__ void store_cols(float* dst, const float (&v)[PP]) {
+  if constexpr (PP == 2) *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
+  else dst[0] = v[0];
+}
+
+// Blocks an SM: 12 warps (at most 168 registers a thread; two columns a lane use them all, one column
+// a lane about 128). kProbe: the benchmarks' instance that times its steps (its
+// clocks take registers the others keep).
+template <int PT, int PP>
+constexpr int kMinBlocks = 384 / kThreadsOf<PT, PP>;
+
+template <int PT, int PP, bool kProbe>
+__global__ void __launch_bounds__(kThreadsOf<PT, PP>, kMinBlocks<PT, PP>)
     lanes_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
                  const float* Dskip, SsdState st, const float* band, float* y, long long* probe) {
-  constexpr int kThreads = 2 * PT;
+  constexpr int kThreads = kThreadsOf<PT, PP>, kWc = 8 * PP;  // threads; columns of a warp
   const int seq = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int64_t start = p.start[seq];
   const int t0 = p.task0[seq], K = p.task0[seq + 1] - t0;
@@ -191,10 +216,10 @@ __global__ void __launch_bounds__(2 * PT, 3 * 64 / PT)
 
   extern __shared__ __align__(16) float smem[];
   float *Craw = smem + lo.C, *Braw = smem + lo.B, *Cq = smem + lo.Cq, *Bq = smem + lo.Bq;
-  float *cum = smem + lo.cum, *wts = smem + lo.w, *coef = smem + lo.coef, *qx = smem + lo.qx + warp * kQx;
+  float *cum = smem + lo.cum, *wts = smem + lo.w, *coef = smem + lo.coef, *qx = smem + lo.qx + warp * 16 * kWc;
 
-  // This lane's columns (block-local pl, pl + 1; warp-local wc, wc + 1) and quarter.
-  const int q = lane & 3, wc = 2 * (lane >> 2), pl = 16 * warp + wc;
+  // This lane's columns (block-local pl .. pl+PP-1; warp-local wc ..) and quarter.
+  const int q = lane & 3, wc = PP * (lane >> 2), pl = kWc * warp + wc;
   const std::size_t sbase = (static_cast<std::size_t>(b.src.slot) * sh.H + h) * P * N;
 
   // Benchmarks only (probe set): thread 0 of the first block sums its clock cycles per step.
@@ -209,12 +234,12 @@ __global__ void __launch_bounds__(2 * PT, 3 * 64 / PT)
 
   CellIn c = first_cell(cell_task(g, p, t0, h, sh.H));
   if (!c.live) return;
-  issue<PT>(b, c, smem, Craw, Braw);
+  issue<PT, PP>(b, c, smem, Craw, Braw);
 
   // The state: S[a][j] = state[p0 + pl + a][4j + q] (zeros for columns past P).
-  float S[2][kNQ];
+  float S[PP][kNQ];
 #pragma unroll
-  for (int a = 0; a < 2; ++a) {
+  for (int a = 0; a < PP; ++a) {
     const int pp = b.p0 + pl + a;
 #pragma unroll
     for (int j = 0; j < kNQ; ++j) {
@@ -268,13 +293,17 @@ __global__ void __launch_bounds__(2 * PT, 3 * 64 / PT)
     CellIn nxt = c;
     if (more) {
       nxt = next_cell(c, call_end, g.cell, g.exact);
-      if (nxt.live) issue<PT>(b, nxt, smem + ((k + 1) % 2) * lo.xbuf, Craw, Braw);
+      if (nxt.live) issue<PT, PP>(b, nxt, smem + ((k + 1) % 2) * lo.xbuf, Craw, Braw);
     }
     mark(2);
 
     // 2. Outputs, four rows at a time: t0 + r for r = 0..3, lane q finishing row t0 + q.
     for (int r0 = j0 / 4 * 4; r0 < L; r0 += 4) {
-      float a4[4][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, 0.0f}};
+      float a4[4][PP];
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int a = 0; a < PP; ++a) a4[r][a] = 0.0f;
 #pragma unroll
       for (int j4 = 0; j4 < kNQ; j4 += 4) {
         if (j4 < nq) {
@@ -287,36 +316,38 @@ __global__ void __launch_bounds__(2 * PT, 3 * 64 / PT)
 #pragma unroll
             for (int u = 0; u < 4; ++u)
               if (j4 + u < nq) {
-                a4[r][0] = fmaf(cr[u], S[0][j4 + u], a4[r][0]);
-                a4[r][1] = fmaf(cr[u], S[1][j4 + u], a4[r][1]);
+#pragma unroll
+                for (int a = 0; a < PP; ++a) a4[r][a] = fmaf(cr[u], S[a][j4 + u], a4[r][a]);
               }
           }
         }
       }
       // Exchange: qx[r][q][wc + a] = this lane's a_q of row r0 + r, column wc + a.
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
-        *reinterpret_cast<float2*>(qx + (r * 4 + q) * 16 + wc) = make_float2(a4[r][0], a4[r][1]);
+      for (int r = 0; r < 4; ++r) store_cols<PP>(qx + (r * 4 + q) * kWc + wc, a4[r]);
       __syncwarp();
       const int t = r0 + q;
       if (t >= j0 && t < L) {
-        float2 aq[4];
+        float aq[4][PP];
 #pragma unroll
-        for (int qq = 0; qq < 4; ++qq) aq[qq] = *reinterpret_cast<const float2*>(qx + (q * 4 + qq) * 16 + wc);
-        float in0 = 0.0f, in1 = 0.0f;
+        for (int qq = 0; qq < 4; ++qq) load_cols<PP>(qx + (q * 4 + qq) * kWc + wc, aq[qq]);
+        float in[PP], xv[PP], xt[PP];
+#pragma unroll
+        for (int a = 0; a < PP; ++a) in[a] = 0.0f;
         for (int i = 0; i <= t; ++i) {
           const float cf = coef[t * kCoef + i];
-          const float2 xv = *reinterpret_cast<const float2*>(x + i * PT + pl);
-          in0 = fmaf(cf, xv.x, in0);
-          in1 = fmaf(cf, xv.y, in1);
+          load_cols<PP>(x + i * PT + pl, xv);
+#pragma unroll
+          for (int a = 0; a < PP; ++a) in[a] = fmaf(cf, xv[a], in[a]);
         }
-        const float2 xt = *reinterpret_cast<const float2*>(x + t * PT + pl);
+        load_cols<PP>(x + t * PT + pl, xt);
         const int row = b.src.row0 + static_cast<int>(c.cs + t - b.src.start);
         float* yr = y + static_cast<std::size_t>(row) * sh.H * P + static_cast<std::size_t>(h) * P + b.p0 + pl;
         const float cumt = cum[t];
-        if (b.p0 + pl < P) yr[0] = row_output(cumt, combine_quarters(aq[0].x, aq[1].x, aq[2].x, aq[3].x), in0, Dh, xt.x);
-        if (b.p0 + pl + 1 < P)
-          yr[1] = row_output(cumt, combine_quarters(aq[0].y, aq[1].y, aq[2].y, aq[3].y), in1, Dh, xt.y);
+#pragma unroll
+        for (int a = 0; a < PP; ++a)
+          if (b.p0 + pl + a < P)
+            yr[a] = row_output(cumt, combine_quarters(aq[0][a], aq[1][a], aq[2][a], aq[3][a]), in[a], Dh, xt[a]);
       }
       __syncwarp();  // the exchange is read before the next rows overwrite it
     }
@@ -324,36 +355,42 @@ __global__ void __launch_bounds__(2 * PT, 3 * 64 / PT)
 
     // 3. The delta and the fold, 4 values of n (one float4 of Bq) × 2 columns at a time.
     if (c.fold) {
-      float xw[kG][2];
+      float xw[kG][PP];
 #pragma unroll
       for (int i = 0; i < kG; ++i) {
         if (i < L) {
+          float xv[PP];
+          load_cols<PP>(x + i * PT + pl, xv);
           const float wi = wts[i];
-          const float2 xv = *reinterpret_cast<const float2*>(x + i * PT + pl);
-          xw[i][0] = wi * xv.x;
-          xw[i][1] = wi * xv.y;
+#pragma unroll
+          for (int a = 0; a < PP; ++a) xw[i][a] = wi * xv[a];
         } else {
-          xw[i][0] = xw[i][1] = 0.0f;
+#pragma unroll
+          for (int a = 0; a < PP; ++a) xw[i][a] = 0.0f;  // never read
         }
       }
       const float decay = smem[lo.decay];
 #pragma unroll
       for (int j4 = 0; j4 < kNQ; j4 += 4) {
         if (j4 < nq) {
-          float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+          float acc[PP][4];
+#pragma unroll
+          for (int a = 0; a < PP; ++a)
+#pragma unroll
+            for (int u = 0; u < 4; ++u) acc[a][u] = 0.0f;
 #pragma unroll
           for (int i = 0; i < kG; ++i) {
             if (i < L) {
               const float4 bv = *reinterpret_cast<const float4*>(Bq + i * kRowQ + q * kQS + j4);
               const float bb[4] = {bv.x, bv.y, bv.z, bv.w};
 #pragma unroll
-              for (int a = 0; a < 2; ++a)
+              for (int a = 0; a < PP; ++a)
 #pragma unroll
                 for (int u = 0; u < 4; ++u) acc[a][u] = fmaf(xw[i][a], bb[u], acc[a][u]);
             }
           }
 #pragma unroll
-          for (int a = 0; a < 2; ++a)
+          for (int a = 0; a < PP; ++a)
 #pragma unroll
             for (int u = 0; u < 4; ++u)
               if (j4 + u < nq) S[a][j4 + u] = fold_element(decay, S[a][j4 + u], acc[a][u], bf16);
@@ -372,7 +409,7 @@ __global__ void __launch_bounds__(2 * PT, 3 * 64 / PT)
   }
   if (!folded) return;  // the slot keeps its state
 #pragma unroll
-  for (int a = 0; a < 2; ++a) {
+  for (int a = 0; a < PP; ++a) {
     const int pp = b.p0 + pl + a;
     if (pp >= P) break;
 #pragma unroll
@@ -401,7 +438,7 @@ int sm_count() {
   return n;
 }
 
-template <int PT>
+template <int PT, int PP>
 void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
             const float* A, const float* D, const SsdState& st, const float* band, float* y, cudaStream_t s) {
   const std::size_t smem = lane_layout(sh.N, PT).total * sizeof(float);
@@ -409,27 +446,39 @@ void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const floa
   long long* probe = probe_buffer.load();
   auto run = [&](auto kernel) {
     ensure_smem(kernel, smem, "ssd lanes smem");
-    kernel<<<grid, 2 * PT, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, y, probe);
+    kernel<<<grid, kThreadsOf<PT, PP>, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, y, probe);
   };
-  if (probe != nullptr) run(lanes_kernel<PT, true>);
-  else run(lanes_kernel<PT, false>);
+  if (probe != nullptr) run(lanes_kernel<PT, PP, true>);
+  else run(lanes_kernel<PT, PP, false>);
   check_launch("ssd lanes");
+}
+
+// The shapes (SsdPrefill's lanes values): 264 = 64 columns a block, two a lane; 232 = 32 columns, two
+// a lane; 332 = 32 columns, one a lane; 316 = 16 columns, one a lane.
+template <class F>
+void by_way(int way, F f) {
+  switch (way) {
+    case 264: f(std::integral_constant<int, 64>{}, std::integral_constant<int, 2>{}); break;
+    case 232: f(std::integral_constant<int, 32>{}, std::integral_constant<int, 2>{}); break;
+    case 332: f(std::integral_constant<int, 32>{}, std::integral_constant<int, 1>{}); break;
+    case 316: f(std::integral_constant<int, 16>{}, std::integral_constant<int, 1>{}); break;
+    default: throw Error("CUDA SSD: no lane walk of shape " + std::to_string(way));
+  }
 }
 
 }  // namespace
 
 void lanes_probe(long long* device_buffer) { probe_buffer.store(device_buffer); }
 
-int lanes_resident(int tile_p, const SsdShape& sh) {
+int lanes_resident(int way, const SsdShape& sh) {
   int per_sm = 0;
-  const std::size_t smem = lane_layout(sh.N, tile_p).total * sizeof(float);
-  auto ask = [&](auto kernel) {
-    ensure_smem(kernel, smem, "ssd lanes smem");
-    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 2 * tile_p, smem),
+  by_way(way, [&](auto pt, auto pp) {
+    constexpr int PT = decltype(pt)::value, PP = decltype(pp)::value;
+    const std::size_t smem = lane_layout(sh.N, PT).total * sizeof(float);
+    ensure_smem(lanes_kernel<PT, PP, false>, smem, "ssd lanes smem");
+    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, lanes_kernel<PT, PP, false>, kThreadsOf<PT, PP>, smem),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  };
-  if (tile_p == 64) ask(lanes_kernel<64, false>);
-  else ask(lanes_kernel<32, false>);
+  });
   return per_sm;
 }
 
@@ -440,23 +489,22 @@ bool lanes_supported(const SsdShape& sh, const ScanGrid& g) {
 
 // 64 columns a block once those blocks give every SM two (fewer copies of each cell's C and B),
 // else 32 (twice the blocks for a small batch).
-int lanes_tile(const SsdShape& sh, int active_seqs) {
+int lanes_way(const SsdShape& sh, int active_seqs) {
   static const int sms = sm_count();
   const long blocks64 = static_cast<long>(active_seqs) * sh.H * ((sh.P + 63) / 64);
-  return blocks64 >= 2L * sms ? 64 : 32;
+  return blocks64 >= 2L * sms ? 264 : 232;
 }
 
-void launch_lanes(int tile_p, int active_seqs, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
+void launch_lanes(int way, int active_seqs, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
                   const float* xbc, int ld, const float* dt, const float* A, const float* D, const SsdState& st,
                   const float* band, float* y, cudaStream_t s) {
   if (p.num_cell_tasks <= 0) return;
   if (!lanes_supported(sh, g))
     throw Error("CUDA SSD: the lane walk needs N a multiple of 4 up to 128 and cells of at most 16 rows (N " +
                 std::to_string(sh.N) + ", cell " + std::to_string(g.cell) + ")");
-  const int pt = tile_p == 0 ? lanes_tile(sh, active_seqs) : tile_p;
-  if (pt == 64) launch<64>(sh, g, p, xbc, ld, dt, A, D, st, band, y, s);
-  else if (pt == 32) launch<32>(sh, g, p, xbc, ld, dt, A, D, st, band, y, s);
-  else throw Error("CUDA SSD: the lane walk's tile of p is 32 or 64, got " + std::to_string(pt));
+  by_way(way == 0 ? lanes_way(sh, active_seqs) : way, [&](auto pt, auto pp) {
+    launch<decltype(pt)::value, decltype(pp)::value>(sh, g, p, xbc, ld, dt, A, D, st, band, y, s);
+  });
 }
 
 }  // namespace parity::cuda::ssd

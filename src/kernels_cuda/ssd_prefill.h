@@ -21,10 +21,12 @@ enum class SsdPrefill {
                   // per block, rows copied by the TMA unit where 16-byte aligned (else cp.async);
                   // N % 4 == 0, N <= 128, G = 16, 32 or 64 (else it throws)
   lanes = 200,    // the lane walk (ssd_band.cu, ssd_lanes.cu): the state in registers, one block per
-                  // (sequence, head, 32 or 64 columns of p, chosen by size); N % 4 == 0, N <= 128,
+                  // (sequence, head, tile of p), its shape chosen by size; N % 4 == 0, N <= 128,
                   // G <= 16 (else it throws)
-  lanes32 = 232,  // the lane walk with 32 or 64 columns of p per block
+  lanes32 = 232,  // the lane walk's shapes: 32 or 64 columns of p a block, two a lane;
   lanes64 = 264,
+  lanes1x16 = 316,  // 16 or 32 columns of p a block, one a lane (twice the lanes, half the work each)
+  lanes1x32 = 332,
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
 };
 
@@ -40,9 +42,9 @@ void ssd_span_probe(long long* device_buffer);
 
 // Benchmarks only: the lane walk's probe (6 values: thread 0 of the first block's clock cycles summed
 // over its cells in each step: wait, quarters and coefficients, next copies, outputs, delta and fold;
-// the cell count), or nullptr; and how many of its blocks (tile 32 or 64) an SM holds.
+// the cell count), or nullptr; and how many of its blocks of one shape (232, 264, 316, 332) an SM holds.
 void ssd_lanes_probe(long long* device_buffer);
-int ssd_lanes_resident(int tile_p, const SsdShape& sh);
+int ssd_lanes_resident(int way, const SsdShape& sh);
 
 // Scratch in floats that ssd_scan needs with this implementation on this grid.
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which);

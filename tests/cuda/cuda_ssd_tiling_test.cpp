@@ -242,7 +242,9 @@ void expect_every_tile_matches_three_phase(const std::vector<Case>& cases) {
       if (cuda::ssd_span_supported(ssh, c.g)) {
         ways.push_back(SsdPrefill::span16);  // bulk copies where rows are aligned (pad 0 or 4), else cp.async
       }
-      if (cuda::ssd_lanes_supported(ssh, c.g)) ways.push_back(SsdPrefill::lanes);
+      if (cuda::ssd_lanes_supported(ssh, c.g))
+        for (SsdPrefill l : {SsdPrefill::lanes64, SsdPrefill::lanes32, SsdPrefill::lanes1x32, SsdPrefill::lanes1x16})
+          ways.push_back(l);
       for (SsdPrefill w : ways) {
         const std::string d = compare(want, run(c.sh, c.g, c.bf16, c.T, sched, w), c.sh);
         EXPECT_EQ(d, "") << name(c) << ", schedule " << sname << ", walk tile " << static_cast<int>(w);
@@ -391,8 +393,8 @@ TEST(CudaSsdTiling, CompanionTheSpanWalkSeesASmallChange) {
   const cuda::ScanGrid g{true, 16, true};
   for (const auto& [sh, way] : {std::pair<Shape, SsdPrefill>{{2, 64, 128, 1}, SsdPrefill::span16},
                                 {{2, 64, 128, 1, 0}, SsdPrefill::span16},
-                                {{2, 64, 128, 1}, SsdPrefill::lanes},
-                                {{2, 64, 128, 1, 0}, SsdPrefill::lanes}}) {
+                                {{2, 64, 128, 1}, SsdPrefill::lanes64},
+                                {{2, 64, 128, 1, 0}, SsdPrefill::lanes1x16}}) {
     const Result want = run(sh, g, false, 150, whole(150), SsdPrefill::three_phase);
     const Result same = run(sh, g, false, 150, whole(150), way);
     EXPECT_EQ(compare(want, same, sh), "") << "way " << static_cast<int>(way);
