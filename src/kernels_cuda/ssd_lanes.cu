@@ -3,8 +3,8 @@
 // inner loops are shared-memory bound, and its four barriers a cell, the serial cum by one thread
 // and the synchronous loads of each cell's inputs leave the SM idle between cells (10 % of the fp32
 // peak at 8 × 2048). Here the state lives in registers, split so that no value of it ever moves:
-// lane (pair, q) of a block owns S[p][n] for its two columns p = 2·pair, 2·pair + 1 and the n of
-// quarter q (n ≡ q mod 4), which is exactly what the quarter sum a_q of dot(C_t, S[p]) runs over and
+// lane (pair, q) of a block owns S[p][n] for its two columns p = 2·pair, 2·pair + 1 (or one column:
+// the second shape, twice the lanes for half the work each) and the n of quarter q (n ≡ q mod 4), which is exactly what the quarter sum a_q of dot(C_t, S[p]) runs over and
 // what the fold of those elements needs. Per cell of at most 16 rows (G ≤ 16):
 //   1. (after the cell's copies landed) C and B rows are rearranged by quarter (C_t[4j + q] at
 //      Cq[t][q][j]), every warp runs the left-to-right cum of cum_scan across its lanes (lane i keeps
@@ -22,7 +22,8 @@
 // cell costs two block barriers and no wait on its own inputs. Every value is the fp32 sequence of
 // the walk, the span walk and the three-phase kernels (ssd_device.cuh's helpers where a value is
 // formed, the same fmaf chains in the same order where it is summed): the bits do not depend on
-// which ran. Blocks: one per (sequence, head, PT = 64 or 32 columns of p), 2·PT threads, 12 warps an SM.
+// which ran. Blocks: one per (sequence, head, PT columns of p), 4·PT / (columns a lane) threads, 12
+// warps an SM; shapes 64 × 2, 32 × 2, 32 × 1, 16 × 1 (SsdPrefill's lanes values).
 // Supported: N a multiple of 4 up to 128, cells of at most 16 rows; else the walk.
 #include <atomic>
 #include <cstdint>
