@@ -51,11 +51,11 @@ __host__ __device__ inline int round_up(int v, int m) { return (v + m - 1) / m *
 template <int PT, int PP>
 constexpr int kThreadsOf = 4 * PT / PP;
 
-struct LaneLayout {
-  int Nr;                         // a raw C or B row (N rounded to 4)
-  std::size_t xbuf;               // one of the two per-cell buffers of dt, band and x
-  std::size_t dts, band, x;       // offsets inside such a buffer
-  std::size_t C, B, Cq, Bq, cum, w, decay, coef, qx, total;
+struct LaneLayout {  // offsets in floats (ints: fewer registers than 64-bit offsets)
+  int Nr;             // a raw C or B row (N rounded to 4)
+  int xbuf;           // one of the two per-cell buffers of dt, band and x
+  int dts, band, x;   // offsets inside such a buffer
+  int C, B, Cq, Bq, cum, w, decay, coef, qx, total;
 };
 __host__ __device__ inline LaneLayout lane_layout(int N, int PT) {
   LaneLayout l{};
@@ -65,15 +65,15 @@ __host__ __device__ inline LaneLayout lane_layout(int N, int PT) {
   l.x = l.band + kG * kG;                                      // [kG][PT] (PT a multiple of 16)
   l.xbuf = l.x + kG * PT;                                      // a multiple of 4
   l.C = 2 * l.xbuf;                                            // [kG][Nr] raw C of the output rows
-  l.B = l.C + static_cast<std::size_t>(kG) * l.Nr;             // [kG][Nr] raw B
-  l.Cq = l.B + static_cast<std::size_t>(kG) * l.Nr;            // [kG][4][kQS] C by quarter
+  l.B = l.C + kG * l.Nr;                                       // [kG][Nr] raw B
+  l.Cq = l.B + kG * l.Nr;                                      // [kG][4][kQS] C by quarter
   l.Bq = l.Cq + kG * kRowQ;                                    // [kG][4][kQS] B by quarter
   l.cum = l.Bq + kG * kRowQ;                                   // [kG]
   l.w = l.cum + kG;                                            // [kG]
   l.decay = l.w + kG;                                          // [4]: exp(cum_{L−1}) at 0
   l.coef = l.decay + 4;                                        // [kG][kCoef]
   l.qx = l.coef + round_up(kG * kCoef, 4);                     // [warps][4 rows][4 quarters][8·PP columns]
-  l.total = l.qx + static_cast<std::size_t>(16) * PT;          // 4·PT/PP/32 warps × 128·PP floats
+  l.total = l.qx + 16 * PT;                                    // 4·PT/PP/32 warps × 128·PP floats
   return l;
 }
 
@@ -190,11 +190,19 @@ __device__ __forceinline__ void store_cols(float* dst, const float (&v)[PP]) {
   else dst[0] = v[0];
 }
 
-// Blocks an SM: 12 warps (at most 168 registers a thread; two columns a lane use them all, one column
-// a lane about 128). kProbe: the benchmarks' instance that times its steps (its
+// One column a lane: keeps the compiler from hoisting the shared-memory loads of later groups of n
+// above this one's FMAs (it would, and then spill: 200+ bytes at 128 registers, 20 with the fence).
+// Two columns a lane have the registers for it.
+template <int PP>
+__device__ __forceinline__ void hoist_fence() {
+  if constexpr (PP == 1) asm volatile("" ::: "memory");
+}
+
+// Blocks an SM: two columns a lane, 12 warps (168 registers a thread); one column a lane, 16 warps
+// (128). kProbe: the benchmarks' instance that times its steps (its
 // clocks take registers the others keep).
 template <int PT, int PP>
-constexpr int kMinBlocks = 384 / kThreadsOf<PT, PP>;
+constexpr int kMinBlocks = (PP == 2 ? 384 : 512) / kThreadsOf<PT, PP>;
 
 template <int PT, int PP, bool kProbe>
 __global__ void __launch_bounds__(kThreadsOf<PT, PP>, kMinBlocks<PT, PP>)
@@ -322,6 +330,7 @@ __global__ void __launch_bounds__(kThreadsOf<PT, PP>, kMinBlocks<PT, PP>)
               }
           }
         }
+        hoist_fence<PP>();
       }
       // Exchange: qx[r][q][wc + a] = this lane's a_q of row r0 + r, column wc + a.
 #pragma unroll
@@ -396,6 +405,7 @@ __global__ void __launch_bounds__(kThreadsOf<PT, PP>, kMinBlocks<PT, PP>)
             for (int u = 0; u < 4; ++u)
               if (j4 + u < nq) S[a][j4 + u] = fold_element(decay, S[a][j4 + u], acc[a][u], bf16);
         }
+        hoist_fence<PP>();
       }
       folded = true;
     }
@@ -442,7 +452,7 @@ int sm_count() {
 template <int PT, int PP>
 void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
             const float* A, const float* D, const SsdState& st, const float* band, float* y, cudaStream_t s) {
-  const std::size_t smem = lane_layout(sh.N, PT).total * sizeof(float);
+  const std::size_t smem = static_cast<std::size_t>(lane_layout(sh.N, PT).total) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H), static_cast<unsigned>((sh.P + PT - 1) / PT));
   long long* probe = probe_buffer.load();
   auto run = [&](auto kernel) {
@@ -475,7 +485,7 @@ int lanes_resident(int way, const SsdShape& sh) {
   int per_sm = 0;
   by_way(way, [&](auto pt, auto pp) {
     constexpr int PT = decltype(pt)::value, PP = decltype(pp)::value;
-    const std::size_t smem = lane_layout(sh.N, PT).total * sizeof(float);
+    const std::size_t smem = static_cast<std::size_t>(lane_layout(sh.N, PT).total) * sizeof(float);
     ensure_smem(lanes_kernel<PT, PP, false>, smem, "ssd lanes smem");
     cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, lanes_kernel<PT, PP, false>, kThreadsOf<PT, PP>, smem),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
@@ -485,7 +495,7 @@ int lanes_resident(int way, const SsdShape& sh) {
 
 bool lanes_supported(const SsdShape& sh, const ScanGrid& g) {
   return sh.N % 4 == 0 && sh.N > 0 && sh.N <= 4 * kNQ && g.cell >= 1 && g.cell <= kG &&
-         static_cast<long>(lane_layout(sh.N, 64).total * sizeof(float)) <= smem_optin();
+         static_cast<long>(lane_layout(sh.N, 64).total) * static_cast<long>(sizeof(float)) <= smem_optin();
 }
 
 // 64 columns a block once those blocks give every SM two (fewer copies of each cell's C and B),
