@@ -51,29 +51,30 @@ __host__ __device__ inline int round_up(int v, int m) { return (v + m - 1) / m *
 template <int PT, int PP>
 constexpr int kThreadsOf = 4 * PT / PP;
 
-struct LaneLayout {  // offsets in floats (ints: fewer registers than 64-bit offsets)
-  int Nr;             // a raw C or B row (N rounded to 4)
-  int xbuf;           // one of the two per-cell buffers of dt, band and x
-  int dts, band, x;   // offsets inside such a buffer
-  int C, B, Cq, Bq, cum, w, decay, coef, qx, total;
+// Shared memory, in floats. Everything but the raw C and B rows has a size known at compile time,
+// so its offsets are constants (no registers); the raw rows (N rounded to 4 a row) come last.
+struct LaneLayout {
+  int Nr;                                    // a raw C or B row (N rounded to 4)
+  static constexpr int dts = 0;              // [kG]            inside an x buffer
+  static constexpr int band = dts + kG;      // [kG][kG]        band[t][d], inside an x buffer
+  static constexpr int x = band + kG * kG;   // [kG][PT]        inside an x buffer
+  int xbuf;                                  // one of the two per-cell buffers of dt, band and x
+  int Cq, Bq, cum, w, decay, coef, qx, C, B, total;
 };
 __host__ __device__ inline LaneLayout lane_layout(int N, int PT) {
   LaneLayout l{};
   l.Nr = round_up(N, 4);
-  l.dts = 0;                                                   // [kG]
-  l.band = l.dts + kG;                                         // [kG][kG]: band[t][d]
-  l.x = l.band + kG * kG;                                      // [kG][PT] (PT a multiple of 16)
-  l.xbuf = l.x + kG * PT;                                      // a multiple of 4
-  l.C = 2 * l.xbuf;                                            // [kG][Nr] raw C of the output rows
-  l.B = l.C + kG * l.Nr;                                       // [kG][Nr] raw B
-  l.Cq = l.B + kG * l.Nr;                                      // [kG][4][kQS] C by quarter
-  l.Bq = l.Cq + kG * kRowQ;                                    // [kG][4][kQS] B by quarter
-  l.cum = l.Bq + kG * kRowQ;                                   // [kG]
-  l.w = l.cum + kG;                                            // [kG]
-  l.decay = l.w + kG;                                          // [4]: exp(cum_{L−1}) at 0
-  l.coef = l.decay + 4;                                        // [kG][kCoef]
-  l.qx = l.coef + round_up(kG * kCoef, 4);                     // [warps][4 rows][4 quarters][8·PP columns]
-  l.total = l.qx + 16 * PT;                                    // 4·PT/PP/32 warps × 128·PP floats
+  l.xbuf = LaneLayout::x + kG * PT;          // a multiple of 4
+  l.Cq = 2 * l.xbuf;                          // [kG][4][kQS] C by quarter
+  l.Bq = l.Cq + kG * kRowQ;                   // [kG][4][kQS] B by quarter
+  l.cum = l.Bq + kG * kRowQ;                  // [kG]
+  l.w = l.cum + kG;                           // [kG]
+  l.decay = l.w + kG;                         // [4]: exp(cum_{L−1}) at 0
+  l.coef = l.decay + 4;                       // [kG][kCoef]
+  l.qx = l.coef + round_up(kG * kCoef, 4);    // [warps][4 rows][4 quarters][8·PP columns]
+  l.C = l.qx + 16 * PT;                       // (4·PT/PP/32 warps × 128·PP floats) [kG][Nr] raw C
+  l.B = l.C + kG * l.Nr;                      // [kG][Nr] raw B
+  l.total = l.B + kG * l.Nr;
   return l;
 }
 
@@ -190,12 +191,11 @@ __device__ __forceinline__ void store_cols(float* dst, const float (&v)[PP]) {
   else dst[0] = v[0];
 }
 
-// One column a lane: keeps the compiler from hoisting the shared-memory loads of later groups of n
-// above this one's FMAs (it would, and then spill: 200+ bytes at 128 registers, 20 with the fence).
-// Two columns a lane have the registers for it.
-template <int PP>
+// Keeps the compiler from hoisting the shared-memory loads of later groups of n above this group's
+// FMAs: it would, for as many groups as the loops have, and then spill (two columns a lane: 70 bytes
+// at 168 registers without it, 4 with it; one column: 200+ at 128 registers, about 50 with it).
 __device__ __forceinline__ void hoist_fence() {
-  if constexpr (PP == 1) asm volatile("" ::: "memory");
+  asm volatile("" ::: "memory");
 }
 
 // Blocks an SM: two columns a lane, 12 warps (168 registers a thread); one column a lane, 16 warps
@@ -306,69 +306,85 @@ __global__ void __launch_bounds__(kThreadsOf<PT, PP>, kMinBlocks<PT, PP>)
     }
     mark(2);
 
-    // 2. Outputs, four rows at a time: t0 + r for r = 0..3, lane q finishing row t0 + q.
-    for (int r0 = j0 / 4 * 4; r0 < L; r0 += 4) {
-      float a4[4][PP];
+    // 2. Outputs, four rows at a time: r0 + r for r = 0..3, lane q finishing row r0 + q. kN: N is
+    //    kNQ·4 (the models' 128), so the loops over n have no run-time bound and the compiler can
+    //    schedule the loads ahead of the FMAs (a bound checked per value made every group of n a
+    //    branch of its own and left each load's latency exposed: 10k cycles a cell at 1.3k FMAs).
+    auto outputs = [&](auto n_full) {
+      constexpr bool kN = decltype(n_full)::value;
+      for (int r0 = j0 / 4 * 4; r0 < L; r0 += 4) {
+        float a4[4][PP];
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
+        for (int r = 0; r < 4; ++r)
 #pragma unroll
-        for (int a = 0; a < PP; ++a) a4[r][a] = 0.0f;
+          for (int a = 0; a < PP; ++a) a4[r][a] = 0.0f;
+        const float* crow = Cq + r0 * kRowQ + q * kQS;
 #pragma unroll
-      for (int j4 = 0; j4 < kNQ; j4 += 4) {
-        if (j4 < nq) {
-          float4 cv[4];
+        for (int j4 = 0; j4 < kNQ; j4 += 4) {
+          if (kN || j4 < nq) {
+            float4 cv[4];
 #pragma unroll
-          for (int r = 0; r < 4; ++r) cv[r] = *reinterpret_cast<const float4*>(Cq + (r0 + r) * kRowQ + q * kQS + j4);
+            for (int r = 0; r < 4; ++r) cv[r] = *reinterpret_cast<const float4*>(crow + r * kRowQ + j4);
 #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const float cr[4] = {cv[r].x, cv[r].y, cv[r].z, cv[r].w};
+            for (int r = 0; r < 4; ++r) {
+              const float cr[4] = {cv[r].x, cv[r].y, cv[r].z, cv[r].w};
 #pragma unroll
-            for (int u = 0; u < 4; ++u)
-              if (j4 + u < nq) {
+              for (int u = 0; u < 4; ++u)
+                if (kN || j4 + u < nq) {
 #pragma unroll
-                for (int a = 0; a < PP; ++a) a4[r][a] = fmaf(cr[u], S[a][j4 + u], a4[r][a]);
-              }
+                  for (int a = 0; a < PP; ++a) a4[r][a] = fmaf(cr[u], S[a][j4 + u], a4[r][a]);
+                }
+            }
           }
+          hoist_fence();
         }
-        hoist_fence<PP>();
-      }
-      // Exchange: qx[r][q][wc + a] = this lane's a_q of row r0 + r, column wc + a.
+        // Exchange: qx[r][q][wc + a] = this lane's a_q of row r0 + r, column wc + a.
 #pragma unroll
-      for (int r = 0; r < 4; ++r) store_cols<PP>(qx + (r * 4 + q) * kWc + wc, a4[r]);
-      __syncwarp();
-      const int t = r0 + q;
-      if (t >= j0 && t < L) {
-        float aq[4][PP];
-#pragma unroll
-        for (int qq = 0; qq < 4; ++qq) load_cols<PP>(qx + (q * 4 + qq) * kWc + wc, aq[qq]);
-        float in[PP], xv[PP], xt[PP];
+        for (int r = 0; r < 4; ++r) store_cols<PP>(qx + (r * 4 + q) * kWc + wc, a4[r]);
+        // The intra-cell sum of row t = r0 + q: i ascending from 0 to t, every lane of the warp
+        // stepping through the same i (up to the group's last row) so the loads run ahead.
+        const int t = r0 + q, iend = r0 + 4 < L ? r0 + 4 : L;
+        float in[PP];
 #pragma unroll
         for (int a = 0; a < PP; ++a) in[a] = 0.0f;
-        for (int i = 0; i <= t; ++i) {
-          const float cf = coef[t * kCoef + i];
+        const float* crow_t = coef + t * kCoef;
+#pragma unroll 4
+        for (int i = 0; i < iend; ++i) {
+          const float cf = crow_t[i];
+          float xv[PP];
           load_cols<PP>(x + i * PT + pl, xv);
 #pragma unroll
-          for (int a = 0; a < PP; ++a) in[a] = fmaf(cf, xv[a], in[a]);
+          for (int a = 0; a < PP; ++a) in[a] = i <= t ? fmaf(cf, xv[a], in[a]) : in[a];
         }
-        load_cols<PP>(x + t * PT + pl, xt);
-        const int row = b.src.row0 + static_cast<int>(c.cs + t - b.src.start);
-        float* yr = y + static_cast<std::size_t>(row) * sh.H * P + static_cast<std::size_t>(h) * P + b.p0 + pl;
-        const float cumt = cum[t];
+        __syncwarp();
+        if (t >= j0 && t < L) {
+          float aq[4][PP], xt[PP];
 #pragma unroll
-        for (int a = 0; a < PP; ++a)
-          if (b.p0 + pl + a < P)
-            yr[a] = row_output(cumt, combine_quarters(aq[0][a], aq[1][a], aq[2][a], aq[3][a]), in[a], Dh, xt[a]);
+          for (int qq = 0; qq < 4; ++qq) load_cols<PP>(qx + (q * 4 + qq) * kWc + wc, aq[qq]);
+          load_cols<PP>(x + t * PT + pl, xt);
+          const int row = b.src.row0 + static_cast<int>(c.cs + t - b.src.start);
+          float* yr = y + static_cast<std::size_t>(row) * sh.H * P + static_cast<std::size_t>(h) * P + b.p0 + pl;
+          const float cumt = cum[t];
+#pragma unroll
+          for (int a = 0; a < PP; ++a)
+            if (b.p0 + pl + a < P)
+              yr[a] = row_output(cumt, combine_quarters(aq[0][a], aq[1][a], aq[2][a], aq[3][a]), in[a], Dh, xt[a]);
+        }
+        __syncwarp();  // the exchange is read before the next rows overwrite it
       }
-      __syncwarp();  // the exchange is read before the next rows overwrite it
-    }
+    };
+    if (nq == kNQ) outputs(std::true_type{});
+    else outputs(std::false_type{});
     mark(3);
 
-    // 3. The delta and the fold, 4 values of n (one float4 of Bq) × 2 columns at a time.
-    if (c.fold) {
+    // 3. The delta and the fold, 4 values of n (one float4 of Bq) × the lane's columns at a time.
+    //    kF: a whole cell (L = kG) and N = 4·kNQ: no run-time bound in the loops (as the outputs).
+    auto delta_fold = [&](auto full) {
+      constexpr bool kF = decltype(full)::value;
       float xw[kG][PP];
 #pragma unroll
       for (int i = 0; i < kG; ++i) {
-        if (i < L) {
+        if (kF || i < L) {
           float xv[PP];
           load_cols<PP>(x + i * PT + pl, xv);
           const float wi = wts[i];
@@ -380,9 +396,10 @@ __global__ void __launch_bounds__(kThreadsOf<PT, PP>, kMinBlocks<PT, PP>)
         }
       }
       const float decay = smem[lo.decay];
+      const float* bcol = Bq + q * kQS;
 #pragma unroll
       for (int j4 = 0; j4 < kNQ; j4 += 4) {
-        if (j4 < nq) {
+        if (kF || j4 < nq) {
           float acc[PP][4];
 #pragma unroll
           for (int a = 0; a < PP; ++a)
@@ -390,8 +407,8 @@ __global__ void __launch_bounds__(kThreadsOf<PT, PP>, kMinBlocks<PT, PP>)
             for (int u = 0; u < 4; ++u) acc[a][u] = 0.0f;
 #pragma unroll
           for (int i = 0; i < kG; ++i) {
-            if (i < L) {
-              const float4 bv = *reinterpret_cast<const float4*>(Bq + i * kRowQ + q * kQS + j4);
+            if (kF || i < L) {
+              const float4 bv = *reinterpret_cast<const float4*>(bcol + i * kRowQ + j4);
               const float bb[4] = {bv.x, bv.y, bv.z, bv.w};
 #pragma unroll
               for (int a = 0; a < PP; ++a)
@@ -403,10 +420,14 @@ __global__ void __launch_bounds__(kThreadsOf<PT, PP>, kMinBlocks<PT, PP>)
           for (int a = 0; a < PP; ++a)
 #pragma unroll
             for (int u = 0; u < 4; ++u)
-              if (j4 + u < nq) S[a][j4 + u] = fold_element(decay, S[a][j4 + u], acc[a][u], bf16);
+              if (kF || j4 + u < nq) S[a][j4 + u] = fold_element(decay, S[a][j4 + u], acc[a][u], bf16);
         }
-        hoist_fence<PP>();
+        hoist_fence();
       }
+    };
+    if (c.fold) {
+      if (L == kG && nq == kNQ) delta_fold(std::true_type{});
+      else delta_fold(std::false_type{});
       folded = true;
     }
     mark(4);
