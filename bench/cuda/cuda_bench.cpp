@@ -178,7 +178,7 @@ BENCHMARK(BM_CudaSsdSpanProbe)->ArgsProduct({{1, 8}, {16, 64}, {116}})->UseManua
 // Where the lane walk's time goes (ssd_lanes.cu): thread 0 of its first block, clock cycles per cell
 // in each step: wait (the cell's copies landed, the barrier), coef (C and B by quarter, cum, the
 // coefficients, the barrier), issue (the next cell's copies), out (the outputs), fold (delta and
-// fold); blocks_per_sm: how many of the kernel's blocks an SM holds. arg2: the shape (232, 264, 316, 332).
+// fold); blocks_per_sm: how many of the kernel's blocks an SM holds. arg2: the shape (232, 264, 464, 316, 332).
 void BM_CudaSsdLanesProbe(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
@@ -207,7 +207,7 @@ void BM_CudaSsdLanesProbe(benchmark::State& state) {
   state.counters["cyc_per_cell"] = total / cells;
   state.counters["blocks_per_sm"] = cuda::ssd_lanes_resident(way, {H, P, N, GR});
 }
-BENCHMARK(BM_CudaSsdLanesProbe)->ArgsProduct({{1, 8, 32}, {16}, {232, 264, 316, 332}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaSsdLanesProbe)->ArgsProduct({{1, 8, 32}, {16}, {232, 264, 464, 316, 332}})->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // SSD prefill of batch × 2048 tokens, one call per sequence from position 0, fp32 state.
 // arg1: the cell; arg2: 1 = exact (cells anchored at 0, staggered), 0 = plain (cells from the
@@ -237,8 +237,8 @@ BENCHMARK(BM_CudaSsdPrefill)
 // The same prefill (exact mode) with the implementation named, device time only: arg2 0 = chosen
 // by size, 1 = the fused walk with its tile chosen by size, 16 / 32 / 64 = the fused walk's tile of p,
 // 116 = the span walk (ssd_span.cu), 232 / 264 = the lane walk (ssd_lanes.cu) with 32 / 64 columns of p
-// per block and two per lane, 316 / 332 = 16 / 32 columns per block and one per lane, -1 = the earlier
-// three-phase kernels.
+// per block and two per lane (464: 264 at two blocks an SM, more registers), 316 / 332 = 16 / 32 columns
+// per block and one per lane, -1 = the earlier three-phase kernels.
 // Counter TFLOPs: the scan's main products, 2·2·P·N flops per row and head (C·S_start and the cell's
 // sum), per second; the H200's fp32 FMA peak is about 67 TFLOP/s.
 void BM_CudaSsdPrefillTiles(benchmark::State& state) {
@@ -265,7 +265,7 @@ BENCHMARK(BM_CudaSsdPrefillTiles)
     ->ArgsProduct({{1, 2, 8}, {32, 64}, {1, 116}})
     ->ArgsProduct({{32}, {16}, {1, 116}})
     ->ArgsProduct({{2, 4}, {16}, {-1}})
-    ->ArgsProduct({{1, 2, 3, 4, 8, 16, 32}, {16}, {232, 264, 316, 332}})
+    ->ArgsProduct({{1, 2, 3, 4, 8, 16, 32}, {16}, {232, 264, 464, 316, 332}})
     ->ArgsProduct({{16}, {16}, {1, 116}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

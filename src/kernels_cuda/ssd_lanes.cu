@@ -191,9 +191,9 @@ __device__ __forceinline__ void store_cols(float* dst, const float (&v)[PP]) {
   else dst[0] = v[0];
 }
 
-// Keeps the compiler from hoisting the shared-memory loads of later groups of n above this group's
-// FMAs: it would, for as many groups as the loops have, and then spill (two columns a lane: 70 bytes
-// at 168 registers without it, 4 with it; one column: 200+ at 128 registers, about 50 with it).
+// Keeps the compiler from hoisting the shared-memory loads of later groups of n above this point:
+// it would, for as many groups as the loops have, and then spill (two columns a lane: 60 bytes at
+// 168 registers without it, 4 with it every second group; one column: 200+ at 128 registers, about 50).
 __device__ __forceinline__ void hoist_fence() {
   asm volatile("" ::: "memory");
 }
@@ -204,8 +204,9 @@ __device__ __forceinline__ void hoist_fence() {
 template <int PT, int PP>
 constexpr int kMinBlocks = (PP == 2 ? 384 : 512) / kThreadsOf<PT, PP>;
 
-template <int PT, int PP, bool kProbe>
-__global__ void __launch_bounds__(kThreadsOf<PT, PP>, kMinBlocks<PT, PP>)
+// MB: the blocks an SM must hold (kMinBlocks, or fewer to give each thread more registers).
+template <int PT, int PP, int MB, bool kProbe>
+__global__ void __launch_bounds__(kThreadsOf<PT, PP>, MB)
     lanes_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
                  const float* Dskip, SsdState st, const float* band, float* y, long long* probe) {
   constexpr int kThreads = kThreadsOf<PT, PP>, kWc = 8 * PP;  // threads; columns of a warp
@@ -336,7 +337,7 @@ __global__ void __launch_bounds__(kThreadsOf<PT, PP>, kMinBlocks<PT, PP>)
                 }
             }
           }
-          hoist_fence();
+          if (j4 % 8 == 4) hoist_fence();  // loads may run one group ahead, not more
         }
         // Exchange: qx[r][q][wc + a] = this lane's a_q of row r0 + r, column wc + a.
 #pragma unroll
@@ -422,7 +423,7 @@ __global__ void __launch_bounds__(kThreadsOf<PT, PP>, kMinBlocks<PT, PP>)
             for (int u = 0; u < 4; ++u)
               if (kF || j4 + u < nq) S[a][j4 + u] = fold_element(decay, S[a][j4 + u], acc[a][u], bf16);
         }
-        hoist_fence();
+        if (j4 % 8 == 4) hoist_fence();
       }
     };
     if (c.fold) {
@@ -470,7 +471,7 @@ int sm_count() {
   return n;
 }
 
-template <int PT, int PP>
+template <int PT, int PP, int MB>
 void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
             const float* A, const float* D, const SsdState& st, const float* band, float* y, cudaStream_t s) {
   const std::size_t smem = static_cast<std::size_t>(lane_layout(sh.N, PT).total) * sizeof(float);
@@ -480,20 +481,25 @@ void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const floa
     ensure_smem(kernel, smem, "ssd lanes smem");
     kernel<<<grid, kThreadsOf<PT, PP>, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, y, probe);
   };
-  if (probe != nullptr) run(lanes_kernel<PT, PP, true>);
-  else run(lanes_kernel<PT, PP, false>);
+  if (probe != nullptr) run(lanes_kernel<PT, PP, MB, true>);
+  else run(lanes_kernel<PT, PP, MB, false>);
   check_launch("ssd lanes");
 }
 
-// The shapes (SsdPrefill's lanes values): 264 = 64 columns a block, two a lane; 232 = 32 columns, two
-// a lane; 332 = 32 columns, one a lane; 316 = 16 columns, one a lane.
+// The shapes (SsdPrefill's lanes values): 264 = 64 columns a block, two a lane, three blocks an SM
+// (168 registers); 464 = the same, two blocks an SM (up to 255); 232 = 32 columns, two a lane; 332 =
+// 32 columns, one a lane; 316 = 16 columns, one a lane.
+template <int V>
+using I = std::integral_constant<int, V>;
+
 template <class F>
 void by_way(int way, F f) {
   switch (way) {
-    case 264: f(std::integral_constant<int, 64>{}, std::integral_constant<int, 2>{}); break;
-    case 232: f(std::integral_constant<int, 32>{}, std::integral_constant<int, 2>{}); break;
-    case 332: f(std::integral_constant<int, 32>{}, std::integral_constant<int, 1>{}); break;
-    case 316: f(std::integral_constant<int, 16>{}, std::integral_constant<int, 1>{}); break;
+    case 264: f(I<64>{}, I<2>{}, I<kMinBlocks<64, 2>>{}); break;
+    case 464: f(I<64>{}, I<2>{}, I<2>{}); break;
+    case 232: f(I<32>{}, I<2>{}, I<kMinBlocks<32, 2>>{}); break;
+    case 332: f(I<32>{}, I<1>{}, I<kMinBlocks<32, 1>>{}); break;
+    case 316: f(I<16>{}, I<1>{}, I<kMinBlocks<16, 1>>{}); break;
     default: throw Error("CUDA SSD: no lane walk of shape " + std::to_string(way));
   }
 }
@@ -504,11 +510,11 @@ void lanes_probe(long long* device_buffer) { probe_buffer.store(device_buffer); 
 
 int lanes_resident(int way, const SsdShape& sh) {
   int per_sm = 0;
-  by_way(way, [&](auto pt, auto pp) {
-    constexpr int PT = decltype(pt)::value, PP = decltype(pp)::value;
+  by_way(way, [&](auto pt, auto pp, auto mb) {
+    constexpr int PT = decltype(pt)::value, PP = decltype(pp)::value, MB = decltype(mb)::value;
     const std::size_t smem = static_cast<std::size_t>(lane_layout(sh.N, PT).total) * sizeof(float);
-    ensure_smem(lanes_kernel<PT, PP, false>, smem, "ssd lanes smem");
-    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, lanes_kernel<PT, PP, false>, kThreadsOf<PT, PP>, smem),
+    ensure_smem(lanes_kernel<PT, PP, MB, false>, smem, "ssd lanes smem");
+    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, lanes_kernel<PT, PP, MB, false>, kThreadsOf<PT, PP>, smem),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   });
   return per_sm;
@@ -519,12 +525,13 @@ bool lanes_supported(const SsdShape& sh, const ScanGrid& g) {
          static_cast<long>(lane_layout(sh.N, 64).total) * static_cast<long>(sizeof(float)) <= smem_optin();
 }
 
-// 64 columns a block once those blocks give every SM two (fewer copies of each cell's C and B),
-// else 32 (twice the blocks for a small batch).
+// 64 columns a block, two a lane: while the blocks fit two an SM, the shape with the registers for
+// two (464); past that, three an SM (264). (H200, 32 heads × 64, run 1 of session 10, before the
+// loops lost their run-time bounds: 264 1,856 µs at 8 × 2048 against 232's 2,029; 5,859 at 32 × 2048.)
 int lanes_way(const SsdShape& sh, int active_seqs) {
   static const int sms = sm_count();
   const long blocks64 = static_cast<long>(active_seqs) * sh.H * ((sh.P + 63) / 64);
-  return blocks64 >= 2L * sms ? 264 : 232;
+  return blocks64 <= 2L * sms ? 464 : 264;
 }
 
 void launch_lanes(int way, int active_seqs, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
@@ -534,8 +541,8 @@ void launch_lanes(int way, int active_seqs, const SsdShape& sh, const ScanGrid& 
   if (!lanes_supported(sh, g))
     throw Error("CUDA SSD: the lane walk needs N a multiple of 4 up to 128 and cells of at most 16 rows (N " +
                 std::to_string(sh.N) + ", cell " + std::to_string(g.cell) + ")");
-  by_way(way == 0 ? lanes_way(sh, active_seqs) : way, [&](auto pt, auto pp) {
-    launch<decltype(pt)::value, decltype(pp)::value>(sh, g, p, xbc, ld, dt, A, D, st, band, y, s);
+  by_way(way == 0 ? lanes_way(sh, active_seqs) : way, [&](auto pt, auto pp, auto mb) {
+    launch<decltype(pt)::value, decltype(pp)::value, decltype(mb)::value>(sh, g, p, xbc, ld, dt, A, D, st, band, y, s);
   });
 }
 

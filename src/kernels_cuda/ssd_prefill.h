@@ -25,6 +25,7 @@ enum class SsdPrefill {
                   // G <= 16 (else it throws)
   lanes32 = 232,  // the lane walk's shapes: 32 or 64 columns of p a block, two a lane;
   lanes64 = 264,
+  lanes64r = 464,   // 64 columns, two a lane, two blocks an SM (more registers a thread than 264's three)
   lanes1x16 = 316,  // 16 or 32 columns of p a block, one a lane (twice the lanes, half the work each)
   lanes1x32 = 332,
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
@@ -42,7 +43,7 @@ void ssd_span_probe(long long* device_buffer);
 
 // Benchmarks only: the lane walk's probe (6 values: thread 0 of the first block's clock cycles summed
 // over its cells in each step: wait, quarters and coefficients, next copies, outputs, delta and fold;
-// the cell count), or nullptr; and how many of its blocks of one shape (232, 264, 316, 332) an SM holds.
+// the cell count), or nullptr; and how many of its blocks of one shape (232, 264, 464, 316, 332) an SM holds.
 void ssd_lanes_probe(long long* device_buffer);
 int ssd_lanes_resident(int way, const SsdShape& sh);
 

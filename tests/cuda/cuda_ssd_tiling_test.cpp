@@ -243,7 +243,8 @@ void expect_every_tile_matches_three_phase(const std::vector<Case>& cases) {
         ways.push_back(SsdPrefill::span16);  // bulk copies where rows are aligned (pad 0 or 4), else cp.async
       }
       if (cuda::ssd_lanes_supported(ssh, c.g))
-        for (SsdPrefill l : {SsdPrefill::lanes64, SsdPrefill::lanes32, SsdPrefill::lanes1x32, SsdPrefill::lanes1x16})
+        for (SsdPrefill l : {SsdPrefill::lanes64, SsdPrefill::lanes64r, SsdPrefill::lanes32, SsdPrefill::lanes1x32,
+                             SsdPrefill::lanes1x16})
           ways.push_back(l);
       for (SsdPrefill w : ways) {
         const std::string d = compare(want, run(c.sh, c.g, c.bf16, c.T, sched, w), c.sh);
