@@ -194,8 +194,11 @@ __device__ __forceinline__ void store_cols(float* dst, const float (&v)[PP]) {
 // Keeps the compiler from hoisting the shared-memory loads of later groups of n above this point:
 // it would, for as many groups as the loops have, and then spill (two columns a lane: 60 bytes at
 // 168 registers without it, 4 with it every second group; one column: 200+ at 128 registers, about 50).
+// kTight: the shape's registers are capped at 168 or fewer; 464 (up to 255) hoists freely and
+// still does not spill (212 registers).
+template <bool kTight>
 __device__ __forceinline__ void hoist_fence() {
-  asm volatile("" ::: "memory");
+  if constexpr (kTight) asm volatile("" ::: "memory");
 }
 
 // Blocks an SM: two columns a lane, 12 warps (168 registers a thread); one column a lane, 16 warps
@@ -210,6 +213,7 @@ __global__ void __launch_bounds__(kThreadsOf<PT, PP>, MB)
     lanes_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
                  const float* Dskip, SsdState st, const float* band, float* y, long long* probe) {
   constexpr int kThreads = kThreadsOf<PT, PP>, kWc = 8 * PP;  // threads; columns of a warp
+  constexpr bool kTight = kThreads * MB > 256;                 // at most 168 registers a thread
   const int seq = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int64_t start = p.start[seq];
   const int t0 = p.task0[seq], K = p.task0[seq + 1] - t0;
@@ -337,7 +341,7 @@ __global__ void __launch_bounds__(kThreadsOf<PT, PP>, MB)
                 }
             }
           }
-          if (j4 % 8 == 4) hoist_fence();  // loads may run one group ahead, not more
+          if (j4 % 8 == 4) hoist_fence<kTight>();  // loads may run one group ahead, not more
         }
         // Exchange: qx[r][q][wc + a] = this lane's a_q of row r0 + r, column wc + a.
 #pragma unroll
@@ -423,7 +427,7 @@ __global__ void __launch_bounds__(kThreadsOf<PT, PP>, MB)
             for (int u = 0; u < 4; ++u)
               if (kF || j4 + u < nq) S[a][j4 + u] = fold_element(decay, S[a][j4 + u], acc[a][u], bf16);
         }
-        if (j4 % 8 == 4) hoist_fence();
+        if (j4 % 8 == 4) hoist_fence<kTight>();
       }
     };
     if (c.fold) {
