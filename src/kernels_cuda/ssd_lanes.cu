@@ -1,30 +1,31 @@
 // The lane walk: the fused scan's walk for batches that fill the GPU. The walk (ssd_walk.cu) keeps a
-// tile's state in shared memory and reads it from there for every output row and every fold: its
-// inner loops are shared-memory bound, and its four barriers a cell, the serial cum by one thread
-// and the synchronous loads of each cell's inputs leave the SM idle between cells (10 % of the fp32
-// peak at 8 × 2048). Here the state lives in registers, split so that no value of it ever moves:
-// lane (pair, q) of a block owns S[p][n] for its two columns p = 2·pair, 2·pair + 1 (or one column:
-// the second shape, twice the lanes for half the work each) and the n of quarter q (n ≡ q mod 4), which is exactly what the quarter sum a_q of dot(C_t, S[p]) runs over and
-// what the fold of those elements needs. Per cell of at most 16 rows (G ≤ 16):
+// tile's state in shared memory and re-reads it for every group of FMAs, and its four barriers a
+// cell, the serial cum on one thread and the synchronous loads of each cell's inputs leave its SMs
+// at about 10 % of the fp32 peak from 8 × 2048 on. Here the state lives in registers, split so that
+// no value of it ever moves: lane (columns, q) of a block owns S[p][n] for its PP columns p (one or
+// two) and the n of quarter q (n ≡ q mod 4), which is exactly what the quarter sum a_q of
+// dot(C_t, S[p]) runs over and what the fold of those elements needs. Per cell of at most 16 rows:
 //   1. (after the cell's copies landed) C and B rows are rearranged by quarter (C_t[4j + q] at
 //      Cq[t][q][j]), every warp runs the left-to-right cum of cum_scan across its lanes (lane i keeps
 //      cum_i, by shuffles), and the block forms coef_{t,i} = row_weight(cum_t, cum_i, dt_i)·band[t][t−i],
 //      w_i = row_weight(cum_{L−1}, cum_i, dt_i) and exp(cum_{L−1}); one barrier; the next cell's
-//      copies are issued (cp.async; they land while this cell computes);
-//   2. outputs, four rows at a time: each lane its quarter sums a_q for 4 rows × 2 columns (one
-//      fmaf chain over its n ascending, 8 independent chains), exchanged inside the warp so that
-//      lane q holds row t0 + q's four quarters: y_t[p] = row_output(cum_t, combine_quarters(a_0..a_3),
+//      copies are issued (cp.async, or whole rows by the TMA unit: they land while this cell computes);
+//   2. outputs, four rows at a time: each lane its quarter sums a_q for 4 rows × PP columns (one
+//      fmaf chain over its n ascending), exchanged inside the warp so that lane q holds row r0 + q's
+//      four quarters: y_t[p] = row_output(cum_t, combine_quarters(a_0..a_3),
 //      Σ_{i≤t} coef_{t,i}·x_i[p] (i ascending from 0), D, x_t[p]);
 //   3. delta[p][n] = Σ_i (w_i·x_i[p])·B_i[n] (w_i·x_i[p] rounded, one fmaf chain over i ascending
-//      from 0) for the lane's elements, 8 at a time, each folded as soon as it is complete:
-//      S ← fold_element(exp(cum_{L−1}), S, delta) (rounded to bf16 for a bf16 state).
+//      from 0) for the lane's elements, 4 values of n at a time, each folded as soon as it is
+//      complete: S ← fold_element(exp(cum_{L−1}), S, delta) (rounded to bf16 for a bf16 state).
 // Only the outputs' quarters cross lanes (shared memory inside a warp); the state never does, so a
-// cell costs two block barriers and no wait on its own inputs. Every value is the fp32 sequence of
-// the walk, the span walk and the three-phase kernels (ssd_device.cuh's helpers where a value is
-// formed, the same fmaf chains in the same order where it is summed): the bits do not depend on
-// which ran. Blocks: one per (sequence, head, PT columns of p), 4·PT / (columns a lane) threads, 12
-// warps an SM; shapes 64 × 2, 32 × 2, 32 × 1, 16 × 1 (SsdPrefill's lanes values).
-// Supported: N a multiple of 4 up to 128, cells of at most 16 rows; else the walk.
+// cell costs two block barriers and no wait on its own inputs. Whole cells at N = 128 run loops of
+// compile-time length (run-time bounds checked per value made every group a branch of its own and
+// left each load's latency exposed: 26k cycles a cell in session 10's first run). Every value is the
+// fp32 sequence of the walk, the span walk and the three-phase kernels (ssd_device.cuh's helpers
+// where a value is formed, the same fmaf chains in the same order where it is summed): the bits do
+// not depend on which ran. Blocks: one per (sequence, head, PT columns of p), 4·PT/PP threads;
+// shapes (SsdPrefill's lanes values) 264 / 464: 64 × 2 at three / two blocks an SM; 232: 32 × 2;
+// 332: 32 × 1; 316: 16 × 1. Supported: N a multiple of 4 up to 128, cells of at most 16 rows.
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
