@@ -101,34 +101,6 @@ __device__ __forceinline__ void copy4(float* dst, const float* row, int c, int e
   for (int j = 0; j < 4; ++j) cp4(dst + j, c + j < end ? row + c + j : row, c + j < end);
 }
 
-// ---- bulk copies (the TMA unit, one row each) completing on one mbarrier -----------------------
-// A cell's copies are one phase: one thread arrives with the phase's byte count (arrive.expect_tx,
-// before any copy is issued), each copy completes its bytes, every thread waits on the phase's parity.
-__device__ __forceinline__ void bar_init(std::uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(saddr(bar)) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-__device__ __forceinline__ void bar_arrive_expect(std::uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(saddr(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bar_wait(std::uint64_t* bar, unsigned parity) {
-  unsigned done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(saddr(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-// `bytes` (a multiple of 16; both ends 16-byte aligned) from global to shared memory.
-__device__ __forceinline__ void bulk_row(float* dst, const float* src, unsigned bytes, std::uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   saddr(dst)),
-               "l"(src), "r"(bytes), "r"(saddr(bar))
-               : "memory");
-}
-
 // One cell of the call as the walk takes it: source rows cs .. cs+L-1 (ring rows first where the
 // call starts inside it), output rows j0 .. L-1, folded or not (exact: only a cell the call completes).
 struct CellIn {
@@ -162,43 +134,10 @@ struct Block {
 // The copies of cell c's inputs: dt and x of every source row, C and band rows of the output rows,
 // B of every source row when the cell folds. x, dt and band go to buffer xb, C and B to the raw rows.
 // Each thread's rows and units come from its Lanes (no division per copy).
-// With `bulk` (every row of the call 16-byte aligned and a whole number of 16 bytes: see bulk_rows)
-// and a cell whose rows are all in the call, x, C, B and band rows go as whole rows by the TMA unit,
-// issued by the first warp and completing on `bar` (returns true: the caller waits on it); else every
-// thread copies 16-byte units by cp.async. Columns of x past P and band values past a row's own
-// distance are then left as they were: they only meet columns and pairs that are never used.
-template <int PT, int PP, bool kBulk>
-__device__ bool issue(const Block& b, const CellIn& c, float* xb, float* Craw, float* Braw, bool bulk,
-                      std::uint64_t* bar) {
+template <int PT, int PP>
+__device__ void issue(const Block& b, const CellIn& c, float* xb, float* Craw, float* Braw) {
   constexpr int kThreads = kThreadsOf<PT, PP>;
   const int tid = threadIdx.x, N = b.sh.N, Nr = b.lo.Nr, G = b.g.cell;
-  if (kBulk && bulk && c.cs >= b.src.start) {
-    const int r0 = b.src.row0 + static_cast<int>(c.cs - b.src.start), L = c.L;
-    if (tid < 32) {
-      const unsigned xbytes = static_cast<unsigned>((b.sh.P - b.p0 < PT ? b.sh.P - b.p0 : PT) * 4);
-      const unsigned nbytes = static_cast<unsigned>(N * 4), gbytes = static_cast<unsigned>(G * 4);
-      if (tid == 0) bar_arrive_expect(bar, static_cast<unsigned>(L) * (xbytes + nbytes + gbytes + (c.fold ? nbytes : 0u)));
-      __syncwarp();
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the last cell's reads of these rows first
-      const std::size_t ld = static_cast<std::size_t>(b.src.ld);
-      const float* row = b.src.xbc + static_cast<std::size_t>(r0) * ld;
-      const int i = tid % 16;
-      if (i < L) {
-        const float* ri = row + i * ld;
-        if (tid < 16) {
-          bulk_row(xb + b.lo.x + i * PT, ri + b.h * b.sh.P + b.p0, xbytes, bar);
-          bulk_row(Craw + i * Nr, ri + b.src.I + b.src.GN + b.grp * N, nbytes, bar);
-        } else {
-          bulk_row(xb + b.lo.band + i * kG, b.band + band_at(r0 + i, b.sh.groups, b.grp, G, 0), gbytes, bar);
-          if (c.fold) bulk_row(Braw + i * Nr, ri + b.src.I + b.grp * N, nbytes, bar);
-        }
-      }
-    } else if (tid < 32 + L) {
-      cp4(xb + b.lo.dts + (tid - 32), b.src.dt + static_cast<std::size_t>(r0 + tid - 32) * b.sh.H + b.h, true);
-    }
-    commit();
-    return true;
-  }
   for (int i = tid; i < c.L; i += kThreads) cp4(xb + b.lo.dts + i, b.src.dtp(b.h, c.cs + i), true);
   if (b.lx.on) {
     const int xend = b.sh.P - b.p0;
@@ -220,15 +159,6 @@ __device__ bool issue(const Block& b, const CellIn& c, float* xb, float* Craw, f
       copy4(xb + b.lo.band + t * kG + 4 * u, b.band + band_at(row, b.sh.groups, b.grp, G, 0), 4 * u, t + 1);
     }
   commit();
-  return false;
-}
-
-// Whether every row the bulk copies would take starts 16-byte aligned and is a whole number of 16
-// bytes: x, B and C rows of the call (16-byte aligned base, ld a multiple of 4, P and N multiples
-// of 4), band rows (cells a multiple of 4 rows, an aligned band). The models' layouts are.
-__device__ inline bool bulk_rows(const float* xbc, int ld, const SsdShape& sh, const ScanGrid& g, const float* band) {
-  auto aligned = [](const void* q) { return (reinterpret_cast<std::uintptr_t>(q) & 15) == 0; };
-  return aligned(xbc) && aligned(band) && ld % 4 == 0 && sh.P % 4 == 0 && sh.N % 4 == 0 && g.cell % 4 == 0;
 }
 
 // raw[t][4j + q] → qd[t][q][j] for rows lo .. hi-1 (one 16-byte read, four 4-byte writes).
@@ -319,17 +249,7 @@ __global__ void __launch_bounds__(kThreadsOf<PT, PP>, MB)
 
   CellIn c = first_cell(cell_task(g, p, t0, h, sh.H));
   if (!c.live) return;
-  // Bulk copies only where the registers allow their code (464): elsewhere it made the compiler
-  // spill (264: 4 → 84 bytes).
-  constexpr bool kBulk = !kTight;
-  __shared__ std::uint64_t bar;  // the bulk copies of a cell
-  const bool bulk = kBulk && bulk_rows(xbc, ld, sh, g, band);
-  if (bulk) {
-    if (tid == 0) bar_init(&bar);
-    __syncthreads();
-  }
-  unsigned phase = 0;  // the parity of the mbarrier phase the next bulk cell completes
-  bool by_bulk = issue<PT, PP, kBulk>(b, c, smem, Craw, Braw, bulk, &bar);
+  issue<PT, PP>(b, c, smem, Craw, Braw);
 
   // The state: S[a][j] = state[p0 + pl + a][4j + q] (zeros for columns past P).
   float S[PP][kNQ];
@@ -353,10 +273,6 @@ __global__ void __launch_bounds__(kThreadsOf<PT, PP>, MB)
     const float *dts = xb + lo.dts, *bnd = xb + lo.band, *x = xb + lo.x;
     const int L = c.L, j0 = c.j0;
     wait_all();
-    if (kBulk && by_bulk) {
-      bar_wait(&bar, phase);
-      phase ^= 1u;
-    }
     __syncthreads();  // the cell's copies landed; every reader of the previous cell is done
     mark(0);
     ++cells;
@@ -392,7 +308,7 @@ __global__ void __launch_bounds__(kThreadsOf<PT, PP>, MB)
     CellIn nxt = c;
     if (more) {
       nxt = next_cell(c, call_end, g.cell, g.exact);
-      if (nxt.live) by_bulk = issue<PT, PP, kBulk>(b, nxt, smem + ((k + 1) % 2) * lo.xbuf, Craw, Braw, bulk, &bar);
+      if (nxt.live) issue<PT, PP>(b, nxt, smem + ((k + 1) % 2) * lo.xbuf, Craw, Braw);
     }
     mark(2);
 
