@@ -11,8 +11,8 @@
 //         fold (plain: every cell, so the state ends after the last row; exact: the cells the call
 //         completes); the slot's state is written once, at the end. For batches too small to fill
 //         the GPU with those blocks, the span walk (ssd_span.cu) does the same with 64 rows (several
-//         cells) per step, larger blocks and the next rows prefetched; for larger ones at cells of
-//         at most 16 rows, the lane walk (ssd_lanes.cu) keeps the state in registers instead;
+//         cells) per step, larger blocks and the next rows prefetched; for larger ones at the default
+//         grid (G = 16, N = 128), the lane walk (ssd_lanes.cu) keeps the state in registers instead;
 // then (exact) ring: the call's last rows of every head's open cell into the replay ring. One-row
 // calls skip them: plain mode's decode is the SSU update (ssd_ssu.cu), exact mode's the one-row
 // decode (ssd_decode.cu), which computes the row, folds a completed cell and writes the ring in one
@@ -149,7 +149,7 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
     const bool span = which == SsdPrefill::span16 || (automatic && ssd::span_preferred(sh, g, active));
     const int way = static_cast<int>(which);
     const bool named_lanes = way >= static_cast<int>(SsdPrefill::lanes);
-    const bool lanes = named_lanes || (automatic && !span && ssd::lanes_supported(sh, g));
+    const bool lanes = named_lanes || (automatic && !span && ssd::lanes_preferred(sh, g));
     const int tile = automatic || which == SsdPrefill::walk || which == SsdPrefill::lanes ? 0 : way;
     ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
     if (span) ssd::launch_span(sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);

@@ -9,7 +9,7 @@
 //      Cq[t][q][j]), every warp runs the left-to-right cum of cum_scan across its lanes (lane i keeps
 //      cum_i, by shuffles), and the block forms coef_{t,i} = row_weight(cum_t, cum_i, dt_i)·band[t][t−i],
 //      w_i = row_weight(cum_{L−1}, cum_i, dt_i) and exp(cum_{L−1}); one barrier; the next cell's
-//      copies are issued (cp.async, or whole rows by the TMA unit: they land while this cell computes);
+//      copies are issued (cp.async: they land while this cell computes);
 //   2. outputs, four rows at a time: each lane its quarter sums a_q for 4 rows × PP columns (one
 //      fmaf chain over its n ascending), exchanged inside the warp so that lane q holds row r0 + q's
 //      four quarters: y_t[p] = row_output(cum_t, combine_quarters(a_0..a_3),
@@ -469,13 +469,6 @@ int smem_optin() {
 
 std::atomic<long long*> probe_buffer{nullptr};
 
-int sm_count() {
-  int device = 0, n = 0;
-  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-  cuda_check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  return n;
-}
-
 template <int PT, int PP, int MB>
 void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
             const float* A, const float* D, const SsdState& st, const float* band, float* y, cudaStream_t s) {
@@ -525,19 +518,22 @@ int lanes_resident(int way, const SsdShape& sh) {
   return per_sm;
 }
 
+// Automatic takes the lane walk only where it was measured: N = 128, cells of 16 rows (the CUDA
+// default grid), whole blocks of 64 columns of p. Other shapes it runs when named (the tests do).
+bool lanes_preferred(const SsdShape& sh, const ScanGrid& g) {
+  return sh.N == 128 && g.cell == 16 && sh.P % 64 == 0 && lanes_supported(sh, g);
+}
+
 bool lanes_supported(const SsdShape& sh, const ScanGrid& g) {
   return sh.N % 4 == 0 && sh.N > 0 && sh.N <= 4 * kNQ && g.cell >= 1 && g.cell <= kG &&
          static_cast<long>(lane_layout(sh.N, 64).total) * static_cast<long>(sizeof(float)) <= smem_optin();
 }
 
-// 64 columns a block, two a lane: while the blocks fit two an SM, the shape with the registers for
-// two (464); past that, three an SM (264). (H200, 32 heads × 64, run 1 of session 10, before the
-// loops lost their run-time bounds: 264 1,856 µs at 8 × 2048 against 232's 2,029; 5,859 at 32 × 2048.)
-int lanes_way(const SsdShape& sh, int active_seqs) {
-  static const int sms = sm_count();
-  const long blocks64 = static_cast<long>(active_seqs) * sh.H * ((sh.P + 63) / 64);
-  return blocks64 <= 2L * sms ? 464 : 264;
-}
+// What automatic runs: 264 (64 columns a block, two a lane, three blocks an SM), the fastest shape
+// measured (H200, 32 heads × 64, N 128, G 16, session 10's second run, device µs at 1 / 4 / 8 / 32
+// sequences: 264 1,063 / 1,092 / 1,302 / 4,776; 232 1,381 / 1,422 / 1,637 / 6,467; 332 slower in the
+// probe at 8 and 32; 464 not timed on its own). The others stay selectable by name.
+int lanes_way(const SsdShape&, int) { return 264; }
 
 void launch_lanes(int way, int active_seqs, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
                   const float* xbc, int ld, const float* dt, const float* A, const float* D, const SsdState& st,
