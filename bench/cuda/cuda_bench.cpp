@@ -176,6 +176,40 @@ void BM_CudaSsdSpanProbe(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaSsdSpanProbe)->ArgsProduct({{1, 8}, {16, 64}, {116}})->UseManualTime()->Unit(benchmark::kMicrosecond);
 
+// Where the lane walk's time goes (ssd_lanes.cu): thread 0 of its first block, clock cycles per cell
+// in each step: wait (the cell's copies landed, the barrier), coef (C and B by quarter, cum, the
+// coefficients, the barrier), issue (the next cell's copies), out (the outputs), fold (delta and
+// fold); blocks_per_sm: how many of the kernel's blocks an SM holds. arg2: the shape (232, 264, 464, 316, 332).
+void BM_CudaSsdLanesProbe(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
+  const int way = static_cast<int>(state.range(2));
+  ScanBench b({true, cell, true}, false, batch, 2048, static_cast<cuda::SsdPrefill>(way));
+  b.pass(0);
+  cuda::DeviceBuffer<long long> probe(6);
+  probe.upload(std::vector<long long>(6, 0));
+  std::vector<long long> got(6, 0);
+  Timer t;
+  for (auto _ : state) {
+    cuda::ssd_lanes_probe(probe.data());
+    t.start_device();
+    b.run();
+    state.SetIterationTime(t.stop_s());
+    cuda::ssd_lanes_probe(nullptr);
+    got = probe.download(6);
+  }
+  const double cells = got[5] > 0 ? static_cast<double>(got[5]) : 1.0;
+  const char* names[5] = {"wait", "coef", "issue", "out", "fold"};
+  double total = 0;
+  for (int i = 0; i < 5; ++i) {
+    state.counters[names[i]] = static_cast<double>(got[i]) / cells;
+    total += static_cast<double>(got[i]);
+  }
+  state.counters["cyc_per_cell"] = total / cells;
+  state.counters["blocks_per_sm"] = cuda::ssd_lanes_resident(way, {H, P, N, GR});
+}
+BENCHMARK(BM_CudaSsdLanesProbe)->ArgsProduct({{1, 8, 32}, {16}, {232, 264, 464, 316, 332}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+
 // SSD prefill of batch × 2048 tokens, one call per sequence from position 0, fp32 state.
 // arg1: the cell; arg2: 1 = exact (cells anchored at 0, staggered), 0 = plain (cells from the
 // call's start, vLLM's chunked scan at chunk 256). vLLM's mamba_chunk_scan_combined on an H200:
@@ -203,7 +237,9 @@ BENCHMARK(BM_CudaSsdPrefill)
 
 // The same prefill (exact mode) with the implementation named, device time only: arg2 0 = chosen
 // by size, 1 = the fused walk with its tile chosen by size, 16 / 32 / 64 = the fused walk's tile of p,
-// 116 = the span walk (ssd_span.cu), -1 = the earlier three-phase kernels.
+// 116 = the span walk (ssd_span.cu), 232 / 264 = the lane walk (ssd_lanes.cu) with 32 / 64 columns of p
+// per block and two per lane (464: 264 at two blocks an SM, more registers), 316 / 332 = 16 / 32 columns
+// per block and one per lane, -1 = the earlier three-phase kernels.
 // Counter TFLOPs: the scan's main products, 2·2·P·N flops per row and head (C·S_start and the cell's
 // sum), per second; the H200's fp32 FMA peak is about 67 TFLOP/s.
 void BM_CudaSsdPrefillTiles(benchmark::State& state) {
@@ -230,6 +266,8 @@ BENCHMARK(BM_CudaSsdPrefillTiles)
     ->ArgsProduct({{1, 2, 8}, {32, 64}, {1, 116}})
     ->ArgsProduct({{32}, {16}, {1, 116}})
     ->ArgsProduct({{2, 4}, {16}, {-1}})
+    ->ArgsProduct({{1, 2, 3, 4, 8, 16, 32}, {16}, {232, 264, 464, 316, 332}})
+    ->ArgsProduct({{16}, {16}, {1, 116}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

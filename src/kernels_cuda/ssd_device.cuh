@@ -251,6 +251,20 @@ void span_probe(long long* device_buffer);
 void launch_span(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                  const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* y,
                  cudaStream_t s);
+// The lane walk (ssd_lanes.cu): the state in registers, a lane per (two columns of p, quarter of n),
+// one block per (sequence, head, tile of p); way: SsdPrefill's lanes shapes (232, 264, 464, 316, 332; 0:
+// automatic's, 264).
+bool lanes_supported(const SsdShape& sh, const ScanGrid& g);
+// Whether automatic takes it (the shapes it was measured faster on: N = 128, G = 16, P % 64 == 0).
+bool lanes_preferred(const SsdShape& sh, const ScanGrid& g);
+// Benchmarks only: where the lane walk's first block writes thread 0's clock cycles summed over its
+// cells (6 values: wait for the cell's copies, quarters/cum/coefficients, next copies issued, outputs,
+// delta and fold; the cell count), or nullptr; and how many of its blocks an SM holds.
+void lanes_probe(long long* device_buffer);
+int lanes_resident(int way, const SsdShape& sh);
+void launch_lanes(int way, int active_seqs, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
+                  const float* xbc, int ld, const float* dt, const float* A, const float* D, const SsdState& st,
+                  const float* band, float* y, cudaStream_t s);
 void launch_walk(int tile_p, int active_seqs, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
                  const float* xbc, int ld, const float* dt, const float* A, const float* D, const SsdState& st,
                  const float* band, float* y, cudaStream_t s);

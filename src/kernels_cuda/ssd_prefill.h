@@ -11,7 +11,8 @@ namespace parity::cuda {
 
 enum class SsdPrefill {
   automatic = 0,  // the span walk for a batch too small for the walk's blocks to fill the GPU, else the
-                  // fused walk with its tile chosen from the batch's size
+                  // lane walk (shape 264) at G = 16, N = 128, P % 64 == 0, else the fused walk with its
+                  // tile chosen by size
   walk = 1,       // the fused walk with its tile chosen from the batch's size (automatic's choice past
                   // the span walk's batches; the benchmarks time it beside the span walk)
   walk16 = 16,    // the fused walk (ssd_band.cu, ssd_walk.cu), 16, 32 or 64 columns of p per block
@@ -20,16 +21,32 @@ enum class SsdPrefill {
   span16 = 116,   // the span walk (ssd_band.cu, ssd_span.cu): K = 64 / G cells per step, 16 columns of p
                   // per block, rows copied by the TMA unit where 16-byte aligned (else cp.async);
                   // N % 4 == 0, N <= 128, G = 16, 32 or 64 (else it throws)
+  lanes = 200,    // the lane walk (ssd_band.cu, ssd_lanes.cu): the state in registers, one block per
+                  // (sequence, head, tile of p), its shape chosen by size; N % 4 == 0, N <= 128,
+                  // G <= 16 (else it throws)
+  lanes32 = 232,  // the lane walk's shapes: 32 or 64 columns of p a block, two a lane;
+  lanes64 = 264,
+  lanes64r = 464,   // 64 columns, two a lane, two blocks an SM (more registers a thread than 264's three)
+  lanes1x16 = 316,  // 16 or 32 columns of p a block, one a lane (twice the lanes, half the work each)
+  lanes1x32 = 332,
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
 };
 
 // Whether the span walk takes this shape and grid.
 bool ssd_span_supported(const SsdShape& sh, const ScanGrid& g);
+// Whether the lane walk takes this shape and grid.
+bool ssd_lanes_supported(const SsdShape& sh, const ScanGrid& g);
 
 // Benchmarks only: where the span walk's first block writes the clock cycles of its steps (24 values:
 // wait for copies, cum and coefficients, deltas, fold, outputs, end barrier, next copies, as thread 0
 // sees them; the span count; each warp's own outputs step), or nullptr (the default: nothing written).
 void ssd_span_probe(long long* device_buffer);
+
+// Benchmarks only: the lane walk's probe (6 values: thread 0 of the first block's clock cycles summed
+// over its cells in each step: wait, quarters and coefficients, next copies, outputs, delta and fold;
+// the cell count), or nullptr; and how many of its blocks of one shape (232, 264, 464, 316, 332) an SM holds.
+void ssd_lanes_probe(long long* device_buffer);
+int ssd_lanes_resident(int way, const SsdShape& sh);
 
 // Scratch in floats that ssd_scan needs with this implementation on this grid.
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which);

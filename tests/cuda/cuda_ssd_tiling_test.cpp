@@ -1,5 +1,5 @@
-// The fused walk (ssd_band.cu + ssd_walk.cu) at each of its tiles, and the span walk (ssd_span.cu) at
-// both its block sizes where it takes the shape, against the three-phase kernels they replaced: every output row, every state (fp32 and bf16) and the replay ring must have the same bits,
+// The fused walk (ssd_band.cu + ssd_walk.cu) at each of its tiles, the span walk (ssd_span.cu) and the
+// lane walk (ssd_lanes.cu) where they take the shape, against the three-phase kernels they replaced: every output row, every state (fp32 and bf16) and the replay ring must have the same bits,
 // on shapes that hit the tiling's edges — cells not a multiple of the 16-row chunk, P not a multiple
 // of the tile, N not a multiple of 4 or 8 and above 128 (two passes), calls that start inside a cell,
 // staggered heads, several groups, several sequences per pass, an x row stride that is not a multiple
@@ -242,6 +242,10 @@ void expect_every_tile_matches_three_phase(const std::vector<Case>& cases) {
       if (cuda::ssd_span_supported(ssh, c.g)) {
         ways.push_back(SsdPrefill::span16);  // bulk copies where rows are aligned (pad 0 or 4), else cp.async
       }
+      if (cuda::ssd_lanes_supported(ssh, c.g))
+        for (SsdPrefill l : {SsdPrefill::lanes64, SsdPrefill::lanes64r, SsdPrefill::lanes32, SsdPrefill::lanes1x32,
+                             SsdPrefill::lanes1x16})
+          ways.push_back(l);
       for (SsdPrefill w : ways) {
         const std::string d = compare(want, run(c.sh, c.g, c.bf16, c.T, sched, w), c.sh);
         EXPECT_EQ(d, "") << name(c) << ", schedule " << sname << ", walk tile " << static_cast<int>(w);
@@ -317,6 +321,43 @@ TEST(CudaSsdTiling, SpanWalkMatchesThreePhase) {
                                          {e, {true, 64, true}, true, 150}});
 }
 
+// The lane walk (ssd_lanes.cu) at cells of up to 16 rows, on shapes at its edges: P below and above
+// its 64 columns (idle lanes, a second block of columns), N below 128 and not a multiple of 16 (a
+// quarter's last float4 partly idle), cells of 1, 5 and 16 rows, staggered and not, several groups,
+// bf16 states, calls that start inside a cell, rows not 16-byte aligned (pad 3) and aligned (pad 0).
+TEST(CudaSsdTiling, LaneWalkMatchesThreePhase) {
+  PARITY_REQUIRE_GPU();
+  const Shape m{2, 64, 128, 1}, m0{2, 64, 128, 1, 0};
+  const Shape a{4, 40, 20, 2};   // P = 40: 24 of the 64 columns idle; N = 20: 5 values a quarter
+  const Shape c{2, 72, 36, 2};   // P = 72: a second block of 8 columns; N = 36: 9 values a quarter
+  const Shape d{6, 16, 32, 3};   // three groups of two heads
+  for (const Shape& sh : {m, a, c, d})
+    for (int cell : {1, 5, 8, 16})
+      ASSERT_TRUE(cuda::ssd_lanes_supported({sh.H, sh.P, sh.N, sh.groups}, {true, cell, true})) << "cell " << cell;
+  expect_every_tile_matches_three_phase({{m, {true, 16, true}, false, 300},
+                                         {m0, {true, 16, true}, true, 300},
+                                         {m, {true, 16, false}, false, 97},
+                                         {m0, {false, 16, false}, false, 200},
+                                         {a, {true, 5, true}, true, 150},
+                                         {a, {false, 16, false}, false, 150},
+                                         {c, {true, 16, true}, false, 150},
+                                         {c, {true, 8, true}, true, 150},
+                                         {d, {true, 16, true}, true, 150},
+                                         {d, {true, 1, true}, false, 60}});
+}
+
+// What the lane walk takes and what it leaves to the others (ssd_scan throws if it is named for one).
+TEST(CudaSsdTiling, LaneWalkShapes) {
+  PARITY_REQUIRE_GPU();
+  const cuda::SsdShape m{32, 64, 128, 1};
+  EXPECT_TRUE(cuda::ssd_lanes_supported(m, {true, 16, true}));
+  EXPECT_TRUE(cuda::ssd_lanes_supported(m, {false, 16, false}));
+  EXPECT_FALSE(cuda::ssd_lanes_supported(m, {true, 17, true}));                // a cell above 16 rows
+  EXPECT_FALSE(cuda::ssd_lanes_supported(m, {false, 256, false}));             // plain mode's chunks
+  EXPECT_FALSE(cuda::ssd_lanes_supported({32, 64, 132, 1}, {true, 16, true}));  // N above 128
+  EXPECT_FALSE(cuda::ssd_lanes_supported({32, 64, 18, 1}, {true, 16, true}));   // N not a multiple of 4
+}
+
 // What the span walk takes and what it leaves to the walk (ssd_scan throws if it is named for one).
 TEST(CudaSsdTiling, SpanWalkShapes) {
   PARITY_REQUIRE_GPU();
@@ -346,13 +387,15 @@ TEST(CudaSsdTiling, CompanionASmallChangeInOneInputIsSeen) {
   EXPECT_NE(first_difference(want.s32, got.s32, sh.N, "state"), "");
 }
 
-// The same for the span walk: x of row 37 (the third cell of the first span at G = 16) changed in
-// its fourth significant digit changes that row's output first, and the state.
+// The same for the span walk and the lane walk: x of row 37 (the third cell of the first span at
+// G = 16) changed in its fourth significant digit changes that row's output first, and the state.
 TEST(CudaSsdTiling, CompanionTheSpanWalkSeesASmallChange) {
   PARITY_REQUIRE_GPU();
   const cuda::ScanGrid g{true, 16, true};
   for (const auto& [sh, way] : {std::pair<Shape, SsdPrefill>{{2, 64, 128, 1}, SsdPrefill::span16},
-                                {{2, 64, 128, 1, 0}, SsdPrefill::span16}}) {
+                                {{2, 64, 128, 1, 0}, SsdPrefill::span16},
+                                {{2, 64, 128, 1}, SsdPrefill::lanes64},
+                                {{2, 64, 128, 1, 0}, SsdPrefill::lanes1x16}}) {
     const Result want = run(sh, g, false, 150, whole(150), SsdPrefill::three_phase);
     const Result same = run(sh, g, false, 150, whole(150), way);
     EXPECT_EQ(compare(want, same, sh), "") << "way " << static_cast<int>(way);
