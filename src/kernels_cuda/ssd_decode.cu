@@ -54,19 +54,6 @@ __host__ __device__ inline DecodeLayout decode_layout(const SsdShape& sh, int ce
   return l;
 }
 
-// The head that launch slot y works on (see the file comment): a rotation of the heads that starts
-// at the first one whose cell ends at this row, i.e. whose stagger offset is (start + 1) mod cell
-// (the offsets of exact_grid.h grow with the head number).
-__device__ inline int heavy_first_head(const ScanGrid& g, int H, int64_t start, int y) {
-  if (!g.stagger || g.cell <= 1) return y;
-  const int all = g.model_heads > 0 ? g.model_heads : H;
-  const int64_t o = (start + 1) % g.cell;
-  int h0 = static_cast<int>((o * all + g.cell - 1) / g.cell - g.first_head) % H;
-  if (h0 < 0) h0 += H;
-  const int h = h0 + y;
-  return h >= H ? h - H : h;
-}
-
 // The fold's delta over one stage's rows for the four elements (r, n..n+3) of the tile: each
 // element's chain Σ_i (w_i · x_i[p]) · B_i[n] continued over the stage's rows in ascending order
 // (ssd_deltas.cu's operations: xw = w_i · x_i[p], then fmaf(xw, B_i[n], acc)).

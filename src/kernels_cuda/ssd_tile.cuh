@@ -185,6 +185,21 @@ __device__ inline void tile_dots(const float* C, const Tile& t, const float* S, 
   }
 }
 
+// The head that launch slot y of a decode step works on: a rotation of the heads that starts at the
+// first one whose cell ends at this row, i.e. whose stagger offset is (start + 1) mod cell (the
+// offsets of exact_grid.h grow with the head number). Blocks start roughly in index order, so the
+// heads that fold (the most work) start first and the step does not end on one (launch order only:
+// no bits depend on it).
+__device__ inline int heavy_first_head(const ScanGrid& g, int H, int64_t start, int y) {
+  if (!g.stagger || g.cell <= 1) return y;
+  const int all = g.model_heads > 0 ? g.model_heads : H;
+  const int64_t o = (start + 1) % g.cell;
+  int h0 = static_cast<int>((o * all + g.cell - 1) / g.cell - g.first_head) % H;
+  if (h0 < 0) h0 += H;
+  const int h = h0 + y;
+  return h >= H ? h - H : h;
+}
+
 // Shared-memory carve-up: consecutive float arrays, each starting on 16 bytes.
 struct Carve {
   std::size_t at = 0;
