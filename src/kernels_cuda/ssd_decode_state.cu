@@ -19,7 +19,7 @@ namespace parity::cuda::ssd {
 namespace {
 
 struct StateLayout {
-  std::size_t S, C, xt, intra, w, cj, total;  // floats
+  std::size_t S, C, xt, intra, w, rowp, cj, total;  // floats (rowp: 2·cell pointers)
 };
 __host__ __device__ inline StateLayout state_layout(const SsdShape& sh, int cell, int tp, bool bf16) {
   Carve c;
@@ -29,6 +29,7 @@ __host__ __device__ inline StateLayout state_layout(const SsdShape& sh, int cell
   l.xt = c.take(tp);
   l.intra = c.take(tp);
   l.w = c.take(cell);
+  l.rowp = c.take(4 * static_cast<std::size_t>(cell));
   l.cj = c.take(1);
   l.total = c.at;
   return l;
@@ -36,9 +37,9 @@ __host__ __device__ inline StateLayout state_layout(const SsdShape& sh, int cell
 
 __device__ inline void wait_for_replay() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
-// Grid: x = sequence · tiles + p-tile, y = launch slot of the head. 64 registers unbounded (the fold's
-// loop; 40 without it): 8 blocks an SM, which the default tile's shared memory also allows.
-__global__ void __launch_bounds__(kStepThreads)
+// Grid: x = sequence · tiles + p-tile, y = launch slot of the head. 12 blocks an SM (40 registers; 48
+// unbounded): what the default tile's shared memory allows (18 KB fp32 or bf16); the SSU holds 13.
+__global__ void __launch_bounds__(kStepThreads, 12)
     decode_state_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* Dskip,
                         SsdState st, const float* records, int TP, int tiles, float* y) {
   const int seq = static_cast<int>(blockIdx.x) / tiles, z = static_cast<int>(blockIdx.x) - seq * tiles;
@@ -88,28 +89,29 @@ __global__ void __launch_bounds__(kStepThreads)
   if (!fold) return;
 
   // The fold. Source row i: this call's row (i = j) or the ring's (x: the head's slots from its
-  // cell's first row's, mod cell; B: position mod cell).
+  // cell's first row's, mod cell; B: position mod cell), its two addresses looked up from a table
+  // (fewer live registers in the loop than carrying the ring slots: 48 for the kernel against 64).
+  const float** xrow = reinterpret_cast<const float**>(smem + lo.rowp);
+  const float** brow = xrow + cell;
+  for (int i = tid; i < rows; i += kStepThreads) {
+    const int xs = ring_x_slot(g, h, H, c.start + i), bs = static_cast<int>((c.start + i) % cell);
+    xrow[i] = i == j ? cur + static_cast<std::size_t>(h) * P + t.p0
+                     : st.ring_x + ((static_cast<std::size_t>(slot) * H + h) * cell + xs) * P + t.p0;
+    brow[i] = i == j ? cur + I + static_cast<std::size_t>(grp) * N
+                     : st.ring_B + ((static_cast<std::size_t>(slot) * sh.groups + grp) * cell + bs) * N;
+  }
+  __syncthreads();
   const float decay = exp_f(cj);  // ssd_deltas.cu's cell_decay: exp(cum_{L-1})
-  const float* xring = st.ring_x + (static_cast<std::size_t>(slot) * H + h) * cell * P + t.p0;
-  const float* bring = st.ring_B + (static_cast<std::size_t>(slot) * sh.groups + grp) * cell * N;
-  const int xs0 = ring_x_slot(g, h, H, c.start), bs0 = static_cast<int>(c.start % cell);
-  const float* xcur = cur + static_cast<std::size_t>(h) * P + t.p0;
-  const float* bcur = cur + I + static_cast<std::size_t>(grp) * N;
   for (Walk w(N / 4); w.r < tp; w.next()) {
     const int n = 4 * w.c, e = w.r * N + n;
     float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    int xsl = xs0, bsl = bs0;
     for (int i = 0; i < rows; ++i) {
-      const bool now = i == j;
-      const float* xr = now ? xcur : xring + static_cast<std::size_t>(xsl) * P;
-      const float* br = (now ? bcur : bring + static_cast<std::size_t>(bsl) * N) + n;
-      const float xw = ws[i] * xr[w.r];  // ssd_deltas.cu: xw = w_i · x_i[p], then fmaf(xw, B_i[n], acc)
+      const float* br = brow[i] + n;
+      const float xw = ws[i] * xrow[i][w.r];  // ssd_deltas.cu: xw = w_i · x_i[p], then fmaf(xw, B_i[n], acc)
       a[0] = fmaf(xw, br[0], a[0]);
       a[1] = fmaf(xw, br[1], a[1]);
       a[2] = fmaf(xw, br[2], a[2]);
       a[3] = fmaf(xw, br[3], a[3]);
-      xsl = xsl + 1 == cell ? 0 : xsl + 1;
-      bsl = bsl + 1 == cell ? 0 : bsl + 1;
     }
     const float4 s = tile_load4(t, S, raw, bf16, w.r, n);
     const float v[4] = {fold_element(decay, s.x, a[0], bf16), fold_element(decay, s.y, a[1], bf16),
