@@ -8,7 +8,7 @@
 //
 // A block copies its state tile, C_t and x_t first (none is written by the replay), then waits for
 // the replay grid (griddepcontrol.wait: a no-op when launched without programmatic serialization),
-// then copies the record. What is left after the state arrives is the SSU's shape: the dots and the
+// then reads the record. What is left after the state arrives is the SSU's shape: the dots and the
 // output, no replay work. Heads are launched heaviest-first as in ssd_decode.cu (heavy_first_head).
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/smem_limit.h"
@@ -19,7 +19,7 @@ namespace parity::cuda::ssd {
 namespace {
 
 struct StateLayout {
-  std::size_t S, C, xt, intra, w, rowp, cj, total;  // floats (rowp: 2·cell pointers)
+  std::size_t S, C, xt, intra, w, rowp, total;  // floats (rowp: 2·cell pointers)
 };
 __host__ __device__ inline StateLayout state_layout(const SsdShape& sh, int cell, int tp, bool bf16) {
   Carve c;
@@ -30,7 +30,6 @@ __host__ __device__ inline StateLayout state_layout(const SsdShape& sh, int cell
   l.intra = c.take(tp);
   l.w = c.take(cell);
   l.rowp = c.take(4 * static_cast<std::size_t>(cell));
-  l.cj = c.take(1);
   l.total = c.at;
   return l;
 }
@@ -63,7 +62,6 @@ __global__ void __launch_bounds__(kStepThreads, 12)
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   float *S = smem + lo.S, *Cs = smem + lo.C, *xt = smem + lo.xt, *intra = smem + lo.intra, *ws = smem + lo.w;
-  float* cjs = smem + lo.cj;
   uint16_t* raw = reinterpret_cast<uint16_t*>(smem + lo.S);
 
   const float* cur = xbc + static_cast<std::size_t>(row0) * ld;
@@ -74,15 +72,16 @@ __global__ void __launch_bounds__(kStepThreads, 12)
   cp_async_commit();
   const float Dh = Dskip[h];
 
+  // The record, read through L2 (ld.global.cg: it was written by the replay grid, on other SMs, while
+  // this block may already have been running).
   wait_for_replay();
   const float* rec = records + (static_cast<std::size_t>(seq) * H + h) * replay_record_floats(P, cell);
-  stage_vec(intra, rec + replay_intra_at() + t.p0, tp);
-  if (tid == 0) cp_async4(cjs, rec);
-  if (fold) stage_vec(ws, rec + replay_w_at(P), rows);
-  cp_async_commit();
+  for (int r = tid; r < tp; r += kStepThreads) intra[r] = __ldcg(rec + replay_intra_at() + t.p0 + r);
+  if (fold)
+    for (int i = tid; i < rows; i += kStepThreads) ws[i] = __ldcg(rec + replay_w_at(P) + i);
+  const float cj = __ldcg(rec);
   cp_async_wait<0>();
   __syncthreads();
-  const float cj = *cjs;
 
   float* yrow = y + static_cast<std::size_t>(row0) * I + static_cast<std::size_t>(h) * P + t.p0;
   tile_dots(Cs, t, S, raw, bf16, [&](int r, float dot) { yrow[r] = row_output(cj, dot, intra[r], Dh, xt[r]); });
