@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   const int64_t start = p.start[seq];
   if (!uses_decode_row(g, n_rows)) return;
   const int H = sh.H, P = sh.P, N = sh.N, cell = g.cell;
-  const int h = heavy_first_head(g, H, start, blockIdx.y);
+  const int h = heavy_first_head(g, H, static_cast<int>(start % cell), blockIdx.y);
   const Tile t = tile_of(sh, slot, h, TP, z);
   const int grp = h / sh.heads_per_group(), Np = t.Np, tp = t.tp;
   const bool bf16 = st.state_f32 == nullptr;

@@ -50,14 +50,15 @@ __global__ void __launch_bounds__(kStepThreads, 12)
     return;
   }
   const int H = sh.H, P = sh.P, N = sh.N, cell = g.cell;
-  const int h = heavy_first_head(g, H, start, blockIdx.y);
+  const int tmod = static_cast<int>(start % cell);  // the one 64-bit division (row_in_cell)
+  const int h = heavy_first_head(g, H, tmod, blockIdx.y);
   const Tile t = tile_of(sh, slot, h, TP, z);
   const int grp = h / sh.heads_per_group(), tp = t.tp;
   const bool bf16 = st.state_f32 == nullptr;
   const StateLayout lo = state_layout(sh, cell, TP, bf16);
-  const Cell c = call_cell(g, h, H, start, 0);
-  const int j = static_cast<int>(start - c.start), rows = j + 1;
-  const bool fold = start + 1 == c.end;
+  const RowInCell rc = row_in_cell(g, h, H, start, tmod);
+  const int j = rc.j, rows = j + 1;
+  const bool fold = rc.fold;
 
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
@@ -93,7 +94,8 @@ __global__ void __launch_bounds__(kStepThreads, 12)
   const float** xrow = reinterpret_cast<const float**>(smem + lo.rowp);
   const float** brow = xrow + cell;
   for (int i = tid; i < rows; i += kStepThreads) {
-    const int xs = ring_x_slot(g, h, H, c.start + i), bs = static_cast<int>((c.start + i) % cell);
+    const int xs = rc.xs0 + i >= cell ? rc.xs0 + i - cell : rc.xs0 + i;  // ring slots of row i
+    const int bs = tmod - j + i < 0 ? tmod - j + i + cell : tmod - j + i;
     xrow[i] = i == j ? cur + static_cast<std::size_t>(h) * P + t.p0
                      : st.ring_x + ((static_cast<std::size_t>(slot) * H + h) * cell + xs) * P + t.p0;
     brow[i] = i == j ? cur + I + static_cast<std::size_t>(grp) * N

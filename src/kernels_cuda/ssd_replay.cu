@@ -64,19 +64,21 @@ __global__ void __launch_bounds__(kStepThreads) replay_kernel(SsdShape sh, ScanG
 
   // Every head's row index j in its cell and its ring slot of the cell's first row; the block's
   // deepest j.
+  const int bt = static_cast<int>(start % cell);  // also the B ring slot of position t
   int jh[kWarps] = {0, 0, 0, 0}, xs0[kWarps] = {0, 0, 0, 0};
   int jmax = 0;
   for (int k = 0; k < nh; ++k) {
-    const int64_t cs = call_cell(g, h0 + k, H, start, 0).start;
-    jh[k] = static_cast<int>(start - cs);
-    xs0[k] = ring_x_slot(g, h0 + k, H, cs);
+    const RowInCell rc = row_in_cell(g, h0 + k, H, start, bt);
+    jh[k] = rc.j;
+    xs0[k] = rc.xs0;
     jmax = jh[k] > jmax ? jh[k] : jmax;
   }
   const bool mine = warp < nh;
-  const int h = h0 + (mine ? warp : 0);
-  const Cell c = call_cell(g, h, H, start, 0);
-  const int j = jh[mine ? warp : 0], rows = j + 1;
-  const bool fold = start + 1 == c.end;
+  const int kw = mine ? warp : 0;
+  const int h = h0 + kw;
+  const RowInCell own = row_in_cell(g, h, H, start, bt);
+  const int j = own.j, rows = j + 1;
+  const bool fold = own.fold;
 
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
@@ -91,7 +93,6 @@ __global__ void __launch_bounds__(kStepThreads) replay_kernel(SsdShape sh, ScanG
   // Sources: B of position t - d (d = 0: this call's row; else the ring, slot = position mod cell);
   // head k's x row i and dt of row i (i = its j: this call's; else its ring slot).
   const std::size_t bbase = (static_cast<std::size_t>(slot) * sh.groups + grp) * cell;
-  const int bt = static_cast<int>(start % cell);  // B ring slot of position t
   auto B_of = [&](int d) -> const float* {
     return d == 0 ? cur + I + static_cast<std::size_t>(grp) * N
                   : st.ring_B + (bbase + static_cast<std::size_t>(bt - d < 0 ? bt - d + cell : bt - d)) * N;
@@ -102,7 +103,6 @@ __global__ void __launch_bounds__(kStepThreads) replay_kernel(SsdShape sh, ScanG
     if (i == jh[k]) return cur + static_cast<std::size_t>(hk) * P;
     return st.ring_x + ((static_cast<std::size_t>(slot) * H + hk) * cell + x_slot(k, i)) * P;
   };
-  const int kw = mine ? warp : 0;
   auto dt_of = [&](int i) -> const float* {
     if (i == j) return dt + static_cast<std::size_t>(row0) * H + h;
     return st.ring_dt + (static_cast<std::size_t>(slot) * H + h) * cell + x_slot(kw, i);

@@ -185,16 +185,46 @@ __device__ inline void tile_dots(const float* C, const Tile& t, const float* S, 
   }
 }
 
-// The head that launch slot y of a decode step works on: a rotation of the heads that starts at the
-// first one whose cell ends at this row, i.e. whose stagger offset is (start + 1) mod cell (the
-// offsets of exact_grid.h grow with the head number). Blocks start roughly in index order, so the
-// heads that fold (the most work) start first and the step does not end on one (launch order only:
-// no bits depend on it).
-__device__ inline int heavy_first_head(const ScanGrid& g, int H, int64_t start, int y) {
+// A one-row exact call's place in head h's cell: the row's index j in it, the x ring slot of the
+// cell's first row, whether the row ends the cell (the fold). The values of call_cell and
+// ring_x_slot (ssd_device.cuh) for that row, from tmod = start mod cell in 32-bit arithmetic (a
+// block's index math was dozens of 64-bit divisions, each a long serial routine). A cell starts at
+// the head's offset o plus a multiple of the cell, so its first row's x slot is 0; the first cell
+// ([0, o) when o > 0) is the exception: slot cell − o.
+struct RowInCell {
+  int j, xs0;
+  bool fold;
+};
+__device__ inline int head_offset32(const ScanGrid& g, int h, int H) {
+  const int all = g.model_heads > 0 ? g.model_heads : H;
+  return g.exact && g.stagger ? (g.first_head + h) * g.cell / all % g.cell : 0;
+}
+__device__ inline RowInCell row_in_cell(const ScanGrid& g, int h, int H, int64_t start, int tmod) {
+  const int o = head_offset32(g, h, H);
+  RowInCell r;
+  if (start < o) {  // the head's first cell, [0, o)
+    r.j = static_cast<int>(start);
+    r.xs0 = g.cell - o;
+    r.fold = start + 1 == o;
+  } else {
+    const int d = tmod - o;
+    r.j = d < 0 ? d + g.cell : d;
+    r.xs0 = 0;
+    r.fold = r.j == g.cell - 1;
+  }
+  return r;
+}
+
+// The head that launch slot y of a decode step works on (tmod = start mod cell): a rotation of the
+// heads that starts at the first one whose cell ends at this row, i.e. whose stagger offset is
+// (start + 1) mod cell (the offsets of exact_grid.h grow with the head number). Blocks start roughly
+// in index order, so the heads that fold (the most work) start first and the step does not end on
+// one (launch order only: no bits depend on it).
+__device__ inline int heavy_first_head(const ScanGrid& g, int H, int tmod, int y) {
   if (!g.stagger || g.cell <= 1) return y;
   const int all = g.model_heads > 0 ? g.model_heads : H;
-  const int64_t o = (start + 1) % g.cell;
-  int h0 = static_cast<int>((o * all + g.cell - 1) / g.cell - g.first_head) % H;
+  const int o = tmod + 1 == g.cell ? 0 : tmod + 1;
+  int h0 = ((o * all + g.cell - 1) / g.cell - g.first_head) % H;
   if (h0 < 0) h0 += H;
   const int h = h0 + y;
   return h >= H ? h - H : h;
