@@ -44,7 +44,7 @@ __host__ __device__ inline ReplayLayout replay_layout(const SsdShape& sh, int ce
 }
 
 // Grid: x = sequence, y = group · chunks + chunk; heads (group, chunk·4 + warp).
-__global__ void __launch_bounds__(kStepThreads) replay_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc,
+__global__ void __launch_bounds__(kStepThreads, 8) replay_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc,
                                                               int ld, const float* dt, const float* A, SsdState st,
                                                               int chunks, float* records) {
   // The state half (launched after this one with programmatic serialization) may start now: it
@@ -113,19 +113,10 @@ __global__ void __launch_bounds__(kStepThreads) replay_kernel(SsdShape sh, ScanG
     stage_rows(Bs, Np, rc, N, [&](int i) { return B_of(d0 + i); });
   };
   auto stage_x = [&](int i0) {
-    const int q = P % 4 == 0 ? P / 4 : P;  // 16-byte pieces where the rows allow, else floats
-    for (int e = tid; e < nh * R * q; e += kStepThreads) {
-      const int k = e / (R * q), rem = e - k * R * q, ii = rem / q, piece = rem - ii * q;
-      if (i0 + ii > jh[k]) continue;
-      const float* src = x_of(k, i0 + ii);
-      float* dst = xs + (static_cast<std::size_t>(k) * R + ii) * XP;
-      if (q == P) {
-        cp_async4(dst + piece, src + piece);
-      } else if (aligned16(src + 4 * piece)) {
-        cp_async16(dst + 4 * piece, src + 4 * piece);
-      } else {
-        for (int m = 0; m < 4; ++m) cp_async4(dst + 4 * piece + m, src + 4 * piece + m);
-      }
+    for (int k = 0; k < nh; ++k) {
+      const int rc = jh[k] + 1 - i0 < R ? jh[k] + 1 - i0 : R;
+      if (rc > 0)
+        stage_rows(xs + static_cast<std::size_t>(k) * R * XP, XP, rc, P, [&](int ii) { return x_of(k, i0 + ii); });
     }
   };
 
