@@ -242,11 +242,9 @@ double copy_bandwidth();
 // must move at the device's copy rate (plain: the state read and written; exact: the state read,
 // the folding heads' share (1/G) written, the replayed x rows read, the row's x into the ring);
 // x_floor = mean / floor_us.
-void decode_ssm(benchmark::State& state, int batch, int cell, bool bf16, int tile,
-                cuda::SsdDecode way = cuda::SsdDecode::automatic) {
+void decode_ssm(benchmark::State& state, int batch, int cell, bool bf16, int tile) {
   if (!have_gpu(state)) return;
   cuda::ssd_force_step_tile(tile);
-  cuda::ssd_force_decode(way);
   const cuda::ScanGrid g{cell != 0, cell != 0 ? cell : cuda::kMaxCell, cell != 0};
   ScanBench b(g, bf16, batch, 1);
   int64_t pos = 1000;
@@ -267,7 +265,6 @@ void decode_ssm(benchmark::State& state, int batch, int cell, bool bf16, int til
     ++pos;
   }
   cuda::ssd_force_step_tile(0);
-  cuda::ssd_force_decode(cuda::SsdDecode::automatic);
   double worst = 0, total = 0;
   for (std::size_t k = 0; k < per.size(); ++k) {
     if (cnt[k]) worst = std::max(worst, per[k] / cnt[k]);
@@ -295,19 +292,6 @@ void BM_CudaDecodeSsm(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaDecodeSsm)
     ->ArgsProduct({{1, 8, 64, 256}, {0, 8, 16, 32, 64, 256}, {0, 1}})
-    ->Iterations(kDecodeSteps)
-    ->UseManualTime()
-    ->Unit(benchmark::kMicrosecond);
-// The same with exact mode's decode implementation named (arg3: 1 = one kernel, ssd_decode.cu; 2 = the
-// split, replay then state blocks overlapped by programmatic dependent launch; 3 = the split without
-// the overlap; 4 / 5 = the split's replay / state launch alone, wrong outputs, to time each half), the
-// tile as each chooses it: the old and the new side by side in one run.
-void BM_CudaDecodeSsmWay(benchmark::State& state) {
-  decode_ssm(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), state.range(2) != 0, 0,
-             static_cast<cuda::SsdDecode>(state.range(3)));
-}
-BENCHMARK(BM_CudaDecodeSsmWay)
-    ->ArgsProduct({{1, 64, 256}, {16}, {0, 1}, {1, 2, 3, 4, 5}})
     ->Iterations(kDecodeSteps)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

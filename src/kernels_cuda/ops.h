@@ -121,7 +121,7 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
 
 // Whether the pass handles sequence (start, n) by the one-token SSU update (plain mode's decode).
 PARITY_HD inline bool uses_ssu(const ScanGrid& g, int64_t start, int n) { return !g.exact && n == 1 && start > 0; }
-// Whether it handles it by the exact one-row decode (ssd_replay.cuh, ssd_decode.cu): for every such
+// Whether it handles it by the exact one-row decode (ssd_decode.cu): one launch for every such
 // sequence of the pass, the row's output from the cell's start state and replayed rows, the fold
 // when the row completes a head's cell. The three SSD phases get no cell task for it.
 PARITY_HD inline bool uses_decode_row(const ScanGrid& g, int n) { return g.exact && n == 1; }

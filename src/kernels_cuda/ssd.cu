@@ -14,9 +14,8 @@
 //         cells) per step, larger blocks and the next rows prefetched;
 // then (exact) ring: the call's last rows of every head's open cell into the replay ring. One-row
 // calls skip them: plain mode's decode is the SSU update (ssd_ssu.cu), exact mode's the one-row
-// decode, which computes the row, folds a completed cell and writes the ring for the whole batch: by
-// default in two launches (ssd_replay.cuh: the replay once per group of heads, then the state
-// blocks), or in one (ssd_decode.cu; ssd_prefill.h's SsdDecode chooses). Every value is one fixed sequence of fp32 operations (dot products
+// decode (ssd_decode.cu), which computes the row, folds a completed cell and writes the ring in one
+// launch for the whole batch. Every value is one fixed sequence of fp32 operations (dot products
 // over n ascending, sums over rows ascending, cum as a left-to-right sum); which call, pass or tile
 // a row came in changes nothing in it. The earlier three-phase kernels (ssd_deltas.cu, ssd_chain.cu,
 // ssd_outputs.cu: per-cell sums, a chain that stores every cell's start state in scratch, outputs)
@@ -30,7 +29,6 @@
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ssd_device.cuh"
 #include "kernels_cuda/ssd_prefill.h"
-#include "kernels_cuda/ssd_replay.cuh"
 #include "kernels_cuda/ssd_tile.cuh"
 
 namespace parity::cuda {
@@ -72,34 +70,15 @@ __global__ void dt_kernel(const float* dt_raw, int ld, int H, const float* bias,
 }
 
 std::atomic<int> forced_tile{0};
-std::atomic<int> forced_decode{0};
-
-SsdDecode decode_way() {
-  const auto w = static_cast<SsdDecode>(forced_decode.load());
-  return w == SsdDecode::automatic ? SsdDecode::split : w;
-}
-
-// Scratch floats before the decode records: the multi-row part's (band, or the three-phase states),
-// rounded up to 16 bytes.
-std::size_t multi_row_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which) {
-  std::size_t f = 0;
-  if (which == SsdPrefill::three_phase)
-    f = static_cast<std::size_t>(p.num_cell_tasks) * sh.H * (static_cast<std::size_t>(sh.P) * sh.N + 1);
-  else if (p.num_cell_tasks > 0)
-    f = static_cast<std::size_t>(p.num_rows) * sh.groups * g.cell;
-  return (f + 3) / 4 * 4;
-}
 
 }  // namespace
 
 void ssd_force_step_tile(int rows_of_p) { forced_tile.store(rows_of_p); }
-void ssd_force_decode(SsdDecode which) { forced_decode.store(static_cast<int>(which)); }
 
-// Rows of p per block, by kernel and state dtype: plain and exact's split decode (whose state blocks
-// do no replay work), a 16 KB tile (kDefaultTileFloats floats fp32: 32 rows at N = 128; twice the
-// rows bf16); exact's one-kernel decode, the largest tile (kMaxTileFloats: the whole head at
-// N = 128), whose replay work (dt, cum, the C·B coefficients, the intra-cell sums: the same for every
-// tile of a head) is then done once per head. Halved down to 16 rows while the batch gives
+// Rows of p per block, by kernel and state dtype: plain, a 16 KB tile (kDefaultTileFloats floats
+// fp32: 32 rows at N = 128; twice the rows bf16); exact, the largest tile (kMaxTileFloats: the whole
+// head at N = 128), whose replay work (dt, cum, the C·B coefficients, the intra-cell sums: the same
+// for every tile of a head) is then done once per head. Halved down to 16 rows while the batch gives
 // fewer than 2048 blocks (a small batch then still spreads over the SMs). At most kMaxTileFloats per
 // tile and one row per thread (the row's outputs). H200, batch 64 (BM_CudaDecodeSsm, session 9):
 // exact G=16 fp32 47.3 -> 43.4 us (32 rows before), exact bf16 42.7 -> 30.7, plain bf16 30.3 -> 25.3;
@@ -108,9 +87,7 @@ int ssd_step_tile(const SsdShape& sh, int seqs, bool exact, bool bf16) {
   const int most = std::min(sh.P, std::min(ssd::kStepThreads, std::max(1, ssd::kMaxTileFloats / sh.N)));
   const int forced = forced_tile.load();
   if (forced > 0) return std::min(forced, most);
-  const int floats = exact && decode_way() == SsdDecode::one_kernel ? ssd::kMaxTileFloats
-                     : bf16                                         ? 2 * ssd::kDefaultTileFloats
-                                                                    : ssd::kDefaultTileFloats;
+  const int floats = exact ? ssd::kMaxTileFloats : bf16 ? 2 * ssd::kDefaultTileFloats : ssd::kDefaultTileFloats;
   int tp = std::min(most, std::max(1, floats / sh.N));
   while (tp > 16 && static_cast<long>(seqs) * sh.H * ((sh.P + tp - 1) / tp) < 2048) tp = (tp + 1) / 2;
   return tp;
@@ -126,9 +103,10 @@ void ssd_dt(const float* dt_raw, int ld, int T, int H, const float* dt_bias, flo
 bool ssd_span_supported(const SsdShape& sh, const ScanGrid& g) { return ssd::span_supported(sh, g); }
 void ssd_span_probe(long long* device_buffer) { ssd::span_probe(device_buffer); }
 
-// The multi-row part's scratch, then (exact one-row calls, the split decode) the replay's records.
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which) {
-  return multi_row_floats(sh, p, g, which) + ssd::replay_floats(sh, p, g.cell);
+  if (which == SsdPrefill::three_phase)
+    return static_cast<std::size_t>(p.num_cell_tasks) * sh.H * (static_cast<std::size_t>(sh.P) * sh.N + 1);
+  return p.num_cell_tasks > 0 ? static_cast<std::size_t>(p.num_rows) * sh.groups * g.cell : 0;
 }
 
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
@@ -176,17 +154,7 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
                   std::to_string(ssd::kMaxTileFloats) + "; got " + std::to_string(sh.N));
     const int tp = ssd_step_tile(sh, p.num_seqs, g.exact, st.state_f32 == nullptr);
     if (p.num_ssu_seqs > 0) ssd::launch_ssu(sh, g, p, xbc, ld_xbc, dt, A, D, st, tp, y, s);
-    if (p.num_decode_seqs > 0) {
-      const SsdDecode way = decode_way();
-      if (way == SsdDecode::one_kernel) {
-        ssd::launch_decode(sh, g, p, xbc, ld_xbc, dt, A, D, st, tp, y, s);
-      } else {
-        float* records = scratch + multi_row_floats(sh, p, g, which);
-        if (way != SsdDecode::state_only) ssd::launch_replay(sh, g, p, xbc, ld_xbc, dt, A, st, records, s);
-        if (way != SsdDecode::replay_only)
-          ssd::launch_decode_state(sh, g, p, xbc, ld_xbc, D, st, records, tp, way == SsdDecode::split, y, s);
-      }
-    }
+    if (p.num_decode_seqs > 0) ssd::launch_decode(sh, g, p, xbc, ld_xbc, dt, A, D, st, tp, y, s);
   }
   if (g.exact && p.num_cell_tasks > 0) {  // multi-row exact calls (every one has cell tasks)
     ssd_ring_kernel<<<dim3(p.num_seqs, sh.H), 64, 0, s>>>(sh, g, p, xbc, ld_xbc, dt, st);

@@ -31,7 +31,7 @@ constexpr int kStageRows = 32;  // replay rows staged at a time (a whole cell fo
 
 struct DecodeLayout {
   int R, XP;                                                     // rows per stage; row stride of the x stage
-  std::size_t S, B, x, C, dts, cum, wf, coef, inter, dacc, total;  // floats
+  std::size_t S, B, x, C, dts, cum, wf, coef, dacc, total;  // floats
 };
 __host__ __device__ inline DecodeLayout decode_layout(const SsdShape& sh, int cell, int tp, bool bf16) {
   DecodeLayout l{};
@@ -46,7 +46,6 @@ __host__ __device__ inline DecodeLayout decode_layout(const SsdShape& sh, int ce
   l.cum = c.take(cell);
   l.wf = c.take(l.R);
   l.coef = c.take(l.R);
-  l.inter = c.take(tp);
   // A cell longer than one stage: the fold's partial sums between stages (each element's chain
   // continues from the value kept here, so it is still one chain).
   l.dacc = c.take(cell > l.R ? static_cast<std::size_t>(tp) * sh.N : 0);
@@ -83,21 +82,22 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   const int64_t start = p.start[seq];
   if (!uses_decode_row(g, n_rows)) return;
   const int H = sh.H, P = sh.P, N = sh.N, cell = g.cell;
-  const int h = heavy_first_head(g, H, static_cast<int>(start % cell), blockIdx.y);
+  const int tmod = static_cast<int>(start % cell);  // the block's one 64-bit division (row_in_cell)
+  const int h = heavy_first_head(g, H, tmod, blockIdx.y);
   const Tile t = tile_of(sh, slot, h, TP, z);
   const int grp = h / sh.heads_per_group(), Np = t.Np, tp = t.tp;
   const bool bf16 = st.state_f32 == nullptr;
   const DecodeLayout lo = decode_layout(sh, cell, TP, bf16);
-  const Cell c = call_cell(g, h, H, start, 0);
-  const int j = static_cast<int>(start - c.start);  // the row's index in its cell
-  const int rows = j + 1;                            // source rows 0..j
-  const bool fold = start + 1 == c.end;              // the row completes the cell
+  const RowInCell ric = row_in_cell(g, h, H, start, tmod);
+  const int j = ric.j;         // the row's index in its cell
+  const int rows = j + 1;      // source rows 0..j
+  const bool fold = ric.fold;  // the row completes the cell
 
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   float *S = smem + lo.S, *Bs = smem + lo.B, *xs = smem + lo.x, *Cs = smem + lo.C;
   float *dts = smem + lo.dts, *cum = smem + lo.cum, *wf = smem + lo.wf, *coef = smem + lo.coef;
-  float *inter = smem + lo.inter, *dacc = smem + lo.dacc;
+  float* dacc = smem + lo.dacc;
   uint16_t* raw = reinterpret_cast<uint16_t*>(smem + lo.S);
   const int R = lo.R, XP = lo.XP;
 
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   const int I = H * P;
   const std::size_t xbase = (static_cast<std::size_t>(slot) * H + h) * cell;           // ring_x / ring_dt rows
   const std::size_t bbase = (static_cast<std::size_t>(slot) * sh.groups + grp) * cell;  // ring_B rows
-  const int xs0 = ring_x_slot(g, h, H, c.start), bs0 = static_cast<int>(c.start % cell);
+  const int xs0 = ric.xs0, bs0 = tmod - j < 0 ? tmod - j + cell : tmod - j;  // slots of the cell's first row
   auto wrap = [cell](int s) { return s >= cell ? s - cell : s; };
   auto x_row = [&](int i) -> const float* {
     return i == j ? cur + static_cast<std::size_t>(h) * P : st.ring_x + (xbase + wrap(xs0 + i)) * P;
@@ -123,12 +123,24 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
     stage_rows(xs, XP, rc, tp, [&](int i) { return x_row(i0 + i) + t.p0; });
   };
 
-  // Group 1: dt of rows 0..j, C_t, the first stage of rows. Group 2: the state tile.
+  // Group 1: dt of rows 0..j, C_t, the first stage of rows. Groups 2 and 3: the state tile's first
+  // 32 rows and the rest (empty for a tile of at most 32): the dots of the first 32 rows, one pass
+  // of tile_dots, run while the rest is still arriving.
   for (int i = tid; i < rows; i += kStepThreads) cp_async4(dts + i, dt_of(i));
   stage_vec(Cs, cur + I + static_cast<std::size_t>(sh.groups) * N + static_cast<std::size_t>(grp) * N, N);
   stage(0, rows < R ? rows : R);
   cp_async_commit();
-  stage_state(st, t, S, raw);
+  const int head_rows = tp < 32 ? tp : 32;
+  Tile t1 = t, t2 = t;  // rows [0, head_rows) and [head_rows, tp) of the tile
+  t1.tp = head_rows;
+  t2.p0 += head_rows;
+  t2.tp -= head_rows;
+  t2.base += static_cast<std::size_t>(head_rows) * N;
+  float* S2 = S + head_rows * t.Np;
+  uint16_t* raw2 = raw + head_rows * t.Nb;
+  stage_state(st, t1, S, raw);
+  cp_async_commit();
+  stage_state(st, t2, S2, raw2);
   cp_async_commit();
 
   // Row t into the replay ring, straight from this call's rows. No block of this launch reads
@@ -149,18 +161,25 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   }
 
   const float Ah = A[h], Dh = Dskip[h];
-  cp_async_wait<1>();  // group 1
+  cp_async_wait<2>();  // group 1
   __syncthreads();
-  for (int i = tid; i < rows; i += kStepThreads) cum[i] = cum_term(dts[i], Ah);
+  // cum: every thread runs the one left-to-right sum itself (cum_term, then c = c + term from 0:
+  // cum_scan's operations, so the same bits), thread i % 128 keeping cum_i; one barrier, where a
+  // scan by one thread through shared memory took two more and a serial load-add-store per row.
+  float cj = 0.0f;
+  for (int i = 0; i < rows; ++i) {
+    cj = cj + cum_term(dts[i], Ah);
+    if ((i & (kStepThreads - 1)) == tid) cum[i] = cj;
+  }
   __syncthreads();
-  if (tid == 0) cum_scan(cum, rows);
-  __syncthreads();
-  const float cj = cum[j];
 
-  // Stages of source rows: the coefficients, this thread's intra-cell sum (row p = tid of the
-  // tile), and, for a folding head in a cell longer than a stage, the fold's partial sums of
-  // every stage but the last.
-  float intra = 0.0f;
+  // Stages of source rows: the coefficients, the intra-cell sums, and, for a folding head in a cell
+  // longer than a stage, the fold's partial sums of every stage but the last. The intra-cell sum of
+  // row p is formed by the thread that will output row p: tile_dots gives row p = 32m + tid/4 to
+  // thread tid = 4·(p mod 32) (its quarter 0), so thread tid % 4 == 0 keeps the sums of rows
+  // tid/4 + 32m, m < 4 (tp ≤ 128), and writes those rows' outputs as their dots come.
+  float intra[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const bool outputs = (tid & 3) == 0;
   int i0 = 0;
   for (;;) {
     const int rc = rows - i0 < R ? rows - i0 : R;
@@ -170,8 +189,14 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
       coef[ii] = w * cb_dot(Cs, Bs + ii * Np, N);
     }
     __syncthreads();
-    if (tid < tp)
-      for (int ii = 0; ii < rc; ++ii) intra = fmaf(coef[ii], xs[ii * XP + tid], intra);
+    if (outputs) {
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int r = 32 * m + (tid >> 2);
+        if (r < tp)
+          for (int ii = 0; ii < rc; ++ii) intra[m] = fmaf(coef[ii], xs[ii * XP + r], intra[m]);
+      }
+    }
     if (i0 + R >= rows) break;  // the last stage stays on chip for the fold
     if (fold) {
       for (Walk w(N / 4); w.r < tp; w.next()) {
@@ -191,9 +216,21 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
     __syncthreads();
   }
 
-  cp_async_wait<0>();  // the state tile
+  // The outputs, a part of the tile as it arrives: y = row_output(cum_j, dot, intra, D, x_t), x_t
+  // from row j of the last stage.
+  float* yrow = y + static_cast<std::size_t>(row0) * I + static_cast<std::size_t>(h) * P + t.p0;
+  const float* xt = xs + (j - i0) * XP;
+  auto out = [&](int r, float dot) {
+    const int m = r >> 5;
+    const float a = m == 0 ? intra[0] : m == 1 ? intra[1] : m == 2 ? intra[2] : intra[3];
+    yrow[r] = row_output(cj, dot, a, Dh, xt[r]);
+  };
+  cp_async_wait<1>();  // the tile's first 32 rows
   __syncthreads();
-  tile_dots(Cs, t, S, raw, bf16, [&](int r, float dot) { inter[r] = dot; });
+  tile_dots(Cs, t1, S, raw, bf16, out);
+  cp_async_wait<0>();  // the rest
+  __syncthreads();
+  if (t2.tp > 0) tile_dots(Cs, t2, S2, raw2, bf16, [&](int r, float dot) { out(head_rows + r, dot); });
   if (fold) {
     const float decay = exp_f(cj);  // ssd_deltas.cu's cell_decay: exp(cum_{L-1})
     const int rc = rows - i0;
@@ -208,12 +245,6 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
                           fold_element(decay, s.z, a[2], bf16), fold_element(decay, s.w, a[3], bf16)};
       store4(st, t, e, v);
     }
-  }
-  __syncthreads();  // inter
-  if (tid < tp) {
-    const float xt = xs[(j - i0) * XP + tid];  // row t's x: row j, in the last stage
-    y[static_cast<std::size_t>(row0) * I + static_cast<std::size_t>(h) * P + t.p0 + tid] =
-        row_output(cj, inter[tid], intra, Dh, xt);
   }
 }
 

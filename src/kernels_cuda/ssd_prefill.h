@@ -23,23 +23,6 @@ enum class SsdPrefill {
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
 };
 
-// Which implementation of exact mode's one-row decode ssd_scan runs (the same bits either way).
-enum class SsdDecode {
-  automatic = 0,     // split
-  one_kernel = 1,    // ssd_decode.cu: one block per (sequence, p-tile, head) does the replay and the state
-  split = 2,         // ssd_replay.cuh: the replay once per (sequence, group, 4 heads), then the state blocks,
-                     // launched with programmatic dependent launch so that their state copies overlap it
-  split_serial = 3,  // the same two launches, the second after the first has completed (benchmarks: what
-                     // the overlap buys)
-  // Benchmarks only, wrong outputs: one of the split's two launches alone (the replay; the state
-  // blocks reading whatever records scratch holds), to time each half.
-  replay_only = 4,
-  state_only = 5,
-};
-// Forces the decode implementation for the calls that follow (automatic: the default). Tests and
-// benchmarks only; process-wide, like ssd_force_step_tile.
-void ssd_force_decode(SsdDecode which);
-
 // Whether the span walk takes this shape and grid.
 bool ssd_span_supported(const SsdShape& sh, const ScanGrid& g);
 

@@ -3,16 +3,14 @@
 // dots at a whole-head tile) and an odd one (P 18, N 20: rows of 5 sixteen-byte pieces, bf16 rows
 // copied 8 bytes at a time, a last p-tile of 2 rows, x rows that are not 16-byte aligned). Exact
 // mode: a batch decoded one row per pass at mixed cell positions equals each sequence's
-// single-shot prefill, rows and final state, for every p-tile and each implementation of the exact
-// decode (one kernel; the split replay + state launches, overlapped or not). Plain mode: the SSU
-// against its scalar twin, bit for bit.
+// single-shot prefill, rows and final state, for every p-tile. Plain mode: the SSU against its
+// scalar twin, bit for bit.
 #include <algorithm>
 #include <map>
 
 #include "kernels/math.h"
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/pass_plan.h"
-#include "kernels_cuda/ssd_prefill.h"
 #include "tests/cuda/gpu_test_support.h"
 #include "tests/cuda/ssd_scan_memory.h"
 
@@ -125,16 +123,6 @@ struct Forced {
   ~Forced() { cuda::ssd_force_step_tile(0); }
 };
 
-struct ForcedDecode {
-  explicit ForcedDecode(cuda::SsdDecode w) { cuda::ssd_force_decode(w); }
-  ~ForcedDecode() { cuda::ssd_force_decode(cuda::SsdDecode::automatic); }
-};
-
-const cuda::SsdDecode kWays[] = {cuda::SsdDecode::one_kernel, cuda::SsdDecode::split, cuda::SsdDecode::split_serial};
-std::string way_name(cuda::SsdDecode w) {
-  return w == cuda::SsdDecode::one_kernel ? "one kernel" : w == cuda::SsdDecode::split ? "split" : "split serial";
-}
-
 struct SeqRun {
   std::vector<float> y, state;
 };
@@ -191,19 +179,17 @@ std::vector<Stream> streams(const Shape& sh) {
 const Shape kShapes[] = {{4, 64, 128, 1}, {6, 18, 20, 2}};
 
 // Exact decode of the batch against the single shot, at every listed p-tile (those up to P).
-void check_exact(const Shape& sh, int cell, bool bf16, std::initializer_list<int> tiles,
-                 cuda::SsdDecode way = cuda::SsdDecode::automatic) {
+void check_exact(const Shape& sh, int cell, bool bf16, std::initializer_list<int> tiles) {
   const std::vector<Stream> ss = streams(sh);
   const cuda::ScanGrid g{true, cell, true};
   const std::vector<SeqRun> one = single_shot(sh, g, bf16, ss);
-  const ForcedDecode forced_way(way);
   for (int tile : tiles) {
     if (tile > sh.P) continue;
     const Forced forced(tile);
     const std::vector<SeqRun> dec = decoded(sh, g, bf16, ss);
     for (int k = 0; k < K; ++k) {
       const std::string what = sh.name() + " cell " + std::to_string(cell) + (bf16 ? " bf16" : " f32") + " tile " +
-                               std::to_string(tile) + " " + way_name(way) + " sequence " + std::to_string(k);
+                               std::to_string(tile) + " sequence " + std::to_string(k);
       ASSERT_EQ(diff(one[k].y, dec[k].y, sh.I()), "") << what << ": rows (row = position)";
       ASSERT_EQ(diff(one[k].state, dec[k].state, sh.N), "") << what << ": final state (row = head·P + p)";
     }
@@ -212,34 +198,9 @@ void check_exact(const Shape& sh, int cell, bool bf16, std::initializer_list<int
 
 TEST(CudaSsdStep, ExactDecodeEqualsSingleShotAtOtherShapes) {
   PARITY_REQUIRE_GPU();
-  for (cuda::SsdDecode way : kWays)
-    for (const Shape& sh : kShapes)
-      for (int cell : {16, 64})  // one stage of replay rows; two (sums carried between stages)
-        for (bool bf16 : {false, true}) check_exact(sh, cell, bf16, {0, 8, 16, 32, 64}, way);
-}
-
-// The split decode where a head's cell is shorter than the grid's (the stagger's first cell of each
-// head, every row of it decoded) and where the grid has no stagger (every head folds at once), and
-// with one row per cell (every row folds, nothing replayed).
-TEST(CudaSsdStep, SplitDecodeUnstaggeredAndOneRowCells) {
-  PARITY_REQUIRE_GPU();
   for (const Shape& sh : kShapes)
-    for (bool bf16 : {false, true})
-      for (int cell : {1, 16}) {
-        const std::vector<Stream> ss = streams(sh);
-        for (bool stagger : {false, true}) {
-          const cuda::ScanGrid g{true, cell, stagger};
-          const std::vector<SeqRun> one = single_shot(sh, g, bf16, ss);
-          const ForcedDecode forced_way(cuda::SsdDecode::split);
-          const std::vector<SeqRun> dec = decoded(sh, g, bf16, ss);
-          for (int k = 0; k < K; ++k) {
-            const std::string what = sh.name() + " cell " + std::to_string(cell) + (stagger ? " staggered" : "") +
-                                     (bf16 ? " bf16" : " f32") + " sequence " + std::to_string(k);
-            ASSERT_EQ(diff(one[k].y, dec[k].y, sh.I()), "") << what << ": rows (row = position)";
-            ASSERT_EQ(diff(one[k].state, dec[k].state, sh.N), "") << what << ": final state (row = head·P + p)";
-          }
-        }
-      }
+    for (int cell : {16, 64})  // one stage of replay rows; two (the fold's sums kept between stages)
+      for (bool bf16 : {false, true}) check_exact(sh, cell, bf16, {0, 8, 16, 32, 64});
 }
 
 // A short run of the above for compute-sanitizer (scripts/test-gpu.sh): the mixer's head, a whole
@@ -249,18 +210,39 @@ TEST(CudaSsdStep, ExactDecodeAtTheMixerShapeWholeHead) {
   for (bool bf16 : {false, true}) check_exact(kShapes[0], 64, bf16, {64});
 }
 
-// The checks above can fail: the single shot on another grid gives other rows, whichever way decodes.
+// The check above can fail: the single shot on another grid gives other rows.
 TEST(CudaSsdStep, CompanionSingleShotOnAnotherGridDiffers) {
   PARITY_REQUIRE_GPU();
-  for (cuda::SsdDecode way : kWays)
-    for (const Shape& sh : kShapes) {
-      const ForcedDecode forced_way(way);
-      const std::vector<Stream> ss = streams(sh);
-      const std::vector<SeqRun> dec = decoded(sh, {true, 16, true}, false, ss);
-      const std::vector<SeqRun> other = single_shot(sh, {true, 8, true}, false, ss);
-      for (int k = 0; k < K; ++k)
-        EXPECT_NE(diff(other[k].y, dec[k].y, sh.I()), "") << sh.name() << " " << way_name(way) << " sequence " << k;
-    }
+  for (const Shape& sh : kShapes) {
+    const std::vector<Stream> ss = streams(sh);
+    const std::vector<SeqRun> dec = decoded(sh, {true, 16, true}, false, ss);
+    const std::vector<SeqRun> other = single_shot(sh, {true, 8, true}, false, ss);
+    for (int k = 0; k < K; ++k) EXPECT_NE(diff(other[k].y, dec[k].y, sh.I()), "") << sh.name() << " sequence " << k;
+  }
+}
+
+// Where the one-row decode's index math (row_in_cell: a row's place in its head's cell from start mod
+// cell) takes its other branches: a grid without stagger (every head folds at once, no first cell
+// shorter than the others) and one row per cell (every row folds, nothing replayed), at the mixer's
+// head and the odd shape; the staggered grid of the same cells beside them.
+TEST(CudaSsdStep, ExactDecodeUnstaggeredAndOneRowCells) {
+  PARITY_REQUIRE_GPU();
+  for (const Shape& sh : kShapes) {
+    const std::vector<Stream> ss = streams(sh);
+    for (bool bf16 : {false, true})
+      for (int cell : {1, 16})
+        for (bool stagger : {false, true}) {
+          const cuda::ScanGrid g{true, cell, stagger};
+          const std::vector<SeqRun> one = single_shot(sh, g, bf16, ss);
+          const std::vector<SeqRun> dec = decoded(sh, g, bf16, ss);
+          for (int k = 0; k < K; ++k) {
+            const std::string what = sh.name() + " cell " + std::to_string(cell) + (stagger ? " staggered" : "") +
+                                     (bf16 ? " bf16" : " f32") + " sequence " + std::to_string(k);
+            ASSERT_EQ(diff(one[k].y, dec[k].y, sh.I()), "") << what << ": rows (row = position)";
+            ASSERT_EQ(diff(one[k].state, dec[k].state, sh.N), "") << what << ": final state (row = head·P + p)";
+          }
+        }
+  }
 }
 
 // Plain mode's SSU against a scalar twin on the host (cuda_ssd_test.cpp's, at these shapes).
