@@ -123,6 +123,8 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
     stage_rows(xs, XP, rc, tp, [&](int i) { return x_row(i0 + i) + t.p0; });
   };
 
+  const float Ah = A[h], Dh = Dskip[h];  // in flight with the copies
+
   // Group 1: dt of rows 0..j, C_t, the first stage of rows. Groups 2 and 3: the state tile's first
   // 32 rows and the rest (empty for a tile of at most 32): the dots of the first 32 rows, one pass
   // of tile_dots, run while the rest is still arriving.
@@ -143,26 +145,27 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   stage_state(st, t2, S2, raw2);
   cp_async_commit();
 
-  // Row t into the replay ring, straight from this call's rows. No block of this launch reads
-  // these slots: the rows replayed here are the ones before t in t's cell, which sit in other
-  // slots of the x/dt ring (one per cell row) and of the B ring (position mod cell).
+  cp_async_wait<2>();  // group 1
+  __syncthreads();
+
+  // Row t into the replay ring, from the first stage where it is there (j < R), else from this
+  // call's rows. No block of this launch reads these slots: the rows replayed here are the ones
+  // before t in t's cell, which sit in other slots of the x/dt ring (one per cell row) and of the B
+  // ring (position mod cell). Written after the wait, from shared memory: a load from global memory
+  // here held each warp for a round trip before its first use of the stage.
   {
     const std::size_t xb = xbase + wrap(xs0 + j);
-    const float* xt = cur + static_cast<std::size_t>(h) * P + t.p0;
+    const float* xt = j < R ? xs + j * XP : cur + static_cast<std::size_t>(h) * P + t.p0;
     for (int r = tid; r < tp; r += kStepThreads) st.ring_x[xb * P + t.p0 + r] = xt[r];
     if (z == 0) {
-      if (tid == 0) st.ring_dt[xb] = *dt_of(j);
+      if (tid == 0) st.ring_dt[xb] = dts[j];
       if (h % sh.heads_per_group() == 0) {
         const std::size_t bb = bbase + wrap(bs0 + j);
-        const float* Bt = B_row(j);
+        const float* Bt = j < R ? Bs + j * Np : B_row(j);
         for (int n = tid; n < N; n += kStepThreads) st.ring_B[bb * N + n] = Bt[n];
       }
     }
   }
-
-  const float Ah = A[h], Dh = Dskip[h];
-  cp_async_wait<2>();  // group 1
-  __syncthreads();
   // cum: every thread runs the one left-to-right sum itself (cum_term, then c = c + term from 0:
   // cum_scan's operations, so the same bits), thread i % 128 keeping cum_i; one barrier, where a
   // scan by one thread through shared memory took two more and a serial load-add-store per row.
