@@ -195,12 +195,8 @@ struct RowInCell {
   int j, xs0;
   bool fold;
 };
-__device__ inline int head_offset32(const ScanGrid& g, int h, int H) {
-  const int all = g.model_heads > 0 ? g.model_heads : H;
-  return g.exact && g.stagger ? (g.first_head + h) * g.cell / all % g.cell : 0;
-}
 __device__ inline RowInCell row_in_cell(const ScanGrid& g, int h, int H, int64_t start, int tmod) {
-  const int o = head_offset32(g, h, H);
+  const int o = head_offset(g, h, H);
   RowInCell r;
   if (start < o) {  // the head's first cell, [0, o)
     r.j = static_cast<int>(start);
