@@ -20,7 +20,12 @@
 // at this row (the most work: the fold's delta and a state write) through those late in their
 // cells (more rows to replay) to the lightest: the last blocks to start are short ones and the
 // step does not end on a folding block (heavy_first_head; launch order only, no bits depend on it).
+#include <atomic>
+#include <map>
+#include <mutex>
+
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/launch_support.h"
 #include "kernels_cuda/smem_limit.h"
 #include "kernels_cuda/ssd_tile.cuh"
 
@@ -53,6 +58,12 @@ __host__ __device__ inline DecodeLayout decode_layout(const SsdShape& sh, int ce
   return l;
 }
 
+// Asks L2 to fetch `bytes` from p (a hint: skipped unless 16-byte aligned and sized).
+__device__ inline void prefetch_l2(const void* p, unsigned bytes) {
+  if (bytes == 0 || bytes % 16 != 0 || !aligned16(p)) return;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+}
+
 // The fold's delta over one stage's rows for the four elements (r, n..n+3) of the tile: each
 // element's chain Σ_i (w_i · x_i[p]) · B_i[n] continued over the stage's rows in ascending order
 // (ssd_deltas.cu's operations: xw = w_i · x_i[p], then fmaf(xw, B_i[n], acc)).
@@ -74,7 +85,7 @@ __device__ inline void delta4(float a[4], const float* Bs, int Np, const float* 
 __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc,
                                                               int ld, const float* dt, const float* A,
                                                               const float* Dskip, SsdState st, int TP, int tiles,
-                                                              float* y) {
+                                                              int ahead, float* y) {
   const int seq = static_cast<int>(blockIdx.x) / tiles, z = static_cast<int>(blockIdx.x) - seq * tiles;
   const int tid = threadIdx.x;
   // The sequence's metadata in one round trip, then the test.
@@ -144,6 +155,21 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   cp_async_commit();
   stage_state(st, t2, S2, raw2);
   cp_async_commit();
+
+  // The state tile (and, once per head, the x ring) of the block `ahead` launch slots later: the
+  // same sequence and p-tile, so its head is known here. The step's bytes in flight are otherwise
+  // bounded by the tiles resident blocks hold in shared memory (4 fp32 or 7 bf16 whole-head tiles an
+  // SM); a later block then finds its state in L2.
+  if (ahead > 0 && tid == 0 && static_cast<int>(blockIdx.y) + ahead < H) {
+    const int hn = heavy_first_head(g, H, tmod, static_cast<int>(blockIdx.y) + ahead);
+    const std::size_t base = ((static_cast<std::size_t>(slot) * H + hn) * P + t.p0) * N;
+    const unsigned bytes = static_cast<unsigned>(tp * N) * (bf16 ? 2u : 4u);
+    prefetch_l2(bf16 ? static_cast<const void*>(st.state_bf16 + base) : static_cast<const void*>(st.state_f32 + base),
+                bytes);
+    if (z == 0)
+      prefetch_l2(st.ring_x + (static_cast<std::size_t>(slot) * H + hn) * cell * P,
+                  static_cast<unsigned>(cell * P) * 4u);
+  }
 
   cp_async_wait<2>();  // group 1
   __syncthreads();
@@ -251,6 +277,25 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   }
 }
 
+std::atomic<int> forced_ahead{0};
+
+// Blocks of decode_kernel with `smem` bytes the whole device holds at once (asked once per device
+// and size).
+int resident_blocks(std::size_t smem) {
+  static std::mutex mu;
+  static std::map<std::pair<int, std::size_t>, int> known;
+  int device = 0;
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find({device, smem});
+  if (it != known.end()) return it->second;
+  int per_sm = 0;
+  outside_capture(
+      [&] { return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_kernel, kStepThreads, smem); },
+      "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return known[{device, smem}] = per_sm * sm_count();
+}
+
 }  // namespace
 
 void launch_decode(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
@@ -260,9 +305,17 @@ void launch_decode(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, con
   const std::size_t smem = decode_layout(sh, g.cell, tp, bf16).total * sizeof(float);
   ensure_smem(decode_kernel, smem, "ssd decode smem");
   const int tiles = (sh.P + tp - 1) / tp;
-  decode_kernel<<<dim3(static_cast<unsigned>(p.num_seqs * tiles), static_cast<unsigned>(sh.H)), kStepThreads, smem,
-                  s>>>(sh, g, p, xbc, ld, dt, A, D, st, tp, tiles, y);
+  const int columns = p.num_seqs * tiles;  // blocks per head slot; launch order runs across them first
+  const int forced = forced_ahead.load();
+  int ahead = forced < 0 ? 0 : forced > 0 ? forced : (resident_blocks(smem) + columns - 1) / columns;
+  if (ahead >= sh.H) ahead = 0;  // every block resident at once (or nothing that far)
+  decode_kernel<<<dim3(static_cast<unsigned>(columns), static_cast<unsigned>(sh.H)), kStepThreads, smem, s>>>(
+      sh, g, p, xbc, ld, dt, A, D, st, tp, tiles, ahead, y);
   check_launch("ssd decode");
 }
 
 }  // namespace parity::cuda::ssd
+
+namespace parity::cuda {
+void ssd_force_step_prefetch(int ahead) { ssd::forced_ahead.store(ahead); }
+}  // namespace parity::cuda

@@ -123,6 +123,11 @@ struct Forced {
   ~Forced() { cuda::ssd_force_step_tile(0); }
 };
 
+struct ForcedPrefetch {
+  explicit ForcedPrefetch(int ahead) { cuda::ssd_force_step_prefetch(ahead); }
+  ~ForcedPrefetch() { cuda::ssd_force_step_prefetch(0); }
+};
+
 struct SeqRun {
   std::vector<float> y, state;
 };
@@ -208,6 +213,19 @@ TEST(CudaSsdStep, ExactDecodeEqualsSingleShotAtOtherShapes) {
 TEST(CudaSsdStep, ExactDecodeAtTheMixerShapeWholeHead) {
   PARITY_REQUIRE_GPU();
   for (bool bf16 : {false, true}) check_exact(kShapes[0], 64, bf16, {64});
+}
+
+// The decode with its L2 prefetch of later blocks' tiles forced on (at these batches the default
+// has every block resident and prefetches nothing): the addresses it forms are in bounds (this runs
+// under compute-sanitizer too) and the bits do not move.
+TEST(CudaSsdStep, ExactDecodeWithPrefetchEqualsSingleShot) {
+  PARITY_REQUIRE_GPU();
+  for (int ahead : {1, 3})
+    for (bool bf16 : {false, true}) {
+      const ForcedPrefetch forced(ahead);
+      check_exact(kShapes[0], 16, bf16, {0, 16});
+      check_exact(kShapes[1], 16, bf16, {0, 8});
+    }
 }
 
 // The check above can fail: the single shot on another grid gives other rows.
