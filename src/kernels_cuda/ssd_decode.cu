@@ -58,10 +58,12 @@ __host__ __device__ inline DecodeLayout decode_layout(const SsdShape& sh, int ce
   return l;
 }
 
-// Asks L2 to fetch `bytes` from p (a hint: skipped unless 16-byte aligned and sized).
-__device__ inline void prefetch_l2(const void* p, unsigned bytes) {
-  if (bytes == 0 || bytes % 16 != 0 || !aligned16(p)) return;
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+// Asks L2 for a head's x ring rows (cell rows of P floats, contiguous; a hint: skipped unless
+// 16-byte aligned and sized).
+__device__ inline void prefetch_ring_l2(const float* rows, int floats) {
+  const unsigned bytes = static_cast<unsigned>(floats) * 4u;
+  if (bytes == 0 || bytes % 16 != 0 || !aligned16(rows)) return;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(rows), "r"(bytes) : "memory");
 }
 
 // The fold's delta over one stage's rows for the four elements (r, n..n+3) of the tile: each
@@ -162,13 +164,8 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   // SM); a later block then finds its state in L2.
   if (ahead > 0 && tid == 0 && static_cast<int>(blockIdx.y) + ahead < H) {
     const int hn = heavy_first_head(g, H, tmod, static_cast<int>(blockIdx.y) + ahead);
-    const std::size_t base = ((static_cast<std::size_t>(slot) * H + hn) * P + t.p0) * N;
-    const unsigned bytes = static_cast<unsigned>(tp * N) * (bf16 ? 2u : 4u);
-    prefetch_l2(bf16 ? static_cast<const void*>(st.state_bf16 + base) : static_cast<const void*>(st.state_f32 + base),
-                bytes);
-    if (z == 0)
-      prefetch_l2(st.ring_x + (static_cast<std::size_t>(slot) * H + hn) * cell * P,
-                  static_cast<unsigned>(cell * P) * 4u);
+    prefetch_state_l2(st, tile_of(sh, slot, hn, TP, z));
+    if (z == 0) prefetch_ring_l2(st.ring_x + (static_cast<std::size_t>(slot) * H + hn) * cell * P, cell * P);
   }
 
   cp_async_wait<2>();  // group 1

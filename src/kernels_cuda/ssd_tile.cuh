@@ -116,6 +116,18 @@ __device__ inline Tile tile_of(const SsdShape& sh, int slot, int h, int TP, int 
   return t;
 }
 
+// Asks L2 for the tile's bytes (its rows are contiguous in the state; one bulk prefetch, by thread 0).
+// A kernel launched programmatically calls it before it waits for the kernel before it: the state it
+// will stage is then in L2 by the time that kernel is done (the prefetch changes no value).
+__device__ inline void prefetch_state_l2(const SsdState& st, const Tile& t) {
+  if (threadIdx.x != 0) return;
+  const void* g = st.state_f32 ? static_cast<const void*>(st.state_f32 + t.base)
+                               : static_cast<const void*>(st.state_bf16 + t.base);
+  const unsigned bytes = static_cast<unsigned>(t.tp) * static_cast<unsigned>(t.N) * (st.state_f32 ? 4u : 2u);
+  if (!aligned16(g) || bytes % 16 != 0) return;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(g), "r"(bytes) : "memory");
+}
+
 // Starts the tile's copy: fp32 into S [tp][Np], bf16 into raw [tp][Nb] (kept as bf16 on chip: the
 // values are read through widen_bf16, which is exact). The caller commits and waits.
 __device__ inline void stage_state(const SsdState& st, const Tile& t, float* S, uint16_t* raw) {
