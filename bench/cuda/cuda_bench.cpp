@@ -297,9 +297,9 @@ BENCHMARK(BM_CudaDecodeSsm)
     ->Iterations(kDecodeSteps)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
-// The exact decode with its L2 prefetch distance forced (arg3: head slots ahead; -1 = none, 0 = the
-// default, a launch's resident blocks over its sequence·tile columns: 9 fp32 / 15 bf16 at batch 64, 3 /
-// 4 at 256 on an H200, from 4 / 7 whole-head blocks an SM).
+// The exact decode with its L2 prefetch of later blocks' tiles (arg3: head slots ahead; 0 = none, the
+// default; -1 = one resident set ahead, the launch's resident blocks over its sequence·tile columns: 9
+// fp32 / 15 bf16 at batch 64, 3 / 4 at 256 on an H200, from 4 / 7 whole-head blocks an SM).
 void BM_CudaDecodeSsmAhead(benchmark::State& state) {
   decode_ssm(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), state.range(2) != 0, 0,
              static_cast<int>(state.range(3)));

@@ -132,11 +132,10 @@ PARITY_HD inline bool uses_decode_row(const ScanGrid& g, int n) { return g.exact
 // same bits.
 void ssd_force_step_tile(int rows_of_p);
 int ssd_step_tile(const SsdShape& sh, int seqs, bool exact, bool bf16);
-// The exact one-row decode asks L2 for the state tile (and replay rows) of the block `ahead` head
-// slots later in its launch, so that blocks not yet resident find their state there; by default
-// ahead is the launch's resident blocks over its sequence·tile columns (none when every block is
-// resident at once). A benchmark or test may force a distance (> 0) or none (< 0); 0 = the default.
-// A hint only: no value depends on it.
+// The exact one-row decode can ask L2 for the state tile (and x ring) of the block `ahead` head slots
+// later in its launch, so that blocks not yet resident find their state there. Not measured yet, so
+// off by default (0); a benchmark or test may force a distance (> 0) or one resident set ahead (< 0:
+// the launch's resident blocks over its sequence·tile columns). A hint only: no value depends on it.
 void ssd_force_step_prefetch(int ahead);
 
 // ---- tensor parallelism ----------------------------------------------------------------------

@@ -36,9 +36,10 @@ constexpr int kStageRows = 32;  // replay rows staged at a time (a whole cell fo
 
 struct DecodeLayout {
   int R, XP;                                                     // rows per stage; row stride of the x stage
-  std::size_t S, B, x, C, dts, cum, wf, coef, dacc, total;  // floats
+  std::size_t S, B, x, C, dts, cum, wf, coef, inter, dacc, total;  // floats
 };
-__host__ __device__ inline DecodeLayout decode_layout(const SsdShape& sh, int cell, int tp, bool bf16) {
+// overlap: decode_kernel<true>'s schedule (no `inter`: its outputs are written as the dots come).
+__host__ __device__ inline DecodeLayout decode_layout(const SsdShape& sh, int cell, int tp, bool bf16, bool overlap) {
   DecodeLayout l{};
   l.R = cell < kStageRows ? cell : kStageRows;
   l.XP = (tp + 3) / 4 * 4;
@@ -51,6 +52,7 @@ __host__ __device__ inline DecodeLayout decode_layout(const SsdShape& sh, int ce
   l.cum = c.take(cell);
   l.wf = c.take(l.R);
   l.coef = c.take(l.R);
+  l.inter = c.take(overlap ? 0 : tp);
   // A cell longer than one stage: the fold's partial sums between stages (each element's chain
   // continues from the value kept here, so it is still one chain).
   l.dacc = c.take(cell > l.R ? static_cast<std::size_t>(tp) * sh.N : 0);
@@ -84,6 +86,16 @@ __device__ inline void delta4(float a[4], const float* Bs, int Np, const float* 
 // Grid: x = sequence · tiles + p-tile, y = launch slot of the head (heavy_first_head). At most 64
 // registers (8 blocks of 128 threads an SM; unbounded, ptxas took 80, which allows 6): at the
 // default tile shared memory allows 7 fp32 or 10 bf16 blocks an SM.
+//
+// kOverlap (session 10, measured on the H200 with a fp32 state: batch 64 43.5 -> 41.5 us, 256 148 -> 144;
+// with a bf16 state the same schedule was slower, 30.7 -> 32.5 and 105 -> 110, so bf16 keeps the
+// schedule before it): the state tile in two copy groups, the first 32 rows' dots and outputs done while
+// the rest arrives; the outputs written by the lanes that finish the dots, each keeping its rows' intra
+// sums (no exchange, no last barrier); the cum by every thread in registers; row t into the ring after
+// the first wait, from the staged rows. Without it: one state group, the cum scanned by thread 0, the
+// intra sums by thread p, the outputs after a barrier, the ring written from global memory before the
+// wait. The same operations on the same values either way (the bits do not depend on it).
+template <bool kOverlap>
 __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc,
                                                               int ld, const float* dt, const float* A,
                                                               const float* Dskip, SsdState st, int TP, int tiles,
@@ -100,7 +112,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   const Tile t = tile_of(sh, slot, h, TP, z);
   const int grp = h / sh.heads_per_group(), Np = t.Np, tp = t.tp;
   const bool bf16 = st.state_f32 == nullptr;
-  const DecodeLayout lo = decode_layout(sh, cell, TP, bf16);
+  const DecodeLayout lo = decode_layout(sh, cell, TP, bf16, kOverlap);
   const RowInCell ric = row_in_cell(g, h, H, start, tmod);
   const int j = ric.j;         // the row's index in its cell
   const int rows = j + 1;      // source rows 0..j
@@ -110,7 +122,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   float* smem = reinterpret_cast<float*>(smem4);
   float *S = smem + lo.S, *Bs = smem + lo.B, *xs = smem + lo.x, *Cs = smem + lo.C;
   float *dts = smem + lo.dts, *cum = smem + lo.cum, *wf = smem + lo.wf, *coef = smem + lo.coef;
-  float* dacc = smem + lo.dacc;
+  float *inter = smem + lo.inter, *dacc = smem + lo.dacc;
   uint16_t* raw = reinterpret_cast<uint16_t*>(smem + lo.S);
   const int R = lo.R, XP = lo.XP;
 
@@ -145,7 +157,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   stage_vec(Cs, cur + I + static_cast<std::size_t>(sh.groups) * N + static_cast<std::size_t>(grp) * N, N);
   stage(0, rows < R ? rows : R);
   cp_async_commit();
-  const int head_rows = tp < 32 ? tp : 32;
+  const int head_rows = !kOverlap || tp < 32 ? tp : 32;
   Tile t1 = t, t2 = t;  // rows [0, head_rows) and [head_rows, tp) of the tile
   t1.tp = head_rows;
   t2.p0 += head_rows;
@@ -155,8 +167,10 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   uint16_t* raw2 = raw + head_rows * t.Nb;
   stage_state(st, t1, S, raw);
   cp_async_commit();
-  stage_state(st, t2, S2, raw2);
-  cp_async_commit();
+  if constexpr (kOverlap) {
+    stage_state(st, t2, S2, raw2);
+    cp_async_commit();
+  }
 
   // The state tile (and, once per head, the x ring) of the block `ahead` launch slots later: the
   // same sequence and p-tile, so its head is known here. The step's bytes in flight are otherwise
@@ -168,36 +182,44 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
     if (z == 0) prefetch_ring_l2(st.ring_x + (static_cast<std::size_t>(slot) * H + hn) * cell * P, cell * P);
   }
 
-  cp_async_wait<2>();  // group 1
-  __syncthreads();
-
-  // Row t into the replay ring, from the first stage where it is there (j < R), else from this
-  // call's rows. No block of this launch reads these slots: the rows replayed here are the ones
-  // before t in t's cell, which sit in other slots of the x/dt ring (one per cell row) and of the B
-  // ring (position mod cell). Written after the wait, from shared memory: a load from global memory
-  // here held each warp for a round trip before its first use of the stage.
-  {
+  // Row t into the replay ring. No block of this launch reads these slots: the rows replayed here
+  // are the ones before t in t's cell, which sit in other slots of the x/dt ring (one per cell row)
+  // and of the B ring (position mod cell). kOverlap writes it after the wait, from the first stage
+  // where row t is there (j < R); else from this call's rows in global memory.
+  auto ring_row_t = [&](bool staged) {
     const std::size_t xb = xbase + wrap(xs0 + j);
-    const float* xt = j < R ? xs + j * XP : cur + static_cast<std::size_t>(h) * P + t.p0;
+    const float* xt = staged && j < R ? xs + j * XP : cur + static_cast<std::size_t>(h) * P + t.p0;
     for (int r = tid; r < tp; r += kStepThreads) st.ring_x[xb * P + t.p0 + r] = xt[r];
     if (z == 0) {
-      if (tid == 0) st.ring_dt[xb] = dts[j];
+      if (tid == 0) st.ring_dt[xb] = staged ? dts[j] : *dt_of(j);
       if (h % sh.heads_per_group() == 0) {
         const std::size_t bb = bbase + wrap(bs0 + j);
-        const float* Bt = j < R ? Bs + j * Np : B_row(j);
+        const float* Bt = staged && j < R ? Bs + j * Np : B_row(j);
         for (int n = tid; n < N; n += kStepThreads) st.ring_B[bb * N + n] = Bt[n];
       }
     }
-  }
-  // cum: every thread runs the one left-to-right sum itself (cum_term, then c = c + term from 0:
-  // cum_scan's operations, so the same bits), thread i % 128 keeping cum_i; one barrier, where a
-  // scan by one thread through shared memory took two more and a serial load-add-store per row.
-  float cj = 0.0f;
-  for (int i = 0; i < rows; ++i) {
-    cj = cj + cum_term(dts[i], Ah);
-    if ((i & (kStepThreads - 1)) == tid) cum[i] = cj;
-  }
+  };
+  if constexpr (!kOverlap) ring_row_t(false);
+  cp_async_wait<kOverlap ? 2 : 1>();  // group 1
   __syncthreads();
+  if constexpr (kOverlap) ring_row_t(true);
+
+  float cj = 0.0f;
+  if constexpr (kOverlap) {
+    // cum: every thread runs the one left-to-right sum itself (cum_term, then c = c + term from 0:
+    // cum_scan's operations, so the same bits), thread i % 128 keeping cum_i.
+    for (int i = 0; i < rows; ++i) {
+      cj = cj + cum_term(dts[i], Ah);
+      if ((i & (kStepThreads - 1)) == tid) cum[i] = cj;
+    }
+    __syncthreads();
+  } else {
+    for (int i = tid; i < rows; i += kStepThreads) cum[i] = cum_term(dts[i], Ah);
+    __syncthreads();
+    if (tid == 0) cum_scan(cum, rows);
+    __syncthreads();
+    cj = cum[j];
+  }
 
   // Stages of source rows: the coefficients, the intra-cell sums, and, for a folding head in a cell
   // longer than a stage, the fold's partial sums of every stage but the last. The intra-cell sum of
@@ -215,13 +237,17 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
       coef[ii] = w * cb_dot(Cs, Bs + ii * Np, N);
     }
     __syncthreads();
-    if (outputs) {
+    if constexpr (kOverlap) {
+      if (outputs) {
 #pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const int r = 32 * m + (tid >> 2);
-        if (r < tp)
-          for (int ii = 0; ii < rc; ++ii) intra[m] = fmaf(coef[ii], xs[ii * XP + r], intra[m]);
+        for (int m = 0; m < 4; ++m) {
+          const int r = 32 * m + (tid >> 2);
+          if (r < tp)
+            for (int ii = 0; ii < rc; ++ii) intra[m] = fmaf(coef[ii], xs[ii * XP + r], intra[m]);
+        }
       }
+    } else if (tid < tp) {
+      for (int ii = 0; ii < rc; ++ii) intra[0] = fmaf(coef[ii], xs[ii * XP + tid], intra[0]);
     }
     if (i0 + R >= rows) break;  // the last stage stays on chip for the fold
     if (fold) {
@@ -246,17 +272,23 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   // from row j of the last stage.
   float* yrow = y + static_cast<std::size_t>(row0) * I + static_cast<std::size_t>(h) * P + t.p0;
   const float* xt = xs + (j - i0) * XP;
-  auto out = [&](int r, float dot) {
-    const int m = r >> 5;
-    const float a = m == 0 ? intra[0] : m == 1 ? intra[1] : m == 2 ? intra[2] : intra[3];
-    yrow[r] = row_output(cj, dot, a, Dh, xt[r]);
-  };
-  cp_async_wait<1>();  // the tile's first 32 rows
-  __syncthreads();
-  tile_dots(Cs, t1, S, raw, bf16, out);
-  cp_async_wait<0>();  // the rest
-  __syncthreads();
-  if (t2.tp > 0) tile_dots(Cs, t2, S2, raw2, bf16, [&](int r, float dot) { out(head_rows + r, dot); });
+  if constexpr (kOverlap) {
+    auto out = [&](int r, float dot) {
+      const int m = r >> 5;
+      const float a = m == 0 ? intra[0] : m == 1 ? intra[1] : m == 2 ? intra[2] : intra[3];
+      yrow[r] = row_output(cj, dot, a, Dh, xt[r]);
+    };
+    cp_async_wait<1>();  // the tile's first 32 rows
+    __syncthreads();
+    tile_dots(Cs, t1, S, raw, bf16, out);
+    cp_async_wait<0>();  // the rest
+    __syncthreads();
+    if (t2.tp > 0) tile_dots(Cs, t2, S2, raw2, bf16, [&](int r, float dot) { out(head_rows + r, dot); });
+  } else {
+    cp_async_wait<0>();  // the state tile
+    __syncthreads();
+    tile_dots(Cs, t, S, raw, bf16, [&](int r, float dot) { inter[r] = dot; });
+  }
   if (fold) {
     const float decay = exp_f(cj);  // ssd_deltas.cu's cell_decay: exp(cum_{L-1})
     const int rc = rows - i0;
@@ -272,12 +304,17 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
       store4(st, t, e, v);
     }
   }
+  if constexpr (!kOverlap) {
+    __syncthreads();  // inter
+    if (tid < tp) yrow[tid] = row_output(cj, inter[tid], intra[0], Dh, xt[tid]);
+  }
 }
 
 std::atomic<int> forced_ahead{0};
 
-// Blocks of decode_kernel with `smem` bytes the whole device holds at once (asked once per device
-// and size).
+// Blocks of decode_kernel<kOverlap> with `smem` bytes the whole device holds at once (asked once per
+// device and size).
+template <bool kOverlap>
 int resident_blocks(std::size_t smem) {
   static std::mutex mu;
   static std::map<std::pair<int, std::size_t>, int> known;
@@ -288,9 +325,27 @@ int resident_blocks(std::size_t smem) {
   if (it != known.end()) return it->second;
   int per_sm = 0;
   outside_capture(
-      [&] { return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_kernel, kStepThreads, smem); },
+      [&] {
+        return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_kernel<kOverlap>, kStepThreads, smem);
+      },
       "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   return known[{device, smem}] = per_sm * sm_count();
+}
+
+template <bool kOverlap>
+void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
+            const float* A, const float* D, const SsdState& st, int tp, float* y, cudaStream_t s) {
+  const bool bf16 = st.state_f32 == nullptr;
+  const std::size_t smem = decode_layout(sh, g.cell, tp, bf16, kOverlap).total * sizeof(float);
+  ensure_smem(decode_kernel<kOverlap>, smem, "ssd decode smem");
+  const int tiles = (sh.P + tp - 1) / tp;
+  const int columns = p.num_seqs * tiles;  // blocks per head slot; launch order runs across them first
+  const int forced = forced_ahead.load();
+  int ahead = forced > 0 ? forced : forced < 0 ? (resident_blocks<kOverlap>(smem) + columns - 1) / columns : 0;
+  if (ahead >= sh.H) ahead = 0;  // every block resident at once (or nothing that far)
+  decode_kernel<kOverlap><<<dim3(static_cast<unsigned>(columns), static_cast<unsigned>(sh.H)), kStepThreads, smem, s>>>(
+      sh, g, p, xbc, ld, dt, A, D, st, tp, tiles, ahead, y);
+  check_launch("ssd decode");
 }
 
 }  // namespace
@@ -298,17 +353,9 @@ int resident_blocks(std::size_t smem) {
 void launch_decode(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                    const float* dt, const float* A, const float* D, const SsdState& st, int tp, float* y,
                    cudaStream_t s) {
-  const bool bf16 = st.state_f32 == nullptr;
-  const std::size_t smem = decode_layout(sh, g.cell, tp, bf16).total * sizeof(float);
-  ensure_smem(decode_kernel, smem, "ssd decode smem");
-  const int tiles = (sh.P + tp - 1) / tp;
-  const int columns = p.num_seqs * tiles;  // blocks per head slot; launch order runs across them first
-  const int forced = forced_ahead.load();
-  int ahead = forced < 0 ? 0 : forced > 0 ? forced : (resident_blocks(smem) + columns - 1) / columns;
-  if (ahead >= sh.H) ahead = 0;  // every block resident at once (or nothing that far)
-  decode_kernel<<<dim3(static_cast<unsigned>(columns), static_cast<unsigned>(sh.H)), kStepThreads, smem, s>>>(
-      sh, g, p, xbc, ld, dt, A, D, st, tp, tiles, ahead, y);
-  check_launch("ssd decode");
+  // The schedule each state dtype measured faster with (decode_kernel's comment).
+  if (st.state_f32 != nullptr) launch<true>(sh, g, p, xbc, ld, dt, A, D, st, tp, y, s);
+  else launch<false>(sh, g, p, xbc, ld, dt, A, D, st, tp, y, s);
 }
 
 }  // namespace parity::cuda::ssd
