@@ -15,6 +15,7 @@
 #include "backend_cuda/step_profile.h"
 #include "common/dtype.h"
 #include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/gemm_gemv.h"
 #include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/gemm_skinny.h"
 #include "kernels_cuda/gemm_swap_ab.h"
@@ -503,6 +504,44 @@ BENCHMARK(BM_CudaGemmSwapAb)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The decode kernel (gemm_gemv.cu) beside the path gemm() took for up to 16 rows before it (arg0 M,
+// arg1 shape, arg3 1 = L2 flushed before each pass, as in a decode step; 0 = warm, as cuBLAS's
+// back-to-back reference). arg2: 0..2 the decode kernel's variants (gemm_gemv_variants(); -1 its
+// default), 6 / 7 its default's probes (the loads alone / the tensor cores alone: gemm_bf16_gemv_probe),
+// 8 the swap-AB kernel's default (pre-pass included), 9 gemm() itself. The label names it.
+void BM_CudaGemmGemv(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int M = static_cast<int>(state.range(0)), path = static_cast<int>(state.range(2));
+  GemmPass g(M, static_cast<int>(state.range(1)));
+  std::function<void()> pass;
+  if (path < 8 && !cuda::gemm_gemv_takes(M, g.K)) return state.SkipWithError("more rows than the decode kernel takes");
+  if (path == 6 || path == 7) {
+    state.SetLabel(path == 6 ? "gemv probe: loads only" : "gemv probe: tensor cores only");
+    pass = [&, path] {
+      cuda::gemm_bf16_gemv_probe(path - 5, g.a.data(), g.M, g.K, g.K, g.w, g.Nn, g.c.data(), g.Nn, nullptr);
+    };
+  } else if (path < 8) {
+    if (path >= cuda::gemm_gemv_variants()) return state.SkipWithError("no such variant");
+    state.SetLabel(std::string("gemv ") + (path < 0 ? "default" : cuda::gemm_gemv_variant_name(path)));
+    pass = [&, path] {
+      cuda::gemm_bf16_gemv(g.a.data(), g.M, g.K, g.K, g.w, g.Nn, nullptr, g.c.data(), g.Nn, nullptr, path);
+    };
+  } else if (path == 8) {
+    state.SetLabel("swap-ab default");
+    pass = [&] { cuda::gemm_bf16_swap_ab(g.a.data(), g.M, g.K, g.K, g.w, g.Nn, nullptr, g.c.data(), g.Nn, nullptr); };
+  } else {
+    state.SetLabel("gemm()");
+    pass = [&] {
+      cuda::gemm(g.a.data(), g.M, g.K, g.K, g.w, cuda::WeightType::BF16, g.Nn, nullptr, g.c.data(), g.Nn, nullptr, g.Nn);
+    };
+  }
+  time_gemm(state, g, pass, state.range(3) != 0);
+}
+BENCHMARK(BM_CudaGemmGemv)
+    ->ArgsProduct({{1, 2, 4, 8, 16}, {0, 1, 2}, {-1, 0, 1, 2, 6, 7, 8, 9}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // Each tile of the many-rows kernel forced on the same passes (arg0 M, arg1 shape, arg2 tile, 0 =
 // largest): the figures the tile choice in gemm_mma.cu is checked against. Pre-pass included.
 void BM_CudaGemmMmaTile(benchmark::State& state) {
@@ -556,10 +595,12 @@ void BM_CudaCopy(benchmark::State& state) {
 BENCHMARK(BM_CudaCopy)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // End to end on builtin:mamba2-2.7b (loaded once): arg0 batch, arg1 0 = plain, 1 = exact, arg2 1 =
-// CUDA graphs (the default), 0 = eager (--enforce-eager). A decode step of `batch` sequences
-// (after a 16-token prefill each), wall time of Model::forward (its logits copy synchronises), CPU
-// launch overhead included: what graphs remove. The first decode step (the graph's capture) is
-// not timed.
+// CUDA graphs (the default), 0 = eager (--enforce-eager), arg3 1 = the fused launches (the default),
+// 0 = every step in its own launch (set_fuse_kernels), arg4 1 = programmatic launches of the small
+// kernels (the default), 0 = ordinary launches (set_programmatic_launch); the same bits every way.
+// A decode step of `batch` sequences (after a 16-token prefill each), wall time of Model::forward
+// (its logits copy synchronises), CPU launch overhead included: what graphs remove. The first decode
+// step (the graph's capture) is not timed.
 model::Model& big_model() {
   static std::unique_ptr<model::Model> m = backend_cuda::load_model(model::open_checkpoint("builtin:mamba2-2.7b"));
   return *m;
@@ -571,6 +612,8 @@ void BM_CudaModelDecode(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
   const bool exact = state.range(1) != 0, graphs = state.range(2) != 0;
   backend_cuda::set_enforce_eager(m, !graphs);
+  backend_cuda::set_fuse_kernels(m, state.range(3) != 0);
+  cuda::set_programmatic_launch(state.range(4) != 0);
   cache::ModelCache mc = bench::bench_cache(m, exact, batch);
   model::ForwardBatch b;
   for (int s = 0; s < batch; ++s) {
@@ -614,10 +657,19 @@ void BM_CudaModelDecode(benchmark::State& state) {
   backend_cuda::set_step_profile(m, nullptr);
   bench::report_step_shares(state, prof);
   backend_cuda::set_enforce_eager(m, false);
+  backend_cuda::set_fuse_kernels(m, true);
+  cuda::set_programmatic_launch(true);
 }
 BENCHMARK(BM_CudaModelDecode)
-    ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}})
-    ->ArgNames({"batch", "exact", "graphs"})
+    ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}, {1}, {1}})
+    ->ArgNames({"batch", "exact", "graphs", "fused", "pdl"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+// What the fused and the programmatic launches each save (issue 11): graphs on, one or both off.
+BENCHMARK(BM_CudaModelDecode)
+    ->Args({1, 0, 1, 1, 0})->Args({1, 1, 1, 1, 0})->Args({64, 0, 1, 1, 0})->Args({64, 1, 1, 1, 0})
+    ->Args({1, 0, 1, 0, 0})->Args({1, 1, 1, 0, 0})->Args({64, 0, 1, 0, 0})->Args({64, 1, 1, 0, 0})
+    ->ArgNames({"batch", "exact", "graphs", "fused", "pdl"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -66,6 +66,12 @@ void set_enforce_eager(model::Model& m, bool eager) {
   throw Error("set_enforce_eager: not a CUDA model");
 }
 
+void set_fuse_kernels(model::Model& m, bool fuse) {
+  if (auto* h = dynamic_cast<CudaHybridModel*>(&m)) return h->set_fuse_kernels(fuse);
+  if (auto* g = dynamic_cast<CudaMamba2Model*>(&m)) return g->set_fuse_kernels(fuse);
+  throw Error("set_fuse_kernels: not a CUDA model");
+}
+
 void set_step_profile(model::Model& m, StepProfile* p) {
   if (auto* h = dynamic_cast<CudaHybridModel*>(&m)) return h->set_step_profile(p);
   if (auto* g = dynamic_cast<CudaMamba2Model*>(&m)) return g->set_step_profile(p);

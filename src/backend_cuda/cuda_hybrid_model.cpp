@@ -182,6 +182,8 @@ void CudaHybridModel::reserve(Scratch& sc, int T, int R, bool probe_head) const 
   const std::size_t t = static_cast<std::size_t>(T), H = c.hidden_size;
   sc.resid.resize(t * H);
   sc.normed.resize(t * H);
+  sc.normed16.resize(t * H);
+  sc.act16.resize(t * static_cast<std::size_t>(c.shared_intermediate_size));
   sc.out.resize(t * H);
   sc.ffn.resize(t * H);
   if (spec_.num_mamba_layers > 0) mixer_.reserve(sc.mamba, T);
@@ -304,7 +306,8 @@ void CudaHybridModel::forward_graph(const model::ForwardBatch& b, cache::ModelCa
 
   const GraphEpoch epoch{ds.id, run.graph_rows,
                          {sc.in.ints.data(), sc.in.starts.data(), sc.mamba.scan.data(), sc.tables.data()}};
-  const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, ap.tables.stride};
+  const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, ap.tables.stride,
+                     fuse_, cuda::programmatic_launch()};
   const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
     const DeviceProbe none(nullptr, b, st);
     enqueue_layers(sc, ps, tokens, bucket, ds, grid, ap, none, st);
@@ -331,21 +334,33 @@ void CudaHybridModel::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
   probe("model.embed_tokens", sc.resid.data(), T, H, H);
   cuda::scale_inplace(sc.resid.data(), static_cast<float>(c.embedding_multiplier), TD, st);
 
-  const MambaPass mp{ds, ps, grid, rank_, probe, pf, sc.mamba, st};
+  const MambaPass mp{ds, ps, grid, rank_, probe, pf, sc.mamba, st, fuse_};
   const cuda::DeviceBuffer<float> no_bias;
+  // Fused, the norms do the residual adds before them and write the GEMMs' bf16 input beside the fp32
+  // one; a layer's last add waits for the next layer's input norm unless a probe of the layer's output
+  // (which may replace it) wants it where the unfused pass has it.
+  const uint16_t* n16 = fuse_ ? sc.normed16.data() : nullptr;
+  auto norm = [&](const float* add, const float* add2, const cuda::DeviceBuffer<float>& w) {
+    if (fuse_) cuda::add_rmsnorm(sc.resid.data(), {add, res_mult, true, add2}, T, H, w.data(), eps, sc.normed.data(),
+                                 sc.normed16.data(), st);
+    else cuda::rmsnorm(sc.resid.data(), T, H, w.data(), eps, sc.normed.data(), st);
+  };
+  // The previous layer's feed-forward output (shared MLP, and MoE when there is one), not yet added.
+  const float* pending = nullptr;
+  const float* pending2 = nullptr;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& L = layers_[static_cast<std::size_t>(l)];
     const Names& nm = names_[static_cast<std::size_t>(l)];
-    cuda::rmsnorm(sc.resid.data(), T, H, L.input_norm.data(), eps, sc.normed.data(), st);
+    norm(pending, pending2, L.input_norm);
     if (L.mamba) {
-      mixer_.enqueue(L.ordinal, sc.normed.data(), T, sc.out.data(), mp);
+      mixer_.enqueue(L.ordinal, sc.normed.data(), n16, T, sc.out.data(), mp);
     } else {
       const int nq = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
       const int qd = c.q_dim(), kvd = c.kv_dim();
       mark(pf, StepPart::AttnProj, st);
-      gemm(sc.normed.data(), T, H, L.q, qd, L.q_bias, sc.q.data(), st);
-      gemm(sc.normed.data(), T, H, L.k, kvd, L.k_bias, sc.k.data(), st);
-      gemm(sc.normed.data(), T, H, L.v, kvd, L.v_bias, sc.v.data(), st);
+      gemm(sc.normed.data(), n16, T, H, L.q, qd, L.q_bias, sc.q.data(), st);
+      gemm(sc.normed.data(), n16, T, H, L.k, kvd, L.k_bias, sc.k.data(), st);
+      gemm(sc.normed.data(), n16, T, H, L.v, kvd, L.v_bias, sc.v.data(), st);
       probe(nm.q, sc.q.data(), T, qd, qd);
       probe(nm.k, sc.k.data(), T, kvd, kvd);
       probe(nm.v, sc.v.data(), T, kvd, kvd);
@@ -366,8 +381,8 @@ void CudaHybridModel::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
     }
     mark(pf, StepPart::Other, st);
     probe(nm.mixer, sc.out.data(), T, H, H);
-    cuda::add_scaled_inplace(sc.resid.data(), sc.out.data(), res_mult, TD, st);
-    cuda::rmsnorm(sc.resid.data(), T, H, L.post_norm.data(), eps, sc.normed.data(), st);
+    if (!fuse_) cuda::add_scaled_inplace(sc.resid.data(), sc.out.data(), res_mult, TD, st);
+    norm(fuse_ ? sc.out.data() : nullptr, nullptr, L.post_norm);
 
     // Feed-forward: the MoE (into ffn), the shared MLP (into out), out = out + ffn.
     if (c.has_experts()) {
@@ -376,7 +391,7 @@ void CudaHybridModel::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
       // visited (a capture, or an in-place edit), as granite_moe_forward on the CPU.
       mark(pf, StepPart::Moe, st);
       if (!probe.fetch_replacement(nm.router, sc.logits_r.data(), T, Ex, Ex)) {
-        gemm(sc.normed.data(), T, H, L.router, Ex, no_bias, sc.logits_r.data(), st);
+        gemm(sc.normed.data(), n16, T, H, L.router, Ex, no_bias, sc.logits_r.data(), st);
         probe(nm.router, sc.logits_r.data(), T, Ex, Ex);
       }
       const cuda::MoeWeights w{fp32_ ? static_cast<const void*>(L.experts_in_f32.data()) : L.experts_in_bf16.data(),
@@ -396,14 +411,20 @@ void CudaHybridModel::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
     }
     const int S = c.shared_intermediate_size;
     mark(pf, StepPart::SharedMlp, st);
-    gemm(sc.normed.data(), T, H, L.shared_in, 2 * S, no_bias, sc.gu.data(), st);
-    cuda::swiglu(sc.gu.data(), T, S, sc.act.data(), st);
-    gemm(sc.act.data(), T, S, L.shared_out, H, no_bias, sc.out.data(), st);
+    gemm(sc.normed.data(), n16, T, H, L.shared_in, 2 * S, no_bias, sc.gu.data(), st);
+    cuda::swiglu(sc.gu.data(), T, S, sc.act.data(), st, fuse_ ? sc.act16.data() : nullptr);
+    gemm(sc.act.data(), fuse_ ? sc.act16.data() : nullptr, T, S, L.shared_out, H, no_bias, sc.out.data(), st);
     rank_.sum(sc.out.data(), TD, st);  // the shared MLP's down projection by rows: a partial sum
     probe(nm.shared, sc.out.data(), T, H, H);
     mark(pf, StepPart::Other, st);
-    if (c.has_experts()) cuda::add_inplace(sc.out.data(), sc.ffn.data(), TD, st);  // moe + shared: one rounded add
-    cuda::add_scaled_inplace(sc.resid.data(), sc.out.data(), res_mult, TD, st);
+    // moe + shared: one rounded add, then the scaled residual add (fused: both in the next input norm).
+    pending = sc.out.data();
+    pending2 = c.has_experts() ? sc.ffn.data() : nullptr;
+    if (!fuse_ || probe.wants(nm.layer) || l + 1 == c.num_hidden_layers) {
+      if (pending2) cuda::add_inplace(sc.out.data(), pending2, TD, st);
+      cuda::add_scaled_inplace(sc.resid.data(), pending, res_mult, TD, st);
+      pending = pending2 = nullptr;
+    }
     probe(nm.layer, sc.resid.data(), T, H, H);
   }
 }

@@ -66,6 +66,8 @@ class CudaHybridModel : public model::Model {
   const CudaGraphStats& graph_stats() const { return run_->graphs.stats(); }
   void set_enforce_eager(bool eager) { enforce_eager_ = eager; }
   void set_step_profile(StepProfile* p) { profile_ = p; }
+  // false: every step of a layer in its own launch, as before the fused kernels (issue 11); the same bits.
+  void set_fuse_kernels(bool fuse) { fuse_ = fuse; }
   model::MoeRoutingPattern moe_routing() const { return moe_routing_; }
 
  private:
@@ -89,6 +91,7 @@ class CudaHybridModel : public model::Model {
   // longer block tables, and then every graph is dropped (they froze its addresses).
   struct Scratch {
     cuda::DeviceBuffer<float> resid, normed, out, ffn, q, k, v, attn, logits_r, gates, gu, act, attn_scratch;
+    cuda::DeviceBuffer<uint16_t> normed16, act16;  // normed's and act's bf16 copies, GEMM inputs (fused passes)
     cuda::DeviceBuffer<float> dense;  // the Fused pattern's affinities [T][E]
     cuda::DeviceBuffer<int32_t> tables, work, idx;
     cuda::PinnedBuffer<int32_t> h_tables, h_work;
@@ -137,6 +140,7 @@ class CudaHybridModel : public model::Model {
   std::vector<Names> names_;
   std::vector<std::string> probe_names_;  // every probe point: a pass wanting any runs eagerly
   bool enforce_eager_ = false;
+  bool fuse_ = true;
   model::MoeRoutingPattern moe_routing_ = model::MoeRoutingPattern::Direct;
   StepProfile* profile_ = nullptr;  // not owned; null: no timing
   DeviceRank rank_;  // size 1: the whole model on GPU 0

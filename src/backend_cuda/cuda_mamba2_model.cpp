@@ -77,6 +77,7 @@ void CudaMamba2Model::reserve(Scratch& sc, int T, int R, bool probe_head) const 
   const std::size_t TD = static_cast<std::size_t>(T) * cfg_.hidden_size;
   sc.resid.resize(TD);
   sc.normed.resize(TD);
+  sc.normed16.resize(TD);
   sc.out.resize(TD);
   mixer_.reserve(sc.mamba, T);
   head_.reserve(sc.head, T, R, probe_head);
@@ -142,7 +143,8 @@ void CudaMamba2Model::forward_graph(const model::ForwardBatch& b, DeviceState& d
   mixer_.reserve_scan(sc.mamba, ps, grid);
   const int32_t* tokens = sc.in.ints.data() + plan.tokens_offset();
   const GraphEpoch epoch{ds.id, run.graph_rows, {sc.in.ints.data(), sc.in.starts.data(), sc.mamba.scan.data()}};
-  const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, 0};
+  const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, 0,
+                     fuse_, cuda::programmatic_launch()};
   const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
     const DeviceProbe none(nullptr, b, st);
     enqueue_layers(sc, ps, tokens, bucket, ds, grid, none, st);
@@ -166,14 +168,24 @@ void CudaMamba2Model::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
   embed_rows(embed_, tokens, T, D, sc.resid.data(), st);
   probe("backbone.embeddings", sc.resid.data(), T, D, D);
 
-  const MambaPass mp{ds, ps, grid, rank_, probe, pf, sc.mamba, st};
+  const MambaPass mp{ds, ps, grid, rank_, probe, pf, sc.mamba, st, fuse_};
+  // Fused, a layer's residual add waits for the next layer's norm, which does it in its own launch and
+  // writes in_proj's bf16 input beside the fp32 one. A probe of the block's output (which may replace
+  // it) takes the add where the unfused pass has it; the mixer output's is visited before either.
+  const float* pending = nullptr;  // the previous layer's mixer output, not yet added
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const Names& nm = names_[static_cast<std::size_t>(l)];
-    cuda::rmsnorm(sc.resid.data(), T, D, norms_[static_cast<std::size_t>(l)].data(), eps, sc.normed.data(), st);
-    mixer_.enqueue(l, sc.normed.data(), T, sc.out.data(), mp);
+    const float* w = norms_[static_cast<std::size_t>(l)].data();
+    if (fuse_) cuda::add_rmsnorm(sc.resid.data(), {pending}, T, D, w, eps, sc.normed.data(), sc.normed16.data(), st);
+    else cuda::rmsnorm(sc.resid.data(), T, D, w, eps, sc.normed.data(), st);
+    mixer_.enqueue(l, sc.normed.data(), fuse_ ? sc.normed16.data() : nullptr, T, sc.out.data(), mp);
     mark(pf, StepPart::Other, st);
     probe(nm.mixer, sc.out.data(), T, D, D);
-    cuda::add_inplace(sc.resid.data(), sc.out.data(), TD, st);
+    pending = sc.out.data();
+    if (!fuse_ || probe.wants(nm.block) || l + 1 == cfg_.num_hidden_layers) {
+      cuda::add_inplace(sc.resid.data(), pending, TD, st);
+      pending = nullptr;
+    }
     probe(nm.block, sc.resid.data(), T, D, D);
   }
 }

@@ -54,6 +54,8 @@ class CudaMamba2Model : public model::Model {
   const CudaGraphStats& graph_stats() const { return run_->graphs.stats(); }
   void set_enforce_eager(bool eager) { enforce_eager_ = eager; }
   void set_step_profile(StepProfile* p) { profile_ = p; }
+  // false: every step of a layer in its own launch, as before the fused kernels (issue 11); the same bits.
+  void set_fuse_kernels(bool fuse) { fuse_ = fuse; }
 
  private:
   // Activations and the pass's metadata (device buffers and their pinned staging), reused across
@@ -61,6 +63,7 @@ class CudaMamba2Model : public model::Model {
   // and then every graph is dropped (they froze its addresses).
   struct Scratch {
     cuda::DeviceBuffer<float> resid, normed, out;
+    cuda::DeviceBuffer<uint16_t> normed16;  // normed's bf16 copy, in_proj's input (fused passes)
     MambaScratch mamba;
     LmHeadScratch head;
     PassInputs in;
@@ -100,6 +103,7 @@ class CudaMamba2Model : public model::Model {
   std::vector<Names> names_;
   std::vector<std::string> probe_names_;  // every probe point: a pass wanting any runs eagerly
   bool enforce_eager_ = false;
+  bool fuse_ = true;
   StepProfile* profile_ = nullptr;  // not owned; null: no timing
   DeviceRank rank_;  // size 1: the whole model on GPU 0
   std::shared_ptr<DeviceCollective> collective_;

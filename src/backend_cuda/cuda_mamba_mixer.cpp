@@ -48,13 +48,15 @@ void CudaMambaMixer::reserve(MambaScratch& sc, int T) const {
   sc.dt.resize(t * cfg_.num_heads);
   sc.y.resize(t * cfg_.intermediate_size);
   sc.g.resize(t * cfg_.intermediate_size);
+  sc.g16.resize(t * cfg_.intermediate_size);
 }
 
 void CudaMambaMixer::reserve_scan(MambaScratch& sc, const cuda::PassSeqs& ps, const cuda::ScanGrid& grid) const {
   sc.scan.resize(cuda::ssd_scratch_floats(shape(), ps, grid));
 }
 
-void CudaMambaMixer::enqueue(int layer, const float* x, int T, float* out, const MambaPass& p) const {
+void CudaMambaMixer::enqueue(int layer, const float* x, const uint16_t* x16, int T, float* out,
+                             const MambaPass& p) const {
   const io::Mamba2Config& c = cfg_;
   const Layer& L = layers_[static_cast<std::size_t>(layer)];
   const model::MixerProbeNames& nm = L.names;
@@ -62,32 +64,37 @@ void CudaMambaMixer::enqueue(int layer, const float* x, int T, float* out, const
   const int conv = c.conv_dim(), proj = c.in_proj_dim();
   MambaScratch& sc = p.sc;
   const cudaStream_t st = p.st;
+  const float dt_lo = static_cast<float>(c.time_step_min_limit), dt_hi = static_cast<float>(c.time_step_max_limit);
 
   mark(p.profile, StepPart::MambaGemm, st);
-  gemm(x, T, hidden, L.in_proj, proj, L.in_proj_bias, sc.zx.data(), st);
+  gemm(x, x16, T, hidden, L.in_proj, proj, L.in_proj_bias, sc.zx.data(), st);
   p.probe(nm.in_proj, sc.zx.data(), T, proj, proj);
   p.probe(nm.dt, sc.zx.data() + I + conv, T, H, proj);
   // The conv1d point is the conv's output before SiLU: when a hook wants it, the conv runs without its
-  // fused SiLU and the SiLU runs after the visit (which may have replaced the tensor).
+  // fused SiLU and the SiLU runs after the visit (which may have replaced the tensor). The dt point
+  // was visited above, so fused, the conv's launch computes dt from the raw dt as ssd_dt would.
   const bool probe_conv = p.probe.wants(nm.conv1d);
+  const cuda::DtJob dt{sc.zx.data() + I + conv, proj, H, L.dt_bias.data(), dt_lo, dt_hi, sc.dt.data()};
   mark(p.profile, StepPart::MambaConv, st);
   cuda::conv1d(sc.zx.data() + I, proj, conv, L.conv_w.data(), L.conv_b.size() ? L.conv_b.data() : nullptr,
-               c.conv_kernel, p.ds.conv_state(layer), p.ps, !probe_conv, sc.xbc.data(), st);
+               c.conv_kernel, p.ds.conv_state(layer), p.ps, !probe_conv, sc.xbc.data(), st, p.fuse ? &dt : nullptr);
   if (probe_conv) {
     p.probe(nm.conv1d, sc.xbc.data(), T, conv, conv);
     cuda::silu_inplace(sc.xbc.data(), static_cast<std::size_t>(T) * conv, st);
   }
   mark(p.profile, StepPart::MambaSsd, st);
-  cuda::ssd_dt(sc.zx.data() + I + conv, proj, T, H, L.dt_bias.data(), static_cast<float>(c.time_step_min_limit),
-               static_cast<float>(c.time_step_max_limit), sc.dt.data(), st);
+  if (!p.fuse) cuda::ssd_dt(dt.raw, dt.ld, T, H, dt.bias, dt_lo, dt_hi, dt.dt, st);
   cuda::ssd_scan(shape(), p.grid, p.ps, sc.xbc.data(), conv, sc.dt.data(), L.A.data(), L.D.data(), p.ds.ssd(layer),
                  sc.scan.data(), sc.scan.size(), sc.y.data(), st);
   mark(p.profile, StepPart::MambaNorm, st);
+  // out_proj reads the norm's bf16 copy unless the norm point may replace the fp32 tensor.
+  const bool g16 = p.fuse && !p.probe.wants(nm.norm);
   cuda::gated_rmsnorm(sc.y.data(), sc.zx.data(), proj, T, I, I / c.n_groups, L.gate_norm.data(),
-                      static_cast<float>(c.layer_norm_epsilon), c.norm_before_gate, sc.g.data(), st);
+                      static_cast<float>(c.layer_norm_epsilon), c.norm_before_gate, sc.g.data(), st,
+                      g16 ? sc.g16.data() : nullptr);
   p.probe(nm.norm, sc.g.data(), T, I, I);
   mark(p.profile, StepPart::MambaGemm, st);
-  gemm(sc.g.data(), T, I, L.out_proj, hidden, L.out_proj_bias, out, st);
+  gemm(sc.g.data(), g16 ? sc.g16.data() : nullptr, T, I, L.out_proj, hidden, L.out_proj_bias, out, st);
   // A rank's out_proj holds its rows of the reduction (its heads): the ranks' sum, in rank order.
   p.rank.sum(out, static_cast<std::size_t>(T) * hidden, st);
 }

@@ -34,6 +34,7 @@ inline constexpr int kCudaPlainCell = cuda::kMaxCell;
 // The mixer's activations for a pass, reused by every mixer layer and every pass (they only grow).
 struct MambaScratch {
   cuda::DeviceBuffer<float> zx, xbc, dt, y, g;
+  cuda::DeviceBuffer<uint16_t> g16;  // g's bf16 copy for out_proj (fused passes)
   cuda::DeviceBuffer<float> scan;  // the SSD's scratch, sized per pass from its cell tasks
 };
 
@@ -47,6 +48,9 @@ struct MambaPass {
   StepProfile* profile;  // null: no timing
   MambaScratch& sc;
   cudaStream_t st;
+  // Fused launches (issue 11): dt in the conv's launch, out_proj's bf16 input written by the gated
+  // norm. false: every step in its own launch (the reference the fused path is tested against).
+  bool fuse = true;
 };
 
 // A model's Mamba2 mixer layers: one shape (a tensor-parallel rank's: its heads and groups), weights
@@ -70,9 +74,10 @@ class CudaMambaMixer {
   void reserve_scan(MambaScratch& sc, const cuda::PassSeqs& ps, const cuda::ScanGrid& grid) const;
 
   // Layer `layer` over the pass's T rows: x [T][hidden] (the block's normed input) → out [T][hidden],
-  // the mixer's output before the residual, summed over the tensor-parallel ranks. Leaves the profile
-  // in StepPart::MambaGemm: the caller marks what comes next.
-  void enqueue(int layer, const float* x, int T, float* out, const MambaPass& p) const;
+  // the mixer's output before the residual, summed over the tensor-parallel ranks. x16: x's bf16 copy
+  // (add_rmsnorm's out16) for in_proj to read, or null. Leaves the profile in StepPart::MambaGemm: the
+  // caller marks what comes next.
+  void enqueue(int layer, const float* x, const uint16_t* x16, int T, float* out, const MambaPass& p) const;
 
  private:
   struct Layer {

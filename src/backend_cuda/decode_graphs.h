@@ -58,9 +58,11 @@ struct GraphKey {
   bool stagger = false;
   int cell_tasks = 0;  // the SSD phases' grid (none in a pure decode pass: one-row calls take the decode kernels)
   int kv_stride = 0;   // hybrids: the block tables' row length
+  bool fuse = true;    // the model's fused launches (set_fuse_kernels) or the unfused ones
+  bool programmatic = true;  // cuda::programmatic_launch() when captured
   bool operator<(const GraphKey& o) const {
-    return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride) <
-           std::tie(o.bucket, o.exact, o.cell, o.stagger, o.cell_tasks, o.kv_stride);
+    return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride, fuse, programmatic) <
+           std::tie(o.bucket, o.exact, o.cell, o.stagger, o.cell_tasks, o.kv_stride, o.fuse, o.programmatic);
   }
 };
 
@@ -103,5 +105,8 @@ void copy_logit_rows(const float* dev, int V, const std::vector<int>& rows, floa
 // and graphs switched off (true, as --enforce-eager) or back on at run time.
 CudaGraphStats cuda_graph_stats(const model::Model& m);
 void set_enforce_eager(model::Model& m, bool eager);
+// Fused launches (issue 11: the residual add in the next norm, the GEMMs' bf16 inputs written by the
+// norms, dt in the conv's launch) on (true, the default) or off: the same bits either way.
+void set_fuse_kernels(model::Model& m, bool fuse);
 
 }  // namespace parity::backend_cuda

@@ -35,6 +35,13 @@ void gemm(const float* A, int M, int K, const DeviceWeight& w, int N, const cuda
   else cuda::gemm(A, M, K, K, w.bf16.data(), cuda::WeightType::BF16, N, bp, C, N, s, cuda::padded_rows(w.rows));
 }
 
+void gemm(const float* A, const uint16_t* a16, int M, int K, const DeviceWeight& w, int N,
+          const cuda::DeviceBuffer<float>& bias, float* C, cudaStream_t s) {
+  if (w.fp32 || a16 == nullptr) return gemm(A, M, K, w, N, bias, C, s);
+  cuda::gemm_rounded(A, a16, M, K, K, w.bf16.data(), cuda::WeightType::BF16, N, bias.size() ? bias.data() : nullptr, C,
+                     N, s, cuda::padded_rows(w.rows));
+}
+
 void wait_for_uploads() { cuda::cuda_check(cudaDeviceSynchronize(), "weights to the device"); }
 
 void embed_rows(const DeviceWeight& table, const int32_t* tokens, int T, int cols, float* out, cudaStream_t s) {

@@ -30,6 +30,10 @@ void upload_f32(cuda::DeviceBuffer<float>& d, const std::vector<float>& v);
 // C[M][N] = A[M][K] · wᵀ (+ bias when it is not empty), in w's precision.
 void gemm(const float* A, int M, int K, const DeviceWeight& w, int N, const cuda::DeviceBuffer<float>& bias, float* C,
           cudaStream_t s);
+// The same with A's bf16 copy a16 [M][K] beside it (a fused norm's; null: none), which bf16 weights'
+// GEMM then reads instead of rounding A itself (cuda::gemm_rounded: the same bits).
+void gemm(const float* A, const uint16_t* a16, int M, int K, const DeviceWeight& w, int N,
+          const cuda::DeviceBuffer<float>& bias, float* C, cudaStream_t s);
 // Waits until every upload to the current device has landed. DeviceBuffer::upload's cudaMemcpy from pageable
 // memory may return before its copy does, and the models run on non-blocking streams, which are not ordered
 // after it: a model calls this once at the end of its load, so that its first pass reads whole weights.

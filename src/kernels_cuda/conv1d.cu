@@ -1,56 +1,122 @@
 // Causal depthwise conv1d, one thread per (row, channel): the window is the slot's last K-1
 // inputs followed by the call's rows, and the sum runs bias, then taps in ascending order with
 // fmaf — the order of kernels/conv1d.cpp, so prefill and decode (and the CPU) agree bit for bit.
+//
+// The launch also does what would otherwise be launches of a few µs each around it in a decode step
+// (issue 11): ssd_dt's dt for the pass's rows (one more block per row), and, when every sequence has
+// one row, the state's advance (the thread that read a channel's window is then its only reader). The
+// per-element code is shared with the unfused paths, so the bits are theirs.
 #include "kernels/math.h"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ops.h"
+#include "kernels_cuda/programmatic_launch.cuh"
 
 namespace parity::cuda {
 namespace {
 
-__global__ void conv_kernel(const float* in, int ld, int ch, const float* w, const float* bias, int K,
-                            const float* state, PassSeqs p, bool silu, float* out) {
-  const int r = blockIdx.x;
-  const int s = p.row_seq[r];
-  const int j = r - p.row0[s];  // row within the sequence's chunk
-  const float* st = state + static_cast<std::size_t>(p.slot[s]) * (K - 1) * ch;
-  for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < ch; c += gridDim.y * blockDim.x) {
-    float acc = bias ? bias[c] : 0.0f;
-    for (int i = 0; i < K; ++i) {
-      const int q = j - (K - 1) + i;  // < 0: from the carried state
-      const float v = q >= 0 ? in[static_cast<std::size_t>(p.row0[s] + q) * ld + c]
-                             : st[static_cast<std::size_t>(K - 1 + q) * ch + c];
-      acc = fmaf(w[static_cast<std::size_t>(c) * K + i], v, acc);
-    }
-    out[static_cast<std::size_t>(r) * ch + c] = silu ? kernels::silu_f(acc) : acc;
+constexpr int kThreads = 256;
+
+// Output (row j of the sequence whose rows start at packed row row0, channel c) before SiLU.
+__device__ float conv_at(const float* in, int ld, int ch, const float* w, const float* bias, int K, const float* st,
+                         int row0, int j, int c) {
+  float acc = bias ? bias[c] : 0.0f;
+  for (int i = 0; i < K; ++i) {
+    const int q = j - (K - 1) + i;  // < 0: from the carried state
+    const float v =
+        q >= 0 ? in[static_cast<std::size_t>(row0 + q) * ld + c] : st[static_cast<std::size_t>(K - 1 + q) * ch + c];
+    acc = fmaf(w[static_cast<std::size_t>(c) * K + i], v, acc);
+  }
+  return acc;
+}
+
+// The new state of channel c: the last K-1 inputs of [old state | the sequence's n rows], shifted in
+// ascending order, so reading old[i + n] never sees an already-overwritten value.
+__device__ void advance_state(const float* in, int ld, int ch, int K, float* st, int row0, int n, int c) {
+  for (int i = 0; i < K - 1; ++i) {
+    const int q = n - (K - 1) + i;
+    st[static_cast<std::size_t>(i) * ch + c] =
+        q >= 0 ? in[static_cast<std::size_t>(row0 + q) * ld + c] : st[static_cast<std::size_t>(i + n) * ch + c];
   }
 }
 
-// The new state: the last K-1 inputs of [old state | the call's rows], shifted in ascending order
-// by one thread per channel, so reading old[i + n] never sees an already-overwritten value.
+// Up to this many taps a thread holds its weights and its window in registers: the loads issue
+// together, before the sum, and a one-row call's new state is the window's last K-1 values. The sum
+// is conv_at's: bias, then fmaf over the taps in ascending order.
+constexpr int kHeldTaps = 8;
+
+// Blocks (row, y): y < cblocks cover the channels; y == cblocks (when dt.dt is set) the row's dt.
+// advance: every sequence has one row, so the thread of (row, c) advances the state after its read.
+__global__ void conv_kernel(const float* in, int ld, int ch, const float* w, const float* bias, int K, float* state,
+                            PassSeqs p, bool silu, float* out, int cblocks, DtJob dt, bool advance) {
+  const int r = blockIdx.x;
+  const int c = blockIdx.y * kThreads + threadIdx.x;
+  const bool channel = static_cast<int>(blockIdx.y) < cblocks && c < ch, held = K <= kHeldTaps;
+  // The weights before the wait: no kernel writes them.
+  float wk[kHeldTaps], acc = 0.0f;
+  if (channel && held) {
+#pragma unroll
+    for (int i = 0; i < kHeldTaps; ++i)
+      if (i < K) wk[i] = w[static_cast<std::size_t>(c) * K + i];
+    acc = bias ? bias[c] : 0.0f;
+  }
+  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
+  release_next_kernel();    // plain mode's SSU may start loading its state
+  if (static_cast<int>(blockIdx.y) == cblocks) {
+    for (int h = threadIdx.x; h < dt.H; h += kThreads)
+      dt.dt[static_cast<std::size_t>(r) * dt.H + h] =
+          dt_value(dt.raw[static_cast<std::size_t>(r) * dt.ld + h], dt.bias[h], dt.lo, dt.hi);
+    return;
+  }
+  if (!channel) return;
+  const int s = p.row_seq[r];
+  const int row0 = p.row0[s], j = r - row0;
+  float* st = state + static_cast<std::size_t>(p.slot[s]) * (K - 1) * ch;
+  if (!held) {
+    const float v = conv_at(in, ld, ch, w, bias, K, st, row0, j, c);
+    out[static_cast<std::size_t>(r) * ch + c] = silu ? kernels::silu_f(v) : v;
+    if (advance) advance_state(in, ld, ch, K, st, row0, 1, c);
+    return;
+  }
+  float win[kHeldTaps];
+#pragma unroll
+  for (int i = 0; i < kHeldTaps; ++i) {
+    const int q = j - (K - 1) + i;  // < 0: from the carried state
+    if (i < K)
+      win[i] =
+          q >= 0 ? in[static_cast<std::size_t>(row0 + q) * ld + c] : st[static_cast<std::size_t>(K - 1 + q) * ch + c];
+  }
+#pragma unroll
+  for (int i = 0; i < kHeldTaps; ++i)
+    if (i < K) acc = fmaf(wk[i], win[i], acc);
+  out[static_cast<std::size_t>(r) * ch + c] = silu ? kernels::silu_f(acc) : acc;
+  if (advance) {  // one row: the window is [old state | the row], the new state its last K-1 values
+#pragma unroll
+    for (int i = 0; i + 1 < kHeldTaps; ++i)
+      if (i + 1 < K) st[static_cast<std::size_t>(i) * ch + c] = win[i + 1];
+  }
+}
+
 __global__ void conv_state_kernel(const float* in, int ld, int ch, int K, float* state, PassSeqs p) {
   const int s = blockIdx.x;
+  const int c = blockIdx.y * kThreads + threadIdx.x;
   float* st = state + static_cast<std::size_t>(p.slot[s]) * (K - 1) * ch;
-  const int n = p.n[s];
-  for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < ch; c += gridDim.y * blockDim.x)
-    for (int i = 0; i < K - 1; ++i) {
-      const int q = n - (K - 1) + i;
-      st[static_cast<std::size_t>(i) * ch + c] =
-          q >= 0 ? in[static_cast<std::size_t>(p.row0[s] + q) * ld + c] : st[static_cast<std::size_t>(i + n) * ch + c];
-    }
+  if (c < ch) advance_state(in, ld, ch, K, st, p.row0[s], p.n[s], c);
 }
 
 }  // namespace
 
 void conv1d(const float* in, int ld_in, int ch, const float* w, const float* bias, int K, float* conv_state,
-            const PassSeqs& p, bool silu, float* out, cudaStream_t s) {
+            const PassSeqs& p, bool silu, float* out, cudaStream_t s, const DtJob* dt) {
   if (p.num_rows <= 0) return;
   if (K < 1) throw Error("conv1d: kernel size must be at least 1");
-  const unsigned cblocks = static_cast<unsigned>((ch + 255) / 256);
-  conv_kernel<<<dim3(p.num_rows, cblocks), 256, 0, s>>>(in, ld_in, ch, w, bias, K, conv_state, p, silu, out);
-  check_launch("conv1d");
-  if (K > 1) {
-    conv_state_kernel<<<dim3(p.num_seqs, cblocks), 256, 0, s>>>(in, ld_in, ch, K, conv_state, p);
+  const int cblocks = (ch + kThreads - 1) / kThreads;
+  const DtJob job = dt ? *dt : DtJob{};
+  const bool advance = K > 1 && p.one_row_each;
+  const unsigned yblocks = static_cast<unsigned>(cblocks + (job.dt ? 1 : 0));
+  launch_after_prior(conv_kernel, dim3(p.num_rows, yblocks), dim3(kThreads), 0, s, "conv1d", in, ld_in, ch, w, bias, K,
+                     conv_state, p, silu, out, cblocks, job, advance);
+  if (K > 1 && !advance) {
+    conv_state_kernel<<<dim3(p.num_seqs, cblocks), kThreads, 0, s>>>(in, ld_in, ch, K, conv_state, p);
     check_launch("conv1d state");
   }
 }

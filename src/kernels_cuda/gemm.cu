@@ -5,17 +5,22 @@
 // accumulator; the bias is added once at the end. The tile an element lands in, M, and the
 // element's place in the tile change nothing in that sequence, so a row's bits are the same for
 // M = 1 and M = 4096 (DESIGN.md rule 3; tests/cuda/cuda_gemm_test.cpp checks M = 1..4096). gemm()
-// picks among kernels that all compute that sequence: the swap-AB kernel for decode-sized M
-// (gemm_swap_ab.cu: the weights as the tensor cores' 64- or 16-row side, up to kSwapAbMaxRows), the
+// picks among kernels that all compute that sequence: the 8-column decode kernel for a few rows
+// against a wide W (gemm_gemv.cu: every SM streams its share of W, A rounded in the kernel), the
+// swap-AB kernel for decode-sized M (gemm_swap_ab.cu: the weights as the tensor cores' 64- or
+// 16-row side, up to kSwapAbMaxRows), the
 // wgmma/TMA tiles above that (gemm_wgmma.cu), the mma.sync tiles (gemm_mma.cu) for what neither
 // takes, and the WMMA tiles here for operands those cannot take (K not a multiple of 32, A or W not
 // 16-byte aligned). The few-rows mma.sync kernel (gemm_skinny.cu) stays reachable directly (tests,
 // benchmarks) and serves gemm_grouped's few-rows case.
 #include <mma.h>
 
+#include <cstdint>
+
 #include <cuda_bf16.h>
 
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/gemm_gemv.h"
 #include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/gemm_skinny.h"
 #include "kernels_cuda/gemm_swap_ab.h"
@@ -172,6 +177,12 @@ void gemm(const float* A, int M, int K, int lda, const void* W, WeightType wt, i
           int ldc, cudaStream_t s, int w_rows) {
   if (M <= 0 || N <= 0) return;
   const dim3 grid((N + kBN - 1) / kBN, (M + kBM - 1) / kBM);
+  // Decode rows against a wide W (lm_head): 8-column tiles over every SM, no pre-pass launch, where
+  // they measured faster than swap-AB (gemm_gemv_preferred).
+  if (wt == WeightType::BF16 && gemm_gemv_preferred(M, K, N) && gemm_gemv_fits(A, K, lda, W)) {
+    gemm_bf16_gemv(A, M, K, lda, W, N, bias, C, ldc, s);
+    return;
+  }
   // Decode-sized passes: the weights' read bandwidth (wgmma with the weights as its 64-row operand).
   if (wt == WeightType::BF16 && M <= kSwapAbMaxRows && gemm_swap_ab_fits(A, K, lda, W)) {
     gemm_bf16_swap_ab(A, M, K, lda, W, N, bias, C, ldc, s);
@@ -187,6 +198,16 @@ void gemm(const float* A, int M, int K, int lda, const void* W, WeightType wt, i
     gemm_f32_kernel<<<grid, 256, 0, s>>>(A, M, K, lda, static_cast<const float*>(W), N, bias, C, ldc);
   }
   check_launch("gemm");
+}
+
+void gemm_rounded(const float* A, const uint16_t* a16, int M, int K, int lda, const void* W, WeightType wt, int N,
+                  const float* bias, float* C, int ldc, cudaStream_t s, int w_rows) {
+  // A copy the tensor maps cannot take (or none) leaves the GEMM to round A itself: the same bits.
+  if (a16 == nullptr || reinterpret_cast<std::uintptr_t>(a16) % 16 != 0 || wt != WeightType::BF16) {
+    gemm(A, M, K, lda, W, wt, N, bias, C, ldc, s, w_rows);
+    return;
+  }
+  with_rounded_rows(A, M, K, a16, [&] { gemm(A, M, K, lda, W, wt, N, bias, C, ldc, s, w_rows); });
 }
 
 }  // namespace parity::cuda

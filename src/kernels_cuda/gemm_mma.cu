@@ -373,8 +373,34 @@ void run_tile(int tile, const float* A, int M, int K, int lda, const void* W, in
 
 }  // namespace
 
+namespace {
+
+// The copy with_rounded_rows lends to the GEMM being enqueued on this thread (null: none).
+struct RoundedRows {
+  const float* A;
+  int M, K;
+  const void* a16;
+};
+thread_local const RoundedRows* t_rounded = nullptr;
+
+}  // namespace
+
+void with_rounded_rows(const float* A, int M, int K, const void* a16, const std::function<void()>& enqueue) {
+  struct Restore {
+    const RoundedRows* prev;
+    ~Restore() { t_rounded = prev; }
+  } restore{t_rounded};
+  const RoundedRows r{A, M, K, a16};
+  t_rounded = &r;
+  enqueue();
+}
+
 void with_bf16_rows(const float* A, int M, int K, int lda, cudaStream_t s,
                     const std::function<void(const void* a16)>& enqueue) {
+  if (t_rounded && t_rounded->A == A && t_rounded->M == M && t_rounded->K == K) {
+    enqueue(t_rounded->a16);  // the caller's buffer: no scratch, so no pool lock either
+    return;
+  }
   const std::size_t chunks = std::size_t(M) * (K / 8);
   const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((chunks + 255) / 256, 64 * 1024));
   scratch_pool().with(s, std::size_t(M) * K, [&](bf16* a16) {

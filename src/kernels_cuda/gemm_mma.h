@@ -27,6 +27,10 @@ void gemm_grouped_bf16_mma(const float* A, int lda, const int32_t* offsets, int 
 // share a stream from interleaving their passes.
 void with_bf16_rows(const float* A, int M, int K, int lda, cudaStream_t s,
                     const std::function<void(const void* a16)>& enqueue);
+// gemm_rounded's way in (ops.h): while `enqueue` runs on this thread, with_bf16_rows for this A, M and K
+// hands its enqueue a16 (the caller's bf16 copy of A, [M][K]) instead of rounding A into scratch. The
+// GEMM kernels need not know: those that take a pre-rounded A get the caller's, with no pre-pass.
+void with_rounded_rows(const float* A, int M, int K, const void* a16, const std::function<void()>& enqueue);
 
 // For tests: the number of tiles gemm_bf16_mma chooses from, and the same pass on tile `tile`
 // (0 = largest) whatever M and N.

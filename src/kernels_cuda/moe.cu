@@ -7,6 +7,8 @@
 // order does not reach any value anyway: the gemm's row bits do not depend on the row's place.
 #include "kernels_cuda/moe.h"
 
+#include <cuda_bf16.h>
+
 #include "kernels/math.h"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/moe_device.cuh"
@@ -33,12 +35,14 @@ __global__ void topk_kernel(const float* logits, int T, int E, int k, int32_t* i
   for (int j = 0; j < k; ++j) w[j] = w[j] / s;
 }
 
-__global__ void swiglu_kernel(const float* gate_up, std::size_t n, int F, float* out) {
+__global__ void swiglu_kernel(const float* gate_up, std::size_t n, int F, float* out, uint16_t* out16) {
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n * F) return;
   const std::size_t r = i / F, c = i % F;
   const float* g = gate_up + r * 2 * F;
-  out[i] = kernels::silu_f(g[c]) * g[F + c];
+  const float v = kernels::silu_f(g[c]) * g[F + c];
+  out[i] = v;
+  if (out16) out16[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
 // Integer sum over the block (exact, so any tree is the same number).
@@ -103,9 +107,10 @@ void router_topk_softmax(const float* logits, int T, int E, int k, int32_t* idx,
   check_launch("router_topk_softmax");
 }
 
-void swiglu(const float* gate_up, int n, int F, float* out, cudaStream_t s) {
+void swiglu(const float* gate_up, int n, int F, float* out, cudaStream_t s, uint16_t* out16) {
   if (n <= 0 || F <= 0) return;
-  swiglu_kernel<<<moe_blocks(std::size_t(n) * F, 256), 256, 0, s>>>(gate_up, static_cast<std::size_t>(n), F, out);
+  swiglu_kernel<<<moe_blocks(std::size_t(n) * F, 256), 256, 0, s>>>(gate_up, static_cast<std::size_t>(n), F, out,
+                                                                    out16);
   check_launch("swiglu");
 }
 

@@ -48,8 +48,9 @@ struct MoeWorkspace {
 // logits [T][E] → idx [T][k], gates [T][k] (kernels::router_topk_softmax).
 void router_topk_softmax(const float* logits, int T, int E, int k, int32_t* idx, float* gates, cudaStream_t s);
 
-// gate_up [n][2F] → out [n][F]: silu_f(gate) · up (kernels::swiglu).
-void swiglu(const float* gate_up, int n, int F, float* out, cudaStream_t s);
+// gate_up [n][2F] → out [n][F]: silu_f(gate) · up (kernels::swiglu). out16 (not null): out's bf16 copy
+// as well, rounded as the GEMM's pre-pass rounds it (for gemm_rounded, ops.h).
+void swiglu(const float* gate_up, int n, int F, float* out, cudaStream_t s, uint16_t* out16 = nullptr);
 
 // The experts for x [T][D] (row stride D) with the Direct routing (idx, gates [T][k]) → out
 // [T][D]. Asynchronous: nothing comes back to the host.

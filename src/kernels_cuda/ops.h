@@ -17,9 +17,29 @@ namespace parity::cuda {
 void embed_bf16(const uint16_t* table, const int32_t* tokens, int T, int D, float* out, cudaStream_t s);
 // out = (x · rsqrt(mean(x²) + eps)) · w per row; out may alias x.
 void rmsnorm(const float* x, int rows, int dim, const float* w, float eps, float* out, cudaStream_t s);
-// Mamba2's gated RMSNorm per group (kernels/norm.h semantics); z has row stride ldz.
+// A residual branch y [rows][dim] for add_rmsnorm: x + y (add_inplace), or x + y · m when scaled
+// (add_scaled_inplace). y null: no add. y2 (not null): the branch is y + y2, rounded, then as above
+// (add_inplace(y, y2) first: a hybrid layer's MoE and shared MLP outputs).
+struct ResidualAdd {
+  const float* y = nullptr;
+  float mult = 1.0f;
+  bool scaled = false;
+  const float* y2 = nullptr;
+};
+// One launch for add_inplace/add_scaled_inplace(x, add.y) (when add.y is set), then rmsnorm(x) into
+// out, and (out16 not null) out's bf16 copy [rows][dim], rounded to nearest even as the GEMM's
+// pre-pass rounds it (gemm_rounded takes it): x, out and out16 get the bits of the unfused launches.
+// out must not alias x or add.y.
+void add_rmsnorm(float* x, const ResidualAdd& add, int rows, int dim, const float* w, float eps, float* out,
+                 uint16_t* out16, cudaStream_t s);
+// Mamba2's gated RMSNorm per group (kernels/norm.h semantics); z has row stride ldz. out16 (not
+// null): out's bf16 copy as well, as add_rmsnorm writes it.
 void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, int group, const float* w, float eps,
-                   bool norm_before_gate, float* out, cudaStream_t s);
+                   bool norm_before_gate, float* out, cudaStream_t s, uint16_t* out16 = nullptr);
+// The norms keep a thread's elements in registers for rows up to 6144 wide and loop over memory for
+// wider ones (the same operations in the same order). Tests force the loop form for every width
+// (true) to compare the two; false restores the default.
+void norms_force_loop_form(bool loop);
 void add_inplace(float* x, const float* y, std::size_t n, cudaStream_t s);
 // x = x + y · m (the product rounded, then the add: a residual branch scaled by µP's multiplier).
 void add_scaled_inplace(float* x, const float* y, float m, std::size_t n, cudaStream_t s);
@@ -44,6 +64,13 @@ enum class WeightType { BF16, F32 };
 // same bits.
 void gemm(const float* A, int M, int K, int lda, const void* W, WeightType wt, int N, const float* bias, float* C,
           int ldc, cudaStream_t s, int w_rows = 0);
+// gemm() for a caller that holds A's bf16 copy as well: a16 [M][K] (row stride K, 16-byte aligned),
+// each element A's value rounded to nearest even, as a fused norm writes it beside A (add_rmsnorm,
+// gated_rmsnorm). The kernels that would round A into a scratch copy first (the pre-pass launch)
+// read a16 instead; the others read A, which must hold the values a16 was rounded from. The same
+// bits as gemm(A, ...).
+void gemm_rounded(const float* A, const uint16_t* a16, int M, int K, int lda, const void* W, WeightType wt, int N,
+                  const float* bias, float* C, int ldc, cudaStream_t s, int w_rows = 0);
 inline int padded_rows(int n) { return (n + 15) / 16 * 16; }
 // Several GEMMs in one launch (the MoE's experts): group g multiplies rows [offsets[g],
 // offsets[g+1]) of A (device offsets, groups + 1 of them) by the weight at W + g·w_stride elements
@@ -66,12 +93,25 @@ struct PassSeqs {
   int num_cell_tasks = 0;
   int num_ssu_seqs = 0;               // sequences the pass updates by SSU (plain one-token decode)
   int num_decode_seqs = 0;            // one-row exact calls: the exact decode kernel, no cell tasks
+  bool one_row_each = false;          // every sequence has exactly one row (a decode pass)
+};
+
+// ssd_dt's job (below), for conv1d to do in its own launch: dt [T][H] from dt_raw (row stride ld).
+struct DtJob {
+  const float* raw = nullptr;
+  int ld = 0, H = 0;
+  const float* bias = nullptr;
+  float lo = 0.0f, hi = 0.0f;
+  float* dt = nullptr;
 };
 
 // Causal depthwise conv1d over each sequence's rows, continuing from the slot's conv state
 // [slots][K-1][ch] (the last K-1 inputs), which is then advanced. w [ch][K]; silu fused if asked.
+// dt (not null): ssd_dt's dt for the pass's rows as well, in the same launch. A pass of one-row
+// sequences (p.one_row_each: decode) advances the state in the same launch too; others take a
+// second one. Every output has the bits of the separate launches (the same per-element code).
 void conv1d(const float* in, int ld_in, int ch, const float* w, const float* bias, int K, float* conv_state,
-            const PassSeqs& p, bool silu, float* out, cudaStream_t s);
+            const PassSeqs& p, bool silu, float* out, cudaStream_t s, const DtJob* dt = nullptr);
 
 // ---- SSD / SSU -------------------------------------------------------------------------------
 struct SsdShape {
@@ -103,7 +143,12 @@ struct SsdState {
   float* ring_B = nullptr;         // exact: [slots][groups][cell][N], slot = pos mod cell
 };
 
-// dt = clamp(softplus(dt_raw + bias), lo, hi) for T rows (dt_raw row stride ld).
+// One dt: clamp(softplus(raw + bias), lo, hi). ssd_dt and conv1d's DtJob both compute it here.
+PARITY_HD inline float dt_value(float raw, float bias, float lo, float hi) {
+  const float v = kernels::softplus_f(raw + bias);
+  return fminf(fmaxf(v, lo), hi);
+}
+// dt = dt_value(dt_raw + bias) for T rows (dt_raw row stride ld).
 void ssd_dt(const float* dt_raw, int ld, int T, int H, const float* dt_bias, float lo, float hi, float* dt,
             cudaStream_t s);
 
@@ -132,11 +177,6 @@ PARITY_HD inline bool uses_decode_row(const ScanGrid& g, int n) { return g.exact
 // same bits.
 void ssd_force_step_tile(int rows_of_p);
 int ssd_step_tile(const SsdShape& sh, int seqs, bool exact, bool bf16);
-// The exact one-row decode can ask L2 for the state tile (and x ring) of the block `ahead` head slots
-// later in its launch, so that blocks not yet resident find their state there. Not measured yet, so
-// off by default (0); a benchmark or test may force a distance (> 0) or one resident set ahead (< 0:
-// the launch's resident blocks over its sequence·tile columns). A hint only: no value depends on it.
-void ssd_force_step_prefetch(int ahead);
 
 // ---- tensor parallelism ----------------------------------------------------------------------
 // out[i] = ((g[0][i] + g[1][i]) + g[2][i]) + … over gathered [ranks][n] (every rank's partial sum of a
@@ -146,6 +186,12 @@ void sum_rank_partials(const float* gathered, int ranks, std::size_t n, float* o
 
 // ---- device ----------------------------------------------------------------------------------
 int device_count();  // 0 when there is no usable device (or no driver)
+// Whether the small kernels of a step (norms, conv, plain mode's SSU) launch programmatically
+// after the kernel before them (programmatic_launch.cuh: their launch overlaps its tail; the same
+// bits). On by default; benchmarks switch it off to compare. A model's CUDA graphs record the
+// setting they were captured with.
+bool programmatic_launch();
+void set_programmatic_launch(bool on);
 // Keeps stream s busy for about `microseconds` (benchmarks: the timed launches queue behind it).
 void busy_wait(double microseconds, cudaStream_t s);
 

@@ -11,6 +11,7 @@ PassPlan::PassPlan(const std::vector<SeqSpan>& seqs, const ScanGrid& grid, const
   o_rowseq_ = ints_.size();
   for (int s = 0; s < num_seqs_; ++s) ints_.insert(ints_.end(), static_cast<std::size_t>(seqs[s].n), s);
   num_rows_ = static_cast<int>(ints_.size() - o_rowseq_);
+  one_row_each_ = std::all_of(seqs.begin(), seqs.end(), [](const SeqSpan& q) { return q.n == 1; });
   o_slot_ = ints_.size();
   for (const auto& q : seqs) ints_.push_back(q.slot);
   o_n_ = ints_.size();
@@ -82,6 +83,7 @@ PassSeqs PassPlan::view(const DeviceBuffer<int32_t>& ints, const DeviceBuffer<in
   p.num_cell_tasks = num_tasks_;
   p.num_ssu_seqs = num_ssu_;
   p.num_decode_seqs = num_decode_;
+  p.one_row_each = one_row_each_;
   return p;
 }
 

@@ -40,6 +40,7 @@ class PassPlan {
   std::vector<int64_t> starts_;
   std::size_t o_rowseq_ = 0, o_slot_ = 0, o_n_ = 0, o_row0_ = 0, o_tasks_ = 0, o_task0_ = 0, o_extra_ = 0, o_new_ = 0;
   int num_seqs_ = 0, num_rows_ = 0, num_tasks_ = 0, num_new_ = 0, num_ssu_ = 0, num_decode_ = 0;
+  bool one_row_each_ = false;
 };
 
 }  // namespace parity::cuda

@@ -1,11 +1,23 @@
 // Row-wise kernels: embedding, RMSNorm, gated RMSNorm, residual add. One block per row (or per
 // row and group); the reduction is block_sum's fixed tree over a fixed 256 threads.
+//
+// The norms can also do the work of the launches around them (issue 11: a decode step is dozens of
+// launches of a few µs): rmsnorm_kernel adds the residual branch first (add_inplace's or
+// add_scaled_inplace's operation, element for element) and both norms can write the bf16 copy of
+// their output that the next GEMM would otherwise make in a pre-pass. Every element still gets the
+// unfused sequence of fp32 operations: thread i owns elements i, i + 256, ... in the add, the sum of
+// squares and the scaling alike, so the fused add is the value the sum reads, and the bf16 copy is
+// __float2bfloat16_rn of the stored fp32 value, the pre-pass's round to nearest even.
+#include <atomic>
 #include <cmath>
+
+#include <cuda_bf16.h>
 
 #include "kernels/math.h"
 #include "kernels_cuda/block_reduce.cuh"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ops.h"
+#include "kernels_cuda/programmatic_launch.cuh"
 
 namespace parity::cuda {
 namespace {
@@ -31,40 +43,162 @@ __device__ float sumsq(const float* x, int n) {
 // The same scalar tail as the CPU (kernels/norm.cpp): mean, add eps, sqrt, reciprocal.
 __device__ float inv_rms(float s, int n, float eps) { return 1.0f / sqrtf(s / static_cast<float>(n) + eps); }
 
-__global__ void rmsnorm_kernel(const float* x, int dim, const float* w, float eps, float* out) {
+// The GEMM pre-pass's rounding (gemm_mma.cu round_to_bf16_kernel: __floats2bfloat162_rn, which
+// rounds each half as __float2bfloat16_rn does), as raw bits.
+__device__ uint16_t bf16_bits(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+
+// The residual branch's add: add_kernel's x + y, or add_scaled_kernel's x + y·m (product rounded).
+__device__ float residual_add(float x, float y, float m, bool scaled) { return scaled ? x + y * m : x + y; }
+
+// Two forms of each norm, the same operations in the same order (the per-element helpers below;
+// each thread's sum of squares over its elements in ascending order, then block_sum): the held form
+// keeps a thread's elements in registers, so its loads issue together and the row is read once; the
+// loop form walks rows too wide for that (more than kHeld elements a thread).
+constexpr int kHeld = 24;
+constexpr int kHeldMaxWidth = kHeld * kRowThreads;
+std::atomic<bool> force_loop{false};
+bool held(int width) { return width <= kHeldMaxWidth && !force_loop.load(); }
+
+__device__ float scaled_by(float v, float r, float w) { return (v * r) * w; }
+__device__ float gate(float y, float z) { return y * kernels::silu_f(z); }
+__device__ float gated_scaled_by(float y, float r, float w, float z) { return scaled_by(y, r, w) * kernels::silu_f(z); }
+
+__device__ void store(float* out, uint16_t* out16, int i, float v) {
+  out[i] = v;
+  if (out16) out16[i] = bf16_bits(v);
+}
+
+// The branch a residual add adds: y, or y + y2 (add_inplace(y, y2)'s value) when there is a second.
+__device__ float branch(const float* y, const float* y2, std::size_t i) { return y2 ? y[i] + y2[i] : y[i]; }
+
+// x = residual_add(x, branch(add, add2)) first when add is not null (written back); out16: the bf16
+// copy, or null.
+__global__ void rmsnorm_kernel(float* x, const float* add, const float* add2, float mult, bool scaled, int dim,
+                               const float* w, float eps, float* out, uint16_t* out16) {
+  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
+  release_next_kernel();
   const std::size_t off = static_cast<std::size_t>(blockIdx.x) * dim;
-  const float r = inv_rms(sumsq(x + off, dim), dim, eps);
-  for (int i = threadIdx.x; i < dim; i += kRowThreads) out[off + i] = (x[off + i] * r) * w[i];
+  float* xr = x + off;
+  if (add) {  // each thread adds the elements sumsq then reads, its own
+    for (int i = threadIdx.x; i < dim; i += kRowThreads)
+      xr[i] = residual_add(xr[i], branch(add, add2, off + i), mult, scaled);
+  }
+  const float r = inv_rms(sumsq(xr, dim), dim, eps);
+  for (int i = threadIdx.x; i < dim; i += kRowThreads)
+    store(out + off, out16 ? out16 + off : nullptr, i, scaled_by(xr[i], r, w[i]));
+}
+
+// The held form of rmsnorm_kernel (dim <= kHeldMaxWidth).
+__global__ void rmsnorm_held_kernel(float* x, const float* add, const float* add2, float mult, bool scaled, int dim,
+                                    const float* w, float eps, float* out, uint16_t* out16) {
+  const std::size_t off = static_cast<std::size_t>(blockIdx.x) * dim;
+  const int t = threadIdx.x;
+  float v[kHeld], wk[kHeld];
+  // The norm's weights before the wait: no kernel writes them.
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k) wk[k] = t + k * kRowThreads < dim ? w[t + k * kRowThreads] : 0.0f;
+  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
+  release_next_kernel();
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k) v[k] = t + k * kRowThreads < dim ? x[off + t + k * kRowThreads] : 0.0f;
+  if (add) {
+#pragma unroll
+    for (int k = 0; k < kHeld; ++k)
+      if (t + k * kRowThreads < dim)
+        v[k] = residual_add(v[k], branch(add, add2, off + t + k * kRowThreads), mult, scaled);
+#pragma unroll
+    for (int k = 0; k < kHeld; ++k)
+      if (t + k * kRowThreads < dim) x[off + t + k * kRowThreads] = v[k];
+  }
+  float a = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k)
+    if (t + k * kRowThreads < dim) a = fmaf(v[k], v[k], a);
+  __shared__ float scratch[kRowThreads / 32];
+  const float r = inv_rms(block_sum<kRowThreads>(a, scratch), dim, eps);
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k)
+    if (t + k * kRowThreads < dim) v[k] = scaled_by(v[k], r, wk[k]);
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k)
+    if (t + k * kRowThreads < dim) store(out + off, out16 ? out16 + off : nullptr, t + k * kRowThreads, v[k]);
+}
+
+struct GatedRow {
+  const float *y, *z, *w;
+  float* o;
+  uint16_t* o16;
+};
+__device__ GatedRow gated_row(const float* y, const float* z, int ldz, int dim, int group, const float* w, float* out,
+                              uint16_t* out16) {
+  const int row = blockIdx.x, g = blockIdx.y;
+  const std::size_t off = static_cast<std::size_t>(row) * dim + static_cast<std::size_t>(g) * group;
+  return {y + off, z + static_cast<std::size_t>(row) * ldz + static_cast<std::size_t>(g) * group,
+          w + static_cast<std::size_t>(g) * group, out + off, out16 ? out16 + off : nullptr};
 }
 
 __global__ void gated_rmsnorm_kernel(const float* y, const float* z, int ldz, int dim, int group, const float* w,
-                                     float eps, bool norm_before_gate, float* out) {
-  const int row = blockIdx.x, g = blockIdx.y;
-  const std::size_t off = static_cast<std::size_t>(row) * dim + static_cast<std::size_t>(g) * group;
-  const float* yr = y + off;
-  const float* zr = z + static_cast<std::size_t>(row) * ldz + static_cast<std::size_t>(g) * group;
-  const float* wg = w + static_cast<std::size_t>(g) * group;
-  float* o = out + off;
+                                     float eps, bool norm_before_gate, float* out, uint16_t* out16) {
+  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
+  release_next_kernel();
+  const GatedRow g = gated_row(y, z, ldz, dim, group, w, out, out16);
   if (norm_before_gate) {
-    const float r = inv_rms(sumsq(yr, group), group, eps);
+    const float r = inv_rms(sumsq(g.y, group), group, eps);
     for (int i = threadIdx.x; i < group; i += kRowThreads)
-      o[i] = ((yr[i] * r) * wg[i]) * kernels::silu_f(zr[i]);
+      store(g.o, g.o16, i, gated_scaled_by(g.y[i], r, g.w[i], g.z[i]));
   } else {
-    for (int i = threadIdx.x; i < group; i += kRowThreads) o[i] = yr[i] * kernels::silu_f(zr[i]);
+    for (int i = threadIdx.x; i < group; i += kRowThreads) g.o[i] = gate(g.y[i], g.z[i]);
     __syncthreads();
-    const float r = inv_rms(sumsq(o, group), group, eps);
-    for (int i = threadIdx.x; i < group; i += kRowThreads) o[i] = (o[i] * r) * wg[i];
+    const float r = inv_rms(sumsq(g.o, group), group, eps);
+    for (int i = threadIdx.x; i < group; i += kRowThreads) store(g.o, g.o16, i, scaled_by(g.o[i], r, g.w[i]));
   }
+}
+
+// The held form of gated_rmsnorm_kernel (group <= kHeldMaxWidth).
+__global__ void gated_rmsnorm_held_kernel(const float* y, const float* z, int ldz, int dim, int group, const float* w,
+                                          float eps, bool norm_before_gate, float* out, uint16_t* out16) {
+  const GatedRow g = gated_row(y, z, ldz, dim, group, w, out, out16);
+  const int t = threadIdx.x;
+  float v[kHeld], zk[kHeld], wk[kHeld];
+  // The norm's weights before the wait: no kernel writes them.
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k) wk[k] = t + k * kRowThreads < group ? g.w[t + k * kRowThreads] : 0.0f;
+  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
+  release_next_kernel();
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k) {
+    const int i = t + k * kRowThreads;
+    v[k] = i < group ? g.y[i] : 0.0f;
+    zk[k] = i < group ? g.z[i] : 0.0f;
+  }
+  if (!norm_before_gate) {
+#pragma unroll
+    for (int k = 0; k < kHeld; ++k)
+      if (t + k * kRowThreads < group) v[k] = gate(v[k], zk[k]);
+  }
+  float a = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k)
+    if (t + k * kRowThreads < group) a = fmaf(v[k], v[k], a);
+  __shared__ float scratch[kRowThreads / 32];
+  const float r = inv_rms(block_sum<kRowThreads>(a, scratch), group, eps);
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k)
+    if (t + k * kRowThreads < group)
+      v[k] = norm_before_gate ? gated_scaled_by(v[k], r, wk[k], zk[k]) : scaled_by(v[k], r, wk[k]);
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k)
+    if (t + k * kRowThreads < group) store(g.o, g.o16, t + k * kRowThreads, v[k]);
 }
 
 __global__ void add_kernel(float* x, const float* y, std::size_t n) {
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) x[i] = x[i] + y[i];
+  if (i < n) x[i] = residual_add(x[i], y[i], 1.0f, false);
 }
 
 __global__ void add_scaled_kernel(float* x, const float* y, float m, std::size_t n) {
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) x[i] = x[i] + y[i] * m;
+  if (i < n) x[i] = residual_add(x[i], y[i], m, true);
 }
 
 __global__ void scale_kernel(float* x, float m, std::size_t n) {
@@ -104,19 +238,29 @@ void embed_bf16(const uint16_t* table, const int32_t* tokens, int T, int D, floa
   check_launch("embed");
 }
 
+void norms_force_loop_form(bool loop) { force_loop.store(loop); }
+
 void rmsnorm(const float* x, int rows, int dim, const float* w, float eps, float* out, cudaStream_t s) {
   if (rows <= 0) return;
-  rmsnorm_kernel<<<rows, kRowThreads, 0, s>>>(x, dim, w, eps, out);
-  check_launch("rmsnorm");
+  // Without an add the kernel only reads x (out may alias it).
+  launch_after_prior(held(dim) ? rmsnorm_held_kernel : rmsnorm_kernel, dim3(rows), dim3(kRowThreads), 0, s, "rmsnorm",
+                     const_cast<float*>(x), nullptr, nullptr, 1.0f, false, dim, w, eps, out, nullptr);
+}
+
+void add_rmsnorm(float* x, const ResidualAdd& add, int rows, int dim, const float* w, float eps, float* out,
+                 uint16_t* out16, cudaStream_t s) {
+  if (rows <= 0) return;
+  launch_after_prior(held(dim) ? rmsnorm_held_kernel : rmsnorm_kernel, dim3(rows), dim3(kRowThreads), 0, s,
+                     "add_rmsnorm", x, add.y, add.y2, add.mult, add.scaled, dim, w, eps, out, out16);
 }
 
 void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, int group, const float* w, float eps,
-                   bool norm_before_gate, float* out, cudaStream_t s) {
+                   bool norm_before_gate, float* out, cudaStream_t s, uint16_t* out16) {
   if (rows <= 0) return;
   if (group <= 0 || dim % group != 0) throw Error("gated_rmsnorm: group does not divide the width");
-  gated_rmsnorm_kernel<<<dim3(rows, dim / group), kRowThreads, 0, s>>>(y, z, ldz, dim, group, w, eps,
-                                                                       norm_before_gate, out);
-  check_launch("gated_rmsnorm");
+  launch_after_prior(held(group) ? gated_rmsnorm_held_kernel : gated_rmsnorm_kernel, dim3(rows, dim / group),
+                     dim3(kRowThreads), 0, s, "gated_rmsnorm", y, z, ldz, dim, group, w, eps, norm_before_gate, out,
+                     out16);
 }
 
 void add_inplace(float* x, const float* y, std::size_t n, cudaStream_t s) {

@@ -63,10 +63,8 @@ __global__ void ssd_ring_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float
 
 __global__ void dt_kernel(const float* dt_raw, int ld, int H, const float* bias, float lo, float hi, float* dt) {
   const int t = blockIdx.x;
-  for (int h = threadIdx.x; h < H; h += blockDim.x) {
-    const float v = kernels::softplus_f(dt_raw[static_cast<std::size_t>(t) * ld + h] + bias[h]);
-    dt[static_cast<std::size_t>(t) * H + h] = fminf(fmaxf(v, lo), hi);
-  }
+  for (int h = threadIdx.x; h < H; h += blockDim.x)
+    dt[static_cast<std::size_t>(t) * H + h] = dt_value(dt_raw[static_cast<std::size_t>(t) * ld + h], bias[h], lo, hi);
 }
 
 std::atomic<int> forced_tile{0};

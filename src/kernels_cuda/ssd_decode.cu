@@ -27,6 +27,7 @@
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/launch_support.h"
 #include "kernels_cuda/smem_limit.h"
+#include "kernels_cuda/ssd_prefill.h"
 #include "kernels_cuda/ssd_tile.cuh"
 
 namespace parity::cuda::ssd {

@@ -6,6 +6,7 @@
 // tile stays bf16 on chip), updated in shared memory, written back with 16- or 8-byte stores, and
 // the dot reads the updated rows from shared memory, four threads per row.
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/programmatic_launch.cuh"
 #include "kernels_cuda/smem_limit.h"
 #include "kernels_cuda/ssd_tile.cuh"
 
@@ -50,6 +51,10 @@ __global__ void __launch_bounds__(kStepThreads) ssu_kernel(SsdShape sh, ScanGrid
   const float* row = xbc + static_cast<std::size_t>(row0) * ld;
   const int I = sh.H * sh.P, GN = sh.groups * N;
   stage_state(st, t, S, raw);
+  // Launched programmatically: the state (this layer's, written by an earlier pass) is on its way
+  // while the conv before this kernel finishes; its outputs (x, B, C, dt) are read after the wait.
+  wait_for_prior_kernel();
+  release_next_kernel();
   stage_vec(Cs, row + I + GN + grp * N, N);
   stage_vec(Bs, row + I + grp * N, N);
   stage_vec(xs, row + h * sh.P + t.p0, t.tp);
@@ -89,9 +94,8 @@ void launch_ssu(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const 
   const std::size_t smem = ssu_layout(sh, tp, bf16).total * sizeof(float);
   ensure_smem(ssu_kernel, smem, "ssd ssu smem");
   const int tiles = (sh.P + tp - 1) / tp;
-  ssu_kernel<<<dim3(static_cast<unsigned>(p.num_seqs * tiles), static_cast<unsigned>(sh.H)), kStepThreads, smem, s>>>(
-      sh, g, p, xbc, ld, dt, A, D, st, tp, tiles, y);
-  check_launch("ssd ssu");
+  launch_after_prior(ssu_kernel, dim3(static_cast<unsigned>(p.num_seqs * tiles), static_cast<unsigned>(sh.H)),
+                     dim3(kStepThreads), smem, s, "ssd ssu", sh, g, p, xbc, ld, dt, A, D, st, tp, tiles, y);
 }
 
 }  // namespace parity::cuda::ssd

@@ -12,35 +12,39 @@
 namespace parity {
 namespace {
 
+// K = 4 (Mamba2's) takes the kernel's register window; K = 10 its loop over the taps.
 TEST(CudaConv1d, PrefillThenDecodeEqualTheCpuBitForBit) {
   PARITY_REQUIRE_GPU();
-  const int ch = 200, K = 4, n0 = 11, steps = 5;
-  const std::vector<float> in = test::uniform(std::size_t(n0 + steps) * ch, 3);
-  const std::vector<float> w = test::uniform(std::size_t(ch) * K, 4), bias = test::uniform(ch, 5);
-  std::vector<float> cpu_state(std::size_t(K - 1) * ch, 0.0f), cpu_out(in.size());
-  kernels::conv1d_causal(in.data(), n0, ch, w.data(), bias.data(), K, cpu_state.data(), true, cpu_out.data());
-  for (int t = n0; t < n0 + steps; ++t)
-    kernels::conv1d_causal(in.data() + std::size_t(t) * ch, 1, ch, w.data(), bias.data(), K, cpu_state.data(), true,
-                           cpu_out.data() + std::size_t(t) * ch);
+  for (const int K : {4, 10}) {
+    const int ch = 200, n0 = 11, steps = 5;
+    const std::vector<float> in = test::uniform(std::size_t(n0 + steps) * ch, 3);
+    const std::vector<float> w = test::uniform(std::size_t(ch) * K, 4), bias = test::uniform(ch, 5);
+    std::vector<float> cpu_state(std::size_t(K - 1) * ch, 0.0f), cpu_out(in.size());
+    kernels::conv1d_causal(in.data(), n0, ch, w.data(), bias.data(), K, cpu_state.data(), true, cpu_out.data());
+    for (int t = n0; t < n0 + steps; ++t)
+      kernels::conv1d_causal(in.data() + std::size_t(t) * ch, 1, ch, w.data(), bias.data(), K, cpu_state.data(), true,
+                             cpu_out.data() + std::size_t(t) * ch);
 
-  cuda::DeviceBuffer<float> din, dw, db, dstate(std::size_t(K - 1) * ch), dout(in.size());
-  din.upload(in);
-  dw.upload(w);
-  db.upload(bias);
-  dstate.zero();
-  cuda::DeviceBuffer<int32_t> ints;
-  cuda::DeviceBuffer<int64_t> starts;
-  const cuda::ScanGrid g;
-  int64_t pos = 0;
-  for (int n : {n0, 1, 1, 1, 1, 1}) {
-    cuda::PassPlan plan({{0, pos, n}}, g);
-    cuda::conv1d(din.data() + pos * ch, ch, ch, dw.data(), db.data(), K, dstate.data(), plan.upload(ints, starts), true,
-                 dout.data() + pos * ch, nullptr);
-    pos += n;
+    cuda::DeviceBuffer<float> din, dw, db, dstate(std::size_t(K - 1) * ch), dout(in.size());
+    din.upload(in);
+    dw.upload(w);
+    db.upload(bias);
+    dstate.zero();
+    cuda::DeviceBuffer<int32_t> ints;
+    cuda::DeviceBuffer<int64_t> starts;
+    const cuda::ScanGrid g;
+    int64_t pos = 0;
+    for (int n : {n0, 1, 1, 1, 1, 1}) {
+      cuda::PassPlan plan({{0, pos, n}}, g);
+      cuda::conv1d(din.data() + pos * ch, ch, ch, dw.data(), db.data(), K, dstate.data(), plan.upload(ints, starts),
+                   true, dout.data() + pos * ch, nullptr);
+      pos += n;
+    }
+    const std::vector<float> gpu = dout.download(in.size());
+    EXPECT_TRUE(test::same_bits(gpu.data(), cpu_out.data(), gpu.size())) << "K = " << K;
+    EXPECT_TRUE(test::same_bits(dstate.download(cpu_state.size()).data(), cpu_state.data(), cpu_state.size()))
+        << "K = " << K;
   }
-  const std::vector<float> gpu = dout.download(in.size());
-  EXPECT_TRUE(test::same_bits(gpu.data(), cpu_out.data(), gpu.size()));
-  EXPECT_TRUE(test::same_bits(dstate.download(cpu_state.size()).data(), cpu_state.data(), cpu_state.size()));
 }
 
 TEST(CudaNorms, RmsnormAndGatedNormAgreeWithTheCpu) {

@@ -11,6 +11,7 @@
 #include "kernels/math.h"
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/pass_plan.h"
+#include "kernels_cuda/ssd_prefill.h"
 #include "tests/cuda/gpu_test_support.h"
 #include "tests/cuda/ssd_scan_memory.h"
 

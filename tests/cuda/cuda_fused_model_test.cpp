@@ -1,0 +1,140 @@
+// The models' fused launches (issue 11: the residual add in the next norm, the norms writing the
+// GEMMs' bf16 inputs, dt in the conv's launch) and programmatic launches against the unfused,
+// ordinary launches (set_fuse_kernels, set_programmatic_launch), end to end on builtin:tiny and
+// builtin:tiny-hybrid: every logit bit for bit, through prefill and graph-replayed decode, in
+// exact and plain mode; and with probes that replace tensors
+// mid-layer (the fused path must fall back where a probe wants a point), the same logits and the
+// same visited tensors. Companions: a changed token changes the logits, a replacement changes them.
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend_cuda/backend.h"
+#include "backend_cuda/decode_graphs.h"
+#include "cache/model_cache.h"
+#include "kernels_cuda/ops.h"
+#include "model/checkpoint.h"
+#include "model/model.h"
+#include "model/probe.h"
+#include "tests/cuda/gpu_test_support.h"
+
+namespace parity {
+namespace {
+
+// Visits every point whose name mentions layer 1 (its mixer's inner points, its mixer output and the
+// block's output) and scales what it sees by 0.75; records a checksum of every visit.
+class ScaleLayerOne : public model::ProbeHooks {
+ public:
+  bool wants(const std::string& name) const override {
+    return name.find("layers.1.") != std::string::npos || name.ends_with("layers.1");
+  }
+  void visit(const std::string& name, float* data, int rows, int cols, const model::ProbeRows&) override {
+    double sum = 0;
+    for (std::size_t i = 0; i < static_cast<std::size_t>(rows) * cols; ++i) {
+      sum += std::fabs(static_cast<double>(data[i]));
+      data[i] *= 0.75f;
+    }
+    log.push_back(name + ":" + std::to_string(rows) + "x" + std::to_string(cols));
+    sums.push_back(sum);
+  }
+  std::vector<std::string> log;
+  std::vector<double> sums;
+};
+
+int32_t token_at(int seq, int i, int V) { return static_cast<int32_t>((seq * 41 + i * 13 + 5) % V); }
+
+// Prompts of different lengths, then kSteps decode steps of the batch; every logit row in order.
+constexpr int kSteps = 18;
+std::vector<float> run_schedule(model::Model& m, bool exact, int batch, model::ProbeHooks* hooks, int poke = -1) {
+  const model::ScanMode mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
+  const cache::Numerics num = model::default_numerics(m, mode);
+  const int V = m.vocab_size(), max_len = 40 + kSteps;
+  cache::ModelCacheOptions o;
+  o.mamba.num_slots = batch;
+  o.mamba.exact = num.exact;
+  o.mamba.grid = num.grid;
+  o.mamba.ssm_dtype = num.ssm_dtype;
+  o.kv_block_size = 16;
+  o.kv_num_blocks = batch * ((max_len + 15) / 16);
+  cache::ModelCache mc(m.cache_spec(), o);
+  model::ForwardBatch p;
+  std::vector<int> slots, len;
+  for (int s = 0; s < batch; ++s) {
+    slots.push_back(mc.allocate());
+    EXPECT_TRUE(mc.reserve(slots.back(), max_len));
+    len.push_back(3 + (s * 11) % 31);
+    for (int i = 0; i < len.back(); ++i) p.tokens.push_back(token_at(s, i, V));
+    p.seqs.push_back({slots.back(), 0, len.back()});
+    p.logit_rows.push_back(static_cast<int>(p.tokens.size()) - 1);
+  }
+  std::vector<float> all(static_cast<std::size_t>(batch) * V);
+  m.forward(p, mc, mode, all.data(), hooks);
+  std::vector<float> l(static_cast<std::size_t>(batch) * V);
+  for (int k = 0; k < kSteps; ++k) {
+    model::ForwardBatch d;
+    for (int s = 0; s < batch; ++s) {
+      const int32_t t = token_at(s, 200 + k, V);
+      d.tokens.push_back(s == poke && k == 2 ? (t + 1) % V : t);
+      d.seqs.push_back({slots[s], static_cast<int64_t>(len[s] + k), 1});
+      d.logit_rows.push_back(s);
+    }
+    m.forward(d, mc, mode, l.data(), hooks);
+    all.insert(all.end(), l.begin(), l.end());
+  }
+  return all;
+}
+
+TEST(CudaFusedModel, FusedLaunchesGiveTheUnfusedLogitsBitForBit) {
+  PARITY_REQUIRE_GPU();
+  for (const char* spec : {"builtin:tiny", "builtin:tiny-hybrid"}) {
+    auto m = backend_cuda::load_model(model::open_checkpoint(spec), {});
+    const int V = m->vocab_size();
+    for (bool exact : {true, false})
+      for (int batch : {1, 3}) {
+        const std::string what = std::string(spec) + (exact ? " exact" : " plain") + " batch " + std::to_string(batch);
+        // The reference: every step in its own launch, launched the ordinary way (as before issue 11's
+        // fusions); then fused and programmatic launches each alone and together.
+        backend_cuda::set_fuse_kernels(*m, false);
+        cuda::set_programmatic_launch(false);
+        const std::vector<float> unfused = run_schedule(*m, exact, batch, nullptr);
+        for (const auto& [fuse, pdl] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, true}}) {
+          backend_cuda::set_fuse_kernels(*m, fuse);
+          cuda::set_programmatic_launch(pdl);
+          const std::vector<float> got = run_schedule(*m, exact, batch, nullptr);
+          EXPECT_EQ(test::bit_difference(got.data(), unfused.data(), got.size(), static_cast<std::size_t>(V)), "")
+              << what << (fuse ? " fused" : " unfused") << (pdl ? " programmatic" : "")
+              << " (row r: prefill rows first, then step k's batch)";
+        }
+        backend_cuda::set_fuse_kernels(*m, true);
+        cuda::set_programmatic_launch(true);
+      }
+    // Companion: the comparison sees one changed decode token.
+    const std::vector<float> a = run_schedule(*m, true, 3, nullptr), b = run_schedule(*m, true, 3, nullptr, 1);
+    EXPECT_NE(test::bit_difference(a.data(), b.data(), a.size(), static_cast<std::size_t>(V)), "") << spec;
+  }
+}
+
+TEST(CudaFusedModel, ProbesReplacingMidLayerTensorsSeeTheUnfusedTensors) {
+  PARITY_REQUIRE_GPU();
+  for (const char* spec : {"builtin:tiny", "builtin:tiny-hybrid"}) {
+    auto m = backend_cuda::load_model(model::open_checkpoint(spec), {});
+    const int V = m->vocab_size();
+    ScaleLayerOne h0, h1;
+    backend_cuda::set_fuse_kernels(*m, false);
+    const std::vector<float> unfused = run_schedule(*m, true, 3, &h0);
+    backend_cuda::set_fuse_kernels(*m, true);
+    const std::vector<float> fused = run_schedule(*m, true, 3, &h1);
+    EXPECT_GE(h0.log.size(), 4u * (kSteps + 1)) << spec << ": layer 1's points should be visited every pass";
+    EXPECT_EQ(h1.log, h0.log) << spec;
+    EXPECT_EQ(h1.sums, h0.sums) << spec << ": a visit saw another tensor";
+    EXPECT_EQ(test::bit_difference(fused.data(), unfused.data(), fused.size(), static_cast<std::size_t>(V)), "")
+        << spec;
+    // Companion: the replacements did change the logits.
+    const std::vector<float> plain = run_schedule(*m, true, 3, nullptr);
+    EXPECT_NE(test::bit_difference(fused.data(), plain.data(), fused.size(), static_cast<std::size_t>(V)), "") << spec;
+  }
+}
+
+}  // namespace
+}  // namespace parity

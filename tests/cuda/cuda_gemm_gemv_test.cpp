@@ -1,0 +1,290 @@
+// The 8-column decode kernel (gemm_gemv.cu) against the mma tiles (gemm_bf16_mma_tile 0), bit for
+// bit: every variant, every M from 1 to 16 (the m16 tile's lower and upper halves), N tiny (one
+// block, a partial tile), ragged (200, with an odd ldc: the scalar stores) and the models' shapes,
+// K one box (64), a 32-deep last box (96, 32) and long chains; with and without a bias; the
+// columns forced over few blocks (several passes a block) and many (two-row blocks). Row 1 of A is
+// zero and W row 7 all negative: every product of that output is -0, and the chain from +0 must end
+// at +0 as mma.sync's does. The companion shows that the same comparison sees a K chain taken in
+// another order.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/gemm_gemv.h"
+#include "kernels_cuda/gemm_mma.h"
+#include "kernels_cuda/graph.h"
+#include "tests/cuda/gpu_test_support.h"
+
+namespace parity {
+namespace {
+
+constexpr int kRows = 16;
+constexpr int kZeroRow = 1, kNegativeColumn = 7;
+
+struct Shape {
+  int K, N, ldc;
+};
+
+std::string name(const Shape& sh) {
+  return "K=" + std::to_string(sh.K) + " N=" + std::to_string(sh.N) + " ldc=" + std::to_string(sh.ldc);
+}
+
+struct Problem {
+  Shape sh;
+  cuda::DeviceBuffer<float> a, bias, c;
+  cuda::DeviceBuffer<uint16_t> w;
+  explicit Problem(Shape s, uint64_t seed = 110) : sh(s) {
+    std::vector<float> av = test::uniform(std::size_t(kRows) * sh.K, seed);
+    std::fill(av.begin() + std::size_t(kZeroRow) * sh.K, av.begin() + std::size_t(kZeroRow + 1) * sh.K, 0.0f);
+    std::vector<float> wv = test::uniform(std::size_t(sh.N) * sh.K, seed + 1, -0.05f, 0.05f);
+    if (sh.N > kNegativeColumn)
+      for (int k = 0; k < sh.K; ++k) {
+        float& x = wv[std::size_t(kNegativeColumn) * sh.K + k];
+        x = -std::max(std::fabs(x), 1e-3f);
+      }
+    a.upload(av);
+    w.upload(test::to_bf16(wv));
+    bias.upload(test::uniform(std::size_t(sh.N), seed + 2));
+    c.resize(std::size_t(kRows) * sh.ldc);
+  }
+  std::size_t out(int M) const { return std::size_t(M) * sh.ldc; }
+  const float* b(bool with_bias) const { return with_bias ? bias.data() : nullptr; }
+  std::vector<float> mma(int M, bool with_bias) {
+    c.zero();
+    cuda::gemm_bf16_mma_tile(0, a.data(), M, sh.K, sh.K, w.data(), sh.N, sh.N, b(with_bias), c.data(), sh.ldc, nullptr);
+    return c.download(out(M));
+  }
+  std::vector<float> gemv(int M, bool with_bias, int variant, int blocks = 0) {
+    c.zero();
+    cuda::gemm_bf16_gemv(a.data(), M, sh.K, sh.K, w.data(), sh.N, b(with_bias), c.data(), sh.ldc, nullptr, variant,
+                         blocks);
+    return c.download(out(M));
+  }
+  std::vector<float> through_gemm(int M, bool with_bias) {
+    c.zero();
+    cuda::gemm(a.data(), M, sh.K, sh.K, w.data(), cuda::WeightType::BF16, sh.N, b(with_bias), c.data(), sh.ldc, nullptr,
+               sh.N);
+    return c.download(out(M));
+  }
+};
+
+std::string where(const Shape& sh, int M, bool with_bias, const std::string& what) {
+  return name(sh) + " M=" + std::to_string(M) + (with_bias ? " bias" : " no bias") + ", " + what + ": ";
+}
+
+// The reference holds real values and the -0 case is set up (so a pass that wrote nothing, or a
+// chain that lost the sign, could not agree with it by accident).
+void check_reference(const Shape& sh, int M, bool with_bias, const std::vector<float>& ref) {
+  double mag = 0;
+  for (int n = 0; n < sh.N; ++n) mag += std::fabs(ref[std::size_t(n)]);
+  ASSERT_GT(mag, 0.001 * sh.N) << where(sh, M, with_bias, "the reference holds real values");
+  if (M > kZeroRow && !with_bias && sh.N > kNegativeColumn) {
+    const float z = ref[std::size_t(kZeroRow) * sh.ldc + kNegativeColumn];
+    ASSERT_EQ(z, 0.0f) << where(sh, M, with_bias, "-0 case");
+    ASSERT_FALSE(std::signbit(z)) << where(sh, M, with_bias, "the mma chain from +0 ends at +0");
+  }
+}
+
+TEST(CudaGemmGemv, EveryVariantGivesTheMmaTileBitsForEveryMUpTo16) {
+  PARITY_REQUIRE_GPU();
+  for (int K : {32, 64, 96, 2560})
+    for (int N : {10, 200, 2560}) {
+      const Shape sh{K, N, N == 200 ? 203 : N};
+      Problem pr(sh);
+      for (int M = 1; M <= kRows; ++M)
+        for (bool with_bias : {false, true}) {
+          const std::vector<float> ref = pr.mma(M, with_bias);
+          check_reference(sh, M, with_bias, ref);
+          for (int v = -1; v < cuda::gemm_gemv_variants(); ++v) {
+            const std::vector<float> got = pr.gemv(M, with_bias, v);
+            const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+            ASSERT_TRUE(d.empty()) << where(sh, M, with_bias,
+                                            "variant " + std::to_string(v) + " (" + cuda::gemm_gemv_variant_name(v) +
+                                                ") vs mma tile 0")
+                                   << d;
+          }
+          const std::vector<float> got = pr.through_gemm(M, with_bias);
+          const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+          ASSERT_TRUE(d.empty()) << where(sh, M, with_bias, "gemm() vs mma tile 0") << d;
+        }
+    }
+}
+
+// The split over blocks decides only which block, pass and warp runs a column: one block (2560 rows
+// in ten passes of 256), three (several passes of an odd number of rows), 97 and 1280 (two-row
+// blocks, their second tile's rows outside the block) give the same bits. K = 5120 takes up to 9
+// rows (A's bf16 rows must fit the block's shared memory); gemm() sends more to other kernels.
+TEST(CudaGemmGemv, TheSplitOverBlocksChangesNoBit) {
+  PARITY_REQUIRE_GPU();
+  const Shape sh{5120, 2560, 2560};
+  ASSERT_TRUE(cuda::gemm_gemv_takes(9, sh.K));
+  ASSERT_FALSE(cuda::gemm_gemv_takes(10, sh.K));
+  ASSERT_TRUE(cuda::gemm_gemv_takes(16, 2560));
+  Problem pr(sh, 130);
+  for (int M : {1, 4, 9}) {
+    const std::vector<float> ref = pr.mma(M, true);
+    check_reference(sh, M, true, ref);
+    for (int v = 0; v < cuda::gemm_gemv_variants(); ++v)
+      for (int blocks : {1, 3, 97, 1280}) {
+        const std::vector<float> got = pr.gemv(M, true, v, blocks);
+        const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+        ASSERT_TRUE(d.empty()) << where(sh, M, true,
+                                        std::string("variant ") + cuda::gemm_gemv_variant_name(v) + " over " +
+                                            std::to_string(blocks) + " blocks")
+                               << d;
+      }
+  }
+}
+
+// The models' decode shapes (mamba2-2.7b's in_proj, out_proj, lm_head: N no multiple of 64) at the
+// row counts of a decode step, every variant against the mma tiles.
+TEST(CudaGemmGemv, ModelShapesGiveTheMmaTileBits) {
+  PARITY_REQUIRE_GPU();
+  for (const Shape& sh : {Shape{2560, 10576, 10576}, Shape{5120, 2560, 2560}, Shape{2560, 50288, 50288}}) {
+    Problem pr(sh, 150);
+    for (int M : {1, 2, 8, 9, 16}) {
+      if (!cuda::gemm_gemv_takes(M, sh.K)) continue;  // out_proj's K: up to 9 rows
+      const std::vector<float> ref = pr.mma(M, false);
+      check_reference(sh, M, false, ref);
+      for (int v = 0; v < cuda::gemm_gemv_variants(); ++v) {
+        const std::vector<float> got = pr.gemv(M, false, v);
+        const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+        ASSERT_TRUE(d.empty()) << where(sh, M, false, std::string("variant ") + cuda::gemm_gemv_variant_name(v)) << d;
+      }
+      // gemm() sends lm_head's few rows here (gemm_gemv_preferred), the others to swap-AB: the same bits.
+      const std::vector<float> got = pr.through_gemm(M, false);
+      const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+      ASSERT_TRUE(d.empty()) << where(sh, M, false, "gemm()") << d;
+    }
+  }
+}
+
+// The residual add folded into the store (gemm_bf16_gemv_add: C = C + product) gives the bits of the
+// product written out and then added by add_inplace: odd and even ldc (scalar and pair stores), with
+// and without a bias, every variant.
+TEST(CudaGemmGemv, FoldedResidualAddGivesTheBitsOfTheSeparateAdd) {
+  PARITY_REQUIRE_GPU();
+  for (const Shape& sh : {Shape{96, 200, 203}, Shape{5120, 2560, 2560}}) {
+    Problem pr(sh, 190);
+    const std::vector<float> x0 = test::uniform(std::size_t(kRows) * sh.ldc, 191, -4.0f, 4.0f);
+    cuda::DeviceBuffer<float> x;
+    for (int M : {1, 5, 9})
+      for (bool with_bias : {false, true}) {
+        pr.mma(M, with_bias);  // the product, left in pr.c
+        x.upload(x0);
+        cuda::add_inplace(x.data(), pr.c.data(), pr.out(M), nullptr);
+        const std::vector<float> ref = x.download(pr.out(M));
+        int changed = 0;
+        for (std::size_t i = 0; i < ref.size(); ++i) changed += ref[i] != x0[i];
+        ASSERT_GT(changed, static_cast<int>(ref.size() / 2)) << where(sh, M, with_bias, "the add changed C");
+        for (int v = -1; v < cuda::gemm_gemv_variants(); ++v) {
+          x.upload(x0);
+          cuda::gemm_bf16_gemv_add(pr.a.data(), M, sh.K, sh.K, pr.w.data(), sh.N, pr.b(with_bias), x.data(), sh.ldc,
+                                   nullptr, v);
+          const std::vector<float> got = x.download(pr.out(M));
+          const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+          ASSERT_TRUE(d.empty()) << where(sh, M, with_bias,
+                                          std::string("folded add, variant ") + cuda::gemm_gemv_variant_name(v) +
+                                              " vs mma tile 0 + add_inplace")
+                                 << d;
+        }
+      }
+  }
+}
+
+// The programmatic launch (variant pdl: its set-up and an L2 prefetch of W may run before the
+// kernel ahead of it has finished) reads the A that kernel wrote, eagerly and replayed from a CUDA
+// graph: A is rewritten by add_inplace right before each pass, and the output must carry the bits
+// of the mma tiles on the new A, never those of the old one.
+TEST(CudaGemmGemv, ProgrammaticLaunchSeesTheKernelBeforeItEagerAndInAGraph) {
+  PARITY_REQUIRE_GPU();
+  int pdl = -1;
+  for (int v = 0; v < cuda::gemm_gemv_variants(); ++v)
+    if (std::string(cuda::gemm_gemv_variant_name(v)) == "pdl") pdl = v;
+  ASSERT_GE(pdl, 0) << "the programmatic variant is listed";
+  const Shape sh{2560, 10576, 10576};
+  const int M = 4;
+  const std::size_t n = std::size_t(M) * sh.K;
+  Problem pr(sh, 230);
+  const std::vector<float> a0 = pr.a.download(n), delta = test::uniform(n, 231, -0.5f, 0.5f);
+  std::vector<float> a1(n), a2(n);  // after one and two adds, as add_inplace computes them
+  for (std::size_t i = 0; i < n; ++i) {
+    a1[i] = a0[i] + delta[i];
+    a2[i] = a1[i] + delta[i];
+  }
+  cuda::DeviceBuffer<float> d, other;
+  d.upload(delta);
+  auto reference = [&](const std::vector<float>& a) {
+    other.upload(a);
+    pr.c.zero();
+    cuda::gemm_bf16_mma_tile(0, other.data(), M, sh.K, sh.K, pr.w.data(), sh.N, sh.N, nullptr, pr.c.data(), sh.ldc,
+                             nullptr);
+    return pr.c.download(pr.out(M));
+  };
+  const std::vector<float> ref1 = reference(a1), ref2 = reference(a2);
+  ASSERT_FALSE(test::bit_difference(ref1.data(), ref2.data(), ref1.size()).empty()) << "the adds change the product";
+
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  auto pass = [&] {
+    cuda::add_inplace(pr.a.data(), d.data(), n, s);
+    cuda::gemm_bf16_gemv(pr.a.data(), M, sh.K, sh.K, pr.w.data(), sh.N, nullptr, pr.c.data(), sh.ldc, s, pdl);
+  };
+  auto check = [&](const std::vector<float>& ref, const std::string& what) {
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess) << what;
+    const std::vector<float> got = pr.c.download(pr.out(M));
+    const std::string diff = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+    ASSERT_TRUE(diff.empty()) << what << ": " << diff;
+  };
+  pr.a.upload(a0);
+  pass();
+  check(ref1, "eager, after one add");
+  pass();
+  check(ref2, "eager, after two adds");
+  pr.a.upload(a0);
+  {
+    const cuda::GraphExec graph = cuda::capture_graph(s, pass);
+    graph.launch(s);
+    check(ref1, "graph, first replay");
+    graph.launch(s);
+    check(ref2, "graph, second replay");
+  }
+  cudaStreamDestroy(s);
+}
+
+// The checks above can fail: the same products with the k16 steps in descending order (both
+// operands' 16-deep blocks of K reversed) through the same kernel give other bits in many outputs.
+TEST(CudaGemmGemv, CompanionReversedKChainChangesBits) {
+  PARITY_REQUIRE_GPU();
+  const Shape sh{2560, 2560, 2560};
+  const int M = 16, blocks = sh.K / 16;
+  Problem pr(sh, 170);
+  const std::vector<float> forward = pr.gemv(M, false, -1);
+  std::vector<float> a = pr.a.download(std::size_t(M) * sh.K), ar(a.size());
+  std::vector<uint16_t> w = pr.w.download(std::size_t(sh.N) * sh.K), wr(w.size());
+  for (int j = 0; j < blocks; ++j) {
+    const int from = 16 * j, to = 16 * (blocks - 1 - j);
+    for (int m = 0; m < M; ++m)
+      std::memcpy(&ar[std::size_t(m) * sh.K + to], &a[std::size_t(m) * sh.K + from], 16 * 4);
+    for (int n = 0; n < sh.N; ++n)
+      std::memcpy(&wr[std::size_t(n) * sh.K + to], &w[std::size_t(n) * sh.K + from], 16 * 2);
+  }
+  cuda::DeviceBuffer<float> dar, c(std::size_t(M) * sh.N);
+  cuda::DeviceBuffer<uint16_t> dwr;
+  dar.upload(ar);
+  dwr.upload(wr);
+  cuda::gemm_bf16_gemv(dar.data(), M, sh.K, sh.K, dwr.data(), sh.N, nullptr, c.data(), sh.N, nullptr);
+  const std::vector<float> reversed = c.download(std::size_t(M) * sh.N);
+  int differ = 0;
+  double err = 0;
+  for (std::size_t i = 0; i < forward.size(); ++i) {
+    differ += std::memcmp(&reversed[i], &forward[i], 4) != 0;
+    err = std::max(err, double(std::fabs(reversed[i] - forward[i])));
+  }
+  EXPECT_GT(differ, static_cast<int>(forward.size() / 10)) << differ << " of " << forward.size();
+  EXPECT_LT(err, 1e-3) << "the two orders sum the same products";
+}
+
+}  // namespace
+}  // namespace parity
