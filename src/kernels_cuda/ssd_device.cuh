@@ -17,10 +17,11 @@ struct Cell {
 };
 
 // Head h's stagger offset: kernels/exact_grid.h's ExactGrid::offset, a rank's heads numbered as in
-// the whole mixer.
+// the whole mixer. 32-bit arithmetic (heads · cell is far below 2^31; a 64-bit division is a long
+// serial routine on the GPU).
 __device__ inline int head_offset(const ScanGrid& g, int h, int H) {
-  const int64_t all = g.model_heads > 0 ? g.model_heads : H;
-  return g.exact && g.stagger ? static_cast<int>(static_cast<int64_t>(g.first_head + h) * g.cell / all) % g.cell : 0;
+  const int all = g.model_heads > 0 ? g.model_heads : H;
+  return g.exact && g.stagger ? (g.first_head + h) * g.cell / all % g.cell : 0;
 }
 
 // The k-th cell of head h that a call starting at `start` touches.

@@ -32,6 +32,12 @@ enum class SsdPrefill {
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
 };
 
+// The exact one-row decode can ask L2 for the state tile (and x ring) of the block `ahead` head slots
+// later in its launch, so that blocks not yet resident find their state there. Not measured yet, so
+// off by default (0); a benchmark or test may force a distance (> 0) or one resident set ahead (< 0:
+// the launch's resident blocks over its sequence·tile columns). A hint only: no value depends on it.
+void ssd_force_step_prefetch(int ahead);
+
 // Whether the span walk takes this shape and grid.
 bool ssd_span_supported(const SsdShape& sh, const ScanGrid& g);
 // Whether the lane walk takes this shape and grid.

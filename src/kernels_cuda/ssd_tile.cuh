@@ -116,6 +116,18 @@ __device__ inline Tile tile_of(const SsdShape& sh, int slot, int h, int TP, int 
   return t;
 }
 
+// Asks L2 for the tile's bytes (its rows are contiguous in the state; one bulk prefetch, by thread 0).
+// A kernel launched programmatically calls it before it waits for the kernel before it: the state it
+// will stage is then in L2 by the time that kernel is done (the prefetch changes no value).
+__device__ inline void prefetch_state_l2(const SsdState& st, const Tile& t) {
+  if (threadIdx.x != 0) return;
+  const void* g = st.state_f32 ? static_cast<const void*>(st.state_f32 + t.base)
+                               : static_cast<const void*>(st.state_bf16 + t.base);
+  const unsigned bytes = static_cast<unsigned>(t.tp) * static_cast<unsigned>(t.N) * (st.state_f32 ? 4u : 2u);
+  if (!aligned16(g) || bytes % 16 != 0) return;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(g), "r"(bytes) : "memory");
+}
+
 // Starts the tile's copy: fp32 into S [tp][Np], bf16 into raw [tp][Nb] (kept as bf16 on chip: the
 // values are read through widen_bf16, which is exact). The caller commits and waits.
 __device__ inline void stage_state(const SsdState& st, const Tile& t, float* S, uint16_t* raw) {
@@ -183,6 +195,47 @@ __device__ inline void tile_dots(const float* C, const Tile& t, const float* S, 
     const float a3 = __shfl_down_sync(0xffffffffu, a, 3);
     if (q == 0 && p < t.tp) out(p, combine_quarters(a, a1, a2, a3));
   }
+}
+
+// A one-row exact call's place in head h's cell: the row's index j in it, the x ring slot of the
+// cell's first row, whether the row ends the cell (the fold). The values of call_cell and
+// ring_x_slot (ssd_device.cuh) for that row, from tmod = start mod cell in 32-bit arithmetic (a
+// block's index math was dozens of 64-bit divisions, each a long serial routine). A cell starts at
+// the head's offset o plus a multiple of the cell, so its first row's x slot is 0; the first cell
+// ([0, o) when o > 0) is the exception: slot cell − o.
+struct RowInCell {
+  int j, xs0;
+  bool fold;
+};
+__device__ inline RowInCell row_in_cell(const ScanGrid& g, int h, int H, int64_t start, int tmod) {
+  const int o = head_offset(g, h, H);
+  RowInCell r;
+  if (start < o) {  // the head's first cell, [0, o)
+    r.j = static_cast<int>(start);
+    r.xs0 = g.cell - o;
+    r.fold = start + 1 == o;
+  } else {
+    const int d = tmod - o;
+    r.j = d < 0 ? d + g.cell : d;
+    r.xs0 = 0;
+    r.fold = r.j == g.cell - 1;
+  }
+  return r;
+}
+
+// The head that launch slot y of a decode step works on (tmod = start mod cell): a rotation of the
+// heads that starts at the first one whose cell ends at this row, i.e. whose stagger offset is
+// (start + 1) mod cell (the offsets of exact_grid.h grow with the head number). Blocks start roughly
+// in index order, so the heads that fold (the most work) start first and the step does not end on
+// one (launch order only: no bits depend on it).
+__device__ inline int heavy_first_head(const ScanGrid& g, int H, int tmod, int y) {
+  if (!g.stagger || g.cell <= 1) return y;
+  const int all = g.model_heads > 0 ? g.model_heads : H;
+  const int o = tmod + 1 == g.cell ? 0 : tmod + 1;
+  int h0 = ((o * all + g.cell - 1) / g.cell - g.first_head) % H;
+  if (h0 < 0) h0 += H;
+  const int h = h0 + y;
+  return h >= H ? h - H : h;
 }
 
 // Shared-memory carve-up: consecutive float arrays, each starting on 16 bytes.

@@ -11,6 +11,7 @@
 #include "kernels/math.h"
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/pass_plan.h"
+#include "kernels_cuda/ssd_prefill.h"
 #include "tests/cuda/gpu_test_support.h"
 #include "tests/cuda/ssd_scan_memory.h"
 
@@ -123,6 +124,11 @@ struct Forced {
   ~Forced() { cuda::ssd_force_step_tile(0); }
 };
 
+struct ForcedPrefetch {
+  explicit ForcedPrefetch(int ahead) { cuda::ssd_force_step_prefetch(ahead); }
+  ~ForcedPrefetch() { cuda::ssd_force_step_prefetch(0); }
+};
+
 struct SeqRun {
   std::vector<float> y, state;
 };
@@ -210,6 +216,19 @@ TEST(CudaSsdStep, ExactDecodeAtTheMixerShapeWholeHead) {
   for (bool bf16 : {false, true}) check_exact(kShapes[0], 64, bf16, {64});
 }
 
+// The decode with its L2 prefetch of later blocks' tiles forced on (at these batches the default
+// has every block resident and prefetches nothing): the addresses it forms are in bounds (this runs
+// under compute-sanitizer too) and the bits do not move.
+TEST(CudaSsdStep, ExactDecodeWithPrefetchEqualsSingleShot) {
+  PARITY_REQUIRE_GPU();
+  for (int ahead : {1, 3})
+    for (bool bf16 : {false, true}) {
+      const ForcedPrefetch forced(ahead);
+      check_exact(kShapes[0], 16, bf16, {0, 16});
+      check_exact(kShapes[1], 16, bf16, {0, 8});
+    }
+}
+
 // The check above can fail: the single shot on another grid gives other rows.
 TEST(CudaSsdStep, CompanionSingleShotOnAnotherGridDiffers) {
   PARITY_REQUIRE_GPU();
@@ -218,6 +237,30 @@ TEST(CudaSsdStep, CompanionSingleShotOnAnotherGridDiffers) {
     const std::vector<SeqRun> dec = decoded(sh, {true, 16, true}, false, ss);
     const std::vector<SeqRun> other = single_shot(sh, {true, 8, true}, false, ss);
     for (int k = 0; k < K; ++k) EXPECT_NE(diff(other[k].y, dec[k].y, sh.I()), "") << sh.name() << " sequence " << k;
+  }
+}
+
+// Where the one-row decode's index math (row_in_cell: a row's place in its head's cell from start mod
+// cell) takes its other branches: a grid without stagger (every head folds at once, no first cell
+// shorter than the others) and one row per cell (every row folds, nothing replayed), at the mixer's
+// head and the odd shape; the staggered grid of the same cells beside them.
+TEST(CudaSsdStep, ExactDecodeUnstaggeredAndOneRowCells) {
+  PARITY_REQUIRE_GPU();
+  for (const Shape& sh : kShapes) {
+    const std::vector<Stream> ss = streams(sh);
+    for (bool bf16 : {false, true})
+      for (int cell : {1, 16})
+        for (bool stagger : {false, true}) {
+          const cuda::ScanGrid g{true, cell, stagger};
+          const std::vector<SeqRun> one = single_shot(sh, g, bf16, ss);
+          const std::vector<SeqRun> dec = decoded(sh, g, bf16, ss);
+          for (int k = 0; k < K; ++k) {
+            const std::string what = sh.name() + " cell " + std::to_string(cell) + (stagger ? " staggered" : "") +
+                                     (bf16 ? " bf16" : " f32") + " sequence " + std::to_string(k);
+            ASSERT_EQ(diff(one[k].y, dec[k].y, sh.I()), "") << what << ": rows (row = position)";
+            ASSERT_EQ(diff(one[k].state, dec[k].state, sh.N), "") << what << ": final state (row = head·P + p)";
+          }
+        }
   }
 }
 
