@@ -80,14 +80,14 @@ struct Cell {
   int64_t pf_bytes = 0;
 };
 
-// Rows and fold of one cell with the row and fold routines of ssd.cpp; the state is read by the
-// rows and then, when the cell completes, replaced by the state at its end. It is S (fp32), or on
-// AVX-512 S16 (bf16: the row routine widens it in registers, the fold writes it rounded), so a
-// bf16 state is never copied.
 // Cells up to this many rows fold in the row's pass at decode (row_and_fold_avx512): its s loop
 // runs whole per state tile, which keeps the cell's B and dt·x rows in L1 only for short cells.
 constexpr int kFusedFoldRows = 32;
 
+// Rows and fold of one cell with the row and fold routines of ssd.cpp; the state is read by the
+// rows and then, when the cell completes, replaced by the state at its end. It is S (fp32), or on
+// AVX-512 S16 (bf16: the row routine widens it in registers, the fold writes it rounded), so a
+// bf16 state is never copied.
 void run_cell(const SsdShape& sh, int64_t ldb, float A, float D, const Cell& c, float* S, uint16_t* S16,
               bool avx512) {
   const int P = sh.headdim, N = sh.dstate;
