@@ -307,7 +307,7 @@ void gemm_args(benchmark::internal::Benchmark* b) {
   if (max_threads() > 1) threads.push_back(max_threads());
   for (auto& s : shapes) {
     for (int dt : {1, 0}) {
-      for (int m : {1, 16, 256}) {
+      for (int m : {1, 16, 64, 256, 512}) {
         for (int t : threads) b->Args({s[0], s[1], m, dt, t});
       }
     }

@@ -11,6 +11,7 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_internal.h"
 #include "kernels/isa.h"
 #include "isa_test_support.h"
 #include "test_support.h"
@@ -215,6 +216,47 @@ TEST(KernelsGemm, RowOfBatchEqualsSingleRow) {
       }
     }
   }
+}
+
+// The many-row tiles (gemm_wide_avx512.cpp) cut K into blocks, keeping partial sums in C between
+// them, and cut rows into chunks that fit L2. Shapes here cross both cuts (K over two blocks plus a
+// partial one; rows over several chunks with a short last block) and partial panels: every
+// element must still have the bits of the reference chain, and of the same row computed alone.
+TEST(KernelsGemm, ManyRowTilesKeepTheChainAcrossKBlocksAndRowChunks) {
+  struct Shape {
+    int m, n, k;
+  };
+  const Shape shapes[] = {{kernels::detail::kWideRows, 45, 600}, {61, 64, 1100}, {700, 33, 600}, {100, 96, 3000}};
+  int checked = 0;
+  for (const Shape& s : shapes) {
+    for (DType dt : kWeightTypes) {
+      Weights w = random_weights(dt, s.n, s.k, 900u + s.k);
+      PackedWeight pw = pack_weight(w.raw.data(), dt, s.n, s.k);
+      std::vector<float> bias = random_floats(s.n, 901u);
+      std::vector<float> a = random_floats(static_cast<std::size_t>(s.m) * s.k, 902u + s.m);
+      for (bool with_bias : {false, true}) {
+        const float* bp = with_bias ? bias.data() : nullptr;
+        std::vector<float> ref(static_cast<std::size_t>(s.m) * s.n);
+        gemm_reference(a.data(), s.m, s.k, w.raw.data(), dt, s.n, s.k, bp, ref.data(), s.n);
+        for (Isa isa : kAllIsas) {
+          if (!cpu_has(isa)) continue;
+          IsaGuard g(isa);
+          std::vector<float> c(ref.size(), -7.0f), row(s.n);
+          gemm(a.data(), s.m, s.k, pw, bp, c.data(), s.n);
+          std::size_t i = 0;
+          while (i < c.size() && std::memcmp(&c[i], &ref[i], 4) == 0) ++i;
+          ASSERT_EQ(i, c.size()) << where(isa, dt, s.m, s.n, s.k, with_bias) << ": first difference at row "
+                                 << i / s.n << " column " << i % s.n << ": " << c[i] << " vs reference " << ref[i];
+          const int last = s.m - 1;  // the short last block of the last chunk
+          gemm(a.data() + static_cast<std::size_t>(last) * s.k, 1, s.k, pw, bp, row.data(), s.n);
+          ASSERT_TRUE(same_bits(row.data(), c.data() + static_cast<std::size_t>(last) * s.n, s.n))
+              << where(isa, dt, s.m, s.n, s.k, with_bias) << ": last row alone";
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GE(checked, 4 * 3 * 2);
 }
 
 TEST(KernelsGemm, ThreadCountDoesNotChangeBits) {

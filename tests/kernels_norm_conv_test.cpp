@@ -310,6 +310,43 @@ TEST(KernelsConv, CausalEqualsRepeatedUpdates) {
   }
 }
 
+// The mixer reads xBC and z in place, as column ranges of the in_proj output: a row stride wider
+// than the row must give the bits of the packed rows, and the conv state must come out the same.
+TEST(KernelsConv, StridedInputEqualsPackedRows) {
+  const int ch = 45, k = 4, n = 23, ld = 61, off = 7;
+  std::vector<float> wide = random_floats(static_cast<std::size_t>(n) * ld, 81u, -3.0f, 3.0f), packed(n * ch);
+  for (int t = 0; t < n; ++t) std::memcpy(&packed[t * ch], &wide[t * ld + off], ch * sizeof(float));
+  std::vector<float> w = random_floats(static_cast<std::size_t>(ch) * k, 82u), bias = random_floats(ch, 83u);
+  std::vector<float> state0 = random_floats(static_cast<std::size_t>(k - 1) * ch, 84u);
+  for (Isa isa : kAllIsas) {
+    if (!cpu_has(isa)) continue;
+    IsaGuard g(isa);
+    std::vector<float> s1 = state0, s2 = state0, o1(packed.size()), o2(packed.size());
+    conv1d_causal(packed.data(), n, ch, w.data(), bias.data(), k, s1.data(), true, o1.data());
+    conv1d_causal(wide.data() + off, n, ch, w.data(), bias.data(), k, s2.data(), true, o2.data(), ld);
+    EXPECT_TRUE(same_bits(o1, o2)) << isa_name(isa);
+    EXPECT_TRUE(same_bits(s1, s2)) << isa_name(isa);
+  }
+}
+
+TEST(KernelsNorm, GatedStridedZEqualsPackedRows) {
+  const int rows = 19, dim = 96, group = 32, ld = 150, off = 5;
+  std::vector<float> y = random_floats(static_cast<std::size_t>(rows) * dim, 85u);
+  std::vector<float> wide = random_floats(static_cast<std::size_t>(rows) * ld, 86u, -12.0f, 12.0f), z(y.size());
+  for (int r = 0; r < rows; ++r) std::memcpy(&z[r * dim], &wide[r * ld + off], dim * sizeof(float));
+  std::vector<float> w = random_floats(dim, 87u);
+  for (Isa isa : kAllIsas) {
+    if (!cpu_has(isa)) continue;
+    IsaGuard g(isa);
+    for (bool nbg : {false, true}) {
+      std::vector<float> o1(y.size()), o2(y.size());
+      gated_rmsnorm(y.data(), z.data(), rows, dim, group, w.data(), 1e-5f, nbg, o1.data());
+      gated_rmsnorm(y.data(), wide.data() + off, rows, dim, group, w.data(), 1e-5f, nbg, o2.data(), ld);
+      EXPECT_TRUE(same_bits(o1, o2)) << isa_name(isa) << " nbg=" << nbg;
+    }
+  }
+}
+
 // The companion: the prefill-vs-decode comparison sees an order change. The one-token update is
 // the documented chain (bias, then FMAs over the window oldest first); a decode that ran the
 // chain newest first, as a kernel written another way might, gives other bits for many outputs.

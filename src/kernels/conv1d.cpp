@@ -35,7 +35,8 @@ constexpr int kMaxK = 64;
 }  // namespace
 
 void conv1d_causal(const float* in, int n, int ch, const float* w, const float* bias, int k, float* state,
-                   bool apply_silu, float* out) {
+                   bool apply_silu, float* out, int ld_in) {
+  const std::size_t ld = ld_in > 0 ? static_cast<std::size_t>(ld_in) : static_cast<std::size_t>(ch);
   if (k < 1 || k > kMaxK) throw Error("conv1d: kernel size " + std::to_string(k) + " outside 1.." + std::to_string(kMaxK));
   if (n <= 0 || ch <= 0) return;
   const detail::RowOps& ops = detail::row_ops(active_isa());
@@ -47,7 +48,7 @@ void conv1d_causal(const float* in, int n, int ch, const float* w, const float* 
   }
   // Row r of [state; in] (state has k-1 rows).
   auto row = [&](int r) -> const float* {
-    return r < k - 1 ? state + static_cast<std::size_t>(r) * ch : in + static_cast<std::size_t>(r - (k - 1)) * ch;
+    return r < k - 1 ? state + static_cast<std::size_t>(r) * ch : in + static_cast<std::size_t>(r - (k - 1)) * ld;
   };
   const bool threads = n > 1 && (force_parallel() || static_cast<long long>(n) * ch * k >= (1 << 18));
 #pragma omp parallel for schedule(static) num_threads(num_threads()) if (threads)

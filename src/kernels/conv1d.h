@@ -10,9 +10,10 @@ namespace parity::kernels {
 
 // in: n×ch (row stride ch). state: (k-1)×ch, the previous k-1 input rows, oldest first; it is
 // read as the left context and then overwritten with the last k-1 rows of [state; in].
-// w: ch×k (HF conv1d.weight [ch,1,k] flattened). bias: ch or null. out: n×ch.
+// w: ch×k (HF conv1d.weight [ch,1,k] flattened). bias: ch or null. out: n×ch. `ld_in`: the row
+// stride of `in` when it is a column range of a wider matrix (0: ch).
 void conv1d_causal(const float* in, int n, int ch, const float* w, const float* bias, int k,
-                   float* state, bool apply_silu, float* out);
+                   float* state, bool apply_silu, float* out, int ld_in = 0);
 
 // Same result as conv1d_causal with n = 1 (the decode path).
 void conv1d_update(const float* in_row, int ch, const float* w, const float* bias, int k, float* state,

@@ -183,6 +183,10 @@ void tile(const float* a, int lda, const PackedWeight& w, const float* bias, flo
 
 void gemm_tile_avx512(const float* a, int lda, const PackedWeight& w, const float* bias, float* c, int ldc, int m0,
                       int m1, int p0, int p1) {
+  if (m1 - m0 >= kWideRows) {
+    gemm_tile_wide_avx512(a, lda, w, bias, c, ldc, m0, m1, p0, p1);
+    return;
+  }
   switch (w.dtype) {
     case DType::F32: tile<DType::F32>(a, lda, w, bias, c, ldc, m0, m1, p0, p1); break;
     case DType::BF16: tile<DType::BF16>(a, lda, w, bias, c, ldc, m0, m1, p0, p1); break;

@@ -30,5 +30,10 @@ void gemm_tile_avx2(const float* a, int lda, const PackedWeight& w, const float*
                     int m0, int m1, int p0, int p1);
 void gemm_tile_avx512(const float* a, int lda, const PackedWeight& w, const float* bias, float* c, int ldc,
                       int m0, int m1, int p0, int p1);
+// The AVX-512 tile for many rows (gemm_wide_avx512.cpp): same chains, another loop order;
+// gemm_tile_avx512 hands it tiles of at least kWideRows rows.
+void gemm_tile_wide_avx512(const float* a, int lda, const PackedWeight& w, const float* bias, float* c, int ldc,
+                           int m0, int m1, int p0, int p1);
+constexpr int kWideRows = 48;
 
 }  // namespace parity::kernels::detail

@@ -88,7 +88,8 @@ void rmsnorm(const float* x, int rows, int dim, const float* w, float eps, float
 }
 
 void gated_rmsnorm(const float* y, const float* z, int rows, int dim, int group_size, const float* w, float eps,
-                   bool norm_before_gate, float* out) {
+                   bool norm_before_gate, float* out, int ld_z) {
+  const std::size_t ldz = ld_z > 0 ? static_cast<std::size_t>(ld_z) : static_cast<std::size_t>(dim);
   if (rows <= 0 || dim <= 0) return;
   if (group_size <= 0 || dim % group_size != 0) {
     throw Error("gated_rmsnorm: group size " + std::to_string(group_size) + " does not divide width " +
@@ -101,12 +102,13 @@ void gated_rmsnorm(const float* y, const float* z, int rows, int dim, int group_
     for (int g = 0; g < groups; ++g) {
       const std::size_t off = static_cast<std::size_t>(r) * dim + static_cast<std::size_t>(g) * group_size;
       const float* wg = w + static_cast<std::size_t>(g) * group_size;
+      const float* zg = z + static_cast<std::size_t>(r) * ldz + static_cast<std::size_t>(g) * group_size;
       float* o = out + off;
       if (norm_before_gate) {
         const float rr = inv_rms(ops.sumsq(y + off, group_size), group_size, eps);
-        ops.scale_gate(y + off, rr, wg, z + off, group_size, o);
+        ops.scale_gate(y + off, rr, wg, zg, group_size, o);
       } else {
-        ops.gate_mul(y + off, z + off, group_size, o);  // element-wise, so out may alias y or z
+        ops.gate_mul(y + off, zg, group_size, o);  // element-wise, so out may alias y or z
         ops.scale(o, inv_rms(ops.sumsq(o, group_size), group_size, eps), wg, group_size, o);
       }
     }

@@ -11,7 +11,8 @@ void rmsnorm(const float* x, int rows, int dim, const float* w, float eps, float
 // columns (the original mamba_ssm semantics; HF normalises the whole width when n_groups > 1).
 //   norm_before_gate=false: out = rmsnorm_g(y * silu(z)) * w
 //   norm_before_gate=true:  out = rmsnorm_g(y) * w * silu(z)
+// `ld_z`: the row stride of z when it is a column range of a wider matrix (0: dim).
 void gated_rmsnorm(const float* y, const float* z, int rows, int dim, int group_size, const float* w,
-                   float eps, bool norm_before_gate, float* out);
+                   float eps, bool norm_before_gate, float* out, int ld_z = 0);
 
 }  // namespace parity::kernels

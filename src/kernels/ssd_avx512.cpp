@@ -344,19 +344,15 @@ void intra_all_columns(const HeadChunk& k, int t0, const float* const* w, int ws
   }
 }
 
+// Rows t0..t0+R-1's decay sums, weights w[r][s] = CB(t, s)·decay·dt_s and exp(cs_t) (the row
+// routine up to its state dots).
 template <int R>
-void row_block(const HeadChunk& k, int t0) {
+void row_weights(const HeadChunk& k, int t0, float* const* w, float* exp_cs) {
   const float* dA = k.dA;
   const float* dtc = k.dtc;
   float* sum[R];
-  float* w[R];
-  float* sc[R];
   #pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) {
-    sum[r] = k.sum + int64_t(r) * k.lpad;
-    w[r] = k.w + int64_t(r) * k.lpad;
-    sc[r] = k.sc + int64_t(r) * k.ppad;
-  }
+  for (int r = 0; r < R; ++r) sum[r] = k.sum + int64_t(r) * k.lpad;
   // decay_sums() of each row, the R chains interleaved so their latencies overlap.
   float acc[R];
   #pragma GCC unroll 16
@@ -375,7 +371,6 @@ void row_block(const HeadChunk& k, int t0) {
       acc[r] = acc[r] + dA[s];
     }
   }
-  float exp_cs[R];
   #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     const int t = t0 + r;
@@ -388,6 +383,19 @@ void row_block(const HeadChunk& k, int t0) {
       _mm512_mask_storeu_ps(w[r] + s, m, wv);
     }
   }
+}
+
+template <int R>
+void row_block(const HeadChunk& k, int t0) {
+  float* w[R];
+  float* sc[R];
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    w[r] = k.w + int64_t(r) * k.lpad;
+    sc[r] = k.sc + int64_t(r) * k.ppad;
+  }
+  float exp_cs[R];
+  row_weights<R>(k, t0, w, exp_cs);
   const float* Ct[R];
   #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) Ct[r] = k.Cg + (k.out0 + t0 + r) * k.ldb;
@@ -524,23 +532,29 @@ void fold_stile(const HeadChunk& k, const float* u, int ldu, const float* e, con
 // set) into dst (fp32), or into dst16 rounded to bf16 with fp32 work space `tmp` between s-tiles
 // (needed only when Lc > kSTile). dst / dst16 may be the boundary state itself.
 constexpr int kSTile = 32;
-void fold(const HeadChunk& k, float* dst, uint16_t* dst16, float* tmp) {
+// The fold's per-row factors: e[s] = decay_f(dA_s) and u[s][p] = dt_s * x_s[p] (ld k.ppad).
+void fold_factors(const HeadChunk& k, float* e, float* u) {
   const int Lc = k.Lc;
-  float* e = k.w;
   for (int s = 0; s < Lc; s += kW) {
     const __mmask16 m = tail_mask(Lc - s);
     _mm512_mask_storeu_ps(e + s, m, decay16(_mm512_maskz_loadu_ps(m, k.dA + s)));
   }
-  float* u = k.u;
-  const int ldu = k.ppad;
   for (int s = 0; s < Lc; ++s) {
     const __m512 d = _mm512_set1_ps(k.dtc[s]);
     const float* xs = k.x + s * k.ldx;
     for (int p = 0; p < k.P; p += kW) {
       const __mmask16 m = tail_mask(k.P - p);
-      _mm512_mask_storeu_ps(u + int64_t(s) * ldu + p, m, _mm512_mul_ps(d, _mm512_maskz_loadu_ps(m, xs + p)));
+      _mm512_mask_storeu_ps(u + int64_t(s) * k.ppad + p, m, _mm512_mul_ps(d, _mm512_maskz_loadu_ps(m, xs + p)));
     }
   }
+}
+
+void fold(const HeadChunk& k, float* dst, uint16_t* dst16, float* tmp) {
+  const int Lc = k.Lc;
+  float* e = k.w;
+  float* u = k.u;
+  const int ldu = k.ppad;
+  fold_factors(k, e, u);
   // s is cut into tiles so that the tile's B rows and u rows stay in L1 across all (p, n) blocks;
   // every state element still sees s in increasing order.
   float* work = dst16 ? tmp : dst;
@@ -570,6 +584,98 @@ void fold(const HeadChunk& k, float* dst, uint16_t* dst16, float* tmp) {
       fold_stile(k, u, ldu, e, k.Sb, work, sb, se, pf);
     }
   }
+}
+
+// The fold tile of fold_tile with the state dots of one output row riding along: while the tile's
+// PB x 16*NV boundary values sit in registers before the fold, they also enter lane accumulators
+// of dot16(S[p][:], c) (lanes[i], one per row, carried from the n tile before in n order), the
+// chain dot16_lanes runs. The values the dots read are the old ones, as the row routine needs.
+template <int PB, int NV, class TS, class TD>
+void fold_dot_tile(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int p0,
+                   int n0, const float* c, __m512* lanes) {
+  __mmask16 m[NV];
+  #pragma GCC unroll 16
+  for (int v = 0; v < NV; ++v) m[v] = tail_mask(k.N - n0 - kW * v);
+  __m512 cv[NV];
+  #pragma GCC unroll 16
+  for (int v = 0; v < NV; ++v) cv[v] = _mm512_maskz_loadu_ps(m[v], c + n0 + kW * v);
+  __m512 acc[PB][NV];
+  #pragma GCC unroll 16
+  for (int i = 0; i < PB; ++i) {
+    const TS* row = src + int64_t(p0 + i) * k.N + n0;
+    if (n0 == 0) prefetch_ahead(row, k.N);  // the state streams from memory: keep lines coming
+    __m512 d = lanes[i];
+    #pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      acc[i][v] = maskz_load_state(m[v], row + kW * v);
+      d = _mm512_mask3_fmadd_ps(acc[i][v], cv[v], d, m[v]);  // absent lanes keep their sum
+    }
+    lanes[i] = d;
+  }
+  for (int s = 0; s < k.Lc; ++s) {
+    const float* bs = k.Bg + s * k.ldb + n0;
+    __m512 bv[NV];
+    #pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_maskz_loadu_ps(m[v], bs + kW * v);
+    const __m512 es = _mm512_set1_ps(e[s]);
+    const float* us = u + int64_t(s) * ldu + p0;
+    #pragma GCC unroll 16
+    for (int i = 0; i < PB; ++i) {
+      const __m512 ub = _mm512_set1_ps(us[i]);
+      #pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(ub, bv[v], _mm512_mul_ps(es, acc[i][v]));
+    }
+  }
+  #pragma GCC unroll 16
+  for (int i = 0; i < PB; ++i) {
+    #pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) mask_store_state(dst + int64_t(p0 + i) * k.N + n0 + kW * v, m[v], acc[i][v]);
+  }
+}
+
+template <int PB, class TS, class TD>
+void fold_dot_rows(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int p0,
+                   const float* c, __m512* lanes) {
+  #pragma GCC unroll 4
+  for (int i = 0; i < PB; ++i) lanes[i] = _mm512_setzero_ps();
+  for (int n0 = 0; n0 < k.N; n0 += 4 * kW) {
+    switch (imin(4, (k.N - n0 + kW - 1) / kW)) {
+      case 4: fold_dot_tile<PB, 4>(k, u, ldu, e, src, dst, p0, n0, c, lanes); break;
+      case 3: fold_dot_tile<PB, 3>(k, u, ldu, e, src, dst, p0, n0, c, lanes); break;
+      case 2: fold_dot_tile<PB, 2>(k, u, ldu, e, src, dst, p0, n0, c, lanes); break;
+      default: fold_dot_tile<PB, 1>(k, u, ldu, e, src, dst, p0, n0, c, lanes); break;
+    }
+  }
+}
+
+// Decode at a cell's last row: the row routine's output row and the fold, in one pass over the
+// state (head_rows_avx512 + fold would read it twice: once from memory for the dots, then again for
+// the fold, whose arithmetic then ran with no memory traffic in flight). Every value is computed
+// by the same sequence as there: the dots by dot16_lanes' chain and the same fold tree, the fold
+// by fold_tile's, so the bits are those of the two-pass path.
+template <class T>
+void row_and_fold(const HeadChunk& k, int t, T* state) {
+  float* w[1] = {k.w + k.lpad};  // k.w's first row holds the fold's decays
+  float exp_cs[1];
+  row_weights<1>(k, t, w, exp_cs);
+  float* e = k.w;
+  fold_factors(k, e, k.u);
+  const float* c = k.Cg + (k.out0 + t) * k.ldb;
+  alignas(64) float lanes16[16 * 16];
+  __m512* lanes = reinterpret_cast<__m512*>(lanes16);
+  float* sc = k.sc;
+  int p0 = 0;
+  for (; p0 + 16 <= k.P; p0 += 16) {
+    for (int q = 0; q < 4; ++q) fold_dot_rows<4>(k, k.u, k.ppad, e, state, state, p0 + 4 * q, c, lanes + 4 * q);
+    _mm512_storeu_ps(sc + p0, reduce16x16(lanes));
+  }
+  for (; p0 < k.P; ++p0) {
+    fold_dot_rows<1>(k, k.u, k.ppad, e, state, state, p0, c, lanes);
+    sc[p0] = reduce16(lanes[0]);
+  }
+  const float* scr[1] = {sc};
+  const float* wr[1] = {w[0]};
+  intra_all_columns<1>(k, t, wr, 1, scr, exp_cs);
 }
 
 // One fold row on columns n0 .. n0+16*NV-1 of every state row: S = fma(dt * x[p], B, e * S).
@@ -620,6 +726,10 @@ void head_rows_avx512(const HeadChunk& k, int t_lo) {
 void fold_avx512(const HeadChunk& k, float* dst) { fold(k, dst, nullptr, nullptr); }
 
 void fold_bf16_avx512(const HeadChunk& k, uint16_t* dst, float* tmp) { fold(k, nullptr, dst, tmp); }
+
+void row_and_fold_avx512(const HeadChunk& k, int t, float* state) { row_and_fold(k, t, state); }
+
+void row_and_fold_bf16_avx512(const HeadChunk& k, int t, uint16_t* state) { row_and_fold(k, t, state); }
 
 void state_step_head_avx512(int P, int N, const float* x, float dt, float A, const float* B, float* S) {
   const __m512 e = _mm512_set1_ps(decay_one(dt * A));

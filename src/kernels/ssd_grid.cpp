@@ -80,6 +80,10 @@ struct Cell {
   int64_t pf_bytes = 0;
 };
 
+// Cells up to this many rows fold in the row's pass at decode (row_and_fold_avx512): its s loop
+// runs whole per state tile, which keeps the cell's B and dt·x rows in L1 only for short cells.
+constexpr int kFusedFoldRows = 32;
+
 // Rows and fold of one cell with the row and fold routines of ssd.cpp; the state is read by the
 // rows and then, when the cell completes, replaced by the state at its end. It is S (fp32), or on
 // AVX-512 S16 (bf16: the row routine widens it in registers, the fold writes it rounded), so a
@@ -137,6 +141,14 @@ void run_cell(const SsdShape& sh, int64_t ldb, float A, float D, const Cell& c, 
     const int e16 = rows16_end(c.t_lo, c.Lc);
     for (int t0 = c.t_lo; t0 < e16; t0 += 16) cb_block16_avx512(c.Bg, ldb, k.Cg + t0 * ldb, N, t0, cb + int64_t(t0) * ldcb);
     for (int t = e16; t < c.Lc; ++t) cb_row_avx512(c.Bg, ldb, k.Cg + t * ldb, N, t, cb + int64_t(t) * ldcb);
+    if (c.fold && c.t_lo == c.Lc - 1 && c.Lc <= kFusedFoldRows) {
+      // A decode step that ends the cell: its row and the fold in one pass over the state.
+      if (S16)
+        row_and_fold_bf16_avx512(k, c.t_lo, S16);
+      else
+        row_and_fold_avx512(k, c.t_lo, S);
+      return;
+    }
     head_rows_avx512(k, c.t_lo);
   }
   if (!c.fold) return;

@@ -137,6 +137,10 @@ void fold_avx512(const HeadChunk& k, float* dst);
 // The fold into a bf16 state: dst [P][N] rounded (f32_to_bf16) once, at the end; the rows in
 // between stay fp32 (in tmp, P·N floats, needed only for Lc > 32). Reads k.Sb16 when set.
 void fold_bf16_avx512(const HeadChunk& k, uint16_t* dst, float* tmp);
+// Decode at the last row t = Lc-1 of a cell of at most 32 rows: head_rows_avx512(k, t) then the fold
+// into `state` (the boundary state k.Sb / k.Sb16 itself), the same bits, in one pass over the state.
+void row_and_fold_avx512(const HeadChunk& k, int t, float* state);
+void row_and_fold_bf16_avx512(const HeadChunk& k, int t, uint16_t* state);
 // One fold row of one head, S [P][N] in place: S = fma(dt * x, B, decay_f(dt*A) * S).
 void state_step_head_avx512(int P, int N, const float* x, float dt, float A, const float* B, float* S);
 // One SSU step of one head: S [P][N] in place, y [P].

@@ -9,7 +9,7 @@
 namespace parity::model {
 
 enum class Scratch : int {
-  Resid, Normed, MixerOut, InProj, Z, XbcIn, Xbc, DtRaw, Y, Gated, ScanDt, ScanX, ScanB, ScanC, Count
+  Resid, Normed, MixerOut, InProj, Xbc, DtRaw, Y, Gated, ScanDt, ScanX, ScanB, ScanC, Count
 };
 
 // At least n floats, 64-byte aligned, valid until the next call for the same role on this thread.
