@@ -79,27 +79,8 @@ __host__ __device__ inline LaneLayout lane_layout(int N, int PT) {
   return l;
 }
 
-// ---- asynchronous copies with zero fill ------------------------------------------------------
-__device__ __forceinline__ unsigned saddr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void cp16(float* dst, const float* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr(dst)), "l"(src) : "memory");
-}
-// 4 bytes, or 4 zero bytes when !valid (src is then not read).
-__device__ __forceinline__ void cp4(float* dst, const float* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(saddr(dst)), "l"(src), "r"(valid ? 4 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// cp.async helpers (saddr, cp16, cp4, commit, copy4): ssd_copy_lanes.cuh.
 __device__ __forceinline__ void wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-// dst[0..3] = row[c..c+3], zeros past `end`: one 16-byte copy where aligned and whole.
-__device__ __forceinline__ void copy4(float* dst, const float* row, int c, int end) {
-  if (c + 4 <= end && (reinterpret_cast<std::uintptr_t>(row + c) & 15) == 0) {
-    cp16(dst, row + c);
-    return;
-  }
-#pragma unroll
-  for (int j = 0; j < 4; ++j) cp4(dst + j, c + j < end ? row + c + j : row, c + j < end);
-}
 
 // One cell of the call as the walk takes it: source rows cs .. cs+L-1 (ring rows first where the
 // call starts inside it), output rows j0 .. L-1, folded or not (exact: only a cell the call completes).
