@@ -13,9 +13,14 @@ step() { echo; echo "== $*"; "$@" || { echo "FAILED: $*"; fail=1; }; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv || true
 step "$dir/parity_gpu_tests"
 if command -v compute-sanitizer >/dev/null; then
+  # The whole suite under each tool (memcheck took 153 s alone on the H200; run nothing else on the GPU
+  # meanwhile). The NCCL test runs apart with API-error reports off: NCCL itself asks
+  # cudaFuncGetAttributes about kernels it has no sm_90 image for (4 cudaErrorNoKernelImageForDevice
+  # reports from inside libnccl, none from parity); its memory accesses are still checked.
   for tool in memcheck racecheck; do
-    step compute-sanitizer --tool "$tool" --error-exitcode 3 "$dir/parity_gpu_tests" \
-      --gtest_filter='CudaGemm.AgreesWithTheCpuScalarTwin:CudaGemmGemv.ModelShapes*:CudaSsdTiling.LaneWalk*:CudaConv1d.*:CudaNorms.*:CudaFused.*:CudaSsd.Both*:CudaSsdStep.PlainSsu*:CudaSsdStep.ExactDecodeAtTheMixerShape*:CudaModel.Probes*:CudaAttention.RopeKvAppend*:CudaMoe.TopkSoftmax*:CudaMoe.DenseRouting*:CudaMoe.BlockEquals*:CudaHybridModel.RouterProbe*:CudaGemmGrouped.*'
+    step compute-sanitizer --tool "$tool" --error-exitcode 3 "$dir/parity_gpu_tests" --gtest_filter='-*Nccl*'
+    step compute-sanitizer --tool "$tool" --error-exitcode 3 --report-api-errors no "$dir/parity_gpu_tests" \
+      --gtest_filter='*Nccl*'
   done
 else
   echo "compute-sanitizer not found: memcheck/racecheck not run"
