@@ -25,6 +25,7 @@
 
 #include "common/aligned.h"
 #include "decode_timing.h"
+#include "kernels/isa.h"
 #include "kernels/ssd.h"
 #include "kernels/ssd_grid.h"
 
@@ -215,6 +216,30 @@ void BM_DecodeSsmKernels(benchmark::State& st) {
 BENCHMARK(BM_DecodeSsmKernels)
     ->ArgNames({"batch", "pos", "bf16"})
     ->ArgsProduct({{1, 8, 32}, {256, 257, 263, 271}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The exact kernels with the AVX512-BF16 rounding off ("plain" counters) and on ("exact"
+// counters), interleaved: the ratio is on/off. bf16 state only; needs a CPU with AVX512-BF16.
+void BM_DecodeSsmBf16Rounding(benchmark::State& st) {
+  if (!kernels::avx512_bf16_detected()) {
+    st.SkipWithError("this CPU lacks AVX512-BF16");
+    return;
+  }
+  Batch b(static_cast<int>(st.range(0)), true);
+  const int64_t t = st.range(1);
+  interleave(
+      st,
+      [&] {
+        kernels::set_avx512_bf16_enabled(false);
+        exact_kernels(b, t);
+        kernels::set_avx512_bf16_enabled(true);
+      },
+      [&] { exact_kernels(b, t); });
+}
+BENCHMARK(BM_DecodeSsmBf16Rounding)
+    ->ArgNames({"batch", "pos"})
+    ->ArgsProduct({{8, 32}, {257, 263}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

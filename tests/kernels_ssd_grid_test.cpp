@@ -216,6 +216,91 @@ TEST(KernelsSsdGridCompanion, SsuDecodeDiffersFromGridRows) {
   EXPECT_GT(count_bit_mismatches(grid.y.data(), y.data(), y.size()), y.size() / 2);
 }
 
+// Several sequences decoded in one ssd_grid_decode call, each at its own position (so different
+// heads fold in each), on every ISA, one and two threads with the work split however small: each
+// sequence gets the bits of its own one-row-per-call decode (the thread split cuts the call's
+// (sequence, head) items at different places, and a folding head prefetches the next item's state).
+GridRun decode_batched(const std::vector<Problem>& prs, const std::vector<int>& prompts, const ExactGrid& g, bool bf16,
+                       int seq) {
+  std::vector<GridRun> runs;
+  for (std::size_t i = 0; i < prs.size(); ++i) runs.push_back(run_schedule(prs[i], g, bf16, {prompts[i]}));
+  const SsdShape& sh = prs[0].shape;
+  const int H = sh.nheads;
+  for (int step = 0;; ++step) {
+    std::vector<GridDecodeRow> rows;
+    for (std::size_t i = 0; i < prs.size(); ++i) {
+      const Problem& pr = prs[i];
+      const int64_t p = prompts[i] + step;
+      if (p >= pr.n) continue;
+      GridRun& r = runs[i];
+      ring_put(sh, g, r.ring(), p, pr.x.data() + p * pr.ldx(), pr.dt.data() + p * H, pr.B.data() + p * pr.ldb());
+      GridDecodeRow d;
+      d.pos = p;
+      d.x_ring = r.rx.data();
+      d.dt_ring = r.rdt.data();
+      d.b_ring = r.rb.data();
+      d.C = pr.C.data() + p * pr.ldb();
+      d.state = r.state();
+      d.y = r.y.data() + p * pr.ldx();
+      rows.push_back(d);
+    }
+    if (rows.empty()) break;
+    ssd_grid_decode(sh, g, prs[0].A.data(), prs[0].D.data(), rows.data(), static_cast<int>(rows.size()));
+  }
+  return runs[std::size_t(seq)];
+}
+
+std::vector<Problem> batch_problems(const SsdShape& sh, int n, int count) {
+  std::vector<Problem> prs;
+  for (int i = 0; i < count; ++i) {
+    Problem pr = make_problem(sh, n, 40u + i);
+    if (i > 0) {  // one layer: A and D are shared by the sequences of a call
+      pr.A = prs[0].A;
+      pr.D = prs[0].D;
+    }
+    prs.push_back(pr);
+  }
+  return prs;
+}
+
+TEST(KernelsSsdGrid, BatchedDecodeGivesEachSequenceItsOwnBits) {
+  for (const SsdShape& sh : {kSmall, kLarge}) {
+    const std::vector<Problem> prs = batch_problems(sh, 40, 5);
+    const std::vector<int> prompts = {3, 8, 9, 14, 1};
+    const ExactGrid g = grid_of(sh, 8, true);
+    for (bool bf16 : {false, true}) {
+      std::vector<GridRun> want;
+      for (std::size_t i = 0; i < prs.size(); ++i)
+        want.push_back(run_schedule(prs[i], g, bf16, token_by_token(prompts[i], prs[i].n)));
+      for (Isa isa : kAllIsas) {
+        if (!cpu_has(isa)) continue;
+        IsaGuard ig(isa);
+        for (int threads : {1, 2}) {
+          ThreadGuard tg(threads);
+          set_force_parallel(threads > 1);
+          for (int i = 0; i < static_cast<int>(prs.size()); ++i)
+            EXPECT_TRUE(same_run(decode_batched(prs, prompts, g, bf16, i), want[std::size_t(i)]))
+                << isa_name(isa) << " threads " << threads << " sequence " << i << (bf16 ? " bf16" : " f32")
+                << " heads " << sh.nheads;
+          set_force_parallel(false);
+        }
+      }
+    }
+  }
+}
+
+// Companion: the comparison sees a batched decode on another grid (cell 4: other heads fold at
+// other steps).
+TEST(KernelsSsdGridCompanion, BatchedDecodeOnAnotherGridDiffers) {
+  const std::vector<Problem> prs = batch_problems(kSmall, 40, 3);
+  const GridRun a = decode_batched(prs, {3, 8, 9}, grid_of(kSmall, 8, true), true, 1);
+  const GridRun b = decode_batched(prs, {3, 8, 9}, grid_of(kSmall, 4, true), true, 1);
+  EXPECT_FALSE(same_run(a, b));
+  EXPECT_GT(count_bit_mismatches(a.y.data() + 9 * prs[1].ldx(), b.y.data() + 9 * prs[1].ldx(),
+                                 size_t(prs[1].n - 9) * prs[1].ldx()),
+            0u);
+}
+
 TEST(KernelsSsdGrid, StaggerSpreadsTheFoldsOverTheSteps) {
   for (int cell : {4, 16, 64}) {
     const ExactGrid g{cell, true, 24};

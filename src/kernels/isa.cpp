@@ -69,6 +69,22 @@ void set_isa_override(Isa isa) {
 
 void clear_isa_override() { g_override.store(-1, std::memory_order_relaxed); }
 
+namespace {
+std::atomic<bool> g_bf16_enabled{true};
+}
+
+bool avx512_bf16_detected() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return detected_isa() == Isa::Avx512 && __builtin_cpu_supports("avx512bf16");
+  }();
+  return has;
+}
+
+bool avx512_bf16_active() { return g_bf16_enabled.load(std::memory_order_relaxed) && avx512_bf16_detected(); }
+
+void set_avx512_bf16_enabled(bool on) { g_bf16_enabled.store(on, std::memory_order_relaxed); }
+
 void set_num_threads(int n) {
   if (n < 1) throw Error("thread count must be at least 1, got " + std::to_string(n));
   g_threads.store(n, std::memory_order_relaxed);

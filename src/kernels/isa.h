@@ -11,6 +11,14 @@ Isa active_isa();            // detected, unless overridden
 void set_isa_override(Isa);  // throws parity::Error if the CPU lacks it
 void clear_isa_override();
 
+// AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4): when the CPU has it, the AVX-512 SSD kernels
+// round fp32 to bf16 with its conversion instruction, with the bits of common/dtype.h's
+// f32_to_bf16 (the few values the instruction would treat otherwise take the integer sequence).
+// Only speed changes; tests switch it off to compare.
+bool avx512_bf16_detected();
+bool avx512_bf16_active();  // detected, and not switched off
+void set_avx512_bf16_enabled(bool on);
+
 // Thread count for every parallel kernel (OpenMP). Threads split independent outputs only.
 void set_num_threads(int n);
 int num_threads();

@@ -25,6 +25,7 @@ inline int imin(int a, int b) { return a < b ? a : b; }
 inline __mmask16 tail_mask(int count) {
   return count >= kW ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << count) - 1u);
 }
+inline __mmask16 lane_mask_signed(int count) { return count <= 0 ? static_cast<__mmask16>(0) : tail_mask(count); }
 
 // exp_f of math.h lane by lane: same clamps, same rounding of n, same FMAs, same two-step scaling.
 inline __m512 exp16(__m512 x) {
@@ -127,10 +128,6 @@ inline __m512i pack_hi16(__m512i a, __m512i b) {
   return _mm512_permutex2var_epi16(a, _mm512_load_si512(kOdd), b);
 }
 
-inline __m256i round_bf16(__m512 f) {
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_hi_bf16_nan(f), 16));
-}
-
 
 // A state vector as fp32: an fp32 state is loaded, a bf16 one widened in registers (exact).
 inline __m512 load_state(const float* p) { return _mm512_loadu_ps(p); }
@@ -139,9 +136,40 @@ inline __m512 load_state(const uint16_t* p) {
 }
 inline __m512 maskz_load_state(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
 inline __m512 maskz_load_state(__mmask16 m, const uint16_t* p) { return widen_bf16(_mm256_maskz_loadu_epi16(m, p)); }
-// An fp32 state is stored as is, a bf16 one rounded (f32_to_bf16, NaNs included).
-inline void mask_store_state(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
-inline void mask_store_state(uint16_t* p, __mmask16 m, __m512 v) { _mm256_mask_storeu_epi16(p, m, round_bf16(v)); }
+
+// 32 values rounded to bf16 (a: words 0..15, b: words 16..31) with f32_to_bf16's bits. kHw uses
+// AVX512-BF16's vcvtne2ps2bf16 (one instruction for 32 values instead of about eight integer
+// operations per 16): it rounds to nearest even on the integer image and quiets NaNs as
+// f32_to_bf16 does, but flushes subnormal inputs to a signed zero, so a pair holding a subnormal
+// takes the integer sequence instead. Call kHw only when the CPU has AVX512-BF16
+// (kernels::avx512_bf16_active()).
+template <bool kHw>
+inline __m512i narrow32(__m512 a, __m512 b) {
+  if constexpr (kHw) {
+    constexpr int kSubnormal = 0x20;  // vfpclassps category
+    if (__builtin_expect((_mm512_fpclass_ps_mask(a, kSubnormal) | _mm512_fpclass_ps_mask(b, kSubnormal)) == 0, 1))
+      return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
+  }
+  return pack_hi16(round_hi_bf16_nan(a), round_hi_bf16_nan(b));
+}
+
+// Stores NV vectors of one state row, the lanes of m[v] of vector v, at p: fp32 as is, bf16
+// rounded by pairs of vectors through narrow32.
+template <int NV, bool kHw>
+inline void store_state_row(float* p, const __mmask16* m, const __m512* v) {
+  #pragma GCC unroll 16
+  for (int i = 0; i < NV; ++i) _mm512_mask_storeu_ps(p + kW * i, m[i], v[i]);
+}
+template <int NV, bool kHw>
+inline void store_state_row(uint16_t* p, const __mmask16* m, const __m512* v) {
+  #pragma GCC unroll 16
+  for (int i = 0; i < NV; i += 2) {
+    const bool pair = i + 1 < NV;
+    const __m512i w = narrow32<kHw>(v[i], pair ? v[i + 1] : _mm512_setzero_ps());
+    const __mmask32 sm = static_cast<__mmask32>(m[i]) | (pair ? static_cast<__mmask32>(m[i + 1]) << 16 : 0u);
+    _mm512_mask_storeu_epi16(p + kW * i, sm, w);
+  }
+}
 
 // out[i] = dot16(rows[i], c) for i < 16.
 template <class T>
@@ -198,6 +226,16 @@ inline void prefetch_ahead(const T* row, int N) {
   const char* b = reinterpret_cast<const char*>(row) + kPrefetchBytes;
   for (int64_t o = 0; o < int64_t(N) * int64_t(sizeof(T)); o += 64) _mm_prefetch(b + o, _MM_HINT_T0);
 }
+// A bf16 state is also asked for 2 KiB ahead into the outer caches (_MM_HINT_T2): more lines in
+// flight than the L1 fill buffers hold, so the stream keeps the memory busy. Measured (session 11,
+// DecodeSsmKernels bf16 batch 8 and 32, 1 thread, switched in one binary, alternated): plain's SSU
+// about 8-20 % faster, exact's state dots about 4 %; 1 KiB gained little, 4 KiB and more lost.
+constexpr int kFarPrefetchBytes = 2048;
+inline void prefetch_far(const uint16_t* row, int N) {
+  const char* b = reinterpret_cast<const char*>(row) + kFarPrefetchBytes;
+  for (int64_t o = 0; o < int64_t(N) * int64_t(sizeof(uint16_t)); o += 64) _mm_prefetch(b + o, _MM_HINT_T2);
+}
+inline void prefetch_far(const float*, int) {}  // fp32 states: not measured, left as they were
 template <class T>
 void dots_rows(const T* S, int P, int N, const float* c, float* out) {
   int p = 0;
@@ -206,6 +244,7 @@ void dots_rows(const T* S, int P, int N, const float* c, float* out) {
     #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i) {
       prefetch_ahead(S + int64_t(p + i) * N, N);
+      prefetch_far(S + int64_t(p + i) * N, N);
       acc[i] = dot16_lanes(S + int64_t(p + i) * N, c, N);
     }
     _mm512_storeu_ps(out + p, reduce16x16(acc));
@@ -462,9 +501,21 @@ struct FoldPrefetch {
   }
 };
 
+// k.pf_next's lines spread evenly over a fold of `tiles` register tiles.
+inline FoldPrefetch fold_prefetch(const HeadChunk& k, int tiles) {
+  FoldPrefetch pf;
+  if (k.pf_next && k.pf_bytes > 0) {
+    const int64_t lines = (k.pf_bytes + 63) / 64;
+    pf.at = static_cast<const char*>(k.pf_next);
+    pf.end = pf.at + lines * 64;
+    pf.per_tile = static_cast<int>((lines + tiles - 1) / tiles);
+  }
+  return pf;
+}
+
 // The fold recurrence on a PB x 16*NV tile of the state held in registers, rows s_begin..s_end-1
 // in order: acc = fma(u_s[p], B_s, e_s * acc), the scalar sequence element by element.
-template <int PB, int NV, class TS, class TD>
+template <int PB, int NV, bool kHw, class TS, class TD>
 void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int p0,
                int n0, int s_begin, int s_end, FoldPrefetch& pf) {
   pf.quota = pf.per_tile;
@@ -496,36 +547,31 @@ void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* e, cons
     }
   }
   #pragma GCC unroll 16
-  for (int i = 0; i < PB; ++i) {
-    #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) {
-      mask_store_state(dst + int64_t(p0 + i) * k.N + n0 + kW * v, m[v], acc[i][v]);
-    }
-  }
+  for (int i = 0; i < PB; ++i) store_state_row<NV, kHw>(dst + int64_t(p0 + i) * k.N + n0, m, acc[i]);
   for (; pf.quota > 0; --pf.quota) pf.one();
 }
 
-template <int PB, class TS, class TD>
+template <int PB, bool kHw, class TS, class TD>
 void fold_tiles_n(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int p0,
                   int sb, int se, FoldPrefetch& pf) {
   for (int n0 = 0; n0 < k.N; n0 += 4 * kW) {
     const int nv = imin(4, (k.N - n0 + kW - 1) / kW);
     switch (nv) {
-      case 4: fold_tile<PB, 4, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se, pf); break;
-      case 3: fold_tile<PB, 3, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se, pf); break;
-      case 2: fold_tile<PB, 2, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se, pf); break;
-      default: fold_tile<PB, 1, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se, pf); break;
+      case 4: fold_tile<PB, 4, kHw, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se, pf); break;
+      case 3: fold_tile<PB, 3, kHw, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se, pf); break;
+      case 2: fold_tile<PB, 2, kHw, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se, pf); break;
+      default: fold_tile<PB, 1, kHw, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se, pf); break;
     }
   }
 }
 
 // One s-tile of the fold over every (p, n) tile of the state.
-template <class TS, class TD>
+template <bool kHw, class TS, class TD>
 void fold_stile(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int sb, int se,
                 FoldPrefetch& pf) {
   int p0 = 0;
-  for (; p0 + 4 <= k.P; p0 += 4) fold_tiles_n<4>(k, u, ldu, e, src, dst, p0, sb, se, pf);
-  for (; p0 < k.P; ++p0) fold_tiles_n<1>(k, u, ldu, e, src, dst, p0, sb, se, pf);
+  for (; p0 + 4 <= k.P; p0 += 4) fold_tiles_n<4, kHw>(k, u, ldu, e, src, dst, p0, sb, se, pf);
+  for (; p0 < k.P; ++p0) fold_tiles_n<1, kHw>(k, u, ldu, e, src, dst, p0, sb, se, pf);
 }
 
 // The fold routine: state after the chunk's Lc rows from the boundary state (k.Sb, or k.Sb16 when
@@ -549,6 +595,7 @@ void fold_factors(const HeadChunk& k, float* e, float* u) {
   }
 }
 
+template <bool kHw>
 void fold(const HeadChunk& k, float* dst, uint16_t* dst16, float* tmp) {
   const int Lc = k.Lc;
   float* e = k.w;
@@ -558,30 +605,23 @@ void fold(const HeadChunk& k, float* dst, uint16_t* dst16, float* tmp) {
   // s is cut into tiles so that the tile's B rows and u rows stay in L1 across all (p, n) blocks;
   // every state element still sees s in increasing order.
   float* work = dst16 ? tmp : dst;
-  FoldPrefetch pf;
-  if (k.pf_next && k.pf_bytes > 0) {
-    const int tiles = (Lc + kSTile - 1) / kSTile * (k.P / 4 + k.P % 4) * ((k.N + 4 * kW - 1) / (4 * kW));
-    const int64_t lines = (k.pf_bytes + 63) / 64;
-    pf.at = static_cast<const char*>(k.pf_next);
-    pf.end = pf.at + lines * 64;
-    pf.per_tile = static_cast<int>((lines + tiles - 1) / tiles);
-  }
+  FoldPrefetch pf = fold_prefetch(k, (Lc + kSTile - 1) / kSTile * (k.P / 4 + k.P % 4) * ((k.N + 4 * kW - 1) / (4 * kW)));
   for (int sb = 0; sb < Lc; sb += kSTile) {
     const int se = imin(Lc, sb + kSTile);
     const bool first = sb == 0, last = se == Lc;
     if (dst16 && last) {
       if (!first)
-        fold_stile(k, u, ldu, e, work, dst16, sb, se, pf);
+        fold_stile<kHw>(k, u, ldu, e, work, dst16, sb, se, pf);
       else if (k.Sb16)
-        fold_stile(k, u, ldu, e, k.Sb16, dst16, sb, se, pf);
+        fold_stile<kHw>(k, u, ldu, e, k.Sb16, dst16, sb, se, pf);
       else
-        fold_stile(k, u, ldu, e, k.Sb, dst16, sb, se, pf);
+        fold_stile<kHw>(k, u, ldu, e, k.Sb, dst16, sb, se, pf);
     } else if (!first) {
-      fold_stile(k, u, ldu, e, work, work, sb, se, pf);
+      fold_stile<kHw>(k, u, ldu, e, work, work, sb, se, pf);
     } else if (k.Sb16) {
-      fold_stile(k, u, ldu, e, k.Sb16, work, sb, se, pf);
+      fold_stile<kHw>(k, u, ldu, e, k.Sb16, work, sb, se, pf);
     } else {
-      fold_stile(k, u, ldu, e, k.Sb, work, sb, se, pf);
+      fold_stile<kHw>(k, u, ldu, e, k.Sb, work, sb, se, pf);
     }
   }
 }
@@ -590,9 +630,10 @@ void fold(const HeadChunk& k, float* dst, uint16_t* dst16, float* tmp) {
 // PB x 16*NV boundary values sit in registers before the fold, they also enter lane accumulators
 // of dot16(S[p][:], c) (lanes[i], one per row, carried from the n tile before in n order), the
 // chain dot16_lanes runs. The values the dots read are the old ones, as the row routine needs.
-template <int PB, int NV, class TS, class TD>
+template <int PB, int NV, bool kHw, class TS, class TD>
 void fold_dot_tile(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int p0,
-                   int n0, const float* c, __m512* lanes) {
+                   int n0, const float* c, __m512* lanes, FoldPrefetch& pf) {
+  pf.quota = pf.per_tile;
   __mmask16 m[NV];
   #pragma GCC unroll 16
   for (int v = 0; v < NV; ++v) m[v] = tail_mask(k.N - n0 - kW * v);
@@ -617,6 +658,10 @@ void fold_dot_tile(const HeadChunk& k, const float* u, int ldu, const float* e, 
     __m512 bv[NV];
     #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_maskz_loadu_ps(m[v], bs + kW * v);
+    if (pf.quota > 0) {
+      pf.one();
+      --pf.quota;
+    }
     const __m512 es = _mm512_set1_ps(e[s]);
     const float* us = u + int64_t(s) * ldu + p0;
     #pragma GCC unroll 16
@@ -627,23 +672,21 @@ void fold_dot_tile(const HeadChunk& k, const float* u, int ldu, const float* e, 
     }
   }
   #pragma GCC unroll 16
-  for (int i = 0; i < PB; ++i) {
-    #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) mask_store_state(dst + int64_t(p0 + i) * k.N + n0 + kW * v, m[v], acc[i][v]);
-  }
+  for (int i = 0; i < PB; ++i) store_state_row<NV, kHw>(dst + int64_t(p0 + i) * k.N + n0, m, acc[i]);
+  for (; pf.quota > 0; --pf.quota) pf.one();
 }
 
-template <int PB, class TS, class TD>
+template <int PB, bool kHw, class TS, class TD>
 void fold_dot_rows(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int p0,
-                   const float* c, __m512* lanes) {
+                   const float* c, __m512* lanes, FoldPrefetch& pf) {
   #pragma GCC unroll 4
   for (int i = 0; i < PB; ++i) lanes[i] = _mm512_setzero_ps();
   for (int n0 = 0; n0 < k.N; n0 += 4 * kW) {
     switch (imin(4, (k.N - n0 + kW - 1) / kW)) {
-      case 4: fold_dot_tile<PB, 4>(k, u, ldu, e, src, dst, p0, n0, c, lanes); break;
-      case 3: fold_dot_tile<PB, 3>(k, u, ldu, e, src, dst, p0, n0, c, lanes); break;
-      case 2: fold_dot_tile<PB, 2>(k, u, ldu, e, src, dst, p0, n0, c, lanes); break;
-      default: fold_dot_tile<PB, 1>(k, u, ldu, e, src, dst, p0, n0, c, lanes); break;
+      case 4: fold_dot_tile<PB, 4, kHw>(k, u, ldu, e, src, dst, p0, n0, c, lanes, pf); break;
+      case 3: fold_dot_tile<PB, 3, kHw>(k, u, ldu, e, src, dst, p0, n0, c, lanes, pf); break;
+      case 2: fold_dot_tile<PB, 2, kHw>(k, u, ldu, e, src, dst, p0, n0, c, lanes, pf); break;
+      default: fold_dot_tile<PB, 1, kHw>(k, u, ldu, e, src, dst, p0, n0, c, lanes, pf); break;
     }
   }
 }
@@ -653,7 +696,7 @@ void fold_dot_rows(const HeadChunk& k, const float* u, int ldu, const float* e, 
 // the fold, whose arithmetic then ran with no memory traffic in flight). Every value is computed
 // by the same sequence as there: the dots by dot16_lanes' chain and the same fold tree, the fold
 // by fold_tile's, so the bits are those of the two-pass path.
-template <class T>
+template <bool kHw, class T>
 void row_and_fold(const HeadChunk& k, int t, T* state) {
   float* w[1] = {k.w + k.lpad};  // k.w's first row holds the fold's decays
   float exp_cs[1];
@@ -664,13 +707,14 @@ void row_and_fold(const HeadChunk& k, int t, T* state) {
   alignas(64) float lanes16[16 * 16];
   __m512* lanes = reinterpret_cast<__m512*>(lanes16);
   float* sc = k.sc;
+  FoldPrefetch pf = fold_prefetch(k, (k.P / 4 + k.P % 4) * ((k.N + 4 * kW - 1) / (4 * kW)));
   int p0 = 0;
   for (; p0 + 16 <= k.P; p0 += 16) {
-    for (int q = 0; q < 4; ++q) fold_dot_rows<4>(k, k.u, k.ppad, e, state, state, p0 + 4 * q, c, lanes + 4 * q);
+    for (int q = 0; q < 4; ++q) fold_dot_rows<4, kHw>(k, k.u, k.ppad, e, state, state, p0 + 4 * q, c, lanes + 4 * q, pf);
     _mm512_storeu_ps(sc + p0, reduce16x16(lanes));
   }
   for (; p0 < k.P; ++p0) {
-    fold_dot_rows<1>(k, k.u, k.ppad, e, state, state, p0, c, lanes);
+    fold_dot_rows<1, kHw>(k, k.u, k.ppad, e, state, state, p0, c, lanes, pf);
     sc[p0] = reduce16(lanes[0]);
   }
   const float* scr[1] = {sc};
@@ -723,13 +767,38 @@ void head_rows_avx512(const HeadChunk& k, int t_lo) {
   for (; t < k.Lc; ++t) row_block<1>(k, t);
 }
 
-void fold_avx512(const HeadChunk& k, float* dst) { fold(k, dst, nullptr, nullptr); }
+void round_bf16_avx512(const float* in, uint16_t* out, int n, Bf16Rounding how) {
+  for (int i = 0; i < n; i += 2 * kW) {
+    const __mmask16 m[2] = {tail_mask(n - i), lane_mask_signed(n - i - kW)};
+    const __m512 v[2] = {_mm512_maskz_loadu_ps(m[0], in + i), _mm512_maskz_loadu_ps(m[1], in + i + kW)};
+    if (how == Bf16Rounding::Integer) {
+      store_state_row<2, false>(out + i, m, v);
+    } else if (how == Bf16Rounding::Hardware) {
+      store_state_row<2, true>(out + i, m, v);
+    } else {
+      const __mmask32 sm = static_cast<__mmask32>(m[0]) | static_cast<__mmask32>(m[1]) << 16;
+      _mm512_mask_storeu_epi16(out + i, sm, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(v[1], v[0])));
+    }
+  }
+}
 
-void fold_bf16_avx512(const HeadChunk& k, uint16_t* dst, float* tmp) { fold(k, nullptr, dst, tmp); }
+void fold_avx512(const HeadChunk& k, float* dst) { fold<false>(k, dst, nullptr, nullptr); }
 
-void row_and_fold_avx512(const HeadChunk& k, int t, float* state) { row_and_fold(k, t, state); }
+void fold_bf16_avx512(const HeadChunk& k, uint16_t* dst, float* tmp, bool hw_bf16) {
+  if (hw_bf16)
+    fold<true>(k, nullptr, dst, tmp);
+  else
+    fold<false>(k, nullptr, dst, tmp);
+}
 
-void row_and_fold_bf16_avx512(const HeadChunk& k, int t, uint16_t* state) { row_and_fold(k, t, state); }
+void row_and_fold_avx512(const HeadChunk& k, int t, float* state) { row_and_fold<false>(k, t, state); }
+
+void row_and_fold_bf16_avx512(const HeadChunk& k, int t, uint16_t* state, bool hw_bf16) {
+  if (hw_bf16)
+    row_and_fold<true>(k, t, state);
+  else
+    row_and_fold<false>(k, t, state);
+}
 
 void state_step_head_avx512(int P, int N, const float* x, float dt, float A, const float* B, float* S) {
   const __m512 e = _mm512_set1_ps(decay_one(dt * A));
@@ -825,6 +894,7 @@ inline void ssu_bf16_cols(uint16_t* Sp, const float* B, const float* C, __m512 u
 // One row of ssu_head_bf16_avx512; returns its dot16 lanes against C.
 inline __m512 ssu_bf16_row(uint16_t* Sp, int N, const float* B, const float* C, __m512 u, __m512 decay) {
   prefetch_ahead(Sp, N);
+  prefetch_far(Sp, N);
   __m512 acc = _mm512_setzero_ps();
   int k = 0;
   for (; k + 8 * kW <= N; k += 8 * kW) ssu_bf16_cols<8, false>(Sp + k, B + k, C + k, u, decay, 8 * kW, acc);

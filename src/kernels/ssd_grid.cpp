@@ -144,7 +144,7 @@ void run_cell(const SsdShape& sh, int64_t ldb, float A, float D, const Cell& c, 
     if (c.fold && c.t_lo == c.Lc - 1 && c.Lc <= kFusedFoldRows) {
       // A decode step that ends the cell: its row and the fold in one pass over the state.
       if (S16)
-        row_and_fold_bf16_avx512(k, c.t_lo, S16);
+        row_and_fold_bf16_avx512(k, c.t_lo, S16, avx512_bf16_active());
       else
         row_and_fold_avx512(k, c.t_lo, S);
       return;
@@ -158,7 +158,7 @@ void run_cell(const SsdShape& sh, int64_t ldb, float A, float D, const Cell& c, 
   }
   thread_local AlignedBuffer<float> tmp;  // fp32 rows between s-tiles of a long cell
   if (c.Lc > 32 && tmp.size() < std::size_t(P) * N) tmp.resize(std::size_t(P) * N);
-  fold_bf16_avx512(k, S16, tmp.data());
+  fold_bf16_avx512(k, S16, tmp.data(), avx512_bf16_active());
 }
 
 struct GridCall {

@@ -136,11 +136,18 @@ void head_rows_avx512(const HeadChunk& k, int t_lo);
 void fold_avx512(const HeadChunk& k, float* dst);
 // The fold into a bf16 state: dst [P][N] rounded (f32_to_bf16) once, at the end; the rows in
 // between stay fp32 (in tmp, P·N floats, needed only for Lc > 32). Reads k.Sb16 when set.
-void fold_bf16_avx512(const HeadChunk& k, uint16_t* dst, float* tmp);
+// hw_bf16: round with AVX512-BF16's instruction (the same bits; only when avx512_bf16_active()).
+void fold_bf16_avx512(const HeadChunk& k, uint16_t* dst, float* tmp, bool hw_bf16);
 // Decode at the last row t = Lc-1 of a cell of at most 32 rows: head_rows_avx512(k, t) then the fold
 // into `state` (the boundary state k.Sb / k.Sb16 itself), the same bits, in one pass over the state.
 void row_and_fold_avx512(const HeadChunk& k, int t, float* state);
-void row_and_fold_bf16_avx512(const HeadChunk& k, int t, uint16_t* state);
+void row_and_fold_bf16_avx512(const HeadChunk& k, int t, uint16_t* state, bool hw_bf16);
+// fp32 → bf16 of n values as the bf16 state kernels store them, for tests: Integer is the
+// integer sequence, Hardware the AVX512-BF16 path with its fallback (both f32_to_bf16's bits),
+// RawInstruction the instruction alone (subnormals flushed; the tests' companion). The last two
+// only when kernels::avx512_bf16_detected().
+enum class Bf16Rounding { Integer, Hardware, RawInstruction };
+void round_bf16_avx512(const float* in, uint16_t* out, int n, Bf16Rounding how);
 // One fold row of one head, S [P][N] in place: S = fma(dt * x, B, decay_f(dt*A) * S).
 void state_step_head_avx512(int P, int N, const float* x, float dt, float A, const float* B, float* S);
 // One SSU step of one head: S [P][N] in place, y [P].
