@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <string>
 
 #include "common/error.h"
 #include "kernels_cuda/cuda_check.h"
@@ -41,7 +42,8 @@ namespace {
 
 constexpr int kBK = 64;        // K per stage: one 128-byte swizzled box row, four 16-deep steps
 constexpr int kThreads = 384;  // warpgroup 0 produces, 1 and 2 consume
-constexpr int kGroup = 8;      // block rows per raster group
+constexpr int kGroup = 8;      // block rows per raster group (main's order; a tile may ask for more)
+constexpr int kEpiBytes = 64 * 128;  // a staged epilogue's buffer: 64 rows × 32 fp32 columns
 constexpr int kMaxGroups = 256;  // grouped passes: groups (experts) one launch takes
 
 // A BM × BN block tile with STAGES ring stages. PING = false (cooperative): both consumer
@@ -52,8 +54,11 @@ constexpr int kMaxGroups = 256;  // grouped passes: groups (experts) one launch 
 // round it to bf16 on the way into the tensor cores (register A operand); no pre-pass. CL = 2: a
 // cluster of two blocks takes two vertically adjacent tiles with the same columns, and each block's
 // producer copies half of the shared W box into both blocks' rings (TMA multicast), so each W byte
-// crosses from L2 once per pair.
-template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL>
+// crosses from L2 once per pair. EPI > 0 (the staged epilogue): each consumer warpgroup writes its
+// accumulators into EPI shared-memory buffers of 64 rows × 32 columns in turn and the TMA unit
+// stores each buffer to C while the warpgroup fills the next and then runs the next tile's steps;
+// EPI = 0: the consumers store C themselves (8-byte stores, a quad of lanes per 32-byte sector).
+template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL, int EPI = 0>
 struct WgTile {
   static constexpr int MW = PING ? BM / 64 : BM / 128;  // m64 steps per warpgroup and k16
   static constexpr int kABytes = BM * kBK * (F32A ? 4 : 2);
@@ -61,8 +66,9 @@ struct WgTile {
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kReleaseWarps = (PING ? 4 : 8) * CL;  // arrivals that free a stage (both blocks')
   static constexpr int kBoxN = BN / CL;                      // W rows each block's producer copies
-  // Stages, the barriers, and slack to align the ring to 1024 bytes (the swizzle's anchor).
-  static constexpr int kSmemBytes = STAGES * kStageBytes + 2 * STAGES * 8 + 1024;
+  static constexpr int kEpiOffset = STAGES * kStageBytes;  // the two warpgroups' staging buffers
+  // Stages, staging buffers, the barriers, and slack to align the ring to 1024 bytes (the swizzle's anchor).
+  static constexpr int kSmemBytes = STAGES * kStageBytes + 2 * EPI * kEpiBytes + 2 * STAGES * 8 + 1024;
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "boxes 1024-byte aligned");
   static_assert(MW >= 1 && BM % 64 == 0 && BN % 16 == 0 && BN <= 256, "whole m64nBN steps");
   static_assert(!F32A || MW == 1, "register A fragments for one m64 step per warpgroup");
@@ -70,10 +76,11 @@ struct WgTile {
   static_assert((CL == 1 || CL == 2) && (kBoxN * 128) % 1024 == 0, "multicast halves 1024-byte aligned");
 };
 
-// Tile t's origin: groups of kGroup block rows, each group sweeping all column tiles.
-__device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles_n, int bm, int bn, int& m0, int& n0) {
-  const int per_group = kGroup * tiles_n, first_m = (t / per_group) * kGroup;
-  const int rows = min(kGroup, tiles_m - first_m), r = t % per_group;
+// Tile t's origin: groups of `group` block rows, each group sweeping all column tiles.
+__device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles_n, int bm, int bn, int group, int& m0,
+                                            int& n0) {
+  const int per_group = group * tiles_n, first_m = (t / per_group) * group;
+  const int rows = min(group, tiles_m - first_m), r = t % per_group;
   m0 = (first_m + r % rows) * bm;
   n0 = (r / rows) * bn;
 }
@@ -89,10 +96,10 @@ struct TilePlace {
 };
 template <int BM, int BN, int CL>
 __device__ __forceinline__ TilePlace tile_place(int t, unsigned rank, int M, int tiles_m, int tiles_n,
-                                                const int32_t* offsets, const int* prefix, int groups) {
+                                                const int32_t* offsets, const int* prefix, int groups, int raster) {
   TilePlace p{0, 0, M, 0, 0};
   if (!offsets) {
-    tile_origin(t, tiles_m, tiles_n, BM * CL, BN, p.m0, p.n0);
+    tile_origin(t, tiles_m, tiles_n, BM * CL, BN, raster, p.m0, p.n0);
   } else {
     int z = 0;
     while (z + 1 < groups && prefix[z + 1] <= t) ++z;
@@ -136,6 +143,77 @@ __device__ __forceinline__ void tma_load_3d_multicast(unsigned dst, const void* 
       : "memory");
 }
 
+// The staged epilogue (EPI > 0). Consumer warpgroup x syncs its own 128 threads on barrier 3 + x
+// (0 is __syncthreads, 1 and 2 the ping-pong turns). One thread per warpgroup issues the tensor
+// stores, each closing a bulk group; before a buffer is written again, that thread waits until at most
+// `pending` of its groups are still reading shared memory, then the warpgroup syncs.
+__device__ __forceinline__ void epi_sync(int x) { asm volatile("bar.sync %0, 128;\n" ::"r"(3 + x) : "memory"); }
+__device__ __forceinline__ void st_shared_f2(unsigned addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+__device__ __forceinline__ void tma_store_3d(const void* map, int c0, int c1, int c2, unsigned src) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(map), "r"(c0),
+               "r"(c1), "r"(c2), "r"(src)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int Pending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(Pending) : "memory");
+}
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+// One warpgroup's MW × 64 rows × BN columns of a tile (rows from `row`, columns from n0 of the map's
+// C) through its EPI staging buffers at `bufs`, 32 columns at a time; `ep` counts the buffers this
+// warpgroup has filled so far (the one filled next is ep % EPI). Each element is the accumulator plus
+// the bias, the one addition store_column_pair makes. A buffer is a box of the 128-byte swizzle:
+// row r's 16-byte chunk c at c ^ (r % 8), so a warp's eight rows of a chunk fall on distinct banks.
+// Rows past `limit` and columns past N are in the map's margin (not written) or skipped whole.
+template <int MW, int BN, int EPI>
+__device__ __forceinline__ void store_staged(float (&acc)[MW][BN / 2], unsigned bufs, int& ep, const CUtensorMap* map,
+                                             int row, int limit, int n0, int N, const float* __restrict__ bias,
+                                             int x, int warp, int g, int q, bool leader) {
+#pragma unroll
+  for (int mi = 0; mi < MW; ++mi) {
+    if (row + 64 * mi >= limit) break;  // uniform over the warpgroup
+#pragma unroll
+    for (int j2 = 0; j2 < BN / 32; ++j2) {
+      if (n0 + 32 * j2 >= N) break;
+      const unsigned buf = bufs + (ep % EPI) * kEpiBytes;
+      if (ep >= EPI) {
+        if (leader) bulk_wait_read<EPI - 1>();
+        epi_sync(x);
+      }
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int j = 4 * j2 + jj, gn = n0 + 8 * j + 2 * q;
+        float b0 = 0.0f, b1 = 0.0f;
+        if (bias) {
+          if (gn < N) b0 = bias[gn];
+          if (gn + 1 < N) b1 = bias[gn + 1];
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float v0 = acc[mi][4 * j + 2 * h], v1 = acc[mi][4 * j + 2 * h + 1];
+          if (bias) {
+            v0 = v0 + b0;
+            v1 = v1 + b1;
+          }
+          const int r = 16 * warp + g + 8 * h;  // r % 8 == g
+          st_shared_f2(buf + r * 128 + (((2 * jj + q / 2) ^ g) << 4) + (q % 2) * 8, v0, v1);
+        }
+      }
+      wgmma::fence_proxy_async();  // the tensor store reads what these generic stores wrote
+      epi_sync(x);
+      if (leader) {
+        tma_store_3d(map, n0 + 32 * j2, row + 64 * mi, 0, buf);
+        bulk_commit();
+      }
+      ++ep;
+    }
+  }
+}
+
 // The register A fragment of k16 step k (0..3) of an fp32 stage: rows r and r + 8 (r ≡ g mod 8) of
 // the two 32-deep boxes [BM][32] (128-byte rows, 16-byte chunk c at c ^ (row % 8)), columns
 // 2q, 2q + 1 and 2q + 8, 2q + 9 of the step, each pair rounded to bf16 (round to nearest even, as
@@ -168,22 +246,24 @@ __device__ __forceinline__ void finish() {
 }
 
 // a_map: A's boxes of 64 × BM rows (bf16 copy) or 32 × BM (fp32, F32A); w_map: W [N][K], boxes of
-// 64 × BN / CL rows.
-template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL>
+// 64 × BN / CL rows; c_map (EPI > 0 and c_staged): C [M][N] for the tensor stores, else unused.
+// raster: block rows per raster group of a dense pass.
+template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL, int EPI>
 __global__ void __launch_bounds__(kThreads, 1)
-    gemm_bf16_wgmma_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map, int M,
-                           int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc,
-                           bool pair_store, const int32_t* __restrict__ offsets, int groups) {
+    gemm_bf16_wgmma_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map,
+                           const __grid_constant__ CUtensorMap c_map, bool c_staged, int raster, int M, int K, int N,
+                           const float* __restrict__ bias, float* __restrict__ C, int ldc, bool pair_store,
+                           const int32_t* __restrict__ offsets, int groups) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   // Launched with programmatic serialization: the launch and the block set-up overlap the kernel
   // before (the bf16 pre-pass), and every thread waits here until that kernel has completed and its
   // writes are visible, before any read of global memory (offsets, A, W, bias) or any store.
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  using T = WgTile<BM, BN, STAGES, PING, F32A, CL>;
+  using T = WgTile<BM, BN, STAGES, PING, F32A, CL, EPI>;
   extern __shared__ unsigned char smem_raw[];
   const unsigned raw = ptx::smem_addr(smem_raw);
   const unsigned ring = (raw + 1023) & ~1023u;
-  auto* full = reinterpret_cast<std::uint64_t*>(smem_raw + (ring - raw) + STAGES * T::kStageBytes);
+  auto* full = reinterpret_cast<std::uint64_t*>(smem_raw + (ring - raw) + T::kEpiOffset + 2 * EPI * kEpiBytes);
   std::uint64_t* empty = full + STAGES;
 
   // Tiles of CL vertically adjacent block tiles: the blocks of a cluster walk the same sequence, block
@@ -226,7 +306,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       int s = 0;
       unsigned phase = 0;
       for (int t = first; t < tiles; t += stride) {
-        const TilePlace p = tile_place<BM, BN, CL>(t, rank, M, tiles_m, tiles_n, offsets, prefix, groups);
+        const TilePlace p = tile_place<BM, BN, CL>(t, rank, M, tiles_m, tiles_n, offsets, prefix, groups, raster);
         for (int kt = 0; kt < ktiles; ++kt) {
           ptx::mbar_wait(&empty[s], phase ^ 1);  // a fresh barrier's "previous phase" counts as done
           ptx::mbar_arrive_expect_tx(&full[s], T::kStageBytes);
@@ -263,10 +343,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::mbar_arrive(bar);
   };
   float acc[T::MW][BN / 2];
+  int staged = 0;  // staging buffers this warpgroup has filled (EPI > 0)
   std::uint32_t frag[2][4][4];  // F32A: the A fragments of two stages (one may still be read)
   // Local tile i (the block's i-th) is ring fill i·ktiles + kt for its stage kt.
   for (int i = PING ? c : 0, t = first + i * stride; t < tiles; i += PING ? 2 : 1, t = first + i * stride) {
-    const TilePlace p = tile_place<BM, BN, CL>(t, rank, M, tiles_m, tiles_n, offsets, prefix, groups);
+    const TilePlace p = tile_place<BM, BN, CL>(t, rank, M, tiles_m, tiles_n, offsets, prefix, groups, raster);
 #pragma unroll
     for (int mi = 0; mi < T::MW; ++mi)
 #pragma unroll
@@ -324,6 +405,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     if (prev >= 0 && lane == 0) release(&empty[prev]);
 
+    if constexpr (EPI > 0) {
+      if (c_staged) {  // dense passes only (the host's choice): p.base = 0, p.limit = M
+        store_staged<T::MW, BN, EPI>(acc, ring + T::kEpiOffset + c * EPI * kEpiBytes, staged, &c_map, p.m0 + row0,
+                                     p.limit, p.n0, N, bias, c, warp, g, q, threadIdx.x % 128 == 0);
+        continue;
+      }
+    }
     // acc[mi][4j + 2h + e] is row 64·mi + 16·warp + g + 8h of this warpgroup's rows, column
     // 8j + 2q + e: each quad of lanes stores 8 consecutive floats of a row (a whole 32-byte sector).
 #pragma unroll
@@ -340,6 +428,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
   }
+  // The staging buffers stay read until the tensor stores complete: the issuing thread waits for them.
+  if (EPI > 0 && staged > 0 && threadIdx.x % 128 == 0) bulk_wait_all();
   __syncwarp();
   finish<CL>();
 #endif
@@ -385,10 +475,11 @@ int resident_clusters(Kernel kernel, int cl, int smem, std::atomic<int>& cached)
   return n;
 }
 
-template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL>
+// RASTER: block rows per raster group of a dense pass (the order tiles are taken in, never their steps).
+template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL, int EPI = 0, int RASTER = kGroup>
 void launch(const Launch& l) {
-  using T = WgTile<BM, BN, STAGES, PING, F32A, CL>;
-  auto* kernel = gemm_bf16_wgmma_kernel<BM, BN, STAGES, PING, F32A, CL>;
+  using T = WgTile<BM, BN, STAGES, PING, F32A, CL, EPI>;
+  auto* kernel = gemm_bf16_wgmma_kernel<BM, BN, STAGES, PING, F32A, CL, EPI>;
   static std::atomic<std::uint64_t> opted{0};
   static std::atomic<int> clusters{0};
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, opted);
@@ -396,6 +487,10 @@ void launch(const Launch& l) {
       F32A ? f32_rows_tensor_map_sw128(l.A, l.K, l.M, l.lda, BM) : bf16_rows_tensor_map_cached(l.a16, l.K, l.M, BM);
   const CUtensorMap w_map = l.offsets ? bf16_rows_tensor_map(l.W, l.K, l.N, l.groups, l.w_stride, T::kBoxN)
                                       : bf16_rows_tensor_map_cached(l.W, l.K, l.N, T::kBoxN);
+  // The staged epilogue takes dense passes whose C rows the TMA unit can address (ldc a multiple of
+  // 4, C 16-byte aligned); the others store from registers (same values, same bits).
+  const bool c_staged = EPI > 0 && !l.offsets && l.ldc >= l.N && f32_store_tensor_map_fits(l.C, l.ldc);
+  const CUtensorMap c_map = c_staged ? f32_store_tensor_map_cached(l.C, l.N, l.M, l.ldc) : CUtensorMap{};
   // Grouped: each group's last tile may be partial, so at most groups more block rows than dense.
   const long tiles = long((l.M + BM * CL - 1) / (BM * CL) + (l.offsets ? l.groups : 0)) * long((l.N + BN - 1) / BN);
   const long groups = std::min<long>(tiles, resident_clusters(kernel, CL, T::kSmemBytes, clusters));
@@ -413,8 +508,8 @@ void launch(const Launch& l) {
   attr[1].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = CL > 1 ? 2 : 1;
-  cuda_check(cudaLaunchKernelEx(&cfg, kernel, a_map, w_map, l.M, l.K, l.N, l.bias, l.C, l.ldc, l.pair_store,
-                                l.offsets, l.groups),
+  cuda_check(cudaLaunchKernelEx(&cfg, kernel, a_map, w_map, c_map, c_staged, RASTER, l.M, l.K, l.N, l.bias, l.C, l.ldc,
+                                l.pair_store, l.offsets, l.groups),
              "gemm_bf16_wgmma launch");
 }
 
@@ -422,13 +517,16 @@ struct TileChoice {
   int bm, bn, cl;
   bool f32a;  // takes fp32 A itself (no bf16 pre-pass)
   const char* name;
-  double rate;  // relative throughput of a full wave; 0: never chosen (benchmarks and tests only)
+  double rate;  // relative throughput of a full wave (a way's plan weighs its tiles by it); 0: in no way
   void (*run)(const Launch&);
 };
 // Tiles 0 and 1 are chosen (H200, session 9: at M = 4096, 128×256 for in_proj and lm_head, 128×128 or a row
 // cut of both for out_proj); the others stay for tests and benchmarks as measured comparisons: the
 // ping-pong tile (0.85–0.9× of 0: the epilogue overlap does not pay), fp32 A without a pre-pass
 // (0.7–0.8×), the cluster of two with W multicast (1.00–1.01×, not chosen on one measurement), 128×160.
+// Session 11's candidates (suffix s: the staged TMA-store epilogue, EPI = 2, s4: EPI = 4; r16: raster
+// groups of 16 block rows; ping64x256: ping-pong on m64n256 steps, one warpgroup's tile storing while
+// the other's steps run) are measured against 0 and 1 in one benchmark run (BM_CudaGemmWgmma).
 const TileChoice kTiles[] = {
     {128, 256, 1, false, "coop128x256x4", 1.00, launch<128, 256, 4, false, false, 1>},    // 192 KiB of stages
     {128, 128, 1, false, "coop128x128x6", 0.93, launch<128, 128, 6, false, false, 1>},    // 192 KiB
@@ -436,6 +534,13 @@ const TileChoice kTiles[] = {
     {128, 256, 1, true, "coop128x256x3f", 0.00, launch<128, 256, 3, false, true, 1>},     // 192 KiB, fp32 A
     {128, 256, 2, false, "coop128x256x4c2", 0.00, launch<128, 256, 4, false, false, 2>},  // W multicast to 2 blocks
     {128, 160, 1, false, "coop128x160x6", 0.00, launch<128, 160, 6, false, false, 1>},    // 216 KiB
+    {128, 256, 1, false, "coop128x256x4s", 1.00, launch<128, 256, 4, false, false, 1, 2>},       // 192 + 32 KiB
+    {128, 128, 1, false, "coop128x128x6s", 0.93, launch<128, 128, 6, false, false, 1, 2>},       // 192 + 32 KiB
+    {128, 256, 1, false, "coop128x256x4sr16", 0.00, launch<128, 256, 4, false, false, 1, 2, 16>},
+    {128, 256, 2, false, "coop128x256x4c2s", 0.00, launch<128, 256, 4, false, false, 2, 2>},
+    {128, 256, 1, false, "coop128x256x3s4", 0.00, launch<128, 256, 3, false, false, 1, 4>},      // 144 + 64 KiB
+    {64, 256, 1, false, "ping64x256x5", 0.00, launch<64, 256, 5, true, false, 1>},               // 200 KiB
+    {64, 256, 2, false, "ping64x256x5c2", 0.00, launch<64, 256, 5, true, false, 2>},             // W multicast
 };
 constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
 
@@ -448,19 +553,21 @@ double pass_cost(const TileChoice& t, int M, int N, int sms) {
   return double((tiles + slots - 1) / slots) * t.bm * t.bn * t.cl / t.rate;
 }
 
-int choose_tile(int M, int N) {
+// A way: the two tiles (128×256 and 128×128) gemm_bf16_wgmma plans a pass with. Way 0 is main's
+// (session 9's tiles), way 1 their twins with the staged epilogue; kDefaultWay is gemm()'s. Every way
+// gives the same bits (the tiles differ in when steps run and how C is written, never in the steps).
+struct Way {
+  const char* name;
+  int big, small;  // indices into kTiles
+};
+const Way kWays[] = {{"main", 0, 1}, {"staged", 6, 7}};
+constexpr int kWayCount = sizeof(kWays) / sizeof(kWays[0]);
+constexpr int kDefaultWay = 0;
+
+int choose_tile(int M, int N, int way) {
   const int sms = sm_count();
-  int best = 0;
-  double best_cost = 0;
-  for (int i = 0; i < kTileCount; ++i) {
-    if (kTiles[i].rate <= 0) continue;
-    const double cost = pass_cost(kTiles[i], M, N, sms);
-    if (i == 0 || cost < best_cost) {
-      best = i;
-      best_cost = cost;
-    }
-  }
-  return best;
+  const Way& w = kWays[way];
+  return pass_cost(kTiles[w.small], M, N, sms) < pass_cost(kTiles[w.big], M, N, sms) ? w.small : w.big;
 }
 
 // A dense pass may be cut by rows into two launches on two tiles: rows [0, rows_first) on `first`,
@@ -473,14 +580,15 @@ struct Plan {
   int first, second, rows_first;
 };
 constexpr double kLaunchCost = 16;
-Plan choose_plan(int M, int N) {
+Plan choose_plan(int M, int N, int way) {
   const int sms = sm_count();
-  Plan best{choose_tile(M, N), 0, M};
+  Plan best{choose_tile(M, N, way), 0, M};
   double best_cost = pass_cost(kTiles[best.first], M, N, sms);
-  for (int a = 0; a < kTileCount; ++a)
-    for (int b = 0; b < kTileCount; ++b) {
+  const int pair[2] = {kWays[way].big, kWays[way].small};
+  for (int a : pair)
+    for (int b : pair) {
       const TileChoice &ta = kTiles[a], &tb = kTiles[b];
-      if (a == b || ta.rate <= 0 || tb.rate <= 0 || ta.f32a || tb.f32a) continue;
+      if (a == b || ta.f32a || tb.f32a) continue;
       const int step = ta.bm * ta.cl;
       for (int m1 = step; m1 < M; m1 += step) {
         const double cost = pass_cost(ta, m1, N, sms) + pass_cost(tb, M - m1, N, sms) + kLaunchCost;
@@ -534,16 +642,26 @@ void gemm_grouped_bf16_wgmma_tile(int tile, const float* A, int lda, const int32
 
 void gemm_grouped_bf16_wgmma(const float* A, int lda, const int32_t* offsets, int groups, int total_rows, int K,
                              const void* W, int64_t w_stride, int N, float* C, int ldc, cudaStream_t s) {
-  gemm_grouped_bf16_wgmma_tile(choose_tile((total_rows + groups - 1) / groups, N), A, lda, offsets, groups, total_rows,
-                               K, W, w_stride, N, C, ldc, s);
+  gemm_grouped_bf16_wgmma_tile(choose_tile((total_rows + groups - 1) / groups, N, kDefaultWay), A, lda, offsets, groups,
+                               total_rows, K, W, w_stride, N, C, ldc, s);
 }
 
 bool gemm_wgmma_fits(const float* A, int K, int lda, const void* W) { return gemm_mma_fits(A, K, lda, W); }
 
 void gemm_bf16_wgmma(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
                      cudaStream_t s) {
+  gemm_bf16_wgmma_way(kDefaultWay, A, M, K, lda, W, N, bias, C, ldc, s);
+}
+
+int gemm_wgmma_way_count() { return kWayCount; }
+int gemm_wgmma_default_way() { return kDefaultWay; }
+const char* gemm_wgmma_way_name(int way) { return way >= 0 && way < kWayCount ? kWays[way].name : "?"; }
+
+void gemm_bf16_wgmma_way(int way, const float* A, int M, int K, int lda, const void* W, int N, const float* bias,
+                         float* C, int ldc, cudaStream_t s) {
   if (M <= 0 || N <= 0) return;
-  const Plan plan = choose_plan(M, N);
+  if (way < 0 || way >= kWayCount) throw Error("gemm_bf16_wgmma_way: no way " + std::to_string(way));
+  const Plan plan = choose_plan(M, N, way);
   if (plan.rows_first >= M) {
     run_tile(plan.first, A, M, K, lda, W, N, bias, C, ldc, s);
     return;

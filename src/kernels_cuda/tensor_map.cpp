@@ -73,12 +73,13 @@ CUtensorMap f32_rows_tensor_map_sw128(const float* A, int K, int rows, int lda, 
 
 namespace {
 
-// The cache behind bf16_rows_tensor_map_cached.
+// The cache behind the *_cached maps: keyed by the map's kind (0: bf16 rows, 1: fp32 store), the
+// base address, the shape and the row stride (ld, 0 where it follows from the shape).
 template <typename Encode>
-CUtensorMap cached(const void* p, int K, int rows, int box_rows, Encode&& encode) {
+CUtensorMap cached(int kind, const void* p, int K, int rows, int box_rows, int ld, Encode&& encode) {
   struct Entry {
     const void* p;
-    int K, rows, box_rows, device;
+    int kind, K, rows, box_rows, ld, device;
     CUtensorMap map;
   };
   constexpr int kEntries = 64;
@@ -90,12 +91,13 @@ CUtensorMap cached(const void* p, int K, int rows, int box_rows, Encode&& encode
   {
     const std::lock_guard<std::mutex> lock(mu);
     for (const Entry& e : entries)
-      if (e.p == p && p != nullptr && e.K == K && e.rows == rows && e.box_rows == box_rows && e.device == device)
+      if (e.p == p && p != nullptr && e.kind == kind && e.K == K && e.rows == rows && e.box_rows == box_rows &&
+          e.ld == ld && e.device == device)
         return e.map;
   }
   const CUtensorMap map = encode();  // throws on bad operands
   const std::lock_guard<std::mutex> lock(mu);
-  entries[next] = Entry{p, K, rows, box_rows, device, map};
+  entries[next] = Entry{p, kind, K, rows, box_rows, ld, device, map};
   next = (next + 1) % kEntries;
   return map;
 }
@@ -103,7 +105,24 @@ CUtensorMap cached(const void* p, int K, int rows, int box_rows, Encode&& encode
 }  // namespace
 
 CUtensorMap bf16_rows_tensor_map_cached(const void* W, int K, int rows, int box_rows) {
-  return cached(W, K, rows, box_rows, [&] { return bf16_rows_tensor_map(W, K, rows, 1, 0, box_rows); });
+  return cached(0, W, K, rows, box_rows, 0, [&] { return bf16_rows_tensor_map(W, K, rows, 1, 0, box_rows); });
+}
+
+bool f32_store_tensor_map_fits(const float* C, int ldc) {
+  return ldc > 0 && ldc % 4 == 0 && reinterpret_cast<std::uintptr_t>(C) % 16 == 0;
+}
+
+CUtensorMap f32_store_tensor_map_cached(float* C, int N, int rows, int ldc) {
+  if (N <= 0 || rows <= 0 || ldc < N || !f32_store_tensor_map_fits(C, ldc))
+    throw Error("f32_store_tensor_map: unsupported operands (N " + std::to_string(N) + ", ldc " + std::to_string(ldc) +
+                ")");
+  return cached(1, C, N, rows, 64, ldc, [&] {
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(N), static_cast<cuuint64_t>(rows), 1};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(ldc) * 4, static_cast<cuuint64_t>(ldc) * 4 * rows};
+    return encode_swizzled(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, C, dims, strides, 32, 64,
+                           "f32_store_tensor_map (N " + std::to_string(N) + ", rows " + std::to_string(rows) +
+                               ", ldc " + std::to_string(ldc) + ")");
+  });
 }
 
 }  // namespace parity::cuda

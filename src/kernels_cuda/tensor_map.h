@@ -29,4 +29,13 @@ CUtensorMap bf16_rows_tensor_map_cached(const void* W, int K, int rows, int box_
 // box_rows in [1, 256]; throws parity::Error otherwise or when the driver refuses.
 CUtensorMap f32_rows_tensor_map_sw128(const float* A, int K, int rows, int lda, int box_rows);
 
+// An fp32 output C [rows][N] with row stride ldc (elements) for the TMA unit's tensor stores
+// (gemm_wgmma.cu's staged epilogue): a box is 32 columns (128 bytes, the 128-byte swizzle as above)
+// by 64 rows; elements of a box past N or past `rows` are not written. Cached as
+// bf16_rows_tensor_map_cached is (a map holds addresses and shapes only). Needs what
+// f32_store_tensor_map_fits says (ldc % 4 == 0: the stride a whole number of 16 bytes; C 16-byte
+// aligned) and ldc >= N; throws parity::Error otherwise or when the driver refuses.
+bool f32_store_tensor_map_fits(const float* C, int ldc);
+CUtensorMap f32_store_tensor_map_cached(float* C, int N, int rows, int ldc);
+
 }  // namespace parity::cuda
