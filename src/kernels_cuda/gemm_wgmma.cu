@@ -526,7 +526,8 @@ struct TileChoice {
 // (0.7–0.8×), the cluster of two with W multicast (1.00–1.01×, not chosen on one measurement), 128×160.
 // Session 11's candidates (suffix s: the staged TMA-store epilogue, EPI = 2, s4: EPI = 4; r16: raster
 // groups of 16 block rows; ping64x256: ping-pong on m64n256 steps, one warpgroup's tile storing while
-// the other's steps run) are measured against 0 and 1 in one benchmark run (BM_CudaGemmWgmma).
+// the other's steps run; 256×128: two m64n128 steps per warpgroup and k16) are measured against 0 and 1
+// in one benchmark run (BM_CudaGemmWgmma).
 const TileChoice kTiles[] = {
     {128, 256, 1, false, "coop128x256x4", 1.00, launch<128, 256, 4, false, false, 1>},    // 192 KiB of stages
     {128, 128, 1, false, "coop128x128x6", 0.93, launch<128, 128, 6, false, false, 1>},    // 192 KiB
@@ -541,6 +542,8 @@ const TileChoice kTiles[] = {
     {128, 256, 1, false, "coop128x256x3s4", 0.00, launch<128, 256, 3, false, false, 1, 4>},      // 144 + 64 KiB
     {64, 256, 1, false, "ping64x256x5", 0.00, launch<64, 256, 5, true, false, 1>},               // 200 KiB
     {64, 256, 2, false, "ping64x256x5c2", 0.00, launch<64, 256, 5, true, false, 2>},             // W multicast
+    {256, 128, 1, false, "coop256x128x4", 0.00, launch<256, 128, 4, false, false, 1>},           // 192 KiB
+    {256, 128, 1, false, "coop256x128x4s", 0.00, launch<256, 128, 4, false, false, 1, 2>},       // 192 + 32 KiB
 };
 constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
 
