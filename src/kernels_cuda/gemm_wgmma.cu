@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <atomic>
 #include <string>
+#include <type_traits>
 
 #include "common/error.h"
 #include "kernels_cuda/cuda_check.h"
@@ -234,7 +235,7 @@ __device__ __forceinline__ void f32_fragment(unsigned stage, int r, int g, int q
 
 template <int N>
 __device__ __forceinline__ void mma_ss_any(float (&d)[N / 2], std::uint64_t da, std::uint64_t db) {
-  if constexpr (N == 160) wgmma::mma_ss_wide<N>(d, da, db);
+  if constexpr (N == 160 || N == 192) wgmma::mma_ss_wide<N>(d, da, db);
   else wgmma::mma_ss<N>(d, da, db);
 }
 
@@ -435,6 +436,134 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// The cooperative tile with its epilogue inside the next tile's steps (tiles "...o"): each consumer
+// warpgroup keeps two accumulator sets (BN = 160 or 192: 2 × BN / 2 registers fit beside the rest) and
+// alternates between them tile by tile. While the steps of tile i run on one set (asynchronously, in
+// the tensor cores), the warpgroup stores tile i - 1's set one 8-column block per stage, so the
+// tensor cores never wait for the epilogue and the C stores spread over the whole tile instead of
+// arriving from every SM at once. The stage's wait for all but its own group (wait_group 1) is what
+// makes the previous tile's set final before its first store. Dense passes, bf16 A, 128-row tiles
+// (64 rows per warpgroup), one block per SM. Bits: the same steps on the same kind of accumulator as
+// gemm_bf16_wgmma_kernel (file comment); only when C is written differs.
+template <int BN, int STAGES>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_bf16_wgmma_overlap_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map,
+                                   int raster, int M, int K, int N, const float* __restrict__ bias,
+                                   float* __restrict__ C, int ldc, bool pair_store) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // as gemm_bf16_wgmma_kernel
+  using T = WgTile<128, BN, STAGES, false, false, 1>;
+  extern __shared__ unsigned char smem_raw[];
+  const unsigned raw = ptx::smem_addr(smem_raw);
+  const unsigned ring = (raw + 1023) & ~1023u;
+  auto* full = reinterpret_cast<std::uint64_t*>(smem_raw + (ring - raw) + T::kEpiOffset);
+  std::uint64_t* empty = full + STAGES;
+  const int tiles_m = (M + 127) / 128, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
+  const int ktiles = (K + kBK - 1) / kBK;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      ptx::mbar_init(&full[s], 1);
+      ptx::mbar_init(&empty[s], T::kReleaseWarps);
+    }
+    ptx::mbar_init_fence();
+  }
+  __syncthreads();
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+  if (wg == 0) {  // the producer, as gemm_bf16_wgmma_kernel's
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (threadIdx.x == 0) {
+      int s = 0;
+      unsigned phase = 0;
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const TilePlace p = tile_place<128, BN, 1>(t, 0, M, tiles_m, tiles_n, nullptr, nullptr, 1, raster);
+        for (int kt = 0; kt < ktiles; ++kt) {
+          ptx::mbar_wait(&empty[s], phase ^ 1);
+          ptx::mbar_arrive_expect_tx(&full[s], T::kStageBytes);
+          const unsigned a = ring + s * T::kStageBytes;
+          ptx::tma_load_3d(a, &a_map, kt * kBK, p.m0, 0, &full[s]);
+          ptx::tma_load_3d(a + T::kABytes, &w_map, kt * kBK, p.n0, 0, &full[s]);
+          if (++s == STAGES) {
+            s = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int c = wg - 1, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, q = lane % 4, row0 = 64 * c;
+  float acc[2][BN / 2];
+  int fill = 0, prev = -1;
+  // One stage of the tile on accumulator set d, then the previous stage freed (as the main kernel's).
+  auto stage = [&](float (&d)[BN / 2], int kt) {
+    const int s = fill % STAGES;
+    ptx::mbar_wait(&full[s], (fill / STAGES) & 1);
+    const unsigned a = ring + s * T::kStageBytes;
+    const std::uint64_t da = wgmma::desc_k_sw128(a + row0 * 128), db = wgmma::desc_k_sw128(a + T::kABytes);
+    const int steps = K - kt * kBK >= kBK ? 4 : 2;
+    wgmma::fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (k < steps) mma_ss_any<BN>(d, da + 2 * k, db + 2 * k);
+    wgmma::commit_group();
+    wgmma::wait_group<1>();
+    if (prev >= 0 && lane == 0) ptx::mbar_arrive(&empty[prev]);
+    prev = s;
+    ++fill;
+  };
+  // Column block j (8 columns) of a finished tile at p from set d: rows g, g + 8 of this warp's 16.
+  auto store_block = [&](const float (&d)[BN / 2], int j, const TilePlace& p) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int lm = p.m0 + row0 + 16 * warp + g + 8 * h;
+      if (lm < M)
+        store_column_pair(C + static_cast<std::size_t>(lm) * ldc, p.n0 + 8 * j + 2 * q, N, d[4 * j + 2 * h],
+                          d[4 * j + 2 * h + 1], bias, pair_store);
+    }
+  };
+  TilePlace pending{0, 0, M, 0, 0};
+  bool have_pending = false;
+  // Tile i on set B (i % 2): its first BN / 8 stages each followed by one block of the other set's
+  // tile (the one before), then the rest of its stages.
+  auto tile = [&](auto set, const TilePlace& p) {
+    constexpr int B = decltype(set)::value;
+#pragma unroll
+    for (int e = 0; e < BN / 2; ++e) acc[B][e] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      if (j < ktiles) stage(acc[B], j);
+      if (have_pending) {
+        if (j == 0) wgmma::fence_operands(acc[1 - B]);  // final: the first stage waited for its last group
+        store_block(acc[1 - B], j, pending);
+      }
+    }
+    for (int kt = BN / 8; kt < ktiles; ++kt) stage(acc[B], kt);
+    pending = p;
+    have_pending = true;
+  };
+  int i = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++i) {
+    const TilePlace p = tile_place<128, BN, 1>(t, 0, M, tiles_m, tiles_n, nullptr, nullptr, 1, raster);
+    if (i % 2 == 0) tile(std::integral_constant<int, 0>{}, p);
+    else tile(std::integral_constant<int, 1>{}, p);
+  }
+  wgmma::wait_group<0>();
+  wgmma::fence_operands(acc[0]);
+  wgmma::fence_operands(acc[1]);
+  if (prev >= 0 && lane == 0) ptx::mbar_arrive(&empty[prev]);
+  if (have_pending) {  // the last tile, on set (i - 1) % 2
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      if (i % 2 == 1) store_block(acc[0], j, pending);
+      else store_block(acc[1], j, pending);
+    }
+  }
+#endif
+}
+
 struct Launch {
   const float* A;  // fp32 [M][lda]
   const void* a16;  // its bf16 copy [M][K] (nullptr for the F32A tiles, which take A itself)
@@ -513,6 +642,32 @@ void launch(const Launch& l) {
              "gemm_bf16_wgmma launch");
 }
 
+// The overlap tiles (gemm_bf16_wgmma_overlap_kernel): dense passes; a grouped pass takes the 128×160
+// tile of the main kernel instead (the same bits).
+template <int BN, int STAGES>
+void launch_overlap(const Launch& l) {
+  if (l.offsets) return launch<128, 160, 6, false, false, 1>(l);
+  using T = WgTile<128, BN, STAGES, false, false, 1>;
+  auto* kernel = gemm_bf16_wgmma_overlap_kernel<BN, STAGES>;
+  static std::atomic<std::uint64_t> opted{0};
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, opted);
+  const CUtensorMap a_map = bf16_rows_tensor_map_cached(l.a16, l.K, l.M, 128);
+  const CUtensorMap w_map = bf16_rows_tensor_map_cached(l.W, l.K, l.N, BN);
+  const long tiles = long((l.M + 127) / 128) * long((l.N + BN - 1) / BN);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(std::min<long>(tiles, sm_count())), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = T::kSmemBytes;
+  cfg.stream = l.s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cuda_check(cudaLaunchKernelEx(&cfg, kernel, a_map, w_map, kGroup, l.M, l.K, l.N, l.bias, l.C, l.ldc, l.pair_store),
+             "gemm_bf16_wgmma_overlap launch");
+}
+
 struct TileChoice {
   int bm, bn, cl;
   bool f32a;  // takes fp32 A itself (no bf16 pre-pass)
@@ -526,8 +681,9 @@ struct TileChoice {
 // (0.7–0.8×), the cluster of two with W multicast (1.00–1.01×, not chosen on one measurement), 128×160.
 // Session 11's candidates (suffix s: the staged TMA-store epilogue, EPI = 2, s4: EPI = 4; r16: raster
 // groups of 16 block rows; ping64x256: ping-pong on m64n256 steps, one warpgroup's tile storing while
-// the other's steps run; 256×128: two m64n128 steps per warpgroup and k16) are measured against 0 and 1
-// in one benchmark run (BM_CudaGemmWgmma).
+// the other's steps run; 256×128: two m64n128 steps per warpgroup and k16; o: the epilogue inside the
+// next tile's steps, two accumulator sets) are measured against 0 and 1 in one benchmark run
+// (BM_CudaGemmWgmma).
 const TileChoice kTiles[] = {
     {128, 256, 1, false, "coop128x256x4", 1.00, launch<128, 256, 4, false, false, 1>},    // 192 KiB of stages
     {128, 128, 1, false, "coop128x128x6", 0.93, launch<128, 128, 6, false, false, 1>},    // 192 KiB
@@ -544,6 +700,8 @@ const TileChoice kTiles[] = {
     {64, 256, 2, false, "ping64x256x5c2", 0.00, launch<64, 256, 5, true, false, 2>},             // W multicast
     {256, 128, 1, false, "coop256x128x4", 0.00, launch<256, 128, 4, false, false, 1>},           // 192 KiB
     {256, 128, 1, false, "coop256x128x4s", 0.00, launch<256, 128, 4, false, false, 1, 2>},       // 192 + 32 KiB
+    {128, 192, 1, false, "coop128x192x5o", 0.00, launch_overlap<192, 5>},                        // 200 KiB
+    {128, 160, 1, false, "coop128x160x6o", 0.00, launch_overlap<160, 6>},                        // 216 KiB
 };
 constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
 
