@@ -616,11 +616,11 @@ BENCHMARK(BM_CudaGemmWgmma)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-// The many-rows GEMM as gemm() plans it (its tile pair and any row cut), with each way's tiles
-// side by side (arg0 M, arg1 shape, arg2 way: 0 main's tiles, 1 the staged-epilogue tiles; the label
-// names it and marks gemm()'s default), so a ratio comes from one run. arg3 1: A's bf16 copy is made
-// once before the timing (gemm_rounded's way in, as the model's fused norms hand it over), so the
-// time is the GEMM's alone, as cuBLAS's bf16 reference is; 0: the pre-pass is timed too.
+// The many-rows GEMM as gemm() plans it (its tiles and any row cut), with each way's tiles side by
+// side (arg0 M, arg1 shape, arg2 way: 0 main's tiles, 1 the staged-epilogue tiles, 2 the overlap
+// tiles; the label names it and marks gemm()'s default), so a ratio comes from one run. arg3 1: A's
+// bf16 copy is made once before the timing (gemm_rounded's way in, as the model's fused norms hand it
+// over), so the time is the GEMM's alone, as cuBLAS's bf16 reference is; 0: the pre-pass is timed too.
 void BM_CudaGemmWay(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const int way = static_cast<int>(state.range(2));
@@ -647,7 +647,7 @@ void BM_CudaGemmWay(benchmark::State& state) {
   });
 }
 BENCHMARK(BM_CudaGemmWay)
-    ->ArgsProduct({{4096, 16384}, {0, 1, 2}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{4096, 16384}, {0, 1, 2}, {0, 1, 2}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

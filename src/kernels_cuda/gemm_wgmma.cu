@@ -714,21 +714,24 @@ double pass_cost(const TileChoice& t, int M, int N, int sms) {
   return double((tiles + slots - 1) / slots) * t.bm * t.bn * t.cl / t.rate;
 }
 
-// A way: the two tiles (128×256 and 128×128) gemm_bf16_wgmma plans a pass with. Way 0 is main's
-// (session 9's tiles), way 1 their twins with the staged epilogue; kDefaultWay is gemm()'s. Every way
-// gives the same bits (the tiles differ in when steps run and how C is written, never in the steps).
+// A way: the tiles gemm_bf16_wgmma plans a pass with (the cheapest by pass_cost, or a row cut of two
+// of them). Way 0 is main's (session 9's 128×256 and 128×128), way 1 their twins with the staged
+// epilogue, way 2 the overlap tiles (128×192, 128×160) with main's 128×128; kDefaultWay is gemm()'s. Every way gives the same bits (the tiles differ in when steps
+// run and how C is written, never in the steps).
 struct Way {
   const char* name;
-  int big, small;  // indices into kTiles
+  int tiles[3];  // indices into kTiles; -1: none
 };
-const Way kWays[] = {{"main", 0, 1}, {"staged", 6, 7}};
+const Way kWays[] = {{"main", {0, 1, -1}}, {"staged", {6, 7, -1}}, {"overlap", {15, 16, 1}}};
 constexpr int kWayCount = sizeof(kWays) / sizeof(kWays[0]);
 constexpr int kDefaultWay = 0;
 
 int choose_tile(int M, int N, int way) {
   const int sms = sm_count();
-  const Way& w = kWays[way];
-  return pass_cost(kTiles[w.small], M, N, sms) < pass_cost(kTiles[w.big], M, N, sms) ? w.small : w.big;
+  int best = kWays[way].tiles[0];
+  for (int t : kWays[way].tiles)
+    if (t >= 0 && pass_cost(kTiles[t], M, N, sms) < pass_cost(kTiles[best], M, N, sms)) best = t;
+  return best;
 }
 
 // A dense pass may be cut by rows into two launches on two tiles: rows [0, rows_first) on `first`,
@@ -745,11 +748,10 @@ Plan choose_plan(int M, int N, int way) {
   const int sms = sm_count();
   Plan best{choose_tile(M, N, way), 0, M};
   double best_cost = pass_cost(kTiles[best.first], M, N, sms);
-  const int pair[2] = {kWays[way].big, kWays[way].small};
-  for (int a : pair)
-    for (int b : pair) {
+  for (int a : kWays[way].tiles)
+    for (int b : kWays[way].tiles) {
+      if (a < 0 || b < 0 || a == b || kTiles[a].f32a || kTiles[b].f32a) continue;
       const TileChoice &ta = kTiles[a], &tb = kTiles[b];
-      if (a == b || ta.f32a || tb.f32a) continue;
       const int step = ta.bm * ta.cl;
       for (int m1 = step; m1 < M; m1 += step) {
         const double cost = pass_cost(ta, m1, N, sms) + pass_cost(tb, M - m1, N, sms) + kLaunchCost;
