@@ -59,11 +59,14 @@ constexpr int kMaxGroups = 256;  // grouped passes: groups (experts) one launch 
 // accumulators into EPI shared-memory buffers of 64 rows × 32 columns in turn and the TMA unit
 // stores each buffer to C while the warpgroup fills the next and then runs the next tile's steps;
 // EPI = 0: the consumers store C themselves (8-byte stores, a quad of lanes per 32-byte sector).
-template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL, int EPI = 0>
+// BK = 32: 32-deep stages in the 64-byte swizzle, half the bytes each, so twice as many fit and the
+// consumers (which hold the stage being read and the one before) keep less of the ring.
+template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL, int EPI = 0, int BK = kBK>
 struct WgTile {
   static constexpr int MW = PING ? BM / 64 : BM / 128;  // m64 steps per warpgroup and k16
-  static constexpr int kABytes = BM * kBK * (F32A ? 4 : 2);
-  static constexpr int kBBytes = BN * kBK * 2;
+  static constexpr int kRowBytes = BK * 2;              // a bf16 box row: 128 or 64 bytes
+  static constexpr int kABytes = BM * BK * (F32A ? 4 : 2);
+  static constexpr int kBBytes = BN * BK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kReleaseWarps = (PING ? 4 : 8) * CL;  // arrivals that free a stage (both blocks')
   static constexpr int kBoxN = BN / CL;                      // W rows each block's producer copies
@@ -74,7 +77,8 @@ struct WgTile {
   static_assert(MW >= 1 && BM % 64 == 0 && BN % 16 == 0 && BN <= 256, "whole m64nBN steps");
   static_assert(!F32A || MW == 1, "register A fragments for one m64 step per warpgroup");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
-  static_assert((CL == 1 || CL == 2) && (kBoxN * 128) % 1024 == 0, "multicast halves 1024-byte aligned");
+  static_assert((CL == 1 || CL == 2) && (kBoxN * kRowBytes) % 1024 == 0, "multicast halves 1024-byte aligned");
+  static_assert(BK == kBK || (BK == 32 && !F32A), "32-deep stages for bf16 A");
 };
 
 // Tile t's origin: groups of `group` block rows, each group sweeping all column tiles.
@@ -249,7 +253,7 @@ __device__ __forceinline__ void finish() {
 // a_map: A's boxes of 64 × BM rows (bf16 copy) or 32 × BM (fp32, F32A); w_map: W [N][K], boxes of
 // 64 × BN / CL rows; c_map (EPI > 0 and c_staged): C [M][N] for the tensor stores, else unused.
 // raster: block rows per raster group of a dense pass.
-template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL, int EPI>
+template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL, int EPI, int BK>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_bf16_wgmma_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map,
                            const __grid_constant__ CUtensorMap c_map, bool c_staged, int raster, int M, int K, int N,
@@ -260,11 +264,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // before (the bf16 pre-pass), and every thread waits here until that kernel has completed and its
   // writes are visible, before any read of global memory (offsets, A, W, bias) or any store.
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  using T = WgTile<BM, BN, STAGES, PING, F32A, CL, EPI>;
+  using T = WgTile<BM, BN, STAGES, PING, F32A, CL, EPI, BK>;
   extern __shared__ unsigned char smem_raw[];
   const unsigned raw = ptx::smem_addr(smem_raw);
   const unsigned ring = (raw + 1023) & ~1023u;
   auto* full = reinterpret_cast<std::uint64_t*>(smem_raw + (ring - raw) + T::kEpiOffset + 2 * EPI * kEpiBytes);
+  // A stage's descriptors: the layout the tensor maps write (128- or 64-byte swizzle).
+  auto desc = [](unsigned addr) { return BK == kBK ? wgmma::desc_k_sw128(addr) : wgmma::desc_k_sw64(addr); };
   std::uint64_t* empty = full + STAGES;
 
   // Tiles of CL vertically adjacent block tiles: the blocks of a cluster walk the same sequence, block
@@ -286,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     tiles = prefix[groups];
   }
   const int first = blockIdx.x / CL, stride = gridDim.x / CL;
-  const int ktiles = (K + kBK - 1) / kBK;
+  const int ktiles = (K + BK - 1) / BK;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       ptx::mbar_init(&full[s], 1);                   // the producer's arrive (+ the boxes' bytes)
@@ -313,13 +319,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           ptx::mbar_arrive_expect_tx(&full[s], T::kStageBytes);
           const unsigned a = ring + s * T::kStageBytes;
           const int arow = p.base + p.m0;
-          ptx::tma_load_3d(a, &a_map, kt * kBK, arow, 0, &full[s]);
-          if constexpr (F32A) ptx::tma_load_3d(a + BM * 128, &a_map, kt * kBK + 32, arow, 0, &full[s]);
+          ptx::tma_load_3d(a, &a_map, kt * BK, arow, 0, &full[s]);
+          if constexpr (F32A) ptx::tma_load_3d(a + BM * 128, &a_map, kt * BK + 32, arow, 0, &full[s]);
           if constexpr (CL > 1)
-            tma_load_3d_multicast(a + T::kABytes + rank * T::kBoxN * 128, &w_map, kt * kBK, p.n0 + rank * T::kBoxN,
-                                  p.z, &full[s], (1u << CL) - 1);
+            tma_load_3d_multicast(a + T::kABytes + rank * T::kBoxN * T::kRowBytes, &w_map, kt * BK,
+                                  p.n0 + rank * T::kBoxN, p.z, &full[s], (1u << CL) - 1);
           else
-            ptx::tma_load_3d(a + T::kABytes, &w_map, kt * kBK, p.n0, p.z, &full[s]);
+            ptx::tma_load_3d(a + T::kABytes, &w_map, kt * BK, p.n0, p.z, &full[s]);
           if (++s == STAGES) {
             s = 0;
             phase ^= 1;
@@ -361,8 +367,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int s = fill % STAGES;
       ptx::mbar_wait(&full[s], (fill / STAGES) & 1);
       const unsigned a = ring + s * T::kStageBytes;
-      const std::uint64_t db = wgmma::desc_k_sw128(a + T::kABytes);
-      const int steps = K - kt * kBK >= kBK ? 4 : 2;
+      const std::uint64_t db = desc(a + T::kABytes);
+      // 4 steps (2 in a 32-deep stage); 2 in a 64-deep tail stage (K % 64 == 32).
+      const int steps = BK == kBK && K - kt * BK < BK ? 2 : BK / 16;
       if constexpr (F32A) {
 #pragma unroll
         for (int k = 0; k < 4; ++k)
@@ -377,7 +384,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           } else {
 #pragma unroll
             for (int mi = 0; mi < T::MW; ++mi)
-              mma_ss_any<BN>(acc[mi], wgmma::desc_k_sw128(a + (row0 + 64 * mi) * 128) + 2 * k, db + 2 * k);
+              mma_ss_any<BN>(acc[mi], desc(a + (row0 + 64 * mi) * T::kRowBytes) + 2 * k, db + 2 * k);
           }
         }
       wgmma::commit_group();
@@ -605,17 +612,17 @@ int resident_clusters(Kernel kernel, int cl, int smem, std::atomic<int>& cached)
 }
 
 // RASTER: block rows per raster group of a dense pass (the order tiles are taken in, never their steps).
-template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL, int EPI = 0, int RASTER = kGroup>
+template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL, int EPI = 0, int RASTER = kGroup, int BK = kBK>
 void launch(const Launch& l) {
-  using T = WgTile<BM, BN, STAGES, PING, F32A, CL, EPI>;
-  auto* kernel = gemm_bf16_wgmma_kernel<BM, BN, STAGES, PING, F32A, CL, EPI>;
+  using T = WgTile<BM, BN, STAGES, PING, F32A, CL, EPI, BK>;
+  auto* kernel = gemm_bf16_wgmma_kernel<BM, BN, STAGES, PING, F32A, CL, EPI, BK>;
   static std::atomic<std::uint64_t> opted{0};
   static std::atomic<int> clusters{0};
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, opted);
-  const CUtensorMap a_map =
-      F32A ? f32_rows_tensor_map_sw128(l.A, l.K, l.M, l.lda, BM) : bf16_rows_tensor_map_cached(l.a16, l.K, l.M, BM);
-  const CUtensorMap w_map = l.offsets ? bf16_rows_tensor_map(l.W, l.K, l.N, l.groups, l.w_stride, T::kBoxN)
-                                      : bf16_rows_tensor_map_cached(l.W, l.K, l.N, T::kBoxN);
+  const CUtensorMap a_map = F32A ? f32_rows_tensor_map_sw128(l.A, l.K, l.M, l.lda, BM)
+                                 : bf16_rows_tensor_map_cached(l.a16, l.K, l.M, BM, BK);
+  const CUtensorMap w_map = l.offsets ? bf16_rows_tensor_map(l.W, l.K, l.N, l.groups, l.w_stride, T::kBoxN, BK)
+                                      : bf16_rows_tensor_map_cached(l.W, l.K, l.N, T::kBoxN, BK);
   // The staged epilogue takes dense passes whose C rows the TMA unit can address (ldc a multiple of
   // 4, C 16-byte aligned); the others store from registers (same values, same bits).
   const bool c_staged = EPI > 0 && !l.offsets && l.ldc >= l.N && f32_store_tensor_map_fits(l.C, l.ldc);
@@ -702,6 +709,10 @@ const TileChoice kTiles[] = {
     {256, 128, 1, false, "coop256x128x4s", 0.00, launch<256, 128, 4, false, false, 1, 2>},       // 192 + 32 KiB
     {128, 192, 1, false, "coop128x192x5o", 0.00, launch_overlap<192, 5>},                        // 200 KiB
     {128, 160, 1, false, "coop128x160x6o", 0.00, launch_overlap<160, 6>},                        // 216 KiB
+    {128, 256, 1, false, "coop128x256k32x8s", 0.00, launch<128, 256, 8, false, false, 1, 2, 16, 32>},  // 192 + 32 KiB
+    {128, 256, 2, false, "coop128x256k32x8c2s", 0.00, launch<128, 256, 8, false, false, 2, 2, 16, 32>},
+    {128, 256, 2, false, "coop128x256x4c2sr16", 0.00, launch<128, 256, 4, false, false, 2, 2, 16>},
+    {128, 256, 1, false, "coop128x256k32x9", 0.00, launch<128, 256, 9, false, false, 1, 0, 16, 32>},   // 216 KiB
 };
 constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
 

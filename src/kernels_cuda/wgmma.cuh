@@ -35,6 +35,14 @@ __device__ __forceinline__ std::uint64_t desc_k_sw128(unsigned smem_addr) {
          (std::uint64_t(1) << 62);
 }
 
+// The same for 32-deep boxes in the 64-byte swizzle (rows of 64 bytes, row r's 16-byte chunk c at
+// c ^ ((r / 2) % 4), 8-row groups 512 bytes apart, the first on a 512-byte boundary): swizzle code 2,
+// stride 512 bytes; the k16 step kk (0, 1) starts 32·kk bytes into row 0, as above.
+__device__ __forceinline__ std::uint64_t desc_k_sw64(unsigned smem_addr) {
+  return std::uint64_t((smem_addr >> 4) & 0x3FFFu) | (std::uint64_t(1) << 16) | (std::uint64_t(512 >> 4) << 32) |
+         (std::uint64_t(2) << 62);
+}
+
 // The async proxy (TMA writes, wgmma reads) and the generic proxy (ordinary loads and stores) see
 // shared memory in separate orders: after generic stores a wgmma will read, this fence.
 __device__ __forceinline__ void fence_proxy_async() {

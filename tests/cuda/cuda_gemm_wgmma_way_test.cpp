@@ -112,6 +112,8 @@ TEST(CudaGemmWgmmaWay, PaddingAndUnalignedCGiveMainsBits) {
       for (int way = 1; way < cuda::gemm_wgmma_way_count(); ++way) {
         const auto got = run(op, way, 0, M, true, ldc);
         const std::string diff = test::device_bit_difference(got.data(), ref.data(), std::size_t(M) * ldc, ldc);
+        std::fprintf(stderr, "padding: M=%d ldc=%d way %s: %s\n", M, ldc, cuda::gemm_wgmma_way_name(way),
+                     diff.empty() ? "same bits" : diff.c_str());
         EXPECT_TRUE(diff.empty()) << "M=" << M << " ldc=" << ldc << " way " << cuda::gemm_wgmma_way_name(way) << ": "
                                   << diff;
         if (ldc != 1004) continue;
@@ -121,6 +123,8 @@ TEST(CudaGemmWgmmaWay, PaddingAndUnalignedCGiveMainsBits) {
         cuda::gemm_bf16_wgmma_way(way, op.a.data(), M, op.K, op.K, op.w.data(), op.N, op.bias.data(), off.data() + 1,
                                   ldc, nullptr);
         const std::string d2 = test::device_bit_difference(off.data() + 1, ref.data(), std::size_t(M) * ldc, ldc);
+        std::fprintf(stderr, "padding: M=%d unaligned C way %s: %s\n", M, cuda::gemm_wgmma_way_name(way),
+                     d2.empty() ? "same bits" : d2.c_str());
         EXPECT_TRUE(d2.empty()) << "M=" << M << " unaligned C, way " << cuda::gemm_wgmma_way_name(way) << ": " << d2;
       }
     }
