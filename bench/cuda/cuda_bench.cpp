@@ -612,7 +612,7 @@ void BM_CudaGemmWgmma(benchmark::State& state) {
   });
 }
 BENCHMARK(BM_CudaGemmWgmma)
-    ->ArgsProduct({{128, 512, 4096, 16384}, {0, 1, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}})
+    ->ArgsProduct({{128, 512, 4096, 16384}, {0, 1, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

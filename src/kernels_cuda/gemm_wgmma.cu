@@ -713,6 +713,10 @@ const TileChoice kTiles[] = {
     {128, 256, 2, false, "coop128x256k32x8c2s", 0.00, launch<128, 256, 8, false, false, 2, 2, 16, 32>},
     {128, 256, 2, false, "coop128x256x4c2sr16", 0.00, launch<128, 256, 4, false, false, 2, 2, 16>},
     {128, 256, 1, false, "coop128x256k32x9", 0.00, launch<128, 256, 9, false, false, 1, 0, 16, 32>},   // 216 KiB
+    {128, 256, 2, false, "coop128x256x4c2r16", 0.00, launch<128, 256, 4, false, false, 2, 0, 16>},
+    {128, 256, 1, false, "coop128x256x4sr32", 0.00, launch<128, 256, 4, false, false, 1, 2, 32>},
+    {128, 160, 1, false, "coop128x160x5sr16", 0.00, launch<128, 160, 5, false, false, 1, 2, 16>},  // 180 + 32 KiB
+    {128, 256, 2, false, "coop128x256k32x8c2r16", 0.00, launch<128, 256, 8, false, false, 2, 0, 16, 32>},
 };
 constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
 
