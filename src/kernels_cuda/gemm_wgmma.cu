@@ -623,9 +623,9 @@ void launch(const Launch& l) {
                                  : bf16_rows_tensor_map_cached(l.a16, l.K, l.M, BM, BK);
   const CUtensorMap w_map = l.offsets ? bf16_rows_tensor_map(l.W, l.K, l.N, l.groups, l.w_stride, T::kBoxN, BK)
                                       : bf16_rows_tensor_map_cached(l.W, l.K, l.N, T::kBoxN, BK);
-  // The staged epilogue takes dense passes whose C rows the TMA unit can address (ldc a multiple of
-  // 4, C 16-byte aligned); the others store from registers (same values, same bits).
-  const bool c_staged = EPI > 0 && !l.offsets && l.ldc >= l.N && f32_store_tensor_map_fits(l.C, l.ldc);
+  // The staged epilogue takes dense passes whose C rows the TMA unit can address and end on a 16-byte
+  // boundary (f32_store_tensor_map_fits); the others store from registers (same values, same bits).
+  const bool c_staged = EPI > 0 && !l.offsets && f32_store_tensor_map_fits(l.C, l.N, l.ldc);
   const CUtensorMap c_map = c_staged ? f32_store_tensor_map_cached(l.C, l.N, l.M, l.ldc) : CUtensorMap{};
   // Grouped: each group's last tile may be partial, so at most groups more block rows than dense.
   const long tiles = long((l.M + BM * CL - 1) / (BM * CL) + (l.offsets ? l.groups : 0)) * long((l.N + BN - 1) / BN);
@@ -682,15 +682,15 @@ struct TileChoice {
   double rate;  // relative throughput of a full wave (a way's plan weighs its tiles by it); 0: in no way
   void (*run)(const Launch&);
 };
-// Tiles 0 and 1 are chosen (H200, session 9: at M = 4096, 128×256 for in_proj and lm_head, 128×128 or a row
-// cut of both for out_proj); the others stay for tests and benchmarks as measured comparisons: the
-// ping-pong tile (0.85–0.9× of 0: the epilogue overlap does not pay), fp32 A without a pre-pass
-// (0.7–0.8×), the cluster of two with W multicast (1.00–1.01×, not chosen on one measurement), 128×160.
-// Session 11's candidates (suffix s: the staged TMA-store epilogue, EPI = 2, s4: EPI = 4; r16: raster
-// groups of 16 block rows; ping64x256: ping-pong on m64n256 steps, one warpgroup's tile storing while
-// the other's steps run; 256×128: two m64n128 steps per warpgroup and k16; o: the epilogue inside the
-// next tile's steps, two accumulator sets) are measured against 0 and 1 in one benchmark run
-// (BM_CudaGemmWgmma).
+// Tiles 0 and 1 were session 9's choice (H200: at M = 4096, 128×256 for in_proj and lm_head, 128×128
+// or a row cut of both for out_proj; way 0 below). Also kept as measured comparisons: the ping-pong
+// tile (0.85–0.9× of 0: the epilogue overlap does not pay), fp32 A without a pre-pass (0.7–0.8×), the
+// cluster of two with W multicast, 128×160. Session 11's candidates, measured against 0 and 1 in one
+// benchmark run (BM_CudaGemmWgmma; docs/performance.md): suffix s: the staged TMA-store epilogue
+// (EPI = 2; s4: EPI = 4); rNN: raster groups of NN block rows (else kGroup); c2: a cluster of two
+// with W multicast; k32: 32-deep stages in the 64-byte swizzle; ping64x256: ping-pong on m64n256
+// steps; 256×128: two m64n128 steps per warpgroup and k16; o: the epilogue inside the next tile's
+// steps (two accumulator sets). A way (below) names the tiles gemm() plans with.
 const TileChoice kTiles[] = {
     {128, 256, 1, false, "coop128x256x4", 1.00, launch<128, 256, 4, false, false, 1>},    // 192 KiB of stages
     {128, 128, 1, false, "coop128x128x6", 0.93, launch<128, 128, 6, false, false, 1>},    // 192 KiB
@@ -699,8 +699,8 @@ const TileChoice kTiles[] = {
     {128, 256, 2, false, "coop128x256x4c2", 0.00, launch<128, 256, 4, false, false, 2>},  // W multicast to 2 blocks
     {128, 160, 1, false, "coop128x160x6", 0.00, launch<128, 160, 6, false, false, 1>},    // 216 KiB
     {128, 256, 1, false, "coop128x256x4s", 1.00, launch<128, 256, 4, false, false, 1, 2>},       // 192 + 32 KiB
-    {128, 128, 1, false, "coop128x128x6s", 0.93, launch<128, 128, 6, false, false, 1, 2>},       // 192 + 32 KiB
-    {128, 256, 1, false, "coop128x256x4sr16", 0.00, launch<128, 256, 4, false, false, 1, 2, 16>},
+    {128, 128, 1, false, "coop128x128x6s", 0.92, launch<128, 128, 6, false, false, 1, 2>},       // 192 + 32 KiB
+    {128, 256, 1, false, "coop128x256x4sr16", 1.00, launch<128, 256, 4, false, false, 1, 2, 16>},
     {128, 256, 2, false, "coop128x256x4c2s", 0.00, launch<128, 256, 4, false, false, 2, 2>},
     {128, 256, 1, false, "coop128x256x3s4", 0.00, launch<128, 256, 3, false, false, 1, 4>},      // 144 + 64 KiB
     {64, 256, 1, false, "ping64x256x5", 0.00, launch<64, 256, 5, true, false, 1>},               // 200 KiB
@@ -709,13 +709,13 @@ const TileChoice kTiles[] = {
     {256, 128, 1, false, "coop256x128x4s", 0.00, launch<256, 128, 4, false, false, 1, 2>},       // 192 + 32 KiB
     {128, 192, 1, false, "coop128x192x5o", 0.00, launch_overlap<192, 5>},                        // 200 KiB
     {128, 160, 1, false, "coop128x160x6o", 0.00, launch_overlap<160, 6>},                        // 216 KiB
-    {128, 256, 1, false, "coop128x256k32x8s", 0.00, launch<128, 256, 8, false, false, 1, 2, 16, 32>},  // 192 + 32 KiB
-    {128, 256, 2, false, "coop128x256k32x8c2s", 0.00, launch<128, 256, 8, false, false, 2, 2, 16, 32>},
+    {128, 256, 1, false, "coop128x256k32x8sr16", 1.00, launch<128, 256, 8, false, false, 1, 2, 16, 32>},  // 192 + 32 KiB
+    {128, 256, 2, false, "coop128x256k32x8c2sr16", 0.00, launch<128, 256, 8, false, false, 2, 2, 16, 32>},
     {128, 256, 2, false, "coop128x256x4c2sr16", 0.00, launch<128, 256, 4, false, false, 2, 2, 16>},
-    {128, 256, 1, false, "coop128x256k32x9", 0.00, launch<128, 256, 9, false, false, 1, 0, 16, 32>},   // 216 KiB
-    {128, 256, 2, false, "coop128x256x4c2r16", 0.00, launch<128, 256, 4, false, false, 2, 0, 16>},
+    {128, 256, 1, false, "coop128x256k32x9r16", 0.00, launch<128, 256, 9, false, false, 1, 0, 16, 32>},   // 216 KiB
+    {128, 256, 2, false, "coop128x256x4c2r16", 1.00, launch<128, 256, 4, false, false, 2, 0, 16>},
     {128, 256, 1, false, "coop128x256x4sr32", 0.00, launch<128, 256, 4, false, false, 1, 2, 32>},
-    {128, 160, 1, false, "coop128x160x5sr16", 0.00, launch<128, 160, 5, false, false, 1, 2, 16>},  // 180 + 32 KiB
+    {128, 160, 1, false, "coop128x160x5sr16", 0.93, launch<128, 160, 5, false, false, 1, 2, 16>},  // 180 + 32 KiB
     {128, 256, 2, false, "coop128x256k32x8c2r16", 0.00, launch<128, 256, 8, false, false, 2, 0, 16, 32>},
 };
 constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
@@ -731,15 +731,18 @@ double pass_cost(const TileChoice& t, int M, int N, int sms) {
 
 // A way: the tiles gemm_bf16_wgmma plans a pass with (the cheapest by pass_cost, or a row cut of two
 // of them). Way 0 is main's (session 9's 128×256 and 128×128), way 1 their twins with the staged
-// epilogue, way 2 the overlap tiles (128×192, 128×160) with main's 128×128; kDefaultWay is gemm()'s. Every way gives the same bits (the tiles differ in when steps
+// epilogue; 2-4 session 11's candidates (raster groups of 16 block rows, the staged 128×160 tile
+// for out_proj's 2560 columns; 2: staged 128×256, 3: its cluster twin with W multicast, 4: 32-deep
+// stages); kDefaultWay is gemm()'s. Every way gives the same bits (the tiles differ in when steps
 // run and how C is written, never in the steps).
 struct Way {
   const char* name;
   int tiles[3];  // indices into kTiles; -1: none
 };
-const Way kWays[] = {{"main", {0, 1, -1}}, {"staged", {6, 7, -1}}, {"overlap", {15, 16, 1}}};
+const Way kWays[] = {{"main", {0, 1, -1}},          {"staged", {6, 7, -1}}, {"staged-r16", {8, 7, 23}},
+                     {"c2-r16", {21, 7, 23}}, {"k32", {17, 7, 23}}};
 constexpr int kWayCount = sizeof(kWays) / sizeof(kWays[0]);
-constexpr int kDefaultWay = 0;
+constexpr int kDefaultWay = 2;  // session 11: every tile of it measured faster than main's twin (H200, run 1)
 
 int choose_tile(int M, int N, int way) {
   const int sms = sm_count();

@@ -114,12 +114,12 @@ CUtensorMap bf16_rows_tensor_map_cached(const void* W, int K, int rows, int box_
                 [&] { return bf16_rows_tensor_map(W, K, rows, 1, 0, box_rows, box_k); });
 }
 
-bool f32_store_tensor_map_fits(const float* C, int ldc) {
-  return ldc > 0 && ldc % 4 == 0 && reinterpret_cast<std::uintptr_t>(C) % 16 == 0;
+bool f32_store_tensor_map_fits(const float* C, int N, int ldc) {
+  return N > 0 && N % 4 == 0 && ldc >= N && ldc % 4 == 0 && reinterpret_cast<std::uintptr_t>(C) % 16 == 0;
 }
 
 CUtensorMap f32_store_tensor_map_cached(float* C, int N, int rows, int ldc) {
-  if (N <= 0 || rows <= 0 || ldc < N || !f32_store_tensor_map_fits(C, ldc))
+  if (rows <= 0 || !f32_store_tensor_map_fits(C, N, ldc))
     throw Error("f32_store_tensor_map: unsupported operands (N " + std::to_string(N) + ", ldc " + std::to_string(ldc) +
                 ")");
   return cached(1, C, N, rows, 64, ldc, [&] {

@@ -34,11 +34,13 @@ CUtensorMap f32_rows_tensor_map_sw128(const float* A, int K, int rows, int lda, 
 
 // An fp32 output C [rows][N] with row stride ldc (elements) for the TMA unit's tensor stores
 // (gemm_wgmma.cu's staged epilogue): a box is 32 columns (128 bytes, the 128-byte swizzle as above)
-// by 64 rows; elements of a box past N or past `rows` are not written. Cached as
-// bf16_rows_tensor_map_cached is (a map holds addresses and shapes only). Needs what
-// f32_store_tensor_map_fits says (ldc % 4 == 0: the stride a whole number of 16 bytes; C 16-byte
-// aligned) and ldc >= N; throws parity::Error otherwise or when the driver refuses.
-bool f32_store_tensor_map_fits(const float* C, int ldc);
+// by 64 rows; elements of a box past `rows` are not written, nor those past N when N is a multiple of
+// 4 (the H200 wrote the rest of a row's last 16 bytes, columns N..N+3, as zeros: session 11's
+// CudaGemmWgmmaWay padding test). Cached as bf16_rows_tensor_map_cached is (a map holds addresses
+// and shapes only). Needs what f32_store_tensor_map_fits says (N % 4 == 0 and ldc % 4 == 0: the row
+// and its stride whole 16-byte pieces; C 16-byte aligned; ldc >= N); throws parity::Error otherwise or
+// when the driver refuses.
+bool f32_store_tensor_map_fits(const float* C, int N, int ldc);
 CUtensorMap f32_store_tensor_map_cached(float* C, int N, int rows, int ldc);
 
 }  // namespace parity::cuda

@@ -100,34 +100,40 @@ TEST(CudaGemmWgmmaWay, RowsAloneGiveTheirBitsInAFullPass) {
   }
 }
 
-// C's padding past N stays untouched (ldc = N + 4 and N + 52: the staged epilogue's map ends at N);
-// ragged N (the last tile's columns past N); a C one float off 16-byte alignment and an odd ldc (the
-// register stores instead of the TMA unit's): all give way 0's bits, padding included.
+// C's padding past N stays untouched: N = 1000 with ldc = 1004 and 1056 (the staged epilogue's map
+// ends at N), N = 1001 with ldc = 1004 (register stores: the TMA unit would write columns 1001..1003,
+// the rest of the row's last 16 bytes, as the H200 showed in session 11); ragged N (the last tile's
+// columns past N); a C one float off 16-byte alignment and an odd ldc (register stores): all give way
+// 0's bits, padding included.
 TEST(CudaGemmWgmmaWay, PaddingAndUnalignedCGiveMainsBits) {
   PARITY_REQUIRE_GPU();
-  const Operands op(1500, 1001, 2592, 60);  // K % 64 == 32: a tail stage too
-  for (int M : {333, 1500})
-    for (int ldc : {1004, 1056, 1003}) {  // padding of 3 and 55 floats (staged stores), an odd ldc (register stores)
-      const auto ref = run(op, 0, 0, M, true, ldc);
-      for (int way = 1; way < cuda::gemm_wgmma_way_count(); ++way) {
-        const auto got = run(op, way, 0, M, true, ldc);
-        const std::string diff = test::device_bit_difference(got.data(), ref.data(), std::size_t(M) * ldc, ldc);
-        std::fprintf(stderr, "padding: M=%d ldc=%d way %s: %s\n", M, ldc, cuda::gemm_wgmma_way_name(way),
-                     diff.empty() ? "same bits" : diff.c_str());
-        EXPECT_TRUE(diff.empty()) << "M=" << M << " ldc=" << ldc << " way " << cuda::gemm_wgmma_way_name(way) << ": "
-                                  << diff;
-        if (ldc != 1004) continue;
-        // C one float past a 16-byte boundary: no tensor map for it.
-        cuda::DeviceBuffer<float> off(std::size_t(M) * ldc + 1);
-        cuda::cuda_check(cudaMemset(off.data(), 0xFF, off.size() * 4), "cudaMemset");
-        cuda::gemm_bf16_wgmma_way(way, op.a.data(), M, op.K, op.K, op.w.data(), op.N, op.bias.data(), off.data() + 1,
-                                  ldc, nullptr);
-        const std::string d2 = test::device_bit_difference(off.data() + 1, ref.data(), std::size_t(M) * ldc, ldc);
-        std::fprintf(stderr, "padding: M=%d unaligned C way %s: %s\n", M, cuda::gemm_wgmma_way_name(way),
-                     d2.empty() ? "same bits" : d2.c_str());
-        EXPECT_TRUE(d2.empty()) << "M=" << M << " unaligned C, way " << cuda::gemm_wgmma_way_name(way) << ": " << d2;
+  for (int n : {1000, 1001}) {
+    const Operands op(1500, n, 2592, 60);  // K % 64 == 32: a tail stage too
+    for (int M : {333, 1500})
+      for (int ldc : {1004, 1056, 1003}) {  // padding (staged where N % 4 == 0); odd ldc: register stores
+        if (ldc == 1003 && n == 1000) continue;
+        const auto ref = run(op, 0, 0, M, true, ldc);
+        for (int way = 1; way < cuda::gemm_wgmma_way_count(); ++way) {
+          const auto got = run(op, way, 0, M, true, ldc);
+          const std::string diff = test::device_bit_difference(got.data(), ref.data(), std::size_t(M) * ldc, ldc);
+          std::fprintf(stderr, "padding: N=%d M=%d ldc=%d way %s: %s\n", n, M, ldc, cuda::gemm_wgmma_way_name(way),
+                       diff.empty() ? "same bits" : diff.c_str());
+          EXPECT_TRUE(diff.empty()) << "N=" << n << " M=" << M << " ldc=" << ldc << " way "
+                                    << cuda::gemm_wgmma_way_name(way) << ": " << diff;
+          if (ldc != 1004) continue;
+          // C one float past a 16-byte boundary: no tensor map for it.
+          cuda::DeviceBuffer<float> off(std::size_t(M) * ldc + 1);
+          cuda::cuda_check(cudaMemset(off.data(), 0xFF, off.size() * 4), "cudaMemset");
+          cuda::gemm_bf16_wgmma_way(way, op.a.data(), M, op.K, op.K, op.w.data(), op.N, op.bias.data(), off.data() + 1,
+                                    ldc, nullptr);
+          const std::string d2 = test::device_bit_difference(off.data() + 1, ref.data(), std::size_t(M) * ldc, ldc);
+          std::fprintf(stderr, "padding: N=%d M=%d unaligned C way %s: %s\n", n, M, cuda::gemm_wgmma_way_name(way),
+                       d2.empty() ? "same bits" : d2.c_str());
+          EXPECT_TRUE(d2.empty()) << "N=" << n << " M=" << M << " unaligned C, way " << cuda::gemm_wgmma_way_name(way)
+                                  << ": " << d2;
+        }
       }
-    }
+  }
 }
 
 // Within rounding of the CPU's scalar GEMM (kernels::gemm_reference on the bf16-rounded A): the same
