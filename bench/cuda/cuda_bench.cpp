@@ -617,7 +617,7 @@ BENCHMARK(BM_CudaGemmWgmma)
     ->Unit(benchmark::kMicrosecond);
 
 // The many-rows GEMM as gemm() plans it (its tiles and any row cut), with each way's tiles side by
-// side (arg0 M, arg1 shape, arg2 way: 0 main's tiles, 1 the staged-epilogue tiles, 2-4 the candidates
+// side (arg0 M, arg1 shape, arg2 way: 0 main's tiles, 1 the staged-epilogue tiles, 2-5 the candidates
 // gemm_wgmma.cu lists; the label names it and marks gemm()'s default), so a ratio comes from one run.
 // arg3 1: A's bf16 copy is made once before the timing (gemm_rounded's way in, as the model's fused
 // norms hand it over), so the time is the GEMM's alone, as cuBLAS's bf16 reference is; 0: the pre-pass
@@ -649,7 +649,7 @@ void BM_CudaGemmWay(benchmark::State& state) {
   });
 }
 BENCHMARK(BM_CudaGemmWay)
-    ->ArgsProduct({{4096, 16384}, {0, 1, 2}, {0, 1, 2, 3, 4}, {0, 1}})
+    ->ArgsProduct({{4096, 16384}, {0, 1, 2}, {0, 1, 2, 3, 4, 5}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -716,7 +716,7 @@ const TileChoice kTiles[] = {
     {128, 256, 2, false, "coop128x256x4c2r16", 1.00, launch<128, 256, 4, false, false, 2, 0, 16>},
     {128, 256, 1, false, "coop128x256x4sr32", 0.00, launch<128, 256, 4, false, false, 1, 2, 32>},
     {128, 160, 1, false, "coop128x160x5sr16", 0.93, launch<128, 160, 5, false, false, 1, 2, 16>},  // 180 + 32 KiB
-    {128, 256, 2, false, "coop128x256k32x8c2r16", 0.00, launch<128, 256, 8, false, false, 2, 0, 16, 32>},
+    {128, 256, 2, false, "coop128x256k32x8c2r16", 1.00, launch<128, 256, 8, false, false, 2, 0, 16, 32>},
 };
 constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
 
@@ -733,14 +733,14 @@ double pass_cost(const TileChoice& t, int M, int N, int sms) {
 // of them). Way 0 is main's (session 9's 128×256 and 128×128), way 1 their twins with the staged
 // epilogue; 2-4 session 11's candidates (raster groups of 16 block rows, the staged 128×160 tile
 // for out_proj's 2560 columns; 2: staged 128×256, 3: its cluster twin with W multicast, 4: 32-deep
-// stages); kDefaultWay is gemm()'s. Every way gives the same bits (the tiles differ in when steps
+// stages, 5: 32-deep stages in a cluster); kDefaultWay is gemm()'s. Every way gives the same bits (the tiles differ in when steps
 // run and how C is written, never in the steps).
 struct Way {
   const char* name;
   int tiles[3];  // indices into kTiles; -1: none
 };
 const Way kWays[] = {{"main", {0, 1, -1}},          {"staged", {6, 7, -1}}, {"staged-r16", {8, 7, 23}},
-                     {"c2-r16", {21, 7, 23}}, {"k32", {17, 7, 23}}};
+                     {"c2-r16", {21, 7, 23}}, {"k32", {17, 7, 23}},    {"k32-c2", {24, 7, 23}}};
 constexpr int kWayCount = sizeof(kWays) / sizeof(kWays[0]);
 constexpr int kDefaultWay = 2;  // session 11: every tile of it measured faster than main's twin (H200, run 1)
 
