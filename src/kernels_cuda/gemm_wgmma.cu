@@ -6,9 +6,12 @@
 // stages (one TMA instruction per operand and stage, completion counted on an mbarrier), and two
 // consumer warpgroups each issue m64nBNk16 steps that read both operands straight from shared
 // memory: 64 × BN outputs per warpgroup and instruction. Blocks are persistent (one per SM), walk
-// the tiles in the same grouped order as the mma tiles (8 block rows sweeping the columns, so the
-// weights a wave reads are reused from L2), and the producer runs ahead into the next tile while
-// the consumers store the last one.
+// the tiles in raster groups (8 or, for gemm()'s tiles since session 11, 16 block rows sweeping the
+// columns, so the weights a wave reads are reused from L2), and the producer runs ahead into the
+// next tile while the consumers store the last one: from registers, or (the staged epilogue, EPI > 0)
+// through shared-memory buffers that the TMA unit stores while the consumers start the next tile.
+// Which tiles a pass takes is a way (kWays, below); docs/performance.md (session 11) has each
+// tile's and way's time.
 //
 // Bits: every output element is the chain the other bf16 kernels compute (gemm.cu): K in 16-deep
 // steps ascending into one fp32 accumulator that starts as +0 in registers (scale-d is always 1, so
@@ -16,9 +19,10 @@
 // wgmma accumulates such a chain with mma.sync m16n8k16's bits (tests/cuda/cuda_wgmma_bits_test.cpp).
 // A stage is a 64-deep box; past K the box holds zeros, and a 32-deep tail stage issues two steps,
 // never a step over the zeros (it could turn a -0 into +0). Rows past M and columns past N are
-// zeros that feed outputs never stored. The tile shape, the ring depth, which block takes a tile
-// and when only decide when each step runs, never which steps or in what order.
-// tests/cuda/cuda_gemm_wgmma_test.cpp compares every tile with the mma tiles bit for bit.
+// zeros that feed outputs never stored. The tile shape, the ring depth (64- or 32-deep stages),
+// which block takes a tile and when, and how C is written only decide when each step runs, never
+// which steps or in what order. tests/cuda/cuda_gemm_wgmma_test.cpp compares every tile with the mma
+// tiles bit for bit, cuda_gemm_wgmma_way_test.cpp every way with session 9's.
 #include "kernels_cuda/gemm_wgmma.h"
 
 #include <cuda.h>
