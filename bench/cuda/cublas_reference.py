@@ -44,7 +44,7 @@ def main():
     shapes = {0: (10576, 2560), 1: (2560, 5120), 2: (50288, 2560)}  # (N, K): in_proj, out_proj, lm_head
     for sid, (n, k) in shapes.items():
         w = (torch.rand(n, k, device="cuda") * 0.1 - 0.05).to(torch.bfloat16)
-        for m in (1, 8, 16, 64, 512, 4096):
+        for m in (1, 8, 16, 64, 512, 4096, 16384):
             a = (torch.rand(m, k, device="cuda") * 2 - 1).to(torch.bfloat16)
             us = timed(lambda: torch.nn.functional.linear(a, w))
             print(f"cublas_gemm M={m} shape={sid} N={n} K={k}: {us:.1f} us, {2 * m * n * k / us / 1e6:.2f} TFLOP/s")

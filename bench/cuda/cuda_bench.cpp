@@ -459,7 +459,7 @@ void BM_CudaGemm(benchmark::State& state) {
   });
 }
 BENCHMARK(BM_CudaGemm)
-    ->ArgsProduct({{1, 8, 16, 64, 256, 512, 4096}, {0, 1, 2}})
+    ->ArgsProduct({{1, 8, 16, 64, 256, 512, 4096, 16384}, {0, 1, 2}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -612,7 +612,44 @@ void BM_CudaGemmWgmma(benchmark::State& state) {
   });
 }
 BENCHMARK(BM_CudaGemmWgmma)
-    ->ArgsProduct({{128, 512, 4096}, {0, 1, 2}, {0, 1, 2, 3, 4, 5}})
+    ->ArgsProduct({{128, 512, 4096, 16384}, {0, 1, 2}, benchmark::CreateDenseRange(0, 24, 1)})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The many-rows GEMM as gemm() plans it (its tiles and any row cut), with each way's tiles side by
+// side (arg0 M, arg1 shape, arg2 way: 0 main's tiles, 1 the staged-epilogue tiles, 2-5 the candidates
+// gemm_wgmma.cu lists; the label names it and marks gemm()'s default), so a ratio comes from one run.
+// arg3 1: A's bf16 copy is made once before the timing (gemm_rounded's way in, as the model's fused
+// norms hand it over), so the time is the GEMM's alone, as cuBLAS's bf16 reference is; 0: the pre-pass
+// is timed too.
+void BM_CudaGemmWay(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int way = static_cast<int>(state.range(2));
+  if (way >= cuda::gemm_wgmma_way_count()) {
+    state.SkipWithError("no such way");
+    return;
+  }
+  const bool is_default = way == cuda::gemm_wgmma_default_way();
+  state.SetLabel(std::string(cuda::gemm_wgmma_way_name(way)) + (is_default ? " (default)" : "") +
+                 (state.range(3) ? ", A bf16 before" : ", pre-pass timed"));
+  GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  cuda::DeviceBuffer<uint16_t> a16;
+  if (state.range(3)) {  // rounded to nearest even on the host, as the pre-pass and the fused norms round
+    const std::vector<float> a = g.a.download(std::size_t(g.M) * g.K);
+    std::vector<uint16_t> h(a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) h[i] = f32_to_bf16(a[i]);
+    a16.upload(h);
+  }
+  time_gemm(state, g, [&] {
+    auto pass = [&] {
+      cuda::gemm_bf16_wgmma_way(way, g.a.data(), g.M, g.K, g.K, g.w, g.Nn, nullptr, g.c.data(), g.Nn, nullptr);
+    };
+    if (state.range(3)) cuda::with_rounded_rows(g.a.data(), g.M, g.K, a16.data(), pass);
+    else pass();
+  });
+}
+BENCHMARK(BM_CudaGemmWay)
+    ->ArgsProduct({{4096, 16384}, {0, 1, 2}, {0, 1, 2, 3, 4, 5}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

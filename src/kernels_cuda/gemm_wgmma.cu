@@ -6,9 +6,12 @@
 // stages (one TMA instruction per operand and stage, completion counted on an mbarrier), and two
 // consumer warpgroups each issue m64nBNk16 steps that read both operands straight from shared
 // memory: 64 × BN outputs per warpgroup and instruction. Blocks are persistent (one per SM), walk
-// the tiles in the same grouped order as the mma tiles (8 block rows sweeping the columns, so the
-// weights a wave reads are reused from L2), and the producer runs ahead into the next tile while
-// the consumers store the last one.
+// the tiles in raster groups (8 or, for gemm()'s tiles since session 11, 16 block rows sweeping the
+// columns, so the weights a wave reads are reused from L2), and the producer runs ahead into the
+// next tile while the consumers store the last one: from registers, or (the staged epilogue, EPI > 0)
+// through shared-memory buffers that the TMA unit stores while the consumers start the next tile.
+// Which tiles a pass takes is a way (kWays, below); docs/performance.md (session 11) has each
+// tile's and way's time.
 //
 // Bits: every output element is the chain the other bf16 kernels compute (gemm.cu): K in 16-deep
 // steps ascending into one fp32 accumulator that starts as +0 in registers (scale-d is always 1, so
@@ -16,9 +19,10 @@
 // wgmma accumulates such a chain with mma.sync m16n8k16's bits (tests/cuda/cuda_wgmma_bits_test.cpp).
 // A stage is a 64-deep box; past K the box holds zeros, and a 32-deep tail stage issues two steps,
 // never a step over the zeros (it could turn a -0 into +0). Rows past M and columns past N are
-// zeros that feed outputs never stored. The tile shape, the ring depth, which block takes a tile
-// and when only decide when each step runs, never which steps or in what order.
-// tests/cuda/cuda_gemm_wgmma_test.cpp compares every tile with the mma tiles bit for bit.
+// zeros that feed outputs never stored. The tile shape, the ring depth (64- or 32-deep stages),
+// which block takes a tile and when, and how C is written only decide when each step runs, never
+// which steps or in what order. tests/cuda/cuda_gemm_wgmma_test.cpp compares every tile with the mma
+// tiles bit for bit, cuda_gemm_wgmma_way_test.cpp every way with session 9's.
 #include "kernels_cuda/gemm_wgmma.h"
 
 #include <cuda.h>
@@ -26,6 +30,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <string>
+#include <type_traits>
 
 #include "common/error.h"
 #include "kernels_cuda/cuda_check.h"
@@ -41,7 +47,8 @@ namespace {
 
 constexpr int kBK = 64;        // K per stage: one 128-byte swizzled box row, four 16-deep steps
 constexpr int kThreads = 384;  // warpgroup 0 produces, 1 and 2 consume
-constexpr int kGroup = 8;      // block rows per raster group
+constexpr int kGroup = 8;      // block rows per raster group (main's order; a tile may ask for more)
+constexpr int kEpiBytes = 64 * 128;  // a staged epilogue's buffer: 64 rows × 32 fp32 columns
 constexpr int kMaxGroups = 256;  // grouped passes: groups (experts) one launch takes
 
 // A BM × BN block tile with STAGES ring stages. PING = false (cooperative): both consumer
@@ -52,28 +59,37 @@ constexpr int kMaxGroups = 256;  // grouped passes: groups (experts) one launch 
 // round it to bf16 on the way into the tensor cores (register A operand); no pre-pass. CL = 2: a
 // cluster of two blocks takes two vertically adjacent tiles with the same columns, and each block's
 // producer copies half of the shared W box into both blocks' rings (TMA multicast), so each W byte
-// crosses from L2 once per pair.
-template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL>
+// crosses from L2 once per pair. EPI > 0 (the staged epilogue): each consumer warpgroup writes its
+// accumulators into EPI shared-memory buffers of 64 rows × 32 columns in turn and the TMA unit
+// stores each buffer to C while the warpgroup fills the next and then runs the next tile's steps;
+// EPI = 0: the consumers store C themselves (8-byte stores, a quad of lanes per 32-byte sector).
+// BK = 32: 32-deep stages in the 64-byte swizzle, half the bytes each, so twice as many fit and the
+// consumers (which hold the stage being read and the one before) keep less of the ring.
+template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL, int EPI = 0, int BK = kBK>
 struct WgTile {
   static constexpr int MW = PING ? BM / 64 : BM / 128;  // m64 steps per warpgroup and k16
-  static constexpr int kABytes = BM * kBK * (F32A ? 4 : 2);
-  static constexpr int kBBytes = BN * kBK * 2;
+  static constexpr int kRowBytes = BK * 2;              // a bf16 box row: 128 or 64 bytes
+  static constexpr int kABytes = BM * BK * (F32A ? 4 : 2);
+  static constexpr int kBBytes = BN * BK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kReleaseWarps = (PING ? 4 : 8) * CL;  // arrivals that free a stage (both blocks')
   static constexpr int kBoxN = BN / CL;                      // W rows each block's producer copies
-  // Stages, the barriers, and slack to align the ring to 1024 bytes (the swizzle's anchor).
-  static constexpr int kSmemBytes = STAGES * kStageBytes + 2 * STAGES * 8 + 1024;
+  static constexpr int kEpiOffset = STAGES * kStageBytes;  // the two warpgroups' staging buffers
+  // Stages, staging buffers, the barriers, and slack to align the ring to 1024 bytes (the swizzle's anchor).
+  static constexpr int kSmemBytes = STAGES * kStageBytes + 2 * EPI * kEpiBytes + 2 * STAGES * 8 + 1024;
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "boxes 1024-byte aligned");
   static_assert(MW >= 1 && BM % 64 == 0 && BN % 16 == 0 && BN <= 256, "whole m64nBN steps");
   static_assert(!F32A || MW == 1, "register A fragments for one m64 step per warpgroup");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
-  static_assert((CL == 1 || CL == 2) && (kBoxN * 128) % 1024 == 0, "multicast halves 1024-byte aligned");
+  static_assert((CL == 1 || CL == 2) && (kBoxN * kRowBytes) % 1024 == 0, "multicast halves 1024-byte aligned");
+  static_assert(BK == kBK || (BK == 32 && !F32A), "32-deep stages for bf16 A");
 };
 
-// Tile t's origin: groups of kGroup block rows, each group sweeping all column tiles.
-__device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles_n, int bm, int bn, int& m0, int& n0) {
-  const int per_group = kGroup * tiles_n, first_m = (t / per_group) * kGroup;
-  const int rows = min(kGroup, tiles_m - first_m), r = t % per_group;
+// Tile t's origin: groups of `group` block rows, each group sweeping all column tiles.
+__device__ __forceinline__ void tile_origin(int t, int tiles_m, int tiles_n, int bm, int bn, int group, int& m0,
+                                            int& n0) {
+  const int per_group = group * tiles_n, first_m = (t / per_group) * group;
+  const int rows = min(group, tiles_m - first_m), r = t % per_group;
   m0 = (first_m + r % rows) * bm;
   n0 = (r / rows) * bn;
 }
@@ -89,10 +105,10 @@ struct TilePlace {
 };
 template <int BM, int BN, int CL>
 __device__ __forceinline__ TilePlace tile_place(int t, unsigned rank, int M, int tiles_m, int tiles_n,
-                                                const int32_t* offsets, const int* prefix, int groups) {
+                                                const int32_t* offsets, const int* prefix, int groups, int raster) {
   TilePlace p{0, 0, M, 0, 0};
   if (!offsets) {
-    tile_origin(t, tiles_m, tiles_n, BM * CL, BN, p.m0, p.n0);
+    tile_origin(t, tiles_m, tiles_n, BM * CL, BN, raster, p.m0, p.n0);
   } else {
     int z = 0;
     while (z + 1 < groups && prefix[z + 1] <= t) ++z;
@@ -136,6 +152,77 @@ __device__ __forceinline__ void tma_load_3d_multicast(unsigned dst, const void* 
       : "memory");
 }
 
+// The staged epilogue (EPI > 0). Consumer warpgroup x syncs its own 128 threads on barrier 3 + x
+// (0 is __syncthreads, 1 and 2 the ping-pong turns). One thread per warpgroup issues the tensor
+// stores, each closing a bulk group; before a buffer is written again, that thread waits until at most
+// `pending` of its groups are still reading shared memory, then the warpgroup syncs.
+__device__ __forceinline__ void epi_sync(int x) { asm volatile("bar.sync %0, 128;\n" ::"r"(3 + x) : "memory"); }
+__device__ __forceinline__ void st_shared_f2(unsigned addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+__device__ __forceinline__ void tma_store_3d(const void* map, int c0, int c1, int c2, unsigned src) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(map), "r"(c0),
+               "r"(c1), "r"(c2), "r"(src)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int Pending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(Pending) : "memory");
+}
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+// One warpgroup's MW × 64 rows × BN columns of a tile (rows from `row`, columns from n0 of the map's
+// C) through its EPI staging buffers at `bufs`, 32 columns at a time; `ep` counts the buffers this
+// warpgroup has filled so far (the one filled next is ep % EPI). Each element is the accumulator plus
+// the bias, the one addition store_column_pair makes. A buffer is a box of the 128-byte swizzle:
+// row r's 16-byte chunk c at c ^ (r % 8), so a warp's eight rows of a chunk fall on distinct banks.
+// Rows past `limit` and columns past N are in the map's margin (not written) or skipped whole.
+template <int MW, int BN, int EPI>
+__device__ __forceinline__ void store_staged(float (&acc)[MW][BN / 2], unsigned bufs, int& ep, const CUtensorMap* map,
+                                             int row, int limit, int n0, int N, const float* __restrict__ bias,
+                                             int x, int warp, int g, int q, bool leader) {
+#pragma unroll
+  for (int mi = 0; mi < MW; ++mi) {
+    if (row + 64 * mi >= limit) break;  // uniform over the warpgroup
+#pragma unroll
+    for (int j2 = 0; j2 < BN / 32; ++j2) {
+      if (n0 + 32 * j2 >= N) break;
+      const unsigned buf = bufs + (ep % EPI) * kEpiBytes;
+      if (ep >= EPI) {
+        if (leader) bulk_wait_read<EPI - 1>();
+        epi_sync(x);
+      }
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        const int j = 4 * j2 + jj, gn = n0 + 8 * j + 2 * q;
+        float b0 = 0.0f, b1 = 0.0f;
+        if (bias) {
+          if (gn < N) b0 = bias[gn];
+          if (gn + 1 < N) b1 = bias[gn + 1];
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float v0 = acc[mi][4 * j + 2 * h], v1 = acc[mi][4 * j + 2 * h + 1];
+          if (bias) {
+            v0 = v0 + b0;
+            v1 = v1 + b1;
+          }
+          const int r = 16 * warp + g + 8 * h;  // r % 8 == g
+          st_shared_f2(buf + r * 128 + (((2 * jj + q / 2) ^ g) << 4) + (q % 2) * 8, v0, v1);
+        }
+      }
+      wgmma::fence_proxy_async();  // the tensor store reads what these generic stores wrote
+      epi_sync(x);
+      if (leader) {
+        tma_store_3d(map, n0 + 32 * j2, row + 64 * mi, 0, buf);
+        bulk_commit();
+      }
+      ++ep;
+    }
+  }
+}
+
 // The register A fragment of k16 step k (0..3) of an fp32 stage: rows r and r + 8 (r ≡ g mod 8) of
 // the two 32-deep boxes [BM][32] (128-byte rows, 16-byte chunk c at c ^ (row % 8)), columns
 // 2q, 2q + 1 and 2q + 8, 2q + 9 of the step, each pair rounded to bf16 (round to nearest even, as
@@ -156,7 +243,7 @@ __device__ __forceinline__ void f32_fragment(unsigned stage, int r, int g, int q
 
 template <int N>
 __device__ __forceinline__ void mma_ss_any(float (&d)[N / 2], std::uint64_t da, std::uint64_t db) {
-  if constexpr (N == 160) wgmma::mma_ss_wide<N>(d, da, db);
+  if constexpr (N == 160 || N == 192) wgmma::mma_ss_wide<N>(d, da, db);
   else wgmma::mma_ss<N>(d, da, db);
 }
 
@@ -168,22 +255,26 @@ __device__ __forceinline__ void finish() {
 }
 
 // a_map: A's boxes of 64 × BM rows (bf16 copy) or 32 × BM (fp32, F32A); w_map: W [N][K], boxes of
-// 64 × BN / CL rows.
-template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL>
+// 64 × BN / CL rows; c_map (EPI > 0 and c_staged): C [M][N] for the tensor stores, else unused.
+// raster: block rows per raster group of a dense pass.
+template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL, int EPI, int BK>
 __global__ void __launch_bounds__(kThreads, 1)
-    gemm_bf16_wgmma_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map, int M,
-                           int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc,
-                           bool pair_store, const int32_t* __restrict__ offsets, int groups) {
+    gemm_bf16_wgmma_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map,
+                           const __grid_constant__ CUtensorMap c_map, bool c_staged, int raster, int M, int K, int N,
+                           const float* __restrict__ bias, float* __restrict__ C, int ldc, bool pair_store,
+                           const int32_t* __restrict__ offsets, int groups) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   // Launched with programmatic serialization: the launch and the block set-up overlap the kernel
   // before (the bf16 pre-pass), and every thread waits here until that kernel has completed and its
   // writes are visible, before any read of global memory (offsets, A, W, bias) or any store.
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  using T = WgTile<BM, BN, STAGES, PING, F32A, CL>;
+  using T = WgTile<BM, BN, STAGES, PING, F32A, CL, EPI, BK>;
   extern __shared__ unsigned char smem_raw[];
   const unsigned raw = ptx::smem_addr(smem_raw);
   const unsigned ring = (raw + 1023) & ~1023u;
-  auto* full = reinterpret_cast<std::uint64_t*>(smem_raw + (ring - raw) + STAGES * T::kStageBytes);
+  auto* full = reinterpret_cast<std::uint64_t*>(smem_raw + (ring - raw) + T::kEpiOffset + 2 * EPI * kEpiBytes);
+  // A stage's descriptors: the layout the tensor maps write (128- or 64-byte swizzle).
+  auto desc = [](unsigned addr) { return BK == kBK ? wgmma::desc_k_sw128(addr) : wgmma::desc_k_sw64(addr); };
   std::uint64_t* empty = full + STAGES;
 
   // Tiles of CL vertically adjacent block tiles: the blocks of a cluster walk the same sequence, block
@@ -205,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     tiles = prefix[groups];
   }
   const int first = blockIdx.x / CL, stride = gridDim.x / CL;
-  const int ktiles = (K + kBK - 1) / kBK;
+  const int ktiles = (K + BK - 1) / BK;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       ptx::mbar_init(&full[s], 1);                   // the producer's arrive (+ the boxes' bytes)
@@ -226,19 +317,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       int s = 0;
       unsigned phase = 0;
       for (int t = first; t < tiles; t += stride) {
-        const TilePlace p = tile_place<BM, BN, CL>(t, rank, M, tiles_m, tiles_n, offsets, prefix, groups);
+        const TilePlace p = tile_place<BM, BN, CL>(t, rank, M, tiles_m, tiles_n, offsets, prefix, groups, raster);
         for (int kt = 0; kt < ktiles; ++kt) {
           ptx::mbar_wait(&empty[s], phase ^ 1);  // a fresh barrier's "previous phase" counts as done
           ptx::mbar_arrive_expect_tx(&full[s], T::kStageBytes);
           const unsigned a = ring + s * T::kStageBytes;
           const int arow = p.base + p.m0;
-          ptx::tma_load_3d(a, &a_map, kt * kBK, arow, 0, &full[s]);
-          if constexpr (F32A) ptx::tma_load_3d(a + BM * 128, &a_map, kt * kBK + 32, arow, 0, &full[s]);
+          ptx::tma_load_3d(a, &a_map, kt * BK, arow, 0, &full[s]);
+          if constexpr (F32A) ptx::tma_load_3d(a + BM * 128, &a_map, kt * BK + 32, arow, 0, &full[s]);
           if constexpr (CL > 1)
-            tma_load_3d_multicast(a + T::kABytes + rank * T::kBoxN * 128, &w_map, kt * kBK, p.n0 + rank * T::kBoxN,
-                                  p.z, &full[s], (1u << CL) - 1);
+            tma_load_3d_multicast(a + T::kABytes + rank * T::kBoxN * T::kRowBytes, &w_map, kt * BK,
+                                  p.n0 + rank * T::kBoxN, p.z, &full[s], (1u << CL) - 1);
           else
-            ptx::tma_load_3d(a + T::kABytes, &w_map, kt * kBK, p.n0, p.z, &full[s]);
+            ptx::tma_load_3d(a + T::kABytes, &w_map, kt * BK, p.n0, p.z, &full[s]);
           if (++s == STAGES) {
             s = 0;
             phase ^= 1;
@@ -263,10 +354,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::mbar_arrive(bar);
   };
   float acc[T::MW][BN / 2];
+  int staged = 0;  // staging buffers this warpgroup has filled (EPI > 0)
   std::uint32_t frag[2][4][4];  // F32A: the A fragments of two stages (one may still be read)
   // Local tile i (the block's i-th) is ring fill i·ktiles + kt for its stage kt.
   for (int i = PING ? c : 0, t = first + i * stride; t < tiles; i += PING ? 2 : 1, t = first + i * stride) {
-    const TilePlace p = tile_place<BM, BN, CL>(t, rank, M, tiles_m, tiles_n, offsets, prefix, groups);
+    const TilePlace p = tile_place<BM, BN, CL>(t, rank, M, tiles_m, tiles_n, offsets, prefix, groups, raster);
 #pragma unroll
     for (int mi = 0; mi < T::MW; ++mi)
 #pragma unroll
@@ -279,8 +371,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int s = fill % STAGES;
       ptx::mbar_wait(&full[s], (fill / STAGES) & 1);
       const unsigned a = ring + s * T::kStageBytes;
-      const std::uint64_t db = wgmma::desc_k_sw128(a + T::kABytes);
-      const int steps = K - kt * kBK >= kBK ? 4 : 2;
+      const std::uint64_t db = desc(a + T::kABytes);
+      // 4 steps (2 in a 32-deep stage); 2 in a 64-deep tail stage (K % 64 == 32).
+      const int steps = BK == kBK && K - kt * BK < BK ? 2 : BK / 16;
       if constexpr (F32A) {
 #pragma unroll
         for (int k = 0; k < 4; ++k)
@@ -295,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           } else {
 #pragma unroll
             for (int mi = 0; mi < T::MW; ++mi)
-              mma_ss_any<BN>(acc[mi], wgmma::desc_k_sw128(a + (row0 + 64 * mi) * 128) + 2 * k, db + 2 * k);
+              mma_ss_any<BN>(acc[mi], desc(a + (row0 + 64 * mi) * T::kRowBytes) + 2 * k, db + 2 * k);
           }
         }
       wgmma::commit_group();
@@ -324,6 +417,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     if (prev >= 0 && lane == 0) release(&empty[prev]);
 
+    if constexpr (EPI > 0) {
+      if (c_staged) {  // dense passes only (the host's choice): p.base = 0, p.limit = M
+        store_staged<T::MW, BN, EPI>(acc, ring + T::kEpiOffset + c * EPI * kEpiBytes, staged, &c_map, p.m0 + row0,
+                                     p.limit, p.n0, N, bias, c, warp, g, q, threadIdx.x % 128 == 0);
+        continue;
+      }
+    }
     // acc[mi][4j + 2h + e] is row 64·mi + 16·warp + g + 8h of this warpgroup's rows, column
     // 8j + 2q + e: each quad of lanes stores 8 consecutive floats of a row (a whole 32-byte sector).
 #pragma unroll
@@ -340,8 +440,138 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
   }
+  // The staging buffers stay read until the tensor stores complete: the issuing thread waits for them.
+  if (EPI > 0 && staged > 0 && threadIdx.x % 128 == 0) bulk_wait_all();
   __syncwarp();
   finish<CL>();
+#endif
+}
+
+// The cooperative tile with its epilogue inside the next tile's steps (tiles "...o"): each consumer
+// warpgroup keeps two accumulator sets (BN = 160 or 192: 2 × BN / 2 registers fit beside the rest) and
+// alternates between them tile by tile. While the steps of tile i run on one set (asynchronously, in
+// the tensor cores), the warpgroup stores tile i - 1's set one 8-column block per stage, so the
+// tensor cores never wait for the epilogue and the C stores spread over the whole tile instead of
+// arriving from every SM at once. The stage's wait for all but its own group (wait_group 1) is what
+// makes the previous tile's set final before its first store. Dense passes, bf16 A, 128-row tiles
+// (64 rows per warpgroup), one block per SM. Bits: the same steps on the same kind of accumulator as
+// gemm_bf16_wgmma_kernel (file comment); only when C is written differs.
+template <int BN, int STAGES>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_bf16_wgmma_overlap_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap w_map,
+                                   int raster, int M, int K, int N, const float* __restrict__ bias,
+                                   float* __restrict__ C, int ldc, bool pair_store) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // as gemm_bf16_wgmma_kernel
+  using T = WgTile<128, BN, STAGES, false, false, 1>;
+  extern __shared__ unsigned char smem_raw[];
+  const unsigned raw = ptx::smem_addr(smem_raw);
+  const unsigned ring = (raw + 1023) & ~1023u;
+  auto* full = reinterpret_cast<std::uint64_t*>(smem_raw + (ring - raw) + T::kEpiOffset);
+  std::uint64_t* empty = full + STAGES;
+  const int tiles_m = (M + 127) / 128, tiles_n = (N + BN - 1) / BN, tiles = tiles_m * tiles_n;
+  const int ktiles = (K + kBK - 1) / kBK;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      ptx::mbar_init(&full[s], 1);
+      ptx::mbar_init(&empty[s], T::kReleaseWarps);
+    }
+    ptx::mbar_init_fence();
+  }
+  __syncthreads();
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+  if (wg == 0) {  // the producer, as gemm_bf16_wgmma_kernel's
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (threadIdx.x == 0) {
+      int s = 0;
+      unsigned phase = 0;
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const TilePlace p = tile_place<128, BN, 1>(t, 0, M, tiles_m, tiles_n, nullptr, nullptr, 1, raster);
+        for (int kt = 0; kt < ktiles; ++kt) {
+          ptx::mbar_wait(&empty[s], phase ^ 1);
+          ptx::mbar_arrive_expect_tx(&full[s], T::kStageBytes);
+          const unsigned a = ring + s * T::kStageBytes;
+          ptx::tma_load_3d(a, &a_map, kt * kBK, p.m0, 0, &full[s]);
+          ptx::tma_load_3d(a + T::kABytes, &w_map, kt * kBK, p.n0, 0, &full[s]);
+          if (++s == STAGES) {
+            s = 0;
+            phase ^= 1;
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int c = wg - 1, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, q = lane % 4, row0 = 64 * c;
+  float acc[2][BN / 2];
+  int fill = 0, prev = -1;
+  // One stage of the tile on accumulator set d, then the previous stage freed (as the main kernel's).
+  auto stage = [&](float (&d)[BN / 2], int kt) {
+    const int s = fill % STAGES;
+    ptx::mbar_wait(&full[s], (fill / STAGES) & 1);
+    const unsigned a = ring + s * T::kStageBytes;
+    const std::uint64_t da = wgmma::desc_k_sw128(a + row0 * 128), db = wgmma::desc_k_sw128(a + T::kABytes);
+    const int steps = K - kt * kBK >= kBK ? 4 : 2;
+    wgmma::fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (k < steps) mma_ss_any<BN>(d, da + 2 * k, db + 2 * k);
+    wgmma::commit_group();
+    wgmma::wait_group<1>();
+    if (prev >= 0 && lane == 0) ptx::mbar_arrive(&empty[prev]);
+    prev = s;
+    ++fill;
+  };
+  // Column block j (8 columns) of a finished tile at p from set d: rows g, g + 8 of this warp's 16.
+  auto store_block = [&](const float (&d)[BN / 2], int j, const TilePlace& p) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int lm = p.m0 + row0 + 16 * warp + g + 8 * h;
+      if (lm < M)
+        store_column_pair(C + static_cast<std::size_t>(lm) * ldc, p.n0 + 8 * j + 2 * q, N, d[4 * j + 2 * h],
+                          d[4 * j + 2 * h + 1], bias, pair_store);
+    }
+  };
+  TilePlace pending{0, 0, M, 0, 0};
+  bool have_pending = false;
+  // Tile i on set B (i % 2): its first BN / 8 stages each followed by one block of the other set's
+  // tile (the one before), then the rest of its stages.
+  auto tile = [&](auto set, const TilePlace& p) {
+    constexpr int B = decltype(set)::value;
+#pragma unroll
+    for (int e = 0; e < BN / 2; ++e) acc[B][e] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      if (j < ktiles) stage(acc[B], j);
+      if (have_pending) {
+        if (j == 0) wgmma::fence_operands(acc[1 - B]);  // final: the first stage waited for its last group
+        store_block(acc[1 - B], j, pending);
+      }
+    }
+    for (int kt = BN / 8; kt < ktiles; ++kt) stage(acc[B], kt);
+    pending = p;
+    have_pending = true;
+  };
+  int i = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++i) {
+    const TilePlace p = tile_place<128, BN, 1>(t, 0, M, tiles_m, tiles_n, nullptr, nullptr, 1, raster);
+    if (i % 2 == 0) tile(std::integral_constant<int, 0>{}, p);
+    else tile(std::integral_constant<int, 1>{}, p);
+  }
+  wgmma::wait_group<0>();
+  wgmma::fence_operands(acc[0]);
+  wgmma::fence_operands(acc[1]);
+  if (prev >= 0 && lane == 0) ptx::mbar_arrive(&empty[prev]);
+  if (have_pending) {  // the last tile, on set (i - 1) % 2
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      if (i % 2 == 1) store_block(acc[0], j, pending);
+      else store_block(acc[1], j, pending);
+    }
+  }
 #endif
 }
 
@@ -385,17 +615,22 @@ int resident_clusters(Kernel kernel, int cl, int smem, std::atomic<int>& cached)
   return n;
 }
 
-template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL>
+// RASTER: block rows per raster group of a dense pass (the order tiles are taken in, never their steps).
+template <int BM, int BN, int STAGES, bool PING, bool F32A, int CL, int EPI = 0, int RASTER = kGroup, int BK = kBK>
 void launch(const Launch& l) {
-  using T = WgTile<BM, BN, STAGES, PING, F32A, CL>;
-  auto* kernel = gemm_bf16_wgmma_kernel<BM, BN, STAGES, PING, F32A, CL>;
+  using T = WgTile<BM, BN, STAGES, PING, F32A, CL, EPI, BK>;
+  auto* kernel = gemm_bf16_wgmma_kernel<BM, BN, STAGES, PING, F32A, CL, EPI, BK>;
   static std::atomic<std::uint64_t> opted{0};
   static std::atomic<int> clusters{0};
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, opted);
-  const CUtensorMap a_map =
-      F32A ? f32_rows_tensor_map_sw128(l.A, l.K, l.M, l.lda, BM) : bf16_rows_tensor_map_cached(l.a16, l.K, l.M, BM);
-  const CUtensorMap w_map = l.offsets ? bf16_rows_tensor_map(l.W, l.K, l.N, l.groups, l.w_stride, T::kBoxN)
-                                      : bf16_rows_tensor_map_cached(l.W, l.K, l.N, T::kBoxN);
+  const CUtensorMap a_map = F32A ? f32_rows_tensor_map_sw128(l.A, l.K, l.M, l.lda, BM)
+                                 : bf16_rows_tensor_map_cached(l.a16, l.K, l.M, BM, BK);
+  const CUtensorMap w_map = l.offsets ? bf16_rows_tensor_map(l.W, l.K, l.N, l.groups, l.w_stride, T::kBoxN, BK)
+                                      : bf16_rows_tensor_map_cached(l.W, l.K, l.N, T::kBoxN, BK);
+  // The staged epilogue takes dense passes whose C rows the TMA unit can address and end on a 16-byte
+  // boundary (f32_store_tensor_map_fits); the others store from registers (same values, same bits).
+  const bool c_staged = EPI > 0 && !l.offsets && f32_store_tensor_map_fits(l.C, l.N, l.ldc);
+  const CUtensorMap c_map = c_staged ? f32_store_tensor_map_cached(l.C, l.N, l.M, l.ldc) : CUtensorMap{};
   // Grouped: each group's last tile may be partial, so at most groups more block rows than dense.
   const long tiles = long((l.M + BM * CL - 1) / (BM * CL) + (l.offsets ? l.groups : 0)) * long((l.N + BN - 1) / BN);
   const long groups = std::min<long>(tiles, resident_clusters(kernel, CL, T::kSmemBytes, clusters));
@@ -413,22 +648,53 @@ void launch(const Launch& l) {
   attr[1].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = CL > 1 ? 2 : 1;
-  cuda_check(cudaLaunchKernelEx(&cfg, kernel, a_map, w_map, l.M, l.K, l.N, l.bias, l.C, l.ldc, l.pair_store,
-                                l.offsets, l.groups),
+  cuda_check(cudaLaunchKernelEx(&cfg, kernel, a_map, w_map, c_map, c_staged, RASTER, l.M, l.K, l.N, l.bias, l.C, l.ldc,
+                                l.pair_store, l.offsets, l.groups),
              "gemm_bf16_wgmma launch");
+}
+
+// The overlap tiles (gemm_bf16_wgmma_overlap_kernel): dense passes; a grouped pass takes the 128×160
+// tile of the main kernel instead (the same bits).
+template <int BN, int STAGES>
+void launch_overlap(const Launch& l) {
+  if (l.offsets) return launch<128, 160, 6, false, false, 1>(l);
+  using T = WgTile<128, BN, STAGES, false, false, 1>;
+  auto* kernel = gemm_bf16_wgmma_overlap_kernel<BN, STAGES>;
+  static std::atomic<std::uint64_t> opted{0};
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), T::kSmemBytes, opted);
+  const CUtensorMap a_map = bf16_rows_tensor_map_cached(l.a16, l.K, l.M, 128);
+  const CUtensorMap w_map = bf16_rows_tensor_map_cached(l.W, l.K, l.N, BN);
+  const long tiles = long((l.M + 127) / 128) * long((l.N + BN - 1) / BN);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(std::min<long>(tiles, sm_count())), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = T::kSmemBytes;
+  cfg.stream = l.s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cuda_check(cudaLaunchKernelEx(&cfg, kernel, a_map, w_map, kGroup, l.M, l.K, l.N, l.bias, l.C, l.ldc, l.pair_store),
+             "gemm_bf16_wgmma_overlap launch");
 }
 
 struct TileChoice {
   int bm, bn, cl;
   bool f32a;  // takes fp32 A itself (no bf16 pre-pass)
   const char* name;
-  double rate;  // relative throughput of a full wave; 0: never chosen (benchmarks and tests only)
+  double rate;  // relative throughput of a full wave (a way's plan weighs its tiles by it); 0: in no way
   void (*run)(const Launch&);
 };
-// Tiles 0 and 1 are chosen (H200, session 9: at M = 4096, 128×256 for in_proj and lm_head, 128×128 or a row
-// cut of both for out_proj); the others stay for tests and benchmarks as measured comparisons: the
-// ping-pong tile (0.85–0.9× of 0: the epilogue overlap does not pay), fp32 A without a pre-pass
-// (0.7–0.8×), the cluster of two with W multicast (1.00–1.01×, not chosen on one measurement), 128×160.
+// Tiles 0 and 1 were session 9's choice (H200: at M = 4096, 128×256 for in_proj and lm_head, 128×128
+// or a row cut of both for out_proj; way 0 below). Also kept as measured comparisons: the ping-pong
+// tile (0.85–0.9× of 0: the epilogue overlap does not pay), fp32 A without a pre-pass (0.7–0.8×), the
+// cluster of two with W multicast, 128×160. Session 11's candidates, measured against 0 and 1 in one
+// benchmark run (BM_CudaGemmWgmma; docs/performance.md): suffix s: the staged TMA-store epilogue
+// (EPI = 2; s4: EPI = 4); rNN: raster groups of NN block rows (else kGroup); c2: a cluster of two
+// with W multicast; k32: 32-deep stages in the 64-byte swizzle; ping64x256: ping-pong on m64n256
+// steps; 256×128: two m64n128 steps per warpgroup and k16; o: the epilogue inside the next tile's
+// steps (two accumulator sets). A way (below) names the tiles gemm() plans with.
 const TileChoice kTiles[] = {
     {128, 256, 1, false, "coop128x256x4", 1.00, launch<128, 256, 4, false, false, 1>},    // 192 KiB of stages
     {128, 128, 1, false, "coop128x128x6", 0.93, launch<128, 128, 6, false, false, 1>},    // 192 KiB
@@ -436,6 +702,25 @@ const TileChoice kTiles[] = {
     {128, 256, 1, true, "coop128x256x3f", 0.00, launch<128, 256, 3, false, true, 1>},     // 192 KiB, fp32 A
     {128, 256, 2, false, "coop128x256x4c2", 0.00, launch<128, 256, 4, false, false, 2>},  // W multicast to 2 blocks
     {128, 160, 1, false, "coop128x160x6", 0.00, launch<128, 160, 6, false, false, 1>},    // 216 KiB
+    {128, 256, 1, false, "coop128x256x4s", 1.00, launch<128, 256, 4, false, false, 1, 2>},       // 192 + 32 KiB
+    {128, 128, 1, false, "coop128x128x6s", 0.92, launch<128, 128, 6, false, false, 1, 2>},       // 192 + 32 KiB
+    {128, 256, 1, false, "coop128x256x4sr16", 1.00, launch<128, 256, 4, false, false, 1, 2, 16>},
+    {128, 256, 2, false, "coop128x256x4c2s", 0.00, launch<128, 256, 4, false, false, 2, 2>},
+    {128, 256, 1, false, "coop128x256x3s4", 0.00, launch<128, 256, 3, false, false, 1, 4>},      // 144 + 64 KiB
+    {64, 256, 1, false, "ping64x256x5", 0.00, launch<64, 256, 5, true, false, 1>},               // 200 KiB
+    {64, 256, 2, false, "ping64x256x5c2", 0.00, launch<64, 256, 5, true, false, 2>},             // W multicast
+    {256, 128, 1, false, "coop256x128x4", 0.00, launch<256, 128, 4, false, false, 1>},           // 192 KiB
+    {256, 128, 1, false, "coop256x128x4s", 0.00, launch<256, 128, 4, false, false, 1, 2>},       // 192 + 32 KiB
+    {128, 192, 1, false, "coop128x192x5o", 0.00, launch_overlap<192, 5>},                        // 200 KiB
+    {128, 160, 1, false, "coop128x160x6o", 0.00, launch_overlap<160, 6>},                        // 216 KiB
+    {128, 256, 1, false, "coop128x256k32x8sr16", 1.00, launch<128, 256, 8, false, false, 1, 2, 16, 32>},  // 192 + 32 KiB
+    {128, 256, 2, false, "coop128x256k32x8c2sr16", 0.00, launch<128, 256, 8, false, false, 2, 2, 16, 32>},
+    {128, 256, 2, false, "coop128x256x4c2sr16", 0.00, launch<128, 256, 4, false, false, 2, 2, 16>},
+    {128, 256, 1, false, "coop128x256k32x9r16", 0.00, launch<128, 256, 9, false, false, 1, 0, 16, 32>},   // 216 KiB
+    {128, 256, 2, false, "coop128x256x4c2r16", 1.00, launch<128, 256, 4, false, false, 2, 0, 16>},
+    {128, 256, 1, false, "coop128x256x4sr32", 0.00, launch<128, 256, 4, false, false, 1, 2, 32>},
+    {128, 160, 1, false, "coop128x160x5sr16", 0.93, launch<128, 160, 5, false, false, 1, 2, 16>},  // 180 + 32 KiB
+    {128, 256, 2, false, "coop128x256k32x8c2r16", 1.00, launch<128, 256, 8, false, false, 2, 0, 16, 32>},
 };
 constexpr int kTileCount = sizeof(kTiles) / sizeof(kTiles[0]);
 
@@ -448,18 +733,26 @@ double pass_cost(const TileChoice& t, int M, int N, int sms) {
   return double((tiles + slots - 1) / slots) * t.bm * t.bn * t.cl / t.rate;
 }
 
-int choose_tile(int M, int N) {
+// A way: the tiles gemm_bf16_wgmma plans a pass with (the cheapest by pass_cost, or a row cut of two
+// of them). Way 0 is main's (session 9's 128×256 and 128×128), way 1 their twins with the staged
+// epilogue; 2-4 session 11's candidates (raster groups of 16 block rows, the staged 128×160 tile
+// for out_proj's 2560 columns; 2: staged 128×256, 3: its cluster twin with W multicast, 4: 32-deep
+// stages, 5: 32-deep stages in a cluster); kDefaultWay is gemm()'s. Every way gives the same bits (the tiles differ in when steps
+// run and how C is written, never in the steps).
+struct Way {
+  const char* name;
+  int tiles[3];  // indices into kTiles; -1: none
+};
+const Way kWays[] = {{"main", {0, 1, -1}},          {"staged", {6, 7, -1}}, {"staged-r16", {8, 7, 23}},
+                     {"c2-r16", {21, 7, 23}}, {"k32", {17, 7, 23}},    {"k32-c2", {24, 7, 23}}};
+constexpr int kWayCount = sizeof(kWays) / sizeof(kWays[0]);
+constexpr int kDefaultWay = 2;  // session 11: every tile of it measured faster than main's twin (H200, run 1)
+
+int choose_tile(int M, int N, int way) {
   const int sms = sm_count();
-  int best = 0;
-  double best_cost = 0;
-  for (int i = 0; i < kTileCount; ++i) {
-    if (kTiles[i].rate <= 0) continue;
-    const double cost = pass_cost(kTiles[i], M, N, sms);
-    if (i == 0 || cost < best_cost) {
-      best = i;
-      best_cost = cost;
-    }
-  }
+  int best = kWays[way].tiles[0];
+  for (int t : kWays[way].tiles)
+    if (t >= 0 && pass_cost(kTiles[t], M, N, sms) < pass_cost(kTiles[best], M, N, sms)) best = t;
   return best;
 }
 
@@ -473,14 +766,14 @@ struct Plan {
   int first, second, rows_first;
 };
 constexpr double kLaunchCost = 16;
-Plan choose_plan(int M, int N) {
+Plan choose_plan(int M, int N, int way) {
   const int sms = sm_count();
-  Plan best{choose_tile(M, N), 0, M};
+  Plan best{choose_tile(M, N, way), 0, M};
   double best_cost = pass_cost(kTiles[best.first], M, N, sms);
-  for (int a = 0; a < kTileCount; ++a)
-    for (int b = 0; b < kTileCount; ++b) {
+  for (int a : kWays[way].tiles)
+    for (int b : kWays[way].tiles) {
+      if (a < 0 || b < 0 || a == b || kTiles[a].f32a || kTiles[b].f32a) continue;
       const TileChoice &ta = kTiles[a], &tb = kTiles[b];
-      if (a == b || ta.rate <= 0 || tb.rate <= 0 || ta.f32a || tb.f32a) continue;
       const int step = ta.bm * ta.cl;
       for (int m1 = step; m1 < M; m1 += step) {
         const double cost = pass_cost(ta, m1, N, sms) + pass_cost(tb, M - m1, N, sms) + kLaunchCost;
@@ -534,16 +827,26 @@ void gemm_grouped_bf16_wgmma_tile(int tile, const float* A, int lda, const int32
 
 void gemm_grouped_bf16_wgmma(const float* A, int lda, const int32_t* offsets, int groups, int total_rows, int K,
                              const void* W, int64_t w_stride, int N, float* C, int ldc, cudaStream_t s) {
-  gemm_grouped_bf16_wgmma_tile(choose_tile((total_rows + groups - 1) / groups, N), A, lda, offsets, groups, total_rows,
-                               K, W, w_stride, N, C, ldc, s);
+  gemm_grouped_bf16_wgmma_tile(choose_tile((total_rows + groups - 1) / groups, N, kDefaultWay), A, lda, offsets, groups,
+                               total_rows, K, W, w_stride, N, C, ldc, s);
 }
 
 bool gemm_wgmma_fits(const float* A, int K, int lda, const void* W) { return gemm_mma_fits(A, K, lda, W); }
 
 void gemm_bf16_wgmma(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
                      cudaStream_t s) {
+  gemm_bf16_wgmma_way(kDefaultWay, A, M, K, lda, W, N, bias, C, ldc, s);
+}
+
+int gemm_wgmma_way_count() { return kWayCount; }
+int gemm_wgmma_default_way() { return kDefaultWay; }
+const char* gemm_wgmma_way_name(int way) { return way >= 0 && way < kWayCount ? kWays[way].name : "?"; }
+
+void gemm_bf16_wgmma_way(int way, const float* A, int M, int K, int lda, const void* W, int N, const float* bias,
+                         float* C, int ldc, cudaStream_t s) {
   if (M <= 0 || N <= 0) return;
-  const Plan plan = choose_plan(M, N);
+  if (way < 0 || way >= kWayCount) throw Error("gemm_bf16_wgmma_way: no way " + std::to_string(way));
+  const Plan plan = choose_plan(M, N, way);
   if (plan.rows_first >= M) {
     run_tile(plan.first, A, M, K, lda, W, N, bias, C, ldc, s);
     return;

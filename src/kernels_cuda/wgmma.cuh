@@ -35,6 +35,14 @@ __device__ __forceinline__ std::uint64_t desc_k_sw128(unsigned smem_addr) {
          (std::uint64_t(1) << 62);
 }
 
+// The same for 32-deep boxes in the 64-byte swizzle (rows of 64 bytes, row r's 16-byte chunk c at
+// c ^ ((r / 2) % 4), 8-row groups 512 bytes apart, the first on a 512-byte boundary): swizzle code 2,
+// stride 512 bytes; the k16 step kk (0, 1) starts 32·kk bytes into row 0, as above.
+__device__ __forceinline__ std::uint64_t desc_k_sw64(unsigned smem_addr) {
+  return std::uint64_t((smem_addr >> 4) & 0x3FFFu) | (std::uint64_t(1) << 16) | (std::uint64_t(512 >> 4) << 32) |
+         (std::uint64_t(2) << 62);
+}
+
 // The async proxy (TMA writes, wgmma reads) and the generic proxy (ordinary loads and stores) see
 // shared memory in separate orders: after generic stores a wgmma will read, this fence.
 __device__ __forceinline__ void fence_proxy_async() {
@@ -85,6 +93,7 @@ __device__ __forceinline__ void fence_operands(float (&d)[R]) {
 #define PARITY_WG_F64(i) PARITY_WG_F32(i), PARITY_WG_F32((i) + 32)
 #define PARITY_WG_F128(i) PARITY_WG_F64(i), PARITY_WG_F64((i) + 64)
 #define PARITY_WG_F80(i) PARITY_WG_F64(i), PARITY_WG_F16((i) + 64)
+#define PARITY_WG_F96(i) PARITY_WG_F64(i), PARITY_WG_F32((i) + 64)
 
 #define PARITY_WG_R4 "%0, %1, %2, %3"
 #define PARITY_WG_R8 PARITY_WG_R4 ", %4, %5, %6, %7"
@@ -95,6 +104,8 @@ __device__ __forceinline__ void fence_operands(float (&d)[R]) {
   PARITY_WG_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
                 "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define PARITY_WG_R80 PARITY_WG_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
+#define PARITY_WG_R96                                                                                          \
+  PARITY_WG_R80 ", %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define PARITY_WG_R128                                                                                         \
   PARITY_WG_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, " \
                 "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, "    \
@@ -139,13 +150,14 @@ __device__ __forceinline__ void mma_ss(float (&d)[N / 2], std::uint64_t da, std:
 #endif
 }
 
-// N = 160 (a tile whose column count divides the models' N more evenly; gemm_wgmma.cu keeps it as a
-// measured comparison).
+// N = 160 and 192 (tiles whose column count divides the models' N more evenly, or whose two
+// accumulator sets fit a thread's registers: gemm_wgmma.cu).
 template <int N>
 __device__ __forceinline__ void mma_ss_wide(float (&d)[N / 2], std::uint64_t da, std::uint64_t db) {
-  static_assert(N == 160, "the N this header spells out");
+  static_assert(N == 160 || N == 192, "the N this header spells out");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  PARITY_WG_ASM(160, PARITY_WG_R80, "80", "81", "82", PARITY_WG_F80(0));
+  if constexpr (N == 160) PARITY_WG_ASM(160, PARITY_WG_R80, "80", "81", "82", PARITY_WG_F80(0));
+  else PARITY_WG_ASM(192, PARITY_WG_R96, "96", "97", "98", PARITY_WG_F96(0));
 #else
   (void)d;
   (void)da;
@@ -179,6 +191,8 @@ __device__ __forceinline__ void fence_fragment(std::uint32_t (&a)[4]) {
 }
 
 #undef PARITY_WG_ASM_RS
+#undef PARITY_WG_R96
+#undef PARITY_WG_F96
 #undef PARITY_WG_R80
 #undef PARITY_WG_F80
 #undef PARITY_WG_ASM
