@@ -101,8 +101,13 @@ void ssd_dt(const float* dt_raw, int ld, int T, int H, const float* dt_bias, flo
 
 bool ssd_span_supported(const SsdShape& sh, const ScanGrid& g) { return ssd::span_supported(sh, g); }
 bool ssd_lanes_supported(const SsdShape& sh, const ScanGrid& g) { return ssd::lanes_supported(sh, g); }
-void ssd_lanes_probe(long long* device_buffer) { ssd::lanes_probe(device_buffer); }
-int ssd_lanes_resident(int way, const SsdShape& sh) { return ssd::lanes_resident(way, sh); }
+void ssd_lanes_probe(long long* device_buffer) {
+  ssd::lanes_probe(device_buffer);
+  ssd::pipe_probe(device_buffer);
+}
+int ssd_lanes_resident(int way, const SsdShape& sh) {
+  return ssd::pipe_way(way) ? ssd::pipe_resident(way) : ssd::lanes_resident(way, sh);
+}
 void ssd_span_probe(long long* device_buffer) { ssd::span_probe(device_buffer); }
 
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which) {
@@ -151,6 +156,7 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
     const int tile = automatic || which == SsdPrefill::walk || which == SsdPrefill::lanes ? 0 : way;
     ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
     if (span) ssd::launch_span(sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
+    else if (ssd::pipe_way(way)) ssd::launch_pipe(way, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
     else if (lanes) ssd::launch_lanes(tile, active, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
     else ssd::launch_walk(tile, active, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
   }
