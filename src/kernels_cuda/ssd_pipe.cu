@@ -188,8 +188,8 @@ __global__ void __launch_bounds__(kThreads, MB)
   // Shared-memory loads of the quarter sums and the delta are kept in runs of this many rows (the
   // compiler would hoist a whole step's 32 float4 loads, 128 registers, and spill).
   constexpr int kFenceRows = kTight ? 4 : 8;
-  // The quarter sums and the fold in one loop over n (two blocks an SM), or one after the other
-  // (three: in one loop they need more than 168 registers and spill).
+  // The quarter sums and the fold in one loop over n (two blocks an SM), or the sums and outputs of 8
+  // rows at a time and then the fold (three: in one loop they need more than 168 registers and spill).
   constexpr bool kFused = !kTight;
   const int seq = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int64_t start = p.start[seq];
@@ -282,13 +282,12 @@ __global__ void __launch_bounds__(kThreads, MB)
     const int L = c.L, j0 = c.j0;
     const bool fold = c.fold;
 
-    // Quarter sums of the 16 rows (o) and the delta and fold, four values of n at a time.
-    float o[kG][2];
-    auto sums_and_fold = [&](auto whole_t) {
-      constexpr bool kW = decltype(whole_t)::value;  // whole cell, N = 128: no run-time bounds
-#pragma unroll
-      for (int r = 0; r < kG; ++r) o[r][0] = o[r][1] = 0.0f;
-      [[maybe_unused]] float xw[kXs ? 1 : kG][2];  // kXs: read from F's xw at each use
+    // The cell's math. kW: a whole cell at N = 128, loops without run-time bounds.
+    const bool w = whole(c) && nq == kNQ;
+    auto cell_math = [&](auto whole_t) {
+      constexpr bool kW = decltype(whole_t)::value;
+      float o[kG][2];  // the 16 rows' quarter sums a_q, this lane's two columns
+      [[maybe_unused]] float xw[kXs ? 1 : kG][2];  // w_i·x_i[p] (kXs: read from F at each use)
       if constexpr (!kXs) {
 #pragma unroll
         for (int i = 0; i < kG; ++i) {
@@ -304,10 +303,11 @@ __global__ void __launch_bounds__(kThreads, MB)
       const float decay = F[kDecay];
       const float* Cq = Q + q * kQS;
       const float* Bq = Q + kBq + q * kQS;
-      // The 16 rows' quarter sums over n = 4·j4 + q .. 4·(j4 + 3) + q.
-      auto sums_at = [&](int j4) {
+      // Rows r0 .. r1-1's quarter sums over n = 4·j4 + q .. 4·(j4 + 3) + q (one fmaf chain a row,
+      // n ascending, started at zero by the caller).
+      auto sums_at = [&](int j4, int r0, int r1) {
 #pragma unroll
-        for (int r = 0; r < kG; ++r) {
+        for (int r = r0; r < r1; ++r) {
           const float4 cv = lds4(Cq + r * kRowQ + j4);
           const float cr[4] = {cv.x, cv.y, cv.z, cv.w};
 #pragma unroll
@@ -352,21 +352,81 @@ __global__ void __launch_bounds__(kThreads, MB)
           for (int u = 0; u < 4; ++u)
             if (kW || j4 + u < nq) S[a][j4 + u] = fold_element(decay, S[a][j4 + u], acc[a][u], bf16);
       };
-      if constexpr (kFused) {  // each step's S read by the sums, then folded
+      // Rows 4·g0 .. 4·g1 − 1 (their sums in o): lane q finishes rows t = 4g + q: the intra sums (i
+      // ascending from 0 to t, independent chains), the exchange (qw[r][q][wc + a] = this lane's a_q of
+      // row r, column wc + a) and the outputs.
+      auto finish = [&](int g0, int g1) {
+        float in[4][2];
+#pragma unroll
+        for (int gg = g0; gg < g1; ++gg) in[gg][0] = in[gg][1] = 0.0f;
+#pragma unroll
+        for (int i4 = 0; i4 < 4 * g1; i4 += 4) {
+          float4 cf[4];
+#pragma unroll
+          for (int gg = i4 / 4 > g0 ? i4 / 4 : g0; gg < g1; ++gg) cf[gg] = lds4(F + kCoef + (4 * gg + q) * kCS + i4);
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const int i = i4 + u;
+            const float2 xv = lds2(x + i * kPT + pl);
+#pragma unroll
+            for (int gg = i4 / 4 > g0 ? i4 / 4 : g0; gg < g1; ++gg) {
+              const float cr[4] = {cf[gg].x, cf[gg].y, cf[gg].z, cf[gg].w};
+              const bool on = gg > i4 / 4 || i <= 4 * gg + q;  // i ≤ t
+              in[gg][0] = on ? fmaf(cr[u], xv.x, in[gg][0]) : in[gg][0];
+              in[gg][1] = on ? fmaf(cr[u], xv.y, in[gg][1]) : in[gg][1];
+            }
+          }
+        }
+        const int h0 = 4 * g0;
+#pragma unroll
+        for (int r = h0; r < 4 * g1; ++r)
+          *reinterpret_cast<float2*>(qw + (r - h0) * kQxR + q * kWc + wc) = make_float2(o[r][0], o[r][1]);
+        __syncwarp();
+#pragma unroll
+        for (int gg = g0; gg < g1; ++gg) {
+          const int t = 4 * gg + q;
+          if (kW || (t >= j0 && t < L)) {
+            float2 aq[4];
+#pragma unroll
+            for (int qq = 0; qq < 4; ++qq) aq[qq] = lds2(qw + (t - h0) * kQxR + qq * kWc + wc);
+            const float2 xt = lds2(x + t * kPT + pl);
+            const float e = F[kE + t];
+            const int row = b.src.row0 + static_cast<int>(c.cs + t - b.src.start);
+            float* yr = y + static_cast<std::size_t>(row) * sh.H * P + static_cast<std::size_t>(h) * P + b.p0 + pl;
+            if (b.p0 + pl < P)
+              yr[0] = row_output_scaled(e, combine_quarters(aq[0].x, aq[1].x, aq[2].x, aq[3].x), in[gg][0], Dh, xt.x);
+            if (b.p0 + pl + 1 < P)
+              yr[1] = row_output_scaled(e, combine_quarters(aq[0].y, aq[1].y, aq[2].y, aq[3].y), in[gg][1], Dh, xt.y);
+          }
+        }
+        __syncwarp();  // the exchange is read before the next rows (or the next cell) overwrite it
+      };
+      if constexpr (kFused) {  // one loop: each step's S read by the 16 rows' sums, then folded
+#pragma unroll
+        for (int r = 0; r < kG; ++r) o[r][0] = o[r][1] = 0.0f;
 #pragma unroll
         for (int j4 = 0; j4 < kNQ; j4 += 4) {
           if (kW || j4 < nq) {
-            sums_at(j4);
+            sums_at(j4, 0, kG);
             if (kW || fold) fold_at(j4);
           }
           hoist_fence<kTight>();
         }
-      } else {  // every sum first, then the fold (fewer values live at once)
+        mark(3);
+        finish(0, 4);
+      } else {  // 8 rows' sums and outputs at a time, then the fold (fewer values live at once)
 #pragma unroll
-        for (int j4 = 0; j4 < kNQ; j4 += 4) {
-          if (kW || j4 < nq) sums_at(j4);
-          hoist_fence<kTight>();
+        for (int r0 = 0; r0 < kG; r0 += 8) {
+#pragma unroll
+          for (int r = r0; r < r0 + 8; ++r) o[r][0] = o[r][1] = 0.0f;
+#pragma unroll
+          for (int j4 = 0; j4 < kNQ; j4 += 4) {
+            if (kW || j4 < nq) sums_at(j4, r0, r0 + 8);
+            hoist_fence<kTight>();
+          }
+          finish(r0 / 4, r0 / 4 + 2);
         }
+        mark(3);
         if (kW || fold)
 #pragma unroll
           for (int j4 = 0; j4 < kNQ; j4 += 4) {
@@ -375,62 +435,9 @@ __global__ void __launch_bounds__(kThreads, MB)
           }
       }
     };
-    const bool w = whole(c) && nq == kNQ;
-    if (w) sums_and_fold(std::true_type{});
-    else sums_and_fold(std::false_type{});
+    if (w) cell_math(std::true_type{});
+    else cell_math(std::false_type{});
     folded = folded || fold;
-    mark(3);
-
-    // Lane q finishes rows t = 4g + q (g = 0..3): the intra sums (i ascending from 0 to t, eight
-    // independent chains), then the exchange (qw[r][q][wc + a] = this lane's a_q of row r, column
-    // wc + a; kRowsX rows at a time) and the outputs.
-    float in[4][2];
-#pragma unroll
-    for (int gg = 0; gg < 4; ++gg) in[gg][0] = in[gg][1] = 0.0f;
-#pragma unroll
-    for (int i4 = 0; i4 < kG; i4 += 4) {
-      float4 cf[4];
-#pragma unroll
-      for (int gg = i4 / 4; gg < 4; ++gg) cf[gg] = lds4(F + kCoef + (4 * gg + q) * kCS + i4);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int i = i4 + u;
-        const float2 xv = lds2(x + i * kPT + pl);
-#pragma unroll
-        for (int gg = i4 / 4; gg < 4; ++gg) {
-          const float cr[4] = {cf[gg].x, cf[gg].y, cf[gg].z, cf[gg].w};
-          const bool on = gg > i4 / 4 || i <= 4 * gg + q;  // i ≤ t
-          in[gg][0] = on ? fmaf(cr[u], xv.x, in[gg][0]) : in[gg][0];
-          in[gg][1] = on ? fmaf(cr[u], xv.y, in[gg][1]) : in[gg][1];
-        }
-      }
-    }
-    constexpr int kRx = kRowsX<kXs>;
-#pragma unroll
-    for (int h0 = 0; h0 < kG; h0 += kRx) {
-#pragma unroll
-      for (int r = h0; r < h0 + kRx; ++r)
-        *reinterpret_cast<float2*>(qw + (r - h0) * kQxR + q * kWc + wc) = make_float2(o[r][0], o[r][1]);
-      __syncwarp();
-#pragma unroll
-      for (int gg = h0 / 4; gg < (h0 + kRx) / 4; ++gg) {
-        const int t = 4 * gg + q;
-        if (w || (t >= j0 && t < L)) {
-          float2 aq[4];
-#pragma unroll
-          for (int qq = 0; qq < 4; ++qq) aq[qq] = lds2(qw + (t - h0) * kQxR + qq * kWc + wc);
-          const float2 xt = lds2(x + t * kPT + pl);
-          const float e = F[kE + t];
-          const int row = b.src.row0 + static_cast<int>(c.cs + t - b.src.start);
-          float* yr = y + static_cast<std::size_t>(row) * sh.H * P + static_cast<std::size_t>(h) * P + b.p0 + pl;
-          if (b.p0 + pl < P)
-            yr[0] = row_output_scaled(e, combine_quarters(aq[0].x, aq[1].x, aq[2].x, aq[3].x), in[gg][0], Dh, xt.x);
-          if (b.p0 + pl + 1 < P)
-            yr[1] = row_output_scaled(e, combine_quarters(aq[0].y, aq[1].y, aq[2].y, aq[3].y), in[gg][1], Dh, xt.y);
-        }
-      }
-      __syncwarp();  // the exchange is read before the next rows (or the next cell) overwrite it
-    }
     mark(4);
     if (!has1) break;
     c = c1;
