@@ -82,9 +82,11 @@ struct Ctx {
 };
 
 // Cell c's C rows (output rows j0 .. L-1) and, when it folds, its B rows (0 .. L-1) into Q by quarter.
-// Thread n copies element n of every row (zeros past N); nothing else of Q is written.
+// Each thread copies one element n of every row (zeros past N); nothing else of Q is written. Lane l of
+// warp w takes n = 4m + q with q = l % 4 and m = 4w + (l / 4) % 4 + 16·(l / 16): the warp's 32 writes
+// of a row, at 4q + m (mod 32) banks, fall in 32 distinct banks.
 __device__ void issue_cb(const Ctx& b, const CellIn& c, float* Q) {
-  const int n = threadIdx.x;
+  const int l = threadIdx.x % 32, m = 4 * (threadIdx.x / 32) + (l / 4) % 4 + 16 * (l / 16), n = 4 * m + l % 4;
   const bool valid = n < b.sh.N;
   float* dC = Q + (n % 4) * kQS + n / 4;
   float* dB = dC + kBq;
