@@ -55,7 +55,7 @@ constexpr int kProbeSteps = 5;  // the probe's steps
 // a time (so that three blocks fit: 72.5 KB each).
 constexpr int kDts = 0, kBand = kDts + kG, kX = kBand + kG * kG, kXbuf = kX + kG * kPT;
 constexpr int kBq = kG * kRowQ, kCbuf = 2 * kG * kRowQ;
-constexpr int kCoef = 0, kW = kCoef + kG * kCS, kE = kW + kG, kDecay = kE + kG, kXw = kDecay + 4;
+constexpr int kCoef = 0, kWts = kCoef + kG * kCS, kE = kWts + kG, kDecay = kE + kG, kXw = kDecay + 4;
 constexpr int kXbufs = 0, kCbufs = kXbufs + 3 * kXbuf, kFbufs = kCbufs + 2 * kCbuf;
 template <bool kXs>
 constexpr int kFbuf = kXw + (kXs ? kG * kPT : 0);
@@ -152,7 +152,7 @@ __device__ void coefficients(const CellIn& c, const float* X, float* F, float Ah
     const float ct = __shfl_sync(0xffffffffu, cl, t), ci = __shfl_sync(0xffffffffu, cl, i);
     if (t >= j0 && t < L && i <= t) F[kCoef + t * kCS + i] = row_weight(ct, ci, dts[i]) * bnd[t * kG + (t - i)];
   }
-  if (warp == 1 && lane < L) F[kW + lane] = row_weight(total, cl, dts[lane]);
+  if (warp == 1 && lane < L) F[kWts + lane] = row_weight(total, cl, dts[lane]);
   if (warp == 2 && lane < L) F[kE + lane] = exp_f(cl);
   if (warp == 3 && lane == 0) F[kDecay] = exp_f(total);
   if constexpr (kXs) {
@@ -284,19 +284,19 @@ __global__ void __launch_bounds__(kThreads, MB)
     const int L = c.L, j0 = c.j0;
     const bool fold = c.fold;
 
-    // The cell's math. kW: a whole cell at N = 128, loops without run-time bounds.
+    // The cell's math. kWhole: a whole cell at N = 128, loops without run-time bounds.
     const bool w = whole(c) && nq == kNQ;
     auto cell_math = [&](auto whole_t) {
-      constexpr bool kW = decltype(whole_t)::value;
+      constexpr bool kWhole = decltype(whole_t)::value;
       float o[kG][2];  // the 16 rows' quarter sums a_q, this lane's two columns
       [[maybe_unused]] float xw[kXs ? 1 : kG][2];  // w_i·x_i[p] (kXs: read from F at each use)
       if constexpr (!kXs) {
 #pragma unroll
         for (int i = 0; i < kG; ++i) {
           xw[i][0] = xw[i][1] = 0.0f;  // never read past L
-          if (kW || (fold && i < L)) {
+          if (kWhole || (fold && i < L)) {
             const float2 xv = lds2(x + i * kPT + pl);
-            const float wi = F[kW + i];
+            const float wi = F[kWts + i];
             xw[i][0] = wi * xv.x;
             xw[i][1] = wi * xv.y;
           }
@@ -314,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, MB)
           const float cr[4] = {cv.x, cv.y, cv.z, cv.w};
 #pragma unroll
           for (int u = 0; u < 4; ++u)
-            if (kW || j4 + u < nq) {
+            if (kWhole || j4 + u < nq) {
               o[r][0] = fmaf(cr[u], S[0][j4 + u], o[r][0]);
               o[r][1] = fmaf(cr[u], S[1][j4 + u], o[r][1]);
             }
@@ -330,7 +330,7 @@ __global__ void __launch_bounds__(kThreads, MB)
           for (int u = 0; u < 4; ++u) acc[a][u] = 0.0f;
 #pragma unroll
         for (int i = 0; i < kG; ++i)
-          if (kW || i < L) {
+          if (kWhole || i < L) {
             const float4 bv = lds4(Bq + i * kRowQ + j4);
             const float bb[4] = {bv.x, bv.y, bv.z, bv.w};
             float xwi[2];
@@ -352,7 +352,7 @@ __global__ void __launch_bounds__(kThreads, MB)
         for (int a = 0; a < 2; ++a)
 #pragma unroll
           for (int u = 0; u < 4; ++u)
-            if (kW || j4 + u < nq) S[a][j4 + u] = fold_element(decay, S[a][j4 + u], acc[a][u], bf16);
+            if (kWhole || j4 + u < nq) S[a][j4 + u] = fold_element(decay, S[a][j4 + u], acc[a][u], bf16);
       };
       // Rows 4·g0 .. 4·g1 − 1 (their sums in o): lane q finishes rows t = 4g + q: the intra sums (i
       // ascending from 0 to t, independent chains), the exchange (qw[r][q][wc + a] = this lane's a_q of
@@ -387,7 +387,7 @@ __global__ void __launch_bounds__(kThreads, MB)
 #pragma unroll
         for (int gg = g0; gg < g1; ++gg) {
           const int t = 4 * gg + q;
-          if (kW || (t >= j0 && t < L)) {
+          if (kWhole || (t >= j0 && t < L)) {
             float2 aq[4];
 #pragma unroll
             for (int qq = 0; qq < 4; ++qq) aq[qq] = lds2(qw + (t - h0) * kQxR + qq * kWc + wc);
@@ -408,9 +408,9 @@ __global__ void __launch_bounds__(kThreads, MB)
         for (int r = 0; r < kG; ++r) o[r][0] = o[r][1] = 0.0f;
 #pragma unroll
         for (int j4 = 0; j4 < kNQ; j4 += 4) {
-          if (kW || j4 < nq) {
+          if (kWhole || j4 < nq) {
             sums_at(j4, 0, kG);
-            if (kW || fold) fold_at(j4);
+            if (kWhole || fold) fold_at(j4);
           }
           hoist_fence<kTight>();
         }
@@ -423,16 +423,16 @@ __global__ void __launch_bounds__(kThreads, MB)
           for (int r = r0; r < r0 + 8; ++r) o[r][0] = o[r][1] = 0.0f;
 #pragma unroll
           for (int j4 = 0; j4 < kNQ; j4 += 4) {
-            if (kW || j4 < nq) sums_at(j4, r0, r0 + 8);
+            if (kWhole || j4 < nq) sums_at(j4, r0, r0 + 8);
             hoist_fence<kTight>();
           }
           finish(r0 / 4, r0 / 4 + 2);
         }
         mark(3);
-        if (kW || fold)
+        if (kWhole || fold)
 #pragma unroll
           for (int j4 = 0; j4 < kNQ; j4 += 4) {
-            if (kW || j4 < nq) fold_at(j4);
+            if (kWhole || j4 < nq) fold_at(j4);
             hoist_fence<kTight>();
           }
       }
