@@ -151,12 +151,16 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
     const bool automatic = which == SsdPrefill::automatic;
     const bool span = which == SsdPrefill::span16 || (automatic && ssd::span_preferred(sh, g, active));
     const int way = static_cast<int>(which);
-    const bool named_lanes = way >= static_cast<int>(SsdPrefill::lanes);
-    const bool lanes = named_lanes || (automatic && !span && ssd::lanes_preferred(sh, g));
+    const bool lanes = way >= static_cast<int>(SsdPrefill::lanes);  // a lane walk named (the pipelined ones below)
+    // Automatic takes the pipelined lane walk at two blocks an SM (664) where the lane walk was preferred:
+    // measured faster than the lane walk's 264 at 1, 8 and 32 sequences (docs/performance.md, session 11).
+    const bool pipe = ssd::pipe_way(way) || (automatic && !span && ssd::lanes_preferred(sh, g));
     const int tile = automatic || which == SsdPrefill::walk || which == SsdPrefill::lanes ? 0 : way;
     ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
     if (span) ssd::launch_span(sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
-    else if (ssd::pipe_way(way)) ssd::launch_pipe(way, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
+    else if (pipe)
+      ssd::launch_pipe(automatic ? static_cast<int>(SsdPrefill::pipe64r) : way, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch,
+                       y, s);
     else if (lanes) ssd::launch_lanes(tile, active, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
     else ssd::launch_walk(tile, active, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
   }

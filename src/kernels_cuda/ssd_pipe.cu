@@ -42,7 +42,6 @@ constexpr int kPT = 64;         // columns of p a block, two a lane
 constexpr int kThreads = 128;   // (32 column pairs) × (4 quarters); also the most N (one element a thread)
 constexpr int kWc = 16;         // columns of a warp
 constexpr int kCS = 20;         // a row of coef: a multiple of 4 (16-byte reads); the 4 rows a warp reads sit in distinct banks
-constexpr int kQxR = 72;        // a row of the exchange (4 quarters × 16 columns, padded: the reads fall in 2 wavefronts)
 constexpr int kProbeSteps = 5;  // the probe's steps
 
 // Shared memory, in floats (all sizes fixed: N ≤ 128).
@@ -63,11 +62,21 @@ template <bool kXs>
 constexpr int kQx = kFbufs + 2 * kFbuf<kXs>;
 template <bool kXs>
 constexpr int kRowsX = kXs ? 8 : kG;  // rows exchanged at a time
+// The exchange's row: 4 quarters of 16 columns, quarter q at q·kQxQ. 24 and 104 put both the float2
+// writes (a row's 4 quarters) and the reads (4 rows' quarter qq) of each half-warp in 32 distinct banks;
+// kXs keeps 16 and 72 (conflict-free reads, 2-way writes) so that three blocks fit an SM.
 template <bool kXs>
-constexpr int kSmemFloats = kQx<kXs> + (kThreads / 32) * kRowsX<kXs> * kQxR;
+constexpr int kQxQ = kXs ? 16 : 24;
+template <bool kXs>
+constexpr int kQxR = kXs ? 72 : 104;
+template <bool kXs>
+constexpr int kSmemFloats = kQx<kXs> + (kThreads / 32) * kRowsX<kXs> * kQxR<kXs>;
 static_assert(kXbuf % 4 == 0 && kCbufs % 4 == 0 && kFbufs % 4 == 0 && kXw % 4 == 0 && kQx<true> % 4 == 0 &&
                   kQx<false> % 4 == 0,
               "16-byte aligned regions");
+// Three (kXs) or two blocks in an H200 SM's 228 KB, each with its 1 KB the system reserves.
+static_assert(3 * (kSmemFloats<true> * 4 + 1024) <= 228 * 1024 && 2 * (kSmemFloats<false> * 4 + 1024) <= 228 * 1024,
+              "blocks an SM");
 
 // A cell every block takes whole: G = 16 rows, all the call's, folded (no ring rows: a cell the call
 // starts inside has j0 > 0). Its loops have no run-time bounds.
@@ -205,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, MB)
   const int64_t call_end = start + p.n[seq];
 
   extern __shared__ __align__(16) float smem[];
-  float* qw = smem + kQx<kXs> + warp * kRowsX<kXs> * kQxR;  // this warp's exchange
+  float* qw = smem + kQx<kXs> + warp * kRowsX<kXs> * kQxR<kXs>;  // this warp's exchange
   auto Xb = [&](int k) { return smem + kXbufs + (k % 3) * kXbuf; };
   auto Qb = [&](int k) { return smem + kCbufs + (k % 2) * kCbuf; };
   auto Fb = [&](int k) { return smem + kFbufs + (k % 2) * kFbuf<kXs>; };
@@ -382,7 +391,7 @@ __global__ void __launch_bounds__(kThreads, MB)
         const int h0 = 4 * g0;
 #pragma unroll
         for (int r = h0; r < 4 * g1; ++r)
-          *reinterpret_cast<float2*>(qw + (r - h0) * kQxR + q * kWc + wc) = make_float2(o[r][0], o[r][1]);
+          *reinterpret_cast<float2*>(qw + (r - h0) * kQxR<kXs> + q * kQxQ<kXs> + wc) = make_float2(o[r][0], o[r][1]);
         __syncwarp();
 #pragma unroll
         for (int gg = g0; gg < g1; ++gg) {
@@ -390,7 +399,7 @@ __global__ void __launch_bounds__(kThreads, MB)
           if (kWhole || (t >= j0 && t < L)) {
             float2 aq[4];
 #pragma unroll
-            for (int qq = 0; qq < 4; ++qq) aq[qq] = lds2(qw + (t - h0) * kQxR + qq * kWc + wc);
+            for (int qq = 0; qq < 4; ++qq) aq[qq] = lds2(qw + (t - h0) * kQxR<kXs> + qq * kQxQ<kXs> + wc);
             const float2 xt = lds2(x + t * kPT + pl);
             const float e = F[kE + t];
             const int row = b.src.row0 + static_cast<int>(c.cs + t - b.src.start);

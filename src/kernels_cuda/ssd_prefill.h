@@ -11,8 +11,8 @@ namespace parity::cuda {
 
 enum class SsdPrefill {
   automatic = 0,  // the span walk for a batch too small for the walk's blocks to fill the GPU, else the
-                  // lane walk (shape 264) at G = 16, N = 128, P % 64 == 0, else the fused walk with its
-                  // tile chosen by size
+                  // pipelined lane walk (shape 664) at G = 16, N = 128, P % 64 == 0, else the fused walk with
+                  // its tile chosen by size
   walk = 1,       // the fused walk with its tile chosen from the batch's size (automatic's choice past
                   // the span walk's batches; the benchmarks time it beside the span walk)
   walk16 = 16,    // the fused walk (ssd_band.cu, ssd_walk.cu), 16, 32 or 64 columns of p per block
