@@ -12,7 +12,8 @@
 //         completes); the slot's state is written once, at the end. For batches too small to fill
 //         the GPU with those blocks, the span walk (ssd_span.cu) does the same with 64 rows (several
 //         cells) per step, larger blocks and the next rows prefetched; for larger ones at the default
-//         grid (G = 16, N = 128), the lane walk (ssd_lanes.cu) keeps the state in registers instead;
+//         grid (G = 16, N = 128), the lane walk (ssd_lanes.cu) keeps the state in registers instead,
+//         automatic its pipelined form (ssd_pipe.cu: one barrier a cell, coefficients a cell ahead);
 // then (exact) ring: the call's last rows of every head's open cell into the replay ring. One-row
 // calls skip them: plain mode's decode is the SSU update (ssd_ssu.cu), exact mode's the one-row
 // decode (ssd_decode.cu), which computes the row, folds a completed cell and writes the ring in one
