@@ -33,6 +33,7 @@ enum class SsdPrefill {
                   // a cell, the coefficients a cell ahead, C and B copied by quarter, the quarter sums and the
                   // fold in one loop; 64 columns of p a block, three blocks an SM (168 registers)
   pipe64r = 664,  // the same, two blocks an SM (up to 255 registers)
+  pipe64o = 764,  // 664 with the second block of each SM started half a cell late (timing only)
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
 };
 
