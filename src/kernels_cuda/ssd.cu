@@ -150,11 +150,14 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
   } else {
     const int active = p.num_seqs - p.num_ssu_seqs - p.num_decode_seqs;
     const bool automatic = which == SsdPrefill::automatic;
-    const bool span = which == SsdPrefill::span16 || (automatic && ssd::span_preferred(sh, g, active));
+    // Automatic takes the pipelined lane walk at two blocks an SM (664) where the lane walk is preferred (G = 16,
+    // N = 128, P % 64 == 0) from two sequences on, the span walk below: measured on an H200 at 32 heads × 64,
+    // device µs, 664 against the span walk 838 / 457, 866 / 900, 870 / 1,332 at 1 / 2 / 3 sequences and
+    // against the lane walk's 264 1,073 / 1,344, 2,106 / 3,232, 4,128 / 4,855 at 8 / 16 / 32 (session 11).
+    const bool pipe_auto = automatic && active >= 2 && ssd::lanes_preferred(sh, g);
+    const bool span = which == SsdPrefill::span16 || (automatic && !pipe_auto && ssd::span_preferred(sh, g, active));
     const int way = static_cast<int>(which);
     const bool lanes = way >= static_cast<int>(SsdPrefill::lanes);  // a lane walk named (the pipelined ones below)
-    // Automatic takes the pipelined lane walk at two blocks an SM (664) where the lane walk was preferred:
-    // measured faster than the lane walk's 264 at 1, 8 and 32 sequences (docs/performance.md, session 11).
     const bool pipe = ssd::pipe_way(way) || (automatic && !span && ssd::lanes_preferred(sh, g));
     const int tile = automatic || which == SsdPrefill::walk || which == SsdPrefill::lanes ? 0 : way;
     ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);

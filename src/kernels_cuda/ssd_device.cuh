@@ -272,8 +272,7 @@ void launch_lanes(int way, int active_seqs, const SsdShape& sh, const ScanGrid& 
                   const float* band, float* y, cudaStream_t s);
 // The pipelined lane walk (ssd_pipe.cu): the lane walk with one barrier a cell, the coefficients a cell
 // ahead, C and B copied by quarter, the quarter sums and the fold in one loop. way: 564 (three blocks an
-// SM) or 664 (two; 764: 664 with the second block of each SM started half a cell late); pipe_way says
-// whether a way is one of them. Probe: as lanes_probe (wait, next copies
+// SM) or 664 (two); pipe_way says whether a way is one of them. Probe: as lanes_probe (wait, next copies
 // issued, next cell's coefficients, quarter sums and fold, exchange and outputs; the cell count).
 bool pipe_way(int way);
 void pipe_probe(long long* device_buffer);

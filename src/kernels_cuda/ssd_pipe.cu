@@ -20,7 +20,7 @@
 // chain over its n ascending, each delta one chain over i ascending from 0, each intra sum one chain over
 // i ascending from 0): CudaSsdTiling holds it to them bit for bit. One block per (sequence, head, 64
 // columns of p), 128 threads; shapes (SsdPrefill's pipe values) 564: three blocks an SM (168 registers),
-// 664: two (up to 255); 764: 664 with the second block of each SM started half a cell late. Supported: N a multiple of 4 up to 128, cells of at most 16 rows (lanes_supported).
+// 664: two (up to 255). Supported: N a multiple of 4 up to 128, cells of at most 16 rows (lanes_supported).
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
@@ -193,7 +193,7 @@ __device__ __forceinline__ void hoist_fence() {
 template <int MB, bool kProbe>
 __global__ void __launch_bounds__(kThreads, MB)
     pipe_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
-                const float* Dskip, SsdState st, const float* band, float* y, long long* probe, int2 offset) {
+                const float* Dskip, SsdState st, const float* band, float* y, long long* probe) {
   constexpr bool kTight = kThreads * MB > 256;
   constexpr bool kXs = kTight;  // xw in shared memory, the exchange in two halves
   // Shared-memory loads of the quarter sums and the delta are kept in runs of this many rows (the
@@ -206,16 +206,6 @@ __global__ void __launch_bounds__(kThreads, MB)
   const int64_t start = p.start[seq];
   const int t0 = p.task0[seq], K = p.task0[seq + 1] - t0;
   if (K <= 0 || uses_ssu(g, start, p.n[seq])) return;
-  // 764: the blocks dispatched second onto each SM (linear ids offset.x .. 2·offset.x − 1) start offset.y
-  // cycles late, so that the two blocks of an SM are half a cell apart: one in its shared-memory-bound
-  // loop while the other forms coefficients, copies and outputs. Timing only: no value depends on it.
-  if (offset.y > 0) {
-    const int lin = static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
-    if (lin >= offset.x && lin < 2 * offset.x) {
-      const long long t = clock64();
-      while (clock64() - t < offset.y) __nanosleep(256);
-    }
-  }
   const int P = sh.P, N = sh.N, nq = N / 4;
   const Ctx b{sh, g, source_of(sh, g, p, seq, xbc, ld, dt, st), band, h, h / sh.heads_per_group(),
               static_cast<int>(blockIdx.z) * kPT};
@@ -485,30 +475,15 @@ __global__ void __launch_bounds__(kThreads, MB)
 
 std::atomic<long long*> probe_buffer{nullptr};
 
-int sm_count() {
-  static std::atomic<int> sms{0};
-  if (sms.load() == 0) {
-    int device = 0, n = 0;
-    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-    cuda_check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    sms.store(n);
-  }
-  return sms.load();
-}
-
-// 764's start offset: about half of a cell's cycles at two blocks an SM (run 1: 14–16k cycles a cell).
-constexpr int kOffsetCycles = 7500;
-
 template <int MB>
 void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
-            const float* A, const float* D, const SsdState& st, const float* band, float* y, bool offset, cudaStream_t s) {
+            const float* A, const float* D, const SsdState& st, const float* band, float* y, cudaStream_t s) {
   constexpr std::size_t smem = static_cast<std::size_t>(kSmemFloats<(MB > 2)>) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H), static_cast<unsigned>((sh.P + kPT - 1) / kPT));
   long long* probe = probe_buffer.load();
   auto run = [&](auto kernel) {
     ensure_smem(kernel, smem, "ssd pipe smem");
-    kernel<<<grid, kThreads, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, y, probe,
-                                        make_int2(offset ? sm_count() : 0, offset ? kOffsetCycles : 0));
+    kernel<<<grid, kThreads, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, y, probe);
   };
   if (probe != nullptr) run(pipe_kernel<MB, true>);
   else run(pipe_kernel<MB, false>);
@@ -519,8 +494,7 @@ template <class F>
 void by_way(int way, F f) {
   switch (way) {
     case 564: f(std::integral_constant<int, 3>{}); break;
-    case 664:
-    case 764: f(std::integral_constant<int, 2>{}); break;
+    case 664: f(std::integral_constant<int, 2>{}); break;
     default: throw Error("CUDA SSD: no pipelined lane walk of shape " + std::to_string(way));
   }
 }
@@ -529,7 +503,7 @@ void by_way(int way, F f) {
 
 void pipe_probe(long long* device_buffer) { probe_buffer.store(device_buffer); }
 
-bool pipe_way(int way) { return way == 564 || way == 664 || way == 764; }
+bool pipe_way(int way) { return way == 564 || way == 664; }
 
 int pipe_resident(int way) {
   int per_sm = 0;
@@ -550,7 +524,7 @@ void launch_pipe(int way, const SsdShape& sh, const ScanGrid& g, const PassSeqs&
   if (!lanes_supported(sh, g))
     throw Error("CUDA SSD: the pipelined lane walk needs N a multiple of 4 up to 128 and cells of at most 16 rows (N " +
                 std::to_string(sh.N) + ", cell " + std::to_string(g.cell) + ")");
-  by_way(way, [&](auto mb) { launch<decltype(mb)::value>(sh, g, p, xbc, ld, dt, A, D, st, band, y, way == 764, s); });
+  by_way(way, [&](auto mb) { launch<decltype(mb)::value>(sh, g, p, xbc, ld, dt, A, D, st, band, y, s); });
 }
 
 }  // namespace parity::cuda::ssd

@@ -10,9 +10,9 @@
 namespace parity::cuda {
 
 enum class SsdPrefill {
-  automatic = 0,  // the span walk for a batch too small for the walk's blocks to fill the GPU, else the
-                  // pipelined lane walk (shape 664) at G = 16, N = 128, P % 64 == 0, else the fused walk with
-                  // its tile chosen by size
+  automatic = 0,  // at G = 16, N = 128, P % 64 == 0 the span walk for one sequence and the pipelined lane
+                  // walk (shape 664) from two on; elsewhere the span walk for a batch too small for the
+                  // walk's blocks to fill the GPU, else the fused walk with its tile chosen by size
   walk = 1,       // the fused walk with its tile chosen from the batch's size (automatic's choice past
                   // the span walk's batches; the benchmarks time it beside the span walk)
   walk16 = 16,    // the fused walk (ssd_band.cu, ssd_walk.cu), 16, 32 or 64 columns of p per block
@@ -33,7 +33,6 @@ enum class SsdPrefill {
                   // a cell, the coefficients a cell ahead, C and B copied by quarter, the quarter sums and the
                   // fold in one loop; 64 columns of p a block, three blocks an SM (168 registers)
   pipe64r = 664,  // the same, two blocks an SM (up to 255 registers)
-  pipe64o = 764,  // 664 with the second block of each SM started half a cell late (timing only)
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
 };
 
