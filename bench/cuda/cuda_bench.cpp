@@ -199,7 +199,13 @@ void BM_CudaSsdLanesProbe(benchmark::State& state) {
     got = probe.download(6);
   }
   const double cells = got[5] > 0 ? static_cast<double>(got[5]) : 1.0;
-  const char* names[5] = {"wait", "coef", "issue", "out", "fold"};
+  // The pipelined walk (564, 664) times its own steps: wait (copies landed, the barrier), issue (the
+  // next copies), coef (the next cell's coefficients), sums (quarter sums and fold), finish (exchange,
+  // intra sums, outputs).
+  const bool pipe = way == 564 || way == 664;
+  const char* lane_names[5] = {"wait", "coef", "issue", "out", "fold"};
+  const char* pipe_names[5] = {"wait", "issue", "coef", "sums", "finish"};
+  const char* const* names = pipe ? pipe_names : lane_names;
   double total = 0;
   for (int i = 0; i < 5; ++i) {
     state.counters[names[i]] = static_cast<double>(got[i]) / cells;
@@ -208,7 +214,7 @@ void BM_CudaSsdLanesProbe(benchmark::State& state) {
   state.counters["cyc_per_cell"] = total / cells;
   state.counters["blocks_per_sm"] = cuda::ssd_lanes_resident(way, {H, P, N, GR});
 }
-BENCHMARK(BM_CudaSsdLanesProbe)->ArgsProduct({{1, 8, 32}, {16}, {232, 264, 464, 316, 332}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaSsdLanesProbe)->ArgsProduct({{1, 8, 32}, {16}, {232, 264, 464, 316, 332, 564, 664}})->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // SSD prefill of batch × 2048 tokens, one call per sequence from position 0, fp32 state.
 // arg1: the cell; arg2: 1 = exact (cells anchored at 0, staggered), 0 = plain (cells from the
@@ -239,7 +245,8 @@ BENCHMARK(BM_CudaSsdPrefill)
 // by size, 1 = the fused walk with its tile chosen by size, 16 / 32 / 64 = the fused walk's tile of p,
 // 116 = the span walk (ssd_span.cu), 232 / 264 = the lane walk (ssd_lanes.cu) with 32 / 64 columns of p
 // per block and two per lane (464: 264 at two blocks an SM, more registers), 316 / 332 = 16 / 32 columns
-// per block and one per lane, -1 = the earlier three-phase kernels.
+// per block and one per lane, 564 / 664 = the pipelined lane walk (ssd_pipe.cu) at three / two blocks an SM,
+// -1 = the earlier three-phase kernels.
 // Counter TFLOPs: the scan's main products, 2·2·P·N flops per row and head (C·S_start and the cell's
 // sum), per second; the H200's fp32 FMA peak is about 67 TFLOP/s.
 void BM_CudaSsdPrefillTiles(benchmark::State& state) {
@@ -266,7 +273,7 @@ BENCHMARK(BM_CudaSsdPrefillTiles)
     ->ArgsProduct({{1, 2, 8}, {32, 64}, {1, 116}})
     ->ArgsProduct({{32}, {16}, {1, 116}})
     ->ArgsProduct({{2, 4}, {16}, {-1}})
-    ->ArgsProduct({{1, 2, 3, 4, 8, 16, 32}, {16}, {232, 264, 464, 316, 332}})
+    ->ArgsProduct({{1, 2, 3, 4, 8, 16, 32}, {16}, {232, 264, 464, 316, 332, 564, 664}})
     ->ArgsProduct({{16}, {16}, {1, 116}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

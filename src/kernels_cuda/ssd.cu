@@ -12,7 +12,8 @@
 //         completes); the slot's state is written once, at the end. For batches too small to fill
 //         the GPU with those blocks, the span walk (ssd_span.cu) does the same with 64 rows (several
 //         cells) per step, larger blocks and the next rows prefetched; for larger ones at the default
-//         grid (G = 16, N = 128), the lane walk (ssd_lanes.cu) keeps the state in registers instead;
+//         grid (G = 16, N = 128), the lane walk (ssd_lanes.cu) keeps the state in registers instead,
+//         automatic its pipelined form (ssd_pipe.cu: one barrier a cell, coefficients a cell ahead);
 // then (exact) ring: the call's last rows of every head's open cell into the replay ring. One-row
 // calls skip them: plain mode's decode is the SSU update (ssd_ssu.cu), exact mode's the one-row
 // decode (ssd_decode.cu), which computes the row, folds a completed cell and writes the ring in one
@@ -101,8 +102,13 @@ void ssd_dt(const float* dt_raw, int ld, int T, int H, const float* dt_bias, flo
 
 bool ssd_span_supported(const SsdShape& sh, const ScanGrid& g) { return ssd::span_supported(sh, g); }
 bool ssd_lanes_supported(const SsdShape& sh, const ScanGrid& g) { return ssd::lanes_supported(sh, g); }
-void ssd_lanes_probe(long long* device_buffer) { ssd::lanes_probe(device_buffer); }
-int ssd_lanes_resident(int way, const SsdShape& sh) { return ssd::lanes_resident(way, sh); }
+void ssd_lanes_probe(long long* device_buffer) {
+  ssd::lanes_probe(device_buffer);
+  ssd::pipe_probe(device_buffer);
+}
+int ssd_lanes_resident(int way, const SsdShape& sh) {
+  return ssd::pipe_way(way) ? ssd::pipe_resident(way) : ssd::lanes_resident(way, sh);
+}
 void ssd_span_probe(long long* device_buffer) { ssd::span_probe(device_buffer); }
 
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which) {
@@ -144,13 +150,21 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
   } else {
     const int active = p.num_seqs - p.num_ssu_seqs - p.num_decode_seqs;
     const bool automatic = which == SsdPrefill::automatic;
-    const bool span = which == SsdPrefill::span16 || (automatic && ssd::span_preferred(sh, g, active));
+    // Automatic takes the pipelined lane walk at two blocks an SM (664) where the lane walk is preferred (G = 16,
+    // N = 128, P % 64 == 0) from two sequences on, the span walk below: measured on an H200 at 32 heads × 64,
+    // device µs, 664 against the span walk 838 / 457, 866 / 900, 870 / 1,332 at 1 / 2 / 3 sequences and
+    // against the lane walk's 264 1,073 / 1,344, 2,106 / 3,232, 4,128 / 4,855 at 8 / 16 / 32 (session 11).
+    const bool pipe_auto = automatic && active >= 2 && ssd::lanes_preferred(sh, g);
+    const bool span = which == SsdPrefill::span16 || (automatic && !pipe_auto && ssd::span_preferred(sh, g, active));
     const int way = static_cast<int>(which);
-    const bool named_lanes = way >= static_cast<int>(SsdPrefill::lanes);
-    const bool lanes = named_lanes || (automatic && !span && ssd::lanes_preferred(sh, g));
+    const bool lanes = way >= static_cast<int>(SsdPrefill::lanes);  // a lane walk named (the pipelined ones below)
+    const bool pipe = ssd::pipe_way(way) || (automatic && !span && ssd::lanes_preferred(sh, g));
     const int tile = automatic || which == SsdPrefill::walk || which == SsdPrefill::lanes ? 0 : way;
     ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
     if (span) ssd::launch_span(sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
+    else if (pipe)
+      ssd::launch_pipe(automatic ? static_cast<int>(SsdPrefill::pipe64r) : way, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch,
+                       y, s);
     else if (lanes) ssd::launch_lanes(tile, active, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
     else ssd::launch_walk(tile, active, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
   }

@@ -180,9 +180,13 @@ __device__ inline float quarter_dot(const float* C, const float* S, int N) {
   }
   return combine_quarters(a0, a1, a2, a3);
 }
-// Output row j of a cell: (exp(cum_j)·inter + intra) + D·x_j.
+// Output row j of a cell: (exp(cum_j)·inter + intra) + D·x_j. row_output_scaled takes exp(cum_j)
+// formed beforehand (the pipelined lane walk forms it once a row for the whole block): the same operations.
+__device__ inline float row_output_scaled(float exp_cum_j, float inter, float intra, float D, float x) {
+  return (exp_cum_j * inter + intra) + D * x;
+}
 __device__ inline float row_output(float cum_j, float inter, float intra, float D, float x) {
-  return (exp_f(cum_j) * inter + intra) + D * x;
+  return row_output_scaled(exp_f(cum_j), inter, intra, D, x);
 }
 __device__ inline float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 __device__ inline float widen_bf16(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
@@ -266,6 +270,16 @@ int lanes_resident(int way, const SsdShape& sh);
 void launch_lanes(int way, int active_seqs, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
                   const float* xbc, int ld, const float* dt, const float* A, const float* D, const SsdState& st,
                   const float* band, float* y, cudaStream_t s);
+// The pipelined lane walk (ssd_pipe.cu): the lane walk with one barrier a cell, the coefficients a cell
+// ahead, C and B copied by quarter, the quarter sums and the fold in one loop. way: 564 (three blocks an
+// SM) or 664 (two); pipe_way says whether a way is one of them. Probe: as lanes_probe (wait, next copies
+// issued, next cell's coefficients, quarter sums and fold, exchange and outputs; the cell count).
+bool pipe_way(int way);
+void pipe_probe(long long* device_buffer);
+int pipe_resident(int way);
+void launch_pipe(int way, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
+                 const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* y,
+                 cudaStream_t s);
 void launch_walk(int tile_p, int active_seqs, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
                  const float* xbc, int ld, const float* dt, const float* A, const float* D, const SsdState& st,
                  const float* band, float* y, cudaStream_t s);

@@ -32,6 +32,7 @@
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/smem_limit.h"
+#include "kernels_cuda/ssd_cell_walk.cuh"
 #include "kernels_cuda/ssd_copy_lanes.cuh"
 #include "kernels_cuda/ssd_device.cuh"
 
@@ -79,28 +80,8 @@ __host__ __device__ inline LaneLayout lane_layout(int N, int PT) {
   return l;
 }
 
-// cp.async helpers (saddr, cp16, cp4, commit, copy4): ssd_copy_lanes.cuh.
-__device__ __forceinline__ void wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
-// One cell of the call as the walk takes it: source rows cs .. cs+L-1 (ring rows first where the
-// call starts inside it), output rows j0 .. L-1, folded or not (exact: only a cell the call completes).
-struct CellIn {
-  int64_t cs, ce;
-  int L, j0;
-  bool live, fold;
-};
-__device__ inline CellIn first_cell(const CellTask& t) { return {t.c.start, t.c.end, t.L, t.j0, t.live, t.fold}; }
-// The cell after c (call_cell's k > 0 without its divisions): it starts at c's end.
-__device__ inline CellIn next_cell(const CellIn& c, int64_t end, int G, bool exact) {
-  CellIn n;
-  n.cs = c.ce;
-  n.ce = c.ce + G;
-  n.live = n.cs < end;
-  n.L = n.live ? static_cast<int>((n.ce < end ? n.ce : end) - n.cs) : 0;
-  n.j0 = 0;
-  n.fold = n.live && (exact ? n.ce <= end : true);
-  return n;
-}
+// cp.async helpers (saddr, cp16, cp4, commit, copy4): ssd_copy_lanes.cuh; CellIn, first_cell, next_cell,
+// wait_all: ssd_cell_walk.cuh.
 
 struct Block {
   SsdShape sh;

@@ -10,9 +10,9 @@
 namespace parity::cuda {
 
 enum class SsdPrefill {
-  automatic = 0,  // the span walk for a batch too small for the walk's blocks to fill the GPU, else the
-                  // lane walk (shape 264) at G = 16, N = 128, P % 64 == 0, else the fused walk with its
-                  // tile chosen by size
+  automatic = 0,  // at G = 16, N = 128, P % 64 == 0 the span walk for one sequence and the pipelined lane
+                  // walk (shape 664) from two on; elsewhere the span walk for a batch too small for the
+                  // walk's blocks to fill the GPU, else the fused walk with its tile chosen by size
   walk = 1,       // the fused walk with its tile chosen from the batch's size (automatic's choice past
                   // the span walk's batches; the benchmarks time it beside the span walk)
   walk16 = 16,    // the fused walk (ssd_band.cu, ssd_walk.cu), 16, 32 or 64 columns of p per block
@@ -29,6 +29,10 @@ enum class SsdPrefill {
   lanes64r = 464,   // 64 columns, two a lane, two blocks an SM (more registers a thread than 264's three)
   lanes1x16 = 316,  // 16 or 32 columns of p a block, one a lane (twice the lanes, half the work each)
   lanes1x32 = 332,
+  pipe64 = 564,   // the pipelined lane walk (ssd_band.cu, ssd_pipe.cu): the lane walk's lanes with one barrier
+                  // a cell, the coefficients a cell ahead, C and B copied by quarter, the quarter sums and the
+                  // fold in one loop; 64 columns of p a block, three blocks an SM (168 registers)
+  pipe64r = 664,  // the same, two blocks an SM (up to 255 registers)
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
 };
 
@@ -51,6 +55,8 @@ void ssd_span_probe(long long* device_buffer);
 // Benchmarks only: the lane walk's probe (6 values: thread 0 of the first block's clock cycles summed
 // over its cells in each step: wait, quarters and coefficients, next copies, outputs, delta and fold;
 // the cell count), or nullptr; and how many of its blocks of one shape (232, 264, 464, 316, 332) an SM holds.
+// The pipelined walk's shapes (564, 664) write the same probe with their own steps: wait, next copies
+// issued, next cell's coefficients, quarter sums and fold, exchange and outputs.
 void ssd_lanes_probe(long long* device_buffer);
 int ssd_lanes_resident(int way, const SsdShape& sh);
 

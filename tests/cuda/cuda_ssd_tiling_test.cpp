@@ -244,7 +244,7 @@ void expect_every_tile_matches_three_phase(const std::vector<Case>& cases) {
       }
       if (cuda::ssd_lanes_supported(ssh, c.g))
         for (SsdPrefill l : {SsdPrefill::lanes64, SsdPrefill::lanes64r, SsdPrefill::lanes32, SsdPrefill::lanes1x32,
-                             SsdPrefill::lanes1x16})
+                             SsdPrefill::lanes1x16, SsdPrefill::pipe64, SsdPrefill::pipe64r})
           ways.push_back(l);
       for (SsdPrefill w : ways) {
         const std::string d = compare(want, run(c.sh, c.g, c.bf16, c.T, sched, w), c.sh);
@@ -387,7 +387,7 @@ TEST(CudaSsdTiling, CompanionASmallChangeInOneInputIsSeen) {
   EXPECT_NE(first_difference(want.s32, got.s32, sh.N, "state"), "");
 }
 
-// The same for the span walk and the lane walk: x of row 37 (the third cell of the first span at
+// The same for the span walk, the lane walk and the pipelined lane walk: x of row 37 (the third cell of the first span at
 // G = 16) changed in its fourth significant digit changes that row's output first, and the state.
 TEST(CudaSsdTiling, CompanionTheSpanWalkSeesASmallChange) {
   PARITY_REQUIRE_GPU();
@@ -395,7 +395,9 @@ TEST(CudaSsdTiling, CompanionTheSpanWalkSeesASmallChange) {
   for (const auto& [sh, way] : {std::pair<Shape, SsdPrefill>{{2, 64, 128, 1}, SsdPrefill::span16},
                                 {{2, 64, 128, 1, 0}, SsdPrefill::span16},
                                 {{2, 64, 128, 1}, SsdPrefill::lanes64},
-                                {{2, 64, 128, 1, 0}, SsdPrefill::lanes1x16}}) {
+                                {{2, 64, 128, 1, 0}, SsdPrefill::lanes1x16},
+                                {{2, 64, 128, 1}, SsdPrefill::pipe64},
+                                {{2, 64, 128, 1, 0}, SsdPrefill::pipe64r}}) {
     const Result want = run(sh, g, false, 150, whole(150), SsdPrefill::three_phase);
     const Result same = run(sh, g, false, 150, whole(150), way);
     EXPECT_EQ(compare(want, same, sh), "") << "way " << static_cast<int>(way);

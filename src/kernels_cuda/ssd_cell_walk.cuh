@@ -1,0 +1,35 @@
+#pragma once
+// How the lane walks (ssd_lanes.cu, ssd_pipe.cu) step from one cell of a call to the next: a call's
+// first cell from its cell task, every later one from the cell before it (call_cell's k > 0 without
+// its divisions). Index arithmetic only: no value depends on it.
+#include <cstdint>
+
+#include "kernels_cuda/ssd_device.cuh"
+
+namespace parity::cuda::ssd {
+namespace {
+
+// One cell of the call as the walk takes it: source rows cs .. cs+L-1 (ring rows first where the
+// call starts inside it), output rows j0 .. L-1, folded or not (exact: only a cell the call completes).
+struct CellIn {
+  int64_t cs, ce;
+  int L, j0;
+  bool live, fold;
+};
+__device__ inline CellIn first_cell(const CellTask& t) { return {t.c.start, t.c.end, t.L, t.j0, t.live, t.fold}; }
+// The cell after c: it starts at c's end.
+__device__ inline CellIn next_cell(const CellIn& c, int64_t end, int G, bool exact) {
+  CellIn n;
+  n.cs = c.ce;
+  n.ce = c.ce + G;
+  n.live = n.cs < end;
+  n.L = n.live ? static_cast<int>((n.ce < end ? n.ce : end) - n.cs) : 0;
+  n.j0 = 0;
+  n.fold = n.live && (exact ? n.ce <= end : true);
+  return n;
+}
+
+__device__ __forceinline__ void wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+}  // namespace
+}  // namespace parity::cuda::ssd
