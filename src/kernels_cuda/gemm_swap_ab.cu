@@ -40,6 +40,7 @@
 #include "kernels_cuda/gemm_swap_ab_kernel.cuh"
 #include "kernels_cuda/gemm_swap_ab_mma.cuh"
 #include "kernels_cuda/launch_support.h"
+#include "kernels_cuda/programmatic_launch.cuh"
 #include "kernels_cuda/tensor_map.h"
 
 namespace parity::cuda {
@@ -56,6 +57,7 @@ struct Args {
   float* C;
   int ldc;
   cudaStream_t s;
+  unsigned early;  // ops.h's GemmEarly flags; not 0: launched programmatically
 };
 
 // The rows of A a pass computes: wgmma's N for M rows, up to 256 (more rows: several passes).
@@ -79,7 +81,8 @@ void launch(const Args& a) {
   with_bf16_rows(a.A, a.M, a.K, a.lda, a.s, [&](const void* a16) {
     const CUtensorMap xmap = bf16_rows_tensor_map_cached(a16, a.K, a.M, NT);
     const dim3 grid(static_cast<unsigned>((a.N + Cfg::kCols - 1) / Cfg::kCols), static_cast<unsigned>((a.M + NT - 1) / NT));
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, a.s>>>(wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc);
+    launch_programmatic_if(a.early != 0, kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, a.s, "gemm_bf16_swap_ab",
+                           wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc, a.early);
   });
 }
 
@@ -99,7 +102,8 @@ void launch_mma(const Args& a) {
       const CUtensorMap xmap = bf16_rows_tensor_map_cached(a16, a.K, a.M, NT);
       const dim3 grid(static_cast<unsigned>((a.N + Cfg::kCols - 1) / Cfg::kCols),
                       static_cast<unsigned>((a.M + NT - 1) / NT));
-      kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, a.s>>>(wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc);
+      launch_programmatic_if(a.early != 0, kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, a.s,
+                             "gemm_bf16_swap_ab", wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc, a.early);
     });
   }
 }
@@ -137,9 +141,14 @@ constexpr Variant mma_variant(const char* name) {
 // to bf16 by the consumers from fp32 boxes (no pre-pass launch; within 3 % at best, up to 74 %
 // slower: the rounding sits on the consumers' path), and mma.sync with 16 or 64 columns a block
 // (lm_head 126 µs; out_proj 17.4-17.7).
+//
+// Added in session 11, not yet measured: mma-c16-2blk (one warp of 16 columns a block: out_proj's 2560
+// columns make 160 blocks, every SM busy) and mma-c32-1blk (a ring of up to 48 stages: where the
+// blocks are fewer than the SMs, out_proj's 80, each SM keeps ~4x mma-c32-4blk's bytes in flight).
 const Variant kVariants[] = {
-    variant<1, 1>("c64"),  variant<1, 2>("c64-2blk"), variant<2, 1>("c128"), variant<2, 2>("c128-2blk"),
-    mma_variant<2, 4>("mma-c32-4blk"),
+    variant<1, 1>("c64"),           variant<1, 2>("c64-2blk"),         variant<2, 1>("c128"),
+    variant<2, 2>("c128-2blk"),     mma_variant<2, 4>("mma-c32-4blk"), mma_variant<1, 2>("mma-c16-2blk"),
+    mma_variant<2, 1>("mma-c32-1blk"),
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 constexpr int kC64TwoBlocks = 1, kC128 = 2, kMmaC32 = 4;
@@ -159,12 +168,13 @@ int default_variant(int M, int N) {
 bool gemm_swap_ab_fits(const float* A, int K, int lda, const void* W) { return gemm_mma_fits(A, K, lda, W); }
 
 void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
-                       cudaStream_t s, int variant) {
+                       cudaStream_t s, int variant, int early) {
   if (M <= 0 || N <= 0) return;
   if (variant >= kVariantCount) throw Error("gemm_bf16_swap_ab: no such variant");
   if (!gemm_swap_ab_fits(A, K, lda, W)) throw Error("gemm_bf16_swap_ab: unsupported operands");
   const Variant& v = kVariants[variant < 0 ? default_variant(M, N) : variant];
-  v.by_rows[row_tile_index(M)](Args{A, M, K, lda, W, N, bias, C, ldc, s});
+  const unsigned flags = early < 0 ? gemm_early_flags() : static_cast<unsigned>(early);
+  v.by_rows[row_tile_index(M)](Args{A, M, K, lda, W, N, bias, C, ldc, s, flags});
   check_launch("gemm_bf16_swap_ab");
 }
 

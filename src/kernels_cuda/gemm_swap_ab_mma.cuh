@@ -10,6 +10,8 @@
 
 namespace parity::cuda::swap_ab {
 
+constexpr int kMmaMaxStages = 48;
+
 // CW consumer warps (16 output columns each), NT rows of A per block (8, 16 or 32: n8 tiles whose
 // fragments for a whole box stay in registers), BPS blocks per SM.
 template <int CW, int NT, int BPS>
@@ -20,7 +22,9 @@ struct MmaConfig {
   static constexpr int kXBytes = NT * 128;       // a 64-deep box of A's rows in bf16
   static constexpr int kStageBytes = kWBytes + kXBytes;
   static constexpr int kRing = BPS == 1 ? 200 * 1024 : BPS == 2 ? 108 * 1024 : BPS == 4 ? 52 * 1024 : 24 * 1024;
-  static constexpr int kStages = kRing / kStageBytes < kMaxStages ? kRing / kStageBytes : kMaxStages;
+  // Up to kMmaMaxStages: a block alone on its SM (out_proj's 80 or 160 blocks) keeps its whole ring of
+  // small boxes in flight.
+  static constexpr int kStages = kRing / kStageBytes < kMmaMaxStages ? kRing / kStageBytes : kMmaMaxStages;
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
   static_assert(NT == 8 || NT == 16 || NT == 32, "n8 tiles held for a whole box");
   static_assert(kStageBytes % 1024 == 0, "every box swizzle-aligned");
@@ -30,7 +34,7 @@ struct MmaConfig {
 template <int CW, int NT, int BPS>
 __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
     swap_ab_mma_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, int M,
-                       int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc) {
+                       int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc, unsigned early) {
   using Cfg = MmaConfig<CW, NT, BPS>;
   constexpr int S = Cfg::kStages, T = NT / 8;
   extern __shared__ unsigned char smem_raw[];
@@ -49,7 +53,7 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
   }
   __syncthreads();
   if (warp == CW) {
-    if (lane == 0) produce<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0);
+    if (lane == 0) produce<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0, early);
     return;
   }
 

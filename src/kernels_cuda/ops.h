@@ -192,6 +192,29 @@ int device_count();  // 0 when there is no usable device (or no driver)
 // setting they were captured with.
 bool programmatic_launch();
 void set_programmatic_launch(bool on);
+// How the decode-sized GEMMs (gemm()'s swap-AB kernels up to kSwapAbMaxRows rows, its 8-column
+// decode kernel) start, as flags (issue 11). Any flag set and programmatic_launch() on: the GEMM is
+// launched programmatically after the kernel before it. Their weights are no output of any kernel
+// of a pass, so each block may request its own weight boxes before griddepcontrol.wait:
+//   kGemmEarlyWeights: the ring's first stages' weight boxes into shared memory (A's boxes after the wait);
+//   kGemmEarlyL2: the next ring's worth of the block's weight boxes into L2;
+//   kGemmEarlyRelease: once its wait has returned, the GEMM lets the next kernel be scheduled (its
+//     set-up and its own early reads overlap the GEMM);
+//   kGemmEarlyNorms: the norms (rmsnorm, add_rmsnorm, gated_rmsnorm) let the next kernel (a GEMM) be
+//     scheduled before their own wait, so its weights may start while the kernel before the norm runs.
+// Every kernel still waits for the one before it before it reads what that one wrote: the same steps
+// in the same order, the same bits (CudaGemmEarly tests). 0 launches them as before. A model's CUDA
+// graphs record the flags they were captured with.
+enum GemmEarly : unsigned {
+  kGemmEarlyWeights = 1u,
+  kGemmEarlyRelease = 2u,
+  kGemmEarlyL2 = 4u,
+  kGemmEarlyNorms = 8u,
+};
+// The flags set at start-up.
+constexpr unsigned kGemmEarlyDefault = kGemmEarlyWeights | kGemmEarlyRelease;
+unsigned gemm_early();
+void set_gemm_early(unsigned flags);
 // Keeps stream s busy for about `microseconds` (benchmarks: the timed launches queue behind it).
 void busy_wait(double microseconds, cudaStream_t s);
 

@@ -73,6 +73,14 @@ __device__ __forceinline__ void tma_load_3d(unsigned dst, const void* map, int c
       : "memory");
 }
 
+// Asks L2 for the box at (c0, c1, c2) of the tensor `map` describes (no shared memory, no barrier):
+// a later tma_load_3d of it then reads L2 instead of DRAM.
+__device__ __forceinline__ void tma_prefetch_l2_3d(const void* map, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(map), "r"(c0), "r"(c1),
+               "r"(c2)
+               : "memory");
+}
+
 // Fetches a tensor map (a kernel's __grid_constant__ parameter) into the TMA unit's descriptor cache
 // ahead of its first use.
 __device__ __forceinline__ void prefetch_tensor_map(const void* map) {
