@@ -48,13 +48,14 @@ std::string flags_name(unsigned f) {
 // The GEMM's operands: W, bias and the new A (src) from decode_gemm_problem.h; a and a16, the A the
 // GEMM reads, hold an old A until late_write copies src over them.
 struct Late : test::GemmProblem {
-  cuda::DeviceBuffer<float> a_read, stale;
+  cuda::DeviceBuffer<float> a_read;
   cuda::DeviceBuffer<uint16_t> a16;
   std::vector<float> stale_host;
+  std::vector<uint16_t> stale16;
   cudaStream_t s = nullptr;
   explicit Late(Shape sh, uint64_t seed) : GemmProblem(sh, kRows, seed) {
     stale_host = test::uniform(std::size_t(kRows) * sh.K, seed + 7);
-    stale.upload(stale_host);
+    stale16 = test::to_bf16(stale_host);
     a_read.resize(stale_host.size());
     a16.resize(stale_host.size());
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
@@ -63,7 +64,7 @@ struct Late : test::GemmProblem {
   // a and a16 back to the old A (synchronously, outside any graph).
   void reset() {
     a_read.upload(stale_host);
-    a16.upload(test::to_bf16(stale_host));
+    a16.upload(stale16);
   }
   // The mma tiles on the new A (with the bias).
   std::vector<float> reference(int M) { return mma(M, true); }
@@ -155,7 +156,8 @@ TEST(CudaGemmEarly, CompanionAReadBeforeTheWaitSeesTheOldA) {
   const int M = 16;
   Late pr(sh, 320);
   const std::size_t n = std::size_t(M) * sh.K;
-  const std::vector<uint16_t> old16 = test::to_bf16(pr.stale_host), new16 = test::to_bf16(pr.a.download(n));
+  const std::vector<uint16_t>& old16 = pr.stale16;
+  const std::vector<uint16_t> new16 = test::to_bf16(pr.a.download(n));
   cuda::DeviceBuffer<uint16_t> seen(n);
   for (bool graph : {false, true}) {
     pr.reset();
