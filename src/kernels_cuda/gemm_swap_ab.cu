@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 
 #include "common/error.h"
 #include "kernels_cuda/cuda_check.h"
@@ -58,6 +59,7 @@ struct Args {
   int ldc;
   cudaStream_t s;
   unsigned early;  // ops.h's GemmEarly flags; not 0: launched programmatically
+  NextL2 next;     // with kGemmEarlyNextL2 inside with_l2_prefetch: the weights to ask L2 for
 };
 
 // The rows of A a pass computes: wgmma's N for M rows, up to 256 (more rows: several passes).
@@ -82,7 +84,7 @@ void launch(const Args& a) {
     const CUtensorMap xmap = bf16_rows_tensor_map_cached(a16, a.K, a.M, NT);
     const dim3 grid(static_cast<unsigned>((a.N + Cfg::kCols - 1) / Cfg::kCols), static_cast<unsigned>((a.M + NT - 1) / NT));
     launch_programmatic_if(a.early != 0, kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, a.s, "gemm_bf16_swap_ab",
-                           wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc, a.early);
+                           wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc, a.early, a.next);
   });
 }
 
@@ -103,7 +105,7 @@ void launch_mma(const Args& a) {
       const dim3 grid(static_cast<unsigned>((a.N + Cfg::kCols - 1) / Cfg::kCols),
                       static_cast<unsigned>((a.M + NT - 1) / NT));
       launch_programmatic_if(a.early != 0, kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, a.s,
-                             "gemm_bf16_swap_ab", wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc, a.early);
+                             "gemm_bf16_swap_ab", wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc, a.early, a.next);
     });
   }
 }
@@ -163,7 +165,19 @@ int default_variant(int M, int N) {
   return (N + 127) / 128 >= sm_count() / 2 ? kC128 : kC64TwoBlocks;
 }
 
+// The weights with_l2_prefetch names on this thread (null: none).
+thread_local NextL2 t_next{nullptr, 0};
+
 }  // namespace
+
+void with_l2_prefetch(const void* next, std::size_t bytes, const std::function<void()>& enqueue) {
+  struct Restore {
+    NextL2 prev;
+    ~Restore() { t_next = prev; }
+  } restore{t_next};
+  t_next = NextL2{static_cast<const unsigned char*>(next), bytes / 16 * 16};
+  enqueue();
+}
 
 bool gemm_swap_ab_fits(const float* A, int K, int lda, const void* W) { return gemm_mma_fits(A, K, lda, W); }
 
@@ -174,7 +188,8 @@ void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int
   if (!gemm_swap_ab_fits(A, K, lda, W)) throw Error("gemm_bf16_swap_ab: unsupported operands");
   const Variant& v = kVariants[variant < 0 ? default_variant(M, N) : variant];
   const unsigned flags = early < 0 ? gemm_early_flags() : static_cast<unsigned>(early);
-  v.by_rows[row_tile_index(M)](Args{A, M, K, lda, W, N, bias, C, ldc, s, flags});
+  const NextL2 next = flags & kGemmEarlyNextL2 ? t_next : NextL2{nullptr, 0};
+  v.by_rows[row_tile_index(M)](Args{A, M, K, lda, W, N, bias, C, ldc, s, flags, next});
   check_launch("gemm_bf16_swap_ab");
 }
 

@@ -34,7 +34,8 @@ struct MmaConfig {
 template <int CW, int NT, int BPS>
 __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
     swap_ab_mma_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, int M,
-                       int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc, unsigned early) {
+                       int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc, unsigned early,
+                       NextL2 next) {
   using Cfg = MmaConfig<CW, NT, BPS>;
   constexpr int S = Cfg::kStages, T = NT / 8;
   extern __shared__ unsigned char smem_raw[];
@@ -53,7 +54,7 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
   }
   __syncthreads();
   if (warp == CW) {
-    if (lane == 0) produce<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0, early);
+    if (lane == 0) produce<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0, early, next);
     return;
   }
 

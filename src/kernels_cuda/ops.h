@@ -5,6 +5,7 @@
 // holds, where the row sits in it, or the launch shape. Transcendentals are kernels/math.h's.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include <cuda_runtime_api.h>
 
@@ -201,7 +202,9 @@ void set_programmatic_launch(bool on);
 //   kGemmEarlyRelease: once its wait has returned, the GEMM lets the next kernel be scheduled (its
 //     set-up and its own early reads overlap the GEMM);
 //   kGemmEarlyNorms: the norms (rmsnorm, add_rmsnorm, gated_rmsnorm) let the next kernel (a GEMM) be
-//     scheduled before their own wait, so its weights may start while the kernel before the norm runs.
+//     scheduled before their own wait, so its weights may start while the kernel before the norm runs;
+//   kGemmEarlyNextL2: inside with_l2_prefetch, the swap-AB GEMM's blocks, once their own last boxes are
+//     requested, ask L2 for their share of the weights the pass multiplies next.
 // Every kernel still waits for the one before it before it reads what that one wrote: the same steps
 // in the same order, the same bits (CudaGemmEarly tests). 0 launches them as before. A model's CUDA
 // graphs record the flags they were captured with.
@@ -210,7 +213,13 @@ enum GemmEarly : unsigned {
   kGemmEarlyRelease = 2u,
   kGemmEarlyL2 = 4u,
   kGemmEarlyNorms = 8u,
+  kGemmEarlyNextL2 = 16u,
 };
+// While `enqueue` runs on this thread, a decode-sized gemm() (the swap-AB kernels) with kGemmEarlyNextL2
+// set also asks L2 for next[0, bytes) from its tail: the weights the pass multiplies next (the mixer's
+// out_proj, wrapped around in_proj), so that they arrive while the small kernels between the two GEMMs
+// run and the next GEMM reads them from L2. A hint: nothing is written, no bit changes. next 16-byte aligned.
+void with_l2_prefetch(const void* next, std::size_t bytes, const std::function<void()>& enqueue);
 // The flags set at start-up.
 constexpr unsigned kGemmEarlyDefault = kGemmEarlyWeights | kGemmEarlyRelease;
 unsigned gemm_early();

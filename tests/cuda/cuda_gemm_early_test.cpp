@@ -31,8 +31,9 @@ constexpr int kRows = 256;
 constexpr double kLateUs = 100.0;
 
 const unsigned kW = cuda::kGemmEarlyWeights, kR = cuda::kGemmEarlyRelease, kL2 = cuda::kGemmEarlyL2,
-               kNorms = cuda::kGemmEarlyNorms;
-const unsigned kFlagSets[] = {0u, kW, kW | kR, kW | kR | kL2, kR | kL2, kW | kR | kL2 | kNorms};
+               kNorms = cuda::kGemmEarlyNorms, kNext = cuda::kGemmEarlyNextL2;
+const unsigned kFlagSets[] = {0u, kW, kW | kR, kW | kR | kL2, kR | kL2, kW | kR | kL2 | kNorms, kW | kR | kNext,
+                              kW | kR | kL2 | kNorms | kNext};
 
 std::string flags_name(unsigned f) {
   if (f == 0) return "off";
@@ -41,6 +42,7 @@ std::string flags_name(unsigned f) {
   if (f & kR) s += "release+";
   if (f & kL2) s += "l2+";
   if (f & kNorms) s += "norms+";
+  if (f & kNext) s += "next-l2+";
   s.pop_back();
   return s;
 }
@@ -104,10 +106,13 @@ TEST(CudaGemmEarly, EverySwapAbVariantGivesTheBitsOfTheAWrittenBeforeIt) {
       for (int v = 0; v < cuda::gemm_swap_ab_variants(); ++v)
         for (unsigned flags : kFlagSets)
           for (bool graph : {false, true}) {
+            // kNext: the blocks' tails ask L2 for W itself (any device bytes would do).
             const std::vector<float> got = pr.run(M, graph, [&] {
-              cuda::with_rounded_rows(pr.a_read.data(), M, sh.K, pr.a16.data(), [&] {
-                cuda::gemm_bf16_swap_ab(pr.a_read.data(), M, sh.K, sh.K, pr.w.data(), sh.N, pr.bias.data(),
-                                        pr.c.data(), sh.ldc, pr.s, v, static_cast<int>(flags));
+              cuda::with_l2_prefetch(pr.w.data(), std::size_t(sh.N) * sh.K * 2, [&] {
+                cuda::with_rounded_rows(pr.a_read.data(), M, sh.K, pr.a16.data(), [&] {
+                  cuda::gemm_bf16_swap_ab(pr.a_read.data(), M, sh.K, sh.K, pr.w.data(), sh.N, pr.bias.data(),
+                                          pr.c.data(), sh.ldc, pr.s, v, static_cast<int>(flags));
+                });
               });
             });
             const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
@@ -134,8 +139,10 @@ TEST(CudaGemmEarly, GemmUnderTheSwitchGivesTheBitsOfTheAWrittenBeforeIt) {
             cuda::set_programmatic_launch(pdl);
             cuda::set_gemm_early(flags);
             const std::vector<float> got = pr.run(M, graph, [&] {
-              cuda::gemm_rounded(pr.a_read.data(), pr.a16.data(), M, sh.K, sh.K, pr.w.data(), cuda::WeightType::BF16,
-                                 sh.N, pr.bias.data(), pr.c.data(), sh.ldc, pr.s, sh.N);
+              cuda::with_l2_prefetch(pr.w.data(), std::size_t(sh.N) * sh.K * 2, [&] {
+                cuda::gemm_rounded(pr.a_read.data(), pr.a16.data(), M, sh.K, sh.K, pr.w.data(),
+                                   cuda::WeightType::BF16, sh.N, pr.bias.data(), pr.c.data(), sh.ldc, pr.s, sh.N);
+              });
             });
             const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
             EXPECT_TRUE(d.empty()) << where(sh, M, pdl ? "gemm()" : "gemm(), programmatic off", flags, graph) << d;
