@@ -782,9 +782,10 @@ BENCHMARK(BM_CudaModelDecode)
 // The GEMMs' early start against main's launches in one run (issue 11): gemm 0 = main's ordinary GEMM
 // launches; 1 weights before the wait; 3 + the early release; 7 + the L2 prefetch of the next ring;
 // 11 = 3 + the norms' release before their wait; 19 = 3 + in_proj's tail prefetching out_proj's weights
-// into L2; 27 = 3 + norms + next; 31 all. Graphs, fused and programmatic launches on.
+// into L2; 27 = 3 + norms + next; 35 = 3 + the conv's state read before its wait; 59 = 3 + norms + next +
+// conv state; 63 all. Graphs, fused and programmatic launches on.
 BENCHMARK(BM_CudaModelDecode)
-    ->ArgsProduct({{1, 64}, {0, 1}, {1}, {1}, {1}, {0, 1, 3, 7, 11, 19, 27, 31}})
+    ->ArgsProduct({{1, 64}, {0, 1}, {1}, {1}, {1}, {0, 1, 3, 7, 11, 19, 27, 35, 59, 63}})
     ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

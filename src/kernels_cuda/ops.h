@@ -204,7 +204,9 @@ void set_programmatic_launch(bool on);
 //   kGemmEarlyNorms: the norms (rmsnorm, add_rmsnorm, gated_rmsnorm) let the next kernel (a GEMM) be
 //     scheduled before their own wait, so its weights may start while the kernel before the norm runs;
 //   kGemmEarlyNextL2: inside with_l2_prefetch, the swap-AB GEMM's blocks, once their own last boxes are
-//     requested, ask L2 for their share of the weights the pass multiplies next.
+//     requested, ask L2 for their share of the weights the pass multiplies next;
+//   kGemmEarlyConvState: the conv (launched after in_proj) reads the pass's metadata and its carried
+//     state before its wait, so after it only in_proj's output is a round trip away.
 // Every kernel still waits for the one before it before it reads what that one wrote: the same steps
 // in the same order, the same bits (CudaGemmEarly tests). 0 launches them as before. A model's CUDA
 // graphs record the flags they were captured with.
@@ -214,6 +216,7 @@ enum GemmEarly : unsigned {
   kGemmEarlyL2 = 4u,
   kGemmEarlyNorms = 8u,
   kGemmEarlyNextL2 = 16u,
+  kGemmEarlyConvState = 32u,
 };
 // While `enqueue` runs on this thread, a decode-sized gemm() (the swap-AB kernels) with kGemmEarlyNextL2
 // set also asks L2 for next[0, bytes) from its tail: the weights the pass multiplies next (the mixer's
