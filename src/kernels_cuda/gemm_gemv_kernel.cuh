@@ -159,27 +159,6 @@ struct Frag {
   int stage;
 };
 
-// Whether the phase of parity `parity` has completed, without waiting (mbarrier.test_wait: acquire
-// when it says yes, like mbar_wait).
-__device__ __forceinline__ bool mbar_test(u64* bar, unsigned parity) {
-  unsigned done = 0;
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(ptx::smem_addr(bar)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-
-// One arrival on `bar` from lane 0 of the warp, predicated rather than branched.
-__device__ __forceinline__ void arrive_lane0(u64* bar, int lane) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.eq.u32 p, %1, 0;\n @p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(
-          ptx::smem_addr(bar)),
-      "r"(lane)
-      : "memory");
-}
-
 // A consumer warp of `consumers`: tile slots warp, warp + consumers, … of each pass (8 W rows each).
 template <int TPW, Probe P>
 __device__ __forceinline__ void consume(int M, int K, int lo, int hi, int consumers, const Out& o, const Geo& g,
@@ -231,7 +210,7 @@ __device__ __forceinline__ void consume(int M, int K, int lo, int hi, int consum
         }
       } else if constexpr (kWait) {
         __syncwarp();
-        arrive_lane0(&empty[c.s], lane);
+        ptx::mbar_arrive_lane0(&empty[c.s], lane);
       }
       f.stage = c.s;
       c.next(g.stages);
@@ -242,7 +221,7 @@ __device__ __forceinline__ void consume(int M, int K, int lo, int hi, int consum
     auto release = [&](const F& f) {
       if constexpr (kWait && kCompute) {
         __syncwarp();
-        arrive_lane0(&empty[f.stage], lane);
+        ptx::mbar_arrive_lane0(&empty[f.stage], lane);
       }
     };
 
@@ -268,7 +247,7 @@ __device__ __forceinline__ void consume(int M, int K, int lo, int hi, int consum
       const bool more = b + 1 < kboxes;
       bool ready = false;
       if constexpr (kWait) {
-        if (more) ready = mbar_test(&full[c.s], c.phase);
+        if (more) ready = ptx::mbar_test(&full[c.s], c.phase);
       }
       step(cur, 1);
       if (more) load(nxt, b + 1, ready);

@@ -198,15 +198,19 @@ void set_programmatic_launch(bool on);
 // launched programmatically after the kernel before it. Their weights are no output of any kernel
 // of a pass, so each block may request its own weight boxes before griddepcontrol.wait:
 //   kGemmEarlyWeights: the ring's first stages' weight boxes into shared memory (A's boxes after the wait);
-//   kGemmEarlyL2: the next ring's worth of the block's weight boxes into L2;
+//   kGemmEarlyL2: the next ring's worth of the block's weight boxes into L2 (the wgmma swap-AB kernel,
+//     above 16 rows);
 //   kGemmEarlyRelease: once its wait has returned, the GEMM lets the next kernel be scheduled (its
 //     set-up and its own early reads overlap the GEMM);
-//   kGemmEarlyNorms: the norms (rmsnorm, add_rmsnorm, gated_rmsnorm) let the next kernel (a GEMM) be
-//     scheduled before their own wait, so its weights may start while the kernel before the norm runs;
+//   kGemmEarlyNorms: the norms (rmsnorm, add_rmsnorm, gated_rmsnorm) of more than 16 rows let the next
+//     kernel (a GEMM) be scheduled before their own wait, so its weights may start while the kernel before
+//     the norm runs;
 //   kGemmEarlyNextL2: inside with_l2_prefetch, the swap-AB GEMM's blocks, once their own last boxes are
 //     requested, ask L2 for their share of the weights the pass multiplies next;
 //   kGemmEarlyConvState: the conv (launched after in_proj) reads the pass's metadata and its carried
-//     state before its wait, so after it only in_proj's output is a round trip away.
+//     state before its wait, so after it only in_proj's output is a round trip away;
+//   kGemmMmaLag: up to 16 rows, gemm() takes the swap-AB mma.sync kernel with the decode kernel's
+//     consumer schedule (mma-c32-4blk-lag: no barrier arrival or blocking wait between dependent steps).
 // Every kernel still waits for the one before it before it reads what that one wrote: the same steps
 // in the same order, the same bits (CudaGemmEarly tests). 0 launches them as before. A model's CUDA
 // graphs record the flags they were captured with.
@@ -217,6 +221,7 @@ enum GemmEarly : unsigned {
   kGemmEarlyNorms = 8u,
   kGemmEarlyNextL2 = 16u,
   kGemmEarlyConvState = 32u,
+  kGemmMmaLag = 64u,
 };
 // While `enqueue` runs on this thread, a decode-sized gemm() (the swap-AB kernels) with kGemmEarlyNextL2
 // set also asks L2 for next[0, bytes) from its tail: the weights the pass multiplies next (the mixer's
@@ -224,7 +229,7 @@ enum GemmEarly : unsigned {
 // run and the next GEMM reads them from L2. A hint: nothing is written, no bit changes. next 16-byte aligned.
 void with_l2_prefetch(const void* next, std::size_t bytes, const std::function<void()>& enqueue);
 // The flags set at start-up.
-constexpr unsigned kGemmEarlyDefault = kGemmEarlyWeights | kGemmEarlyRelease;
+constexpr unsigned kGemmEarlyDefault = kGemmEarlyWeights | kGemmEarlyRelease | kGemmEarlyConvState;
 unsigned gemm_early();
 void set_gemm_early(unsigned flags);
 // Keeps stream s busy for about `microseconds` (benchmarks: the timed launches queue behind it).

@@ -226,8 +226,10 @@ __global__ void zero_slices_kernel(unsigned char* base, std::size_t slice, std::
 }
 
 // Whether the norms let the next kernel be scheduled before their own wait (ops.h's kGemmEarlyNorms: the
-// GEMM after a norm then requests its weights while the kernel before the norm runs).
-bool release_first() { return (gemm_early_flags() & kGemmEarlyNorms) != 0; }
+// GEMM after a norm then requests its weights while the kernel before the norm runs). Only above 16 rows:
+// at one row (session 11, mamba2-2.7b) the step was 3-4 % slower with it (in_proj's blocks, waiting
+// beside out_proj's mma.sync chains, took their SMs' issue slots), at 64 rows 2-3 % faster.
+bool release_first(int rows) { return (gemm_early_flags() & kGemmEarlyNorms) != 0 && rows > 16; }
 
 unsigned blocks_for(std::size_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
@@ -245,14 +247,14 @@ void rmsnorm(const float* x, int rows, int dim, const float* w, float eps, float
   if (rows <= 0) return;
   // Without an add the kernel only reads x (out may alias it).
   launch_after_prior(held(dim) ? rmsnorm_held_kernel : rmsnorm_kernel, dim3(rows), dim3(kRowThreads), 0, s, "rmsnorm",
-                     const_cast<float*>(x), nullptr, nullptr, 1.0f, false, dim, w, eps, out, nullptr, release_first());
+                     const_cast<float*>(x), nullptr, nullptr, 1.0f, false, dim, w, eps, out, nullptr, release_first(rows));
 }
 
 void add_rmsnorm(float* x, const ResidualAdd& add, int rows, int dim, const float* w, float eps, float* out,
                  uint16_t* out16, cudaStream_t s) {
   if (rows <= 0) return;
   launch_after_prior(held(dim) ? rmsnorm_held_kernel : rmsnorm_kernel, dim3(rows), dim3(kRowThreads), 0, s,
-                     "add_rmsnorm", x, add.y, add.y2, add.mult, add.scaled, dim, w, eps, out, out16, release_first());
+                     "add_rmsnorm", x, add.y, add.y2, add.mult, add.scaled, dim, w, eps, out, out16, release_first(rows));
 }
 
 void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, int group, const float* w, float eps,
@@ -261,7 +263,7 @@ void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, i
   if (group <= 0 || dim % group != 0) throw Error("gated_rmsnorm: group does not divide the width");
   launch_after_prior(held(group) ? gated_rmsnorm_held_kernel : gated_rmsnorm_kernel, dim3(rows, dim / group),
                      dim3(kRowThreads), 0, s, "gated_rmsnorm", y, z, ldz, dim, group, w, eps, norm_before_gate, out,
-                     out16, release_first());
+                     out16, release_first(rows));
 }
 
 void add_inplace(float* x, const float* y, std::size_t n, cudaStream_t s) {
