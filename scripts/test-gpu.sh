@@ -33,7 +33,7 @@ done
 # The benchmarks behind docs/performance.md's tables (a few minutes; the whole suite, with every few-rows
 # variant and the two-model TP benchmark, takes far longer): PARITY_GPU_BENCH_FILTER=. runs everything.
 default_filter='BM_CudaGemm/(1|16|64|4096)/|BM_CudaMoeGroupedGemm|BM_CudaMoe/|BM_CudaDecodeSsm/(1|64|256)/(0|16)/'
-default_filter+='|BM_CudaSsdPrefill/(1|8|32)/(16|32|64|256)/|BM_CudaModelDecode/batch:(1|64|256)/exact:[01]/graphs:1/fused:1/pdl:1'
+default_filter+='|BM_CudaSsdPrefill/(1|8|32)/(16|32|64|256)/|BM_CudaModelDecode/batch:(1|64|256)/exact:[01]/graphs:1/fused:1/pdl:1/gemm:(0|35)/'
 default_filter+='|BM_CudaModelPrefill|BM_CudaHybridPrefill/8/2048|BM_CudaHybridDecode/batch:(1|64|256)/exact:[01]/model:1/graphs:1'
 step "$dir/parity_gpu_bench" --benchmark_min_time=0.05 --benchmark_filter="${PARITY_GPU_BENCH_FILTER:-$default_filter}"
 if python3 -c 'import torch' 2>/dev/null; then step python3 bench/cuda/cublas_reference.py  # cuBLAS beside ours
