@@ -20,6 +20,8 @@
 #include "kernels_cuda/gemm_skinny.h"
 #include "kernels_cuda/gemm_swap_ab.h"
 #include "kernels_cuda/gemm_wgmma.h"
+#include "kernels_cuda/graph.h"
+#include "kernels_cuda/ops.h"
 #include "kernels_cuda/pass_plan.h"
 #include "kernels_cuda/ssd_prefill.h"
 #include "model/checkpoint.h"
@@ -470,6 +472,67 @@ BENCHMARK(BM_CudaGemm)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// A decode step's pattern, norm then GEMM, eight times over (arg0 M, arg1 shape, arg2 the GEMMs'
+// early-start flags, ops.h's GemmEarly: 0 = main's ordinary launches): add_rmsnorm writes the bf16 copy
+// the next GEMM reads (gemm_rounded, as the mixer calls in_proj and out_proj), each GEMM with weights of
+// its own (eight copies, so none is found in L2), the whole chain one CUDA graph with programmatic
+// launches on. Reports the time per norm + GEMM pair (us_per_pair) and its x_floor (the pair's time over
+// the GEMM's weight-read floor): what the early start saves per GEMM, without the rest of a step.
+void BM_CudaGemmChain(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  constexpr int kPairs = 8;
+  const int M = static_cast<int>(state.range(0)), shape = static_cast<int>(state.range(1));
+  const unsigned flags = static_cast<unsigned>(state.range(2));
+  const int Nn = kGemmShapes[shape][0], K = kGemmShapes[shape][1];
+  const std::size_t wn = std::size_t(Nn) * K;
+  cuda::DeviceBuffer<uint16_t> w(wn * kPairs);
+  for (int i = 0; i < kPairs; ++i) cudaMemcpy(w.data() + i * wn, shape_weights(shape), wn * 2, cudaMemcpyDeviceToDevice);
+  cuda::DeviceBuffer<float> x, normw, out(std::size_t(M) * K), c(std::size_t(M) * Nn);
+  cuda::DeviceBuffer<uint16_t> out16(std::size_t(M) * K);
+  x.upload(rnd(std::size_t(M) * K, 11, -1, 1));
+  normw.upload(rnd(std::size_t(K), 12, 0.5f, 1.5f));
+  cuda::set_programmatic_launch(true);
+  cuda::set_gemm_early(flags);
+  cudaStream_t s = nullptr;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  {
+    const cuda::GraphExec g = cuda::capture_graph(s, [&] {
+      for (int i = 0; i < kPairs; ++i) {
+        cuda::add_rmsnorm(x.data(), {}, M, K, normw.data(), 1e-5f, out.data(), out16.data(), s);
+        cuda::gemm_rounded(out.data(), out16.data(), M, K, K, w.data() + i * wn, cuda::WeightType::BF16, Nn, nullptr,
+                           c.data(), Nn, s, Nn);
+      }
+    });
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    g.launch(s);  // warm-up
+    double total = 0;
+    for (auto _ : state) {
+      cuda::busy_wait(50, s);  // the graph's launch queues behind it: device time only
+      cudaEventRecord(a, s);
+      g.launch(s);
+      cudaEventRecord(b, s);
+      cudaEventSynchronize(b);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, a, b);
+      state.SetIterationTime(ms / 1000.0);
+      total += ms / 1000.0;
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    const double pair = total / static_cast<double>(std::max<int64_t>(1, state.iterations())) / kPairs;
+    state.counters["us_per_pair"] = pair * 1e6;
+    state.counters["x_floor"] = pair / (2.0 * static_cast<double>(wn) / copy_bandwidth());
+  }
+  cudaStreamDestroy(s);
+  cuda::set_gemm_early(cuda::kGemmEarlyDefault);
+}
+BENCHMARK(BM_CudaGemmChain)
+    ->ArgsProduct({{1, 64}, {0, 1}, {0, 3, 7, 67}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // The few-rows kernel's variants side by side (arg0 M, arg1 shape, arg2 variant of
 // gemm_skinny_variants(), the label names it; arg3 1 = L2 flushed before each pass, as in a decode
 // step, 0 = warm, as cuBLAS's back-to-back reference). Variant 0 is what gemm() takes for M <= 16;
@@ -545,7 +608,7 @@ void BM_CudaGemmSwapAb(benchmark::State& state) {
   time_gemm(state, g, pass, state.range(3) != 0);
 }
 BENCHMARK(BM_CudaGemmSwapAb)
-    ->ArgsProduct({{1, 8, 16, 64, 256}, {0, 1, 2}, {-1, 0, 1, 2, 3, 4, 16, 17}, {0, 1}})
+    ->ArgsProduct({{1, 8, 16, 64, 256}, {0, 1, 2}, {-1, 0, 1, 2, 3, 4, 5, 16, 17}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -696,6 +759,7 @@ void BM_CudaModelDecode(benchmark::State& state) {
   backend_cuda::set_enforce_eager(m, !graphs);
   backend_cuda::set_fuse_kernels(m, state.range(3) != 0);
   cuda::set_programmatic_launch(state.range(4) != 0);
+  cuda::set_gemm_early(static_cast<unsigned>(state.range(5)));
   cache::ModelCache mc = bench::bench_cache(m, exact, batch);
   model::ForwardBatch b;
   for (int s = 0; s < batch; ++s) {
@@ -741,17 +805,35 @@ void BM_CudaModelDecode(benchmark::State& state) {
   backend_cuda::set_enforce_eager(m, false);
   backend_cuda::set_fuse_kernels(m, true);
   cuda::set_programmatic_launch(true);
+  cuda::set_gemm_early(cuda::kGemmEarlyDefault);
 }
+// gemm: the decode GEMMs' early-start flags (ops.h's GemmEarly; 35 = weights + release + conv state, the
+// default).
+// (Batches 1 and 64 with graphs: the early-start registration below.)
 BENCHMARK(BM_CudaModelDecode)
-    ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}, {1}, {1}})
-    ->ArgNames({"batch", "exact", "graphs", "fused", "pdl"})
+    ->ArgsProduct({{256}, {0, 1}, {0, 1}, {1}, {1}, {cuda::kGemmEarlyDefault}})
+    ->ArgsProduct({{1, 64}, {0, 1}, {0}, {1}, {1}, {cuda::kGemmEarlyDefault}})
+    ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
-// What the fused and the programmatic launches each save (issue 11): graphs on, one or both off.
+// What the fused and the programmatic launches each save (issue 11): graphs on, one or both off (and
+// with them the GEMMs' early start, which needs programmatic launches).
 BENCHMARK(BM_CudaModelDecode)
-    ->Args({1, 0, 1, 1, 0})->Args({1, 1, 1, 1, 0})->Args({64, 0, 1, 1, 0})->Args({64, 1, 1, 1, 0})
-    ->Args({1, 0, 1, 0, 0})->Args({1, 1, 1, 0, 0})->Args({64, 0, 1, 0, 0})->Args({64, 1, 1, 0, 0})
-    ->ArgNames({"batch", "exact", "graphs", "fused", "pdl"})
+    ->Args({1, 0, 1, 1, 0, 0})->Args({1, 1, 1, 1, 0, 0})->Args({64, 0, 1, 1, 0, 0})->Args({64, 1, 1, 1, 0, 0})
+    ->Args({1, 0, 1, 0, 0, 0})->Args({1, 1, 1, 0, 0, 0})->Args({64, 0, 1, 0, 0, 0})->Args({64, 1, 1, 0, 0, 0})
+    ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+// The GEMMs' early start against main's launches in one run (issue 11): gemm 0 = main's ordinary GEMM
+// launches; 1 weights before the wait; 3 + the early release; 7 + the L2 prefetch of the next ring;
+// 11 = 3 + the norms' release before their wait; 19 = 3 + in_proj's tail prefetching out_proj's weights
+// into L2; 35 = 3 + the conv's state read before its wait (the default); 67 = 3 + the lagged mma.sync
+// consumer up to 16 rows; 99 = 35 + lag; 103 = 99 + the L2 prefetch of the next ring; 107 = 99 + L2 +
+// norms. Graphs, fused and programmatic launches on. (Session 11's first runs at batch 1: 11 = 3 + norms
+// and 19 = 3 + next were slower than 3.)
+BENCHMARK(BM_CudaModelDecode)
+    ->ArgsProduct({{1, 64}, {0, 1}, {1}, {1}, {1}, {0, 3, 35, 67, 99, 103, 107}})
+    ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

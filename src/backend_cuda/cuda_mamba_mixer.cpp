@@ -67,7 +67,10 @@ void CudaMambaMixer::enqueue(int layer, const float* x, const uint16_t* x16, int
   const float dt_lo = static_cast<float>(c.time_step_min_limit), dt_hi = static_cast<float>(c.time_step_max_limit);
 
   mark(p.profile, StepPart::MambaGemm, st);
-  gemm(x, x16, T, hidden, L.in_proj, proj, L.in_proj_bias, sc.zx.data(), st);
+  // in_proj's tail may ask L2 for out_proj's weights (ops.h's kGemmEarlyNextL2): they are read after
+  // the conv, the SSD step and the gated norm, none of which needs much of DRAM.
+  cuda::with_l2_prefetch(L.out_proj.fp32 ? nullptr : L.out_proj.bf16.data(), L.out_proj.bf16.size() * 2,
+                         [&] { gemm(x, x16, T, hidden, L.in_proj, proj, L.in_proj_bias, sc.zx.data(), st); });
   p.probe(nm.in_proj, sc.zx.data(), T, proj, proj);
   p.probe(nm.dt, sc.zx.data() + I + conv, T, H, proj);
   // The conv1d point is the conv's output before SiLU: when a hook wants it, the conv runs without its

@@ -60,9 +60,11 @@ struct GraphKey {
   int kv_stride = 0;   // hybrids: the block tables' row length
   bool fuse = true;    // the model's fused launches (set_fuse_kernels) or the unfused ones
   bool programmatic = true;  // cuda::programmatic_launch() when captured
+  unsigned gemm_early = 0;   // cuda::gemm_early() when captured (the decode GEMMs' early start)
   bool operator<(const GraphKey& o) const {
-    return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride, fuse, programmatic) <
-           std::tie(o.bucket, o.exact, o.cell, o.stagger, o.cell_tasks, o.kv_stride, o.fuse, o.programmatic);
+    return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride, fuse, programmatic, gemm_early) <
+           std::tie(o.bucket, o.exact, o.cell, o.stagger, o.cell_tasks, o.kv_stride, o.fuse, o.programmatic,
+                    o.gemm_early);
   }
 };
 

@@ -46,19 +46,42 @@ constexpr int kHeldTaps = 8;
 
 // Blocks (row, y): y < cblocks cover the channels; y == cblocks (when dt.dt is set) the row's dt.
 // advance: every sequence has one row, so the thread of (row, c) advances the state after its read.
+// state_first (ops.h's kGemmEarlyConvState): the pass's metadata and the carried state's part of the
+// window are read before the wait as well. No kernel of the pass writes them after the pass's first
+// launches (the metadata is copied up before it; a slot's state is this layer's, written by its conv in
+// an earlier pass or zeroed at the pass's start), and by the time this launch is scheduled (when the
+// in_proj GEMM before it has waited) every kernel before that GEMM has completed. The same values, the
+// same operations: only the order of the loads changes.
 __global__ void conv_kernel(const float* in, int ld, int ch, const float* w, const float* bias, int K, float* state,
-                            PassSeqs p, bool silu, float* out, int cblocks, DtJob dt, bool advance) {
+                            PassSeqs p, bool silu, float* out, int cblocks, DtJob dt, bool advance, bool state_first) {
   const int r = blockIdx.x;
   const int c = blockIdx.y * kThreads + threadIdx.x;
   const bool channel = static_cast<int>(blockIdx.y) < cblocks && c < ch, held = K <= kHeldTaps;
   // The weights before the wait: no kernel writes them.
-  float wk[kHeldTaps], acc = 0.0f;
+  float wk[kHeldTaps], win[kHeldTaps], acc = 0.0f;
   if (channel && held) {
 #pragma unroll
     for (int i = 0; i < kHeldTaps; ++i)
       if (i < K) wk[i] = w[static_cast<std::size_t>(c) * K + i];
     acc = bias ? bias[c] : 0.0f;
   }
+  int s = 0, row0 = 0, j = 0;
+  float* st = nullptr;
+  // The row's sequence and slot, and the window's taps from the carried state (q < 0).
+  auto locate = [&] {
+    s = p.row_seq[r];
+    row0 = p.row0[s];
+    j = r - row0;
+    st = state + static_cast<std::size_t>(p.slot[s]) * (K - 1) * ch;
+    if (held) {
+#pragma unroll
+      for (int i = 0; i < kHeldTaps; ++i) {
+        const int q = j - (K - 1) + i;
+        if (i < K && q < 0) win[i] = st[static_cast<std::size_t>(K - 1 + q) * ch + c];
+      }
+    }
+  };
+  if (channel && state_first) locate();
   wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
   release_next_kernel();    // plain mode's SSU may start loading its state
   if (static_cast<int>(blockIdx.y) == cblocks) {
@@ -68,22 +91,17 @@ __global__ void conv_kernel(const float* in, int ld, int ch, const float* w, con
     return;
   }
   if (!channel) return;
-  const int s = p.row_seq[r];
-  const int row0 = p.row0[s], j = r - row0;
-  float* st = state + static_cast<std::size_t>(p.slot[s]) * (K - 1) * ch;
+  if (!state_first) locate();
   if (!held) {
     const float v = conv_at(in, ld, ch, w, bias, K, st, row0, j, c);
     out[static_cast<std::size_t>(r) * ch + c] = silu ? kernels::silu_f(v) : v;
     if (advance) advance_state(in, ld, ch, K, st, row0, 1, c);
     return;
   }
-  float win[kHeldTaps];
 #pragma unroll
   for (int i = 0; i < kHeldTaps; ++i) {
-    const int q = j - (K - 1) + i;  // < 0: from the carried state
-    if (i < K)
-      win[i] =
-          q >= 0 ? in[static_cast<std::size_t>(row0 + q) * ld + c] : st[static_cast<std::size_t>(K - 1 + q) * ch + c];
+    const int q = j - (K - 1) + i;  // >= 0: the call's rows (< 0: from the carried state, read above)
+    if (i < K && q >= 0) win[i] = in[static_cast<std::size_t>(row0 + q) * ld + c];
   }
 #pragma unroll
   for (int i = 0; i < kHeldTaps; ++i)
@@ -114,7 +132,8 @@ void conv1d(const float* in, int ld_in, int ch, const float* w, const float* bia
   const bool advance = K > 1 && p.one_row_each;
   const unsigned yblocks = static_cast<unsigned>(cblocks + (job.dt ? 1 : 0));
   launch_after_prior(conv_kernel, dim3(p.num_rows, yblocks), dim3(kThreads), 0, s, "conv1d", in, ld_in, ch, w, bias, K,
-                     conv_state, p, silu, out, cblocks, job, advance);
+                     conv_state, p, silu, out, cblocks, job, advance,
+                     (gemm_early_flags() & kGemmEarlyConvState) != 0);
   if (K > 1 && !advance) {
     conv_state_kernel<<<dim3(p.num_seqs, cblocks), kThreads, 0, s>>>(in, ld_in, ch, K, conv_state, p);
     check_launch("conv1d state");

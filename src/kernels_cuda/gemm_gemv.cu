@@ -47,6 +47,7 @@
 #include "kernels_cuda/gemm_gemv_kernel.cuh"
 #include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/launch_support.h"
+#include "kernels_cuda/programmatic_launch.cuh"
 #include "kernels_cuda/tensor_map.h"
 
 namespace parity::cuda {
@@ -119,15 +120,17 @@ constexpr Variant variant(const char* name) {
   return {name, {run<PDL, TPW, Probe::None>, run<PDL, TPW, Probe::LoadsOnly>, run<PDL, TPW, Probe::ComputeOnly>}};
 }
 // auto: one or two tile slots a warp by the rows a block owns (run above); t2: always two (half the
-// warps, two chains each); pdl: auto launched with programmatic serialization (its set-up and an L2
-// prefetch of W overlap the kernel before).
+// warps, two chains each); pdl: auto launched with programmatic serialization (its set-up and the
+// first ring of W boxes overlap the kernel before; the default while gemm_early_flags() is set).
 const Variant kVariants[] = {
     variant<false, 0>("auto"),
     variant<false, 2>("t2"),
     variant<true, 0>("pdl"),
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
-constexpr int kDefault = 0;
+constexpr int kAuto = 0, kPdl = 2;
+// The default: pdl where the decode GEMMs start early (ops.h's GemmEarly), else auto.
+int default_variant() { return gemm_early_flags() != 0 ? kPdl : kAuto; }
 
 Out out(float* C, int ldc, const float* bias, bool add) {
   return Out{C, ldc, bias, add, ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(C) % 8 == 0};
@@ -152,7 +155,7 @@ void gemm_bf16_gemv(const float* A, int M, int K, int lda, const void* W, int N,
                     cudaStream_t s, int variant, int blocks) {
   if (M <= 0 || N <= 0) return;
   check(M, K, lda, W, A, variant, "gemm_bf16_gemv");
-  kVariants[variant < 0 ? kDefault : variant].run[0](A, M, K, lda, W, N, out(C, ldc, bias, false), s, blocks);
+  kVariants[variant < 0 ? default_variant() : variant].run[0](A, M, K, lda, W, N, out(C, ldc, bias, false), s, blocks);
   check_launch("gemm_bf16_gemv");
 }
 
@@ -160,7 +163,7 @@ void gemm_bf16_gemv_add(const float* A, int M, int K, int lda, const void* W, in
                         int ldc, cudaStream_t s, int variant) {
   if (M <= 0 || N <= 0) return;
   check(M, K, lda, W, A, variant, "gemm_bf16_gemv_add");
-  kVariants[variant < 0 ? kDefault : variant].run[0](A, M, K, lda, W, N, out(C, ldc, bias, true), s, 0);
+  kVariants[variant < 0 ? default_variant() : variant].run[0](A, M, K, lda, W, N, out(C, ldc, bias, true), s, 0);
   check_launch("gemm_bf16_gemv_add");
 }
 
@@ -169,7 +172,7 @@ void gemm_bf16_gemv_probe(int probe, const float* A, int M, int K, int lda, cons
   if (M <= 0 || N <= 0) return;
   if (probe < 1 || probe > 2) throw Error("gemm_bf16_gemv_probe: no such probe");
   check(M, K, lda, W, A, variant, "gemm_bf16_gemv_probe");
-  kVariants[variant < 0 ? kDefault : variant].run[probe](A, M, K, lda, W, N, out(C, ldc, nullptr, false), s, 0);
+  kVariants[variant < 0 ? default_variant() : variant].run[probe](A, M, K, lda, W, N, out(C, ldc, nullptr, false), s, 0);
   check_launch("gemm_bf16_gemv_probe");
 }
 

@@ -29,7 +29,8 @@ bool gemm_gemv_takes(int M, int K);
 bool gemm_gemv_preferred(int M, int K, int N);
 
 // C[M][N] = A · Wᵀ (+ bias) for gemm_gemv_takes(M, K), W bf16 [N][K] (only rows < N are read).
-// variant < 0: the default; else one of gemm_gemv_variants() (tests and benchmarks compare them; all
+// variant < 0: the default (pdl while gemm_early_flags() is set, programmatic_launch.cuh; else
+// auto); else one of gemm_gemv_variants() (tests and benchmarks compare them; all
 // give the same bits). blocks > 0 forces how many blocks the columns are split over (tests: the
 // split and the passes it needs change no bit); 0: the variant's blocks per SM on every SM.
 void gemm_bf16_gemv(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,

@@ -94,30 +94,19 @@ struct Cursor {
   }
 };
 
-// An L2 prefetch of W's 64-deep box at (k, row) through the tensor map: no shared memory, no barrier.
-__device__ __forceinline__ void prefetch_box_l2(const CUtensorMap* wmap, int k, int row) {
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(wmap), "r"(k), "r"(row),
-               "r"(0)
-               : "memory");
-}
-
 // The producer (lane 0 of the last warp): for each pass and 64-deep box of K in order, waits until
 // the consumers released the stage's previous round, then copies the pass's W box (pass_rows rows
 // from r0: rows past the block's range, the neighbour's or zeros past N, come along and are never
 // stored; K past the matrix lands as zeros; all of it counts as bytes).
-template <Probe P, bool PDL>
+template <Probe P>
 __device__ __forceinline__ void produce(const CUtensorMap* wmap, int K, int lo, int hi, const Geo& g, unsigned wring,
                                         u64* full, u64* empty) {
   if constexpr (P == Probe::ComputeOnly) return;
   const int kboxes = (K + 63) / 64;
   ptx::prefetch_tensor_map(wmap);
-  if constexpr (PDL) {
-    // The weights are no output of the kernel before, and a prefetch into L2 (the device's point of
-    // coherence) cannot bring a stale copy, so the first ring's worth of W may start now. Nothing
-    // lands in shared memory before griddepcontrol.wait.
-    for (int b = 0; b < min(kboxes, g.stages); ++b) prefetch_box_l2(wmap, 64 * b, lo);
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  }
+  // Programmatic launch (PDL): the producer reads nothing but the weights, which no kernel of the
+  // pass writes, so it does not wait for the kernel before: the first ring of W boxes lands in
+  // shared memory while that kernel finishes. Only the consumers, which read A, wait.
   Cursor c;
   int it = 0;
   for (int r0 = lo; r0 < hi; r0 += g.pass_rows)
@@ -170,27 +159,6 @@ struct Frag {
   int stage;
 };
 
-// Whether the phase of parity `parity` has completed, without waiting (mbarrier.test_wait: acquire
-// when it says yes, like mbar_wait).
-__device__ __forceinline__ bool mbar_test(u64* bar, unsigned parity) {
-  unsigned done = 0;
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(ptx::smem_addr(bar)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-
-// One arrival on `bar` from lane 0 of the warp, predicated rather than branched.
-__device__ __forceinline__ void arrive_lane0(u64* bar, int lane) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.eq.u32 p, %1, 0;\n @p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(
-          ptx::smem_addr(bar)),
-      "r"(lane)
-      : "memory");
-}
-
 // A consumer warp of `consumers`: tile slots warp, warp + consumers, … of each pass (8 W rows each).
 template <int TPW, Probe P>
 __device__ __forceinline__ void consume(int M, int K, int lo, int hi, int consumers, const Out& o, const Geo& g,
@@ -242,7 +210,7 @@ __device__ __forceinline__ void consume(int M, int K, int lo, int hi, int consum
         }
       } else if constexpr (kWait) {
         __syncwarp();
-        arrive_lane0(&empty[c.s], lane);
+        ptx::mbar_arrive_lane0(&empty[c.s], lane);
       }
       f.stage = c.s;
       c.next(g.stages);
@@ -253,7 +221,7 @@ __device__ __forceinline__ void consume(int M, int K, int lo, int hi, int consum
     auto release = [&](const F& f) {
       if constexpr (kWait && kCompute) {
         __syncwarp();
-        arrive_lane0(&empty[f.stage], lane);
+        ptx::mbar_arrive_lane0(&empty[f.stage], lane);
       }
     };
 
@@ -279,7 +247,7 @@ __device__ __forceinline__ void consume(int M, int K, int lo, int hi, int consum
       const bool more = b + 1 < kboxes;
       bool ready = false;
       if constexpr (kWait) {
-        if (more) ready = mbar_test(&full[c.s], c.phase);
+        if (more) ready = ptx::mbar_test(&full[c.s], c.phase);
       }
       step(cur, 1);
       if (more) load(nxt, b + 1, ready);
@@ -336,12 +304,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   if (warp == kConsumerWarps) {
-    if (lane == 0) produce<P, PDL>(&wmap, K, lo, hi, g, wring, full, empty);
+    if (lane == 0) produce<P>(&wmap, K, lo, hi, g, wring, full, empty);
     return;
   }
   // Programmatic launch: A is read only after the kernel before has completed (and every later
   // access of these threads, the stores included, comes after that too).
-  if constexpr (PDL) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  // Then the next kernel may be scheduled (it waits for this one's completion before reading C).
+  if constexpr (PDL) {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  }
   round_a(A, M, K, lda, smem_raw + (aregion - raw), g.a_stride, threadIdx.x, 32 * kConsumerWarps);
   asm volatile("bar.sync 1, %0;\n" ::"n"(32 * kConsumerWarps) : "memory");  // A is in place for every consumer
   if (warp < consumers) consume<TPW, P>(M, K, lo, hi, consumers, o, g, aregion, wring, full, empty, warp, lane);

@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 
 #include "common/error.h"
 #include "kernels_cuda/cuda_check.h"
@@ -40,6 +41,7 @@
 #include "kernels_cuda/gemm_swap_ab_kernel.cuh"
 #include "kernels_cuda/gemm_swap_ab_mma.cuh"
 #include "kernels_cuda/launch_support.h"
+#include "kernels_cuda/programmatic_launch.cuh"
 #include "kernels_cuda/tensor_map.h"
 
 namespace parity::cuda {
@@ -56,6 +58,8 @@ struct Args {
   float* C;
   int ldc;
   cudaStream_t s;
+  unsigned early;  // ops.h's GemmEarly flags; not 0: launched programmatically
+  NextL2 next;     // with kGemmEarlyNextL2 inside with_l2_prefetch: the weights to ask L2 for
 };
 
 // The rows of A a pass computes: wgmma's N for M rows, up to 256 (more rows: several passes).
@@ -79,19 +83,23 @@ void launch(const Args& a) {
   with_bf16_rows(a.A, a.M, a.K, a.lda, a.s, [&](const void* a16) {
     const CUtensorMap xmap = bf16_rows_tensor_map_cached(a16, a.K, a.M, NT);
     const dim3 grid(static_cast<unsigned>((a.N + Cfg::kCols - 1) / Cfg::kCols), static_cast<unsigned>((a.M + NT - 1) / NT));
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, a.s>>>(wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc);
+    launch_programmatic_if(a.early != 0, kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, a.s, "gemm_bf16_swap_ab",
+                           wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc, a.early, a.next);
   });
 }
 
 // The mma.sync kernel (gemm_swap_ab_mma.cuh) for up to 32 rows; more rows take the wgmma kernel's
 // c64-2blk (the mma.sync kernel keeps a whole box's fragments of every n8 tile in registers).
-template <int CW, int NT, int BPS>
+template <int CW, int NT, int BPS, bool LAG>
 void launch_mma(const Args& a) {
   if constexpr (NT > 32) {
     launch<1, NT, 2>(a);
   } else {
     using Cfg = MmaConfig<CW, NT, BPS>;
-    auto* kernel = swap_ab_mma_kernel<CW, NT, BPS>;
+    auto* kernel = swap_ab_mma_kernel<CW, NT, BPS, LAG>;
+    // No L2 prefetch of the next ring here: this ring already holds 10+ boxes, and at one row (session 11,
+    // mamba2-2.7b) the step was 1-2 % slower with it; the wgmma kernel's 6-box ring at 64 rows gained 3 %.
+    const unsigned early = a.early & ~kEarlyL2;
     static std::atomic<std::uint64_t> opted{0};
     allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, opted, true);
     const CUtensorMap wmap = bf16_rows_tensor_map_cached(a.W, a.K, a.N, Cfg::kCols);
@@ -99,7 +107,8 @@ void launch_mma(const Args& a) {
       const CUtensorMap xmap = bf16_rows_tensor_map_cached(a16, a.K, a.M, NT);
       const dim3 grid(static_cast<unsigned>((a.N + Cfg::kCols - 1) / Cfg::kCols),
                       static_cast<unsigned>((a.M + NT - 1) / NT));
-      kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, a.s>>>(wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc);
+      launch_programmatic_if(a.early != 0, kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, a.s,
+                             "gemm_bf16_swap_ab", wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc, early, a.next);
     });
   }
 }
@@ -116,11 +125,11 @@ constexpr Variant variant(const char* name) {
            launch<CWG, 256, BPS>}};
 }
 
-template <int CW, int BPS>
+template <int CW, int BPS, bool LAG = false>
 constexpr Variant mma_variant(const char* name) {
   return {name,
-          {launch_mma<CW, 8, BPS>, launch_mma<CW, 16, BPS>, launch_mma<CW, 32, BPS>, launch_mma<CW, 64, BPS>,
-           launch_mma<CW, 128, BPS>, launch_mma<CW, 256, BPS>}};
+          {launch_mma<CW, 8, BPS, LAG>, launch_mma<CW, 16, BPS, LAG>, launch_mma<CW, 32, BPS, LAG>,
+           launch_mma<CW, 64, BPS, LAG>, launch_mma<CW, 128, BPS, LAG>, launch_mma<CW, 256, BPS, LAG>}};
 }
 
 // Columns per block (64: one consumer warpgroup; 128: two, sharing A's boxes) and blocks per SM
@@ -137,34 +146,56 @@ constexpr Variant mma_variant(const char* name) {
 // to bf16 by the consumers from fp32 boxes (no pre-pass launch; within 3 % at best, up to 74 %
 // slower: the rounding sits on the consumers' path), and mma.sync with 16 or 64 columns a block
 // (lm_head 126 µs; out_proj 17.4-17.7).
+//
+// Session 11 (device time, µs, M = 1, L2 flushed; BM_CudaGemmSwapAb/1/shape/variant/1): out_proj is not
+// short of bytes in flight or of SMs: mma-c32-4blk 17.9, one warp of 16 columns a block (160 blocks)
+// 20.5, a ring of up to 48 stages (one block an SM) 20.3; in_proj 23.1 / 38.3 / 37.8. Both dropped.
+// mma-c32-4blk-lag: mma-c32-4blk with the decode kernel's consumer schedule (gemm_swap_ab_mma.cuh's
+// LAG: no arrival and no blocking barrier wait between two dependent steps), for out_proj's chain of
+// 320 dependent steps per output (~440 cycles a 64-deep box at 17.9 µs).
 const Variant kVariants[] = {
-    variant<1, 1>("c64"),  variant<1, 2>("c64-2blk"), variant<2, 1>("c128"), variant<2, 2>("c128-2blk"),
-    mma_variant<2, 4>("mma-c32-4blk"),
+    variant<1, 1>("c64"),       variant<1, 2>("c64-2blk"),         variant<2, 1>("c128"),
+    variant<2, 2>("c128-2blk"), mma_variant<2, 4>("mma-c32-4blk"), mma_variant<2, 4, true>("mma-c32-4blk-lag"),
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
-constexpr int kC64TwoBlocks = 1, kC128 = 2, kMmaC32 = 4;
+constexpr int kC64TwoBlocks = 1, kC128 = 2, kMmaC32 = 4, kMmaC32Lag = 5;
 
 // The default variant, from the shapes alone (the table above): up to 16 rows mma-c32-4blk (the
 // fastest on out_proj and lm_head, within 4 % of c128-2blk on in_proj); up to 64 c64-2blk (the
 // fastest or tied on every shape); above, c128 where its blocks still cover half the SMs (in_proj,
 // lm_head: 17-20 % faster) and c64-2blk where they do not (out_proj's 20 blocks: 58 % slower).
-int default_variant(int M, int N) {
-  if (M <= 16) return kMmaC32;
+// kGemmMmaLag (ops.h) takes mma-c32-4blk-lag for mma-c32-4blk's rows.
+int default_variant(int M, int N, unsigned flags) {
+  if (M <= 16) return flags & kGemmMmaLag ? kMmaC32Lag : kMmaC32;
   if (M <= 64) return kC64TwoBlocks;
   return (N + 127) / 128 >= sm_count() / 2 ? kC128 : kC64TwoBlocks;
 }
 
+// The weights with_l2_prefetch names on this thread (null: none).
+thread_local NextL2 t_next{nullptr, 0};
+
 }  // namespace
+
+void with_l2_prefetch(const void* next, std::size_t bytes, const std::function<void()>& enqueue) {
+  struct Restore {
+    NextL2 prev;
+    ~Restore() { t_next = prev; }
+  } restore{t_next};
+  t_next = NextL2{static_cast<const unsigned char*>(next), bytes / 16 * 16};
+  enqueue();
+}
 
 bool gemm_swap_ab_fits(const float* A, int K, int lda, const void* W) { return gemm_mma_fits(A, K, lda, W); }
 
 void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
-                       cudaStream_t s, int variant) {
+                       cudaStream_t s, int variant, int early) {
   if (M <= 0 || N <= 0) return;
   if (variant >= kVariantCount) throw Error("gemm_bf16_swap_ab: no such variant");
   if (!gemm_swap_ab_fits(A, K, lda, W)) throw Error("gemm_bf16_swap_ab: unsupported operands");
-  const Variant& v = kVariants[variant < 0 ? default_variant(M, N) : variant];
-  v.by_rows[row_tile_index(M)](Args{A, M, K, lda, W, N, bias, C, ldc, s});
+  const unsigned flags = early < 0 ? gemm_early_flags() : static_cast<unsigned>(early);
+  const Variant& v = kVariants[variant < 0 ? default_variant(M, N, flags) : variant];
+  const NextL2 next = flags & kGemmEarlyNextL2 ? t_next : NextL2{nullptr, 0};
+  v.by_rows[row_tile_index(M)](Args{A, M, K, lda, W, N, bias, C, ldc, s, flags, next});
   check_launch("gemm_bf16_swap_ab");
 }
 

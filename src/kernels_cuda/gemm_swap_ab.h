@@ -17,9 +17,11 @@ bool gemm_swap_ab_fits(const float* A, int K, int lda, const void* W);
 // C[M][N] = A · Wᵀ (+ bias), W bf16 [N][K]. Any M (passes of up to 256 rows); meant for M up to a
 // few hundred, where the weights' read is the cost. A is rounded to bf16 into the module's scratch
 // (with_bf16_rows, gemm_mma.h). variant < 0: the default; else one of gemm_swap_ab_variants()
-// (tests and benchmarks compare them; all give the same bits).
+// (tests and benchmarks compare them; all give the same bits). early: ops.h's GemmEarly flags, not 0
+// launching it programmatically after the kernel before it (< 0: gemm_early() while
+// programmatic_launch() is on, else 0).
 void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
-                       cudaStream_t s, int variant = -1);
+                       cudaStream_t s, int variant = -1, int early = -1);
 
 int gemm_swap_ab_variants();
 const char* gemm_swap_ab_variant_name(int variant);

@@ -37,16 +37,64 @@ struct Config {
   static_assert(kStages >= 3, "one stage being read, one in flight, one filling");
 };
 
+// The early-start flags (ops.h's GemmEarly) a kernel gets as an argument: 0 is main's order.
+constexpr unsigned kEarlyWeights = 1u, kEarlyRelease = 2u, kEarlyL2 = 4u;
+
 // The producer (one thread): box b of K into stage b % S once the consumers released the stage's
 // last round: W's box (the block's rows from n0) at the stage's start, A's (rows from m0) kWBytes
 // later. Whole boxes: W rows past N, A rows past M and K past the matrix land as zeros and count
 // as bytes; the zero rows only feed outputs that are never stored, the zero K is never multiplied.
+//
+// `early` (launched programmatically after the kernel that writes A): the weights are no output of
+// any kernel of the pass, so before griddepcontrol.wait the producer already issues W's boxes of
+// the first ring (kEarlyWeights; each stage's barrier expects W's and A's bytes at once, and
+// completes only when A's box, requested after the wait, has landed too) and asks L2 for the next
+// ring's W boxes (kEarlyL2). After the wait (every kernel before has completed and its writes are
+// visible) come A's boxes, then the loop as before; kEarlyRelease lets the next kernel be
+// scheduled once the wait has returned. The stages hold the same boxes as without: the same steps.
+//
+// next (not null): once its own boxes are all requested, the block asks L2 for its share of
+// next[0, next_bytes) (ops.h's with_l2_prefetch: the weights the pass multiplies next), in pieces of
+// up to 32 KiB; it does not wait for them.
+struct NextL2 {
+  const unsigned char* next;
+  unsigned long long bytes;  // a multiple of 16
+};
+
+__device__ __forceinline__ void prefetch_share_l2(const NextL2& n) {
+  if (n.next == nullptr || n.bytes == 0) return;
+  const unsigned long long blocks = static_cast<unsigned long long>(gridDim.x) * gridDim.y,
+                           id = static_cast<unsigned long long>(blockIdx.y) * gridDim.x + blockIdx.x;
+  const unsigned long long share = ((n.bytes + blocks - 1) / blocks + 15) & ~15ull;
+  const unsigned long long lo = id * share, hi = lo + share < n.bytes ? lo + share : n.bytes;
+  for (unsigned long long p = lo; p < hi; p += 32768) {
+    const unsigned size = static_cast<unsigned>(hi - p < 32768 ? hi - p : 32768);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(n.next + p), "r"(size) : "memory");
+  }
+}
+
 template <int S, int kStageBytes, int kWBytes>
 __device__ __forceinline__ void produce(unsigned ring, u64* full, u64* empty, const CUtensorMap* wmap,
-                                        const CUtensorMap* xmap, int kboxes, int n0, int m0) {
+                                        const CUtensorMap* xmap, int kboxes, int n0, int m0, unsigned early,
+                                        const NextL2& next) {
   ptx::prefetch_tensor_map(wmap);
   ptx::prefetch_tensor_map(xmap);
-  for (int b = 0; b < kboxes; ++b) {
+  int first = 0;  // boxes whose W was requested before the wait
+  if (early != 0) {
+    if (early & kEarlyWeights) {
+      first = kboxes < S ? kboxes : S;
+      for (int b = 0; b < first; ++b) {
+        ptx::mbar_arrive_expect_tx(&full[b], kStageBytes);
+        ptx::tma_load_3d(ring + b * kStageBytes, wmap, 64 * b, n0, 0, &full[b]);
+      }
+    }
+    if (early & kEarlyL2)
+      for (int b = S; b < kboxes && b < 2 * S; ++b) ptx::tma_prefetch_l2_3d(wmap, 64 * b, n0, 0);
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    if (early & kEarlyRelease) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    for (int b = 0; b < first; ++b) ptx::tma_load_3d(ring + b * kStageBytes + kWBytes, xmap, 64 * b, m0, 0, &full[b]);
+  }
+  for (int b = first; b < kboxes; ++b) {
     const int s = b % S;
     if (b >= S) ptx::mbar_wait(&empty[s], ((b / S) - 1) & 1);
     ptx::mbar_arrive_expect_tx(&full[s], kStageBytes);
@@ -54,12 +102,14 @@ __device__ __forceinline__ void produce(unsigned ring, u64* full, u64* empty, co
     ptx::tma_load_3d(st, wmap, 64 * b, n0, 0, &full[s]);
     ptx::tma_load_3d(st + kWBytes, xmap, 64 * b, m0, 0, &full[s]);
   }
+  prefetch_share_l2(next);
 }
 
 template <int CWG, int NT, int BPS>
 __global__ void __launch_bounds__(Config<CWG, NT, BPS>::kThreads, BPS)
     swap_ab_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, int M, int K,
-                   int N, const float* __restrict__ bias, float* __restrict__ C, int ldc) {
+                   int N, const float* __restrict__ bias, float* __restrict__ C, int ldc, unsigned early,
+                   NextL2 next) {
   using Cfg = Config<CWG, NT, BPS>;
   constexpr int S = Cfg::kStages;
   extern __shared__ unsigned char smem_raw[];
@@ -80,7 +130,7 @@ __global__ void __launch_bounds__(Config<CWG, NT, BPS>::kThreads, BPS)
   __syncthreads();
 
   if (warp == Cfg::kConsumerWarps) {
-    if (lane == 0) produce<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0);
+    if (lane == 0) produce<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0, early, next);
     return;
   }
 

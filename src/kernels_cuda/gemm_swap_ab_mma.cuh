@@ -10,6 +10,8 @@
 
 namespace parity::cuda::swap_ab {
 
+constexpr int kMmaMaxStages = 48;
+
 // CW consumer warps (16 output columns each), NT rows of A per block (8, 16 or 32: n8 tiles whose
 // fragments for a whole box stay in registers), BPS blocks per SM.
 template <int CW, int NT, int BPS>
@@ -20,17 +22,25 @@ struct MmaConfig {
   static constexpr int kXBytes = NT * 128;       // a 64-deep box of A's rows in bf16
   static constexpr int kStageBytes = kWBytes + kXBytes;
   static constexpr int kRing = BPS == 1 ? 200 * 1024 : BPS == 2 ? 108 * 1024 : BPS == 4 ? 52 * 1024 : 24 * 1024;
-  static constexpr int kStages = kRing / kStageBytes < kMaxStages ? kRing / kStageBytes : kMaxStages;
+  // Up to kMmaMaxStages: a block alone on its SM (out_proj's 80 or 160 blocks) keeps its whole ring of
+  // small boxes in flight.
+  static constexpr int kStages = kRing / kStageBytes < kMmaMaxStages ? kRing / kStageBytes : kMmaMaxStages;
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
   static_assert(NT == 8 || NT == 16 || NT == 32, "n8 tiles held for a whole box");
   static_assert(kStageBytes % 1024 == 0, "every box swizzle-aligned");
   static_assert(kStages >= 3, "one stage being read, one in flight, one filling");
 };
 
-template <int CW, int NT, int BPS>
+// LAG: the consumer schedule of the 8-column decode kernel (gemm_gemv_kernel.cuh) instead: box b's
+// stage is released after box b's first step (its fragments were read a box earlier and have landed),
+// not right after the reads (an arrival holds the warp until its shared-memory loads return, and here
+// that sat between two dependent steps), and box b + 1's barrier is tested before step 1 and its answer
+// used after it. The same steps in the same order: only when the waits happen changes.
+template <int CW, int NT, int BPS, bool LAG = false>
 __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
     swap_ab_mma_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, int M,
-                       int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc) {
+                       int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc, unsigned early,
+                       NextL2 next) {
   using Cfg = MmaConfig<CW, NT, BPS>;
   constexpr int S = Cfg::kStages, T = NT / 8;
   extern __shared__ unsigned char smem_raw[];
@@ -49,7 +59,7 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
   }
   __syncthreads();
   if (warp == CW) {
-    if (lane == 0) produce<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0);
+    if (lane == 0) produce<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0, early, next);
     return;
   }
 
@@ -64,10 +74,9 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
   // (registers a0..a3). A's rows: lanes address row 8j + lane % 8 at chunk 4p + lane / 8 (registers:
   // b0, b1 of step 2p, then of step 2p + 1).
   const int wr = 16 * warp + lane % 16, xr = lane % 8;
-  auto load = [&](Frag& f, int b) {
-    const int s = b % S;
-    ptx::mbar_wait(&full[s], (b / S) & 1);
-    const unsigned st = ring + s * Cfg::kStageBytes, xs = st + Cfg::kWBytes;
+  // Box b's fragments from its stage (landed).
+  auto read = [&](Frag& f, int b) {
+    const unsigned st = ring + (b % S) * Cfg::kStageBytes, xs = st + Cfg::kWBytes;
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) ptx::ldmatrix_x4(st + wr * 128 + (((2 * kk + lane / 16) ^ (wr & 7)) << 4), f.a[kk]);
 #pragma unroll
@@ -81,6 +90,11 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
         f.b[2 * p + 1][j][0] = r[2];
         f.b[2 * p + 1][j][1] = r[3];
       }
+  };
+  auto load = [&](Frag& f, int b) {
+    const int s = b % S;
+    ptx::mbar_wait(&full[s], (b / S) & 1);
+    read(f, b);
     // The fragments are read: the stage may be refilled (the arrival orders the reads before it).
     __syncwarp();
     if (lane == 0) ptx::mbar_arrive(&empty[s]);
@@ -91,22 +105,57 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
   for (int j = 0; j < T; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
-  Frag cur, nxt;
-  load(cur, 0);
-  for (int b = 0; b < kboxes; ++b) {
-    // Step 0 of box b, then box b + 1's loads (issued while step 0's result is pending: the next
-    // step depends on it), then steps 1..3. A 32-deep last box runs its two real steps only (a step
-    // on zeros could turn a -0 accumulator into +0).
+  auto step = [&](const Frag& f, int kk) {
 #pragma unroll
-    for (int j = 0; j < T; ++j) ptx::mma_bf16(acc[j], cur.a[0], cur.b[0][j]);
-    if (b + 1 < kboxes) load(nxt, b + 1);
-    const bool four = b < whole;
+    for (int j = 0; j < T; ++j) ptx::mma_bf16(acc[j], f.a[kk], f.b[kk][j]);
+  };
+  if constexpr (LAG) {
+    // Box b from cur: step 0, the release of its stage and a test of box b + 1's barrier, step 1, box
+    // b + 1's fragments into nxt (waiting first only if the test said no), steps 2 and 3 (a 32-deep
+    // last box runs its two real steps only).
+    auto box = [&](Frag& cur, Frag& nxt, int b) {
+      step(cur, 0);
+      __syncwarp();
+      ptx::mbar_arrive_lane0(&empty[b % S], lane);
+      const int b1 = b + 1;
+      const bool more = b1 < kboxes;
+      bool ready = false;
+      if (more) ready = ptx::mbar_test(&full[b1 % S], (b1 / S) & 1);
+      step(cur, 1);
+      if (more) {
+        if (!ready) ptx::mbar_wait(&full[b1 % S], (b1 / S) & 1);
+        read(nxt, b1);
+      }
+      if (b < whole) {
+        step(cur, 2);
+        step(cur, 3);
+      }
+    };
+    Frag f0, f1;  // alternate as cur and nxt: no copy between boxes
+    ptx::mbar_wait(&full[0], 0);
+    read(f0, 0);
+    for (int b = 0; b < kboxes; b += 2) {
+      box(f0, f1, b);
+      if (b + 1 < kboxes) box(f1, f0, b + 1);
+    }
+  } else {
+    Frag cur, nxt;
+    load(cur, 0);
+    for (int b = 0; b < kboxes; ++b) {
+      // Step 0 of box b, then box b + 1's loads (issued while step 0's result is pending: the next
+      // step depends on it), then steps 1..3. A 32-deep last box runs its two real steps only (a step
+      // on zeros could turn a -0 accumulator into +0).
 #pragma unroll
-    for (int kk = 1; kk < 4; ++kk)
-      if (kk < 2 || four)
+      for (int j = 0; j < T; ++j) ptx::mma_bf16(acc[j], cur.a[0], cur.b[0][j]);
+      if (b + 1 < kboxes) load(nxt, b + 1);
+      const bool four = b < whole;
 #pragma unroll
-        for (int j = 0; j < T; ++j) ptx::mma_bf16(acc[j], cur.a[kk], cur.b[kk][j]);
-    cur = nxt;
+      for (int kk = 1; kk < 4; ++kk)
+        if (kk < 2 || four)
+#pragma unroll
+          for (int j = 0; j < T; ++j) ptx::mma_bf16(acc[j], cur.a[kk], cur.b[kk][j]);
+      cur = nxt;
+    }
   }
 
   // acc[j][2h + e]: tile row g + 8h (output column n), tile column 2q + e of n8 tile j (row m of A).

@@ -5,6 +5,7 @@
 // holds, where the row sits in it, or the launch shape. Transcendentals are kernels/math.h's.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include <cuda_runtime_api.h>
 
@@ -192,6 +193,45 @@ int device_count();  // 0 when there is no usable device (or no driver)
 // setting they were captured with.
 bool programmatic_launch();
 void set_programmatic_launch(bool on);
+// How the decode-sized GEMMs (gemm()'s swap-AB kernels up to kSwapAbMaxRows rows, its 8-column
+// decode kernel) start, as flags (issue 11). Any flag set and programmatic_launch() on: the GEMM is
+// launched programmatically after the kernel before it. Their weights are no output of any kernel
+// of a pass, so each block may request its own weight boxes before griddepcontrol.wait:
+//   kGemmEarlyWeights: the ring's first stages' weight boxes into shared memory (A's boxes after the wait);
+//   kGemmEarlyL2: the next ring's worth of the block's weight boxes into L2 (the wgmma swap-AB kernel,
+//     above 16 rows);
+//   kGemmEarlyRelease: once its wait has returned, the GEMM lets the next kernel be scheduled (its
+//     set-up and its own early reads overlap the GEMM);
+//   kGemmEarlyNorms: the norms (rmsnorm, add_rmsnorm, gated_rmsnorm) of more than 16 rows let the next
+//     kernel (a GEMM) be scheduled before their own wait, so its weights may start while the kernel before
+//     the norm runs;
+//   kGemmEarlyNextL2: inside with_l2_prefetch, the swap-AB GEMM's blocks, once their own last boxes are
+//     requested, ask L2 for their share of the weights the pass multiplies next;
+//   kGemmEarlyConvState: the conv (launched after in_proj) reads the pass's metadata and its carried
+//     state before its wait, so after it only in_proj's output is a round trip away;
+//   kGemmMmaLag: up to 16 rows, gemm() takes the swap-AB mma.sync kernel with the decode kernel's
+//     consumer schedule (mma-c32-4blk-lag: no barrier arrival or blocking wait between dependent steps).
+// Every kernel still waits for the one before it before it reads what that one wrote: the same steps
+// in the same order, the same bits (CudaGemmEarly tests). 0 launches them as before. A model's CUDA
+// graphs record the flags they were captured with.
+enum GemmEarly : unsigned {
+  kGemmEarlyWeights = 1u,
+  kGemmEarlyRelease = 2u,
+  kGemmEarlyL2 = 4u,
+  kGemmEarlyNorms = 8u,
+  kGemmEarlyNextL2 = 16u,
+  kGemmEarlyConvState = 32u,
+  kGemmMmaLag = 64u,
+};
+// While `enqueue` runs on this thread, a decode-sized gemm() (the swap-AB kernels) with kGemmEarlyNextL2
+// set also asks L2 for next[0, bytes) from its tail: the weights the pass multiplies next (the mixer's
+// out_proj, wrapped around in_proj), so that they arrive while the small kernels between the two GEMMs
+// run and the next GEMM reads them from L2. A hint: nothing is written, no bit changes. next 16-byte aligned.
+void with_l2_prefetch(const void* next, std::size_t bytes, const std::function<void()>& enqueue);
+// The flags set at start-up.
+constexpr unsigned kGemmEarlyDefault = kGemmEarlyWeights | kGemmEarlyRelease | kGemmEarlyConvState;
+unsigned gemm_early();
+void set_gemm_early(unsigned flags);
 // Keeps stream s busy for about `microseconds` (benchmarks: the timed launches queue behind it).
 void busy_wait(double microseconds, cudaStream_t s);
 

@@ -25,12 +25,21 @@ __device__ __forceinline__ void release_next_kernel() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
+// wait_for_prior_kernel() and release_next_kernel(), in that order, or the release first: the next
+// kernel may then be scheduled while the one before this is still running (it still cannot read
+// what this one writes before this one has completed, and this one completes only after its wait).
+__device__ __forceinline__ void wait_and_release(bool release_first) {
+  if (release_first) release_next_kernel();
+  wait_for_prior_kernel();
+  if (!release_first) release_next_kernel();
+}
+
 // kernel<<<grid, block, smem, s>>>(args...), programmatically after the kernel before it when
-// programmatic_launch() is on. The kernel must call wait_for_prior_kernel() before it reads what
-// the kernels before it write, or writes anything they read.
+// `programmatic`. The kernel must call wait_for_prior_kernel() before it reads what the kernels
+// before it write, or writes anything they read.
 template <typename... Params, typename... Args>
-void launch_after_prior(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t s,
-                        const char* what, Args... args) {
+void launch_programmatic_if(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
+                            cudaStream_t s, const char* what, Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -40,8 +49,19 @@ void launch_after_prior(void (*kernel)(Params...), dim3 grid, dim3 block, std::s
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = programmatic_launch() ? 1 : 0;
+  cfg.numAttrs = programmatic ? 1 : 0;
   cuda_check(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...), what);
 }
+
+// launch_programmatic_if(programmatic_launch(), ...): the small kernels' launch.
+template <typename... Params, typename... Args>
+void launch_after_prior(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t s,
+                        const char* what, Args... args) {
+  launch_programmatic_if(programmatic_launch(), kernel, grid, block, smem, s, what, args...);
+}
+
+// The flags a decode GEMM launched now runs with (ops.h's GemmEarly): gemm_early() while
+// programmatic_launch() is on, else 0 (an ordinary launch, main's order of requests).
+inline unsigned gemm_early_flags() { return programmatic_launch() ? gemm_early() : 0u; }
 
 }  // namespace parity::cuda

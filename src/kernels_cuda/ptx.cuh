@@ -51,6 +51,25 @@ __device__ __forceinline__ void mbar_wait(std::uint64_t* bar, unsigned parity) {
         : "memory");
   } while (!done);
 }
+// Whether the phase of parity `parity` has completed, without waiting (mbarrier.test_wait: acquire
+// when it says yes, like mbar_wait).
+__device__ __forceinline__ bool mbar_test(std::uint64_t* bar, unsigned parity) {
+  unsigned done = 0;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// One arrival on `bar` from lane 0 of the warp, predicated rather than branched.
+__device__ __forceinline__ void mbar_arrive_lane0(std::uint64_t* bar, int lane) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.eq.u32 p, %1, 0;\n @p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(
+          smem_addr(bar)),
+      "r"(lane)
+      : "memory");
+}
 
 // ---- bulk copy (the TMA unit, one dimension): `bytes` (a multiple of 16, both ends 16-byte aligned)
 // from global to shared memory; completion counts `bytes` off `bar`'s expected transactions.
@@ -71,6 +90,14 @@ __device__ __forceinline__ void tma_load_3d(unsigned dst, const void* map, int c
           dst),
       "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
       : "memory");
+}
+
+// Asks L2 for the box at (c0, c1, c2) of the tensor `map` describes (no shared memory, no barrier):
+// a later tma_load_3d of it then reads L2 instead of DRAM.
+__device__ __forceinline__ void tma_prefetch_l2_3d(const void* map, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(map), "r"(c0), "r"(c1),
+               "r"(c2)
+               : "memory");
 }
 
 // Fetches a tensor map (a kernel's __grid_constant__ parameter) into the TMA unit's descriptor cache

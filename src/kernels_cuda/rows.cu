@@ -74,9 +74,8 @@ __device__ float branch(const float* y, const float* y2, std::size_t i) { return
 // x = residual_add(x, branch(add, add2)) first when add is not null (written back); out16: the bf16
 // copy, or null.
 __global__ void rmsnorm_kernel(float* x, const float* add, const float* add2, float mult, bool scaled, int dim,
-                               const float* w, float eps, float* out, uint16_t* out16) {
-  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
-  release_next_kernel();
+                               const float* w, float eps, float* out, uint16_t* out16, bool release_first) {
+  wait_and_release(release_first);  // launched programmatically (launch_after_prior)
   const std::size_t off = static_cast<std::size_t>(blockIdx.x) * dim;
   float* xr = x + off;
   if (add) {  // each thread adds the elements sumsq then reads, its own
@@ -90,15 +89,14 @@ __global__ void rmsnorm_kernel(float* x, const float* add, const float* add2, fl
 
 // The held form of rmsnorm_kernel (dim <= kHeldMaxWidth).
 __global__ void rmsnorm_held_kernel(float* x, const float* add, const float* add2, float mult, bool scaled, int dim,
-                                    const float* w, float eps, float* out, uint16_t* out16) {
+                                    const float* w, float eps, float* out, uint16_t* out16, bool release_first) {
   const std::size_t off = static_cast<std::size_t>(blockIdx.x) * dim;
   const int t = threadIdx.x;
   float v[kHeld], wk[kHeld];
   // The norm's weights before the wait: no kernel writes them.
 #pragma unroll
   for (int k = 0; k < kHeld; ++k) wk[k] = t + k * kRowThreads < dim ? w[t + k * kRowThreads] : 0.0f;
-  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
-  release_next_kernel();
+  wait_and_release(release_first);  // launched programmatically (launch_after_prior)
 #pragma unroll
   for (int k = 0; k < kHeld; ++k) v[k] = t + k * kRowThreads < dim ? x[off + t + k * kRowThreads] : 0.0f;
   if (add) {
@@ -138,9 +136,8 @@ __device__ GatedRow gated_row(const float* y, const float* z, int ldz, int dim, 
 }
 
 __global__ void gated_rmsnorm_kernel(const float* y, const float* z, int ldz, int dim, int group, const float* w,
-                                     float eps, bool norm_before_gate, float* out, uint16_t* out16) {
-  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
-  release_next_kernel();
+                                     float eps, bool norm_before_gate, float* out, uint16_t* out16, bool release_first) {
+  wait_and_release(release_first);  // launched programmatically (launch_after_prior)
   const GatedRow g = gated_row(y, z, ldz, dim, group, w, out, out16);
   if (norm_before_gate) {
     const float r = inv_rms(sumsq(g.y, group), group, eps);
@@ -156,15 +153,15 @@ __global__ void gated_rmsnorm_kernel(const float* y, const float* z, int ldz, in
 
 // The held form of gated_rmsnorm_kernel (group <= kHeldMaxWidth).
 __global__ void gated_rmsnorm_held_kernel(const float* y, const float* z, int ldz, int dim, int group, const float* w,
-                                          float eps, bool norm_before_gate, float* out, uint16_t* out16) {
+                                          float eps, bool norm_before_gate, float* out, uint16_t* out16,
+                                          bool release_first) {
   const GatedRow g = gated_row(y, z, ldz, dim, group, w, out, out16);
   const int t = threadIdx.x;
   float v[kHeld], zk[kHeld], wk[kHeld];
   // The norm's weights before the wait: no kernel writes them.
 #pragma unroll
   for (int k = 0; k < kHeld; ++k) wk[k] = t + k * kRowThreads < group ? g.w[t + k * kRowThreads] : 0.0f;
-  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
-  release_next_kernel();
+  wait_and_release(release_first);  // launched programmatically (launch_after_prior)
 #pragma unroll
   for (int k = 0; k < kHeld; ++k) {
     const int i = t + k * kRowThreads;
@@ -228,6 +225,12 @@ __global__ void zero_slices_kernel(unsigned char* base, std::size_t slice, std::
   for (std::size_t i = threadIdx.x; i < slice; i += blockDim.x) p[i] = 0;
 }
 
+// Whether the norms let the next kernel be scheduled before their own wait (ops.h's kGemmEarlyNorms: the
+// GEMM after a norm then requests its weights while the kernel before the norm runs). Only above 16 rows:
+// at one row (session 11, mamba2-2.7b) the step was 3-4 % slower with it (in_proj's blocks, waiting
+// beside out_proj's mma.sync chains, took their SMs' issue slots), at 64 rows 2-3 % faster.
+bool release_first(int rows) { return (gemm_early_flags() & kGemmEarlyNorms) != 0 && rows > 16; }
+
 unsigned blocks_for(std::size_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 }  // namespace
@@ -244,14 +247,14 @@ void rmsnorm(const float* x, int rows, int dim, const float* w, float eps, float
   if (rows <= 0) return;
   // Without an add the kernel only reads x (out may alias it).
   launch_after_prior(held(dim) ? rmsnorm_held_kernel : rmsnorm_kernel, dim3(rows), dim3(kRowThreads), 0, s, "rmsnorm",
-                     const_cast<float*>(x), nullptr, nullptr, 1.0f, false, dim, w, eps, out, nullptr);
+                     const_cast<float*>(x), nullptr, nullptr, 1.0f, false, dim, w, eps, out, nullptr, release_first(rows));
 }
 
 void add_rmsnorm(float* x, const ResidualAdd& add, int rows, int dim, const float* w, float eps, float* out,
                  uint16_t* out16, cudaStream_t s) {
   if (rows <= 0) return;
   launch_after_prior(held(dim) ? rmsnorm_held_kernel : rmsnorm_kernel, dim3(rows), dim3(kRowThreads), 0, s,
-                     "add_rmsnorm", x, add.y, add.y2, add.mult, add.scaled, dim, w, eps, out, out16);
+                     "add_rmsnorm", x, add.y, add.y2, add.mult, add.scaled, dim, w, eps, out, out16, release_first(rows));
 }
 
 void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, int group, const float* w, float eps,
@@ -260,7 +263,7 @@ void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, i
   if (group <= 0 || dim % group != 0) throw Error("gated_rmsnorm: group does not divide the width");
   launch_after_prior(held(group) ? gated_rmsnorm_held_kernel : gated_rmsnorm_kernel, dim3(rows, dim / group),
                      dim3(kRowThreads), 0, s, "gated_rmsnorm", y, z, ldz, dim, group, w, eps, norm_before_gate, out,
-                     out16);
+                     out16, release_first(rows));
 }
 
 void add_inplace(float* x, const float* y, std::size_t n, cudaStream_t s) {

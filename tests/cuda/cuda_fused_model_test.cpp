@@ -115,6 +115,39 @@ TEST(CudaFusedModel, FusedLaunchesGiveTheUnfusedLogitsBitForBit) {
   }
 }
 
+// The decode GEMMs' early start (ops.h's GemmEarly: programmatic GEMM launches with their first weight
+// boxes requested before the wait, the L2 prefetch, the early release, the norms' release before their
+// wait, in_proj's tail prefetching out_proj's weights, the conv's state read before its wait, the lagged
+// mma.sync consumer) against the GEMMs' ordinary launches (flags 0), fused and programmatic launches on: every logit
+// bit for bit, prefill and graph-replayed decode, exact and plain. The companion of the test above shows
+// the comparison sees one changed token.
+TEST(CudaFusedModel, EarlyGemmStartsGiveTheLogitsOfOrdinaryGemmLaunches) {
+  PARITY_REQUIRE_GPU();
+  const unsigned W = cuda::kGemmEarlyWeights, R = cuda::kGemmEarlyRelease, L2 = cuda::kGemmEarlyL2,
+                 N = cuda::kGemmEarlyNorms, X = cuda::kGemmEarlyNextL2, S = cuda::kGemmEarlyConvState,
+                 G = cuda::kGemmMmaLag;
+  cuda::set_programmatic_launch(true);
+  for (const char* spec : {"builtin:tiny", "builtin:tiny-hybrid"}) {
+    auto m = backend_cuda::load_model(model::open_checkpoint(spec), {});
+    backend_cuda::set_fuse_kernels(*m, true);
+    const int V = m->vocab_size();
+    for (bool exact : {true, false})
+      for (int batch : {1, 3}) {
+        cuda::set_gemm_early(0);
+        const std::vector<float> ordinary = run_schedule(*m, exact, batch, nullptr);
+        for (unsigned flags : {W, W | R, W | R | L2, W | R | N, W | R | L2 | N, N, W | R | X, S, W | R | S, W | R | G,
+                               W | R | L2 | N | X | S | G}) {
+          cuda::set_gemm_early(flags);
+          const std::vector<float> got = run_schedule(*m, exact, batch, nullptr);
+          EXPECT_EQ(test::bit_difference(got.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
+              << spec << (exact ? " exact" : " plain") << " batch " << batch << " early flags " << flags
+              << " (row r: prefill rows first, then step k's batch)";
+        }
+      }
+  }
+  cuda::set_gemm_early(cuda::kGemmEarlyDefault);
+}
+
 TEST(CudaFusedModel, ProbesReplacingMidLayerTensorsSeeTheUnfusedTensors) {
   PARITY_REQUIRE_GPU();
   for (const char* spec : {"builtin:tiny", "builtin:tiny-hybrid"}) {
