@@ -192,6 +192,11 @@ int device_count();  // 0 when there is no usable device (or no driver)
 // setting they were captured with.
 bool programmatic_launch();
 void set_programmatic_launch(bool on);
+// Whether exact mode's one-row decode (ssd_decode.cu) is one of them (it then also asks L2 for its
+// state tile and replay rings before it waits for the conv). Needs programmatic_launch(); off by
+// default until measured; graphs record it too.
+bool programmatic_exact_decode();
+void set_programmatic_exact_decode(bool on);
 // Keeps stream s busy for about `microseconds` (benchmarks: the timed launches queue behind it).
 void busy_wait(double microseconds, cudaStream_t s);
 

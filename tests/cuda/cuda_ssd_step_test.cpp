@@ -10,6 +10,7 @@
 
 #include "kernels/math.h"
 #include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/ops.h"
 #include "kernels_cuda/pass_plan.h"
 #include "kernels_cuda/ssd_prefill.h"
 #include "tests/cuda/gpu_test_support.h"
@@ -227,6 +228,55 @@ TEST(CudaSsdStep, ExactDecodeWithPrefetchEqualsSingleShot) {
       check_exact(kShapes[0], 16, bf16, {0, 16});
       check_exact(kShapes[1], 16, bf16, {0, 8});
     }
+}
+
+struct ForcedWay {
+  explicit ForcedWay(int way) { cuda::ssd_force_decode_way(way); }
+  ~ForcedWay() { cuda::ssd_force_decode_way(0); }
+};
+
+// Every schedule of the exact decode (ssd_force_decode_way: 100 + flags; the two-group state copy, the
+// lean part, the row-batched fold, the two-lane dots, and their sets that ssd_decode.cu builds) against
+// the single shot: the mixer's head (whole-head tile and 16 rows: the fold's rows in batches of four,
+// the dots' second pass), the odd shape (the fold's column walk does not divide the block: the old
+// fold; a last tile of 2 rows), and a 64-row cell (two stages: the fold continues the partial sums).
+TEST(CudaSsdStep, ExactDecodeEveryWayEqualsSingleShot) {
+  PARITY_REQUIRE_GPU();
+  for (int way : {100, 102, 103, 104, 106, 107, 108, 110, 111, 114, 115}) {
+    SCOPED_TRACE("way " + std::to_string(way));
+    const ForcedWay forced(way);
+    for (bool bf16 : {false, true}) {
+      check_exact(kShapes[0], 16, bf16, {0, 16});
+      check_exact(kShapes[1], 16, bf16, {0, 8});
+      check_exact(kShapes[0], 64, bf16, {0});
+    }
+  }
+}
+
+// Companion: under the new schedules the comparison still sees another grid's rows.
+TEST(CudaSsdStep, CompanionEveryWayAnotherGridDiffers) {
+  PARITY_REQUIRE_GPU();
+  for (int way : {114, 115}) {
+    const ForcedWay forced(way);
+    const Shape& sh = kShapes[0];
+    const std::vector<Stream> ss = streams(sh);
+    const std::vector<SeqRun> dec = decoded(sh, {true, 16, true}, true, ss);
+    const std::vector<SeqRun> other = single_shot(sh, {true, 16, false}, true, ss);
+    for (int k = 0; k < K; ++k)
+      EXPECT_NE(diff(other[k].y, dec[k].y, sh.I()), "") << "way " << way << " sequence " << k;
+  }
+}
+
+// The decode launched programmatically (set_programmatic_exact_decode; nothing before it here, so the
+// wait returns at once): its L2 requests and launch leave the bits as they were.
+TEST(CudaSsdStep, ExactDecodeProgrammaticEqualsSingleShot) {
+  PARITY_REQUIRE_GPU();
+  cuda::set_programmatic_exact_decode(true);
+  for (bool bf16 : {false, true}) {
+    check_exact(kShapes[0], 16, bf16, {0});
+    check_exact(kShapes[1], 16, bf16, {0});
+  }
+  cuda::set_programmatic_exact_decode(false);
 }
 
 // The check above can fail: the single shot on another grid gives other rows.
