@@ -45,6 +45,8 @@ constexpr int kLean = 2;      // cum in registers, intra sums kept by the output
 constexpr int kFoldRows = 4;  // the fold: a source row's B values loaded once for four rows of p
 constexpr int kDots2 = 8;     // C·S with two lanes a row (two quarter chains each): 64 rows a pass
 constexpr int kProbe = 16;    // benchmarks: per-block timestamps (decode_probe)
+constexpr int kBGlobal = 32;  // no B stage: the coefficients and the fold read B rows from global memory
+                              // (asked of L1 with the first copies): 8 KB less shared memory a block
 constexpr int kWayBase = 100;
 // Session 10's choices: fp32 kSplit | kLean (measured faster), bf16 none (session 9's schedule).
 constexpr int kDefaultF32 = kSplit | kLean, kDefaultBf16 = 0;
@@ -54,13 +56,14 @@ struct DecodeLayout {
   std::size_t S, B, x, C, dts, cum, wf, coef, inter, dacc, total;  // floats
 };
 // lean: kLean (no `inter`: the outputs are written as the dots come).
-__host__ __device__ inline DecodeLayout decode_layout(const SsdShape& sh, int cell, int tp, bool bf16, bool lean) {
+__host__ __device__ inline DecodeLayout decode_layout(const SsdShape& sh, int cell, int tp, bool bf16, bool lean,
+                                                     bool b_global) {
   DecodeLayout l{};
   l.R = cell < kStageRows ? cell : kStageRows;
   l.XP = (tp + 3) / 4 * 4;
   Carve c;
   l.S = c.take(tile_floats(tp, sh.N, bf16));
-  l.B = c.take(static_cast<std::size_t>(l.R) * padded_row(sh.N));
+  l.B = c.take(b_global ? 0 : static_cast<std::size_t>(l.R) * padded_row(sh.N));
   l.x = c.take(static_cast<std::size_t>(l.R) * l.XP);
   l.C = c.take(sh.N);
   l.dts = c.take(cell);
@@ -83,9 +86,48 @@ __device__ inline void prefetch_ring_l2(const float* rows, int floats) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(rows), "r"(bytes) : "memory");
 }
 
+// Four floats at p in global memory, read-only for the launch (16-byte load where aligned).
+__device__ inline float4 load4_global(const float* p) {
+  if (aligned16(p)) return __ldg(reinterpret_cast<const float4*>(p));
+  return make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+}
+// cb_dot with B in global memory: the same fmaf chain (n ascending) from 16-byte loads where B is
+// aligned, else one value at a time (the same operations in the same order).
+__device__ inline float cb_dot_global(const float* C, const float* B, int N) {
+  if (N % 4 != 0 || !aligned16(B)) {
+    float dot = 0.0f;
+    for (int n = 0; n < N; ++n) dot = fmaf(C[n], __ldg(B + n), dot);
+    return dot;
+  }
+  float dot = 0.0f;
+  for (int n = 0; n < N; n += 4) {
+    const float4 c = *reinterpret_cast<const float4*>(C + n);
+    const float4 b = __ldg(reinterpret_cast<const float4*>(B + n));
+    dot = fmaf(c.x, b.x, dot);
+    dot = fmaf(c.y, b.y, dot);
+    dot = fmaf(c.z, b.z, dot);
+    dot = fmaf(c.w, b.w, dot);
+  }
+  return dot;
+}
+__device__ inline void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
+
 // The fold's delta over one stage's rows for the four elements (r, n..n+3) of the tile: each
 // element's chain Σ_i (w_i · x_i[p]) · B_i[n] continued over the stage's rows in ascending order
 // (ssd_deltas.cu's operations: xw = w_i · x_i[p], then fmaf(xw, B_i[n], acc)).
+// B_of(ii, n): B_ii[n..n+3] (from the stage or from global memory: the same values).
+template <class BOf>
+__device__ inline void delta4(float a[4], BOf B_of, const float* xs, int XP, const float* wf, int rc, int r, int n) {
+  for (int ii = 0; ii < rc; ++ii) {
+    const float xw = wf[ii] * xs[ii * XP + r];
+    const float4 b = B_of(ii, n);
+    a[0] = fmaf(xw, b.x, a[0]);
+    a[1] = fmaf(xw, b.y, a[1]);
+    a[2] = fmaf(xw, b.z, a[2]);
+    a[3] = fmaf(xw, b.w, a[3]);
+  }
+}
+// The same over the B stage (rows of Np floats).
 __device__ inline void delta4(float a[4], const float* Bs, int Np, const float* xs, int XP, const float* wf, int rc,
                               int r, int n) {
   for (int ii = 0; ii < rc; ++ii) {
@@ -103,10 +145,11 @@ __device__ inline void delta4(float a[4], const float* Bs, int Np, const float* 
 // block), so a source row's B values are the same for all its pieces: loaded once per row for four
 // rows of p, whose sixteen chains then run side by side. Each element's chain is delta4's (xw = w_i ·
 // x_i[p], fmaf(xw, B_i[n], acc), i ascending, from dacc or 0), then fold_element: the same bits.
+template <class BOf>
 __device__ inline void fold_rows(const SsdState& st, const Tile& t, const float* S, const uint16_t* raw, bool bf16,
-                                 const float* Bs, const float* xs, int XP, const float* wf, int rc, const float* dacc,
+                                 BOf B_of, const float* xs, int XP, const float* wf, int rc, const float* dacc,
                                  bool from_dacc, float decay) {
-  const int N = t.N, Np = t.Np, tp = t.tp, q = N / 4, tid = threadIdx.x;
+  const int N = t.N, tp = t.tp, q = N / 4, tid = threadIdx.x;
   const int dr = kStepThreads / q, n = 4 * (tid % q);
   for (int r0 = tid / q; r0 < tp; r0 += 4 * dr) {
     float a[4][4];
@@ -118,7 +161,7 @@ __device__ inline void fold_rows(const SsdState& st, const Tile& t, const float*
     }
     const int mc = (tp - r0 + dr - 1) / dr < 4 ? (tp - r0 + dr - 1) / dr : 4;  // rows of the four in the tile
     for (int ii = 0; ii < rc; ++ii) {
-      const float4 b = *reinterpret_cast<const float4*>(Bs + ii * Np + n);
+      const float4 b = B_of(ii, n);
       const float w = wf[ii];
       const float* xr = xs + ii * XP + r0;
 #pragma unroll
@@ -185,7 +228,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
                                                               int ahead, bool pdl, unsigned long long* probe,
                                                               float* y) {
   constexpr bool kS = (kF & kSplit) != 0, kL = (kF & kLean) != 0, kFR = (kF & kFoldRows) != 0;
-  constexpr bool kD2 = (kF & kDots2) != 0, kP = (kF & kProbe) != 0;
+  constexpr bool kD2 = (kF & kDots2) != 0, kP = (kF & kProbe) != 0, kBG = (kF & kBGlobal) != 0;
   static_assert(kL || !kS, "kSplit's second group is waited for by kLean's outputs");
   // Dots: lanes a row, rows a pass; output row r is lane kLanes·(r mod kPass)'s, in its pass r / kPass.
   constexpr int kLanes = kD2 ? 2 : 4, kPass = kStepThreads / kLanes, kPasses = kLanes;
@@ -207,7 +250,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   const Tile t = tile_of(sh, slot, h, TP, z);
   const int grp = h / sh.heads_per_group(), Np = t.Np, tp = t.tp;
   const bool bf16 = st.state_f32 == nullptr;
-  const DecodeLayout lo = decode_layout(sh, cell, TP, bf16, kL);
+  const DecodeLayout lo = decode_layout(sh, cell, TP, bf16, kL, kBG);
   const RowInCell ric = row_in_cell(g, h, H, start, tmod);
   const int j = ric.j;         // the row's index in its cell
   const int rows = j + 1;      // source rows 0..j
@@ -240,9 +283,19 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
     return i == j ? dt + static_cast<std::size_t>(row0) * H + h : st.ring_dt + xbase + wrap(xs0 + i);
   };
   auto stage = [&](int i0, int rc) {
-    stage_rows(Bs, Np, rc, N, [&](int i) { return B_row(i0 + i); });
+    if constexpr (kBG) {  // B rows asked of L1 (a hint; they are read from global memory)
+      const int lines = (N + 31) / 32;  // 128-byte pieces a row
+      for (int e = tid; e < rc * lines; e += kStepThreads) {
+        const int i = e / lines;
+        prefetch_l1(B_row(i0 + i) + 32 * (e - i * lines));
+      }
+    } else {
+      stage_rows(Bs, Np, rc, N, [&](int i) { return B_row(i0 + i); });
+    }
     stage_rows(xs, XP, rc, tp, [&](int i) { return x_row(i0 + i) + t.p0; });
   };
+  // kBGlobal: source row i0 + ii's B[n..n+3] for the fold, from global memory.
+  auto B_from = [&](int i0) { return [B_row, i0](int ii, int n) { return load4_global(B_row(i0 + ii) + n); }; };
 
   // Programmatic launch: what earlier passes wrote is asked of L2 while the kernel before finishes
   // (hints: no value depends on them), then the wait (a no-op when launched the ordinary way).
@@ -300,7 +353,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
       if (tid == 0) st.ring_dt[xb] = staged ? dts[j] : *dt_of(j);
       if (h % sh.heads_per_group() == 0) {
         const std::size_t bb = bbase + wrap(bs0 + j);
-        const float* Bt = staged && j < R ? Bs + j * Np : B_row(j);
+        const float* Bt = !kBG && staged && j < R ? Bs + j * Np : B_row(j);
         for (int n = tid; n < N; n += kStepThreads) st.ring_B[bb * N + n] = Bt[n];
       }
     }
@@ -340,7 +393,8 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
     for (int ii = tid; ii < rc; ii += kStepThreads) {
       const float w = row_weight(cj, cum[i0 + ii], dts[i0 + ii]);
       wf[ii] = w;
-      coef[ii] = w * cb_dot(Cs, Bs + ii * Np, N);
+      if constexpr (kBG) coef[ii] = w * cb_dot_global(Cs, B_row(i0 + ii), N);
+      else coef[ii] = w * cb_dot(Cs, Bs + ii * Np, N);
     }
     __syncthreads();
     if constexpr (kL) {
@@ -362,7 +416,8 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
         float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (i0 > 0)
           for (int k = 0; k < 4; ++k) a[k] = dacc[e + k];
-        delta4(a, Bs, Np, xs, XP, wf, rc, w.r, 4 * w.c);
+        if constexpr (kBG) delta4(a, B_from(i0), xs, XP, wf, rc, w.r, 4 * w.c);
+        else delta4(a, Bs, Np, xs, XP, wf, rc, w.r, 4 * w.c);
         for (int k = 0; k < 4; ++k) dacc[e + k] = a[k];
       }
     }
@@ -424,14 +479,21 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
     const float decay = exp_f(cj);  // ssd_deltas.cu's cell_decay: exp(cum_{L-1})
     const int rc = rows - i0;
     if (kFR && kStepThreads % (N / 4) == 0) {
-      fold_rows(st, t, S, raw, bf16, Bs, xs, XP, wf, rc, dacc, i0 > 0, decay);
+      if constexpr (kBG) {
+        fold_rows(st, t, S, raw, bf16, B_from(i0), xs, XP, wf, rc, dacc, i0 > 0, decay);
+      } else {
+        const float* Bv = Bs;
+        fold_rows(st, t, S, raw, bf16, [Bv, Np](int ii, int n) { return *reinterpret_cast<const float4*>(Bv + ii * Np + n); },
+                  xs, XP, wf, rc, dacc, i0 > 0, decay);
+      }
     } else {
       for (Walk w(N / 4); w.r < tp; w.next()) {
         const int n = 4 * w.c, e = w.r * N + n;
         float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (i0 > 0)
           for (int k = 0; k < 4; ++k) a[k] = dacc[e + k];
-        delta4(a, Bs, Np, xs, XP, wf, rc, w.r, n);
+        if constexpr (kBG) delta4(a, B_from(i0), xs, XP, wf, rc, w.r, n);
+        else delta4(a, Bs, Np, xs, XP, wf, rc, w.r, n);
         const float4 s = tile_load4(t, S, raw, bf16, w.r, n);
         const float v[4] = {fold_element(decay, s.x, a[0], bf16), fold_element(decay, s.y, a[1], bf16),
                             fold_element(decay, s.z, a[2], bf16), fold_element(decay, s.w, a[3], bf16)};
@@ -473,6 +535,13 @@ DecodeKernel kernel_of(int flags) {
     case 11: return decode_kernel<11>;
     case 14: return decode_kernel<14>;
     case 15: return decode_kernel<15>;
+    case kBGlobal | 0: return decode_kernel<kBGlobal | 0>;
+    case kBGlobal | 2: return decode_kernel<kBGlobal | 2>;
+    case kBGlobal | 3: return decode_kernel<kBGlobal | 3>;
+    case kBGlobal | 14: return decode_kernel<kBGlobal | 14>;
+    case kBGlobal | 15: return decode_kernel<kBGlobal | 15>;
+    case kProbe | kBGlobal | 14: return decode_kernel<kProbe | kBGlobal | 14>;
+    case kProbe | kBGlobal | 15: return decode_kernel<kProbe | kBGlobal | 15>;
     case kProbe | 0: return decode_kernel<kProbe | 0>;
     case kProbe | 3: return decode_kernel<kProbe | 3>;
     case kProbe | 14: return decode_kernel<kProbe | 14>;
@@ -520,7 +589,8 @@ void launch_decode(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, con
   unsigned long long* probe = probe_buffer.load();
   if (probe != nullptr && kernel_of(flags | kProbe) != nullptr) flags |= kProbe;
   const DecodeKernel kernel = kernel_of(flags);
-  const std::size_t smem = decode_layout(sh, g.cell, tp, bf16, (flags & kLean) != 0).total * sizeof(float) +
+  const std::size_t smem =
+      decode_layout(sh, g.cell, tp, bf16, (flags & kLean) != 0, (flags & kBGlobal) != 0).total * sizeof(float) +
                            static_cast<std::size_t>(forced_pad.load());
   ensure_smem(kernel, smem, "ssd decode smem");
   const int tiles = (sh.P + tp - 1) / tp;

@@ -236,17 +236,17 @@ struct ForcedWay {
 };
 
 // Every schedule of the exact decode (ssd_force_decode_way: 100 + flags; the two-group state copy, the
-// lean part, the row-batched fold, the two-lane dots, and their sets that ssd_decode.cu builds) against
-// the single shot: the mixer's head (whole-head tile and 16 rows: the fold's rows in batches of four,
-// the dots' second pass), the odd shape (the fold's column walk does not divide the block: the old
+// lean part, the row-batched fold, the two-lane dots, B from global memory, the sets ssd_decode.cu builds) against
+// the single shot: the mixer's head (a whole-head tile: the fold's rows in batches of four, 64 rows of
+// dots), the odd shape (the fold's column walk does not divide the block: the old
 // fold; a last tile of 2 rows), and a 64-row cell (two stages: the fold continues the partial sums).
 TEST(CudaSsdStep, ExactDecodeEveryWayEqualsSingleShot) {
   PARITY_REQUIRE_GPU();
-  for (int way : {100, 102, 103, 104, 106, 107, 108, 110, 111, 114, 115}) {
+  for (int way : {100, 102, 103, 104, 106, 107, 108, 110, 111, 114, 115, 132, 134, 135, 146, 147}) {
     SCOPED_TRACE("way " + std::to_string(way));
     const ForcedWay forced(way);
     for (bool bf16 : {false, true}) {
-      check_exact(kShapes[0], 16, bf16, {0, 16});
+      check_exact(kShapes[0], 16, bf16, {0});
       check_exact(kShapes[1], 16, bf16, {0, 8});
       check_exact(kShapes[0], 64, bf16, {0});
     }
@@ -256,7 +256,7 @@ TEST(CudaSsdStep, ExactDecodeEveryWayEqualsSingleShot) {
 // Companion: under the new schedules the comparison still sees another grid's rows.
 TEST(CudaSsdStep, CompanionEveryWayAnotherGridDiffers) {
   PARITY_REQUIRE_GPU();
-  for (int way : {114, 115}) {
+  for (int way : {114, 115, 146, 147}) {
     const ForcedWay forced(way);
     const Shape& sh = kShapes[0];
     const std::vector<Stream> ss = streams(sh);
