@@ -362,7 +362,8 @@ BENCHMARK(BM_CudaDecodeSsmAhead)
 // The exact decode's schedules side by side in one run (arg3: ssd_force_decode_way; 0 = the default,
 // 100 + flags: 100 session 9's, 103 session 10's fp32 schedule, 102 its lean part alone, 104 / 108 the
 // row-batched fold / two-lane dots on 100, 106 / 110 / 114 on 102, 107 / 111 / 115 on 103; + 32: B rows
-// from global memory, no B stage: 132, 134, 135, 146, 147), arg4: extra
+// from global memory, no B stage: 146, 147; + 64: the first stage's C·B dots before the
+// cum: 178, 179 (210, 211 also + 32)), arg4: extra
 // shared memory per block in KB (fewer blocks an SM: how the time follows the blocks resident).
 void BM_CudaDecodeSsmWay(benchmark::State& state) {
   decode_ssm(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), state.range(2) != 0, 0, 0,
@@ -370,7 +371,7 @@ void BM_CudaDecodeSsmWay(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaDecodeSsmWay)
     ->ArgsProduct({{1, 64, 256}, {16}, {0, 1}, {100, 102, 103, 104, 106, 107, 108, 110, 111, 114, 115}, {0}})
-    ->ArgsProduct({{1, 64, 256}, {16}, {0, 1}, {132, 134, 135, 146, 147}, {0}})
+    ->ArgsProduct({{1, 64, 256}, {16}, {0, 1}, {146, 147, 178, 179, 210, 211}, {0}})
     ->ArgsProduct({{64, 256}, {16}, {0, 1}, {0}, {4, 8, 16}})
     ->Iterations(kDecodeSteps)
     ->UseManualTime()
@@ -381,7 +382,7 @@ void BM_CudaDecodeSsmProbe(benchmark::State& state) {
              {static_cast<int>(state.range(3)), 0, true});
 }
 BENCHMARK(BM_CudaDecodeSsmProbe)
-    ->ArgsProduct({{1, 64, 256}, {16}, {0, 1}, {100, 103, 114, 115, 146, 147}})
+    ->ArgsProduct({{1, 64, 256}, {16}, {0, 1}, {100, 103, 146, 147, 178, 179}})
     ->Iterations(kDecodeSteps)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

@@ -47,6 +47,8 @@ constexpr int kDots2 = 8;     // C·S with two lanes a row (two quarter chains e
 constexpr int kProbe = 16;    // benchmarks: per-block timestamps (decode_probe)
 constexpr int kBGlobal = 32;  // no B stage: the coefficients and the fold read B rows from global memory
                               // (asked of L1 with the first copies): 8 KB less shared memory a block
+constexpr int kEarly = 64;    // with kLean: thread i's C·B_i dot before the cum, its weight from its own
+                              // cum_i (no barrier between them)
 constexpr int kWayBase = 100;
 // Session 10's choices: fp32 kSplit | kLean (measured faster), bf16 none (session 9's schedule).
 constexpr int kDefaultF32 = kSplit | kLean, kDefaultBf16 = 0;
@@ -229,7 +231,9 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
                                                               float* y) {
   constexpr bool kS = (kF & kSplit) != 0, kL = (kF & kLean) != 0, kFR = (kF & kFoldRows) != 0;
   constexpr bool kD2 = (kF & kDots2) != 0, kP = (kF & kProbe) != 0, kBG = (kF & kBGlobal) != 0;
+  constexpr bool kE = (kF & kEarly) != 0;
   static_assert(kL || !kS, "kSplit's second group is waited for by kLean's outputs");
+  static_assert(kL || !kE, "kEarly is a part of kLean's cum");
   // Dots: lanes a row, rows a pass; output row r is lane kLanes·(r mod kPass)'s, in its pass r / kPass.
   constexpr int kLanes = kD2 ? 2 : 4, kPass = kStepThreads / kLanes, kPasses = kLanes;
   long long c0 = 0, ck[6] = {0, 0, 0, 0, 0, 0};
@@ -365,14 +369,34 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   if constexpr (kL) ring_row_t(true);
 
   float cj = 0.0f;
+  const int rc0 = rows < R ? rows : R;  // the first stage's rows
   if constexpr (kL) {
+    // kEarly: thread i < rc0 forms dot(C, B_i) first (it does not need the cum; its FMA chain overlaps
+    // the cum's loop) and keeps its own cum_i, so the first stage's coefficients need no barrier.
+    float dot0 = 0.0f, cum_own = 0.0f;
+    if constexpr (kE) {
+      if (tid < rc0) {
+        if constexpr (kBG) dot0 = cb_dot_global(Cs, B_row(tid), N);
+        else dot0 = cb_dot(Cs, Bs + tid * Np, N);
+      }
+    }
     // cum: every thread runs the one left-to-right sum itself (cum_term, then c = c + term from 0:
     // cum_scan's operations, so the same bits), thread i % 128 keeping cum_i.
     for (int i = 0; i < rows; ++i) {
       cj = cj + cum_term(dts[i], Ah);
       if ((i & (kStepThreads - 1)) == tid) cum[i] = cj;
+      if (kE && i == tid) cum_own = cj;
     }
-    __syncthreads();
+    if constexpr (kE) {
+      if (tid < rc0) {
+        const float w = row_weight(cj, cum_own, dts[tid]);
+        wf[tid] = w;
+        coef[tid] = w * dot0;
+      }
+      if (rows > R) __syncthreads();  // later stages read cum[]
+    } else {
+      __syncthreads();
+    }
   } else {
     for (int i = tid; i < rows; i += kStepThreads) cum[i] = cum_term(dts[i], Ah);
     __syncthreads();
@@ -390,7 +414,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   int i0 = 0;
   for (;;) {
     const int rc = rows - i0 < R ? rows - i0 : R;
-    for (int ii = tid; ii < rc; ii += kStepThreads) {
+    for (int ii = tid; ii < rc && !(kE && i0 == 0); ii += kStepThreads) {  // (kEarly: the first stage's are done)
       const float w = row_weight(cj, cum[i0 + ii], dts[i0 + ii]);
       wf[ii] = w;
       if constexpr (kBG) coef[ii] = w * cb_dot_global(Cs, B_row(i0 + ii), N);
@@ -540,6 +564,12 @@ DecodeKernel kernel_of(int flags) {
     case kBGlobal | 3: return decode_kernel<kBGlobal | 3>;
     case kBGlobal | 14: return decode_kernel<kBGlobal | 14>;
     case kBGlobal | 15: return decode_kernel<kBGlobal | 15>;
+    case kEarly | 14: return decode_kernel<kEarly | 14>;
+    case kEarly | 15: return decode_kernel<kEarly | 15>;
+    case kEarly | kBGlobal | 14: return decode_kernel<kEarly | kBGlobal | 14>;
+    case kEarly | kBGlobal | 15: return decode_kernel<kEarly | kBGlobal | 15>;
+    case kProbe | kEarly | 14: return decode_kernel<kProbe | kEarly | 14>;
+    case kProbe | kEarly | 15: return decode_kernel<kProbe | kEarly | 15>;
     case kProbe | kBGlobal | 14: return decode_kernel<kProbe | kBGlobal | 14>;
     case kProbe | kBGlobal | 15: return decode_kernel<kProbe | kBGlobal | 15>;
     case kProbe | 0: return decode_kernel<kProbe | 0>;

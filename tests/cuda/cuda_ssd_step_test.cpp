@@ -236,13 +236,14 @@ struct ForcedWay {
 };
 
 // Every schedule of the exact decode (ssd_force_decode_way: 100 + flags; the two-group state copy, the
-// lean part, the row-batched fold, the two-lane dots, B from global memory, the sets ssd_decode.cu builds) against
+// lean part, the row-batched fold, the two-lane dots, B from global memory, the early C·B dots: the sets
+// ssd_decode.cu builds) against
 // the single shot: the mixer's head (a whole-head tile: the fold's rows in batches of four, 64 rows of
 // dots), the odd shape (the fold's column walk does not divide the block: the old
 // fold; a last tile of 2 rows), and a 64-row cell (two stages: the fold continues the partial sums).
 TEST(CudaSsdStep, ExactDecodeEveryWayEqualsSingleShot) {
   PARITY_REQUIRE_GPU();
-  for (int way : {100, 102, 103, 104, 106, 107, 108, 110, 111, 114, 115, 132, 134, 135, 146, 147}) {
+  for (int way : {100, 102, 103, 104, 106, 107, 108, 110, 111, 114, 115, 132, 134, 135, 146, 147, 178, 179, 210, 211}) {
     SCOPED_TRACE("way " + std::to_string(way));
     const ForcedWay forced(way);
     for (bool bf16 : {false, true}) {
@@ -256,7 +257,7 @@ TEST(CudaSsdStep, ExactDecodeEveryWayEqualsSingleShot) {
 // Companion: under the new schedules the comparison still sees another grid's rows.
 TEST(CudaSsdStep, CompanionEveryWayAnotherGridDiffers) {
   PARITY_REQUIRE_GPU();
-  for (int way : {114, 115, 146, 147}) {
+  for (int way : {146, 147, 178, 179}) {
     const ForcedWay forced(way);
     const Shape& sh = kShapes[0];
     const std::vector<Stream> ss = streams(sh);
