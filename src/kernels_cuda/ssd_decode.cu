@@ -49,6 +49,9 @@ constexpr int kBGlobal = 32;  // no B stage: the coefficients and the fold read 
                               // (asked of L1 with the first copies): 8 KB less shared memory a block
 constexpr int kEarly = 64;    // with kLean: thread i's C·B_i dot before the cum, its weight from its own
                               // cum_i (no barrier between them)
+// Timing only (benchmarks; the values are wrong): what a part of the step costs, by leaving it out.
+constexpr int kSkipFold = 128;    // a folding head neither folds nor writes its state
+constexpr int kSkipReplay = 256;  // no B rows staged and no C·B dots (each coefficient is its weight)
 constexpr int kWayBase = 100;
 // Session 10's choices: fp32 kSplit | kLean (measured faster), bf16 none (session 9's schedule).
 constexpr int kDefaultF32 = kSplit | kLean, kDefaultBf16 = 0;
@@ -231,7 +234,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
                                                               float* y) {
   constexpr bool kS = (kF & kSplit) != 0, kL = (kF & kLean) != 0, kFR = (kF & kFoldRows) != 0;
   constexpr bool kD2 = (kF & kDots2) != 0, kP = (kF & kProbe) != 0, kBG = (kF & kBGlobal) != 0;
-  constexpr bool kE = (kF & kEarly) != 0;
+  constexpr bool kE = (kF & kEarly) != 0, kNoFold = (kF & kSkipFold) != 0, kNoCB = (kF & kSkipReplay) != 0;
   static_assert(kL || !kS, "kSplit's second group is waited for by kLean's outputs");
   static_assert(kL || !kE, "kEarly is a part of kLean's cum");
   // Dots: lanes a row, rows a pass; output row r is lane kLanes·(r mod kPass)'s, in its pass r / kPass.
@@ -293,7 +296,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
         const int i = e / lines;
         prefetch_l1(B_row(i0 + i) + 32 * (e - i * lines));
       }
-    } else {
+    } else if constexpr (!kNoCB) {
       stage_rows(Bs, Np, rc, N, [&](int i) { return B_row(i0 + i); });
     }
     stage_rows(xs, XP, rc, tp, [&](int i) { return x_row(i0 + i) + t.p0; });
@@ -357,7 +360,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
       if (tid == 0) st.ring_dt[xb] = staged ? dts[j] : *dt_of(j);
       if (h % sh.heads_per_group() == 0) {
         const std::size_t bb = bbase + wrap(bs0 + j);
-        const float* Bt = !kBG && staged && j < R ? Bs + j * Np : B_row(j);
+        const float* Bt = !kBG && !kNoCB && staged && j < R ? Bs + j * Np : B_row(j);
         for (int n = tid; n < N; n += kStepThreads) st.ring_B[bb * N + n] = Bt[n];
       }
     }
@@ -417,7 +420,8 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
     for (int ii = tid; ii < rc && !(kE && i0 == 0); ii += kStepThreads) {  // (kEarly: the first stage's are done)
       const float w = row_weight(cj, cum[i0 + ii], dts[i0 + ii]);
       wf[ii] = w;
-      if constexpr (kBG) coef[ii] = w * cb_dot_global(Cs, B_row(i0 + ii), N);
+      if constexpr (kNoCB) coef[ii] = w;
+      else if constexpr (kBG) coef[ii] = w * cb_dot_global(Cs, B_row(i0 + ii), N);
       else coef[ii] = w * cb_dot(Cs, Bs + ii * Np, N);
     }
     __syncthreads();
@@ -499,7 +503,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
     dots_head([&](int r, float dot) { inter[r] = dot; });
   }
   if constexpr (kP) ck[4] = clock64();
-  if (fold) {
+  if (fold && !kNoFold) {
     const float decay = exp_f(cj);  // ssd_deltas.cu's cell_decay: exp(cum_{L-1})
     const int rc = rows - i0;
     if (kFR && kStepThreads % (N / 4) == 0) {
@@ -572,6 +576,12 @@ DecodeKernel kernel_of(int flags) {
     case kProbe | kEarly | 15: return decode_kernel<kProbe | kEarly | 15>;
     case kProbe | kBGlobal | 14: return decode_kernel<kProbe | kBGlobal | 14>;
     case kProbe | kBGlobal | 15: return decode_kernel<kProbe | kBGlobal | 15>;
+    case kSkipFold | 0: return decode_kernel<kSkipFold | 0>;
+    case kSkipFold | 3: return decode_kernel<kSkipFold | 3>;
+    case kSkipReplay | 0: return decode_kernel<kSkipReplay | 0>;
+    case kSkipReplay | 3: return decode_kernel<kSkipReplay | 3>;
+    case kSkipFold | kSkipReplay | 0: return decode_kernel<kSkipFold | kSkipReplay | 0>;
+    case kSkipFold | kSkipReplay | 3: return decode_kernel<kSkipFold | kSkipReplay | 3>;
     case kProbe | 0: return decode_kernel<kProbe | 0>;
     case kProbe | 3: return decode_kernel<kProbe | 3>;
     case kProbe | 14: return decode_kernel<kProbe | 14>;
