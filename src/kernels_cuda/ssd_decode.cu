@@ -611,6 +611,35 @@ int resident_blocks(DecodeKernel kernel, std::size_t smem) {
   return known[{device, kernel, smem}] = per_sm * sm_count();
 }
 
+// kBGlobal reads B rows through L1, which the shared memory leaves: ensure_smem asks for the most shared
+// memory an SM has (228 KB of 256 on an H200, 28 KB of L1). Ask for the least share that still holds as
+// many blocks as the most share does (fewer blocks than that: back to the most). Once per kernel,
+// device and size; a hint to the driver, no value depends on it.
+void carveout_for_l1(DecodeKernel kernel, std::size_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, DecodeKernel, std::size_t>, bool> done;
+  int device = 0, per_sm_max = 0, per_sm = 0, smem_sm = 0;
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  const std::lock_guard<std::mutex> lock(mu);
+  if (!done.emplace(std::tuple{device, kernel, smem}, true).second) return;
+  cuda_check(cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "cudaDeviceGetAttribute");
+  auto occupancy = [&](int& out) {
+    outside_capture([&] { return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&out, kernel, kStepThreads, smem); },
+                    "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  };
+  occupancy(per_sm_max);
+  const std::size_t need = static_cast<std::size_t>(per_sm_max) * (smem + 1024);  // 1 KB reserved a block
+  const int percent = static_cast<int>((need * 100 + smem_sm - 1) / std::max(1, smem_sm));
+  auto carveout = [&](int pc) {
+    outside_capture([&] { return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, pc); },
+                    "cudaFuncSetAttribute");
+  };
+  if (percent >= 100) return;
+  carveout(percent);
+  occupancy(per_sm);
+  if (per_sm < per_sm_max) carveout(100);
+}
+
 // The schedule a launch takes: the benchmark's or test's forced way where it is built, else the
 // default for the state dtype.
 int decode_flags(bool bf16) {
@@ -633,6 +662,7 @@ void launch_decode(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, con
       decode_layout(sh, g.cell, tp, bf16, (flags & kLean) != 0, (flags & kBGlobal) != 0).total * sizeof(float) +
                            static_cast<std::size_t>(forced_pad.load());
   ensure_smem(kernel, smem, "ssd decode smem");
+  if (flags & kBGlobal) carveout_for_l1(kernel, smem);
   const int tiles = (sh.P + tp - 1) / tp;
   const int columns = p.num_seqs * tiles;  // blocks per head slot; launch order runs across them first
   const int forced = forced_ahead.load();
