@@ -594,22 +594,8 @@ std::atomic<int> forced_ahead{0}, forced_way{0}, forced_pad{0};
 std::atomic<unsigned long long*> probe_buffer{nullptr};
 std::atomic<bool> programmatic_decode{false};
 
-// Blocks of `kernel` with `smem` bytes the whole device holds at once (asked once per device, kernel
-// and size).
-int resident_blocks(DecodeKernel kernel, std::size_t smem) {
-  static std::mutex mu;
-  static std::map<std::tuple<int, DecodeKernel, std::size_t>, int> known;
-  int device = 0;
-  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-  const std::lock_guard<std::mutex> lock(mu);
-  const auto it = known.find({device, kernel, smem});
-  if (it != known.end()) return it->second;
-  int per_sm = 0;
-  outside_capture(
-      [&] { return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kStepThreads, smem); },
-      "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  return known[{device, kernel, smem}] = per_sm * sm_count();
-}
+// Blocks of `kernel` with `smem` bytes the whole device holds at once.
+int resident_blocks(DecodeKernel kernel, std::size_t smem) { return blocks_per_sm(kernel, kStepThreads, smem) * sm_count(); }
 
 // kBGlobal reads B rows through L1, which the shared memory leaves: ensure_smem asks for the most shared
 // memory an SM has (228 KB of 256 on an H200, 28 KB of L1). Ask for the least share that still holds as
