@@ -360,21 +360,23 @@ BENCHMARK(BM_CudaDecodeSsmAhead)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 // The exact decode's schedules side by side in one run (arg3: ssd_force_decode_way; 0 = the default,
-// 100 + flags: 100 session 9's, 103 session 10's fp32 schedule, 102 its lean part alone, 104 / 108 the
-// row-batched fold / two-lane dots on 100, 114 both on 102, 107 / 111 / 115 on 103; + 32: B rows
-// from global memory, no B stage: 146, 147; + 64: the first stage's C·B dots before the
-// cum: 178, 179 (210, 211 also + 32); timing only, wrong values: + 128 no fold, + 256 no C·B replay, on
-// 100 and 103: 228, 231, 356, 359, 484, 487), arg4: extra
-// shared memory per block in KB (fewer blocks an SM: how the time follows the blocks resident).
+// 100 + flags; ssd_decode.cu's flags: kSplit 1, kLean 2, kFoldRows 4, kDots2 8, kBGlobal 32, kEarly 64,
+// kFoldQuad 512): 100 session 9's schedule, 103 session 10's fp32 one (main's defaults before session 11),
+// 104 / 110 session 11's defaults (bf16 / fp32), the rest what was tried beside them; timing only, wrong
+// values: + 128 no fold, + 256 no C·B replay, + 384 neither, on 104 and 110), arg4: extra shared memory
+// per block in KB (fewer blocks an SM: how the time follows the blocks resident).
 void BM_CudaDecodeSsmWay(benchmark::State& state) {
   decode_ssm(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), state.range(2) != 0, 0, 0,
              {static_cast<int>(state.range(3)), static_cast<int>(state.range(4)) * 1024, false});
 }
 BENCHMARK(BM_CudaDecodeSsmWay)
-    ->ArgsProduct({{1, 64, 256}, {16}, {0, 1}, {100, 102, 103, 104, 107, 108, 111, 114, 115}, {0}})
-    ->ArgsProduct({{1, 64, 256}, {16}, {0, 1}, {146, 147, 178, 179, 210, 211}, {0}})
-    ->ArgsProduct({{64, 256}, {16}, {0, 1}, {228, 231, 356, 359, 484, 487}, {0}})
-    ->ArgsProduct({{64, 256}, {16}, {0, 1}, {0}, {8, 16}})
+    ->ArgsProduct({{1, 64, 256},
+                   {16},
+                   {0, 1},
+                   {100, 103, 104, 108, 110, 112, 114, 115, 146, 147, 174, 178, 179, 612, 620, 622, 623, 686},
+                   {0}})
+    ->ArgsProduct({{64, 256}, {16}, {0, 1}, {232, 238, 360, 366, 488, 494}, {0}})
+    ->ArgsProduct({{64, 256}, {16}, {0, 1}, {0}, {4, 8, 16}})
     ->Iterations(kDecodeSteps)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
@@ -384,7 +386,7 @@ void BM_CudaDecodeSsmProbe(benchmark::State& state) {
              {static_cast<int>(state.range(3)), 0, true});
 }
 BENCHMARK(BM_CudaDecodeSsmProbe)
-    ->ArgsProduct({{1, 64, 256}, {16}, {0, 1}, {100, 103, 178, 179}})
+    ->ArgsProduct({{1, 64, 256}, {16}, {0, 1}, {100, 103, 104, 110, 620, 622}})
     ->Iterations(kDecodeSteps)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
@@ -742,7 +744,8 @@ BENCHMARK(BM_CudaCopy)->UseManualTime()->Unit(benchmark::kMicrosecond);
 // CUDA graphs (the default), 0 = eager (--enforce-eager), arg3 1 = the fused launches (the default),
 // 0 = every step in its own launch (set_fuse_kernels), arg4 1 = programmatic launches of the small
 // kernels (the default), 0 = ordinary launches (set_programmatic_launch), 2 = programmatic launches
-// with exact mode's one-row decode among them (set_programmatic_exact_decode); the same bits every way.
+// with exact mode's one-row decode among them (set_programmatic_exact_decode; 3: without its L2 requests
+// before the wait); the same bits every way.
 // A decode step of `batch` sequences (after a 16-token prefill each), wall time of Model::forward
 // (its logits copy synchronises), CPU launch overhead included: what graphs remove. The first decode
 // step (the graph's capture) is not timed.
@@ -759,7 +762,7 @@ void BM_CudaModelDecode(benchmark::State& state) {
   backend_cuda::set_enforce_eager(m, !graphs);
   backend_cuda::set_fuse_kernels(m, state.range(3) != 0);
   cuda::set_programmatic_launch(state.range(4) != 0);
-  cuda::set_programmatic_exact_decode(state.range(4) == 2);
+  cuda::set_programmatic_exact_decode(state.range(4) >= 2, state.range(4) == 2);
   cache::ModelCache mc = bench::bench_cache(m, exact, batch);
   model::ForwardBatch b;
   for (int s = 0; s < batch; ++s) {
@@ -812,10 +815,10 @@ BENCHMARK(BM_CudaModelDecode)
     ->ArgNames({"batch", "exact", "graphs", "fused", "pdl"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
-// The exact decode kernel launched programmatically too (pdl:2) beside pdl:1 (the default: every small
-// kernel but it), graphs on.
+// The exact decode kernel launched programmatically too (pdl:2, pdl:3 without its L2 requests) beside
+// pdl:1 (the default: every small kernel but it), graphs on.
 BENCHMARK(BM_CudaModelDecode)
-    ->ArgsProduct({{1, 64, 256}, {1}, {1}, {1}, {1, 2}})
+    ->ArgsProduct({{1, 64, 256}, {1}, {1}, {1}, {1, 2, 3}})
     ->ArgNames({"batch", "exact", "graphs", "fused", "pdl"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

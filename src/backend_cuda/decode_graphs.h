@@ -60,7 +60,7 @@ struct GraphKey {
   int kv_stride = 0;   // hybrids: the block tables' row length
   bool fuse = true;    // the model's fused launches (set_fuse_kernels) or the unfused ones
   bool programmatic = true;  // cuda::programmatic_launch() when captured
-  bool programmatic_decode = false;  // cuda::programmatic_exact_decode() when captured
+  int programmatic_decode = 0;  // cuda::programmatic_exact_decode_mode() when captured
   bool operator<(const GraphKey& o) const {
     return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride, fuse, programmatic, programmatic_decode) <
            std::tie(o.bucket, o.exact, o.cell, o.stagger, o.cell_tasks, o.kv_stride, o.fuse, o.programmatic,

@@ -196,7 +196,9 @@ void set_programmatic_launch(bool on);
 // state tile and replay rings before it waits for the conv). Needs programmatic_launch(); off by
 // default until measured; graphs record it too.
 bool programmatic_exact_decode();
-void set_programmatic_exact_decode(bool on);
+// l2_requests: before its wait, ask L2 for the state tile and the rings (measured on: b256 slower).
+void set_programmatic_exact_decode(bool on, bool l2_requests = true);
+int programmatic_exact_decode_mode();  // 0 off, 1 with the L2 requests, 2 without (graphs key on it)
 // Keeps stream s busy for about `microseconds` (benchmarks: the timed launches queue behind it).
 void busy_wait(double microseconds, cudaStream_t s);
 

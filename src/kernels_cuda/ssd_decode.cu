@@ -49,12 +49,16 @@ constexpr int kBGlobal = 32;  // no B stage: the coefficients and the fold read 
                               // (asked of L1 with the first copies): 8 KB less shared memory a block
 constexpr int kEarly = 64;    // with kLean: thread i's C·B_i dot before the cum, its weight from its own
                               // cum_i (no barrier between them)
+constexpr int kFoldQuad = 512;  // the fold: four consecutive rows of p a thread (their x values one 16-byte
+                                // load), a source row's B values loaded once for them
 // Timing only (benchmarks; the values are wrong): what a part of the step costs, by leaving it out.
 constexpr int kSkipFold = 128;    // a folding head neither folds nor writes its state
 constexpr int kSkipReplay = 256;  // no B rows staged and no C·B dots (each coefficient is its weight)
 constexpr int kWayBase = 100;
-// Session 10's choices: fp32 kSplit | kLean (measured faster), bf16 none (session 9's schedule).
-constexpr int kDefaultF32 = kSplit | kLean, kDefaultBf16 = 0;
+// The defaults, from session 11's first H200 call (BM_CudaDecodeSsmWay, every way in one run, batch 64 /
+// 256, µs): fp32 kLean | kDots2 37.5 / 129 (session 10's kSplit | kLean 42.6 / 147, session 9's none
+// 40.7 / 138); bf16 kFoldRows 27.8 / 93.5 (session 9's none, the default before, 29.3 / 100).
+constexpr int kDefaultF32 = kLean | kDots2, kDefaultBf16 = kFoldRows;
 
 struct DecodeLayout {
   int R, XP;                                                     // rows per stage; row stride of the x stage
@@ -193,6 +197,49 @@ __device__ inline void fold_rows(const SsdState& st, const Tile& t, const float*
   }
 }
 
+// kFoldQuad: as fold_rows, but thread tid owns rows 4·(G·k + g) .. +3 (g = tid / q, G = 128 / q groups,
+// batch k) of column n = 4·(tid mod q): the four rows' x values of a source row are one 16-byte load
+// (x rows are padded to a multiple of 4), the weight is multiplied in as before (xw = w_i · x_i[p]),
+// so each element's chain is delta4's and the bits are fold_rows'.
+template <class BOf>
+__device__ inline void fold_quad(const SsdState& st, const Tile& t, const float* S, const uint16_t* raw, bool bf16,
+                                 BOf B_of, const float* xs, int XP, const float* wf, int rc, const float* dacc,
+                                 bool from_dacc, float decay) {
+  const int N = t.N, tp = t.tp, q = N / 4, tid = threadIdx.x;
+  const int groups = kStepThreads / q, g = tid / q, n = 4 * (tid - g * q);
+  for (int r0 = 4 * g; r0 < tp; r0 += 4 * groups) {
+    float a[4][4];
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) a[m][k] = from_dacc && r0 + m < tp ? dacc[(r0 + m) * N + n + k] : 0.0f;
+    }
+    for (int ii = 0; ii < rc; ++ii) {
+      const float4 b = B_of(ii, n);
+      const float4 x = *reinterpret_cast<const float4*>(xs + ii * XP + r0);
+      const float w = wf[ii];
+      const float xw[4] = {w * x.x, w * x.y, w * x.z, w * x.w};
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        a[m][0] = fmaf(xw[m], b.x, a[m][0]);
+        a[m][1] = fmaf(xw[m], b.y, a[m][1]);
+        a[m][2] = fmaf(xw[m], b.z, a[m][2]);
+        a[m][3] = fmaf(xw[m], b.w, a[m][3]);
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const int r = r0 + m;
+      if (r < tp) {
+        const float4 s = tile_load4(t, S, raw, bf16, r, n);
+        const float v[4] = {fold_element(decay, s.x, a[m][0], bf16), fold_element(decay, s.y, a[m][1], bf16),
+                            fold_element(decay, s.z, a[m][2], bf16), fold_element(decay, s.w, a[m][3], bf16)};
+        store4(st, t, r * N + n, v);
+      }
+    }
+  }
+}
+
 // Benchmarks only (decode_probe): per block, 10 values: globaltimer at its start and end (ns), then
 // clock64 cycles from its start to: the metadata, the replay rows' arrival, the replay work done (cum,
 // coefficients, intra sums), the state's arrival (its first group), the dots done, the end; then
@@ -230,9 +277,10 @@ template <int kF>
 __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc,
                                                               int ld, const float* dt, const float* A,
                                                               const float* Dskip, SsdState st, int TP, int tiles,
-                                                              int ahead, bool pdl, unsigned long long* probe,
+                                                              int ahead, int pdl, unsigned long long* probe,
                                                               float* y) {
   constexpr bool kS = (kF & kSplit) != 0, kL = (kF & kLean) != 0, kFR = (kF & kFoldRows) != 0;
+  constexpr bool kFQ = (kF & kFoldQuad) != 0;
   constexpr bool kD2 = (kF & kDots2) != 0, kP = (kF & kProbe) != 0, kBG = (kF & kBGlobal) != 0;
   constexpr bool kE = (kF & kEarly) != 0, kNoFold = (kF & kSkipFold) != 0, kNoCB = (kF & kSkipReplay) != 0;
   static_assert(kL || !kS, "kSplit's second group is waited for by kLean's outputs");
@@ -306,7 +354,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
 
   // Programmatic launch: what earlier passes wrote is asked of L2 while the kernel before finishes
   // (hints: no value depends on them), then the wait (a no-op when launched the ordinary way).
-  if (pdl) {
+  if (pdl == 1) {
     if (tid == 0) prefetch_state_l2(st, t);
     if (tid == 32 && z == 0) prefetch_ring_l2(st.ring_x + xbase * P, cell * P);
     if (tid == 64 && z == 0) prefetch_ring_l2(st.ring_B + bbase * N, cell * N);
@@ -506,7 +554,15 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   if (fold && !kNoFold) {
     const float decay = exp_f(cj);  // ssd_deltas.cu's cell_decay: exp(cum_{L-1})
     const int rc = rows - i0;
-    if (kFR && kStepThreads % (N / 4) == 0) {
+    if (kFQ && kStepThreads % (N / 4) == 0) {
+      if constexpr (kBG) {
+        fold_quad(st, t, S, raw, bf16, B_from(i0), xs, XP, wf, rc, dacc, i0 > 0, decay);
+      } else {
+        const float* Bv = Bs;
+        fold_quad(st, t, S, raw, bf16, [Bv, Np](int ii, int n) { return *reinterpret_cast<const float4*>(Bv + ii * Np + n); },
+                  xs, XP, wf, rc, dacc, i0 > 0, decay);
+      }
+    } else if (kFR && kStepThreads % (N / 4) == 0) {
       if constexpr (kBG) {
         fold_rows(st, t, S, raw, bf16, B_from(i0), xs, XP, wf, rc, dacc, i0 > 0, decay);
       } else {
@@ -547,11 +603,12 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
 }
 
 using DecodeKernel = void (*)(SsdShape, ScanGrid, PassSeqs, const float*, int, const float*, const float*,
-                              const float*, SsdState, int, int, int, bool, unsigned long long*, float*);
+                              const float*, SsdState, int, int, int, int, unsigned long long*, float*);
 
 // The schedules built (the benchmark's ways and the defaults); nullptr for another set of flags.
 DecodeKernel kernel_of(int flags) {
   switch (flags) {
+    // session 9's and session 10's schedules, and the flags on them (BM_CudaDecodeSsmWay)
     case 0: return decode_kernel<0>;
     case 2: return decode_kernel<2>;
     case 3: return decode_kernel<3>;
@@ -561,38 +618,40 @@ DecodeKernel kernel_of(int flags) {
     case 8: return decode_kernel<8>;
     case 10: return decode_kernel<10>;
     case 11: return decode_kernel<11>;
+    case 12: return decode_kernel<12>;
     case 14: return decode_kernel<14>;
     case 15: return decode_kernel<15>;
-    case kBGlobal | 0: return decode_kernel<kBGlobal | 0>;
-    case kBGlobal | 2: return decode_kernel<kBGlobal | 2>;
-    case kBGlobal | 3: return decode_kernel<kBGlobal | 3>;
     case kBGlobal | 14: return decode_kernel<kBGlobal | 14>;
     case kBGlobal | 15: return decode_kernel<kBGlobal | 15>;
+    case kEarly | 10: return decode_kernel<kEarly | 10>;
     case kEarly | 14: return decode_kernel<kEarly | 14>;
     case kEarly | 15: return decode_kernel<kEarly | 15>;
-    case kEarly | kBGlobal | 14: return decode_kernel<kEarly | kBGlobal | 14>;
-    case kEarly | kBGlobal | 15: return decode_kernel<kEarly | kBGlobal | 15>;
-    case kProbe | kEarly | 14: return decode_kernel<kProbe | kEarly | 14>;
-    case kProbe | kEarly | 15: return decode_kernel<kProbe | kEarly | 15>;
-    case kProbe | kBGlobal | 14: return decode_kernel<kProbe | kBGlobal | 14>;
-    case kProbe | kBGlobal | 15: return decode_kernel<kProbe | kBGlobal | 15>;
-    case kSkipFold | 0: return decode_kernel<kSkipFold | 0>;
-    case kSkipFold | 3: return decode_kernel<kSkipFold | 3>;
-    case kSkipReplay | 0: return decode_kernel<kSkipReplay | 0>;
-    case kSkipReplay | 3: return decode_kernel<kSkipReplay | 3>;
-    case kSkipFold | kSkipReplay | 0: return decode_kernel<kSkipFold | kSkipReplay | 0>;
-    case kSkipFold | kSkipReplay | 3: return decode_kernel<kSkipFold | kSkipReplay | 3>;
+    case kFoldQuad | 0: return decode_kernel<kFoldQuad | 0>;
+    case kFoldQuad | 8: return decode_kernel<kFoldQuad | 8>;
+    case kFoldQuad | 10: return decode_kernel<kFoldQuad | 10>;
+    case kFoldQuad | 11: return decode_kernel<kFoldQuad | 11>;
+    case kFoldQuad | kEarly | 10: return decode_kernel<kFoldQuad | kEarly | 10>;
+    // with the probe (BM_CudaDecodeSsmProbe)
     case kProbe | 0: return decode_kernel<kProbe | 0>;
     case kProbe | 3: return decode_kernel<kProbe | 3>;
-    case kProbe | 14: return decode_kernel<kProbe | 14>;
-    case kProbe | 15: return decode_kernel<kProbe | 15>;
+    case kProbe | 4: return decode_kernel<kProbe | 4>;
+    case kProbe | 10: return decode_kernel<kProbe | 10>;
+    case kProbe | kFoldQuad | 8: return decode_kernel<kProbe | kFoldQuad | 8>;
+    case kProbe | kFoldQuad | 10: return decode_kernel<kProbe | kFoldQuad | 10>;
+    // timing only (wrong values), on the defaults
+    case kSkipFold | 4: return decode_kernel<kSkipFold | 4>;
+    case kSkipFold | 10: return decode_kernel<kSkipFold | 10>;
+    case kSkipReplay | 4: return decode_kernel<kSkipReplay | 4>;
+    case kSkipReplay | 10: return decode_kernel<kSkipReplay | 10>;
+    case kSkipFold | kSkipReplay | 4: return decode_kernel<kSkipFold | kSkipReplay | 4>;
+    case kSkipFold | kSkipReplay | 10: return decode_kernel<kSkipFold | kSkipReplay | 10>;
     default: return nullptr;
   }
 }
 
 std::atomic<int> forced_ahead{0}, forced_way{0}, forced_pad{0};
 std::atomic<unsigned long long*> probe_buffer{nullptr};
-std::atomic<bool> programmatic_decode{false};
+std::atomic<int> programmatic_decode{0};  // 0 ordinary launch, 1 programmatic with L2 requests, 2 without
 
 // Blocks of `kernel` with `smem` bytes the whole device holds at once.
 int resident_blocks(DecodeKernel kernel, std::size_t smem) { return blocks_per_sm(kernel, kStepThreads, smem) * sm_count(); }
@@ -655,11 +714,12 @@ void launch_decode(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, con
   int ahead = forced > 0 ? forced : forced < 0 ? (resident_blocks(kernel, smem) + columns - 1) / columns : 0;
   if (ahead >= sh.H) ahead = 0;  // every block resident at once (or nothing that far)
   const dim3 grid(static_cast<unsigned>(columns), static_cast<unsigned>(sh.H));
-  if (programmatic_decode.load() && programmatic_launch()) {
+  const int pdl = programmatic_launch() ? programmatic_decode.load() : 0;
+  if (pdl != 0) {
     launch_after_prior(kernel, grid, dim3(kStepThreads), smem, s, "ssd decode", sh, g, p, xbc, ld, dt, A, D, st, tp,
-                       tiles, ahead, true, probe, y);
+                       tiles, ahead, pdl, probe, y);
   } else {
-    kernel<<<grid, kStepThreads, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, tp, tiles, ahead, false, probe, y);
+    kernel<<<grid, kStepThreads, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, tp, tiles, ahead, 0, probe, y);
     check_launch("ssd decode");
   }
 }
@@ -671,6 +731,9 @@ void ssd_force_step_prefetch(int ahead) { ssd::forced_ahead.store(ahead); }
 void ssd_force_decode_way(int way) { ssd::forced_way.store(way); }
 void ssd_force_decode_smem_pad(int bytes) { ssd::forced_pad.store(bytes); }
 void ssd_decode_probe(unsigned long long* device_buffer) { ssd::probe_buffer.store(device_buffer); }
-bool programmatic_exact_decode() { return ssd::programmatic_decode.load(); }
-void set_programmatic_exact_decode(bool on) { ssd::programmatic_decode.store(on); }
+bool programmatic_exact_decode() { return ssd::programmatic_decode.load() != 0; }
+void set_programmatic_exact_decode(bool on, bool l2_requests) {
+  ssd::programmatic_decode.store(on ? (l2_requests ? 1 : 2) : 0);
+}
+int programmatic_exact_decode_mode() { return ssd::programmatic_decode.load(); }
 }  // namespace parity::cuda

@@ -131,10 +131,14 @@ TEST(CudaFusedModel, ExactDecodeProgrammaticGivesTheSameLogits) {
         cuda::set_programmatic_exact_decode(true);
         const std::vector<float> got = run_schedule(*m, true, batch, nullptr);
         const std::vector<float> poked = run_schedule(*m, true, batch, nullptr, batch - 1);
+        cuda::set_programmatic_exact_decode(true, false);  // without the L2 requests before the wait
+        const std::vector<float> plain_wait = run_schedule(*m, true, batch, nullptr);
         cuda::set_programmatic_exact_decode(false);
         const std::string what = std::string(spec) + (eager ? " eager" : " graphs") + " batch " + std::to_string(batch);
         EXPECT_EQ(test::bit_difference(got.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
             << what << " (row r: prefill rows first, then step k's batch)";
+        EXPECT_EQ(test::bit_difference(plain_wait.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
+            << what << " without the L2 requests";
         EXPECT_NE(test::bit_difference(poked.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
             << what << ": companion (a changed decode token)";
       }

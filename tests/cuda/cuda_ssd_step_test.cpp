@@ -236,14 +236,15 @@ struct ForcedWay {
 };
 
 // Every schedule of the exact decode (ssd_force_decode_way: 100 + flags; the two-group state copy, the
-// lean part, the row-batched fold, the two-lane dots, B from global memory, the early C·B dots: the sets
+// lean part, the row-batched folds, the two-lane dots, B from global memory, the early C·B dots: the sets
 // ssd_decode.cu builds) against
 // the single shot: the mixer's head (a whole-head tile: the fold's rows in batches of four, 64 rows of
 // dots), the odd shape (the fold's column walk does not divide the block: the old
 // fold; a last tile of 2 rows), and a 64-row cell (two stages: the fold continues the partial sums).
 TEST(CudaSsdStep, ExactDecodeEveryWayEqualsSingleShot) {
   PARITY_REQUIRE_GPU();
-  for (int way : {100, 102, 103, 104, 106, 107, 108, 110, 111, 114, 115, 132, 134, 135, 146, 147, 178, 179, 210, 211}) {
+  for (int way : {100, 102, 103, 104, 106, 107, 108, 110, 111, 112, 114, 115, 146, 147, 174, 178, 179, 612, 620, 622,
+                  623, 686}) {
     SCOPED_TRACE("way " + std::to_string(way));
     const ForcedWay forced(way);
     for (bool bf16 : {false, true}) {
@@ -257,7 +258,7 @@ TEST(CudaSsdStep, ExactDecodeEveryWayEqualsSingleShot) {
 // Companion: under the new schedules the comparison still sees another grid's rows.
 TEST(CudaSsdStep, CompanionEveryWayAnotherGridDiffers) {
   PARITY_REQUIRE_GPU();
-  for (int way : {146, 147, 178, 179}) {
+  for (int way : {104, 110, 620, 686}) {
     const ForcedWay forced(way);
     const Shape& sh = kShapes[0];
     const std::vector<Stream> ss = streams(sh);
@@ -272,10 +273,12 @@ TEST(CudaSsdStep, CompanionEveryWayAnotherGridDiffers) {
 // wait returns at once): its L2 requests and launch leave the bits as they were.
 TEST(CudaSsdStep, ExactDecodeProgrammaticEqualsSingleShot) {
   PARITY_REQUIRE_GPU();
-  cuda::set_programmatic_exact_decode(true);
-  for (bool bf16 : {false, true}) {
-    check_exact(kShapes[0], 16, bf16, {0});
-    check_exact(kShapes[1], 16, bf16, {0});
+  for (bool l2_requests : {true, false}) {
+    cuda::set_programmatic_exact_decode(true, l2_requests);
+    for (bool bf16 : {false, true}) {
+      check_exact(kShapes[0], 16, bf16, {0});
+      check_exact(kShapes[1], 16, bf16, {0});
+    }
   }
   cuda::set_programmatic_exact_decode(false);
 }
