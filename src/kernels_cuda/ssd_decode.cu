@@ -47,8 +47,8 @@ constexpr int kDots2 = 8;     // C·S with two lanes a row (two quarter chains e
 constexpr int kProbe = 16;    // benchmarks: per-block timestamps (decode_probe)
 constexpr int kBGlobal = 32;  // no B stage: the coefficients and the fold read B rows from global memory
                               // (asked of L1 with the first copies): 8 KB less shared memory a block
-constexpr int kEarly = 64;    // with kLean: thread i's C·B_i dot before the cum, its weight from its own
-                              // cum_i (no barrier between them)
+constexpr int kEarly = 64;    // thread i's C·B_i dot before the cum (with kLean also its weight, from its own
+                              // cum_i, with no barrier between them)
 constexpr int kFoldQuad = 512;  // the fold: four consecutive rows of p a thread (their x values one 16-byte
                                 // load), a source row's B values loaded once for them
 // Timing only (benchmarks; the values are wrong): what a part of the step costs, by leaving it out.
@@ -284,7 +284,6 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   constexpr bool kD2 = (kF & kDots2) != 0, kP = (kF & kProbe) != 0, kBG = (kF & kBGlobal) != 0;
   constexpr bool kE = (kF & kEarly) != 0, kNoFold = (kF & kSkipFold) != 0, kNoCB = (kF & kSkipReplay) != 0;
   static_assert(kL || !kS, "kSplit's second group is waited for by kLean's outputs");
-  static_assert(kL || !kE, "kEarly is a part of kLean's cum");
   // Dots: lanes a row, rows a pass; output row r is lane kLanes·(r mod kPass)'s, in its pass r / kPass.
   constexpr int kLanes = kD2 ? 2 : 4, kPass = kStepThreads / kLanes, kPasses = kLanes;
   long long c0 = 0, ck[6] = {0, 0, 0, 0, 0, 0};
@@ -421,16 +420,18 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
 
   float cj = 0.0f;
   const int rc0 = rows < R ? rows : R;  // the first stage's rows
-  if constexpr (kL) {
-    // kEarly: thread i < rc0 forms dot(C, B_i) first (it does not need the cum; its FMA chain overlaps
-    // the cum's loop) and keeps its own cum_i, so the first stage's coefficients need no barrier.
-    float dot0 = 0.0f, cum_own = 0.0f;
-    if constexpr (kE) {
-      if (tid < rc0) {
-        if constexpr (kBG) dot0 = cb_dot_global(Cs, B_row(tid), N);
-        else dot0 = cb_dot(Cs, Bs + tid * Np, N);
-      }
+  // kEarly: thread i < rc0 forms dot(C, B_i) first (it does not need the cum; its FMA chain overlaps the
+  // cum's loop or scan); with kLean it also keeps its own cum_i, so the first stage's coefficients need
+  // no barrier.
+  float dot0 = 0.0f;
+  if constexpr (kE) {
+    if (tid < rc0) {
+      if constexpr (kBG) dot0 = cb_dot_global(Cs, B_row(tid), N);
+      else dot0 = cb_dot(Cs, Bs + tid * Np, N);
     }
+  }
+  if constexpr (kL) {
+    float cum_own = 0.0f;
     // cum: every thread runs the one left-to-right sum itself (cum_term, then c = c + term from 0:
     // cum_scan's operations, so the same bits), thread i % 128 keeping cum_i.
     for (int i = 0; i < rows; ++i) {
@@ -465,10 +466,11 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   int i0 = 0;
   for (;;) {
     const int rc = rows - i0 < R ? rows - i0 : R;
-    for (int ii = tid; ii < rc && !(kE && i0 == 0); ii += kStepThreads) {  // (kEarly: the first stage's are done)
+    for (int ii = tid; ii < rc && !(kE && kL && i0 == 0); ii += kStepThreads) {  // (kEarly + kLean: done)
       const float w = row_weight(cj, cum[i0 + ii], dts[i0 + ii]);
       wf[ii] = w;
-      if constexpr (kNoCB) coef[ii] = w;
+      if (kE && i0 == 0) coef[ii] = w * dot0;  // ii == tid: the first stage's rows are one a thread
+      else if constexpr (kNoCB) coef[ii] = w;
       else if constexpr (kBG) coef[ii] = w * cb_dot_global(Cs, B_row(i0 + ii), N);
       else coef[ii] = w * cb_dot(Cs, Bs + ii * Np, N);
     }
@@ -623,13 +625,17 @@ DecodeKernel kernel_of(int flags) {
     case 15: return decode_kernel<15>;
     case kBGlobal | 14: return decode_kernel<kBGlobal | 14>;
     case kBGlobal | 15: return decode_kernel<kBGlobal | 15>;
+    case kEarly | 4: return decode_kernel<kEarly | 4>;
     case kEarly | 10: return decode_kernel<kEarly | 10>;
+    case kEarly | 12: return decode_kernel<kEarly | 12>;
     case kEarly | 14: return decode_kernel<kEarly | 14>;
     case kEarly | 15: return decode_kernel<kEarly | 15>;
     case kFoldQuad | 0: return decode_kernel<kFoldQuad | 0>;
     case kFoldQuad | 8: return decode_kernel<kFoldQuad | 8>;
     case kFoldQuad | 10: return decode_kernel<kFoldQuad | 10>;
     case kFoldQuad | 11: return decode_kernel<kFoldQuad | 11>;
+    case kFoldQuad | kEarly | 0: return decode_kernel<kFoldQuad | kEarly | 0>;
+    case kFoldQuad | kEarly | 8: return decode_kernel<kFoldQuad | kEarly | 8>;
     case kFoldQuad | kEarly | 10: return decode_kernel<kFoldQuad | kEarly | 10>;
     // with the probe (BM_CudaDecodeSsmProbe)
     case kProbe | 0: return decode_kernel<kProbe | 0>;

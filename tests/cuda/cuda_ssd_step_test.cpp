@@ -243,8 +243,8 @@ struct ForcedWay {
 // fold; a last tile of 2 rows), and a 64-row cell (two stages: the fold continues the partial sums).
 TEST(CudaSsdStep, ExactDecodeEveryWayEqualsSingleShot) {
   PARITY_REQUIRE_GPU();
-  for (int way : {100, 102, 103, 104, 106, 107, 108, 110, 111, 112, 114, 115, 146, 147, 174, 178, 179, 612, 620, 622,
-                  623, 686}) {
+  for (int way : {100, 102, 103, 104, 106, 107, 108, 110, 111, 112, 114, 115, 146, 147, 168, 174, 176, 178, 179, 612,
+                  620, 622, 623, 676, 684, 686}) {
     SCOPED_TRACE("way " + std::to_string(way));
     const ForcedWay forced(way);
     for (bool bf16 : {false, true}) {
