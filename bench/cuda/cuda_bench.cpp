@@ -361,7 +361,7 @@ BENCHMARK(BM_CudaDecodeSsmAhead)
     ->Unit(benchmark::kMicrosecond);
 // The exact decode's schedules side by side in one run (arg3: ssd_force_decode_way; 0 = the default,
 // 100 + flags; ssd_decode.cu's flags: kSplit 1, kLean 2, kFoldRows 4, kDots2 8, kBGlobal 32, kEarly 64,
-// kFoldQuad 512): 100 session 9's schedule, 103 session 10's fp32 one (main's defaults before session 11),
+// kFoldQuad 512, kRingLate 1024): 100 session 9's schedule, 103 session 10's fp32 one (main's defaults before session 11),
 // 104 / 110 session 11's defaults (bf16 / fp32), the rest what was tried beside them; timing only, wrong
 // values: + 128 no fold, + 256 no C·B replay, + 384 neither, on 104 and 110), arg4: extra shared memory
 // per block in KB (fewer blocks an SM: how the time follows the blocks resident).
@@ -374,7 +374,7 @@ BENCHMARK(BM_CudaDecodeSsmWay)
                    {16},
                    {0, 1},
                    {100, 103, 104, 108, 110, 112, 114, 115, 146, 147, 168, 174, 176, 178, 179, 612, 620, 622, 623,
-                    676, 684, 686},
+                    676, 684, 686, 1128, 1136, 1644},
                    {0}})
     ->ArgsProduct({{64, 256}, {16}, {0, 1}, {232, 238, 360, 366, 488, 494}, {0}})
     ->ArgsProduct({{64, 256}, {16}, {0, 1}, {0}, {4, 8, 16}})

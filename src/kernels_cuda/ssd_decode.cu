@@ -52,6 +52,8 @@ constexpr int kEarly = 64;    // thread i's C·B_i dot before the cum (with kLea
                               // cum_i, with no barrier between them)
 constexpr int kFoldQuad = 512;  // the fold: four consecutive rows of p a thread (their x values one 16-byte
                                 // load), a source row's B values loaded once for them
+constexpr int kRingLate = 1024;  // row t into the ring after the first wait, from the staged rows (kLean's
+                                 // way) without the rest of kLean
 // Timing only (benchmarks; the values are wrong): what a part of the step costs, by leaving it out.
 constexpr int kSkipFold = 128;    // a folding head neither folds nor writes its state
 constexpr int kSkipReplay = 256;  // no B rows staged and no C·B dots (each coefficient is its weight)
@@ -128,7 +130,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
                                                               int ahead, int pdl, unsigned long long* probe,
                                                               float* y) {
   constexpr bool kS = (kF & kSplit) != 0, kL = (kF & kLean) != 0, kFR = (kF & kFoldRows) != 0;
-  constexpr bool kFQ = (kF & kFoldQuad) != 0;
+  constexpr bool kFQ = (kF & kFoldQuad) != 0, kRL = kL || (kF & kRingLate) != 0;
   constexpr bool kD2 = (kF & kDots2) != 0, kP = (kF & kProbe) != 0, kBG = (kF & kBGlobal) != 0;
   constexpr bool kE = (kF & kEarly) != 0, kNoFold = (kF & kSkipFold) != 0, kNoCB = (kF & kSkipReplay) != 0;
   static_assert(kL || !kS, "kSplit's second group is waited for by kLean's outputs");
@@ -260,11 +262,11 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
       }
     }
   };
-  if constexpr (!kL) ring_row_t(false);
+  if constexpr (!kRL) ring_row_t(false);
   cp_async_wait<kS ? 2 : 1>();  // group 1
   __syncthreads();
   if constexpr (kP) ck[1] = clock64();
-  if constexpr (kL) ring_row_t(true);
+  if constexpr (kRL) ring_row_t(true);
 
   float cj = 0.0f;
   const int rc0 = rows < R ? rows : R;  // the first stage's rows
@@ -482,6 +484,9 @@ DecodeKernel kernel_of(int flags) {
     case kFoldQuad | 8: return decode_kernel<kFoldQuad | 8>;
     case kFoldQuad | 10: return decode_kernel<kFoldQuad | 10>;
     case kFoldQuad | 11: return decode_kernel<kFoldQuad | 11>;
+    case kRingLate | 4: return decode_kernel<kRingLate | 4>;
+    case kRingLate | 12: return decode_kernel<kRingLate | 12>;
+    case kRingLate | kFoldQuad | 8: return decode_kernel<kRingLate | kFoldQuad | 8>;
     case kFoldQuad | kEarly | 0: return decode_kernel<kFoldQuad | kEarly | 0>;
     case kFoldQuad | kEarly | 8: return decode_kernel<kFoldQuad | kEarly | 8>;
     case kFoldQuad | kEarly | 10: return decode_kernel<kFoldQuad | kEarly | 10>;
