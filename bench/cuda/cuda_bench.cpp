@@ -361,10 +361,11 @@ BENCHMARK(BM_CudaDecodeSsmAhead)
     ->Unit(benchmark::kMicrosecond);
 // The exact decode's schedules side by side in one run (arg3: ssd_force_decode_way; 0 = the default,
 // 100 + flags; ssd_decode.cu's flags: kSplit 1, kLean 2, kFoldRows 4, kDots2 8, kBGlobal 32, kEarly 64,
-// kFoldQuad 512, kRingLate 1024): 100 session 9's schedule, 103 session 10's fp32 one (main's defaults before session 11),
-// 104 / 110 session 11's defaults (bf16 / fp32), the rest what was tried beside them; timing only, wrong
-// values: + 128 no fold, + 256 no C·B replay, + 384 neither, on 104 and 110), arg4: extra shared memory
-// per block in KB (fewer blocks an SM: how the time follows the blocks resident).
+// kFoldQuad 512, kRingLate 1024): 100 session 9's schedule (main's bf16 default before session 11), 103
+// session 10's fp32 one (main's fp32 default), 1644 session 11's default for both, the rest what was tried
+// beside them; timing only, wrong values: + 128 no fold, + 256 no C·B replay, + 384 neither, on 104 and
+// 110), arg4: extra shared memory per block in KB (fewer blocks an SM: how the time follows the blocks
+// resident).
 void BM_CudaDecodeSsmWay(benchmark::State& state) {
   decode_ssm(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), state.range(2) != 0, 0, 0,
              {static_cast<int>(state.range(3)), static_cast<int>(state.range(4)) * 1024, false});

@@ -58,10 +58,10 @@ constexpr int kRingLate = 1024;  // row t into the ring after the first wait, fr
 constexpr int kSkipFold = 128;    // a folding head neither folds nor writes its state
 constexpr int kSkipReplay = 256;  // no B rows staged and no C·B dots (each coefficient is its weight)
 constexpr int kWayBase = 100;
-// The defaults, from session 11's first H200 call (BM_CudaDecodeSsmWay, every way in one run, batch 64 /
-// 256, µs): fp32 kLean | kDots2 37.5 / 129 (session 10's kSplit | kLean 42.6 / 147, session 9's none
-// 40.7 / 138); bf16 kFoldRows 27.8 / 93.5 (session 9's none, the default before, 29.3 / 100).
-constexpr int kDefaultF32 = kLean | kDots2, kDefaultBf16 = kFoldRows;
+// The default for both state dtypes, from session 11's second H200 call (BM_CudaDecodeSsmWay, every way in
+// one run, batch 64 / 256, µs): kRingLate | kFoldQuad | kDots2 fp32 35.2 / 122, bf16 26.1 / 86.3 (main's
+// before: fp32 kSplit | kLean 42.4 / 146, bf16 none 29.4 / 99.8; plain's SSU 41.9 / 148 and 25.5 / 89.2).
+constexpr int kDefaultF32 = kRingLate | kFoldQuad | kDots2, kDefaultBf16 = kDefaultF32;
 
 struct DecodeLayout {
   int R, XP;                                                     // rows per stage; row stride of the x stage

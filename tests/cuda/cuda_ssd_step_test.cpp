@@ -246,8 +246,8 @@ TEST(CudaSsdStep, ExactDecodeEveryWayEqualsSingleShot) {
   // A set that takes every flag's code path (alone and with the others it changes): none, split + lean, fold
   // rows, lean + dots2, fold rows + dots2, the three together, split + all, no B stage (and split), early
   // without and with lean (and split), the quad fold alone, with lean + dots2, split, early (both ways), the
-  // ring written late without lean.
-  for (int way : {100, 103, 104, 110, 112, 114, 115, 146, 147, 168, 178, 179, 612, 622, 623, 684, 686, 1136}) {
+  // ring written late without lean (and the default: late ring, quad fold, dots2).
+  for (int way : {100, 103, 104, 110, 112, 114, 115, 146, 147, 168, 178, 179, 612, 622, 623, 684, 686, 1136, 1644}) {
     SCOPED_TRACE("way " + std::to_string(way));
     const ForcedWay forced(way);
     for (bool bf16 : {false, true}) {
