@@ -110,14 +110,14 @@ __device__ inline unsigned smid() {
 // registers (8 blocks of 128 threads an SM; unbounded, ptxas took 80, which allows 6): at the
 // default tile shared memory allows 7 fp32 or 10 bf16 blocks an SM.
 //
-// kF: the schedule's flags (above). Session 10 measured kSplit | kLean with a fp32 state (batch 64 43.5
-// -> 41.5 us, 256 148 -> 144) and, with a bf16 state, the same slower (30.7 -> 32.5, 105 -> 110), so bf16
-// kept session 9's schedule (no flag). kSplit: the first 32 rows' dots and outputs done while the rest
-// of the tile arrives. kLean: the outputs written by the lanes that finish the dots, each keeping its
-// rows' intra sums (no exchange, no last barrier); the cum by every thread in registers; row t into the
-// ring after the first wait, from the staged rows. Without kLean: the cum scanned by thread 0, the
-// intra sums by thread p, the outputs after a barrier, the ring written from global memory before the
-// wait. The same operations on the same values every way (the bits do not depend on kF).
+// kF: the schedule's flags (above; the default kRingLate | kFoldQuad | kDots2, measured against every
+// other set in one run). kSplit: the first 32 rows' dots and outputs done while the rest of the tile
+// arrives. kLean: the outputs written by the lanes that finish the dots, each keeping its rows' intra sums
+// (no exchange, no last barrier); the cum by every thread in registers; row t into the ring after the
+// first wait, from the staged rows (kRingLate alone: only the last). Without kLean: the cum scanned by
+// thread 0, the intra sums by thread p, the outputs after a barrier (and without kRingLate the ring
+// written from global memory before the wait). The same operations on the same values every way (the
+// bits do not depend on kF).
 //
 // Launched programmatically (launch_after_prior, when programmatic_exact_decode()): before the wait
 // for the kernel before it (the conv, which writes this row's x, B, C and dt) a block only reads the
