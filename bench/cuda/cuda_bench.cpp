@@ -290,10 +290,18 @@ double copy_bandwidth();
 // must move at the device's copy rate (plain: the state read and written; exact: the state read,
 // the folding heads' share (1/G) written, the replayed x rows read, the row's x into the ring);
 // x_floor = mean / floor_us.
-void decode_ssm(benchmark::State& state, int batch, int cell, bool bf16, int tile, int ahead = 0) {
+struct DecodeWay {
+  int way = 0;        // ssd_force_decode_way (0: the default schedule)
+  int pad = 0;        // ssd_force_decode_smem_pad bytes
+  bool probe = false;  // after the timed steps, one cell of steps with the per-block probe
+};
+void decode_probe_counters(benchmark::State& state, ScanBench& b, int64_t& pos, int cell);
+void decode_ssm(benchmark::State& state, int batch, int cell, bool bf16, int tile, int ahead = 0, DecodeWay way = {}) {
   if (!have_gpu(state)) return;
   cuda::ssd_force_step_tile(tile);
   cuda::ssd_force_step_prefetch(ahead);
+  cuda::ssd_force_decode_way(way.way);
+  cuda::ssd_force_decode_smem_pad(way.pad);
   const cuda::ScanGrid g{cell != 0, cell != 0 ? cell : cuda::kMaxCell, cell != 0};
   ScanBench b(g, bf16, batch, 1);
   int64_t pos = 1000;
@@ -313,8 +321,11 @@ void decode_ssm(benchmark::State& state, int batch, int cell, bool bf16, int til
     cnt[k] += 1;
     ++pos;
   }
+  if (way.probe) decode_probe_counters(state, b, pos, std::max(1, cell));
   cuda::ssd_force_step_tile(0);
   cuda::ssd_force_step_prefetch(0);
+  cuda::ssd_force_decode_way(0);
+  cuda::ssd_force_decode_smem_pad(0);
   double worst = 0, total = 0;
   for (std::size_t k = 0; k < per.size(); ++k) {
     if (cnt[k]) worst = std::max(worst, per[k] / cnt[k]);
@@ -357,6 +368,105 @@ BENCHMARK(BM_CudaDecodeSsmAhead)
     ->Iterations(kDecodeSteps)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+// The exact decode's schedules side by side in one run (arg3: ssd_force_decode_way; 0 = the default,
+// 100 + flags; ssd_decode.cu's flags: kSplit 1, kLean 2, kFoldRows 4, kDots2 8, kBGlobal 32, kEarly 64,
+// kFoldQuad 512, kRingLate 1024): 100 session 9's schedule (main's bf16 default before session 11), 103
+// session 10's fp32 one (main's fp32 default), 1644 session 11's default for both, the rest what was tried
+// beside them; timing only, wrong values: + 128 no fold, + 256 no C·B replay, + 384 neither, on 104 and
+// 110), arg4: extra shared memory per block in KB (fewer blocks an SM: how the time follows the blocks
+// resident).
+void BM_CudaDecodeSsmWay(benchmark::State& state) {
+  decode_ssm(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), state.range(2) != 0, 0, 0,
+             {static_cast<int>(state.range(3)), static_cast<int>(state.range(4)) * 1024, false});
+}
+BENCHMARK(BM_CudaDecodeSsmWay)
+    ->ArgsProduct({{1, 64, 256},
+                   {16},
+                   {0, 1},
+                   {100, 103, 104, 108, 110, 112, 114, 115, 146, 147, 168, 174, 176, 178, 179, 612, 620, 622, 623,
+                    676, 684, 686, 1128, 1136, 1644},
+                   {0}})
+    ->ArgsProduct({{64, 256}, {16}, {0, 1}, {232, 238, 360, 366, 488, 494}, {0}})
+    ->ArgsProduct({{64, 256}, {16}, {0, 1}, {0}, {4, 8, 16}})
+    ->Iterations(kDecodeSteps)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+// The same with a per-block probe (after the timed steps, one cell of steps; decode_probe_counters).
+void BM_CudaDecodeSsmProbe(benchmark::State& state) {
+  decode_ssm(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), state.range(2) != 0, 0, 0,
+             {static_cast<int>(state.range(3)), 0, true});
+}
+BENCHMARK(BM_CudaDecodeSsmProbe)
+    ->ArgsProduct({{1, 64, 256}, {16}, {0, 1}, {100, 103, 104, 110, 620, 622}})
+    ->Iterations(kDecodeSteps)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+// Where an exact decode step's time goes, from the probe (ssd_decode_probe) over `cell` steps: span_us
+// (first block's start to last block's end, globaltimer), life_us / life_fold_us (a block's start to
+// its end, mean, non-folding / folding blocks), resident_per_sm (Σ lifetimes / span / SMs: the blocks
+// an SM holds on average), last_start_us (when the last block started), and the non-folding blocks'
+// steps as clock64 converted at the maximum clock (µs, mean): meta_us (index math and the metadata's
+// round trip), replay_wait_us (the replay rows' copies), replay_us (cum, coefficients, intra sums),
+// state_wait_us (what is left of the state's copy), dots_us (C·S and the outputs), tail_us (the rest:
+// the fold for a folding block, fold_tail_us).
+void decode_probe_counters(benchmark::State& state, ScanBench& b, int64_t& pos, int cell) {
+  constexpr int kValues = 10;
+  const std::size_t blocks = std::size_t(b.seqs) * H * 8;  // at most 8 p-tiles a head (tp >= 8)
+  cuda::DeviceBuffer<unsigned long long> buf(blocks * kValues);
+  std::vector<unsigned long long> v;
+  int clock_khz = 0, sms = 0;
+  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const double us_per_cycle = 1e3 / std::max(1, clock_khz);
+  double span = 0, life[2] = {0, 0}, n[2] = {0, 0}, steps[6] = {0, 0, 0, 0, 0, 0}, fold_tail = 0, resident = 0;
+  double last_start = 0;
+  cuda::ssd_decode_probe(buf.data());
+  for (int k = 0; k < cell; ++k) {
+    buf.zero();
+    b.prepare(pos++);
+    b.run();
+    cudaDeviceSynchronize();
+    v = buf.download(buf.size());
+    unsigned long long t0 = ~0ull, t1 = 0, s1 = 0;
+    double lives = 0;
+    for (std::size_t i = 0; i < blocks; ++i) {
+      const unsigned long long* o = v.data() + i * kValues;
+      if (o[9] == 0) continue;  // no such block
+      t0 = std::min(t0, o[0]);
+      t1 = std::max(t1, o[1]);
+      s1 = std::max(s1, o[0]);
+      const int f = (o[8] >> 16 & 1) != 0 ? 1 : 0;
+      life[f] += static_cast<double>(o[1] - o[0]) * 1e-3;
+      lives += static_cast<double>(o[1] - o[0]) * 1e-3;
+      n[f] += 1;
+      if (f == 0) {
+        unsigned long long prev = 0;
+        for (int s = 0; s < 6; ++s) {
+          steps[s] += static_cast<double>(o[2 + s] - prev) * us_per_cycle;
+          prev = o[2 + s];
+        }
+      } else {
+        fold_tail += static_cast<double>(o[7] - o[6]) * us_per_cycle;
+      }
+    }
+    if (t1 > t0) {
+      span += static_cast<double>(t1 - t0) * 1e-3;
+      resident += lives / (static_cast<double>(t1 - t0) * 1e-3) / std::max(1, sms);
+      last_start += static_cast<double>(s1 - t0) * 1e-3;
+    }
+  }
+  cuda::ssd_decode_probe(nullptr);
+  const double steps_n = std::max(1.0, n[0]);
+  state.counters["span_us"] = span / cell;
+  state.counters["life_us"] = life[0] / steps_n;
+  state.counters["life_fold_us"] = life[1] / std::max(1.0, n[1]);
+  state.counters["resident_per_sm"] = resident / cell;
+  state.counters["last_start_us"] = last_start / cell;
+  const char* names[6] = {"meta_us", "replay_wait_us", "replay_us", "state_wait_us", "dots_us", "tail_us"};
+  for (int s = 0; s < 6; ++s) state.counters[names[s]] = steps[s] / steps_n;
+  state.counters["fold_tail_us"] = fold_tail / std::max(1.0, n[1]);
+}
+
 // The same with the p-tile forced (arg2: rows of p per block; 64 = the whole head), arg3 = bf16:
 // the figures the default tile choice (ssd_step_tile) is checked against.
 void BM_CudaDecodeSsmTile(benchmark::State& state) {
@@ -742,7 +852,9 @@ BENCHMARK(BM_CudaCopy)->UseManualTime()->Unit(benchmark::kMicrosecond);
 // End to end on builtin:mamba2-2.7b (loaded once): arg0 batch, arg1 0 = plain, 1 = exact, arg2 1 =
 // CUDA graphs (the default), 0 = eager (--enforce-eager), arg3 1 = the fused launches (the default),
 // 0 = every step in its own launch (set_fuse_kernels), arg4 1 = programmatic launches of the small
-// kernels (the default), 0 = ordinary launches (set_programmatic_launch); the same bits every way.
+// kernels (the default), 0 = ordinary launches (set_programmatic_launch), 2 = programmatic launches
+// with exact mode's one-row decode among them (set_programmatic_exact_decode; 3: without its L2 requests
+// before the wait); the same bits every way.
 // A decode step of `batch` sequences (after a 16-token prefill each), wall time of Model::forward
 // (its logits copy synchronises), CPU launch overhead included: what graphs remove. The first decode
 // step (the graph's capture) is not timed.
@@ -760,6 +872,7 @@ void BM_CudaModelDecode(benchmark::State& state) {
   backend_cuda::set_fuse_kernels(m, state.range(3) != 0);
   cuda::set_programmatic_launch(state.range(4) != 0);
   cuda::set_gemm_early(static_cast<unsigned>(state.range(5)));
+  cuda::set_programmatic_exact_decode(state.range(4) >= 2, state.range(4) == 2);
   cache::ModelCache mc = bench::bench_cache(m, exact, batch);
   model::ForwardBatch b;
   for (int s = 0; s < batch; ++s) {
@@ -806,6 +919,7 @@ void BM_CudaModelDecode(benchmark::State& state) {
   backend_cuda::set_fuse_kernels(m, true);
   cuda::set_programmatic_launch(true);
   cuda::set_gemm_early(cuda::kGemmEarlyDefault);
+  cuda::set_programmatic_exact_decode(false);
 }
 // gemm: the decode GEMMs' early-start flags (ops.h's GemmEarly; 35 = weights + release + conv state, the
 // default).
@@ -813,6 +927,13 @@ void BM_CudaModelDecode(benchmark::State& state) {
 BENCHMARK(BM_CudaModelDecode)
     ->ArgsProduct({{256}, {0, 1}, {0, 1}, {1}, {1}, {cuda::kGemmEarlyDefault}})
     ->ArgsProduct({{1, 64}, {0, 1}, {0}, {1}, {1}, {cuda::kGemmEarlyDefault}})
+    ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+// The exact decode kernel launched programmatically too (pdl:2, pdl:3 without its L2 requests), graphs
+// on; pdl:1 (the default: every small kernel but it) is in the registrations above and below.
+BENCHMARK(BM_CudaModelDecode)
+    ->ArgsProduct({{1, 64, 256}, {1}, {1}, {1}, {2, 3}, {cuda::kGemmEarlyDefault}})
     ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

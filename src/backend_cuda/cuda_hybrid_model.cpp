@@ -307,7 +307,8 @@ void CudaHybridModel::forward_graph(const model::ForwardBatch& b, cache::ModelCa
   const GraphEpoch epoch{ds.id, run.graph_rows,
                          {sc.in.ints.data(), sc.in.starts.data(), sc.mamba.scan.data(), sc.tables.data()}};
   const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, ap.tables.stride,
-                     fuse_, cuda::programmatic_launch(), cuda::gemm_early()};
+                     fuse_, cuda::programmatic_launch(), cuda::gemm_early(),
+                     cuda::programmatic_exact_decode_mode()};
   const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
     const DeviceProbe none(nullptr, b, st);
     enqueue_layers(sc, ps, tokens, bucket, ds, grid, ap, none, st);

@@ -144,7 +144,8 @@ void CudaMamba2Model::forward_graph(const model::ForwardBatch& b, DeviceState& d
   const int32_t* tokens = sc.in.ints.data() + plan.tokens_offset();
   const GraphEpoch epoch{ds.id, run.graph_rows, {sc.in.ints.data(), sc.in.starts.data(), sc.mamba.scan.data()}};
   const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, 0,
-                     fuse_, cuda::programmatic_launch(), cuda::gemm_early()};
+                     fuse_, cuda::programmatic_launch(), cuda::gemm_early(),
+                     cuda::programmatic_exact_decode_mode()};
   const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
     const DeviceProbe none(nullptr, b, st);
     enqueue_layers(sc, ps, tokens, bucket, ds, grid, none, st);

@@ -61,10 +61,12 @@ struct GraphKey {
   bool fuse = true;    // the model's fused launches (set_fuse_kernels) or the unfused ones
   bool programmatic = true;  // cuda::programmatic_launch() when captured
   unsigned gemm_early = 0;   // cuda::gemm_early() when captured (the decode GEMMs' early start)
+  int programmatic_decode = 0;  // cuda::programmatic_exact_decode_mode() when captured
   bool operator<(const GraphKey& o) const {
-    return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride, fuse, programmatic, gemm_early) <
+    return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride, fuse, programmatic, gemm_early,
+                    programmatic_decode) <
            std::tie(o.bucket, o.exact, o.cell, o.stagger, o.cell_tasks, o.kv_stride, o.fuse, o.programmatic,
-                    o.gemm_early);
+                    o.gemm_early, o.programmatic_decode);
   }
 };
 

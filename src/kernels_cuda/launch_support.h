@@ -1,8 +1,13 @@
 #pragma once
-// Host-side helpers the GEMM launchers share: runtime calls that must not be recorded into a CUDA
-// graph, the device's SM count, and the per-device opt-in to more than 48 KiB of shared memory.
+// Host-side helpers the GEMM and SSD launchers share: runtime calls that must not be recorded into a
+// CUDA graph, the device's SM count, blocks an SM holds, and the per-device opt-in to more than 48 KiB
+// of shared memory.
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include <cuda_runtime_api.h>
 
@@ -26,6 +31,24 @@ inline int sm_count() {
   cuda_check(cudaGetDevice(&device), "cudaGetDevice");
   cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
   return sms;
+}
+
+// Blocks of `kernel` (`threads` a block, `smem` bytes of dynamic shared memory) an SM holds, asked of the
+// runtime once per device, kernel, threads and size (launchers ask on every launch). The kernel's
+// attributes (its shared-memory limit and carveout) must be set before the first question.
+template <class Kernel>
+int blocks_per_sm(Kernel* kernel, int threads, std::size_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int, std::size_t>, int> known;
+  int device = 0;
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::tuple{device, reinterpret_cast<const void*>(kernel), threads, smem};
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  int per_sm = 0;
+  outside_capture([&] { return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem); },
+                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return known[key] = per_sm;
 }
 
 // Lets `kernel` launch with up to `bytes` of dynamic shared memory on the current device. The

@@ -42,6 +42,20 @@ enum class SsdPrefill {
 // the launch's resident blocks over its sequence·tile columns). A hint only: no value depends on it.
 void ssd_force_step_prefetch(int ahead);
 
+// The exact one-row decode's schedule (ssd_decode.cu's flags): 0 = the default for the state dtype, else
+// 100 + flags (kSplit 1, kLean 2, kFoldRows 4, kDots2 8, kBGlobal 32, kEarly 64, kFoldQuad 512, kRingLate
+// 1024; the sets ssd_decode.cu's kernel_of builds; another falls back to the default). Benchmarks and
+// tests: every way gives the same bits. Benchmarks only, wrong values: kSkipFold 128 and kSkipReplay 256 leave out the fold
+// / the C·B replay (on 4 and 10) to time what they cost.
+void ssd_force_decode_way(int way);
+// Benchmarks only: extra bytes of shared memory per exact decode block (fewer blocks an SM), to see how
+// the step's time follows the blocks resident.
+void ssd_force_decode_smem_pad(int bytes);
+// Benchmarks only: where the exact decode writes 10 values per block (blockIdx.y · gridDim.x +
+// blockIdx.x; ssd_decode.cu's kProbeValues: globaltimer at start and end, clock64 cycles from its
+// start to each step, smid | fold << 16 | j << 20, tile rows), or nullptr (the default).
+void ssd_decode_probe(unsigned long long* device_buffer);
+
 // Whether the span walk takes this shape and grid.
 bool ssd_span_supported(const SsdShape& sh, const ScanGrid& g);
 // Whether the lane walk takes this shape and grid.

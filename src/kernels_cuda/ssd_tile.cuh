@@ -197,6 +197,44 @@ __device__ inline void tile_dots(const float* C, const Tile& t, const float* S, 
   }
 }
 
+// tile_dots with two lanes a row (N % 4 == 0), for rows p_begin .. p_end-1 of the tile: lane
+// 2(p mod 64) + k forms quarters 2k and 2k + 1 side by side (each quarter_sum's fmaf chain, n
+// ascending), adds them, and lane 2(p mod 64) forms (a0 + a1) + (a2 + a3), combine_quarters'
+// expression: the same bits as tile_dots with half its dependent chain and 64 rows a pass. A row's
+// lane does not depend on the range (a caller may do rows 0..31, then 32..63, and find row p on the
+// same lane). Every thread of the block must call this.
+template <class Out>
+__device__ inline void tile_dots_pairs(const float* C, const Tile& t, const float* S, const uint16_t* raw, bool bf16,
+                                       int p_begin, int p_end, Out out) {
+  const int N = t.N;
+  for (int w0 = p_begin / (kStepThreads / 2) * kStepThreads; w0 < 2 * p_end; w0 += kStepThreads) {
+    const int w = w0 + static_cast<int>(threadIdx.x), p = w >> 1, q = 2 * (w & 1);
+    float a0 = 0.0f, a1 = 0.0f;
+    if (p >= p_begin && p < p_end) {
+      if (bf16) {
+        const uint16_t* r = raw + p * t.Nb + q;
+        for (int n = 0; n < N; n += 4) {
+          const float2 c = *reinterpret_cast<const float2*>(C + n + q);
+          const uint32_t u = *reinterpret_cast<const uint32_t*>(r + n);
+          a0 = fmaf(c.x, __uint_as_float(u << 16), a0);
+          a1 = fmaf(c.y, __uint_as_float(u & 0xffff0000u), a1);
+        }
+      } else {
+        const float* r = S + p * t.Np + q;
+        for (int n = 0; n < N; n += 4) {
+          const float2 c = *reinterpret_cast<const float2*>(C + n + q);
+          const float2 s = *reinterpret_cast<const float2*>(r + n);
+          a0 = fmaf(c.x, s.x, a0);
+          a1 = fmaf(c.y, s.y, a1);
+        }
+      }
+    }
+    const float half = a0 + a1;
+    const float other = __shfl_down_sync(0xffffffffu, half, 1);
+    if (q == 0 && p >= p_begin && p < p_end) out(p, half + other);
+  }
+}
+
 // A one-row exact call's place in head h's cell: the row's index j in it, the x ring slot of the
 // cell's first row, whether the row ends the cell (the fold). The values of call_cell and
 // ring_x_slot (ssd_device.cuh) for that row, from tmod = start mod cell in 32-bit arithmetic (a

@@ -26,11 +26,9 @@
 //   x and w·x are stored with columns permuted (column c ↔ p = c/2 + (c%2)·PT/2) so that a thread's
 //   two output columns are adjacent.
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <utility>
 
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/launch_support.h"
 #include "kernels_cuda/smem_limit.h"
 #include "kernels_cuda/ssd_copy_lanes.cuh"
 #include "kernels_cuda/ssd_device.cuh"
@@ -449,13 +447,6 @@ __global__ void __launch_bounds__(4 * PT, kMinBlocks<PT>)
   }
 }
 
-int sm_count() {
-  int device = 0, sms = 0;
-  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-  cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  return sms;
-}
-
 int smem_optin() {
   int device = 0, bytes = 0;
   cuda_check(cudaGetDevice(&device), "cudaGetDevice");
@@ -478,26 +469,11 @@ void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const floa
   check_launch("ssd walk");
 }
 
-// Blocks of walk_kernel<PT> with `smem` bytes an SM holds (asked once per device and size).
+// Blocks of walk_kernel<PT> with `smem` bytes an SM holds.
 template <int PT>
 int resident(std::size_t smem) {
-  static std::mutex mu;
-  static std::map<std::pair<int, std::size_t>, int> known;
-  int device = 0;
-  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-  const std::lock_guard<std::mutex> lock(mu);
-  const auto it = known.find({device, smem});
-  if (it != known.end()) return it->second;
   ensure_smem(walk_kernel<PT>, smem, "ssd walk smem");
-  int per_sm = 0;
-  // Not a stream operation: run with a thread-local graph capture in this thread relaxed.
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cuda_check(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
-  const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, walk_kernel<PT>, 4 * PT, smem);
-  cuda_check(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
-  cuda_check(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  known[{device, smem}] = per_sm;
-  return per_sm;
+  return blocks_per_sm(walk_kernel<PT>, 4 * PT, smem);
 }
 
 // How well PT's blocks fill the GPU: the share of the resident-block slots their waves use (0 when

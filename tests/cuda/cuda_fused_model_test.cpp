@@ -148,6 +148,37 @@ TEST(CudaFusedModel, EarlyGemmStartsGiveTheLogitsOfOrdinaryGemmLaunches) {
   cuda::set_gemm_early(cuda::kGemmEarlyDefault);
 }
 
+// Exact mode's one-row decode launched programmatically too (set_programmatic_exact_decode: it asks L2
+// for its state and rings, then waits for the conv): the same logits as launched the ordinary way, eager
+// and through graphs (a graph records the setting). Companion: the comparison sees one changed token.
+TEST(CudaFusedModel, ExactDecodeProgrammaticGivesTheSameLogits) {
+  PARITY_REQUIRE_GPU();
+  for (const char* spec : {"builtin:tiny", "builtin:tiny-hybrid"}) {
+    auto m = backend_cuda::load_model(model::open_checkpoint(spec), {});
+    const int V = m->vocab_size();
+    for (bool eager : {false, true})
+      for (int batch : {1, 3}) {
+        backend_cuda::set_enforce_eager(*m, eager);
+        cuda::set_programmatic_exact_decode(false);
+        const std::vector<float> ordinary = run_schedule(*m, true, batch, nullptr);
+        cuda::set_programmatic_exact_decode(true);
+        const std::vector<float> got = run_schedule(*m, true, batch, nullptr);
+        const std::vector<float> poked = run_schedule(*m, true, batch, nullptr, batch - 1);
+        cuda::set_programmatic_exact_decode(true, false);  // without the L2 requests before the wait
+        const std::vector<float> plain_wait = run_schedule(*m, true, batch, nullptr);
+        cuda::set_programmatic_exact_decode(false);
+        const std::string what = std::string(spec) + (eager ? " eager" : " graphs") + " batch " + std::to_string(batch);
+        EXPECT_EQ(test::bit_difference(got.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
+            << what << " (row r: prefill rows first, then step k's batch)";
+        EXPECT_EQ(test::bit_difference(plain_wait.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
+            << what << " without the L2 requests";
+        EXPECT_NE(test::bit_difference(poked.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
+            << what << ": companion (a changed decode token)";
+      }
+    backend_cuda::set_enforce_eager(*m, false);
+  }
+}
+
 TEST(CudaFusedModel, ProbesReplacingMidLayerTensorsSeeTheUnfusedTensors) {
   PARITY_REQUIRE_GPU();
   for (const char* spec : {"builtin:tiny", "builtin:tiny-hybrid"}) {

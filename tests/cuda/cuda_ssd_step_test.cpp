@@ -10,6 +10,7 @@
 
 #include "kernels/math.h"
 #include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/ops.h"
 #include "kernels_cuda/pass_plan.h"
 #include "kernels_cuda/ssd_prefill.h"
 #include "tests/cuda/gpu_test_support.h"
@@ -227,6 +228,62 @@ TEST(CudaSsdStep, ExactDecodeWithPrefetchEqualsSingleShot) {
       check_exact(kShapes[0], 16, bf16, {0, 16});
       check_exact(kShapes[1], 16, bf16, {0, 8});
     }
+}
+
+struct ForcedWay {
+  explicit ForcedWay(int way) { cuda::ssd_force_decode_way(way); }
+  ~ForcedWay() { cuda::ssd_force_decode_way(0); }
+};
+
+// Every schedule of the exact decode (ssd_force_decode_way: 100 + flags; the two-group state copy, the
+// lean part, the row-batched folds, the two-lane dots, B from global memory, the early C·B dots: the sets
+// ssd_decode.cu builds) against
+// the single shot: the mixer's head (a whole-head tile: the fold's rows in batches of four, 64 rows of
+// dots), the odd shape at 8-row tiles (the fold's column walk does not divide the block: the old fold; a
+// last tile of 2 rows), and a 64-row cell (two stages: the fold continues the partial sums).
+TEST(CudaSsdStep, ExactDecodeEveryWayEqualsSingleShot) {
+  PARITY_REQUIRE_GPU();
+  // A set that takes every flag's code path (alone and with the others it changes): none, split + lean, fold
+  // rows, lean + dots2, fold rows + dots2, the three together, split + all, no B stage (and split), early
+  // without and with lean (and split), the quad fold alone, with lean + dots2, split, early (both ways), the
+  // ring written late without lean (and the default: late ring, quad fold, dots2).
+  for (int way : {100, 103, 104, 110, 112, 114, 115, 146, 147, 168, 178, 179, 612, 622, 623, 684, 686, 1136, 1644}) {
+    SCOPED_TRACE("way " + std::to_string(way));
+    const ForcedWay forced(way);
+    for (bool bf16 : {false, true}) {
+      check_exact(kShapes[0], 16, bf16, {0});
+      check_exact(kShapes[1], 16, bf16, {8});
+      check_exact(kShapes[0], 64, bf16, {0});
+    }
+  }
+}
+
+// Companion: under the new schedules the comparison still sees another grid's rows.
+TEST(CudaSsdStep, CompanionEveryWayAnotherGridDiffers) {
+  PARITY_REQUIRE_GPU();
+  for (int way : {104, 110, 620, 686}) {
+    const ForcedWay forced(way);
+    const Shape& sh = kShapes[0];
+    const std::vector<Stream> ss = streams(sh);
+    const std::vector<SeqRun> dec = decoded(sh, {true, 16, true}, true, ss);
+    const std::vector<SeqRun> other = single_shot(sh, {true, 16, false}, true, ss);
+    for (int k = 0; k < K; ++k)
+      EXPECT_NE(diff(other[k].y, dec[k].y, sh.I()), "") << "way " << way << " sequence " << k;
+  }
+}
+
+// The decode launched programmatically (set_programmatic_exact_decode; nothing before it here, so the
+// wait returns at once): its L2 requests and launch leave the bits as they were.
+TEST(CudaSsdStep, ExactDecodeProgrammaticEqualsSingleShot) {
+  PARITY_REQUIRE_GPU();
+  for (bool l2_requests : {true, false}) {
+    cuda::set_programmatic_exact_decode(true, l2_requests);
+    for (bool bf16 : {false, true}) {
+      check_exact(kShapes[0], 16, bf16, {0});
+      check_exact(kShapes[1], 16, bf16, {0});
+    }
+  }
+  cuda::set_programmatic_exact_decode(false);
 }
 
 // The check above can fail: the single shot on another grid gives other rows.
