@@ -51,9 +51,12 @@ constexpr int kHeldTaps = 8;
 // launches (the metadata is copied up before it; a slot's state is this layer's, written by its conv in
 // an earlier pass or zeroed at the pass's start), and by the time this launch is scheduled (when the
 // in_proj GEMM before it has waited) every kernel before that GEMM has completed. The same values, the
-// same operations: only the order of the loads changes.
+// same operations: only the order of the loads changes. A template argument, not a run-time flag: the
+// early reads cost registers (40 against 32), and prefill, whose rows rarely reach the carried state,
+// runs the instantiation without them at full occupancy (conv1d() takes it only for one-row passes).
+template <bool StateFirst>
 __global__ void conv_kernel(const float* in, int ld, int ch, const float* w, const float* bias, int K, float* state,
-                            PassSeqs p, bool silu, float* out, int cblocks, DtJob dt, bool advance, bool state_first) {
+                            PassSeqs p, bool silu, float* out, int cblocks, DtJob dt, bool advance) {
   const int r = blockIdx.x;
   const int c = blockIdx.y * kThreads + threadIdx.x;
   const bool channel = static_cast<int>(blockIdx.y) < cblocks && c < ch, held = K <= kHeldTaps;
@@ -73,7 +76,7 @@ __global__ void conv_kernel(const float* in, int ld, int ch, const float* w, con
     row0 = p.row0[s];
     j = r - row0;
     st = state + static_cast<std::size_t>(p.slot[s]) * (K - 1) * ch;
-    if (held) {
+    if (StateFirst && held) {
 #pragma unroll
       for (int i = 0; i < kHeldTaps; ++i) {
         const int q = j - (K - 1) + i;
@@ -81,7 +84,8 @@ __global__ void conv_kernel(const float* in, int ld, int ch, const float* w, con
       }
     }
   };
-  if (channel && state_first) locate();
+  if constexpr (StateFirst)
+    if (channel) locate();
   wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
   release_next_kernel();    // plain mode's SSU may start loading its state
   if (static_cast<int>(blockIdx.y) == cblocks) {
@@ -91,7 +95,7 @@ __global__ void conv_kernel(const float* in, int ld, int ch, const float* w, con
     return;
   }
   if (!channel) return;
-  if (!state_first) locate();
+  if constexpr (!StateFirst) locate();
   if (!held) {
     const float v = conv_at(in, ld, ch, w, bias, K, st, row0, j, c);
     out[static_cast<std::size_t>(r) * ch + c] = silu ? kernels::silu_f(v) : v;
@@ -100,8 +104,12 @@ __global__ void conv_kernel(const float* in, int ld, int ch, const float* w, con
   }
 #pragma unroll
   for (int i = 0; i < kHeldTaps; ++i) {
-    const int q = j - (K - 1) + i;  // >= 0: the call's rows (< 0: from the carried state, read above)
-    if (i < K && q >= 0) win[i] = in[static_cast<std::size_t>(row0 + q) * ld + c];
+    const int q = j - (K - 1) + i;  // >= 0: the call's rows; < 0: the carried state (read above if StateFirst)
+    if constexpr (StateFirst) {
+      if (i < K && q >= 0) win[i] = in[static_cast<std::size_t>(row0 + q) * ld + c];
+    } else if (i < K) {
+      win[i] = q >= 0 ? in[static_cast<std::size_t>(row0 + q) * ld + c] : st[static_cast<std::size_t>(K - 1 + q) * ch + c];
+    }
   }
 #pragma unroll
   for (int i = 0; i < kHeldTaps; ++i)
@@ -131,9 +139,10 @@ void conv1d(const float* in, int ld_in, int ch, const float* w, const float* bia
   const DtJob job = dt ? *dt : DtJob{};
   const bool advance = K > 1 && p.one_row_each;
   const unsigned yblocks = static_cast<unsigned>(cblocks + (job.dt ? 1 : 0));
-  launch_after_prior(conv_kernel, dim3(p.num_rows, yblocks), dim3(kThreads), 0, s, "conv1d", in, ld_in, ch, w, bias, K,
-                     conv_state, p, silu, out, cblocks, job, advance,
-                     (gemm_early_flags() & kGemmEarlyConvState) != 0);
+  // The early state reads only where they can pay: one-row (decode) passes, with the GEMMs' early start on.
+  const bool state_first = advance && (gemm_early_flags() & kGemmEarlyConvState) != 0;
+  launch_after_prior(state_first ? conv_kernel<true> : conv_kernel<false>, dim3(p.num_rows, yblocks), dim3(kThreads), 0,
+                     s, "conv1d", in, ld_in, ch, w, bias, K, conv_state, p, silu, out, cblocks, job, advance);
   if (K > 1 && !advance) {
     conv_state_kernel<<<dim3(p.num_seqs, cblocks), kThreads, 0, s>>>(in, ld_in, ch, K, conv_state, p);
     check_launch("conv1d state");
