@@ -44,6 +44,21 @@ GridRun start_run(const Problem& pr, const ExactGrid& g, bool bf16) {
   return r;
 }
 
+// Row p of the sequence as one decode row: its x, dt and B put in the ring, the row's pointers set.
+GridDecodeRow decode_row(const Problem& pr, const ExactGrid& g, GridRun& r, int64_t p) {
+  const int H = pr.shape.nheads;
+  ring_put(pr.shape, g, r.ring(), p, pr.x.data() + p * pr.ldx(), pr.dt.data() + p * H, pr.B.data() + p * pr.ldb());
+  GridDecodeRow d;
+  d.pos = p;
+  d.x_ring = r.rx.data();
+  d.dt_ring = r.rdt.data();
+  d.b_ring = r.rb.data();
+  d.C = pr.C.data() + p * pr.ldb();
+  d.state = r.state();
+  d.y = r.y.data() + p * pr.ldx();
+  return d;
+}
+
 // The stream fed in calls of the given sizes, as the model feeds it: a one-row call after row 0
 // is a decode (ring, then ssd_grid_decode); any other call re-feeds each head's cell from the ring.
 GridRun run_schedule(const Problem& pr, const ExactGrid& g, bool bf16, const std::vector<int>& calls) {
@@ -53,15 +68,7 @@ GridRun run_schedule(const Problem& pr, const ExactGrid& g, bool bf16, const std
   int64_t start = 0;
   for (int n : calls) {
     if (n == 1 && start > 0) {
-      ring_put(sh, g, r.ring(), start, pr.x.data() + start * pr.ldx(), pr.dt.data() + start * H, pr.B.data() + start * pr.ldb());
-      GridDecodeRow d;
-      d.pos = start;
-      d.x_ring = r.rx.data();
-      d.dt_ring = r.rdt.data();
-      d.b_ring = r.rb.data();
-      d.C = pr.C.data() + start * pr.ldb();
-      d.state = r.state();
-      d.y = r.y.data() + start * pr.ldx();
+      const GridDecodeRow d = decode_row(pr, g, r, start);
       ssd_grid_decode(sh, g, pr.A.data(), pr.D.data(), &d, 1);
     } else {
       const int refeed = grid_refeed_rows(g, H, start);
@@ -225,24 +232,13 @@ GridRun decode_batched(const std::vector<Problem>& prs, const std::vector<int>& 
   std::vector<GridRun> runs;
   for (std::size_t i = 0; i < prs.size(); ++i) runs.push_back(run_schedule(prs[i], g, bf16, {prompts[i]}));
   const SsdShape& sh = prs[0].shape;
-  const int H = sh.nheads;
   for (int step = 0;; ++step) {
     std::vector<GridDecodeRow> rows;
     for (std::size_t i = 0; i < prs.size(); ++i) {
       const Problem& pr = prs[i];
       const int64_t p = prompts[i] + step;
       if (p >= pr.n) continue;
-      GridRun& r = runs[i];
-      ring_put(sh, g, r.ring(), p, pr.x.data() + p * pr.ldx(), pr.dt.data() + p * H, pr.B.data() + p * pr.ldb());
-      GridDecodeRow d;
-      d.pos = p;
-      d.x_ring = r.rx.data();
-      d.dt_ring = r.rdt.data();
-      d.b_ring = r.rb.data();
-      d.C = pr.C.data() + p * pr.ldb();
-      d.state = r.state();
-      d.y = r.y.data() + p * pr.ldx();
-      rows.push_back(d);
+      rows.push_back(decode_row(pr, g, runs[i], p));
     }
     if (rows.empty()) break;
     ssd_grid_decode(sh, g, prs[0].A.data(), prs[0].D.data(), rows.data(), static_cast<int>(rows.size()));
