@@ -84,19 +84,10 @@ void launch(const void* W, const float* A, int M, int K, int lda, int N, const O
   auto* kernel = gemv_kernel<TPW, PDL, P>;
   static std::atomic<std::uint64_t> opted{0};
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemBudget + 1024, opted, true);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(G), 1, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
   // The whole budget whatever A and the stages use: one block per SM (a second block on one SM
   // would leave another idle, and halve both blocks' bandwidth).
-  cfg.dynamicSmemBytes = static_cast<std::size_t>(kSmemBudget + 1024);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = PDL ? 1 : 0;
-  cuda_check(cudaLaunchKernelEx(&cfg, kernel, wmap, A, M, K, lda, N, o, g), "gemm_bf16_gemv launch");
+  launch_programmatic_if(PDL, kernel, dim3(static_cast<unsigned>(G)), dim3(kThreads),
+                         static_cast<std::size_t>(kSmemBudget + 1024), s, "gemm_bf16_gemv", wmap, A, M, K, lda, N, o, g);
 }
 
 // tpw 0: one tile slot a warp where a block's rows fit one pass of 128 (out_proj's 20, in_proj's
