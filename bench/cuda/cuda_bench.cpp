@@ -954,6 +954,8 @@ BENCHMARK(BM_CudaModelDecode)
 // and 19 = 3 + next were slower than 3.)
 BENCHMARK(BM_CudaModelDecode)
     ->ArgsProduct({{1, 64}, {0, 1}, {1}, {1}, {1}, {0, 3, 35, 67, 99, 103, 107}})
+    ->ArgsProduct({{256}, {0, 1}, {1}, {1}, {1}, {0}})  // against the default's b256 rows above (session 11
+                                                        // compared the early start at b1 and b64 only)
     ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
