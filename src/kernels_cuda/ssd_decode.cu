@@ -21,9 +21,6 @@
 // cells (more rows to replay) to the lightest: the last blocks to start are short ones and the
 // step does not end on a folding block (heavy_first_head; launch order only, no bits depend on it).
 #include <atomic>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/launch_support.h"
@@ -46,8 +43,9 @@ constexpr int kLean = 2;      // cum in registers, intra sums kept by the output
 constexpr int kFoldRows = 4;  // the fold: a source row's B values loaded once for four rows of p
 constexpr int kDots2 = 8;     // C·S with two lanes a row (two quarter chains each): 64 rows a pass
 constexpr int kProbe = 16;    // benchmarks: per-block timestamps (decode_probe)
-constexpr int kBGlobal = 32;  // no B stage: the coefficients and the fold read B rows from global memory
-                              // (asked of L1 with the first copies): 8 KB less shared memory a block
+// 32 was kBGlobal (no B stage, B rows read through L1): slower than the default at every batch and state
+// dtype (session 11's call 2, way 146: b64 / b256 fp32 42.2 / 143 µs, bf16 30.3 / 95.7, against 35.2 / 122
+// and 26.1 / 86.3), removed in session 12.
 constexpr int kEarly = 64;    // thread i's C·B_i dot before the cum (with kLean also its weight, from its own
                               // cum_i, with no barrier between them)
 constexpr int kFoldQuad = 512;  // the fold: four consecutive rows of p a thread (their x values one 16-byte
@@ -68,14 +66,13 @@ struct DecodeLayout {
   std::size_t S, B, x, C, dts, cum, wf, coef, inter, dacc, total;  // floats
 };
 // lean: kLean (no `inter`: the outputs are written as the dots come).
-__host__ __device__ inline DecodeLayout decode_layout(const SsdShape& sh, int cell, int tp, bool bf16, bool lean,
-                                                     bool b_global) {
+__host__ __device__ inline DecodeLayout decode_layout(const SsdShape& sh, int cell, int tp, bool bf16, bool lean) {
   DecodeLayout l{};
   l.R = cell < kStageRows ? cell : kStageRows;
   l.XP = (tp + 3) / 4 * 4;
   Carve c;
   l.S = c.take(tile_floats(tp, sh.N, bf16));
-  l.B = c.take(b_global ? 0 : static_cast<std::size_t>(l.R) * padded_row(sh.N));
+  l.B = c.take(static_cast<std::size_t>(l.R) * padded_row(sh.N));
   l.x = c.take(static_cast<std::size_t>(l.R) * l.XP);
   l.C = c.take(sh.N);
   l.dts = c.take(cell);
@@ -131,7 +128,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
                                                               float* y) {
   constexpr bool kS = (kF & kSplit) != 0, kL = (kF & kLean) != 0, kFR = (kF & kFoldRows) != 0;
   constexpr bool kFQ = (kF & kFoldQuad) != 0, kRL = kL || (kF & kRingLate) != 0;
-  constexpr bool kD2 = (kF & kDots2) != 0, kP = (kF & kProbe) != 0, kBG = (kF & kBGlobal) != 0;
+  constexpr bool kD2 = (kF & kDots2) != 0, kP = (kF & kProbe) != 0;
   constexpr bool kE = (kF & kEarly) != 0, kNoFold = (kF & kSkipFold) != 0, kNoCB = (kF & kSkipReplay) != 0;
   static_assert(kL || !kS, "kSplit's second group is waited for by kLean's outputs");
   // Dots: lanes a row, rows a pass; output row r is lane kLanes·(r mod kPass)'s, in its pass r / kPass.
@@ -154,7 +151,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   const Tile t = tile_of(sh, slot, h, TP, z);
   const int grp = h / sh.heads_per_group(), Np = t.Np, tp = t.tp;
   const bool bf16 = st.state_f32 == nullptr;
-  const DecodeLayout lo = decode_layout(sh, cell, TP, bf16, kL, kBG);
+  const DecodeLayout lo = decode_layout(sh, cell, TP, bf16, kL);
   const RowInCell ric = row_in_cell(g, h, H, start, tmod);
   const int j = ric.j;         // the row's index in its cell
   const int rows = j + 1;      // source rows 0..j
@@ -187,19 +184,9 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
     return i == j ? dt + static_cast<std::size_t>(row0) * H + h : st.ring_dt + xbase + wrap(xs0 + i);
   };
   auto stage = [&](int i0, int rc) {
-    if constexpr (kBG) {  // B rows asked of L1 (a hint; they are read from global memory)
-      const int lines = (N + 31) / 32;  // 128-byte pieces a row
-      for (int e = tid; e < rc * lines; e += kStepThreads) {
-        const int i = e / lines;
-        prefetch_l1(B_row(i0 + i) + 32 * (e - i * lines));
-      }
-    } else if constexpr (!kNoCB) {
-      stage_rows(Bs, Np, rc, N, [&](int i) { return B_row(i0 + i); });
-    }
+    if constexpr (!kNoCB) stage_rows(Bs, Np, rc, N, [&](int i) { return B_row(i0 + i); });
     stage_rows(xs, XP, rc, tp, [&](int i) { return x_row(i0 + i) + t.p0; });
   };
-  // kBGlobal: source row i0 + ii's B[n..n+3] for the fold, from global memory.
-  auto B_from = [&](int i0) { return [B_row, i0](int ii, int n) { return load4_global(B_row(i0 + ii) + n); }; };
 
   // Programmatic launch: what earlier passes wrote is asked of L2 while the kernel before finishes
   // (hints: no value depends on them), then the wait (a no-op when launched the ordinary way).
@@ -257,7 +244,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
       if (tid == 0) st.ring_dt[xb] = staged ? dts[j] : *dt_of(j);
       if (h % sh.heads_per_group() == 0) {
         const std::size_t bb = bbase + wrap(bs0 + j);
-        const float* Bt = !kBG && !kNoCB && staged && j < R ? Bs + j * Np : B_row(j);
+        const float* Bt = !kNoCB && staged && j < R ? Bs + j * Np : B_row(j);
         for (int n = tid; n < N; n += kStepThreads) st.ring_B[bb * N + n] = Bt[n];
       }
     }
@@ -275,10 +262,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   // no barrier.
   float dot0 = 0.0f;
   if constexpr (kE) {
-    if (tid < rc0) {
-      if constexpr (kBG) dot0 = cb_dot_global(Cs, B_row(tid), N);
-      else dot0 = cb_dot(Cs, Bs + tid * Np, N);
-    }
+    if (tid < rc0) dot0 = cb_dot(Cs, Bs + tid * Np, N);
   }
   if constexpr (kL) {
     float cum_own = 0.0f;
@@ -321,7 +305,6 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
       wf[ii] = w;
       if (kE && i0 == 0) coef[ii] = w * dot0;  // ii == tid: the first stage's rows are one a thread
       else if constexpr (kNoCB) coef[ii] = w;
-      else if constexpr (kBG) coef[ii] = w * cb_dot_global(Cs, B_row(i0 + ii), N);
       else coef[ii] = w * cb_dot(Cs, Bs + ii * Np, N);
     }
     __syncthreads();
@@ -344,8 +327,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
         float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (i0 > 0)
           for (int k = 0; k < 4; ++k) a[k] = dacc[e + k];
-        if constexpr (kBG) delta4(a, B_from(i0), xs, XP, wf, rc, w.r, 4 * w.c);
-        else delta4(a, Bs, Np, xs, XP, wf, rc, w.r, 4 * w.c);
+        delta4(a, Bs, Np, xs, XP, wf, rc, w.r, 4 * w.c);
         for (int k = 0; k < 4; ++k) dacc[e + k] = a[k];
       }
     }
@@ -407,29 +389,16 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
     const float decay = exp_f(cj);  // ssd_deltas.cu's cell_decay: exp(cum_{L-1})
     const int rc = rows - i0;
     if (kFQ && kStepThreads % (N / 4) == 0) {
-      if constexpr (kBG) {
-        fold_quad(st, t, S, raw, bf16, B_from(i0), xs, XP, wf, rc, dacc, i0 > 0, decay);
-      } else {
-        const float* Bv = Bs;
-        fold_quad(st, t, S, raw, bf16, [Bv, Np](int ii, int n) { return *reinterpret_cast<const float4*>(Bv + ii * Np + n); },
-                  xs, XP, wf, rc, dacc, i0 > 0, decay);
-      }
+      fold_quad(st, t, S, raw, bf16, Bs, Np, xs, XP, wf, rc, dacc, i0 > 0, decay);
     } else if (kFR && kStepThreads % (N / 4) == 0) {
-      if constexpr (kBG) {
-        fold_rows(st, t, S, raw, bf16, B_from(i0), xs, XP, wf, rc, dacc, i0 > 0, decay);
-      } else {
-        const float* Bv = Bs;
-        fold_rows(st, t, S, raw, bf16, [Bv, Np](int ii, int n) { return *reinterpret_cast<const float4*>(Bv + ii * Np + n); },
-                  xs, XP, wf, rc, dacc, i0 > 0, decay);
-      }
+      fold_rows(st, t, S, raw, bf16, Bs, Np, xs, XP, wf, rc, dacc, i0 > 0, decay);
     } else {
       for (Walk w(N / 4); w.r < tp; w.next()) {
         const int n = 4 * w.c, e = w.r * N + n;
         float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (i0 > 0)
           for (int k = 0; k < 4; ++k) a[k] = dacc[e + k];
-        if constexpr (kBG) delta4(a, B_from(i0), xs, XP, wf, rc, w.r, n);
-        else delta4(a, Bs, Np, xs, XP, wf, rc, w.r, n);
+        delta4(a, Bs, Np, xs, XP, wf, rc, w.r, n);
         const float4 s = tile_load4(t, S, raw, bf16, w.r, n);
         const float v[4] = {fold_element(decay, s.x, a[0], bf16), fold_element(decay, s.y, a[1], bf16),
                             fold_element(decay, s.z, a[2], bf16), fold_element(decay, s.w, a[3], bf16)};
@@ -473,8 +442,6 @@ DecodeKernel kernel_of(int flags) {
     case 12: return decode_kernel<12>;
     case 14: return decode_kernel<14>;
     case 15: return decode_kernel<15>;
-    case kBGlobal | 14: return decode_kernel<kBGlobal | 14>;
-    case kBGlobal | 15: return decode_kernel<kBGlobal | 15>;
     case kEarly | 4: return decode_kernel<kEarly | 4>;
     case kEarly | 10: return decode_kernel<kEarly | 10>;
     case kEarly | 12: return decode_kernel<kEarly | 12>;
@@ -515,35 +482,6 @@ std::atomic<int> programmatic_decode{0};  // 0 ordinary launch, 1 programmatic w
 // Blocks of `kernel` with `smem` bytes the whole device holds at once.
 int resident_blocks(DecodeKernel kernel, std::size_t smem) { return blocks_per_sm(kernel, kStepThreads, smem) * sm_count(); }
 
-// kBGlobal reads B rows through L1, which the shared memory leaves: ensure_smem asks for the most shared
-// memory an SM has (228 KB of 256 on an H200, 28 KB of L1). Ask for the least share that still holds as
-// many blocks as the most share does (fewer blocks than that: back to the most). Once per kernel,
-// device and size; a hint to the driver, no value depends on it.
-void carveout_for_l1(DecodeKernel kernel, std::size_t smem) {
-  static std::mutex mu;
-  static std::map<std::tuple<int, DecodeKernel, std::size_t>, bool> done;
-  int device = 0, per_sm_max = 0, per_sm = 0, smem_sm = 0;
-  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-  const std::lock_guard<std::mutex> lock(mu);
-  if (!done.emplace(std::tuple{device, kernel, smem}, true).second) return;
-  cuda_check(cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "cudaDeviceGetAttribute");
-  auto occupancy = [&](int& out) {
-    outside_capture([&] { return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&out, kernel, kStepThreads, smem); },
-                    "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  };
-  occupancy(per_sm_max);
-  const std::size_t need = static_cast<std::size_t>(per_sm_max) * (smem + 1024);  // 1 KB reserved a block
-  const int percent = static_cast<int>((need * 100 + smem_sm - 1) / std::max(1, smem_sm));
-  auto carveout = [&](int pc) {
-    outside_capture([&] { return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, pc); },
-                    "cudaFuncSetAttribute");
-  };
-  if (percent >= 100) return;
-  carveout(percent);
-  occupancy(per_sm);
-  if (per_sm < per_sm_max) carveout(100);
-}
-
 // The schedule a launch takes: the benchmark's or test's forced way where it is built, else the
 // default for the state dtype.
 int decode_flags(bool bf16) {
@@ -562,11 +500,9 @@ void launch_decode(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, con
   unsigned long long* probe = probe_buffer.load();
   if (probe != nullptr && kernel_of(flags | kProbe) != nullptr) flags |= kProbe;
   const DecodeKernel kernel = kernel_of(flags);
-  const std::size_t smem =
-      decode_layout(sh, g.cell, tp, bf16, (flags & kLean) != 0, (flags & kBGlobal) != 0).total * sizeof(float) +
+  const std::size_t smem = decode_layout(sh, g.cell, tp, bf16, (flags & kLean) != 0).total * sizeof(float) +
                            static_cast<std::size_t>(forced_pad.load());
   ensure_smem(kernel, smem, "ssd decode smem");
-  if (flags & kBGlobal) carveout_for_l1(kernel, smem);
   const int tiles = (sh.P + tp - 1) / tp;
   const int columns = p.num_seqs * tiles;  // blocks per head slot; launch order runs across them first
   const int forced = forced_ahead.load();
