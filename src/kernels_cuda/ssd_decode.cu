@@ -426,53 +426,25 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
 using DecodeKernel = void (*)(SsdShape, ScanGrid, PassSeqs, const float*, int, const float*, const float*,
                               const float*, SsdState, int, int, int, int, unsigned long long*, float*);
 
-// The schedules built (the benchmark's ways and the defaults); nullptr for another set of flags.
+// The kernel of each set of flags in kFlags; nullptr for another set.
+template <int... kFlags>
+DecodeKernel built(int flags) {
+  DecodeKernel k = nullptr;
+  ((k = flags == kFlags ? decode_kernel<kFlags> : k), ...);
+  return k;
+}
+
+// The schedules built (the benchmark's ways and the default).
 DecodeKernel kernel_of(int flags) {
-  switch (flags) {
-    // session 9's and session 10's schedules, and the flags on them (BM_CudaDecodeSsmWay)
-    case 0: return decode_kernel<0>;
-    case 2: return decode_kernel<2>;
-    case 3: return decode_kernel<3>;
-    case 4: return decode_kernel<4>;
-    case 6: return decode_kernel<6>;
-    case 7: return decode_kernel<7>;
-    case 8: return decode_kernel<8>;
-    case 10: return decode_kernel<10>;
-    case 11: return decode_kernel<11>;
-    case 12: return decode_kernel<12>;
-    case 14: return decode_kernel<14>;
-    case 15: return decode_kernel<15>;
-    case kEarly | 4: return decode_kernel<kEarly | 4>;
-    case kEarly | 10: return decode_kernel<kEarly | 10>;
-    case kEarly | 12: return decode_kernel<kEarly | 12>;
-    case kEarly | 14: return decode_kernel<kEarly | 14>;
-    case kEarly | 15: return decode_kernel<kEarly | 15>;
-    case kFoldQuad | 0: return decode_kernel<kFoldQuad | 0>;
-    case kFoldQuad | 8: return decode_kernel<kFoldQuad | 8>;
-    case kFoldQuad | 10: return decode_kernel<kFoldQuad | 10>;
-    case kFoldQuad | 11: return decode_kernel<kFoldQuad | 11>;
-    case kRingLate | 4: return decode_kernel<kRingLate | 4>;
-    case kRingLate | 12: return decode_kernel<kRingLate | 12>;
-    case kRingLate | kFoldQuad | 8: return decode_kernel<kRingLate | kFoldQuad | 8>;
-    case kFoldQuad | kEarly | 0: return decode_kernel<kFoldQuad | kEarly | 0>;
-    case kFoldQuad | kEarly | 8: return decode_kernel<kFoldQuad | kEarly | 8>;
-    case kFoldQuad | kEarly | 10: return decode_kernel<kFoldQuad | kEarly | 10>;
-    // with the probe (BM_CudaDecodeSsmProbe)
-    case kProbe | 0: return decode_kernel<kProbe | 0>;
-    case kProbe | 3: return decode_kernel<kProbe | 3>;
-    case kProbe | 4: return decode_kernel<kProbe | 4>;
-    case kProbe | 10: return decode_kernel<kProbe | 10>;
-    case kProbe | kFoldQuad | 8: return decode_kernel<kProbe | kFoldQuad | 8>;
-    case kProbe | kFoldQuad | 10: return decode_kernel<kProbe | kFoldQuad | 10>;
-    // timing only (wrong values), on the defaults
-    case kSkipFold | 4: return decode_kernel<kSkipFold | 4>;
-    case kSkipFold | 10: return decode_kernel<kSkipFold | 10>;
-    case kSkipReplay | 4: return decode_kernel<kSkipReplay | 4>;
-    case kSkipReplay | 10: return decode_kernel<kSkipReplay | 10>;
-    case kSkipFold | kSkipReplay | 4: return decode_kernel<kSkipFold | kSkipReplay | 4>;
-    case kSkipFold | kSkipReplay | 10: return decode_kernel<kSkipFold | kSkipReplay | 10>;
-    default: return nullptr;
-  }
+  constexpr int kE = kEarly, kQ = kFoldQuad, kR = kRingLate, kF = kSkipFold, kC = kSkipReplay;
+  return built<
+      // session 9's and session 10's schedules, and the flags on them (BM_CudaDecodeSsmWay)
+      0, 2, 3, 4, 6, 7, 8, 10, 11, 12, 14, 15, kE | 4, kE | 10, kE | 12, kE | 14, kE | 15, kQ | 0, kQ | 8, kQ | 10,
+      kQ | 11, kR | 4, kR | 12, kR | kQ | 8, kQ | kE | 0, kQ | kE | 8, kQ | kE | 10,
+      // with the probe (BM_CudaDecodeSsmProbe)
+      kProbe | 0, kProbe | 3, kProbe | 4, kProbe | 10, kProbe | kQ | 8, kProbe | kQ | 10,
+      // timing only (wrong values), on 104 and 110 (the defaults when they were measured)
+      kF | 4, kF | 10, kC | 4, kC | 10, kF | kC | 4, kF | kC | 10>(flags);
 }
 
 std::atomic<int> forced_ahead{0}, forced_way{0}, forced_pad{0};
