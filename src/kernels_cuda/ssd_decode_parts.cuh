@@ -1,6 +1,6 @@
 #pragma once
 // Device pieces of the exact one-row decode (ssd_decode.cu): L2 requests, and the fold's delta over a
-// stage of source rows in three thread layouts (the element walk, kFoldRows, kFoldQuad). Each element's chain is ssd_deltas.cu's (xw = w_i · x_i[p], then
+// stage of source rows in two thread layouts (the element walk, kFoldQuad). Each element's chain is ssd_deltas.cu's (xw = w_i · x_i[p], then
 // fmaf(xw, B_i[n], acc), i ascending) in every layout, so the layout changes no bit.
 #include "kernels_cuda/ssd_tile.cuh"
 
@@ -30,57 +30,12 @@ __device__ inline void delta4(float a[4], const float* Bs, int Np, const float* 
   }
 }
 
-// The fold's delta and the fold of the tile's elements after the last stage (kFoldRows): thread tid
-// owns column n = 4·(tid mod q) of rows r0, r0 + dr, ... (Walk's pieces when q = N/4 divides the
-// block), so a source row's B values are the same for all its pieces: loaded once per row for four
-// rows of p, whose sixteen chains then run side by side. Each element's chain is delta4's (xw = w_i ·
-// x_i[p], fmaf(xw, B_i[n], acc), i ascending, from dacc or 0), then fold_element: the same bits.
-__device__ inline void fold_rows(const SsdState& st, const Tile& t, const float* S, const uint16_t* raw, bool bf16,
-                                 const float* Bs, int Np, const float* xs, int XP, const float* wf, int rc,
-                                 const float* dacc, bool from_dacc, float decay) {
-  const int N = t.N, tp = t.tp, q = N / 4, tid = threadIdx.x;
-  const int dr = kStepThreads / q, n = 4 * (tid % q);
-  for (int r0 = tid / q; r0 < tp; r0 += 4 * dr) {
-    float a[4][4];
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const int r = r0 + m * dr;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) a[m][k] = from_dacc && r < tp ? dacc[r * N + n + k] : 0.0f;
-    }
-    const int mc = (tp - r0 + dr - 1) / dr < 4 ? (tp - r0 + dr - 1) / dr : 4;  // rows of the four in the tile
-    for (int ii = 0; ii < rc; ++ii) {
-      const float4 b = *reinterpret_cast<const float4*>(Bs + ii * Np + n);
-      const float w = wf[ii];
-      const float* xr = xs + ii * XP + r0;
-#pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        if (m < mc) {
-          const float xw = w * xr[m * dr];
-          a[m][0] = fmaf(xw, b.x, a[m][0]);
-          a[m][1] = fmaf(xw, b.y, a[m][1]);
-          a[m][2] = fmaf(xw, b.z, a[m][2]);
-          a[m][3] = fmaf(xw, b.w, a[m][3]);
-        }
-      }
-    }
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      if (m < mc) {
-        const int r = r0 + m * dr;
-        const float4 s = tile_load4(t, S, raw, bf16, r, n);
-        const float v[4] = {fold_element(decay, s.x, a[m][0], bf16), fold_element(decay, s.y, a[m][1], bf16),
-                            fold_element(decay, s.z, a[m][2], bf16), fold_element(decay, s.w, a[m][3], bf16)};
-        store4(st, t, r * N + n, v);
-      }
-    }
-  }
-}
-
-// kFoldQuad: as fold_rows, but thread tid owns rows 4·(G·k + g) .. +3 (g = tid / q, G = 128 / q groups,
-// batch k) of column n = 4·(tid mod q): the four rows' x values of a source row are one 16-byte load
-// (x rows are padded to a multiple of 4), the weight is multiplied in as before (xw = w_i · x_i[p]),
-// so each element's chain is delta4's and the bits are fold_rows'.
+// The fold's delta and the fold of the tile's elements after the last stage (kFoldQuad): thread tid
+// owns rows 4·(G·k + g) .. +3 (g = tid / q, G = 128 / q groups, batch k) of column n = 4·(tid mod q),
+// q = N/4 dividing the block, so a source row's B values are loaded once for its four rows of p and
+// their x values are one 16-byte load (x rows are padded to a multiple of 4); the sixteen chains then
+// run side by side. Each element's chain is delta4's (xw = w_i · x_i[p], fmaf(xw, B_i[n], acc), i
+// ascending, from dacc or 0), then fold_element: the element walk's bits.
 __device__ inline void fold_quad(const SsdState& st, const Tile& t, const float* S, const uint16_t* raw, bool bf16,
                                  const float* Bs, int Np, const float* xs, int XP, const float* wf, int rc,
                                  const float* dacc, bool from_dacc, float decay) {
