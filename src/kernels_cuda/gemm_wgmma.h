@@ -15,10 +15,9 @@ bool gemm_wgmma_fits(const float* A, int K, int lda, const void* W);
 void gemm_bf16_wgmma(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
                      cudaStream_t s);
 
-// For tests and benchmarks: the ways gemm_bf16_wgmma may plan a pass with (each a pair of tiles:
-// 0 = session 9's, 1 = the same tiles storing C through shared memory and the TMA unit, 2.. =
-// further candidates), the one it
-// takes, a way's name, and the pass planned with way `way`. Every way gives the same bits.
+// For tests and benchmarks: the ways gemm_bf16_wgmma may plan a pass with (each a set of tiles:
+// 0 = session 9's, the reference; 1 = gemm()'s, storing C through shared memory and the TMA unit),
+// the one it takes, a way's name, and the pass planned with way `way`. Every way gives the same bits.
 int gemm_wgmma_way_count();
 int gemm_wgmma_default_way();
 const char* gemm_wgmma_way_name(int way);

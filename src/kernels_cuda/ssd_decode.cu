@@ -21,9 +21,6 @@
 // cells (more rows to replay) to the lightest: the last blocks to start are short ones and the
 // step does not end on a folding block (heavy_first_head; launch order only, no bits depend on it).
 #include <atomic>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/launch_support.h"
@@ -40,23 +37,18 @@ constexpr int kStageRows = 32;  // replay rows staged at a time (a whole cell fo
 
 // decode_kernel's schedule, as flags (ssd_force_decode_way names a set as 100 + flags). None of them
 // changes an operation or its order: they move work between lanes and in time, so the bits do not
-// depend on them (CudaSsdStep.ExactDecodeEveryWay).
-constexpr int kSplit = 1;     // the state tile in two copy groups: rows 0..31, then the rest
-constexpr int kLean = 2;      // cum in registers, intra sums kept by the output lanes, ring after the wait
-constexpr int kFoldRows = 4;  // the fold: a source row's B values loaded once for four rows of p
+// depend on them (CudaSsdStep.ExactDecodeEveryWay). Session 11 measured ten flags in 41 sets side by
+// side (docs/performance.md); session 12 kept the default's three and the probe and removed the rest,
+// which lost: kSplit 1 (the state in two copy groups), kLean 2 (cum in registers, intra sums kept by the
+// output lanes), kFoldRows 4 (the fold's B values loaded once for four rows of p: kFoldQuad's forerunner),
+// kBGlobal 32 (no B stage: b64 / b256 fp32 42.2 / 143 µs, bf16 30.3 / 95.7, against the default's 35.2 /
+// 122 and 26.1 / 86.3), kEarly 64 (the C·B dots before the cum), and the timing-only kSkipFold 128 and
+// kSkipReplay 256 (a part of the step left out, wrong values).
 constexpr int kDots2 = 8;     // C·S with two lanes a row (two quarter chains each): 64 rows a pass
 constexpr int kProbe = 16;    // benchmarks: per-block timestamps (decode_probe)
-constexpr int kBGlobal = 32;  // no B stage: the coefficients and the fold read B rows from global memory
-                              // (asked of L1 with the first copies): 8 KB less shared memory a block
-constexpr int kEarly = 64;    // thread i's C·B_i dot before the cum (with kLean also its weight, from its own
-                              // cum_i, with no barrier between them)
 constexpr int kFoldQuad = 512;  // the fold: four consecutive rows of p a thread (their x values one 16-byte
                                 // load), a source row's B values loaded once for them
-constexpr int kRingLate = 1024;  // row t into the ring after the first wait, from the staged rows (kLean's
-                                 // way) without the rest of kLean
-// Timing only (benchmarks; the values are wrong): what a part of the step costs, by leaving it out.
-constexpr int kSkipFold = 128;    // a folding head neither folds nor writes its state
-constexpr int kSkipReplay = 256;  // no B rows staged and no C·B dots (each coefficient is its weight)
+constexpr int kRingLate = 1024;  // row t into the ring after the first wait, from the staged rows
 constexpr int kWayBase = 100;
 // The default for both state dtypes, from session 11's second H200 call (BM_CudaDecodeSsmWay, every way in
 // one run, batch 64 / 256, µs): kRingLate | kFoldQuad | kDots2 fp32 35.2 / 122, bf16 26.1 / 86.3 (main's
@@ -67,22 +59,20 @@ struct DecodeLayout {
   int R, XP;                                                     // rows per stage; row stride of the x stage
   std::size_t S, B, x, C, dts, cum, wf, coef, inter, dacc, total;  // floats
 };
-// lean: kLean (no `inter`: the outputs are written as the dots come).
-__host__ __device__ inline DecodeLayout decode_layout(const SsdShape& sh, int cell, int tp, bool bf16, bool lean,
-                                                     bool b_global) {
+__host__ __device__ inline DecodeLayout decode_layout(const SsdShape& sh, int cell, int tp, bool bf16) {
   DecodeLayout l{};
   l.R = cell < kStageRows ? cell : kStageRows;
   l.XP = (tp + 3) / 4 * 4;
   Carve c;
   l.S = c.take(tile_floats(tp, sh.N, bf16));
-  l.B = c.take(b_global ? 0 : static_cast<std::size_t>(l.R) * padded_row(sh.N));
+  l.B = c.take(static_cast<std::size_t>(l.R) * padded_row(sh.N));
   l.x = c.take(static_cast<std::size_t>(l.R) * l.XP);
   l.C = c.take(sh.N);
   l.dts = c.take(cell);
   l.cum = c.take(cell);
   l.wf = c.take(l.R);
   l.coef = c.take(l.R);
-  l.inter = c.take(lean ? 0 : tp);
+  l.inter = c.take(tp);
   // A cell longer than one stage: the fold's partial sums between stages (each element's chain
   // continues from the value kept here, so it is still one chain).
   l.dacc = c.take(cell > l.R ? static_cast<std::size_t>(tp) * sh.N : 0);
@@ -111,12 +101,9 @@ __device__ inline unsigned smid() {
 // default tile shared memory allows 7 fp32 or 10 bf16 blocks an SM.
 //
 // kF: the schedule's flags (above; the default kRingLate | kFoldQuad | kDots2, measured against every
-// other set in one run). kSplit: the first 32 rows' dots and outputs done while the rest of the tile
-// arrives. kLean: the outputs written by the lanes that finish the dots, each keeping its rows' intra sums
-// (no exchange, no last barrier); the cum by every thread in registers; row t into the ring after the
-// first wait, from the staged rows (kRingLate alone: only the last). Without kLean: the cum scanned by
-// thread 0, the intra sums by thread p, the outputs after a barrier (and without kRingLate the ring
-// written from global memory before the wait). The same operations on the same values every way (the
+// other set in one run). The cum is scanned by thread 0, the intra sums formed by thread p, the outputs
+// written after a barrier; row t goes into the ring after the first wait from the staged rows
+// (kRingLate), else from global memory before it. The same operations on the same values every way (the
 // bits do not depend on kF).
 //
 // Launched programmatically (launch_after_prior, when programmatic_exact_decode()): before the wait
@@ -129,13 +116,8 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
                                                               const float* Dskip, SsdState st, int TP, int tiles,
                                                               int ahead, int pdl, unsigned long long* probe,
                                                               float* y) {
-  constexpr bool kS = (kF & kSplit) != 0, kL = (kF & kLean) != 0, kFR = (kF & kFoldRows) != 0;
-  constexpr bool kFQ = (kF & kFoldQuad) != 0, kRL = kL || (kF & kRingLate) != 0;
-  constexpr bool kD2 = (kF & kDots2) != 0, kP = (kF & kProbe) != 0, kBG = (kF & kBGlobal) != 0;
-  constexpr bool kE = (kF & kEarly) != 0, kNoFold = (kF & kSkipFold) != 0, kNoCB = (kF & kSkipReplay) != 0;
-  static_assert(kL || !kS, "kSplit's second group is waited for by kLean's outputs");
-  // Dots: lanes a row, rows a pass; output row r is lane kLanes·(r mod kPass)'s, in its pass r / kPass.
-  constexpr int kLanes = kD2 ? 2 : 4, kPass = kStepThreads / kLanes, kPasses = kLanes;
+  constexpr bool kFQ = (kF & kFoldQuad) != 0, kRL = (kF & kRingLate) != 0;
+  constexpr bool kD2 = (kF & kDots2) != 0, kP = (kF & kProbe) != 0;
   long long c0 = 0, ck[6] = {0, 0, 0, 0, 0, 0};
   unsigned long long g0 = 0;
   if constexpr (kP) {
@@ -154,7 +136,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   const Tile t = tile_of(sh, slot, h, TP, z);
   const int grp = h / sh.heads_per_group(), Np = t.Np, tp = t.tp;
   const bool bf16 = st.state_f32 == nullptr;
-  const DecodeLayout lo = decode_layout(sh, cell, TP, bf16, kL, kBG);
+  const DecodeLayout lo = decode_layout(sh, cell, TP, bf16);
   const RowInCell ric = row_in_cell(g, h, H, start, tmod);
   const int j = ric.j;         // the row's index in its cell
   const int rows = j + 1;      // source rows 0..j
@@ -187,19 +169,9 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
     return i == j ? dt + static_cast<std::size_t>(row0) * H + h : st.ring_dt + xbase + wrap(xs0 + i);
   };
   auto stage = [&](int i0, int rc) {
-    if constexpr (kBG) {  // B rows asked of L1 (a hint; they are read from global memory)
-      const int lines = (N + 31) / 32;  // 128-byte pieces a row
-      for (int e = tid; e < rc * lines; e += kStepThreads) {
-        const int i = e / lines;
-        prefetch_l1(B_row(i0 + i) + 32 * (e - i * lines));
-      }
-    } else if constexpr (!kNoCB) {
-      stage_rows(Bs, Np, rc, N, [&](int i) { return B_row(i0 + i); });
-    }
+    stage_rows(Bs, Np, rc, N, [&](int i) { return B_row(i0 + i); });
     stage_rows(xs, XP, rc, tp, [&](int i) { return x_row(i0 + i) + t.p0; });
   };
-  // kBGlobal: source row i0 + ii's B[n..n+3] for the fold, from global memory.
-  auto B_from = [&](int i0) { return [B_row, i0](int ii, int n) { return load4_global(B_row(i0 + ii) + n); }; };
 
   // Programmatic launch: what earlier passes wrote is asked of L2 while the kernel before finishes
   // (hints: no value depends on them), then the wait (a no-op when launched the ordinary way).
@@ -213,27 +185,13 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
 
   const float Ah = A[h], Dh = Dskip[h];  // in flight with the copies
 
-  // Group 1: dt of rows 0..j, C_t, the first stage of rows. Group 2 (and 3 with kSplit): the state
-  // tile (its first 32 rows, then the rest: the dots of the first 32 rows run while the rest is
-  // still arriving).
+  // Group 1: dt of rows 0..j, C_t, the first stage of rows. Group 2: the state tile.
   for (int i = tid; i < rows; i += kStepThreads) cp_async4(dts + i, dt_of(i));
   stage_vec(Cs, cur + I + static_cast<std::size_t>(sh.groups) * N + static_cast<std::size_t>(grp) * N, N);
   stage(0, rows < R ? rows : R);
   cp_async_commit();
-  const int head_rows = !kS || tp < 32 ? tp : 32;
-  Tile t1 = t, t2 = t;  // rows [0, head_rows) and [head_rows, tp) of the tile
-  t1.tp = head_rows;
-  t2.p0 += head_rows;
-  t2.tp -= head_rows;
-  t2.base += static_cast<std::size_t>(head_rows) * N;
-  float* S2 = S + head_rows * t.Np;
-  uint16_t* raw2 = raw + head_rows * t.Nb;
-  stage_state(st, t1, S, raw);
+  stage_state(st, t, S, raw);
   cp_async_commit();
-  if constexpr (kS) {
-    stage_state(st, t2, S2, raw2);
-    cp_async_commit();
-  }
 
   // The state tile (and, once per head, the x ring) of the block `ahead` launch slots later: the
   // same sequence and p-tile, so its head is known here. The step's bytes in flight are otherwise
@@ -247,7 +205,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
 
   // Row t into the replay ring. No block of this launch reads these slots: the rows replayed here
   // are the ones before t in t's cell, which sit in other slots of the x/dt ring (one per cell row)
-  // and of the B ring (position mod cell). kLean writes it after the wait, from the first stage
+  // and of the B ring (position mod cell). kRingLate writes it after the wait, from the first stage
   // where row t is there (j < R); else from this call's rows in global memory.
   auto ring_row_t = [&](bool staged) {
     const std::size_t xb = xbase + wrap(xs0 + j);
@@ -257,86 +215,37 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
       if (tid == 0) st.ring_dt[xb] = staged ? dts[j] : *dt_of(j);
       if (h % sh.heads_per_group() == 0) {
         const std::size_t bb = bbase + wrap(bs0 + j);
-        const float* Bt = !kBG && !kNoCB && staged && j < R ? Bs + j * Np : B_row(j);
+        const float* Bt = staged && j < R ? Bs + j * Np : B_row(j);
         for (int n = tid; n < N; n += kStepThreads) st.ring_B[bb * N + n] = Bt[n];
       }
     }
   };
   if constexpr (!kRL) ring_row_t(false);
-  cp_async_wait<kS ? 2 : 1>();  // group 1
+  cp_async_wait<1>();  // group 1
   __syncthreads();
   if constexpr (kP) ck[1] = clock64();
   if constexpr (kRL) ring_row_t(true);
 
-  float cj = 0.0f;
-  const int rc0 = rows < R ? rows : R;  // the first stage's rows
-  // kEarly: thread i < rc0 forms dot(C, B_i) first (it does not need the cum; its FMA chain overlaps the
-  // cum's loop or scan); with kLean it also keeps its own cum_i, so the first stage's coefficients need
-  // no barrier.
-  float dot0 = 0.0f;
-  if constexpr (kE) {
-    if (tid < rc0) {
-      if constexpr (kBG) dot0 = cb_dot_global(Cs, B_row(tid), N);
-      else dot0 = cb_dot(Cs, Bs + tid * Np, N);
-    }
-  }
-  if constexpr (kL) {
-    float cum_own = 0.0f;
-    // cum: every thread runs the one left-to-right sum itself (cum_term, then c = c + term from 0:
-    // cum_scan's operations, so the same bits), thread i % 128 keeping cum_i.
-    for (int i = 0; i < rows; ++i) {
-      cj = cj + cum_term(dts[i], Ah);
-      if ((i & (kStepThreads - 1)) == tid) cum[i] = cj;
-      if (kE && i == tid) cum_own = cj;
-    }
-    if constexpr (kE) {
-      if (tid < rc0) {
-        const float w = row_weight(cj, cum_own, dts[tid]);
-        wf[tid] = w;
-        coef[tid] = w * dot0;
-      }
-      if (rows > R) __syncthreads();  // later stages read cum[]
-    } else {
-      __syncthreads();
-    }
-  } else {
-    for (int i = tid; i < rows; i += kStepThreads) cum[i] = cum_term(dts[i], Ah);
-    __syncthreads();
-    if (tid == 0) cum_scan(cum, rows);
-    __syncthreads();
-    cj = cum[j];
-  }
+  for (int i = tid; i < rows; i += kStepThreads) cum[i] = cum_term(dts[i], Ah);
+  __syncthreads();
+  if (tid == 0) cum_scan(cum, rows);
+  __syncthreads();
+  const float cj = cum[j];
 
-  // Stages of source rows: the coefficients, the intra-cell sums, and, for a folding head in a cell
-  // longer than a stage, the fold's partial sums of every stage but the last. With kLean the
-  // intra-cell sum of row p is formed by the thread that will output row p (the dots give row
-  // p = kPass·m + tid/kLanes to thread tid = kLanes·(p mod kPass)), which writes it as its dot comes.
-  float intra[kPasses] = {};
-  const bool outputs = tid % kLanes == 0;
+  // Stages of source rows: the coefficients, the intra-cell sums (row p's by thread p), and, for a
+  // folding head in a cell longer than a stage, the fold's partial sums of every stage but the last.
+  float intra = 0.0f;
   int i0 = 0;
   for (;;) {
     const int rc = rows - i0 < R ? rows - i0 : R;
-    for (int ii = tid; ii < rc && !(kE && kL && i0 == 0); ii += kStepThreads) {  // (kEarly + kLean: done)
+    for (int ii = tid; ii < rc; ii += kStepThreads) {
       const float w = row_weight(cj, cum[i0 + ii], dts[i0 + ii]);
       wf[ii] = w;
-      if (kE && i0 == 0) coef[ii] = w * dot0;  // ii == tid: the first stage's rows are one a thread
-      else if constexpr (kNoCB) coef[ii] = w;
-      else if constexpr (kBG) coef[ii] = w * cb_dot_global(Cs, B_row(i0 + ii), N);
-      else coef[ii] = w * cb_dot(Cs, Bs + ii * Np, N);
+      coef[ii] = w * cb_dot(Cs, Bs + ii * Np, N);
     }
     __syncthreads();
-    if constexpr (kL) {
-      if (outputs) {
-#pragma unroll
-        for (int m = 0; m < kPasses; ++m) {
-          const int r = kPass * m + tid / kLanes;
-          if (r < tp)
-            for (int ii = 0; ii < rc; ++ii) intra[m] = fmaf(coef[ii], xs[ii * XP + r], intra[m]);
-        }
-      }
-    } else if (tid < tp) {
-      for (int ii = 0; ii < rc; ++ii) intra[0] = fmaf(coef[ii], xs[ii * XP + tid], intra[0]);
-    }
+    if (tid < tp)
+      for (int ii = 0; ii < rc; ++ii) intra = fmaf(coef[ii], xs[ii * XP + tid], intra);
     if (i0 + R >= rows) break;  // the last stage stays on chip for the fold
     if (fold) {
       for (Walk w(N / 4); w.r < tp; w.next()) {
@@ -344,8 +253,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
         float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (i0 > 0)
           for (int k = 0; k < 4; ++k) a[k] = dacc[e + k];
-        if constexpr (kBG) delta4(a, B_from(i0), xs, XP, wf, rc, w.r, 4 * w.c);
-        else delta4(a, Bs, Np, xs, XP, wf, rc, w.r, 4 * w.c);
+        delta4(a, Bs, Np, xs, XP, wf, rc, w.r, 4 * w.c);
         for (int k = 0; k < 4; ++k) dacc[e + k] = a[k];
       }
     }
@@ -358,78 +266,29 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   }
   if constexpr (kP) ck[2] = clock64();
 
-  // The outputs, a part of the tile as it arrives: y = row_output(cum_j, dot, intra, D, x_t), x_t
-  // from row j of the last stage.
+  // The outputs: y = row_output(cum_j, dot, intra, D, x_t), x_t from row j of the last stage; the
+  // dots C·S into `inter` once the state has arrived, row p written by thread p after the fold.
   float* yrow = y + static_cast<std::size_t>(row0) * I + static_cast<std::size_t>(h) * P + t.p0;
   const float* xt = xs + (j - i0) * XP;
-  // The dots of rows [0, head_rows) and [head_rows, tp) (all of them in the first without kSplit).
-  auto dots_head = [&](auto out) {
-    if constexpr (kD2) tile_dots_pairs(Cs, t, S, raw, bf16, 0, head_rows, out);
-    else tile_dots(Cs, t1, S, raw, bf16, out);
-  };
-  auto dots_rest = [&](auto out) {
-    if constexpr (kD2) tile_dots_pairs(Cs, t, S, raw, bf16, head_rows, tp, out);
-    else tile_dots(Cs, t2, S2, raw2, bf16, [&](int r, float dot) { out(head_rows + r, dot); });
-  };
-  if constexpr (kL) {
-    auto out = [&](int r, float dot) {
-      float a;
-      if constexpr (kPasses == 4) {
-        const int m = r >> 5;
-        a = m == 0 ? intra[0] : m == 1 ? intra[1] : m == 2 ? intra[2] : intra[3];
-      } else {
-        a = r < kPass ? intra[0] : intra[1];
-      }
-      yrow[r] = row_output(cj, dot, a, Dh, xt[r]);
-    };
-    if constexpr (kS) {
-      cp_async_wait<1>();  // the tile's first 32 rows
-      __syncthreads();
-      if constexpr (kP) ck[3] = clock64();
-      dots_head(out);
-      cp_async_wait<0>();  // the rest
-      __syncthreads();
-      if (t2.tp > 0) dots_rest(out);
-    } else {
-      cp_async_wait<0>();  // the state tile
-      __syncthreads();
-      if constexpr (kP) ck[3] = clock64();
-      dots_head(out);
-    }
-  } else {
-    cp_async_wait<0>();  // the state tile
-    __syncthreads();
-    if constexpr (kP) ck[3] = clock64();
-    dots_head([&](int r, float dot) { inter[r] = dot; });
-  }
+  cp_async_wait<0>();  // the state tile
+  __syncthreads();
+  if constexpr (kP) ck[3] = clock64();
+  auto dot_into = [&](int r, float dot) { inter[r] = dot; };
+  if constexpr (kD2) tile_dots_pairs(Cs, t, S, raw, bf16, 0, tp, dot_into);
+  else tile_dots(Cs, t, S, raw, bf16, dot_into);
   if constexpr (kP) ck[4] = clock64();
-  if (fold && !kNoFold) {
+  if (fold) {
     const float decay = exp_f(cj);  // ssd_deltas.cu's cell_decay: exp(cum_{L-1})
     const int rc = rows - i0;
     if (kFQ && kStepThreads % (N / 4) == 0) {
-      if constexpr (kBG) {
-        fold_quad(st, t, S, raw, bf16, B_from(i0), xs, XP, wf, rc, dacc, i0 > 0, decay);
-      } else {
-        const float* Bv = Bs;
-        fold_quad(st, t, S, raw, bf16, [Bv, Np](int ii, int n) { return *reinterpret_cast<const float4*>(Bv + ii * Np + n); },
-                  xs, XP, wf, rc, dacc, i0 > 0, decay);
-      }
-    } else if (kFR && kStepThreads % (N / 4) == 0) {
-      if constexpr (kBG) {
-        fold_rows(st, t, S, raw, bf16, B_from(i0), xs, XP, wf, rc, dacc, i0 > 0, decay);
-      } else {
-        const float* Bv = Bs;
-        fold_rows(st, t, S, raw, bf16, [Bv, Np](int ii, int n) { return *reinterpret_cast<const float4*>(Bv + ii * Np + n); },
-                  xs, XP, wf, rc, dacc, i0 > 0, decay);
-      }
+      fold_quad(st, t, S, raw, bf16, Bs, Np, xs, XP, wf, rc, dacc, i0 > 0, decay);
     } else {
       for (Walk w(N / 4); w.r < tp; w.next()) {
         const int n = 4 * w.c, e = w.r * N + n;
         float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (i0 > 0)
           for (int k = 0; k < 4; ++k) a[k] = dacc[e + k];
-        if constexpr (kBG) delta4(a, B_from(i0), xs, XP, wf, rc, w.r, n);
-        else delta4(a, Bs, Np, xs, XP, wf, rc, w.r, n);
+        delta4(a, Bs, Np, xs, XP, wf, rc, w.r, n);
         const float4 s = tile_load4(t, S, raw, bf16, w.r, n);
         const float v[4] = {fold_element(decay, s.x, a[0], bf16), fold_element(decay, s.y, a[1], bf16),
                             fold_element(decay, s.z, a[2], bf16), fold_element(decay, s.w, a[3], bf16)};
@@ -437,10 +296,8 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
       }
     }
   }
-  if constexpr (!kL) {
-    __syncthreads();  // inter
-    if (tid < tp) yrow[tid] = row_output(cj, inter[tid], intra[0], Dh, xt[tid]);
-  }
+  __syncthreads();  // inter
+  if (tid < tp) yrow[tid] = row_output(cj, inter[tid], intra, Dh, xt[tid]);
   if constexpr (kP) {
     ck[5] = clock64();
     if (tid == 0 && probe != nullptr) {
@@ -457,55 +314,18 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
 using DecodeKernel = void (*)(SsdShape, ScanGrid, PassSeqs, const float*, int, const float*, const float*,
                               const float*, SsdState, int, int, int, int, unsigned long long*, float*);
 
-// The schedules built (the benchmark's ways and the defaults); nullptr for another set of flags.
+// The kernel of each set of flags in kFlags; nullptr for another set.
+template <int... kFlags>
+DecodeKernel built(int flags) {
+  DecodeKernel k = nullptr;
+  ((k = flags == kFlags ? decode_kernel<kFlags> : k), ...);
+  return k;
+}
+
+// The schedules built: session 9's (no flags, the baseline BM_CudaDecodeSsmWay measures against) and the
+// default, each also with the probe (BM_CudaDecodeSsmProbe).
 DecodeKernel kernel_of(int flags) {
-  switch (flags) {
-    // session 9's and session 10's schedules, and the flags on them (BM_CudaDecodeSsmWay)
-    case 0: return decode_kernel<0>;
-    case 2: return decode_kernel<2>;
-    case 3: return decode_kernel<3>;
-    case 4: return decode_kernel<4>;
-    case 6: return decode_kernel<6>;
-    case 7: return decode_kernel<7>;
-    case 8: return decode_kernel<8>;
-    case 10: return decode_kernel<10>;
-    case 11: return decode_kernel<11>;
-    case 12: return decode_kernel<12>;
-    case 14: return decode_kernel<14>;
-    case 15: return decode_kernel<15>;
-    case kBGlobal | 14: return decode_kernel<kBGlobal | 14>;
-    case kBGlobal | 15: return decode_kernel<kBGlobal | 15>;
-    case kEarly | 4: return decode_kernel<kEarly | 4>;
-    case kEarly | 10: return decode_kernel<kEarly | 10>;
-    case kEarly | 12: return decode_kernel<kEarly | 12>;
-    case kEarly | 14: return decode_kernel<kEarly | 14>;
-    case kEarly | 15: return decode_kernel<kEarly | 15>;
-    case kFoldQuad | 0: return decode_kernel<kFoldQuad | 0>;
-    case kFoldQuad | 8: return decode_kernel<kFoldQuad | 8>;
-    case kFoldQuad | 10: return decode_kernel<kFoldQuad | 10>;
-    case kFoldQuad | 11: return decode_kernel<kFoldQuad | 11>;
-    case kRingLate | 4: return decode_kernel<kRingLate | 4>;
-    case kRingLate | 12: return decode_kernel<kRingLate | 12>;
-    case kRingLate | kFoldQuad | 8: return decode_kernel<kRingLate | kFoldQuad | 8>;
-    case kFoldQuad | kEarly | 0: return decode_kernel<kFoldQuad | kEarly | 0>;
-    case kFoldQuad | kEarly | 8: return decode_kernel<kFoldQuad | kEarly | 8>;
-    case kFoldQuad | kEarly | 10: return decode_kernel<kFoldQuad | kEarly | 10>;
-    // with the probe (BM_CudaDecodeSsmProbe)
-    case kProbe | 0: return decode_kernel<kProbe | 0>;
-    case kProbe | 3: return decode_kernel<kProbe | 3>;
-    case kProbe | 4: return decode_kernel<kProbe | 4>;
-    case kProbe | 10: return decode_kernel<kProbe | 10>;
-    case kProbe | kFoldQuad | 8: return decode_kernel<kProbe | kFoldQuad | 8>;
-    case kProbe | kFoldQuad | 10: return decode_kernel<kProbe | kFoldQuad | 10>;
-    // timing only (wrong values), on the defaults
-    case kSkipFold | 4: return decode_kernel<kSkipFold | 4>;
-    case kSkipFold | 10: return decode_kernel<kSkipFold | 10>;
-    case kSkipReplay | 4: return decode_kernel<kSkipReplay | 4>;
-    case kSkipReplay | 10: return decode_kernel<kSkipReplay | 10>;
-    case kSkipFold | kSkipReplay | 4: return decode_kernel<kSkipFold | kSkipReplay | 4>;
-    case kSkipFold | kSkipReplay | 10: return decode_kernel<kSkipFold | kSkipReplay | 10>;
-    default: return nullptr;
-  }
+  return built<0, kDefaultF32, kProbe | 0, kProbe | kDefaultF32>(flags);
 }
 
 std::atomic<int> forced_ahead{0}, forced_way{0}, forced_pad{0};
@@ -514,35 +334,6 @@ std::atomic<int> programmatic_decode{0};  // 0 ordinary launch, 1 programmatic w
 
 // Blocks of `kernel` with `smem` bytes the whole device holds at once.
 int resident_blocks(DecodeKernel kernel, std::size_t smem) { return blocks_per_sm(kernel, kStepThreads, smem) * sm_count(); }
-
-// kBGlobal reads B rows through L1, which the shared memory leaves: ensure_smem asks for the most shared
-// memory an SM has (228 KB of 256 on an H200, 28 KB of L1). Ask for the least share that still holds as
-// many blocks as the most share does (fewer blocks than that: back to the most). Once per kernel,
-// device and size; a hint to the driver, no value depends on it.
-void carveout_for_l1(DecodeKernel kernel, std::size_t smem) {
-  static std::mutex mu;
-  static std::map<std::tuple<int, DecodeKernel, std::size_t>, bool> done;
-  int device = 0, per_sm_max = 0, per_sm = 0, smem_sm = 0;
-  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-  const std::lock_guard<std::mutex> lock(mu);
-  if (!done.emplace(std::tuple{device, kernel, smem}, true).second) return;
-  cuda_check(cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "cudaDeviceGetAttribute");
-  auto occupancy = [&](int& out) {
-    outside_capture([&] { return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&out, kernel, kStepThreads, smem); },
-                    "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  };
-  occupancy(per_sm_max);
-  const std::size_t need = static_cast<std::size_t>(per_sm_max) * (smem + 1024);  // 1 KB reserved a block
-  const int percent = static_cast<int>((need * 100 + smem_sm - 1) / std::max(1, smem_sm));
-  auto carveout = [&](int pc) {
-    outside_capture([&] { return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, pc); },
-                    "cudaFuncSetAttribute");
-  };
-  if (percent >= 100) return;
-  carveout(percent);
-  occupancy(per_sm);
-  if (per_sm < per_sm_max) carveout(100);
-}
 
 // The schedule a launch takes: the benchmark's or test's forced way where it is built, else the
 // default for the state dtype.
@@ -562,11 +353,9 @@ void launch_decode(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, con
   unsigned long long* probe = probe_buffer.load();
   if (probe != nullptr && kernel_of(flags | kProbe) != nullptr) flags |= kProbe;
   const DecodeKernel kernel = kernel_of(flags);
-  const std::size_t smem =
-      decode_layout(sh, g.cell, tp, bf16, (flags & kLean) != 0, (flags & kBGlobal) != 0).total * sizeof(float) +
+  const std::size_t smem = decode_layout(sh, g.cell, tp, bf16).total * sizeof(float) +
                            static_cast<std::size_t>(forced_pad.load());
   ensure_smem(kernel, smem, "ssd decode smem");
-  if (flags & kBGlobal) carveout_for_l1(kernel, smem);
   const int tiles = (sh.P + tp - 1) / tp;
   const int columns = p.num_seqs * tiles;  // blocks per head slot; launch order runs across them first
   const int forced = forced_ahead.load();

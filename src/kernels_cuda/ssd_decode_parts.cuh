@@ -1,7 +1,6 @@
 #pragma once
-// Device pieces of the exact one-row decode (ssd_decode.cu): L2 / L1 requests, B rows read from global
-// memory (kBGlobal), and the fold's delta over a stage of source rows in three thread layouts (the
-// element walk, kFoldRows, kFoldQuad). Each element's chain is ssd_deltas.cu's (xw = w_i · x_i[p], then
+// Device pieces of the exact one-row decode (ssd_decode.cu): L2 requests, and the fold's delta over a
+// stage of source rows in two thread layouts (the element walk, kFoldQuad). Each element's chain is ssd_deltas.cu's (xw = w_i · x_i[p], then
 // fmaf(xw, B_i[n], acc), i ascending) in every layout, so the layout changes no bit.
 #include "kernels_cuda/ssd_tile.cuh"
 
@@ -15,48 +14,10 @@ __device__ inline void prefetch_ring_l2(const float* rows, int floats) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(rows), "r"(bytes) : "memory");
 }
 
-// Four floats at p in global memory, read-only for the launch (16-byte load where aligned).
-__device__ inline float4 load4_global(const float* p) {
-  if (aligned16(p)) return __ldg(reinterpret_cast<const float4*>(p));
-  return make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
-}
-// cb_dot with B in global memory: the same fmaf chain (n ascending) from 16-byte loads where B is
-// aligned, else one value at a time (the same operations in the same order).
-__device__ inline float cb_dot_global(const float* C, const float* B, int N) {
-  if (N % 4 != 0 || !aligned16(B)) {
-    float dot = 0.0f;
-    for (int n = 0; n < N; ++n) dot = fmaf(C[n], __ldg(B + n), dot);
-    return dot;
-  }
-  float dot = 0.0f;
-  for (int n = 0; n < N; n += 4) {
-    const float4 c = *reinterpret_cast<const float4*>(C + n);
-    const float4 b = __ldg(reinterpret_cast<const float4*>(B + n));
-    dot = fmaf(c.x, b.x, dot);
-    dot = fmaf(c.y, b.y, dot);
-    dot = fmaf(c.z, b.z, dot);
-    dot = fmaf(c.w, b.w, dot);
-  }
-  return dot;
-}
-__device__ inline void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
-
 // The fold's delta over one stage's rows for the four elements (r, n..n+3) of the tile: each
 // element's chain Σ_i (w_i · x_i[p]) · B_i[n] continued over the stage's rows in ascending order
-// (ssd_deltas.cu's operations: xw = w_i · x_i[p], then fmaf(xw, B_i[n], acc)).
-// B_of(ii, n): B_ii[n..n+3] (from the stage or from global memory: the same values).
-template <class BOf>
-__device__ inline void delta4(float a[4], BOf B_of, const float* xs, int XP, const float* wf, int rc, int r, int n) {
-  for (int ii = 0; ii < rc; ++ii) {
-    const float xw = wf[ii] * xs[ii * XP + r];
-    const float4 b = B_of(ii, n);
-    a[0] = fmaf(xw, b.x, a[0]);
-    a[1] = fmaf(xw, b.y, a[1]);
-    a[2] = fmaf(xw, b.z, a[2]);
-    a[3] = fmaf(xw, b.w, a[3]);
-  }
-}
-// The same over the B stage (rows of Np floats).
+// (ssd_deltas.cu's operations: xw = w_i · x_i[p], then fmaf(xw, B_i[n], acc)), B from the stage (rows
+// of Np floats).
 __device__ inline void delta4(float a[4], const float* Bs, int Np, const float* xs, int XP, const float* wf, int rc,
                               int r, int n) {
   for (int ii = 0; ii < rc; ++ii) {
@@ -69,62 +30,15 @@ __device__ inline void delta4(float a[4], const float* Bs, int Np, const float* 
   }
 }
 
-// The fold's delta and the fold of the tile's elements after the last stage (kFoldRows): thread tid
-// owns column n = 4·(tid mod q) of rows r0, r0 + dr, ... (Walk's pieces when q = N/4 divides the
-// block), so a source row's B values are the same for all its pieces: loaded once per row for four
-// rows of p, whose sixteen chains then run side by side. Each element's chain is delta4's (xw = w_i ·
-// x_i[p], fmaf(xw, B_i[n], acc), i ascending, from dacc or 0), then fold_element: the same bits.
-template <class BOf>
-__device__ inline void fold_rows(const SsdState& st, const Tile& t, const float* S, const uint16_t* raw, bool bf16,
-                                 BOf B_of, const float* xs, int XP, const float* wf, int rc, const float* dacc,
-                                 bool from_dacc, float decay) {
-  const int N = t.N, tp = t.tp, q = N / 4, tid = threadIdx.x;
-  const int dr = kStepThreads / q, n = 4 * (tid % q);
-  for (int r0 = tid / q; r0 < tp; r0 += 4 * dr) {
-    float a[4][4];
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const int r = r0 + m * dr;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) a[m][k] = from_dacc && r < tp ? dacc[r * N + n + k] : 0.0f;
-    }
-    const int mc = (tp - r0 + dr - 1) / dr < 4 ? (tp - r0 + dr - 1) / dr : 4;  // rows of the four in the tile
-    for (int ii = 0; ii < rc; ++ii) {
-      const float4 b = B_of(ii, n);
-      const float w = wf[ii];
-      const float* xr = xs + ii * XP + r0;
-#pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        if (m < mc) {
-          const float xw = w * xr[m * dr];
-          a[m][0] = fmaf(xw, b.x, a[m][0]);
-          a[m][1] = fmaf(xw, b.y, a[m][1]);
-          a[m][2] = fmaf(xw, b.z, a[m][2]);
-          a[m][3] = fmaf(xw, b.w, a[m][3]);
-        }
-      }
-    }
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      if (m < mc) {
-        const int r = r0 + m * dr;
-        const float4 s = tile_load4(t, S, raw, bf16, r, n);
-        const float v[4] = {fold_element(decay, s.x, a[m][0], bf16), fold_element(decay, s.y, a[m][1], bf16),
-                            fold_element(decay, s.z, a[m][2], bf16), fold_element(decay, s.w, a[m][3], bf16)};
-        store4(st, t, r * N + n, v);
-      }
-    }
-  }
-}
-
-// kFoldQuad: as fold_rows, but thread tid owns rows 4·(G·k + g) .. +3 (g = tid / q, G = 128 / q groups,
-// batch k) of column n = 4·(tid mod q): the four rows' x values of a source row are one 16-byte load
-// (x rows are padded to a multiple of 4), the weight is multiplied in as before (xw = w_i · x_i[p]),
-// so each element's chain is delta4's and the bits are fold_rows'.
-template <class BOf>
+// The fold's delta and the fold of the tile's elements after the last stage (kFoldQuad): thread tid
+// owns rows 4·(G·k + g) .. +3 (g = tid / q, G = 128 / q groups, batch k) of column n = 4·(tid mod q),
+// q = N/4 dividing the block, so a source row's B values are loaded once for its four rows of p and
+// their x values are one 16-byte load (x rows are padded to a multiple of 4); the sixteen chains then
+// run side by side. Each element's chain is delta4's (xw = w_i · x_i[p], fmaf(xw, B_i[n], acc), i
+// ascending, from dacc or 0), then fold_element: the element walk's bits.
 __device__ inline void fold_quad(const SsdState& st, const Tile& t, const float* S, const uint16_t* raw, bool bf16,
-                                 BOf B_of, const float* xs, int XP, const float* wf, int rc, const float* dacc,
-                                 bool from_dacc, float decay) {
+                                 const float* Bs, int Np, const float* xs, int XP, const float* wf, int rc,
+                                 const float* dacc, bool from_dacc, float decay) {
   const int N = t.N, tp = t.tp, q = N / 4, tid = threadIdx.x;
   const int groups = kStepThreads / q, g = tid / q, n = 4 * (tid - g * q);
   for (int r0 = 4 * g; r0 < tp; r0 += 4 * groups) {
@@ -135,7 +49,7 @@ __device__ inline void fold_quad(const SsdState& st, const Tile& t, const float*
       for (int k = 0; k < 4; ++k) a[m][k] = from_dacc && r0 + m < tp ? dacc[(r0 + m) * N + n + k] : 0.0f;
     }
     for (int ii = 0; ii < rc; ++ii) {
-      const float4 b = B_of(ii, n);
+      const float4 b = *reinterpret_cast<const float4*>(Bs + ii * Np + n);
       const float4 x = *reinterpret_cast<const float4*>(xs + ii * XP + r0);
       const float w = wf[ii];
       const float xw[4] = {w * x.x, w * x.y, w * x.z, w * x.w};

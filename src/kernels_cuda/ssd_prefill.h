@@ -43,10 +43,9 @@ enum class SsdPrefill {
 void ssd_force_step_prefetch(int ahead);
 
 // The exact one-row decode's schedule (ssd_decode.cu's flags): 0 = the default for the state dtype, else
-// 100 + flags (kSplit 1, kLean 2, kFoldRows 4, kDots2 8, kBGlobal 32, kEarly 64, kFoldQuad 512, kRingLate
-// 1024; the sets ssd_decode.cu's kernel_of builds; another falls back to the default). Benchmarks and
-// tests: every way gives the same bits. Benchmarks only, wrong values: kSkipFold 128 and kSkipReplay 256 leave out the fold
-// / the C·B replay (on 4 and 10) to time what they cost.
+// 100 + flags (kDots2 8, kFoldQuad 512, kRingLate 1024; the sets ssd_decode.cu's kernel_of builds: 100,
+// session 9's, and 1644, the default; another falls back to the default). Benchmarks and tests: every way
+// gives the same bits.
 void ssd_force_decode_way(int way);
 // Benchmarks only: extra bytes of shared memory per exact decode block (fewer blocks an SM), to see how
 // the step's time follows the blocks resident.

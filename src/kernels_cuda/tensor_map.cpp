@@ -27,8 +27,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 }
 
 // A 3D map of rows (innermost: 128 bytes of a row, box_rows rows, one matrix per box) in the 128-byte
-// swizzle, the layout the wgmma descriptors read (64-byte boxes: the 64-byte swizzle); `what` names the
-// map and its operands in errors.
+// swizzle, the layout the wgmma descriptors read; `what` names the map and its operands in errors.
 CUtensorMap encode_swizzled(CUtensorMapDataType type, const void* base, const cuuint64_t (&dims)[3],
                             const cuuint64_t (&strides)[2], int box_cols, int box_rows, const std::string& what) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
@@ -37,10 +36,8 @@ CUtensorMap encode_swizzled(CUtensorMapDataType type, const void* base, const cu
   const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUresult r = encode(&map, type, 3, const_cast<void*>(base), dims, strides, box, element_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            box_cols * (type == CU_TENSOR_MAP_DATA_TYPE_FLOAT32 ? 4 : 2) == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw Error(what + ": cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(r)) + ")");
   return map;
@@ -48,10 +45,8 @@ CUtensorMap encode_swizzled(CUtensorMapDataType type, const void* base, const cu
 
 }  // namespace
 
-CUtensorMap bf16_rows_tensor_map(const void* W, int K, int rows, int groups, std::int64_t group_stride, int box_rows,
-                                 int box_k) {
+CUtensorMap bf16_rows_tensor_map(const void* W, int K, int rows, int groups, std::int64_t group_stride, int box_rows) {
   if (K <= 0 || K % 8 != 0 || rows <= 0 || groups <= 0 || group_stride % 8 != 0 || box_rows < 1 || box_rows > 256 ||
-      (box_k != 64 && box_k != 32) ||
       reinterpret_cast<std::uintptr_t>(W) % 16 != 0)
     throw Error("bf16_rows_tensor_map: unsupported operands (K " + std::to_string(K) + ", box rows " +
                 std::to_string(box_rows) + ")");
@@ -59,21 +54,9 @@ CUtensorMap bf16_rows_tensor_map(const void* W, int K, int rows, int groups, std
   // Bytes between consecutive rows and between consecutive matrices (the innermost stride is the element).
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(K) * 2,
                                  static_cast<cuuint64_t>(groups > 1 ? group_stride : std::int64_t(rows) * K) * 2};
-  return encode_swizzled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, W, dims, strides, box_k, box_rows,
+  return encode_swizzled(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, W, dims, strides, 64, box_rows,
                          "bf16_rows_tensor_map (K " + std::to_string(K) + ", rows " + std::to_string(rows) +
                              ", box rows " + std::to_string(box_rows) + ")");
-}
-
-CUtensorMap f32_rows_tensor_map_sw128(const float* A, int K, int rows, int lda, int box_rows) {
-  if (K <= 0 || K % 4 != 0 || rows <= 0 || lda % 4 != 0 || lda < K || box_rows < 1 || box_rows > 256 ||
-      reinterpret_cast<std::uintptr_t>(A) % 16 != 0)
-    throw Error("f32_rows_tensor_map_sw128: unsupported operands (K " + std::to_string(K) + ", lda " +
-                std::to_string(lda) + ", box rows " + std::to_string(box_rows) + ")");
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows), 1};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(lda) * 4, static_cast<cuuint64_t>(lda) * 4 * rows};
-  return encode_swizzled(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, A, dims, strides, 32, box_rows,
-                         "f32_rows_tensor_map_sw128 (K " + std::to_string(K) + ", rows " + std::to_string(rows) +
-                             ", lda " + std::to_string(lda) + ")");
 }
 
 namespace {
@@ -109,9 +92,8 @@ CUtensorMap cached(int kind, const void* p, int K, int rows, int box_rows, int l
 
 }  // namespace
 
-CUtensorMap bf16_rows_tensor_map_cached(const void* W, int K, int rows, int box_rows, int box_k) {
-  return cached(box_k == 64 ? 0 : 2, W, K, rows, box_rows, 0,
-                [&] { return bf16_rows_tensor_map(W, K, rows, 1, 0, box_rows, box_k); });
+CUtensorMap bf16_rows_tensor_map_cached(const void* W, int K, int rows, int box_rows) {
+  return cached(0, W, K, rows, box_rows, 0, [&] { return bf16_rows_tensor_map(W, K, rows, 1, 0, box_rows); });
 }
 
 bool f32_store_tensor_map_fits(const float* C, int N, int ldc) {

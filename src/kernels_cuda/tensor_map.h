@@ -14,23 +14,13 @@ namespace parity::cuda {
 // 16-byte chunk c of a box row r lands at chunk c ^ (r % 8)) by `box_rows` rows of one matrix.
 // Elements past K or past `rows` land as zeros. Requires K % 8 == 0, group_stride % 8 == 0, W
 // 16-byte aligned and box_rows in [1, 256]; throws parity::Error otherwise or when the driver refuses.
-// box_k = 32: boxes of 32 elements of K (64 bytes) in the 64-byte swizzle instead (chunk c of row r at
-// c ^ ((r / 2) % 4)), for 32-deep stages.
-CUtensorMap bf16_rows_tensor_map(const void* W, int K, int rows, int groups, std::int64_t group_stride, int box_rows,
-                                 int box_k = 64);
+CUtensorMap bf16_rows_tensor_map(const void* W, int K, int rows, int groups, std::int64_t group_stride, int box_rows);
 
 // The same map for one matrix (groups = 1), encoded once per (W, K, rows, box_rows) and then taken
 // from a small cache (the last 64 asked for): a map describes addresses and shapes only, never the
 // contents, so the same key always means the same map. Saves the encoder's host time on every
 // launch of a GEMM whose operands stay put (the weights, the activations' bf16 scratch).
-CUtensorMap bf16_rows_tensor_map_cached(const void* W, int K, int rows, int box_rows, int box_k = 64);
-
-// fp32 activations A [rows][K] with row stride lda (elements) as a 3D map of one matrix, in the
-// 128-byte swizzle (gemm_wgmma.cu's fp32-A tiles): a box is 32 elements of K (128 bytes; 16-byte
-// chunk c of a box row r lands at chunk c ^ (r % 8)) by `box_rows` rows. Elements past K or past
-// `rows` land as zeros. Requires K % 4 == 0, lda % 4 == 0, lda >= K, A 16-byte aligned and
-// box_rows in [1, 256]; throws parity::Error otherwise or when the driver refuses.
-CUtensorMap f32_rows_tensor_map_sw128(const float* A, int K, int rows, int lda, int box_rows);
+CUtensorMap bf16_rows_tensor_map_cached(const void* W, int K, int rows, int box_rows);
 
 // An fp32 output C [rows][N] with row stride ldc (elements) for the TMA unit's tensor stores
 // (gemm_wgmma.cu's staged epilogue): a box is 32 columns (128 bytes, the 128-byte swizzle as above)

@@ -3,7 +3,7 @@
 // shared-memory matrix descriptor for K-major tiles in the 128-byte swizzle (the layout the TMA
 // unit writes through tensor_map.h's bf16_rows_tensor_map), the fences and group waits, and
 // wgmma m64nNk16 f32 += bf16 · bf16 with both operands read from shared memory (N = 8…256 and 160),
-// or with A in registers (N = 128, 256), every operand list spelled out by one set of macros.
+// every operand list spelled out by one set of macros.
 //
 // Bits (DESIGN.md rule 3): CudaWgmmaBits (tests/cuda/cuda_wgmma_bits_test.cpp) shows on the
 // device that a chain of these k16 steps on one fp32 accumulator gives exactly the bits of the
@@ -33,14 +33,6 @@ namespace parity::cuda::wgmma {
 __device__ __forceinline__ std::uint64_t desc_k_sw128(unsigned smem_addr) {
   return std::uint64_t((smem_addr >> 4) & 0x3FFFu) | (std::uint64_t(1) << 16) | (std::uint64_t(1024 >> 4) << 32) |
          (std::uint64_t(1) << 62);
-}
-
-// The same for 32-deep boxes in the 64-byte swizzle (rows of 64 bytes, row r's 16-byte chunk c at
-// c ^ ((r / 2) % 4), 8-row groups 512 bytes apart, the first on a 512-byte boundary): swizzle code 2,
-// stride 512 bytes; the k16 step kk (0, 1) starts 32·kk bytes into row 0, as above.
-__device__ __forceinline__ std::uint64_t desc_k_sw64(unsigned smem_addr) {
-  return std::uint64_t((smem_addr >> 4) & 0x3FFFu) | (std::uint64_t(1) << 16) | (std::uint64_t(512 >> 4) << 32) |
-         (std::uint64_t(2) << 62);
 }
 
 // The async proxy (TMA writes, wgmma reads) and the generic proxy (ordinary loads and stores) see
@@ -93,7 +85,6 @@ __device__ __forceinline__ void fence_operands(float (&d)[R]) {
 #define PARITY_WG_F64(i) PARITY_WG_F32(i), PARITY_WG_F32((i) + 32)
 #define PARITY_WG_F128(i) PARITY_WG_F64(i), PARITY_WG_F64((i) + 64)
 #define PARITY_WG_F80(i) PARITY_WG_F64(i), PARITY_WG_F16((i) + 64)
-#define PARITY_WG_F96(i) PARITY_WG_F64(i), PARITY_WG_F32((i) + 64)
 
 #define PARITY_WG_R4 "%0, %1, %2, %3"
 #define PARITY_WG_R8 PARITY_WG_R4 ", %4, %5, %6, %7"
@@ -104,8 +95,6 @@ __device__ __forceinline__ void fence_operands(float (&d)[R]) {
   PARITY_WG_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
                 "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define PARITY_WG_R80 PARITY_WG_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
-#define PARITY_WG_R96                                                                                          \
-  PARITY_WG_R80 ", %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define PARITY_WG_R128                                                                                         \
   PARITY_WG_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, " \
                 "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, "    \
@@ -121,15 +110,6 @@ __device__ __forceinline__ void fence_operands(float (&d)[R]) {
                "0, 0;\n}\n"                                                                               \
                : __VA_ARGS__                                                                              \
                : "l"(da), "l"(db), "r"(1))
-
-// The same with A in registers (the "RS" form: four 32-bit registers, numbered from A0; no
-// imm-trans-a, since a register fragment has no layout to transpose).
-#define PARITY_WG_ASM_RS(NN, REGS, A0, A1, A2, A3, B, S, ...)                                          \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" S ", 0;\n"                                            \
-               "wgmma.mma_async.sync.aligned.m64n" #NN "k16.f32.bf16.bf16 {" REGS "}, {%" A0 ", %" A1 ", %" A2 \
-               ", %" A3 "}, %" B ", p, 1, 1, 0;\n}\n"                                                      \
-               : __VA_ARGS__                                                                              \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
 
 // d (N/2 floats per thread) += A (64×16, descriptor da) · B (N×16 K-major, descriptor db)ᵀ.
 template <int N>
@@ -150,14 +130,12 @@ __device__ __forceinline__ void mma_ss(float (&d)[N / 2], std::uint64_t da, std:
 #endif
 }
 
-// N = 160 and 192 (tiles whose column count divides the models' N more evenly, or whose two
-// accumulator sets fit a thread's registers: gemm_wgmma.cu).
+// N = 160 (a tile whose column count divides out_proj's 2560 more evenly: gemm_wgmma.cu).
 template <int N>
 __device__ __forceinline__ void mma_ss_wide(float (&d)[N / 2], std::uint64_t da, std::uint64_t db) {
-  static_assert(N == 160 || N == 192, "the N this header spells out");
+  static_assert(N == 160, "the N this header spells out");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (N == 160) PARITY_WG_ASM(160, PARITY_WG_R80, "80", "81", "82", PARITY_WG_F80(0));
-  else PARITY_WG_ASM(192, PARITY_WG_R96, "96", "97", "98", PARITY_WG_F96(0));
+  PARITY_WG_ASM(160, PARITY_WG_R80, "80", "81", "82", PARITY_WG_F80(0));
 #else
   (void)d;
   (void)da;
@@ -165,34 +143,6 @@ __device__ __forceinline__ void mma_ss_wide(float (&d)[N / 2], std::uint64_t da,
 #endif
 }
 
-// d (N/2 floats per thread) += A (64×16, registers) · B (N×16 K-major, descriptor db)ᵀ, for a kernel
-// that rounds fp32 activations to bf16 on the way from shared memory into the tensor cores. The
-// fragment is mma.sync m16n8k16's A fragment for the warp's 16 rows of the 64 (warp w of the
-// warpgroup: rows 16w..16w+15): a[0] = row g, k 2q..2q+1; a[1] = row g + 8, the same k; a[2], a[3] =
-// those rows at k + 8 (g = lane / 4, q = lane % 4; the lower k in the low half). CudaWgmmaBits checks
-// this form against mma.sync's chain. The registers in `a` must stay unchanged until the step has
-// completed (wait_group; fence_fragment below keeps the compiler from reusing them).
-template <int N>
-__device__ __forceinline__ void mma_rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t db) {
-  static_assert(N == 128 || N == 256, "the N this header spells out");
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (N == 128) PARITY_WG_ASM_RS(128, PARITY_WG_R64, "64", "65", "66", "67", "68", "69", PARITY_WG_F64(0));
-  else PARITY_WG_ASM_RS(256, PARITY_WG_R128, "128", "129", "130", "131", "132", "133", PARITY_WG_F128(0));
-#else
-  (void)d;
-  (void)a;
-  (void)db;
-#endif
-}
-
-__device__ __forceinline__ void fence_fragment(std::uint32_t (&a)[4]) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[i])::"memory");
-}
-
-#undef PARITY_WG_ASM_RS
-#undef PARITY_WG_R96
-#undef PARITY_WG_F96
 #undef PARITY_WG_R80
 #undef PARITY_WG_F80
 #undef PARITY_WG_ASM

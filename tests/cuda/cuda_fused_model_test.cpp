@@ -12,12 +12,12 @@
 
 #include "backend_cuda/backend.h"
 #include "backend_cuda/decode_graphs.h"
-#include "cache/model_cache.h"
 #include "kernels_cuda/ops.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "model/probe.h"
 #include "tests/cuda/gpu_test_support.h"
+#include "tests/cuda/model_schedule.h"
 
 namespace parity {
 namespace {
@@ -42,47 +42,19 @@ class ScaleLayerOne : public model::ProbeHooks {
   std::vector<double> sums;
 };
 
-int32_t token_at(int seq, int i, int V) { return static_cast<int32_t>((seq * 41 + i * 13 + 5) % V); }
-
-// Prompts of different lengths, then kSteps decode steps of the batch; every logit row in order.
+// Prompts of different lengths, then kSteps decode steps of the batch (model_schedule.h); every logit
+// row in order. poke: that sequence's token at step 2 moved by one.
 constexpr int kSteps = 18;
-std::vector<float> run_schedule(model::Model& m, bool exact, int batch, model::ProbeHooks* hooks, int poke = -1) {
-  const model::ScanMode mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
-  const cache::Numerics num = model::default_numerics(m, mode);
-  const int V = m.vocab_size(), max_len = 40 + kSteps;
-  cache::ModelCacheOptions o;
-  o.mamba.num_slots = batch;
-  o.mamba.exact = num.exact;
-  o.mamba.grid = num.grid;
-  o.mamba.ssm_dtype = num.ssm_dtype;
-  o.kv_block_size = 16;
-  o.kv_num_blocks = batch * ((max_len + 15) / 16);
-  cache::ModelCache mc(m.cache_spec(), o);
-  model::ForwardBatch p;
-  std::vector<int> slots, len;
-  for (int s = 0; s < batch; ++s) {
-    slots.push_back(mc.allocate());
-    EXPECT_TRUE(mc.reserve(slots.back(), max_len));
-    len.push_back(3 + (s * 11) % 31);
-    for (int i = 0; i < len.back(); ++i) p.tokens.push_back(token_at(s, i, V));
-    p.seqs.push_back({slots.back(), 0, len.back()});
-    p.logit_rows.push_back(static_cast<int>(p.tokens.size()) - 1);
-  }
-  std::vector<float> all(static_cast<std::size_t>(batch) * V);
-  m.forward(p, mc, mode, all.data(), hooks);
-  std::vector<float> l(static_cast<std::size_t>(batch) * V);
-  for (int k = 0; k < kSteps; ++k) {
-    model::ForwardBatch d;
-    for (int s = 0; s < batch; ++s) {
-      const int32_t t = token_at(s, 200 + k, V);
-      d.tokens.push_back(s == poke && k == 2 ? (t + 1) % V : t);
-      d.seqs.push_back({slots[s], static_cast<int64_t>(len[s] + k), 1});
-      d.logit_rows.push_back(s);
-    }
-    m.forward(d, mc, mode, l.data(), hooks);
-    all.insert(all.end(), l.begin(), l.end());
-  }
-  return all;
+std::vector<float> run_schedule(const model::Model& m, bool exact, int batch, model::ProbeHooks* hooks, int poke = -1) {
+  test::Schedule sc;
+  sc.batch = batch;
+  sc.steps = kSteps;
+  sc.prompt_len = [](int s) { return 3 + (s * 11) % 31; };
+  sc.token = [](int seq, int i, int V) { return static_cast<int32_t>((seq * 41 + i * 13 + 5) % V); };
+  sc.step_base = 200;
+  sc.poke_seq = poke;
+  sc.poke_step = 2;
+  return test::run_schedule(m, exact, sc, hooks).all();
 }
 
 TEST(CudaFusedModel, FusedLaunchesGiveTheUnfusedLogitsBitForBit) {

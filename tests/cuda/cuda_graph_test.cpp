@@ -15,6 +15,7 @@
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "tests/cuda/gpu_test_support.h"
+#include "tests/cuda/model_schedule.h"
 
 namespace parity {
 namespace {
@@ -23,77 +24,22 @@ std::unique_ptr<model::Model> gpu_model(const std::string& spec) {
   return backend_cuda::load_model(model::open_checkpoint(spec), {});
 }
 
-int32_t token_at(int seq, int i, int V) { return static_cast<int32_t>((seq * 37 + i * 11 + 3) % V); }
-
-// One prefill of every prompt (lengths differ, so the batch's rows sit at different positions of
-// the exact grid's cell), then `steps` decode steps of the whole batch.
-struct Outcome {
-  std::vector<float> prefill;             // [batch][V]: each prompt's last row
-  std::vector<float> decode;              // [steps][batch][V]
-  std::vector<std::vector<int32_t>> fed;  // each sequence's tokens: prompt, then one per step
-  std::vector<int> prompt_len;
-};
-
 constexpr int kSteps = 20;  // > the GPU's exact cell (16): every decode crosses a cell boundary
 
-Outcome run_schedule(const model::Model& m, bool exact, int batch, int poke_seq = -1) {
-  const model::ScanMode mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
-  const cache::Numerics num = model::default_numerics(m, mode);
-  const int V = m.vocab_size(), max_len = 40 + kSteps;
-  cache::ModelCacheOptions o;
-  o.mamba.num_slots = batch;
-  o.mamba.exact = num.exact;
-  o.mamba.grid = num.grid;
-  o.mamba.ssm_dtype = num.ssm_dtype;
-  o.kv_block_size = 16;
-  o.kv_num_blocks = batch * ((max_len + 15) / 16);
-  cache::ModelCache mc(m.cache_spec(), o);
-
-  Outcome out;
-  out.fed.resize(static_cast<std::size_t>(batch));
-  model::ForwardBatch p;
-  std::vector<int> slots;
-  for (int s = 0; s < batch; ++s) {
-    const int slot = mc.allocate();
-    EXPECT_TRUE(mc.reserve(slot, max_len));
-    slots.push_back(slot);
-    const int len = 5 + (s * 7) % 29;
-    out.prompt_len.push_back(len);
-    for (int i = 0; i < len; ++i) {
-      out.fed[s].push_back(token_at(s, i, V));
-      p.tokens.push_back(token_at(s, i, V));
-    }
-    p.seqs.push_back({slot, 0, len});
-    p.logit_rows.push_back(static_cast<int>(p.tokens.size()) - 1);
-  }
-  out.prefill.resize(static_cast<std::size_t>(batch) * V);
-  m.forward(p, mc, mode, out.prefill.data());
-
-  out.decode.resize(static_cast<std::size_t>(kSteps) * batch * V);
-  std::vector<float> l(static_cast<std::size_t>(batch) * V);
-  for (int k = 0; k < kSteps; ++k) {
-    model::ForwardBatch d;
-    for (int s = 0; s < batch; ++s) {
-      int32_t t = token_at(s, 100 + k, V);
-      if (s == poke_seq && k == 1) t = (t + 1) % V;
-      d.tokens.push_back(t);
-      d.seqs.push_back({slots[s], static_cast<int64_t>(out.fed[s].size()), 1});
-      out.fed[s].push_back(t);
-    }
-    // Odd steps ask for the rows in reverse order: the logits copy must follow logit_rows.
-    for (int s = 0; s < batch; ++s) d.logit_rows.push_back(k % 2 ? batch - 1 - s : s);
-    m.forward(d, mc, mode, l.data());
-    for (int i = 0; i < batch; ++i) {
-      const int s = d.logit_rows[static_cast<std::size_t>(i)];
-      std::copy_n(l.data() + static_cast<std::size_t>(i) * V, V,
-                  out.decode.data() + (static_cast<std::size_t>(k) * batch + s) * V);
-    }
-  }
-  return out;
-}
-
-const float* decode_row(const Outcome& o, int batch, int V, int step, int seq) {
-  return o.decode.data() + (static_cast<std::size_t>(step) * batch + seq) * V;
+// One prefill of every prompt, then kSteps decode steps of the whole batch (model_schedule.h); odd
+// steps ask for the rows in reverse order: the logits copy must follow logit_rows. poke_seq: that
+// sequence's token at step 1 moved by one.
+test::ScheduleRun run_schedule(const model::Model& m, bool exact, int batch, int poke_seq = -1) {
+  test::Schedule sc;
+  sc.batch = batch;
+  sc.steps = kSteps;
+  sc.prompt_len = [](int s) { return 5 + (s * 7) % 29; };
+  sc.token = [](int seq, int i, int V) { return static_cast<int32_t>((seq * 37 + i * 11 + 3) % V); };
+  sc.step_base = 100;
+  sc.poke_seq = poke_seq;
+  sc.poke_step = 1;
+  sc.reverse_odd_steps = true;
+  return test::run_schedule(m, exact, sc);
 }
 
 TEST(CudaGraphs, ReplayedDecodeStepsEqualEagerOnesBitForBit) {
@@ -105,12 +51,12 @@ TEST(CudaGraphs, ReplayedDecodeStepsEqualEagerOnesBitForBit) {
         const std::string what = std::string(spec) + (exact ? " exact" : " plain") + " batch " + std::to_string(batch);
         backend_cuda::set_enforce_eager(*m, true);
         const backend_cuda::CudaGraphStats e0 = backend_cuda::cuda_graph_stats(*m);
-        const Outcome eager = run_schedule(*m, exact, batch);
+        const test::ScheduleRun eager = run_schedule(*m, exact, batch);
         const backend_cuda::CudaGraphStats e1 = backend_cuda::cuda_graph_stats(*m);
         EXPECT_EQ(e1.replays, e0.replays) << what << ": enforce_eager replayed a graph";
 
         backend_cuda::set_enforce_eager(*m, false);
-        const Outcome graph = run_schedule(*m, exact, batch);
+        const test::ScheduleRun graph = run_schedule(*m, exact, batch);
         const backend_cuda::CudaGraphStats g1 = backend_cuda::cuda_graph_stats(*m);
         EXPECT_EQ(g1.replays - e1.replays, kSteps) << what << ": every decode step should replay a graph";
         EXPECT_GE(g1.captures - e1.captures, 1) << what;
@@ -121,7 +67,7 @@ TEST(CudaGraphs, ReplayedDecodeStepsEqualEagerOnesBitForBit) {
         int bad = 0;
         for (int k = 0; k < kSteps; ++k)
           for (int s = 0; s < batch; ++s)
-            bad += !test::same_bits(decode_row(eager, batch, V, k, s), decode_row(graph, batch, V, k, s),
+            bad += !test::same_bits(eager.row(k, s, V), graph.row(k, s, V),
                                     static_cast<std::size_t>(V));
         EXPECT_EQ(bad, 0) << what << ": decode rows whose graph bits differ from eager";
       }
@@ -139,14 +85,14 @@ TEST(CudaGraphs, ExactGraphDecodeEqualsSingleShotPrefillAndPlainDoesNot) {
     for (bool exact : {true, false}) {
       const model::ScanMode mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
       const int64_t before = backend_cuda::cuda_graph_stats(*m).replays;
-      const Outcome g = run_schedule(*m, exact, batch);
+      const test::ScheduleRun g = run_schedule(*m, exact, batch);
       EXPECT_EQ(backend_cuda::cuda_graph_stats(*m).replays - before, kSteps) << spec;
       int bad = 0, rows = 0;
       for (int s = 0; s < batch; ++s) {
         const std::vector<float> ref = model::score_all_rows(*m, g.fed[s], model::default_numerics(*m, mode));
         for (int k = 0; k < kSteps; ++k, ++rows) {
           const std::size_t pos = static_cast<std::size_t>(g.prompt_len[s] + k);
-          bad += !test::same_bits(decode_row(g, batch, V, k, s), ref.data() + pos * V, static_cast<std::size_t>(V));
+          bad += !test::same_bits(g.row(k, s, V), ref.data() + pos * V, static_cast<std::size_t>(V));
         }
       }
       if (exact) EXPECT_EQ(bad, 0) << spec << ": exact graph decode rows differing from the prefill, of " << rows;
@@ -162,11 +108,11 @@ TEST(CudaGraphs, AChangedTokenChangesOnlyItsOwnSequence) {
   for (const char* spec : {"builtin:tiny", "builtin:tiny-hybrid"}) {
     auto m = gpu_model(spec);
     const int V = m->vocab_size(), batch = 3;  // padded to 4
-    const Outcome a = run_schedule(*m, true, batch);
-    const Outcome b = run_schedule(*m, true, batch, /*poke_seq=*/1);
+    const test::ScheduleRun a = run_schedule(*m, true, batch);
+    const test::ScheduleRun b = run_schedule(*m, true, batch, /*poke_seq=*/1);
     for (int k = 0; k < kSteps; ++k)
       for (int s = 0; s < batch; ++s) {
-        const bool same = test::same_bits(decode_row(a, batch, V, k, s), decode_row(b, batch, V, k, s),
+        const bool same = test::same_bits(a.row(k, s, V), b.row(k, s, V),
                                           static_cast<std::size_t>(V));
         if (s == 1 && k >= 1) EXPECT_FALSE(same) << spec << " step " << k << ": the changed token left no trace";
         else EXPECT_TRUE(same) << spec << " step " << k << " seq " << s << ": another sequence's token changed it";
