@@ -46,7 +46,9 @@ constexpr int kWarps = P4_WARPS;           // warps a block
 constexpr int kThreads = 32 * kWarps;      // (column groups) × (4 quarters)
 constexpr int kWc = 8 * kCols;             // columns of a warp
 constexpr int kPT = kWarps * kWc;          // columns of p a block
-constexpr int kR = 8;                      // rows whose quarter sums are formed at a time
+// Rows whose quarter sums are formed at a time: 4 at four columns a lane (the exchange then lets four
+// blocks of two warps share an SM, and 16 sums chains are enough), 8 at two (the exchange must hold w·x).
+constexpr int kR = kCols == 4 ? 4 : 8;
 constexpr int kCS = 20;         // a row of coef (16-byte reads; 4 rows a warp reads in distinct banks)
 constexpr int kProbeSteps = 5;  // the probe's steps
 // Shared-memory loads kept in runs of this many rows (the delta's, the quarter sums'), and n a step of
@@ -86,8 +88,8 @@ constexpr int kSmemFloats = kQx<kNat> + (kThreads / 32) * kR * kQxR;
 static_assert(kXbuf % 4 == 0 && kCbufs % 4 == 0 && kFbufs<true> % 4 == 0 && kFbufs<false> % 4 == 0 &&
                   kFbuf % 4 == 0 && kQx<true> % 4 == 0 && kQx<false> % 4 == 0,
               "16-byte aligned regions");
-// Three blocks in an H200 SM's 228 KB, each with its 1 KB the system reserves.
-static_assert(3 * (kSmemFloats<false> * 4 + 1024) <= 228 * 1024 && 3 * (kSmemFloats<true> * 4 + 1024) <= 228 * 1024,
+// Three blocks by quarter, four as in the row, in an H200 SM's 228 KB (each with its 1 KB the system reserves).
+static_assert(3 * (kSmemFloats<false> * 4 + 1024) <= 228 * 1024 && 4 * (kSmemFloats<true> * 4 + 1024) <= 228 * 1024,
               "blocks an SM");
 
 // A cell every block takes whole: G = 16 rows, all the call's, folded. Its loops have no run-time bounds.
@@ -111,7 +113,15 @@ __device__ void issue_cb(const Ctx& b, const CellIn& c, float* Q) {
   float* QB = Q + kBq<kNat>;
   if constexpr (kNat) {
     const int N = b.sh.N, units = N / 4;
+    // (N = 128: a row is 32 units, no division.)
     auto rows = [&](float* dst, auto src_row, int r0, int r1) {
+      if (units == kNQ) {
+        for (int e = threadIdx.x; e < (r1 - r0) * kNQ; e += kThreads) {
+          const int t = r0 + e / kNQ, u = e % kNQ;
+          copy4(dst + t * kRow + 4 * u, src_row(t), 4 * u, N);
+        }
+        return;
+      }
       for (int e = threadIdx.x; e < (r1 - r0) * units; e += kThreads) {
         const int t = r0 + e / units, u = e % units;
         copy4(dst + t * kRow + 4 * u, src_row(t), 4 * u, N);

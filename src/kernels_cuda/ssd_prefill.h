@@ -40,6 +40,7 @@ enum class SsdPrefill {
   pipe4w = 832,   // 864 at one warp a block (32 columns of p)
   pipe2w = 816,   // 864's walk at two columns a lane and one warp a block (16 columns of p: 128 blocks for
                   // one sequence at 32 heads × 64)
+  pipe2q = 716,   // 816 with C and B by quarter
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
 };
 
