@@ -280,33 +280,6 @@ int pipe_resident(int way);
 void launch_pipe(int way, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                  const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* y,
                  cudaStream_t s);
-// The pipelined lane walk with more columns a lane (ssd_pipe4_body.cuh), one namespace per shape:
-// pipe4 (ssd_pipe4.cu: four columns a lane, 64 columns of one head a block, two warps; way 764 with C and
-// B by quarter as 664, 864 with C and B as in the row), pipe4w (ssd_pipe4w.cu: four columns a lane, one
-// warp, 32 columns; 832, as in the row), pipe2 (ssd_pipe2.cu: two columns a lane, one warp, 16 columns;
-// 816, as in the row). way(w): whether w is one of the shape's; probe as pipe_probe (wait, next copies
-// issued, next cell's coefficients, quarter sums and outputs, delta and fold; the cell count).
-namespace pipe4 {
-bool way(int w);
-void probe(long long* device_buffer);
-int resident(int w);
-void launch(int w, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
-            const float* A, const float* D, const SsdState& st, const float* band, float* y, cudaStream_t s);
-}  // namespace pipe4
-namespace pipe4w {
-bool way(int w);
-void probe(long long* device_buffer);
-int resident(int w);
-void launch(int w, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
-            const float* A, const float* D, const SsdState& st, const float* band, float* y, cudaStream_t s);
-}  // namespace pipe4w
-namespace pipe2 {
-bool way(int w);
-void probe(long long* device_buffer);
-int resident(int w);
-void launch(int w, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
-            const float* A, const float* D, const SsdState& st, const float* band, float* y, cudaStream_t s);
-}  // namespace pipe2
 void launch_walk(int tile_p, int active_seqs, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
                  const float* xbc, int ld, const float* dt, const float* A, const float* D, const SsdState& st,
                  const float* band, float* y, cudaStream_t s);

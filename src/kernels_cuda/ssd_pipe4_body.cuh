@@ -35,6 +35,7 @@
 #include "kernels_cuda/ssd_cell_walk.cuh"
 #include "kernels_cuda/ssd_copy_lanes.cuh"
 #include "kernels_cuda/ssd_device.cuh"
+#include "kernels_cuda/ssd_lane_shapes.h"
 
 namespace parity::cuda::ssd {
 namespace {
@@ -48,12 +49,12 @@ constexpr int kWc = 8 * kCols;             // columns of a warp
 constexpr int kPT = kWarps * kWc;          // columns of p a block
 // Rows whose quarter sums are formed at a time: 4 at four columns a lane (the exchange then lets four
 // blocks of two warps share an SM, and 16 sums chains are enough), 8 at two (the exchange must hold w·x).
-constexpr int kR = kCols == 4 ? 4 : 8;
+constexpr int kR = kCols == 4 ? 4 : kCols == 2 ? 8 : 16;
 constexpr int kCS = 20;         // a row of coef (16-byte reads; 4 rows a warp reads in distinct banks)
 constexpr int kProbeSteps = 5;  // the probe's steps
 // Shared-memory loads kept in runs of this many rows (the delta's, the quarter sums'), and n a step of
 // the delta (its accumulators: kCols · kJF registers).
-constexpr int kFoldFence = 2, kSumFence = 4, kJF = 8;
+constexpr int kFoldFence = 2, kSumFence = 4, kJF = kCols == 1 ? 32 : 8;
 // C and B rows: by quarter (quarter q at q·kQS, 4 banks apart) or as in the row.
 constexpr int kQS = kNQ + 4;
 template <bool kNat>
@@ -78,7 +79,9 @@ constexpr int kQx = kFbufs<kNat> + 2 * kFbuf;
 // The exchange's row: 4 quarters of 32 columns, quarter q at q·kQxQ. 40 and 168 put the 16-byte
 // writes (a lane's four columns of one row, its quarter) and reads (four rows' quarter qq) of every
 // 8-lane phase in 32 distinct banks.
-constexpr int kQxQ = kCols == 4 ? 40 : 24, kQxR = kCols == 4 ? 168 : 104;
+// (Two columns: 24 and 104 for the 8-byte accesses of each 16-lane phase; one: 8 and 40 for the warp's
+// 4-byte accesses.)
+constexpr int kQxQ = kCols == 4 ? 40 : kCols == 2 ? 24 : 8, kQxR = kCols == 4 ? 168 : kCols == 2 ? 104 : 40;
 // w_i·x_i[p] of a warp's 32 columns in its exchange during the fold: row i at i·kXwR (the 16-byte writes
 // of lanes q = 0..3, rows 4m + q, fall in distinct banks).
 constexpr int kXwR = 40;
@@ -215,7 +218,8 @@ __device__ __forceinline__ float4 lds4(const float* p) { return *reinterpret_cas
 __device__ __forceinline__ void ldsc(const float* p, float* v);
 __device__ __forceinline__ void stsc(float* p, const float* v) {
   if constexpr (kCols == 4) *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-  else *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+  else if constexpr (kCols == 2) *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+  else *p = v[0];
 }
 __device__ __forceinline__ float4 lds4v(const float* p) {
   float4 v;
@@ -231,8 +235,10 @@ __device__ __forceinline__ void ldsc(const float* p, float* v) {
     v[1] = t.y;
     v[2] = t.z;
     v[3] = t.w;
-  } else {
+  } else if constexpr (kCols == 2) {
     asm volatile("ld.volatile.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v[0]), "=f"(v[1]) : "r"(saddr(p)));
+  } else {
+    asm volatile("ld.volatile.shared.f32 %0, [%1];\n" : "=f"(v[0]) : "r"(saddr(p)));
   }
 }
 

@@ -41,6 +41,8 @@ enum class SsdPrefill {
   pipe2w = 816,   // 864's walk at two columns a lane and one warp a block (16 columns of p: 128 blocks for
                   // one sequence at 32 heads × 64)
   pipe2q = 716,   // 816 with C and B by quarter
+  pipe1q = 616,   // the same walk at one column a lane, two warps a block (16 columns of p), C and B by quarter
+  pipe1n = 916,   // 616 with C and B as in the row
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
 };
 

@@ -245,7 +245,8 @@ void expect_every_tile_matches_three_phase(const std::vector<Case>& cases) {
       if (cuda::ssd_lanes_supported(ssh, c.g))
         for (SsdPrefill l : {SsdPrefill::lanes64, SsdPrefill::lanes64r, SsdPrefill::lanes32, SsdPrefill::lanes1x32,
                              SsdPrefill::lanes1x16, SsdPrefill::pipe64, SsdPrefill::pipe64r, SsdPrefill::pipe4q,
-                             SsdPrefill::pipe4n, SsdPrefill::pipe4w, SsdPrefill::pipe2w, SsdPrefill::pipe2q})
+                             SsdPrefill::pipe4n, SsdPrefill::pipe4w, SsdPrefill::pipe2w, SsdPrefill::pipe2q,
+                             SsdPrefill::pipe1q, SsdPrefill::pipe1n})
           ways.push_back(l);
       for (SsdPrefill w : ways) {
         const std::string d = compare(want, run(c.sh, c.g, c.bf16, c.T, sched, w), c.sh);
@@ -404,7 +405,9 @@ TEST(CudaSsdTiling, CompanionTheSpanWalkSeesASmallChange) {
                                 {{2, 64, 128, 1}, SsdPrefill::pipe4n},
                                 {{2, 64, 128, 1}, SsdPrefill::pipe4w},
                                 {{2, 64, 128, 1, 0}, SsdPrefill::pipe2w},
-                                {{2, 64, 128, 1}, SsdPrefill::pipe2q}}) {
+                                {{2, 64, 128, 1}, SsdPrefill::pipe2q},
+                                {{2, 64, 128, 1}, SsdPrefill::pipe1q},
+                                {{2, 64, 128, 1, 0}, SsdPrefill::pipe1n}}) {
     const Result want = run(sh, g, false, 150, whole(150), SsdPrefill::three_phase);
     const Result same = run(sh, g, false, 150, whole(150), way);
     EXPECT_EQ(compare(want, same, sh), "") << "way " << static_cast<int>(way);
