@@ -204,13 +204,10 @@ void BM_CudaSsdLanesProbe(benchmark::State& state) {
   // The pipelined walk (564, 664) times its own steps: wait (copies landed, the barrier), issue (the
   // next copies), coef (the next cell's coefficients), sums (quarter sums and fold), finish (exchange,
   // intra sums, outputs).
-  // The walks of ssd_pipe4_body.cuh (616 and up): wait, issue, coef, out (quarter sums, intra sums and
-  // outputs), fold (delta and fold).
   const bool pipe = way == 564 || way == 664;
   const char* lane_names[5] = {"wait", "coef", "issue", "out", "fold"};
   const char* pipe_names[5] = {"wait", "issue", "coef", "sums", "finish"};
-  const char* pipe4_names[5] = {"wait", "issue", "coef", "out", "fold"};
-  const char* const* names = pipe ? pipe_names : way >= 616 ? pipe4_names : lane_names;
+  const char* const* names = pipe ? pipe_names : lane_names;
   double total = 0;
   for (int i = 0; i < 5; ++i) {
     state.counters[names[i]] = static_cast<double>(got[i]) / cells;
@@ -219,7 +216,7 @@ void BM_CudaSsdLanesProbe(benchmark::State& state) {
   state.counters["cyc_per_cell"] = total / cells;
   state.counters["blocks_per_sm"] = cuda::ssd_lanes_resident(way, {H, P, N, GR});
 }
-BENCHMARK(BM_CudaSsdLanesProbe)->ArgsProduct({{1, 8, 32}, {16}, {232, 264, 464, 316, 332, 564, 664, 764, 864, 832, 816, 716, 616, 916}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaSsdLanesProbe)->ArgsProduct({{1, 8, 32}, {16}, {232, 264, 464, 316, 332, 564, 664}})->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // SSD prefill of batch × 2048 tokens, one call per sequence from position 0, fp32 state.
 // arg1: the cell; arg2: 1 = exact (cells anchored at 0, staggered), 0 = plain (cells from the
@@ -251,9 +248,6 @@ BENCHMARK(BM_CudaSsdPrefill)
 // 116 = the span walk (ssd_span.cu), 232 / 264 = the lane walk (ssd_lanes.cu) with 32 / 64 columns of p
 // per block and two per lane (464: 264 at two blocks an SM, more registers), 316 / 332 = 16 / 32 columns
 // per block and one per lane, 564 / 664 = the pipelined lane walk (ssd_pipe.cu) at three / two blocks an SM,
-// 764 / 864 = the pipelined lane walk with four columns a lane (ssd_pipe4_body.cuh; C and B by quarter / as in
-// the row; 64 columns a block), 832 = 864 at 32 columns a block, 816 / 716 = two columns a lane and 16 a
-// block (as in the row / by quarter), 616 / 916 = one column a lane, 16 a block (by quarter / as in the row),
 // -1 = the earlier three-phase kernels.
 // Counter TFLOPs: the scan's main products, 2·2·P·N flops per row and head (C·S_start and the cell's
 // sum), per second; the H200's fp32 FMA peak is about 67 TFLOP/s.
@@ -281,7 +275,7 @@ BENCHMARK(BM_CudaSsdPrefillTiles)
     ->ArgsProduct({{1, 2, 8}, {32, 64}, {1, 116}})
     ->ArgsProduct({{32}, {16}, {1, 116}})
     ->ArgsProduct({{2, 4}, {16}, {-1}})
-    ->ArgsProduct({{1, 2, 3, 4, 8, 16, 32}, {16}, {232, 264, 464, 316, 332, 564, 664, 764, 864, 832, 816, 716, 616, 916}})
+    ->ArgsProduct({{1, 2, 3, 4, 8, 16, 32}, {16}, {232, 264, 464, 316, 332, 564, 664}})
     ->ArgsProduct({{16}, {16}, {1, 116}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

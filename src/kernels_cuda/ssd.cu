@@ -30,7 +30,6 @@
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ssd_device.cuh"
-#include "kernels_cuda/ssd_lane_shapes.h"
 #include "kernels_cuda/ssd_prefill.h"
 #include "kernels_cuda/ssd_tile.cuh"
 
@@ -106,16 +105,8 @@ bool ssd_lanes_supported(const SsdShape& sh, const ScanGrid& g) { return ssd::la
 void ssd_lanes_probe(long long* device_buffer) {
   ssd::lanes_probe(device_buffer);
   ssd::pipe_probe(device_buffer);
-  ssd::pipe4::probe(device_buffer);
-  ssd::pipe4w::probe(device_buffer);
-  ssd::pipe2::probe(device_buffer);
-  ssd::pipe1::probe(device_buffer);
 }
 int ssd_lanes_resident(int way, const SsdShape& sh) {
-  if (ssd::pipe4::way(way)) return ssd::pipe4::resident(way);
-  if (ssd::pipe4w::way(way)) return ssd::pipe4w::resident(way);
-  if (ssd::pipe2::way(way)) return ssd::pipe2::resident(way);
-  if (ssd::pipe1::way(way)) return ssd::pipe1::resident(way);
   return ssd::pipe_way(way) ? ssd::pipe_resident(way) : ssd::lanes_resident(way, sh);
 }
 void ssd_span_probe(long long* device_buffer) { ssd::span_probe(device_buffer); }
@@ -171,10 +162,6 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
     const int tile = automatic || which == SsdPrefill::walk || which == SsdPrefill::lanes ? 0 : way;
     ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
     if (span) ssd::launch_span(sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
-    else if (ssd::pipe4::way(way)) ssd::pipe4::launch(way, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
-    else if (ssd::pipe4w::way(way)) ssd::pipe4w::launch(way, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
-    else if (ssd::pipe2::way(way)) ssd::pipe2::launch(way, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
-    else if (ssd::pipe1::way(way)) ssd::pipe1::launch(way, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
     else if (pipe)
       ssd::launch_pipe(automatic ? static_cast<int>(SsdPrefill::pipe64r) : way, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch,
                        y, s);

@@ -33,16 +33,6 @@ enum class SsdPrefill {
                   // a cell, the coefficients a cell ahead, C and B copied by quarter, the quarter sums and the
                   // fold in one loop; 64 columns of p a block, three blocks an SM (168 registers)
   pipe64r = 664,  // the same, two blocks an SM (up to 255 registers)
-  pipe4q = 764,   // the pipelined lane walk with four columns of p a lane (ssd_band.cu, ssd_pipe4_body.cuh): every
-                  // C and B float a lane loads feeds four FMAs; 64 columns of one head a block, two warps; C and
-                  // B by quarter as at 664
-  pipe4n = 864,   // the same with C and B as in the row (16-byte copies, four 4-byte loads for a lane's four n)
-  pipe4w = 832,   // 864 at one warp a block (32 columns of p)
-  pipe2w = 816,   // 864's walk at two columns a lane and one warp a block (16 columns of p: 128 blocks for
-                  // one sequence at 32 heads × 64)
-  pipe2q = 716,   // 816 with C and B by quarter
-  pipe1q = 616,   // the same walk at one column a lane, two warps a block (16 columns of p), C and B by quarter
-  pipe1n = 916,   // 616 with C and B as in the row
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
 };
 
