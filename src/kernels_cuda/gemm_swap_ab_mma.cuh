@@ -6,6 +6,7 @@
 // and a dependent mma.sync step is several times shorter than a dependent wgmma step; 16 columns
 // per warp also make 4× more blocks than 64 per warpgroup. The fragments of box b + 1 are read
 // (and its stage released) while the tensor cores run box b's steps.
+#include "kernels_cuda/conv_row.cuh"
 #include "kernels_cuda/gemm_swap_ab_kernel.cuh"
 
 namespace parity::cuda::swap_ab {
@@ -36,11 +37,21 @@ struct MmaConfig {
 // not right after the reads (an arrival holds the warp until its shared-memory loads return, and here
 // that sat between two dependent steps), and box b + 1's barrier is tested before step 1 and its answer
 // used after it. The same steps in the same order: only when the waits happen changes.
-template <int CW, int NT, int BPS, bool LAG = false>
+//
+// CONV (NT = 8): in_proj's conv epilogue (conv_epilogue.h) for the columns in ep's ranges; each lane
+// reads what its columns need before the chain, so the epilogue adds no memory round trip.
+//
+// PROBE (benchmarks: BM_CudaGemmSwapAbProbe): lane 0 of each consumer warp writes kProbeFields clock
+// counts to probe[(block · CW + warp) · kProbeFields]: from its start to its first box's fragments, to
+// the end of its step loop, the cycles spent in the loop waiting on a stage's barrier, and the boxes.
+// Loop less wait is what the chain itself took.
+constexpr int kProbeFields = 4;
+template <int CW, int NT, int BPS, bool LAG = false, bool CONV = false, bool PROBE = false>
 __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
     swap_ab_mma_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, int M,
                        int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc, unsigned early,
-                       NextL2 next) {
+                       NextL2 next, const __grid_constant__ ConvEpilogue ep, long long* __restrict__ probe) {
+  static_assert(!CONV || NT == 8, "the conv epilogue's lanes hold two rows of one n8 tile");
   using Cfg = MmaConfig<CW, NT, BPS>;
   constexpr int S = Cfg::kStages, T = NT / 8;
   extern __shared__ unsigned char smem_raw[];
@@ -63,6 +74,9 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
     return;
   }
 
+  // Parked until the kernel before has completed (its ring cannot fill before: A's boxes come after the
+  // producer's wait).
+  if (early & kEarlyPark) asm volatile("griddepcontrol.wait;\n" ::: "memory");
   // A box's operands. a[kk]: m16n8k16's A fragment of step kk (this warp's 16 W rows); b[kk][j]: the
   // B fragment of step kk for n8 tile j (A's rows 8j..8j+7).
   struct Frag {
@@ -91,15 +105,32 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
         f.b[2 * p + 1][j][1] = r[3];
       }
   };
+  long long t_start = 0, t_first = 0, t_wait = 0;
+  if constexpr (PROBE) t_start = clock64();
+  auto wait_full = [&](int b) {
+    if constexpr (PROBE) {
+      const long long a = clock64();
+      ptx::mbar_wait(&full[b % S], (b / S) & 1);
+      t_wait += clock64() - a;
+    } else {
+      ptx::mbar_wait(&full[b % S], (b / S) & 1);
+    }
+  };
   auto load = [&](Frag& f, int b) {
     const int s = b % S;
-    ptx::mbar_wait(&full[s], (b / S) & 1);
+    wait_full(b);
     read(f, b);
     // The fragments are read: the stage may be refilled (the arrival orders the reads before it).
     __syncwarp();
     if (lane == 0) ptx::mbar_arrive(&empty[s]);
   };
 
+  // acc[0][2h + e] below: column n0 + 16 warp + g + 8h, row m0 + 2q + e (g = lane / 4, q = lane % 4).
+  ConvColumn conv[2];
+  if constexpr (CONV) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) conv_column_load(ep, M, m0 + 2 * (lane % 4), n0 + 16 * warp + lane / 4 + 8 * h, conv[h]);
+  }
   float acc[T][4];
 #pragma unroll
   for (int j = 0; j < T; ++j)
@@ -123,7 +154,7 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
       if (more) ready = ptx::mbar_test(&full[b1 % S], (b1 / S) & 1);
       step(cur, 1);
       if (more) {
-        if (!ready) ptx::mbar_wait(&full[b1 % S], (b1 / S) & 1);
+        if (!ready) wait_full(b1);
         read(nxt, b1);
       }
       if (b < whole) {
@@ -134,6 +165,7 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
     Frag f0, f1;  // alternate as cur and nxt: no copy between boxes
     ptx::mbar_wait(&full[0], 0);
     read(f0, 0);
+    if constexpr (PROBE) t_first = clock64();
     for (int b = 0; b < kboxes; b += 2) {
       box(f0, f1, b);
       if (b + 1 < kboxes) box(f1, f0, b + 1);
@@ -141,6 +173,10 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
   } else {
     Frag cur, nxt;
     load(cur, 0);
+    if constexpr (PROBE) {
+      t_first = clock64();
+      t_wait = 0;
+    }
     for (int b = 0; b < kboxes; ++b) {
       // Step 0 of box b, then box b + 1's loads (issued while step 0's result is pending: the next
       // step depends on it), then steps 1..3. A 32-deep last box runs its two real steps only (a step
@@ -158,6 +194,23 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
     }
   }
 
+  if constexpr (PROBE) {
+    // The last step's results first: the loop's end is when the chain is done, not when it was issued.
+    float last = 0.0f;
+#pragma unroll
+    for (int j = 0; j < T; ++j) last += acc[j][0] + acc[j][3];
+    unsigned u;
+    asm volatile("mov.b32 %0, %1;\n" : "=r"(u) : "r"(__float_as_uint(last)));
+    long long t_end;
+    asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(t_end) : "r"(u));
+    if (lane == 0) {
+      long long* o = probe + (static_cast<std::size_t>(blockIdx.y) * gridDim.x * CW + blockIdx.x * CW + warp) * kProbeFields;
+      o[0] = t_first - t_start;
+      o[1] = t_end - t_start;
+      o[2] = t_wait;
+      o[3] = kboxes;
+    }
+  }
   // acc[j][2h + e]: tile row g + 8h (output column n), tile column 2q + e of n8 tile j (row m of A).
   const int g = lane / 4, q = lane % 4;
 #pragma unroll
@@ -170,7 +223,10 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int m = m0 + 8 * j + 2 * q + e;
-        if (m < M) C[static_cast<std::size_t>(m) * ldc + n] = bias ? acc[j][2 * h + e] + bn : acc[j][2 * h + e];
+        if (m >= M) continue;
+        const float v = bias ? acc[j][2 * h + e] + bn : acc[j][2 * h + e];
+        C[static_cast<std::size_t>(m) * ldc + n] = v;
+        if constexpr (CONV) conv_column_store(ep, conv[h], e, m, v);
       }
   }
 }

@@ -229,7 +229,11 @@ __global__ void zero_slices_kernel(unsigned char* base, std::size_t slice, std::
 // GEMM after a norm then requests its weights while the kernel before the norm runs). Only above 16 rows:
 // at one row (session 11, mamba2-2.7b) the step was 3-4 % slower with it (in_proj's blocks, waiting
 // beside out_proj's mma.sync chains, took their SMs' issue slots), at 64 rows 2-3 % faster.
-bool release_first(int rows) { return (gemm_early_flags() & kGemmEarlyNorms) != 0 && rows > 16; }
+// With kGemmEarlyPark (the GEMM's waiting warps sleep) at every row count.
+bool release_first(int rows) {
+  const unsigned f = gemm_early_flags();
+  return (f & kGemmEarlyNorms) != 0 && (rows > 16 || (f & kGemmEarlyPark) != 0);
+}
 
 unsigned blocks_for(std::size_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
