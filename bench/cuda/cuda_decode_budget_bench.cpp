@@ -20,6 +20,7 @@
 #include "big_model.h"
 #include "kernels_cuda/conv_epilogue.h"
 #include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/gated_a.h"
 #include "kernels_cuda/gemm_swap_ab.h"
 #include "kernels_cuda/mma_chain.h"
 #include "kernels_cuda/ops.h"
@@ -34,8 +35,9 @@ bool gpu_here(benchmark::State& state) {
 }
 
 // arg0 batch, arg1 0 plain / 1 exact, arg2 the DecodeSkip bits, arg3 the GEMMs' early-start flags (ops.h's
-// GemmEarly and early_start.h's; 35 the default), arg4 1: in_proj does a decode pass's conv
-// (conv_epilogue.h, the default), 0: the conv's own launch. Graphs, fused and programmatic launches on.
+// GemmEarly and early_start.h's; 35 the default), arg4 the GEMMs doing their neighbours' work: bit 1 in_proj
+// a decode pass's conv (conv_epilogue.h), bit 2 out_proj a one-row pass's gated norm (gated_a.h); 3 the
+// default, 0 session 11's launches. Graphs, fused and programmatic launches on.
 // Wall time of Model::forward as BM_CudaModelDecode times it; step_us and us_per_layer (step / 64) as
 // counters.
 void BM_CudaDecodeParts(benchmark::State& state) {
@@ -45,7 +47,8 @@ void BM_CudaDecodeParts(benchmark::State& state) {
   const bool exact = state.range(1) != 0;
   backend_cuda::set_decode_skip(m, static_cast<unsigned>(state.range(2)));
   cuda::set_gemm_early(static_cast<unsigned>(state.range(3)));
-  cuda::set_conv_epilogue(state.range(4) != 0);
+  cuda::set_conv_epilogue((state.range(4) & 1) != 0);
+  cuda::set_gated_out_proj((state.range(4) & 2) != 0);
   cache::ModelCache mc = bench::bench_cache(m, exact, batch);
   model::ForwardBatch b;
   for (int s = 0; s < batch; ++s) {
@@ -82,6 +85,7 @@ void BM_CudaDecodeParts(benchmark::State& state) {
   backend_cuda::set_decode_skip(m, 0);
   cuda::set_gemm_early(cuda::kGemmEarlyDefault);
   cuda::set_conv_epilogue(true);
+  cuda::set_gated_out_proj(true);
 }
 // Session 11's step (the conv in its own launch), plain batch 1: everything; each launch left out; each
 // launch alone (every other bit: 126 = the norm alone, 125 in_proj, 123 the conv, 119 the SSM step, 111
@@ -91,19 +95,22 @@ BENCHMARK(BM_CudaDecodeParts)
     ->ArgsProduct(
         {{1}, {0}, {0, 1, 2, 4, 8, 16, 32, 64, 126, 125, 123, 119, 111, 95, 63, 127}, {cuda::kGemmEarlyDefault}, {0}})
     ->ArgsProduct({{1}, {1}, {0, 8, 119}, {cuda::kGemmEarlyDefault}, {0}})
-    ->ArgNames({"batch", "exact", "skip", "gemm", "convep"})
+    ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 // Every launch, the early-start flags side by side (ops.h, early_start.h): 35 the default; 163 = 35 +
 // park (the GEMMs' consumers sleep until the kernel before completes); 171 = 163 + the norms' release
 // before their wait at every row count (in_proj scheduled while the last layer's out_proj runs, out_proj
 // while the SSM step runs); 419 = 163 + the conv's and SSU's release before their wait; 427 = 171 + 419;
-// 939 = 427 + the rest of each mma.sync block's weights asked of L2 before its wait. convep 0 / 1: the
-// conv in its own launch / in in_proj's epilogue (up to 8 rows; at 64 the same launches either way).
+// 939 = 427 + the rest of each mma.sync block's weights asked of L2 before its wait. gemmfuse 0..3: the
+// conv's and the gated norm's own launches, in_proj doing the conv (up to 8 rows), out_proj doing the norm
+// (one row), both (at 64 rows the same launches every way).
 BENCHMARK(BM_CudaDecodeParts)
-    ->ArgsProduct({{1, 64}, {0, 1}, {0}, {35}, {0, 1}})
-    ->ArgsProduct({{1, 64}, {0, 1}, {0}, {163, 171, 419, 427, 939}, {1}})
-    ->ArgNames({"batch", "exact", "skip", "gemm", "convep"})
+    ->ArgsProduct({{1}, {0, 1}, {0}, {35}, {0, 1, 2, 3}})
+    ->ArgsProduct({{64}, {0, 1}, {0}, {35}, {0, 3}})
+    ->ArgsProduct({{1}, {0, 1}, {0}, {163, 171, 419, 427, 939}, {3}})
+    ->ArgsProduct({{64}, {0, 1}, {0}, {171, 427}, {3}})
+    ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

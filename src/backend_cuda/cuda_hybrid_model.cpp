@@ -9,6 +9,7 @@
 #include "kernels/attention.h"
 #include "kernels_cuda/attention.h"
 #include "kernels_cuda/conv_epilogue.h"
+#include "kernels_cuda/gated_a.h"
 #include "kernels_cuda/moe_dense.h"
 #include "kernels_cuda/pass_plan.h"
 #include "model/weight_loading.h"
@@ -309,7 +310,8 @@ void CudaHybridModel::forward_graph(const model::ForwardBatch& b, cache::ModelCa
                          {sc.in.ints.data(), sc.in.starts.data(), sc.mamba.scan.data(), sc.tables.data()}};
   const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, ap.tables.stride,
                      fuse_, cuda::programmatic_launch(), cuda::gemm_early(),
-                     cuda::programmatic_exact_decode_mode(), cuda::conv_epilogue(), 0};
+                     cuda::programmatic_exact_decode_mode(), cuda::conv_epilogue(),
+                     cuda::gated_out_proj(), 0};
   const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
     const DeviceProbe none(nullptr, b, st);
     enqueue_layers(sc, ps, tokens, bucket, ds, grid, ap, none, st);

@@ -6,6 +6,7 @@
 #include "backend_cuda/device_guard.h"
 #include "backend_cuda/device_state.h"
 #include "kernels_cuda/conv_epilogue.h"
+#include "kernels_cuda/gated_a.h"
 #include "kernels_cuda/pass_plan.h"
 #include "common/error.h"
 #include "model/mamba2_model.h"
@@ -146,7 +147,8 @@ void CudaMamba2Model::forward_graph(const model::ForwardBatch& b, DeviceState& d
   const GraphEpoch epoch{ds.id, run.graph_rows, {sc.in.ints.data(), sc.in.starts.data(), sc.mamba.scan.data()}};
   const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, 0,
                      fuse_, cuda::programmatic_launch(), cuda::gemm_early(),
-                     cuda::programmatic_exact_decode_mode(), cuda::conv_epilogue(), skip_};
+                     cuda::programmatic_exact_decode_mode(), cuda::conv_epilogue(),
+                     cuda::gated_out_proj(), skip_};
   const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
     const DeviceProbe none(nullptr, b, st);
     enqueue_layers(sc, ps, tokens, bucket, ds, grid, none, st);

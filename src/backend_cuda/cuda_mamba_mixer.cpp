@@ -3,6 +3,7 @@
 #include "backend_cuda/decode_graphs.h"
 #include "kernels/math.h"
 #include "kernels_cuda/conv_epilogue.h"
+#include "kernels_cuda/gated_a.h"
 #include "model/weight_loading.h"
 
 namespace parity::backend_cuda {
@@ -107,14 +108,25 @@ void CudaMambaMixer::enqueue(int layer, const float* x, const uint16_t* x16, int
   mark(p.profile, StepPart::MambaNorm, st);
   // out_proj reads the norm's bf16 copy unless the norm point may replace the fp32 tensor.
   const bool g16 = p.fuse && !p.probe.wants(nm.norm);
-  if (!(p.skip & kSkipGatedNorm))
-    cuda::gated_rmsnorm(sc.y.data(), sc.zx.data(), proj, T, I, I / c.n_groups, L.gate_norm.data(),
-                        static_cast<float>(c.layer_norm_epsilon), c.norm_before_gate, sc.g.data(), st,
-                        g16 ? sc.g16.data() : nullptr);
-  p.probe(nm.norm, sc.g.data(), T, I, I);
-  mark(p.profile, StepPart::MambaGemm, st);
-  if (!(p.skip & kSkipOutProj))
-    gemm(sc.g.data(), g16 ? sc.g16.data() : nullptr, T, I, L.out_proj, hidden, L.out_proj_bias, out, st);
+  // One row: out_proj's blocks may run the norm themselves (gated_a.h: the same bits, one launch fewer).
+  bool norm_done = false;
+  if (g16 && T == 1 && c.n_groups == 1 && !L.out_proj.fp32 && !(p.skip & (kSkipGatedNorm | kSkipOutProj))) {
+    const cuda::GatedA a{sc.y.data(), sc.zx.data(), L.gate_norm.data(), I, static_cast<float>(c.layer_norm_epsilon),
+                         c.norm_before_gate};
+    mark(p.profile, StepPart::MambaGemm, st);
+    norm_done = cuda::gemm_bf16_gated_row(a, I, L.out_proj.bf16.data(), hidden,
+                                          L.out_proj_bias.size() ? L.out_proj_bias.data() : nullptr, out, st);
+  }
+  if (!norm_done) {
+    if (!(p.skip & kSkipGatedNorm))
+      cuda::gated_rmsnorm(sc.y.data(), sc.zx.data(), proj, T, I, I / c.n_groups, L.gate_norm.data(),
+                          static_cast<float>(c.layer_norm_epsilon), c.norm_before_gate, sc.g.data(), st,
+                          g16 ? sc.g16.data() : nullptr);
+    p.probe(nm.norm, sc.g.data(), T, I, I);
+    mark(p.profile, StepPart::MambaGemm, st);
+    if (!(p.skip & kSkipOutProj))
+      gemm(sc.g.data(), g16 ? sc.g16.data() : nullptr, T, I, L.out_proj, hidden, L.out_proj_bias, out, st);
+  }
   // A rank's out_proj holds its rows of the reduction (its heads): the ranks' sum, in rank order.
   p.rank.sum(out, static_cast<std::size_t>(T) * hidden, st);
 }

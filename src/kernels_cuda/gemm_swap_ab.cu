@@ -38,6 +38,7 @@
 #include "common/error.h"
 #include "kernels_cuda/conv_epilogue.h"
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/gated_a.h"
 #include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/gemm_swap_ab_kernel.cuh"
 #include "kernels_cuda/gemm_swap_ab_mma.cuh"
@@ -54,6 +55,7 @@ using namespace swap_ab;
 thread_local const ConvEpilogue* t_conv = nullptr;
 thread_local bool t_conv_taken = false;
 std::atomic<bool> conv_epilogue_on{true};
+std::atomic<bool> gated_out_on{true};
 
 struct Args {
   const float* A;
@@ -121,7 +123,7 @@ void launch_mma(const Args& a) {
                       static_cast<unsigned>((a.M + NT - 1) / NT));
       launch_programmatic_if(a.early != 0, kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, a.s,
                              "gemm_bf16_swap_ab", wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc, early, a.next, ep,
-                             static_cast<long long*>(nullptr));
+                             static_cast<long long*>(nullptr), GatedA{});
     });
   }
 }
@@ -214,6 +216,32 @@ bool with_conv_epilogue(const ConvEpilogue& job, const std::function<void()>& en
   return t_conv_taken;
 }
 
+bool gemm_bf16_gated_row(const GatedA& a, int K, const void* W, int N, const float* bias, float* C, cudaStream_t s) {
+  using Cfg = MmaConfig<2, 8, 4>;
+  if (!gated_out_on.load() || N <= 0 || a.group != K || K > norm_row::kHeldMaxWidth || K % 32 != 0 ||
+      reinterpret_cast<std::uintptr_t>(W) % 16 != 0)
+    return false;
+  const unsigned flags = gemm_early_flags();
+  auto* kernel = flags & kGemmMmaLag ? swap_ab_mma_kernel<2, 8, 4, true, false, false, true>
+                                     : swap_ab_mma_kernel<2, 8, 4, false, false, false, true>;
+  // Opted in once for the widest row the held form takes.
+  constexpr int kMaxSmem = Cfg::kSmemBytes + gated_region_bytes(norm_row::kHeldMaxWidth);
+  static std::atomic<std::uint64_t> opted{0};
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kMaxSmem, opted, true);
+  const CUtensorMap wmap = bf16_rows_tensor_map_cached(W, K, N, Cfg::kCols);
+  const dim3 grid(static_cast<unsigned>((N + Cfg::kCols - 1) / Cfg::kCols), 1);
+  // The producer requests its ring before the wait whatever the flags (the weights are no kernel's
+  // output); the L2 hints are the ring kernel's and stay off.
+  launch_programmatic_if(flags != 0, kernel, grid, dim3(kGatedThreads), Cfg::kSmemBytes + gated_region_bytes(K), s,
+                         "gemm_bf16_gated_row", wmap, wmap, 1, K, N, bias, C, N, flags & (kEarlyRelease), NextL2{nullptr, 0},
+                         ConvEpilogue{}, static_cast<long long*>(nullptr), a);
+  check_launch("gemm_bf16_gated_row");
+  return true;
+}
+
+bool gated_out_proj() { return gated_out_on.load(); }
+void set_gated_out_proj(bool on) { gated_out_on.store(on); }
+
 bool conv_epilogue() { return conv_epilogue_on.load(); }
 void set_conv_epilogue(bool on) { conv_epilogue_on.store(on); }
 
@@ -245,7 +273,7 @@ void gemm_bf16_swap_ab_probe(const float* A, int M, int K, int lda, const void* 
     const dim3 grid(static_cast<unsigned>((N + Cfg::kCols - 1) / Cfg::kCols), 1);
     launch_programmatic_if(false, kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, s, "gemm_bf16_swap_ab_probe", wmap,
                            xmap, M, K, N, static_cast<const float*>(nullptr), C, ldc, 0u, NextL2{nullptr, 0},
-                           ConvEpilogue{}, probe);
+                           ConvEpilogue{}, probe, GatedA{});
   });
   check_launch("gemm_bf16_swap_ab_probe");
 }

@@ -7,6 +7,8 @@
 // per warp also make 4× more blocks than 64 per warpgroup. The fragments of box b + 1 are read
 // (and its stage released) while the tensor cores run box b's steps.
 #include "kernels_cuda/conv_row.cuh"
+#include "kernels_cuda/gated_a.h"
+#include "kernels_cuda/norm_row.cuh"
 #include "kernels_cuda/gemm_swap_ab_kernel.cuh"
 
 namespace parity::cuda::swap_ab {
@@ -46,12 +48,48 @@ struct MmaConfig {
 // the end of its step loop, the cycles spent in the loop waiting on a stage's barrier, and the boxes.
 // Loop less wait is what the chain itself took.
 constexpr int kProbeFields = 4;
-template <int CW, int NT, int BPS, bool LAG = false, bool CONV = false, bool PROBE = false>
-__global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
+//
+// GNORM (NT = 8, M = 1; gated_a.h): A's one row is the gated RMSNorm of ga, computed by the block
+// itself: 256 threads (norm_row.cuh's block), the consumer warps first, the producer warp last, the
+// warps between exit once the row is on chip. The row sits after the ring, box b's 64 values at bytes
+// 128 b, no swizzle (row 0 of a box has none), and the n8 tile's other seven rows read a zero row, as
+// the TMA unit's zero fill would give them; the producer streams W's boxes alone.
+constexpr int kGatedThreads = norm_row::kRowThreads;
+// A's row after the ring: K values, a box's slack (a 32-deep last box's unused half), a zero row.
+__host__ __device__ constexpr int gated_row_bytes(int K) { return (2 * K + 127) / 128 * 128 + 128; }
+__host__ __device__ constexpr int gated_region_bytes(int K) { return gated_row_bytes(K) + 128; }
+
+// GNORM's producer, W's boxes only: the ring's first before the wait (returns how many), the rest
+// after the row is on chip.
+template <int S, int kStageBytes, int kWBytes>
+__device__ __forceinline__ int produce_w_first(unsigned ring, u64* full, const CUtensorMap* wmap, int kboxes, int n0) {
+  ptx::prefetch_tensor_map(wmap);
+  const int first = kboxes < S ? kboxes : S;
+  for (int b = 0; b < first; ++b) {
+    ptx::mbar_arrive_expect_tx(&full[b], kWBytes);
+    ptx::tma_load_3d(ring + b * kStageBytes, wmap, 64 * b, n0, 0, &full[b]);
+  }
+  return first;
+}
+template <int S, int kStageBytes, int kWBytes>
+__device__ __forceinline__ void produce_w_rest(unsigned ring, u64* full, u64* empty, const CUtensorMap* wmap,
+                                               int kboxes, int n0, int first) {
+  for (int b = first; b < kboxes; ++b) {
+    const int s = b % S;
+    if (b >= S) ptx::mbar_wait(&empty[s], ((b / S) - 1) & 1);
+    ptx::mbar_arrive_expect_tx(&full[s], kWBytes);
+    ptx::tma_load_3d(ring + s * kStageBytes, wmap, 64 * b, n0, 0, &full[s]);
+  }
+}
+
+template <int CW, int NT, int BPS, bool LAG = false, bool CONV = false, bool PROBE = false, bool GNORM = false>
+__global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>::kThreads, GNORM ? 1 : BPS)
     swap_ab_mma_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, int M,
                        int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc, unsigned early,
-                       NextL2 next, const __grid_constant__ ConvEpilogue ep, long long* __restrict__ probe) {
+                       NextL2 next, const __grid_constant__ ConvEpilogue ep, long long* __restrict__ probe,
+                       const __grid_constant__ GatedA ga) {
   static_assert(!CONV || NT == 8, "the conv epilogue's lanes hold two rows of one n8 tile");
+  static_assert(!GNORM || (NT == 8 && !CONV && !PROBE && CW <= 7), "the norm's row is one n8 tile's row 0");
   using Cfg = MmaConfig<CW, NT, BPS>;
   constexpr int S = Cfg::kStages, T = NT / 8;
   extern __shared__ unsigned char smem_raw[];
@@ -69,7 +107,29 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
     ptx::mbar_init_fence();
   }
   __syncthreads();
-  if (warp == CW) {
+  // GNORM: A's row (and the zero row) after the ring.
+  const unsigned arow = ring + S * Cfg::kStageBytes, zrow = arow + gated_row_bytes(K);
+  if constexpr (GNORM) {
+    constexpr int kProducer = kGatedThreads / 32 - 1;
+    float wk[norm_row::kHeld];
+    norm_row::load_held_weights(ga.w, ga.group, wk);  // before the wait: no kernel writes them
+    int first = 0;
+    if (warp == kProducer && lane == 0) first = produce_w_first<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, &wmap, kboxes, n0);
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    if (early & kEarlyRelease) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    unsigned char* base = smem_raw + (arow - ptx::smem_addr(smem_raw));
+    uint16_t* row16 = reinterpret_cast<uint16_t*>(base);
+    for (int i = 2 * K + static_cast<int>(threadIdx.x) * 4; i < gated_region_bytes(K); i += kGatedThreads * 4)
+      *reinterpret_cast<unsigned*>(base + i) = 0u;  // the slack and the zero row (2K is a multiple of 64)
+    norm_row::gated_norm_held(ga.y, ga.z, ga.group, wk, ga.eps, ga.norm_before_gate,
+                              [&](int i, float v) { row16[i] = norm_row::bf16_bits(v); });
+    __syncthreads();  // the row is on chip before any consumer reads it
+    if (warp == kProducer) {
+      if (lane == 0) produce_w_rest<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, kboxes, n0, first);
+      return;
+    }
+    if (warp >= CW) return;
+  } else if (warp == CW) {
     if (lane == 0) produce<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0, early, next);
     return;
   }
@@ -98,7 +158,8 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
 #pragma unroll
       for (int p = 0; p < 2; ++p) {
         unsigned r[4];
-        ptx::ldmatrix_x4(xs + (8 * j + xr) * 128 + (((4 * p + lane / 8) ^ xr) << 4), r);
+        if constexpr (GNORM) ptx::ldmatrix_x4((xr == 0 ? arow + b * 128 : zrow) + ((4 * p + lane / 8) << 4), r);
+        else ptx::ldmatrix_x4(xs + (8 * j + xr) * 128 + (((4 * p + lane / 8) ^ xr) << 4), r);
         f.b[2 * p][j][0] = r[0];
         f.b[2 * p][j][1] = r[1];
         f.b[2 * p + 1][j][0] = r[2];

@@ -15,6 +15,7 @@
 #include "cache/model_cache.h"
 #include "kernels_cuda/conv_epilogue.h"
 #include "kernels_cuda/early_start.h"
+#include "kernels_cuda/gated_a.h"
 #include "kernels_cuda/ops.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
@@ -153,11 +154,13 @@ TEST(CudaFusedModel, EarlyGemmStartsGiveTheLogitsOfOrdinaryGemmLaunches) {
   cuda::set_gemm_early(cuda::kGemmEarlyDefault);
 }
 
-// in_proj doing a decode pass's conv, SiLU, conv-state advance and dt in its epilogue (conv_epilogue.h)
-// against the conv's own launch: every logit bit for bit, prefill and graph-replayed decode (the decode
-// steps of up to 8 sequences take the epilogue), exact and plain, with a group of two and biases
-// (tiny-g2). The companion of the first test shows the comparison sees one changed token.
-TEST(CudaFusedModel, ConvInInProjsEpilogueGivesTheLogitsOfTheConvLaunch) {
+// The GEMMs doing the work of the launches beside them in a decode pass: in_proj the conv, SiLU,
+// conv-state advance and dt in its epilogue (conv_epilogue.h, up to 8 sequences), out_proj the gated
+// RMSNorm of a one-row pass (gated_a.h), each alone and both, against the conv's and the norm's own
+// launches: every logit bit for bit, prefill and graph-replayed decode, exact and plain, with a group
+// of two and biases (tiny-g2: out_proj declines its two groups). The companion of the first test shows
+// the comparison sees one changed token.
+TEST(CudaFusedModel, GemmsDoingTheConvAndTheNormGiveTheLogitsOfTheirLaunches) {
   PARITY_REQUIRE_GPU();
   for (const char* spec : {"builtin:tiny", "builtin:tiny-g2", "builtin:tiny-hybrid"}) {
     auto m = backend_cuda::load_model(model::open_checkpoint(spec), {});
@@ -165,15 +168,20 @@ TEST(CudaFusedModel, ConvInInProjsEpilogueGivesTheLogitsOfTheConvLaunch) {
     for (bool exact : {true, false})
       for (int batch : {1, 3, 8}) {
         cuda::set_conv_epilogue(false);
-        const std::vector<float> launch = run_schedule(*m, exact, batch, nullptr);
-        cuda::set_conv_epilogue(true);
-        const std::vector<float> got = run_schedule(*m, exact, batch, nullptr);
-        EXPECT_EQ(test::bit_difference(got.data(), launch.data(), got.size(), static_cast<std::size_t>(V)), "")
-            << spec << (exact ? " exact" : " plain") << " batch " << batch
-            << " (row r: prefill rows first, then step k's batch)";
+        cuda::set_gated_out_proj(false);
+        const std::vector<float> launches = run_schedule(*m, exact, batch, nullptr);
+        for (const auto& [conv, norm] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+          cuda::set_conv_epilogue(conv);
+          cuda::set_gated_out_proj(norm);
+          const std::vector<float> got = run_schedule(*m, exact, batch, nullptr);
+          EXPECT_EQ(test::bit_difference(got.data(), launches.data(), got.size(), static_cast<std::size_t>(V)), "")
+              << spec << (exact ? " exact" : " plain") << " batch " << batch << (conv ? " conv in in_proj" : "")
+              << (norm ? " norm in out_proj" : "") << " (row r: prefill rows first, then step k's batch)";
+        }
       }
   }
   cuda::set_conv_epilogue(true);
+  cuda::set_gated_out_proj(true);
 }
 
 // Exact mode's one-row decode launched programmatically too (set_programmatic_exact_decode: it asks L2
