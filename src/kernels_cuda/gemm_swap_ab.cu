@@ -114,8 +114,9 @@ void launch_mma(const Args& a) {
     // No L2 prefetch of the next ring here: this ring already holds 10+ boxes, and at one row (session 11,
     // mamba2-2.7b) the step was 1-2 % slower with it; the wgmma kernel's 6-box ring at 64 rows gained 3 %.
     const unsigned early = a.early & ~kEarlyL2;
-    static std::atomic<std::uint64_t> opted{0};
-    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, opted, true);
+    // One opt-in record per kernel (the attribute is the kernel's; the two share this launcher).
+    static std::atomic<std::uint64_t> opted{0}, opted_conv{0};
+    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, conv ? opted_conv : opted, true);
     const CUtensorMap wmap = bf16_rows_tensor_map_cached(a.W, a.K, a.N, Cfg::kCols);
     with_bf16_rows(a.A, a.M, a.K, a.lda, a.s, [&](const void* a16) {
       const CUtensorMap xmap = bf16_rows_tensor_map_cached(a16, a.K, a.M, NT);
@@ -222,12 +223,13 @@ bool gemm_bf16_gated_row(const GatedA& a, int K, const void* W, int N, const flo
       reinterpret_cast<std::uintptr_t>(W) % 16 != 0)
     return false;
   const unsigned flags = gemm_early_flags();
-  auto* kernel = flags & kGemmMmaLag ? swap_ab_mma_kernel<2, 8, 4, true, false, false, true>
-                                     : swap_ab_mma_kernel<2, 8, 4, false, false, false, true>;
-  // Opted in once for the widest row the held form takes.
+  const bool lag = (flags & kGemmMmaLag) != 0;
+  auto* kernel = lag ? swap_ab_mma_kernel<2, 8, 4, true, false, false, true>
+                     : swap_ab_mma_kernel<2, 8, 4, false, false, false, true>;
+  // Each kernel opted in once (its own record) for the widest row the held form takes.
   constexpr int kMaxSmem = Cfg::kSmemBytes + gated_region_bytes(norm_row::kHeldMaxWidth);
-  static std::atomic<std::uint64_t> opted{0};
-  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kMaxSmem, opted, true);
+  static std::atomic<std::uint64_t> opted{0}, opted_lag{0};
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kMaxSmem, lag ? opted_lag : opted, true);
   const CUtensorMap wmap = bf16_rows_tensor_map_cached(W, K, N, Cfg::kCols);
   const dim3 grid(static_cast<unsigned>((N + Cfg::kCols - 1) / Cfg::kCols), 1);
   // The producer requests its ring before the wait whatever the flags (the weights are no kernel's
@@ -265,8 +267,8 @@ void gemm_bf16_swap_ab_probe(const float* A, int M, int K, int lda, const void* 
   if (!gemm_swap_ab_fits(A, K, lda, W)) throw Error("gemm_bf16_swap_ab_probe: unsupported operands");
   using Cfg = MmaConfig<2, 8, 4>;
   auto* kernel = lag ? swap_ab_mma_kernel<2, 8, 4, true, false, true> : swap_ab_mma_kernel<2, 8, 4, false, false, true>;
-  static std::atomic<std::uint64_t> opted{0};
-  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, opted, true);
+  static std::atomic<std::uint64_t> opted{0}, opted_lag{0};  // one record per kernel
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, lag ? opted_lag : opted, true);
   const CUtensorMap wmap = bf16_rows_tensor_map_cached(W, K, N, Cfg::kCols);
   with_bf16_rows(A, M, K, lda, s, [&](const void* a16) {
     const CUtensorMap xmap = bf16_rows_tensor_map_cached(a16, K, M, 8);
