@@ -27,6 +27,7 @@
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "bench_cache.h"
+#include "big_model.h"
 #include "step_shares.h"
 
 namespace parity {
@@ -849,10 +850,7 @@ BENCHMARK(BM_CudaCopy)->UseManualTime()->Unit(benchmark::kMicrosecond);
 // A decode step of `batch` sequences (after a 16-token prefill each), wall time of Model::forward
 // (its logits copy synchronises), CPU launch overhead included: what graphs remove. The first decode
 // step (the graph's capture) is not timed.
-model::Model& big_model() {
-  static std::unique_ptr<model::Model> m = backend_cuda::load_model(model::open_checkpoint("builtin:mamba2-2.7b"));
-  return *m;
-}
+model::Model& big_model() { return bench::mamba2_2p7b(); }
 
 void BM_CudaModelDecode(benchmark::State& state) {
   if (!have_gpu(state)) return;

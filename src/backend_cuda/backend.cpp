@@ -72,6 +72,11 @@ void set_fuse_kernels(model::Model& m, bool fuse) {
   throw Error("set_fuse_kernels: not a CUDA model");
 }
 
+void set_decode_skip(model::Model& m, unsigned skip) {
+  if (auto* g = dynamic_cast<CudaMamba2Model*>(&m)) return g->set_decode_skip(skip);
+  throw Error("set_decode_skip: not a CUDA Mamba2 model");
+}
+
 void set_step_profile(model::Model& m, StepProfile* p) {
   if (auto* h = dynamic_cast<CudaHybridModel*>(&m)) return h->set_step_profile(p);
   if (auto* g = dynamic_cast<CudaMamba2Model*>(&m)) return g->set_step_profile(p);

@@ -8,6 +8,8 @@
 #include "common/error.h"
 #include "kernels/attention.h"
 #include "kernels_cuda/attention.h"
+#include "kernels_cuda/conv_epilogue.h"
+#include "kernels_cuda/gated_a.h"
 #include "kernels_cuda/moe_dense.h"
 #include "kernels_cuda/pass_plan.h"
 #include "model/weight_loading.h"
@@ -308,7 +310,8 @@ void CudaHybridModel::forward_graph(const model::ForwardBatch& b, cache::ModelCa
                          {sc.in.ints.data(), sc.in.starts.data(), sc.mamba.scan.data(), sc.tables.data()}};
   const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, ap.tables.stride,
                      fuse_, cuda::programmatic_launch(), cuda::gemm_early(),
-                     cuda::programmatic_exact_decode_mode()};
+                     cuda::programmatic_exact_decode_mode(), cuda::conv_epilogue(),
+                     cuda::gated_out_proj(), 0};
   const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
     const DeviceProbe none(nullptr, b, st);
     enqueue_layers(sc, ps, tokens, bucket, ds, grid, ap, none, st);
@@ -335,7 +338,7 @@ void CudaHybridModel::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
   probe("model.embed_tokens", sc.resid.data(), T, H, H);
   cuda::scale_inplace(sc.resid.data(), static_cast<float>(c.embedding_multiplier), TD, st);
 
-  const MambaPass mp{ds, ps, grid, rank_, probe, pf, sc.mamba, st, fuse_};
+  const MambaPass mp{ds, ps, grid, rank_, probe, pf, sc.mamba, st, fuse_, 0};
   const cuda::DeviceBuffer<float> no_bias;
   // Fused, the norms do the residual adds before them and write the GEMMs' bf16 input beside the fp32
   // one; a layer's last add waits for the next layer's input norm unless a probe of the layer's output

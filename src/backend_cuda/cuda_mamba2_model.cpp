@@ -5,6 +5,8 @@
 
 #include "backend_cuda/device_guard.h"
 #include "backend_cuda/device_state.h"
+#include "kernels_cuda/conv_epilogue.h"
+#include "kernels_cuda/gated_a.h"
 #include "kernels_cuda/pass_plan.h"
 #include "common/error.h"
 #include "model/mamba2_model.h"
@@ -145,11 +147,12 @@ void CudaMamba2Model::forward_graph(const model::ForwardBatch& b, DeviceState& d
   const GraphEpoch epoch{ds.id, run.graph_rows, {sc.in.ints.data(), sc.in.starts.data(), sc.mamba.scan.data()}};
   const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, 0,
                      fuse_, cuda::programmatic_launch(), cuda::gemm_early(),
-                     cuda::programmatic_exact_decode_mode()};
+                     cuda::programmatic_exact_decode_mode(), cuda::conv_epilogue(),
+                     cuda::gated_out_proj(), skip_};
   const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
     const DeviceProbe none(nullptr, b, st);
     enqueue_layers(sc, ps, tokens, bucket, ds, grid, none, st);
-    head_.enqueue(embed_, sc.resid.data(), bucket, sc.head, none, st);
+    if (!(skip_ & kSkipHead)) head_.enqueue(embed_, sc.resid.data(), bucket, sc.head, none, st);
   });
   g.launch(st);
   run.graphs.note_replay();
@@ -169,7 +172,7 @@ void CudaMamba2Model::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
   embed_rows(embed_, tokens, T, D, sc.resid.data(), st);
   probe("backbone.embeddings", sc.resid.data(), T, D, D);
 
-  const MambaPass mp{ds, ps, grid, rank_, probe, pf, sc.mamba, st, fuse_};
+  const MambaPass mp{ds, ps, grid, rank_, probe, pf, sc.mamba, st, fuse_, skip_};
   // Fused, a layer's residual add waits for the next layer's norm, which does it in its own launch and
   // writes in_proj's bf16 input beside the fp32 one. A probe of the block's output (which may replace
   // it) takes the add where the unfused pass has it; the mixer output's is visited before either.
@@ -177,8 +180,11 @@ void CudaMamba2Model::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const Names& nm = names_[static_cast<std::size_t>(l)];
     const float* w = norms_[static_cast<std::size_t>(l)].data();
-    if (fuse_) cuda::add_rmsnorm(sc.resid.data(), {pending}, T, D, w, eps, sc.normed.data(), sc.normed16.data(), st);
-    else cuda::rmsnorm(sc.resid.data(), T, D, w, eps, sc.normed.data(), st);
+    const bool norm = !(skip_ & kSkipNorm);
+    if (norm && fuse_)
+      cuda::add_rmsnorm(sc.resid.data(), {pending}, T, D, w, eps, sc.normed.data(), sc.normed16.data(), st);
+    else if (norm)
+      cuda::rmsnorm(sc.resid.data(), T, D, w, eps, sc.normed.data(), st);
     mixer_.enqueue(l, sc.normed.data(), fuse_ ? sc.normed16.data() : nullptr, T, sc.out.data(), mp);
     mark(pf, StepPart::Other, st);
     probe(nm.mixer, sc.out.data(), T, D, D);

@@ -56,6 +56,8 @@ class CudaMamba2Model : public model::Model {
   void set_step_profile(StepProfile* p) { profile_ = p; }
   // false: every step of a layer in its own launch, as before the fused kernels (issue 11); the same bits.
   void set_fuse_kernels(bool fuse) { fuse_ = fuse; }
+  // decode_graphs.h's DecodeSkip bits (benchmarks only: the logits are garbage with any set).
+  void set_decode_skip(unsigned skip) { skip_ = skip; }
 
  private:
   // Activations and the pass's metadata (device buffers and their pinned staging), reused across
@@ -104,6 +106,7 @@ class CudaMamba2Model : public model::Model {
   std::vector<std::string> probe_names_;  // every probe point: a pass wanting any runs eagerly
   bool enforce_eager_ = false;
   bool fuse_ = true;
+  unsigned skip_ = 0;
   StepProfile* profile_ = nullptr;  // not owned; null: no timing
   DeviceRank rank_;  // size 1: the whole model on GPU 0
   std::shared_ptr<DeviceCollective> collective_;

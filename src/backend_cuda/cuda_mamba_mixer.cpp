@@ -1,6 +1,9 @@
 #include "backend_cuda/cuda_mamba_mixer.h"
 
+#include "backend_cuda/decode_graphs.h"
 #include "kernels/math.h"
+#include "kernels_cuda/conv_epilogue.h"
+#include "kernels_cuda/gated_a.h"
 #include "model/weight_loading.h"
 
 namespace parity::backend_cuda {
@@ -67,37 +70,63 @@ void CudaMambaMixer::enqueue(int layer, const float* x, const uint16_t* x16, int
   const float dt_lo = static_cast<float>(c.time_step_min_limit), dt_hi = static_cast<float>(c.time_step_max_limit);
 
   mark(p.profile, StepPart::MambaGemm, st);
-  // in_proj's tail may ask L2 for out_proj's weights (ops.h's kGemmEarlyNextL2): they are read after
-  // the conv, the SSD step and the gated norm, none of which needs much of DRAM.
-  cuda::with_l2_prefetch(L.out_proj.fp32 ? nullptr : L.out_proj.bf16.data(), L.out_proj.bf16.size() * 2,
-                         [&] { gemm(x, x16, T, hidden, L.in_proj, proj, L.in_proj_bias, sc.zx.data(), st); });
-  p.probe(nm.in_proj, sc.zx.data(), T, proj, proj);
-  p.probe(nm.dt, sc.zx.data() + I + conv, T, H, proj);
   // The conv1d point is the conv's output before SiLU: when a hook wants it, the conv runs without its
   // fused SiLU and the SiLU runs after the visit (which may have replaced the tensor). The dt point
-  // was visited above, so fused, the conv's launch computes dt from the raw dt as ssd_dt would.
+  // is visited after in_proj, so fused, the conv's launch computes dt from the raw dt as ssd_dt would.
   const bool probe_conv = p.probe.wants(nm.conv1d);
   const cuda::DtJob dt{sc.zx.data() + I + conv, proj, H, L.dt_bias.data(), dt_lo, dt_hi, sc.dt.data()};
+  // A pass of one row per sequence (decode) may have in_proj's blocks do the conv and dt in their
+  // epilogue (conv_epilogue.h: the same bits, one launch fewer), unless a probe wants a point between.
+  const bool conv_in_gemm = p.fuse && p.ps.one_row_each && !L.in_proj.fp32 && !(p.skip & (kSkipInProj | kSkipConv)) &&
+                            !probe_conv && !p.probe.wants(nm.in_proj) && !p.probe.wants(nm.dt);
+  const cuda::ConvEpilogue job{I, conv, c.conv_kernel, L.conv_w.data(), L.conv_b.size() ? L.conv_b.data() : nullptr,
+                               p.ds.conv_state(layer), p.ps.slot, p.ps.row_seq, true, sc.xbc.data(), I + conv, dt};
+  bool conv_done = false;
+  // in_proj's tail may ask L2 for out_proj's weights (ops.h's kGemmEarlyNextL2): they are read after
+  // the conv, the SSD step and the gated norm, none of which needs much of DRAM.
+  auto in_proj = [&] {
+    cuda::with_l2_prefetch(L.out_proj.fp32 ? nullptr : L.out_proj.bf16.data(), L.out_proj.bf16.size() * 2,
+                           [&] { gemm(x, x16, T, hidden, L.in_proj, proj, L.in_proj_bias, sc.zx.data(), st); });
+  };
+  if (conv_in_gemm) conv_done = cuda::with_conv_epilogue(job, in_proj);
+  else if (!(p.skip & kSkipInProj)) in_proj();
+  p.probe(nm.in_proj, sc.zx.data(), T, proj, proj);
+  p.probe(nm.dt, sc.zx.data() + I + conv, T, H, proj);
   mark(p.profile, StepPart::MambaConv, st);
-  cuda::conv1d(sc.zx.data() + I, proj, conv, L.conv_w.data(), L.conv_b.size() ? L.conv_b.data() : nullptr,
-               c.conv_kernel, p.ds.conv_state(layer), p.ps, !probe_conv, sc.xbc.data(), st, p.fuse ? &dt : nullptr);
+  if (!(p.skip & kSkipConv) && !conv_done)
+    cuda::conv1d(sc.zx.data() + I, proj, conv, L.conv_w.data(), L.conv_b.size() ? L.conv_b.data() : nullptr,
+                 c.conv_kernel, p.ds.conv_state(layer), p.ps, !probe_conv, sc.xbc.data(), st, p.fuse ? &dt : nullptr);
   if (probe_conv) {
     p.probe(nm.conv1d, sc.xbc.data(), T, conv, conv);
     cuda::silu_inplace(sc.xbc.data(), static_cast<std::size_t>(T) * conv, st);
   }
   mark(p.profile, StepPart::MambaSsd, st);
   if (!p.fuse) cuda::ssd_dt(dt.raw, dt.ld, T, H, dt.bias, dt_lo, dt_hi, dt.dt, st);
-  cuda::ssd_scan(shape(), p.grid, p.ps, sc.xbc.data(), conv, sc.dt.data(), L.A.data(), L.D.data(), p.ds.ssd(layer),
-                 sc.scan.data(), sc.scan.size(), sc.y.data(), st);
+  if (!(p.skip & kSkipSsm))
+    cuda::ssd_scan(shape(), p.grid, p.ps, sc.xbc.data(), conv, sc.dt.data(), L.A.data(), L.D.data(),
+                   p.ds.ssd(layer), sc.scan.data(), sc.scan.size(), sc.y.data(), st);
   mark(p.profile, StepPart::MambaNorm, st);
   // out_proj reads the norm's bf16 copy unless the norm point may replace the fp32 tensor.
   const bool g16 = p.fuse && !p.probe.wants(nm.norm);
-  cuda::gated_rmsnorm(sc.y.data(), sc.zx.data(), proj, T, I, I / c.n_groups, L.gate_norm.data(),
-                      static_cast<float>(c.layer_norm_epsilon), c.norm_before_gate, sc.g.data(), st,
-                      g16 ? sc.g16.data() : nullptr);
-  p.probe(nm.norm, sc.g.data(), T, I, I);
-  mark(p.profile, StepPart::MambaGemm, st);
-  gemm(sc.g.data(), g16 ? sc.g16.data() : nullptr, T, I, L.out_proj, hidden, L.out_proj_bias, out, st);
+  // One row: out_proj's blocks may run the norm themselves (gated_a.h: the same bits, one launch fewer).
+  bool norm_done = false;
+  if (g16 && T == 1 && c.n_groups == 1 && !L.out_proj.fp32 && !(p.skip & (kSkipGatedNorm | kSkipOutProj))) {
+    const cuda::GatedA a{sc.y.data(), sc.zx.data(), L.gate_norm.data(), I, static_cast<float>(c.layer_norm_epsilon),
+                         c.norm_before_gate};
+    mark(p.profile, StepPart::MambaGemm, st);
+    norm_done = cuda::gemm_bf16_gated_row(a, I, L.out_proj.bf16.data(), hidden,
+                                          L.out_proj_bias.size() ? L.out_proj_bias.data() : nullptr, out, st);
+  }
+  if (!norm_done) {
+    if (!(p.skip & kSkipGatedNorm))
+      cuda::gated_rmsnorm(sc.y.data(), sc.zx.data(), proj, T, I, I / c.n_groups, L.gate_norm.data(),
+                          static_cast<float>(c.layer_norm_epsilon), c.norm_before_gate, sc.g.data(), st,
+                          g16 ? sc.g16.data() : nullptr);
+    p.probe(nm.norm, sc.g.data(), T, I, I);
+    mark(p.profile, StepPart::MambaGemm, st);
+    if (!(p.skip & kSkipOutProj))
+      gemm(sc.g.data(), g16 ? sc.g16.data() : nullptr, T, I, L.out_proj, hidden, L.out_proj_bias, out, st);
+  }
   // A rank's out_proj holds its rows of the reduction (its heads): the ranks' sum, in rank order.
   p.rank.sum(out, static_cast<std::size_t>(T) * hidden, st);
 }

@@ -51,6 +51,7 @@ struct MambaPass {
   // Fused launches (issue 11): dt in the conv's launch, out_proj's bf16 input written by the gated
   // norm. false: every step in its own launch (the reference the fused path is tested against).
   bool fuse = true;
+  unsigned skip = 0;  // decode_graphs.h's DecodeSkip bits: launches left out (benchmarks only)
 };
 
 // A model's Mamba2 mixer layers: one shape (a tensor-parallel rank's: its heads and groups), weights

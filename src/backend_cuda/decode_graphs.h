@@ -62,11 +62,14 @@ struct GraphKey {
   bool programmatic = true;  // cuda::programmatic_launch() when captured
   unsigned gemm_early = 0;   // cuda::gemm_early() when captured (the decode GEMMs' early start)
   int programmatic_decode = 0;  // cuda::programmatic_exact_decode_mode() when captured
+  bool conv_epilogue = true;    // cuda::conv_epilogue() when captured (in_proj doing a decode pass's conv)
+  bool gated_out = true;        // cuda::gated_out_proj() when captured (out_proj doing a row's gated norm)
+  unsigned skip = 0;            // the launches left out (set_decode_skip: benchmarks only)
   bool operator<(const GraphKey& o) const {
     return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride, fuse, programmatic, gemm_early,
-                    programmatic_decode) <
+                    programmatic_decode, conv_epilogue, gated_out, skip) <
            std::tie(o.bucket, o.exact, o.cell, o.stagger, o.cell_tasks, o.kv_stride, o.fuse, o.programmatic,
-                    o.gemm_early, o.programmatic_decode);
+                    o.gemm_early, o.programmatic_decode, o.conv_epilogue, o.gated_out, o.skip);
   }
 };
 
@@ -112,5 +115,19 @@ void set_enforce_eager(model::Model& m, bool eager);
 // Fused launches (issue 11: the residual add in the next norm, the GEMMs' bf16 inputs written by the
 // norms, dt in the conv's launch) on (true, the default) or off: the same bits either way.
 void set_fuse_kernels(model::Model& m, bool fuse);
+
+// Benchmarks only (BM_CudaDecodeParts): a Mamba2 model's passes leave these launches out (bits of
+// DecodeSkip), so that a step's time with and without each kernel gives what that kernel adds to the
+// step's critical path once the rest overlaps it. Any bit set makes the logits garbage. 0: every launch.
+enum DecodeSkip : unsigned {
+  kSkipNorm = 1u,        // the layer's add_rmsnorm
+  kSkipInProj = 2u,      // in_proj
+  kSkipConv = 4u,        // the conv (with dt and the conv state's advance)
+  kSkipSsm = 8u,         // the SSM step (plain mode's SSU, exact mode's decode kernel)
+  kSkipGatedNorm = 16u,  // the gated RMSNorm
+  kSkipOutProj = 32u,    // out_proj
+  kSkipHead = 64u,       // the final norm and lm_head
+};
+void set_decode_skip(model::Model& m, unsigned skip);
 
 }  // namespace parity::backend_cuda

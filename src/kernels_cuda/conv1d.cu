@@ -7,6 +7,7 @@
 // one row, the state's advance (the thread that read a channel's window is then its only reader). The
 // per-element code is shared with the unfused paths, so the bits are theirs.
 #include "kernels/math.h"
+#include "kernels_cuda/conv_row.cuh"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ops.h"
 #include "kernels_cuda/programmatic_launch.cuh"
@@ -56,7 +57,8 @@ constexpr int kHeldTaps = 8;
 // runs the instantiation without them at full occupancy (conv1d() takes it only for one-row passes).
 template <bool StateFirst>
 __global__ void conv_kernel(const float* in, int ld, int ch, const float* w, const float* bias, int K, float* state,
-                            PassSeqs p, bool silu, float* out, int cblocks, DtJob dt, bool advance) {
+                            PassSeqs p, bool silu, float* out, int cblocks, DtJob dt, bool advance,
+                            bool release_first) {
   const int r = blockIdx.x;
   const int c = blockIdx.y * kThreads + threadIdx.x;
   const bool channel = static_cast<int>(blockIdx.y) < cblocks && c < ch, held = K <= kHeldTaps;
@@ -86,8 +88,9 @@ __global__ void conv_kernel(const float* in, int ld, int ch, const float* w, con
   };
   if constexpr (StateFirst)
     if (channel) locate();
-  wait_for_prior_kernel();  // launched programmatically (launch_after_prior)
-  release_next_kernel();    // plain mode's SSU may start loading its state
+  // Launched programmatically (launch_after_prior); then plain mode's SSU may start loading its state
+  // (early_start.h's kGemmEarlyMixerChain: before this wait).
+  wait_and_release(release_first);
   if (static_cast<int>(blockIdx.y) == cblocks) {
     for (int h = threadIdx.x; h < dt.H; h += kThreads)
       dt.dt[static_cast<std::size_t>(r) * dt.H + h] =
@@ -111,9 +114,7 @@ __global__ void conv_kernel(const float* in, int ld, int ch, const float* w, con
       win[i] = q >= 0 ? in[static_cast<std::size_t>(row0 + q) * ld + c] : st[static_cast<std::size_t>(K - 1 + q) * ch + c];
     }
   }
-#pragma unroll
-  for (int i = 0; i < kHeldTaps; ++i)
-    if (i < K) acc = fmaf(wk[i], win[i], acc);
+  acc = conv_held_sum(wk, win, K, acc);
   out[static_cast<std::size_t>(r) * ch + c] = silu ? kernels::silu_f(acc) : acc;
   if (advance) {  // one row: the window is [old state | the row], the new state its last K-1 values
 #pragma unroll
@@ -141,8 +142,10 @@ void conv1d(const float* in, int ld_in, int ch, const float* w, const float* bia
   const unsigned yblocks = static_cast<unsigned>(cblocks + (job.dt ? 1 : 0));
   // The early state reads only where they can pay: one-row (decode) passes, with the GEMMs' early start on.
   const bool state_first = advance && (gemm_early_flags() & kGemmEarlyConvState) != 0;
+  const bool release_first = (gemm_early_flags() & kGemmEarlyMixerChain) != 0;
   launch_after_prior(state_first ? conv_kernel<true> : conv_kernel<false>, dim3(p.num_rows, yblocks), dim3(kThreads), 0,
-                     s, "conv1d", in, ld_in, ch, w, bias, K, conv_state, p, silu, out, cblocks, job, advance);
+                     s, "conv1d", in, ld_in, ch, w, bias, K, conv_state, p, silu, out, cblocks, job, advance,
+                     release_first);
   if (K > 1 && !advance) {
     conv_state_kernel<<<dim3(p.num_seqs, cblocks), kThreads, 0, s>>>(in, ld_in, ch, K, conv_state, p);
     check_launch("conv1d state");

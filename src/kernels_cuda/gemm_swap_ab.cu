@@ -36,7 +36,9 @@
 #include <functional>
 
 #include "common/error.h"
+#include "kernels_cuda/conv_epilogue.h"
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/gated_a.h"
 #include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/gemm_swap_ab_kernel.cuh"
 #include "kernels_cuda/gemm_swap_ab_mma.cuh"
@@ -48,6 +50,12 @@ namespace parity::cuda {
 namespace {
 
 using namespace swap_ab;
+
+// with_conv_epilogue's job on this thread (null: none), and whether a launch took it.
+thread_local const ConvEpilogue* t_conv = nullptr;
+thread_local bool t_conv_taken = false;
+std::atomic<bool> conv_epilogue_on{true};
+std::atomic<bool> gated_out_on{true};
 
 struct Args {
   const float* A;
@@ -90,25 +98,33 @@ void launch(const Args& a) {
 
 // The mma.sync kernel (gemm_swap_ab_mma.cuh) for up to 32 rows; more rows take the wgmma kernel's
 // c64-2blk (the mma.sync kernel keeps a whole box's fragments of every n8 tile in registers).
+// With a conv epilogue job on this thread (with_conv_epilogue) and NT = 8, the instantiation that does it.
 template <int CW, int NT, int BPS, bool LAG>
 void launch_mma(const Args& a) {
   if constexpr (NT > 32) {
     launch<1, NT, 2>(a);
   } else {
     using Cfg = MmaConfig<CW, NT, BPS>;
-    auto* kernel = swap_ab_mma_kernel<CW, NT, BPS, LAG>;
+    const bool conv = NT == 8 && t_conv != nullptr;
+    auto* kernel = swap_ab_mma_kernel<CW, NT, BPS, LAG, false>;
+    if constexpr (NT == 8)
+      if (conv) kernel = swap_ab_mma_kernel<CW, NT, BPS, LAG, true>;
+    const ConvEpilogue ep = conv ? *t_conv : ConvEpilogue{};
+    t_conv_taken = t_conv_taken || conv;
     // No L2 prefetch of the next ring here: this ring already holds 10+ boxes, and at one row (session 11,
     // mamba2-2.7b) the step was 1-2 % slower with it; the wgmma kernel's 6-box ring at 64 rows gained 3 %.
     const unsigned early = a.early & ~kEarlyL2;
-    static std::atomic<std::uint64_t> opted{0};
-    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, opted, true);
+    // One opt-in record per kernel (the attribute is the kernel's; the two share this launcher).
+    static std::atomic<std::uint64_t> opted{0}, opted_conv{0};
+    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, conv ? opted_conv : opted, true);
     const CUtensorMap wmap = bf16_rows_tensor_map_cached(a.W, a.K, a.N, Cfg::kCols);
     with_bf16_rows(a.A, a.M, a.K, a.lda, a.s, [&](const void* a16) {
       const CUtensorMap xmap = bf16_rows_tensor_map_cached(a16, a.K, a.M, NT);
       const dim3 grid(static_cast<unsigned>((a.N + Cfg::kCols - 1) / Cfg::kCols),
                       static_cast<unsigned>((a.M + NT - 1) / NT));
       launch_programmatic_if(a.early != 0, kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, a.s,
-                             "gemm_bf16_swap_ab", wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc, early, a.next);
+                             "gemm_bf16_swap_ab", wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc, early, a.next, ep,
+                             static_cast<long long*>(nullptr), GatedA{});
     });
   }
 }
@@ -185,6 +201,52 @@ void with_l2_prefetch(const void* next, std::size_t bytes, const std::function<v
   enqueue();
 }
 
+bool with_conv_epilogue(const ConvEpilogue& job, const std::function<void()>& enqueue) {
+  struct Restore {
+    const ConvEpilogue* prev;
+    bool taken;
+    ~Restore() {
+      t_conv = prev;
+      t_conv_taken = taken;
+    }
+  } restore{t_conv, t_conv_taken};
+  const bool usable = conv_epilogue_on.load() && job.K >= 2 && job.K <= kConvEpilogueTaps;
+  t_conv = usable ? &job : nullptr;
+  t_conv_taken = false;
+  enqueue();
+  return t_conv_taken;
+}
+
+bool gemm_bf16_gated_row(const GatedA& a, int K, const void* W, int N, const float* bias, float* C, cudaStream_t s) {
+  using Cfg = MmaConfig<2, 8, 4>;
+  if (!gated_out_on.load() || N <= 0 || a.group != K || K > norm_row::kHeldMaxWidth || K % 32 != 0 ||
+      reinterpret_cast<std::uintptr_t>(W) % 16 != 0)
+    return false;
+  const unsigned flags = gemm_early_flags();
+  const bool lag = (flags & kGemmMmaLag) != 0;
+  auto* kernel = lag ? swap_ab_mma_kernel<2, 8, 4, true, false, false, true>
+                     : swap_ab_mma_kernel<2, 8, 4, false, false, false, true>;
+  // Each kernel opted in once (its own record) for the widest row the held form takes.
+  constexpr int kMaxSmem = Cfg::kSmemBytes + gated_region_bytes(norm_row::kHeldMaxWidth);
+  static std::atomic<std::uint64_t> opted{0}, opted_lag{0};
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kMaxSmem, lag ? opted_lag : opted, true);
+  const CUtensorMap wmap = bf16_rows_tensor_map_cached(W, K, N, Cfg::kCols);
+  const dim3 grid(static_cast<unsigned>((N + Cfg::kCols - 1) / Cfg::kCols), 1);
+  // The producer requests its ring before the wait whatever the flags (the weights are no kernel's
+  // output); the L2 hints are the ring kernel's and stay off.
+  launch_programmatic_if(flags != 0, kernel, grid, dim3(kGatedThreads), Cfg::kSmemBytes + gated_region_bytes(K), s,
+                         "gemm_bf16_gated_row", wmap, wmap, 1, K, N, bias, C, N, flags & (kEarlyRelease), NextL2{nullptr, 0},
+                         ConvEpilogue{}, static_cast<long long*>(nullptr), a);
+  check_launch("gemm_bf16_gated_row");
+  return true;
+}
+
+bool gated_out_proj() { return gated_out_on.load(); }
+void set_gated_out_proj(bool on) { gated_out_on.store(on); }
+
+bool conv_epilogue() { return conv_epilogue_on.load(); }
+void set_conv_epilogue(bool on) { conv_epilogue_on.store(on); }
+
 bool gemm_swap_ab_fits(const float* A, int K, int lda, const void* W) { return gemm_mma_fits(A, K, lda, W); }
 
 void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
@@ -198,6 +260,27 @@ void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int
   v.by_rows[row_tile_index(M)](Args{A, M, K, lda, W, N, bias, C, ldc, s, flags, next});
   check_launch("gemm_bf16_swap_ab");
 }
+
+void gemm_bf16_swap_ab_probe(const float* A, int M, int K, int lda, const void* W, int N, float* C, int ldc,
+                             cudaStream_t s, bool lag, long long* probe) {
+  if (M <= 0 || M > 8 || N <= 0) throw Error("gemm_bf16_swap_ab_probe: 1..8 rows");
+  if (!gemm_swap_ab_fits(A, K, lda, W)) throw Error("gemm_bf16_swap_ab_probe: unsupported operands");
+  using Cfg = MmaConfig<2, 8, 4>;
+  auto* kernel = lag ? swap_ab_mma_kernel<2, 8, 4, true, false, true> : swap_ab_mma_kernel<2, 8, 4, false, false, true>;
+  static std::atomic<std::uint64_t> opted{0}, opted_lag{0};  // one record per kernel
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, lag ? opted_lag : opted, true);
+  const CUtensorMap wmap = bf16_rows_tensor_map_cached(W, K, N, Cfg::kCols);
+  with_bf16_rows(A, M, K, lda, s, [&](const void* a16) {
+    const CUtensorMap xmap = bf16_rows_tensor_map_cached(a16, K, M, 8);
+    const dim3 grid(static_cast<unsigned>((N + Cfg::kCols - 1) / Cfg::kCols), 1);
+    launch_programmatic_if(false, kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, s, "gemm_bf16_swap_ab_probe", wmap,
+                           xmap, M, K, N, static_cast<const float*>(nullptr), C, ldc, 0u, NextL2{nullptr, 0},
+                           ConvEpilogue{}, probe, GatedA{});
+  });
+  check_launch("gemm_bf16_swap_ab_probe");
+}
+
+int gemm_bf16_swap_ab_probe_warps(int N) { return 2 * ((N + MmaConfig<2, 8, 4>::kCols - 1) / MmaConfig<2, 8, 4>::kCols); }
 
 int gemm_swap_ab_variants() { return kVariantCount; }
 const char* gemm_swap_ab_variant_name(int variant) {

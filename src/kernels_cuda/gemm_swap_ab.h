@@ -23,6 +23,14 @@ bool gemm_swap_ab_fits(const float* A, int K, int lda, const void* W);
 void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
                        cudaStream_t s, int variant = -1, int early = -1);
 
+// Benchmarks (BM_CudaGemmSwapAbProbe): mma-c32-4blk (lag: its -lag schedule) at 1..8 rows, ordinary launch,
+// no bias, each consumer warp's clock counts into probe (gemm_swap_ab_mma.cuh's PROBE: start to first box,
+// start to the end of the steps, cycles waiting on stages, boxes; 4 per warp, warps of block 0 first);
+// gemm_bf16_swap_ab_probe_warps(N) consumer warps in all.
+void gemm_bf16_swap_ab_probe(const float* A, int M, int K, int lda, const void* W, int N, float* C, int ldc,
+                             cudaStream_t s, bool lag, long long* probe);
+int gemm_bf16_swap_ab_probe_warps(int N);
+
 int gemm_swap_ab_variants();
 const char* gemm_swap_ab_variant_name(int variant);
 

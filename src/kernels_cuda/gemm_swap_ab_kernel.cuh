@@ -39,6 +39,8 @@ struct Config {
 
 // The early-start flags (ops.h's GemmEarly) a kernel gets as an argument: 0 is main's order.
 constexpr unsigned kEarlyWeights = 1u, kEarlyRelease = 2u, kEarlyL2 = 4u;
+// early_start.h's: the consumers wait for the kernel before first; the rest of the block's weight boxes to L2.
+constexpr unsigned kEarlyPark = 128u, kEarlyL2Rest = 512u;
 
 // The producer (one thread): box b of K into stage b % S once the consumers released the stage's
 // last round: W's box (the block's rows from n0) at the stage's start, A's (rows from m0) kWBytes
@@ -90,6 +92,8 @@ __device__ __forceinline__ void produce(unsigned ring, u64* full, u64* empty, co
     }
     if (early & kEarlyL2)
       for (int b = S; b < kboxes && b < 2 * S; ++b) ptx::tma_prefetch_l2_3d(wmap, 64 * b, n0, 0);
+    if (early & kEarlyL2Rest)
+      for (int b = S; b < kboxes; ++b) ptx::tma_prefetch_l2_3d(wmap, 64 * b, n0, 0);
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
     if (early & kEarlyRelease) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     for (int b = 0; b < first; ++b) ptx::tma_load_3d(ring + b * kStageBytes + kWBytes, xmap, 64 * b, m0, 0, &full[b]);
@@ -134,6 +138,9 @@ __global__ void __launch_bounds__(Config<CWG, NT, BPS>::kThreads, BPS)
     return;
   }
 
+  // Parked until the kernel before has completed (its ring cannot fill before: A's boxes come after the
+  // producer's wait).
+  if (early & kEarlyPark) asm volatile("griddepcontrol.wait;\n" ::: "memory");
   // A consumer warpgroup: columns n0 + 64·wg .. +63 of C, as rows of the m64 wgmma tile.
   const int wg = warp / 4;
   float d[NT / 2];

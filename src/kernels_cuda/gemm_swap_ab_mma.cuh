@@ -6,6 +6,9 @@
 // and a dependent mma.sync step is several times shorter than a dependent wgmma step; 16 columns
 // per warp also make 4× more blocks than 64 per warpgroup. The fragments of box b + 1 are read
 // (and its stage released) while the tensor cores run box b's steps.
+#include "kernels_cuda/conv_row.cuh"
+#include "kernels_cuda/gated_a.h"
+#include "kernels_cuda/norm_row.cuh"
 #include "kernels_cuda/gemm_swap_ab_kernel.cuh"
 
 namespace parity::cuda::swap_ab {
@@ -36,11 +39,57 @@ struct MmaConfig {
 // not right after the reads (an arrival holds the warp until its shared-memory loads return, and here
 // that sat between two dependent steps), and box b + 1's barrier is tested before step 1 and its answer
 // used after it. The same steps in the same order: only when the waits happen changes.
-template <int CW, int NT, int BPS, bool LAG = false>
-__global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
+//
+// CONV (NT = 8): in_proj's conv epilogue (conv_epilogue.h) for the columns in ep's ranges; each lane
+// reads what its columns need before the chain, so the epilogue adds no memory round trip.
+//
+// PROBE (benchmarks: BM_CudaGemmSwapAbProbe): lane 0 of each consumer warp writes kProbeFields clock
+// counts to probe[(block · CW + warp) · kProbeFields]: from its start to its first box's fragments, to
+// the end of its step loop, the cycles spent in the loop waiting on a stage's barrier, and the boxes.
+// Loop less wait is what the chain itself took.
+constexpr int kProbeFields = 4;
+//
+// GNORM (NT = 8, M = 1; gated_a.h): A's one row is the gated RMSNorm of ga, computed by the block
+// itself: 256 threads (norm_row.cuh's block), the consumer warps first, the producer warp last, the
+// warps between exit once the row is on chip. The row sits after the ring, box b's 64 values at bytes
+// 128 b, no swizzle (row 0 of a box has none), and the n8 tile's other seven rows read a zero row, as
+// the TMA unit's zero fill would give them; the producer streams W's boxes alone.
+constexpr int kGatedThreads = norm_row::kRowThreads;
+// A's row after the ring: K values, a box's slack (a 32-deep last box's unused half), a zero row.
+__host__ __device__ constexpr int gated_row_bytes(int K) { return (2 * K + 127) / 128 * 128 + 128; }
+__host__ __device__ constexpr int gated_region_bytes(int K) { return gated_row_bytes(K) + 128; }
+
+// GNORM's producer, W's boxes only: the ring's first before the wait (returns how many), the rest
+// after the row is on chip.
+template <int S, int kStageBytes, int kWBytes>
+__device__ __forceinline__ int produce_w_first(unsigned ring, u64* full, const CUtensorMap* wmap, int kboxes, int n0) {
+  ptx::prefetch_tensor_map(wmap);
+  const int first = kboxes < S ? kboxes : S;
+  for (int b = 0; b < first; ++b) {
+    ptx::mbar_arrive_expect_tx(&full[b], kWBytes);
+    ptx::tma_load_3d(ring + b * kStageBytes, wmap, 64 * b, n0, 0, &full[b]);
+  }
+  return first;
+}
+template <int S, int kStageBytes, int kWBytes>
+__device__ __forceinline__ void produce_w_rest(unsigned ring, u64* full, u64* empty, const CUtensorMap* wmap,
+                                               int kboxes, int n0, int first) {
+  for (int b = first; b < kboxes; ++b) {
+    const int s = b % S;
+    if (b >= S) ptx::mbar_wait(&empty[s], ((b / S) - 1) & 1);
+    ptx::mbar_arrive_expect_tx(&full[s], kWBytes);
+    ptx::tma_load_3d(ring + s * kStageBytes, wmap, 64 * b, n0, 0, &full[s]);
+  }
+}
+
+template <int CW, int NT, int BPS, bool LAG = false, bool CONV = false, bool PROBE = false, bool GNORM = false>
+__global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>::kThreads, GNORM ? 1 : BPS)
     swap_ab_mma_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, int M,
                        int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc, unsigned early,
-                       NextL2 next) {
+                       NextL2 next, const __grid_constant__ ConvEpilogue ep, long long* __restrict__ probe,
+                       const __grid_constant__ GatedA ga) {
+  static_assert(!CONV || NT == 8, "the conv epilogue's lanes hold two rows of one n8 tile");
+  static_assert(!GNORM || (NT == 8 && !CONV && !PROBE && CW <= 7), "the norm's row is one n8 tile's row 0");
   using Cfg = MmaConfig<CW, NT, BPS>;
   constexpr int S = Cfg::kStages, T = NT / 8;
   extern __shared__ unsigned char smem_raw[];
@@ -58,11 +107,36 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
     ptx::mbar_init_fence();
   }
   __syncthreads();
-  if (warp == CW) {
+  // GNORM: A's row (and the zero row) after the ring.
+  const unsigned arow = ring + S * Cfg::kStageBytes, zrow = arow + gated_row_bytes(K);
+  if constexpr (GNORM) {
+    constexpr int kProducer = kGatedThreads / 32 - 1;
+    float wk[norm_row::kHeld];
+    norm_row::load_held_weights(ga.w, ga.group, wk);  // before the wait: no kernel writes them
+    int first = 0;
+    if (warp == kProducer && lane == 0) first = produce_w_first<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, &wmap, kboxes, n0);
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    if (early & kEarlyRelease) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    unsigned char* base = smem_raw + (arow - ptx::smem_addr(smem_raw));
+    uint16_t* row16 = reinterpret_cast<uint16_t*>(base);
+    for (int i = 2 * K + static_cast<int>(threadIdx.x) * 4; i < gated_region_bytes(K); i += kGatedThreads * 4)
+      *reinterpret_cast<unsigned*>(base + i) = 0u;  // the slack and the zero row (2K is a multiple of 64)
+    norm_row::gated_norm_held(ga.y, ga.z, ga.group, wk, ga.eps, ga.norm_before_gate,
+                              [&](int i, float v) { row16[i] = norm_row::bf16_bits(v); });
+    __syncthreads();  // the row is on chip before any consumer reads it
+    if (warp == kProducer) {
+      if (lane == 0) produce_w_rest<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, kboxes, n0, first);
+      return;
+    }
+    if (warp >= CW) return;
+  } else if (warp == CW) {
     if (lane == 0) produce<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0, early, next);
     return;
   }
 
+  // Parked until the kernel before has completed (its ring cannot fill before: A's boxes come after the
+  // producer's wait).
+  if (early & kEarlyPark) asm volatile("griddepcontrol.wait;\n" ::: "memory");
   // A box's operands. a[kk]: m16n8k16's A fragment of step kk (this warp's 16 W rows); b[kk][j]: the
   // B fragment of step kk for n8 tile j (A's rows 8j..8j+7).
   struct Frag {
@@ -84,22 +158,40 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
 #pragma unroll
       for (int p = 0; p < 2; ++p) {
         unsigned r[4];
-        ptx::ldmatrix_x4(xs + (8 * j + xr) * 128 + (((4 * p + lane / 8) ^ xr) << 4), r);
+        if constexpr (GNORM) ptx::ldmatrix_x4((xr == 0 ? arow + b * 128 : zrow) + ((4 * p + lane / 8) << 4), r);
+        else ptx::ldmatrix_x4(xs + (8 * j + xr) * 128 + (((4 * p + lane / 8) ^ xr) << 4), r);
         f.b[2 * p][j][0] = r[0];
         f.b[2 * p][j][1] = r[1];
         f.b[2 * p + 1][j][0] = r[2];
         f.b[2 * p + 1][j][1] = r[3];
       }
   };
+  long long t_start = 0, t_first = 0, t_wait = 0;
+  if constexpr (PROBE) t_start = clock64();
+  auto wait_full = [&](int b) {
+    if constexpr (PROBE) {
+      const long long a = clock64();
+      ptx::mbar_wait(&full[b % S], (b / S) & 1);
+      t_wait += clock64() - a;
+    } else {
+      ptx::mbar_wait(&full[b % S], (b / S) & 1);
+    }
+  };
   auto load = [&](Frag& f, int b) {
     const int s = b % S;
-    ptx::mbar_wait(&full[s], (b / S) & 1);
+    wait_full(b);
     read(f, b);
     // The fragments are read: the stage may be refilled (the arrival orders the reads before it).
     __syncwarp();
     if (lane == 0) ptx::mbar_arrive(&empty[s]);
   };
 
+  // acc[0][2h + e] below: column n0 + 16 warp + g + 8h, row m0 + 2q + e (g = lane / 4, q = lane % 4).
+  ConvColumn conv[2];
+  if constexpr (CONV) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) conv_column_load(ep, M, m0 + 2 * (lane % 4), n0 + 16 * warp + lane / 4 + 8 * h, conv[h]);
+  }
   float acc[T][4];
 #pragma unroll
   for (int j = 0; j < T; ++j)
@@ -123,7 +215,7 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
       if (more) ready = ptx::mbar_test(&full[b1 % S], (b1 / S) & 1);
       step(cur, 1);
       if (more) {
-        if (!ready) ptx::mbar_wait(&full[b1 % S], (b1 / S) & 1);
+        if (!ready) wait_full(b1);
         read(nxt, b1);
       }
       if (b < whole) {
@@ -134,6 +226,7 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
     Frag f0, f1;  // alternate as cur and nxt: no copy between boxes
     ptx::mbar_wait(&full[0], 0);
     read(f0, 0);
+    if constexpr (PROBE) t_first = clock64();
     for (int b = 0; b < kboxes; b += 2) {
       box(f0, f1, b);
       if (b + 1 < kboxes) box(f1, f0, b + 1);
@@ -141,6 +234,10 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
   } else {
     Frag cur, nxt;
     load(cur, 0);
+    if constexpr (PROBE) {
+      t_first = clock64();
+      t_wait = 0;
+    }
     for (int b = 0; b < kboxes; ++b) {
       // Step 0 of box b, then box b + 1's loads (issued while step 0's result is pending: the next
       // step depends on it), then steps 1..3. A 32-deep last box runs its two real steps only (a step
@@ -158,6 +255,23 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
     }
   }
 
+  if constexpr (PROBE) {
+    // The last step's results first: the loop's end is when the chain is done, not when it was issued.
+    float last = 0.0f;
+#pragma unroll
+    for (int j = 0; j < T; ++j) last += acc[j][0] + acc[j][3];
+    unsigned u;
+    asm volatile("mov.b32 %0, %1;\n" : "=r"(u) : "r"(__float_as_uint(last)));
+    long long t_end;
+    asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(t_end) : "r"(u));
+    if (lane == 0) {
+      long long* o = probe + (static_cast<std::size_t>(blockIdx.y) * gridDim.x * CW + blockIdx.x * CW + warp) * kProbeFields;
+      o[0] = t_first - t_start;
+      o[1] = t_end - t_start;
+      o[2] = t_wait;
+      o[3] = kboxes;
+    }
+  }
   // acc[j][2h + e]: tile row g + 8h (output column n), tile column 2q + e of n8 tile j (row m of A).
   const int g = lane / 4, q = lane % 4;
 #pragma unroll
@@ -170,7 +284,10 @@ __global__ void __launch_bounds__(MmaConfig<CW, NT, BPS>::kThreads, BPS)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int m = m0 + 8 * j + 2 * q + e;
-        if (m < M) C[static_cast<std::size_t>(m) * ldc + n] = bias ? acc[j][2 * h + e] + bn : acc[j][2 * h + e];
+        if (m >= M) continue;
+        const float v = bias ? acc[j][2 * h + e] + bn : acc[j][2 * h + e];
+        C[static_cast<std::size_t>(m) * ldc + n] = v;
+        if constexpr (CONV) conv_column_store(ep, conv[h], e, m, v);
       }
   }
 }

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/early_start.h"
 #include "kernels_cuda/ops.h"
 
 namespace parity::cuda {

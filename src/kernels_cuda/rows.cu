@@ -15,6 +15,7 @@
 
 #include "kernels/math.h"
 #include "kernels_cuda/block_reduce.cuh"
+#include "kernels_cuda/norm_row.cuh"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ops.h"
 #include "kernels_cuda/programmatic_launch.cuh"
@@ -22,7 +23,14 @@
 namespace parity::cuda {
 namespace {
 
-constexpr int kRowThreads = 256;
+using norm_row::bf16_bits;
+using norm_row::gate;
+using norm_row::gated_scaled_by;
+using norm_row::inv_rms;
+using norm_row::kHeld;
+using norm_row::kHeldMaxWidth;
+using norm_row::kRowThreads;
+using norm_row::scaled_by;
 
 __device__ float bf16_bits_to_float(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
 
@@ -40,12 +48,6 @@ __device__ float sumsq(const float* x, int n) {
   return block_sum<kRowThreads>(a, scratch);
 }
 
-// The same scalar tail as the CPU (kernels/norm.cpp): mean, add eps, sqrt, reciprocal.
-__device__ float inv_rms(float s, int n, float eps) { return 1.0f / sqrtf(s / static_cast<float>(n) + eps); }
-
-// The GEMM pre-pass's rounding (gemm_mma.cu round_to_bf16_kernel: __floats2bfloat162_rn, which
-// rounds each half as __float2bfloat16_rn does), as raw bits.
-__device__ uint16_t bf16_bits(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
 
 // The residual branch's add: add_kernel's x + y, or add_scaled_kernel's x + y·m (product rounded).
 __device__ float residual_add(float x, float y, float m, bool scaled) { return scaled ? x + y * m : x + y; }
@@ -54,14 +56,9 @@ __device__ float residual_add(float x, float y, float m, bool scaled) { return s
 // each thread's sum of squares over its elements in ascending order, then block_sum): the held form
 // keeps a thread's elements in registers, so its loads issue together and the row is read once; the
 // loop form walks rows too wide for that (more than kHeld elements a thread).
-constexpr int kHeld = 24;
-constexpr int kHeldMaxWidth = kHeld * kRowThreads;
 std::atomic<bool> force_loop{false};
 bool held(int width) { return width <= kHeldMaxWidth && !force_loop.load(); }
 
-__device__ float scaled_by(float v, float r, float w) { return (v * r) * w; }
-__device__ float gate(float y, float z) { return y * kernels::silu_f(z); }
-__device__ float gated_scaled_by(float y, float r, float w, float z) { return scaled_by(y, r, w) * kernels::silu_f(z); }
 
 __device__ void store(float* out, uint16_t* out16, int i, float v) {
   out[i] = v;
@@ -156,36 +153,11 @@ __global__ void gated_rmsnorm_held_kernel(const float* y, const float* z, int ld
                                           float eps, bool norm_before_gate, float* out, uint16_t* out16,
                                           bool release_first) {
   const GatedRow g = gated_row(y, z, ldz, dim, group, w, out, out16);
-  const int t = threadIdx.x;
-  float v[kHeld], zk[kHeld], wk[kHeld];
-  // The norm's weights before the wait: no kernel writes them.
-#pragma unroll
-  for (int k = 0; k < kHeld; ++k) wk[k] = t + k * kRowThreads < group ? g.w[t + k * kRowThreads] : 0.0f;
-  wait_and_release(release_first);  // launched programmatically (launch_after_prior)
-#pragma unroll
-  for (int k = 0; k < kHeld; ++k) {
-    const int i = t + k * kRowThreads;
-    v[k] = i < group ? g.y[i] : 0.0f;
-    zk[k] = i < group ? g.z[i] : 0.0f;
-  }
-  if (!norm_before_gate) {
-#pragma unroll
-    for (int k = 0; k < kHeld; ++k)
-      if (t + k * kRowThreads < group) v[k] = gate(v[k], zk[k]);
-  }
-  float a = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kHeld; ++k)
-    if (t + k * kRowThreads < group) a = fmaf(v[k], v[k], a);
-  __shared__ float scratch[kRowThreads / 32];
-  const float r = inv_rms(block_sum<kRowThreads>(a, scratch), group, eps);
-#pragma unroll
-  for (int k = 0; k < kHeld; ++k)
-    if (t + k * kRowThreads < group)
-      v[k] = norm_before_gate ? gated_scaled_by(v[k], r, wk[k], zk[k]) : scaled_by(v[k], r, wk[k]);
-#pragma unroll
-  for (int k = 0; k < kHeld; ++k)
-    if (t + k * kRowThreads < group) store(g.o, g.o16, t + k * kRowThreads, v[k]);
+  float wk[kHeld];
+  norm_row::load_held_weights(g.w, group, wk);  // before the wait: no kernel writes them
+  wait_and_release(release_first);              // launched programmatically (launch_after_prior)
+  norm_row::gated_norm_held(g.y, g.z, group, wk, eps, norm_before_gate,
+                            [&](int i, float v) { store(g.o, g.o16, i, v); });
 }
 
 __global__ void add_kernel(float* x, const float* y, std::size_t n) {
@@ -229,7 +201,11 @@ __global__ void zero_slices_kernel(unsigned char* base, std::size_t slice, std::
 // GEMM after a norm then requests its weights while the kernel before the norm runs). Only above 16 rows:
 // at one row (session 11, mamba2-2.7b) the step was 3-4 % slower with it (in_proj's blocks, waiting
 // beside out_proj's mma.sync chains, took their SMs' issue slots), at 64 rows 2-3 % faster.
-bool release_first(int rows) { return (gemm_early_flags() & kGemmEarlyNorms) != 0 && rows > 16; }
+// With kGemmEarlyPark (the GEMM's waiting warps sleep) at every row count.
+bool release_first(int rows) {
+  const unsigned f = gemm_early_flags();
+  return (f & kGemmEarlyNorms) != 0 && (rows > 16 || (f & kGemmEarlyPark) != 0);
+}
 
 unsigned blocks_for(std::size_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 

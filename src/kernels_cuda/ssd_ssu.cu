@@ -31,7 +31,7 @@ __host__ __device__ inline SsuLayout ssu_layout(const SsdShape& sh, int tp, bool
 __global__ void __launch_bounds__(kStepThreads) ssu_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc,
                                                            int ld, const float* dt, const float* A,
                                                            const float* Dskip, SsdState st, int TP, int tiles,
-                                                           float* y) {
+                                                           float* y, bool release_first) {
   const int seq = static_cast<int>(blockIdx.x) / tiles, z = static_cast<int>(blockIdx.x) - seq * tiles;
   const int h = blockIdx.y;
   // The sequence's metadata in one round trip, then the test.
@@ -53,8 +53,8 @@ __global__ void __launch_bounds__(kStepThreads) ssu_kernel(SsdShape sh, ScanGrid
   stage_state(st, t, S, raw);
   // Launched programmatically: the state (this layer's, written by an earlier pass) is on its way
   // while the conv before this kernel finishes; its outputs (x, B, C, dt) are read after the wait.
-  wait_for_prior_kernel();
-  release_next_kernel();
+  // (early_start.h's kGemmEarlyMixerChain: the gated norm may be scheduled before this wait.)
+  wait_and_release(release_first);
   stage_vec(Cs, row + I + GN + grp * N, N);
   stage_vec(Bs, row + I + grp * N, N);
   stage_vec(xs, row + h * sh.P + t.p0, t.tp);
@@ -95,7 +95,8 @@ void launch_ssu(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const 
   ensure_smem(ssu_kernel, smem, "ssd ssu smem");
   const int tiles = (sh.P + tp - 1) / tp;
   launch_after_prior(ssu_kernel, dim3(static_cast<unsigned>(p.num_seqs * tiles), static_cast<unsigned>(sh.H)),
-                     dim3(kStepThreads), smem, s, "ssd ssu", sh, g, p, xbc, ld, dt, A, D, st, tp, tiles, y);
+                     dim3(kStepThreads), smem, s, "ssd ssu", sh, g, p, xbc, ld, dt, A, D, st, tp, tiles, y,
+                     (gemm_early_flags() & kGemmEarlyMixerChain) != 0);
 }
 
 }  // namespace parity::cuda::ssd

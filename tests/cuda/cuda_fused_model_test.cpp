@@ -12,6 +12,10 @@
 
 #include "backend_cuda/backend.h"
 #include "backend_cuda/decode_graphs.h"
+#include "cache/model_cache.h"
+#include "kernels_cuda/conv_epilogue.h"
+#include "kernels_cuda/early_start.h"
+#include "kernels_cuda/gated_a.h"
 #include "kernels_cuda/ops.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
@@ -90,14 +94,16 @@ TEST(CudaFusedModel, FusedLaunchesGiveTheUnfusedLogitsBitForBit) {
 // The decode GEMMs' early start (ops.h's GemmEarly: programmatic GEMM launches with their first weight
 // boxes requested before the wait, the L2 prefetch, the early release, the norms' release before their
 // wait, in_proj's tail prefetching out_proj's weights, the conv's state read before its wait, the lagged
-// mma.sync consumer) against the GEMMs' ordinary launches (flags 0), fused and programmatic launches on: every logit
+// mma.sync consumer; early_start.h's parked consumers, the norms' early release at every row count, the
+// conv's and SSU's release before their wait, the rest of the weights to L2) against the GEMMs' ordinary launches (flags 0), fused and programmatic launches on: every logit
 // bit for bit, prefill and graph-replayed decode, exact and plain. The companion of the test above shows
 // the comparison sees one changed token.
 TEST(CudaFusedModel, EarlyGemmStartsGiveTheLogitsOfOrdinaryGemmLaunches) {
   PARITY_REQUIRE_GPU();
   const unsigned W = cuda::kGemmEarlyWeights, R = cuda::kGemmEarlyRelease, L2 = cuda::kGemmEarlyL2,
                  N = cuda::kGemmEarlyNorms, X = cuda::kGemmEarlyNextL2, S = cuda::kGemmEarlyConvState,
-                 G = cuda::kGemmMmaLag;
+                 G = cuda::kGemmMmaLag, P = cuda::kGemmEarlyPark, C = cuda::kGemmEarlyMixerChain,
+                 L = cuda::kGemmEarlyL2Rest;
   cuda::set_programmatic_launch(true);
   for (const char* spec : {"builtin:tiny", "builtin:tiny-hybrid"}) {
     auto m = backend_cuda::load_model(model::open_checkpoint(spec), {});
@@ -108,7 +114,8 @@ TEST(CudaFusedModel, EarlyGemmStartsGiveTheLogitsOfOrdinaryGemmLaunches) {
         cuda::set_gemm_early(0);
         const std::vector<float> ordinary = run_schedule(*m, exact, batch, nullptr);
         for (unsigned flags : {W, W | R, W | R | L2, W | R | N, W | R | L2 | N, N, W | R | X, S, W | R | S, W | R | G,
-                               W | R | L2 | N | X | S | G}) {
+                               W | R | L2 | N | X | S | G, W | R | S | P, W | R | S | P | N, W | R | S | P | C,
+                               W | R | S | P | N | C, W | R | S | P | N | C | L, P | N | C}) {
           cuda::set_gemm_early(flags);
           const std::vector<float> got = run_schedule(*m, exact, batch, nullptr);
           EXPECT_EQ(test::bit_difference(got.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
@@ -118,6 +125,36 @@ TEST(CudaFusedModel, EarlyGemmStartsGiveTheLogitsOfOrdinaryGemmLaunches) {
       }
   }
   cuda::set_gemm_early(cuda::kGemmEarlyDefault);
+}
+
+// The GEMMs doing the work of the launches beside them in a decode pass: in_proj the conv, SiLU,
+// conv-state advance and dt in its epilogue (conv_epilogue.h, up to 8 sequences), out_proj the gated
+// RMSNorm of a one-row pass (gated_a.h), each alone and both, against the conv's and the norm's own
+// launches: every logit bit for bit, prefill and graph-replayed decode, exact and plain, with a group
+// of two and biases (tiny-g2: out_proj declines its two groups). The companion of the first test shows
+// the comparison sees one changed token.
+TEST(CudaFusedModel, GemmsDoingTheConvAndTheNormGiveTheLogitsOfTheirLaunches) {
+  PARITY_REQUIRE_GPU();
+  for (const char* spec : {"builtin:tiny", "builtin:tiny-g2", "builtin:tiny-hybrid"}) {
+    auto m = backend_cuda::load_model(model::open_checkpoint(spec), {});
+    const int V = m->vocab_size();
+    for (bool exact : {true, false})
+      for (int batch : {1, 3, 8}) {
+        cuda::set_conv_epilogue(false);
+        cuda::set_gated_out_proj(false);
+        const std::vector<float> launches = run_schedule(*m, exact, batch, nullptr);
+        for (const auto& [conv, norm] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+          cuda::set_conv_epilogue(conv);
+          cuda::set_gated_out_proj(norm);
+          const std::vector<float> got = run_schedule(*m, exact, batch, nullptr);
+          EXPECT_EQ(test::bit_difference(got.data(), launches.data(), got.size(), static_cast<std::size_t>(V)), "")
+              << spec << (exact ? " exact" : " plain") << " batch " << batch << (conv ? " conv in in_proj" : "")
+              << (norm ? " norm in out_proj" : "") << " (row r: prefill rows first, then step k's batch)";
+        }
+      }
+  }
+  cuda::set_conv_epilogue(true);
+  cuda::set_gated_out_proj(true);
 }
 
 // Exact mode's one-row decode launched programmatically too (set_programmatic_exact_decode: it asks L2

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/early_start.h"
 #include "kernels_cuda/gemm_gemv.h"
 #include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/gemm_swap_ab.h"
@@ -33,9 +34,19 @@ constexpr int kRows = 256;
 constexpr double kLateUs = 100.0, kBusyUs = 200.0;
 
 const unsigned kW = cuda::kGemmEarlyWeights, kR = cuda::kGemmEarlyRelease, kL2 = cuda::kGemmEarlyL2,
-               kNorms = cuda::kGemmEarlyNorms, kNext = cuda::kGemmEarlyNextL2, kLag = cuda::kGemmMmaLag;
-const unsigned kFlagSets[] = {0u, kW, kW | kR, kW | kR | kL2, kR | kL2, kW | kR | kL2 | kNorms, kW | kR | kNext,
-                              kW | kR | kL2 | kNorms | kNext | kLag};
+               kNorms = cuda::kGemmEarlyNorms, kNext = cuda::kGemmEarlyNextL2, kLag = cuda::kGemmMmaLag,
+               kPark = cuda::kGemmEarlyPark, kRest = cuda::kGemmEarlyL2Rest;
+const unsigned kFlagSets[] = {0u,
+                              kW,
+                              kW | kR,
+                              kW | kR | kL2,
+                              kR | kL2,
+                              kW | kR | kL2 | kNorms,
+                              kW | kR | kNext,
+                              kW | kR | kL2 | kNorms | kNext | kLag,
+                              kW | kR | kPark,
+                              kW | kR | kPark | kRest,
+                              kW | kR | kL2 | kNorms | kPark | kRest | kLag};
 
 std::string flags_name(unsigned f) {
   if (f == 0) return "off";
@@ -46,6 +57,8 @@ std::string flags_name(unsigned f) {
   if (f & kNorms) s += "norms+";
   if (f & kNext) s += "next-l2+";
   if (f & kLag) s += "lag+";
+  if (f & kPark) s += "park+";
+  if (f & kRest) s += "l2-rest+";
   s.pop_back();
   return s;
 }

@@ -1,0 +1,209 @@
+// Where a batch-1 decode step of mamba2-2.7b spends its time on the GPU (issue 11: the 1.3× weight-read
+// floor target), registered into parity_gpu_bench beside cuda_bench.cpp:
+// - BM_CudaDecodeParts: the step from its CUDA graph with launches left out (set_decode_skip). A
+//   kernel's cost on the step's critical path is the full step's time less the step without it; the
+//   step with only one kind of launch (every other bit set) is what that kernel takes alone, 64 times
+//   over; everything left out (127) is the embedding, the last residual add, the logits copy and the
+//   host's share of forward().
+// - BM_CudaMmaChain: the no-split-K floor's unit, a dependent 16-deep tensor-core step (mma_chain.h).
+// - BM_CudaGemmSwapAbProbe: inside out_proj's kernel at one row, the step loop's cycles a box and how many
+//   of them wait for data.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "backend_cuda/backend.h"
+#include "backend_cuda/decode_graphs.h"
+#include "bench_cache.h"
+#include "big_model.h"
+#include "kernels_cuda/conv_epilogue.h"
+#include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/gated_a.h"
+#include "kernels_cuda/gemm_swap_ab.h"
+#include "kernels_cuda/mma_chain.h"
+#include "kernels_cuda/ops.h"
+
+namespace parity {
+namespace {
+
+bool gpu_here(benchmark::State& state) {
+  if (cuda::device_count() > 0) return true;
+  state.SkipWithError("no CUDA device: not run");
+  return false;
+}
+
+// arg0 batch, arg1 0 plain / 1 exact, arg2 the DecodeSkip bits, arg3 the GEMMs' early-start flags (ops.h's
+// GemmEarly and early_start.h's; 35 the default), arg4 the GEMMs doing their neighbours' work: bit 1 in_proj
+// a decode pass's conv (conv_epilogue.h), bit 2 out_proj a one-row pass's gated norm (gated_a.h); 3 the
+// default, 0 session 11's launches. Graphs, fused and programmatic launches on.
+// Wall time of Model::forward as BM_CudaModelDecode times it; step_us and us_per_layer (step / 64) as
+// counters.
+void BM_CudaDecodeParts(benchmark::State& state) {
+  if (!gpu_here(state)) return;
+  model::Model& m = bench::mamba2_2p7b();
+  const int batch = static_cast<int>(state.range(0));
+  const bool exact = state.range(1) != 0;
+  backend_cuda::set_decode_skip(m, static_cast<unsigned>(state.range(2)));
+  cuda::set_gemm_early(static_cast<unsigned>(state.range(3)));
+  cuda::set_conv_epilogue((state.range(4) & 1) != 0);
+  cuda::set_gated_out_proj((state.range(4) & 2) != 0);
+  cache::ModelCache mc = bench::bench_cache(m, exact, batch);
+  model::ForwardBatch b;
+  for (int s = 0; s < batch; ++s) {
+    mc.allocate();
+    for (int i = 0; i < 16; ++i) b.tokens.push_back((s * 31 + i * 7) % 50000);
+    b.seqs.push_back({s, 0, 16});
+    b.logit_rows.push_back(s * 16 + 15);
+  }
+  std::vector<float> logits(std::size_t(batch) * m.vocab_size());
+  const model::ScanMode mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
+  m.forward(b, mc, mode, logits.data());
+  int64_t pos = 16;
+  model::ForwardBatch d;
+  for (int s = 0; s < batch; ++s) {
+    d.tokens.push_back(s + 1);
+    d.seqs.push_back({s, pos, 1});
+    d.logit_rows.push_back(s);
+  }
+  m.forward(d, mc, mode, logits.data());  // captures the graph
+  ++pos;
+  double total = 0;
+  for (auto _ : state) {
+    for (auto& q : d.seqs) q.start = pos;
+    const auto t0 = std::chrono::steady_clock::now();
+    m.forward(d, mc, mode, logits.data());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(s);
+    total += s;
+    ++pos;
+  }
+  const double step = total / static_cast<double>(std::max<int64_t>(1, state.iterations()));
+  state.counters["step_us"] = step * 1e6;
+  state.counters["us_per_layer"] = step * 1e6 / 64;
+  backend_cuda::set_decode_skip(m, 0);
+  cuda::set_gemm_early(cuda::kGemmEarlyDefault);
+  cuda::set_conv_epilogue(true);
+  cuda::set_gated_out_proj(true);
+}
+// Session 11's step (the conv in its own launch), plain batch 1: everything; each launch left out; each
+// launch alone (every other bit: 126 = the norm alone, 125 in_proj, 123 the conv, 119 the SSM step, 111
+// the gated norm, 95 out_proj, 63 the head); nothing (127). Exact batch 1: everything, without the SSM
+// step, the SSM step alone.
+BENCHMARK(BM_CudaDecodeParts)
+    ->ArgsProduct(
+        {{1}, {0}, {0, 1, 2, 4, 8, 16, 32, 64, 126, 125, 123, 119, 111, 95, 63, 127}, {cuda::kGemmEarlyDefault}, {0}})
+    ->ArgsProduct({{1}, {1}, {0, 8, 119}, {cuda::kGemmEarlyDefault}, {0}})
+    ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+// Every launch, the early-start flags side by side (ops.h, early_start.h): 35 the default; 163 = 35 +
+// park (the GEMMs' consumers sleep until the kernel before completes); 171 = 163 + the norms' release
+// before their wait at every row count (in_proj scheduled while the last layer's out_proj runs, out_proj
+// while the SSM step runs); 419 = 163 + the conv's and SSU's release before their wait; 427 = 171 + 419;
+// 939 = 427 + the rest of each mma.sync block's weights asked of L2 before its wait. gemmfuse 0..3: the
+// conv's and the gated norm's own launches, in_proj doing the conv (up to 8 rows), out_proj doing the norm
+// (one row), both (at 64 rows the same launches every way).
+BENCHMARK(BM_CudaDecodeParts)
+    ->ArgsProduct({{1}, {0, 1}, {0}, {35}, {0, 1, 2, 3}})
+    ->ArgsProduct({{64}, {0, 1}, {0}, {35}, {0, 3}})
+    ->ArgsProduct({{1}, {0, 1}, {0}, {163, 171, 419, 427, 939}, {3}})
+    ->ArgsProduct({{64}, {0, 1}, {0}, {171, 427}, {3}})
+    ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// arg0 the way (mma_chain.h's MmaChainWay), arg1 chains a block (warps for mma.sync, warpgroups for
+// wgmma), arg2 blocks (0: one per SM). 320 steps: out_proj's K = 5120. cycles_per_step: the chains'
+// mean; chain_us: 320 such steps at the device's top clock, the least out_proj at one row can take
+// after its input lands (no split-K).
+void BM_CudaMmaChain(benchmark::State& state) {
+  if (!gpu_here(state)) return;
+  const int way = static_cast<int>(state.range(0)), chains = static_cast<int>(state.range(1));
+  int blocks = static_cast<int>(state.range(2));
+  int sms = 0, khz = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
+  if (blocks == 0) blocks = sms;
+  state.SetLabel(cuda::mma_chain_way_name(way));
+  constexpr int kSteps = cuda::kMmaChainSteps;
+  cuda::MmaChainResult r;
+  double cycles = 0;
+  for (auto _ : state) {
+    r = cuda::mma_chain(way, chains, blocks);
+    state.SetIterationTime(r.ms / 1000.0);
+    cycles += r.cycles_per_step;
+  }
+  const double per_step = cycles / static_cast<double>(std::max<int64_t>(1, state.iterations()));
+  state.counters["cycles_per_step"] = per_step;
+  state.counters["chain_us"] = per_step * kSteps / (khz * 1e-3);
+  state.counters["clock_mhz"] = khz * 1e-3;
+}
+BENCHMARK(BM_CudaMmaChain)
+    ->ArgsProduct({{0, 1}, {1, 2, 4}, {1, 0}})
+    ->ArgsProduct({{2, 3}, {1, 2}, {1, 0}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// Where out_proj's (arg0 0: in_proj's) time goes at one row on the mma.sync swap-AB kernel (arg1 1: its
+// -lag schedule), L2 flushed before each pass as in a decode step (arg2 0: warm): each consumer warp's
+// clock (gemm_bf16_swap_ab_probe), means over the warps. first_cycles: start to the first box's
+// fragments (the pre-pass, the first boxes' DRAM latency); per_box: the step loop's cycles a 64-deep box
+// (4 dependent steps); wait_per_box: of those, waiting on a stage's barrier (the data); chain_per_box:
+// the rest; loop_us_max: the slowest warp's loop.
+void BM_CudaGemmSwapAbProbe(benchmark::State& state) {
+  if (!gpu_here(state)) return;
+  const bool out_proj = state.range(0) == 0, lag = state.range(1) != 0, cold = state.range(2) != 0;
+  const int N = out_proj ? 2560 : 10576, K = out_proj ? 5120 : 2560, M = 1;
+  cuda::DeviceBuffer<uint16_t> w(std::size_t(cuda::padded_rows(N)) * K);
+  cudaMemset(w.data(), 0x3A, w.size() * 2);  // bf16 0x3A3A: small, finite
+  cuda::DeviceBuffer<float> a(std::size_t(M) * K), c(std::size_t(M) * N);
+  cudaMemset(a.data(), 0x3F, a.size() * 4);
+  const int warps = cuda::gemm_bf16_swap_ab_probe_warps(N);
+  cuda::DeviceBuffer<long long> probe(std::size_t(warps) * 4);
+  cuda::DeviceBuffer<uint8_t> junk(std::size_t(256) << 20);
+  int khz = 0;
+  cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  double first = 0, per_box = 0, wait = 0, loop_max = 0;
+  int runs = 0;
+  for (auto _ : state) {
+    if (cold) cudaMemsetAsync(junk.data(), runs & 0xff, junk.size());
+    cudaEventRecord(e0);
+    cuda::gemm_bf16_swap_ab_probe(a.data(), M, K, K, w.data(), N, c.data(), N, nullptr, lag, probe.data());
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    state.SetIterationTime(ms / 1000.0);
+    const std::vector<long long> p = probe.download(probe.size());
+    double f = 0, b = 0, wt = 0, lm = 0;
+    for (int i = 0; i < warps; ++i) {
+      const double boxes = static_cast<double>(p[4 * i + 3]), loop = static_cast<double>(p[4 * i + 1] - p[4 * i]);
+      f += static_cast<double>(p[4 * i]);
+      b += loop / boxes;
+      wt += static_cast<double>(p[4 * i + 2]) / boxes;
+      lm = std::max(lm, loop);
+    }
+    first += f / warps;
+    per_box += b / warps;
+    wait += wt / warps;
+    loop_max = std::max(loop_max, lm);
+    ++runs;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  const double n = std::max(1, runs);
+  state.counters["first_cycles"] = first / n;
+  state.counters["per_box"] = per_box / n;
+  state.counters["wait_per_box"] = wait / n;
+  state.counters["chain_per_box"] = (per_box - wait) / n;
+  state.counters["loop_us_max"] = loop_max / (khz * 1e-3);
+}
+BENCHMARK(BM_CudaGemmSwapAbProbe)->ArgsProduct({{0, 1}, {0, 1}, {1, 0}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace parity

@@ -1,0 +1,20 @@
+#pragma once
+// More of the decode GEMMs' early-start flags (ops.h's GemmEarly: the same set_gemm_early word; session
+// 12), for a batch-1 step whose kernels are scheduled further ahead of their inputs. The same rule as
+// ops.h's: whatever runs before a kernel's wait reads only what no running kernel writes, so the same
+// bits.
+namespace parity::cuda {
+
+// The swap-AB kernels' consumer warps wait for the kernel before them (griddepcontrol.wait) before
+// they poll their ring's barriers, so that a GEMM scheduled early sleeps instead of polling beside
+// the kernels it waits for; with it kGemmEarlyNorms acts at every row count (without, above 16 rows).
+inline constexpr unsigned kGemmEarlyPark = 128u;
+// The conv and plain mode's SSU let the next kernel be scheduled before their own wait (the SSU's
+// state tile and, through the gated norm, out_proj's first ring can then be requested while in_proj
+// still runs).
+inline constexpr unsigned kGemmEarlyMixerChain = 256u;
+// The swap-AB mma.sync kernel's blocks ask L2, before their wait, for every weight box of theirs past
+// the ring (the ring itself goes to shared memory under kGemmEarlyWeights).
+inline constexpr unsigned kGemmEarlyL2Rest = 512u;
+
+}  // namespace parity::cuda

@@ -1,0 +1,74 @@
+#pragma once
+// The norms' per-element operations and the held form of the gated RMSNorm of one row group, as
+// device code both rows.cu's kernels and out_proj's fused kernel (gemm_swap_ab_mma.cuh's GNORM) run:
+// one copy, one set of bits. A row's reduction is block_sum's fixed tree over kRowThreads threads,
+// thread t owning elements t, t + 256, ... in the sum of squares and the scaling alike.
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include "kernels/math.h"
+#include "kernels_cuda/block_reduce.cuh"
+
+namespace parity::cuda::norm_row {
+
+constexpr int kRowThreads = 256;
+// The held form keeps a thread's elements in registers (their loads issue together): rows up to
+// kHeld · kRowThreads wide.
+constexpr int kHeld = 24;
+constexpr int kHeldMaxWidth = kHeld * kRowThreads;
+
+// The same scalar tail as the CPU (kernels/norm.cpp): mean, add eps, sqrt, reciprocal.
+__device__ inline float inv_rms(float s, int n, float eps) { return 1.0f / sqrtf(s / static_cast<float>(n) + eps); }
+// The GEMM pre-pass's rounding (gemm_mma.cu round_to_bf16_kernel: __floats2bfloat162_rn, which
+// rounds each half as __float2bfloat16_rn does), as raw bits.
+__device__ inline uint16_t bf16_bits(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+__device__ inline float scaled_by(float v, float r, float w) { return (v * r) * w; }
+__device__ inline float gate(float y, float z) { return y * kernels::silu_f(z); }
+__device__ inline float gated_scaled_by(float y, float r, float w, float z) {
+  return scaled_by(y, r, w) * kernels::silu_f(z);
+}
+
+// The weights thread threadIdx.x scales by (0 past the group): loaded by the caller before its wait
+// (no kernel writes them).
+__device__ inline void load_held_weights(const float* w, int group, float (&wk)[kHeld]) {
+  const int t = threadIdx.x;
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k) wk[k] = t + k * kRowThreads < group ? w[t + k * kRowThreads] : 0.0f;
+}
+
+// The gated RMSNorm of one group (y, z: its first elements; group <= kHeldMaxWidth), held form:
+// out(i, value) for each of thread threadIdx.x's elements i. Every thread of a kRowThreads-thread
+// block calls it (block_sum's barriers).
+template <class Out>
+__device__ inline void gated_norm_held(const float* y, const float* z, int group, const float (&wk)[kHeld], float eps,
+                                       bool norm_before_gate, Out out) {
+  const int t = threadIdx.x;
+  float v[kHeld], zk[kHeld];
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k) {
+    const int i = t + k * kRowThreads;
+    v[k] = i < group ? y[i] : 0.0f;
+    zk[k] = i < group ? z[i] : 0.0f;
+  }
+  if (!norm_before_gate) {
+#pragma unroll
+    for (int k = 0; k < kHeld; ++k)
+      if (t + k * kRowThreads < group) v[k] = gate(v[k], zk[k]);
+  }
+  float a = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k)
+    if (t + k * kRowThreads < group) a = fmaf(v[k], v[k], a);
+  __shared__ float scratch[kRowThreads / 32];
+  const float r = inv_rms(block_sum<kRowThreads>(a, scratch), group, eps);
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k)
+    if (t + k * kRowThreads < group)
+      v[k] = norm_before_gate ? gated_scaled_by(v[k], r, wk[k], zk[k]) : scaled_by(v[k], r, wk[k]);
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k)
+    if (t + k * kRowThreads < group) out(t + k * kRowThreads, v[k]);
+}
+
+}  // namespace parity::cuda::norm_row

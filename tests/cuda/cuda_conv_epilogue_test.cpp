@@ -1,0 +1,126 @@
+// in_proj's conv epilogue (conv_epilogue.h): a decode pass's conv, SiLU, conv-state advance and dt
+// done by the GEMM blocks that write in_proj's columns, against gemm() and then conv1d with its DtJob
+// (the mixer's launches without it): in_proj's output, the conv output, the new state and dt bit for
+// bit, at mamba2-2.7b's shape and the tiny models' (bias, groups), for every row count the epilogue
+// takes (1..8), with the GEMMs' early start on and off. Above 8 rows it must decline (the caller then
+// runs conv1d). The companion: a nudged carried state reaches the comparison.
+#include <string>
+#include <vector>
+
+#include "kernels_cuda/conv_epilogue.h"
+#include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/ops.h"
+#include "kernels_cuda/pass_plan.h"
+#include "tests/cuda/gpu_test_support.h"
+
+namespace parity {
+namespace {
+
+struct InProj {
+  int K, I, conv, H;  // in_proj's columns: [z (I) | xBC (conv) | dt (H)]
+  bool bias;
+  int N() const { return I + conv + H; }
+};
+
+struct Outputs {
+  std::string zx, out, state, dt;
+  bool taken = false;
+};
+
+Outputs compare(const InProj& sh, int M, bool nudge) {
+  const int N = sh.N(), K = 4, slots = 2 * M + 1;
+  const std::vector<float> a = test::uniform(static_cast<std::size_t>(M) * sh.K, 71, -2.0f, 2.0f);
+  const std::vector<float> w = test::round_bf16(test::uniform(static_cast<std::size_t>(cuda::padded_rows(N)) * sh.K, 72,
+                                                              -0.1f, 0.1f));
+  const std::vector<float> gb = test::uniform(N, 73, -0.5f, 0.5f), cw = test::uniform(std::size_t(sh.conv) * K, 74),
+                           cb = test::uniform(sh.conv, 75), dtb = test::uniform(sh.H, 76, -3.0f, 1.0f);
+  std::vector<float> state = test::uniform(static_cast<std::size_t>(slots) * (K - 1) * sh.conv, 77);
+  std::vector<cuda::SeqSpan> spans;
+  for (int s = 0; s < M; ++s) spans.push_back({(2 * s + 1) % slots, 40 + s, 1});
+  cuda::DeviceBuffer<float> da, dgb, dcw, dcb, ddtb, st0, st1;
+  cuda::DeviceBuffer<float> c0(std::size_t(M) * N), c1(c0.size()), o0(std::size_t(M) * sh.conv), o1(o0.size()),
+      dt0(std::size_t(M) * sh.H), dt1(dt0.size());
+  cuda::DeviceBuffer<uint16_t> dw;
+  da.upload(a);
+  dw.upload(test::to_bf16(w));
+  dgb.upload(gb);
+  dcw.upload(cw);
+  dcb.upload(cb);
+  ddtb.upload(dtb);
+  st0.upload(state);
+  if (nudge) state[(static_cast<std::size_t>(spans[0].slot) * (K - 1) + K - 2) * sh.conv + sh.conv - 1] += 0.5f;
+  st1.upload(state);
+  cuda::DeviceBuffer<int32_t> ints;
+  cuda::DeviceBuffer<int64_t> starts;
+  const cuda::PassSeqs p = cuda::PassPlan(spans, cuda::ScanGrid{}).upload(ints, starts);
+  const float lo = 0.001f, hi = 0.3f;
+  const float* bias = sh.bias ? dgb.data() : nullptr;
+  // The mixer's launches without the epilogue.
+  cuda::gemm(da.data(), M, sh.K, sh.K, dw.data(), cuda::WeightType::BF16, N, bias, c0.data(), N, nullptr, N);
+  const cuda::DtJob dt_ref{c0.data() + sh.I + sh.conv, N, sh.H, ddtb.data(), lo, hi, dt0.data()};
+  cuda::conv1d(c0.data() + sh.I, N, sh.conv, dcw.data(), dcb.data(), K, st0.data(), p, true, o0.data(), nullptr, &dt_ref);
+  // With it (and conv1d after, as the mixer, where it declines).
+  const cuda::DtJob dt_job{nullptr, 0, sh.H, ddtb.data(), lo, hi, dt1.data()};
+  const cuda::ConvEpilogue job{sh.I, sh.conv, K, dcw.data(), dcb.data(), st1.data(), p.slot, p.row_seq, true, o1.data(),
+                               sh.I + sh.conv, dt_job};
+  Outputs r;
+  r.taken = cuda::with_conv_epilogue(job, [&] {
+    cuda::gemm(da.data(), M, sh.K, sh.K, dw.data(), cuda::WeightType::BF16, N, bias, c1.data(), N, nullptr, N);
+  });
+  if (!r.taken) {
+    const cuda::DtJob dt_late{c1.data() + sh.I + sh.conv, N, sh.H, ddtb.data(), lo, hi, dt1.data()};
+    cuda::conv1d(c1.data() + sh.I, N, sh.conv, dcw.data(), dcb.data(), K, st1.data(), p, true, o1.data(), nullptr,
+                 &dt_late);
+  }
+  cuda::cuda_check(cudaDeviceSynchronize(), "conv epilogue");
+  auto diff = [](const cuda::DeviceBuffer<float>& x, const cuda::DeviceBuffer<float>& y, std::size_t n, int cols) {
+    const std::vector<float> hx = x.download(n), hy = y.download(n);
+    return test::bit_difference(hx.data(), hy.data(), n, static_cast<std::size_t>(cols));
+  };
+  r.zx = diff(c1, c0, c0.size(), N);
+  r.out = diff(o1, o0, o0.size(), sh.conv);
+  r.state = diff(st1, st0, state.size(), sh.conv);
+  r.dt = diff(dt1, dt0, dt0.size(), sh.H);
+  return r;
+}
+
+const InProj kShapes[] = {{2560, 5120, 5376, 80, false}, {64, 128, 160, 4, false}, {64, 128, 192, 8, true}};
+
+TEST(CudaConvEpilogue, InProjDoingTheConvGivesTheBitsOfConv1dAfterIt) {
+  PARITY_REQUIRE_GPU();
+  for (const InProj& sh : kShapes)
+    for (unsigned early : {cuda::kGemmEarlyDefault, 0u})
+      for (int M : {1, 2, 3, 5, 8, 9, 16}) {
+        cuda::set_gemm_early(early);
+        const Outputs r = compare(sh, M, false);
+        const std::string what = "K " + std::to_string(sh.K) + " N " + std::to_string(sh.N()) + " M " +
+                                 std::to_string(M) + " early " + std::to_string(early) + ": ";
+        EXPECT_EQ(r.taken, M <= 8) << what << "the epilogue takes up to 8 rows";
+        EXPECT_EQ(r.zx, "") << what << "in_proj's output";
+        EXPECT_EQ(r.out, "") << what << "the conv's output";
+        EXPECT_EQ(r.state, "") << what << "the conv state";
+        EXPECT_EQ(r.dt, "") << what << "dt";
+      }
+  cuda::set_gemm_early(cuda::kGemmEarlyDefault);
+}
+
+TEST(CudaConvEpilogue, SwitchedOffItDeclines) {
+  PARITY_REQUIRE_GPU();
+  cuda::set_conv_epilogue(false);
+  const Outputs r = compare(kShapes[1], 1, false);
+  cuda::set_conv_epilogue(true);
+  EXPECT_FALSE(r.taken);
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(CudaConvEpilogue, ComparisonSeesANudgedState) {
+  PARITY_REQUIRE_GPU();
+  const Outputs r = compare(kShapes[0], 1, true);
+  EXPECT_TRUE(r.taken);
+  EXPECT_EQ(r.zx, "") << "the state is not in_proj's input";
+  EXPECT_NE(r.out, "") << "the nudged last tap feeds the last channel's output";
+  EXPECT_NE(r.state, "") << "and shifts into its new state";
+}
+
+}  // namespace
+}  // namespace parity
