@@ -126,11 +126,11 @@ __device__ void coefficients(const CellIn& c, const float* X, float* F, float Ah
   const float total = __shfl_sync(0xffffffffu, cl, L - 1);
 #pragma unroll
   for (int e0 = 0; e0 < kG * kG; e0 += T) {
-    const int e = e0 + tid, t = e / kG, i = e % kG;
+    const int e = e0 + tid, t = (e / kG) % kG, i = e % kG;  // a block of 512 threads: the upper half idle
     const float ct = __shfl_sync(0xffffffffu, cl, t), ci = __shfl_sync(0xffffffffu, cl, i);
     float v = 0.0f;
     if (t >= j0 && t < L && i <= t) v = row_weight(ct, ci, dts[i]) * bnd[t * kG + (t - i)];
-    F[kCoef + t * kFS + i] = v;
+    if (e < kG * kG) F[kCoef + t * kFS + i] = v;
   }
   const int r = lane & 15;
   const float cr = __shfl_sync(0xffffffffu, cl, r);
