@@ -1,6 +1,6 @@
 // PROTOTYPE: the cell walk with its products on tensor cores (ssd_tc.h says what it computes).
 //
-// One block per (sequence, head, 16·WP columns of p): WP × KS warps. Warp (pw, ks) owns 16 columns of
+// One block per (sequence, head, 16·WP columns of p; P a multiple of 16·WP): WP × KS warps. Warp (pw, ks) owns 16 columns of
 // p and 128 / KS values of n of their state, S[16 p][n] as fp32 mma accumulators: lane (g, q) =
 // (lane / 4, lane % 4) holds S[g][8j + 2q, +1] and S[g + 8][8j + 2q, +1] of each of its n-tiles j. That
 // layout is both the fold's m16n8 accumulator (M = p, N = n, K = the cell's 16 rows) and, packed to
@@ -106,14 +106,24 @@ __device__ void issue(const Ctx& b, const CellIn& c, float* X) {
   }
 }
 
-// Cell c's coefficient table from stage X into F, the values ssd_pipe.cu's coefficients form: each
-// warp sums cum left to right by shuffles (lane i keeps cum_i); coef[t][i] = row_weight(cum_t, cum_i,
-// dt_i)·band[t][t−i] for output rows t and i ≤ t (else 0), w_i = row_weight(cum_{L−1}, cum_i, dt_i)
-// (0 for i ≥ L or a cell that does not fold), exp(cum_t), decay = exp(cum_{L−1}).
+// Cell c's coefficient table, the values ssd_pipe.cu's coefficients form: each warp sums cum left to
+// right by shuffles (lane i keeps cum_i); coef[t][i] = row_weight(cum_t, cum_i, dt_i)·band[t][t−i] for
+// output rows t and i ≤ t (else 0), w_i = row_weight(cum_{L−1}, cum_i, dt_i) (0 for i ≥ L or a cell
+// that does not fold), exp(cum_t), decay = exp(cum_{L−1}). A thread forms its entries in registers
+// (form) and stores them later (store), so that their exp chains can run beside the cell before's
+// products: no store between the two keeps the compiler from interleaving them.
+template <int T>
+struct Coefs {
+  static constexpr int kPer = (kG * kG + T - 1) / T;  // table entries a thread
+  float v[kPer];
+  float we;     // the last warp: w (lanes 0..15) or exp(cum) (16..31) of row lane % 16
+  float decay;  // its lane 0
+};
+
 template <int WP, int T>
-__device__ void coefficients(const CellIn& c, const float* X, float* F, float Ah) {
+__device__ Coefs<T> form_table(const CellIn& c, const float* X, float Ah) {
   using St = Stage<WP>;
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, L = c.L, j0 = c.j0;
+  const int tid = threadIdx.x, lane = tid % 32, L = c.L > 0 ? c.L : 1, j0 = c.j0;
   const float* dts = X + St::kDt;
   const float* bnd = X + St::kBand;
   const float d = lane < L ? cum_term(dts[lane], Ah) : 0.0f;
@@ -124,26 +134,37 @@ __device__ void coefficients(const CellIn& c, const float* X, float* F, float Ah
     if (i < L && i <= lane) cl = cl + v;
   }
   const float total = __shfl_sync(0xffffffffu, cl, L - 1);
+  Coefs<T> k;
 #pragma unroll
-  for (int e0 = 0; e0 < kG * kG; e0 += T) {
-    const int e = e0 + tid, t = (e / kG) % kG, i = e % kG;  // a block of 512 threads: the upper half idle
+  for (int a = 0; a < Coefs<T>::kPer; ++a) {
+    const int e = a * T + tid, t = (e / kG) % kG, i = e % kG;  // a block of 512 threads: the upper half idle
     const float ct = __shfl_sync(0xffffffffu, cl, t), ci = __shfl_sync(0xffffffffu, cl, i);
-    float v = 0.0f;
-    if (t >= j0 && t < L && i <= t) v = row_weight(ct, ci, dts[i]) * bnd[t * kG + (t - i)];
-    if (e < kG * kG) F[kCoef + t * kFS + i] = v;
+    const float w = row_weight(ct, ci, dts[i]) * bnd[t * kG + (t - i)];
+    k.v[a] = t >= j0 && t < L && i <= t ? w : 0.0f;
   }
   const int r = lane & 15;
   const float cr = __shfl_sync(0xffffffffu, cl, r);
+  k.we = 0.0f;
+  if (lane < 16) {
+    if (c.fold && r < L) k.we = row_weight(total, cr, dts[r]);
+  } else if (r < L) {
+    k.we = exp_f(cr);
+  }
+  k.decay = exp_f(total);
+  return k;
+}
+
+template <int T>
+__device__ void store_table(const Coefs<T>& k, float* F) {
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+#pragma unroll
+  for (int a = 0; a < Coefs<T>::kPer; ++a) {
+    const int e = a * T + tid;
+    if (e < kG * kG) F[kCoef + (e / kG) * kFS + e % kG] = k.v[a];
+  }
   if (warp == T / 32 - 1) {
-    float v = 0.0f;
-    if (lane < 16) {
-      if (c.fold && r < L) v = row_weight(total, cr, dts[r]);
-      F[kW + r] = v;
-    } else {
-      if (r < L) v = exp_f(cr);
-      F[kE + r] = v;
-    }
-    if (lane == 0) F[kDecay] = exp_f(total);
+    F[(lane < 16 ? kW : kE - 16) + lane] = k.we;
+    if (lane == 0) F[kDecay] = k.decay;
   }
 }
 
@@ -252,7 +273,6 @@ __global__ void __launch_bounds__(32 * WP * KS)
   const int64_t call_end = start + p.n[seq];
   const int gi = lane / 4, q = lane % 4;
   const int wc = 16 * pw;                // the warp's first column in the block
-  const bool active = b.p0 + wc < P;     // columns past P: the warp only copies and forms coefficients
   const int nt0 = ks * NT;               // the warp's first n-tile
   const std::size_t sbase = (static_cast<std::size_t>(b.src.slot) * sh.H + h) * P * N;
 
@@ -283,22 +303,20 @@ __global__ void __launch_bounds__(32 * WP * KS)
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {
       const int pp = b.p0 + wc + gi + 4 * e;
-      float2 v = make_float2(0.0f, 0.0f);
-      if (active) {
-        const std::size_t i = sbase + static_cast<std::size_t>(pp) * N + 8 * (nt0 + j) + 2 * q;
-        if (bf16) {
-          const uint32_t u = *reinterpret_cast<const uint32_t*>(st.state_bf16 + i);
-          v = make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
-        } else {
-          v = *reinterpret_cast<const float2*>(st.state_f32 + i);
-        }
+      float2 v;
+      const std::size_t i = sbase + static_cast<std::size_t>(pp) * N + 8 * (nt0 + j) + 2 * q;
+      if (bf16) {
+        const uint32_t u = *reinterpret_cast<const uint32_t*>(st.state_bf16 + i);
+        v = make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+      } else {
+        v = *reinterpret_cast<const float2*>(st.state_f32 + i);
       }
       S[j][e] = v.x;
       S[j][e + 1] = v.y;
     }
   wait_all();
   __syncthreads();
-  coefficients<WP, T>(c, Xb(0), Fb(0), Ah);
+  store_table(form_table<WP, T>(c, Xb(0), Ah), Fb(0));
 
   Pending pd{};
   bool folded = false;
@@ -311,9 +329,10 @@ __global__ void __launch_bounds__(32 * WP * KS)
     wait_all();
     __syncthreads();  // cell k+1's inputs landed, cell k's table formed, cell k−1's partial sums stored; its readers done
     if constexpr (KS > 1)
-      if (k > 0 && ks == 0 && active) finish<WP, KS>(pd, Eb(k - 1), pw, lane, sh, h, b.p0 + wc, Dh, y);
+      if (k > 0 && ks == 0) finish<WP, KS>(pd, Eb(k - 1), pw, lane, sh, h, b.p0 + wc, Dh, y);
     if (has2) issue<WP, T>(b, c2, Xb(k + 2));
     commit();
+    const Coefs<T> next = form_table<WP, T>(c1, Xb(k + 1), Ah);  // stale values where !has1: not stored
 
     const float* X = Xb(k);
     const float* F = Fb(k);
@@ -321,120 +340,121 @@ __global__ void __launch_bounds__(32 * WP * KS)
     const float* Cs = X + St::kC;
     const float* Bs = X + St::kB;
     const int L = c.L, j0 = c.j0;
-    if (active) {
-      // x[i][p] at i = 2q, 2q+1, 2q+8, 2q+9 and p = wc + gi (+8): the intra product's k16n8 operand
-      // and, weighed by w_i, the fold's m16k16 operand.
-      float xa[4][2];
+    // x[i][p] at i = 2q, 2q+1, 2q+8, 2q+9 and p = wc + gi (+8): the intra product's k16n8 operand
+    // and, weighed by w_i, the fold's m16k16 operand.
+    float xa[4][2];
 #pragma unroll
-      for (int a = 0; a < 4; ++a)
+    for (int a = 0; a < 4; ++a)
 #pragma unroll
-        for (int pt = 0; pt < 2; ++pt) xa[a][pt] = xs[(2 * q + (a & 1) + 8 * (a >> 1)) * St::XS + wc + gi + 8 * pt];
+      for (int pt = 0; pt < 2; ++pt) xa[a][pt] = xs[(2 * q + (a & 1) + 8 * (a >> 1)) * St::XS + wc + gi + 8 * pt];
 
-      // The warp's quarters a_m of C·Sᵀ (two k16 steps each from zero), then their part of the sum.
-      float yq[NQ][2][4] = {};
+    // The warp's quarters a_m of C·Sᵀ (two k16 steps each from zero), then their part of the sum.
+    float yq[NQ][2][4] = {};
 #pragma unroll
-      for (int m = 0; m < NQ; ++m)
+    for (int m = 0; m < NQ; ++m)
 #pragma unroll
-        for (int s2 = 0; s2 < 2; ++s2) {
-          const int jl = 2 * m + s2;  // local k-step: n-tiles 2·jl, 2·jl + 1 of the warp's
-          Frag4<kSplit> ca;
-          const float* c0 = Cs + gi * kCS + 8 * (nt0 + 2 * jl) + 2 * q;
-          const float2 v0 = lds2(c0), v1 = lds2(c0 + 8 * kCS), v2 = lds2(c0 + 8), v3 = lds2(c0 + 8 * kCS + 8);
-          ca.set(0, v0.x, v0.y);
-          ca.set(1, v1.x, v1.y);
-          ca.set(2, v2.x, v2.y);
-          ca.set(3, v3.x, v3.y);
+      for (int s2 = 0; s2 < 2; ++s2) {
+        const int jl = 2 * m + s2;  // local k-step: n-tiles 2·jl, 2·jl + 1 of the warp's
+        Frag4<kSplit> ca;
+        const float* c0 = Cs + gi * kCS + 8 * (nt0 + 2 * jl) + 2 * q;
+        const float2 v0 = lds2(c0), v1 = lds2(c0 + 8 * kCS), v2 = lds2(c0 + 8), v3 = lds2(c0 + 8 * kCS + 8);
+        ca.set(0, v0.x, v0.y);
+        ca.set(1, v1.x, v1.y);
+        ca.set(2, v2.x, v2.y);
+        ca.set(3, v3.x, v3.y);
 #pragma unroll
-          for (int pt = 0; pt < 2; ++pt) {
-            Frag2<kSplit> sb;
-            sb.set(0, S[2 * jl][2 * pt], S[2 * jl][2 * pt + 1]);
-            sb.set(1, S[2 * jl + 1][2 * pt], S[2 * jl + 1][2 * pt + 1]);
-            product<kSplit>(yq[m][pt], ca, sb, !bf16);  // a bf16 state has no rest
-          }
+        for (int pt = 0; pt < 2; ++pt) {
+          Frag2<kSplit> sb;
+          sb.set(0, S[2 * jl][2 * pt], S[2 * jl][2 * pt + 1]);
+          sb.set(1, S[2 * jl + 1][2 * pt], S[2 * jl + 1][2 * pt + 1]);
+          product<kSplit>(yq[m][pt], ca, sb, !bf16);  // a bf16 state has no rest
         }
-      float part[2][4];
+      }
+    float part[2][4];
+#pragma unroll
+    for (int pt = 0; pt < 2; ++pt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (NQ == 4) part[pt][e] = (yq[0][pt][e] + yq[1][pt][e]) + (yq[2][pt][e] + yq[3][pt][e]);
+        else if constexpr (NQ == 2) part[pt][e] = yq[0][pt][e] + yq[1][pt][e];
+        else part[pt][e] = yq[0][pt][e];
+      }
+    if (KS > 1 && ks > 0) {
+      float* xch = Eb(k);
+#pragma unroll
+      for (int pt = 0; pt < 2; ++pt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) xch[(((ks - 1) * WP + pw) * 8 + pt * 4 + e) * 32 + lane] = part[pt][e];
+    } else {
+      float ya[2][4] = {};
+      Frag4<kSplit> fa;
+      const float* f0 = F + kCoef + gi * kFS + 2 * q;
+      const float2 v0 = lds2(f0), v1 = lds2(f0 + 8 * kFS), v2 = lds2(f0 + 8), v3 = lds2(f0 + 8 * kFS + 8);
+      fa.set(0, v0.x, v0.y);
+      fa.set(1, v1.x, v1.y);
+      fa.set(2, v2.x, v2.y);
+      fa.set(3, v3.x, v3.y);
+#pragma unroll
+      for (int pt = 0; pt < 2; ++pt) {
+        Frag2<kSplit> xb;
+        xb.set(0, xa[0][pt], xa[1][pt]);
+        xb.set(1, xa[2][pt], xa[3][pt]);
+        product<kSplit>(ya[pt], fa, xb);
+      }
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int t = gi + 8 * hr;
+        const bool out = t >= j0 && t < L;
+        pd.row[hr] = out ? b.src.row0 + static_cast<int>(c.cs + t - b.src.start) : -1;
+        pd.e[hr] = F[kE + t];
+#pragma unroll
+        for (int pt = 0; pt < 2; ++pt) pd.x[hr][pt] = lds2(xs + t * St::XS + wc + 8 * pt + 2 * q);
+      }
 #pragma unroll
       for (int pt = 0; pt < 2; ++pt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          if constexpr (NQ == 4) part[pt][e] = (yq[0][pt][e] + yq[1][pt][e]) + (yq[2][pt][e] + yq[3][pt][e]);
-          else if constexpr (NQ == 2) part[pt][e] = yq[0][pt][e] + yq[1][pt][e];
-          else part[pt][e] = yq[0][pt][e];
+          pd.part[pt][e] = part[pt][e];
+          pd.intra[pt][e] = ya[pt][e];
         }
-      if (ks > 0) {
-        float* xch = Eb(k);
+      if constexpr (KS == 1) finish<WP, KS>(pd, nullptr, pw, lane, sh, h, b.p0 + wc, Dh, y);
+    }
+    {  // the fold, its result kept only where the cell folds (no branch: one basic block with the products)
+      const bool fold = c.fold;
+      float wv[4];
 #pragma unroll
-        for (int pt = 0; pt < 2; ++pt)
+      for (int a = 0; a < 4; ++a) wv[a] = F[kW + 2 * q + (a & 1) + 8 * (a >> 1)];
+      Frag4<kSplit> xw;  // (w_i·x[i][p]) at p = gi (+8), i = 2q.. (+8)
+      xw.set(0, wv[0] * xa[0][0], wv[1] * xa[1][0]);
+      xw.set(1, wv[0] * xa[0][1], wv[1] * xa[1][1]);
+      xw.set(2, wv[2] * xa[2][0], wv[3] * xa[3][0]);
+      xw.set(3, wv[2] * xa[2][1], wv[3] * xa[3][1]);
+      const float decay = F[kDecay];
+      const float* b0 = Bs + 2 * q * kBS + 8 * nt0 + gi;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) xch[(((ks - 1) * WP + pw) * 8 + pt * 4 + e) * 32 + lane] = part[pt][e];
-      } else {
-        float ya[2][4] = {};
-        Frag4<kSplit> fa;
-        const float* f0 = F + kCoef + gi * kFS + 2 * q;
-        const float2 v0 = lds2(f0), v1 = lds2(f0 + 8 * kFS), v2 = lds2(f0 + 8), v3 = lds2(f0 + 8 * kFS + 8);
-        fa.set(0, v0.x, v0.y);
-        fa.set(1, v1.x, v1.y);
-        fa.set(2, v2.x, v2.y);
-        fa.set(3, v3.x, v3.y);
+      for (int j = 0; j < NT; ++j) {
+        Frag2<kSplit> bb;
+        bb.set(0, b0[8 * j], b0[kBS + 8 * j]);
+        bb.set(1, b0[8 * kBS + 8 * j], b0[9 * kBS + 8 * j]);
+        float dl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        product<kSplit>(dl, xw, bb);
 #pragma unroll
-        for (int pt = 0; pt < 2; ++pt) {
-          Frag2<kSplit> xb;
-          xb.set(0, xa[0][pt], xa[1][pt]);
-          xb.set(1, xa[2][pt], xa[3][pt]);
-          product<kSplit>(ya[pt], fa, xb);
-        }
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int t = gi + 8 * hr;
-          const bool out = t >= j0 && t < L;
-          pd.row[hr] = out ? b.src.row0 + static_cast<int>(c.cs + t - b.src.start) : -1;
-          pd.e[hr] = F[kE + t];
-#pragma unroll
-          for (int pt = 0; pt < 2; ++pt) pd.x[hr][pt] = lds2(xs + t * St::XS + wc + 8 * pt + 2 * q);
-        }
-#pragma unroll
-        for (int pt = 0; pt < 2; ++pt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            pd.part[pt][e] = part[pt][e];
-            pd.intra[pt][e] = ya[pt][e];
-          }
-        if constexpr (KS == 1) finish<WP, KS>(pd, nullptr, pw, lane, sh, h, b.p0 + wc, Dh, y);
-      }
-      if (c.fold) {
-        float wv[4];
-#pragma unroll
-        for (int a = 0; a < 4; ++a) wv[a] = F[kW + 2 * q + (a & 1) + 8 * (a >> 1)];
-        Frag4<kSplit> xw;  // (w_i·x[i][p]) at p = gi (+8), i = 2q.. (+8)
-        xw.set(0, wv[0] * xa[0][0], wv[1] * xa[1][0]);
-        xw.set(1, wv[0] * xa[0][1], wv[1] * xa[1][1]);
-        xw.set(2, wv[2] * xa[2][0], wv[3] * xa[3][0]);
-        xw.set(3, wv[2] * xa[2][1], wv[3] * xa[3][1]);
-        const float decay = F[kDecay];
-        const float* b0 = Bs + 2 * q * kBS + 8 * nt0 + gi;
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          Frag2<kSplit> bb;
-          bb.set(0, b0[8 * j], b0[kBS + 8 * j]);
-          bb.set(1, b0[8 * kBS + 8 * j], b0[9 * kBS + 8 * j]);
-          float dl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          product<kSplit>(dl, xw, bb);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) S[j][e] = fold_element(decay, S[j][e], dl[e], bf16);
+        for (int e = 0; e < 4; ++e) {
+          const float v = fold_element(decay, S[j][e], dl[e], bf16);  // a cell that does not fold: B not copied
+          S[j][e] = fold ? v : S[j][e];
         }
       }
     }
-    // The next cell's table, after this cell's products (its exp chains can overlap their tail).
-    if (has1) coefficients<WP, T>(c1, Xb(k + 1), Fb(k + 1), Ah);
+    if (has1) store_table(next, Fb(k + 1));
     folded = folded || c.fold;
     if (!has1) break;
     c = c1;
   }
   if constexpr (KS > 1) {
     __syncthreads();  // the last cell's partial sums stored
-    if (ks == 0 && active) finish<WP, KS>(pd, Eb(k), pw, lane, sh, h, b.p0 + wc, Dh, y);
+    if (ks == 0) finish<WP, KS>(pd, Eb(k), pw, lane, sh, h, b.p0 + wc, Dh, y);
   }
-  if (!folded || !active) return;  // the slot keeps its state
+  if (!folded) return;  // the slot keeps its state
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -497,6 +517,9 @@ void launch_way(int wp, int ks, const SsdShape& sh, const ScanGrid& g, const Pas
       default: throw Error("CUDA SSD tc: warps over n must be 1, 2 or 4, got " + std::to_string(ks));
     }
   };
+  if (sh.P % (16 * wp) != 0)
+    throw Error("CUDA SSD tc: " + std::to_string(wp) + " warps over p need P a multiple of " + std::to_string(16 * wp) +
+                ", got " + std::to_string(sh.P));
   switch (wp) {
     case 1: by_ks(std::integral_constant<int, 1>{}); break;
     case 2: by_ks(std::integral_constant<int, 2>{}); break;

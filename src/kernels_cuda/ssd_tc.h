@@ -24,7 +24,8 @@ enum class SsdTcProducts {
   split = 1,  // each factor as bf16 hi + bf16 lo, three mma a product (lo·lo dropped)
 };
 
-// A block's shape: warps_p × warps_n warps for 16·warps_p columns of p of one head; warps_n splits the
+// A block's shape: warps_p × warps_n warps for 16·warps_p columns of p of one head (P a multiple of
+// 16·warps_p, else ssd_tc_scan throws); warps_n splits the
 // state's n (and C·Sᵀ's four quarters of n) over 1, 2 or 4 warps. 0: the default way's. A schedule
 // choice only: every way gives the same bits.
 struct SsdTcWay {

@@ -20,6 +20,7 @@
 #include "kernels_cuda/ssd_tc.h"
 #include "tests/cuda/gpu_test_support.h"
 #include "tests/cuda/ssd_scan_memory.h"
+#include "tests/cuda/wgmma_chain.h"
 
 namespace parity {
 namespace {
@@ -258,23 +259,23 @@ TEST(CudaSsdTc, WithinToleranceOfTheFp32WalkAtTheModelShape) {
 // The walk's bits: the same for every block shape (warps over p and over n: the quarters of C·Sᵀ
 // summed by another warp), and (exact mode) for any cut of the sequences into calls, passes shared by
 // several sequences, calls starting inside cells; rows not 16-byte aligned (pad 3) and aligned (pad 0);
-// several groups; P of 48 (a block of 4 × 16 columns with one idle).
+// several groups; P of 32 (one or two warps over p).
 TEST(CudaSsdTc, BitsDoNotDependOnTheBlockShapeOrSchedule) {
   PARITY_REQUIRE_GPU();
   const cuda::ScanGrid g{true, 16, true};
-  for (const Shape& sh : {Shape{8, 64, 128, 1}, Shape{6, 48, 128, 2, 0}})
+  for (const Shape& sh : {Shape{8, 64, 128, 1}, Shape{6, 32, 128, 2, 0}})
     for (bool bf16 : {false, true})
       for (SsdTcProducts prod : {SsdTcProducts::bf16, SsdTcProducts::split}) {
         const int T = 300, slots = 3;
         const Inputs in = make_inputs(sh, slots, T);
-        const Result ref = run(sh, g, bf16, T, in, whole(slots, T), {true, way(4, 1, prod)});
+        const Result ref = run(sh, g, bf16, T, in, whole(slots, T), {true, way(1, 1, prod)});
         const Result fp32 = run(sh, g, bf16, T, in, whole(slots, T), {});
         const Errors e = errors(ref, fp32);
         EXPECT_LE(e.y, tol_y(prod, bf16));
         for (const auto& [wp, ks] : {std::pair{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}, {4, 2}, {1, 4}, {2, 4}, {4, 4}})
           for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(slots, T)},
                                               {"uneven", uneven(slots, T)}}) {
-            if (wp == 4 && ks == 1 && std::string(sname) == "whole") continue;
+            if (sh.P % (16 * wp) != 0 || (wp == 1 && ks == 1 && std::string(sname) == "whole")) continue;
             EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, {true, way(wp, ks, prod)}), ref))
                 << "H " << sh.H << " P " << sh.P << " groups " << sh.groups << (bf16 ? " bf16" : " fp32") << " "
                 << name(prod) << " warps " << wp << " x " << ks << " schedule " << sname;
@@ -305,6 +306,46 @@ TEST(CudaSsdTc, CompanionTheChecksSeeAWrongSkipAndAChangedInput) {
   while (first < ya.size() && std::memcmp(&ya[first], &yb[first], 4) == 0) ++first;
   EXPECT_EQ(first / sh.I(), 20u);
   EXPECT_FALSE(same_bits(a.state, b.state));
+}
+
+// What a decode step would lean on to reuse these steps (docs/cuda.md, "A tensor-core cell walk"): an
+// m16n8k16 chain's output row depends only on that row of A and its output column only on that column
+// of B — not on the row's place in the tile, the tile, or the other rows (here: moved, or zero). Two
+// k16 steps (a quarter of C·Sᵀ), operands over 2^-12..2^12 so that the accumulation's rounding matters.
+TEST(CudaSsdTc, AnMmaRowDependsOnlyOnThatRowAndColumn) {
+  PARITY_REQUIRE_GPU();
+  const int K = 32, R = 64, C = 8;
+  std::mt19937_64 gen(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> ex(-12, 12);
+  auto draw = [&](std::size_t n) {
+    std::vector<uint16_t> v(n);
+    for (auto& x : v) x = f32_to_bf16(std::ldexp(u(gen), ex(gen)));
+    return v;
+  };
+  const std::vector<uint16_t> A = draw(std::size_t(R) * K), Bt = draw(std::size_t(C) * K);
+  const std::vector<float> d = test::run_chains(A, Bt, K).mma;
+  std::vector<int> rows(R), cols(C);
+  for (int i = 0; i < R; ++i) rows[i] = i;
+  for (int i = 0; i < C; ++i) cols[i] = i;
+  std::shuffle(rows.begin(), rows.end(), gen);
+  std::shuffle(cols.begin(), cols.end(), gen);
+  std::vector<uint16_t> A2(A.size()), B2(Bt.size()), A3(A.size(), 0);
+  for (int r = 0; r < R; ++r) std::copy_n(A.begin() + rows[r] * K, K, A2.begin() + r * K);
+  for (int c = 0; c < C; ++c) std::copy_n(Bt.begin() + cols[c] * K, K, B2.begin() + c * K);
+  std::copy_n(A.begin() + 5 * K, K, A3.begin() + 42 * K);  // row 5 alone, as row 10 of the third tile
+  const std::vector<float> d2 = test::run_chains(A2, B2, K).mma, d3 = test::run_chains(A3, Bt, K).mma;
+  int moved = 0;
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) moved += std::memcmp(&d2[r * C + c], &d[rows[r] * C + cols[c]], 4) != 0;
+  EXPECT_EQ(moved, 0);
+  EXPECT_EQ(std::memcmp(&d3[42 * C], &d[5 * C], C * 4), 0);
+  // Companion: the same rows with their two k16 steps swapped give other bits somewhere.
+  std::vector<uint16_t> A4(A), B4(Bt);
+  for (int r = 0; r < R; ++r) std::rotate(A4.begin() + r * K, A4.begin() + r * K + 16, A4.begin() + (r + 1) * K);
+  for (int c = 0; c < C; ++c) std::rotate(B4.begin() + c * K, B4.begin() + c * K + 16, B4.begin() + (c + 1) * K);
+  const std::vector<float> d4 = test::run_chains(A4, B4, K).mma;
+  EXPECT_NE(std::memcmp(d4.data(), d.data(), d.size() * 4), 0);
 }
 
 TEST(CudaSsdTc, Shapes) {
