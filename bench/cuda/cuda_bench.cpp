@@ -289,9 +289,22 @@ void BM_CudaSsdTcPrefillWays(benchmark::State& state) {
   w.products = static_cast<cuda::SsdTcProducts>(state.range(4));
   tc_prefill(state, w);
 }
+// The block shapes worth timing at each size (one warp over n where the heads fill the GPU, n split
+// where latency a cell is all that counts), and the split products at the default shapes.
 BENCHMARK(BM_CudaSsdTcPrefillWays)
-    ->ArgsProduct({{1, 8, 32}, {16}, {1, 2, 4}, {1, 2, 4}, {0}})
-    ->ArgsProduct({{1, 8, 32}, {16}, {4}, {1, 2, 4}, {1}})
+    ->Args({1, 16, 1, 4, 0})
+    ->Args({1, 16, 2, 4, 0})
+    ->Args({1, 16, 4, 4, 0})
+    ->Args({1, 16, 4, 2, 0})
+    ->Args({8, 16, 4, 1, 0})
+    ->Args({8, 16, 4, 2, 0})
+    ->Args({8, 16, 2, 2, 0})
+    ->Args({32, 16, 4, 1, 0})
+    ->Args({32, 16, 2, 1, 0})
+    ->Args({32, 16, 4, 2, 0})
+    ->Args({1, 16, 4, 4, 1})
+    ->Args({8, 16, 4, 2, 1})
+    ->Args({32, 16, 4, 1, 1})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
