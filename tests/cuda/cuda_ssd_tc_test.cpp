@@ -3,8 +3,10 @@
 // the same measure): the same function up to the products' rounding.
 // Error: max |tc − fp32| over a tensor divided by max |fp32| of it (y of every call; the final state).
 // Stated tolerances (the prototype's accuracy claim; the measured values are printed):
-//   bf16 products (vLLM's chunk scan): y and state within 2e-2;  split products (bf16 hi + lo): 1e-4
+//   bf16 products (vLLM's chunk scan): y and state within 1e-2;  split products (bf16 hi + lo): 2e-5
 //   (with a bf16 state: the state within 1e-2 and the split's y within 4e-3, see tol_y).
+// Measured on an H200 (2 × 520 rows, 32 heads, fp32 state): bf16 y 1.97e-3, state 2.65e-3; split y 3.86e-6,
+// state 4.61e-6. bf16 state: bf16 y 1.46e-3, state 5.41e-3; split y 2.54e-4, state 2.70e-3.
 // Beyond the tolerance: the walk's own bits do not depend on its block shape, nor (exact mode) on how
 // the sequence is cut into calls, and the replay ring holds what ssd_scan's holds. Companions show
 // that the error check sees the D skip left out and the bit checks see a changed input.
@@ -27,7 +29,7 @@ namespace {
 
 using cuda::SsdTcProducts;
 
-constexpr double kTolBf16 = 2e-2, kTolSplit = 1e-4;
+constexpr double kTolBf16 = 1e-2, kTolSplit = 2e-5;
 // With a bf16 state both walks round it at every fold, so one differing product can flip a rounding
 // (2^-8 of that element): the state is then held to 1e-2 whatever the products, and the split's y to 4e-3.
 double tol_y(SsdTcProducts p, bool bf16_state) {
