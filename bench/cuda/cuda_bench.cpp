@@ -250,7 +250,7 @@ BENCHMARK(BM_CudaSsdPrefill)
 // BM_CudaSsdPrefill's inputs and timing, exact mode: compare with BM_CudaSsdPrefill/batch/16/1 of the
 // same run. arg1: the cell (16 only). Each batch size's inputs are drawn once and kept for the next runs
 // (never freed: a buffer freed after the runtime's exit would fail).
-void tc_prefill(benchmark::State& state, cuda::SsdTcWay way) {
+void tc_prefill(benchmark::State& state, cuda::SsdTcWay way, bool device_only = false) {
   if (!have_gpu(state)) return;
   const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
   const cuda::ScanGrid g{true, cell, true};
@@ -271,7 +271,8 @@ void tc_prefill(benchmark::State& state, cuda::SsdTcWay way) {
   run();
   Timer t;
   for (auto _ : state) {
-    t.start();
+    if (device_only) t.start_device();
+    else t.start();
     run();
     state.SetIterationTime(t.stop_s());
   }
@@ -280,6 +281,10 @@ void tc_prefill(benchmark::State& state, cuda::SsdTcWay way) {
 // The default way: bf16 products, the block shape by batch size.
 void BM_CudaSsdTcPrefill(benchmark::State& state) { tc_prefill(state, {}); }
 BENCHMARK(BM_CudaSsdTcPrefill)->ArgsProduct({{1, 8, 32}, {16}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+// The same, device time only (Timer::start_device: the launches queued behind a busy kernel, so the host's
+// launch cost is left out): compare with BM_CudaSsdPrefillTiles/batch/16/0.
+void BM_CudaSsdTcPrefillDevice(benchmark::State& state) { tc_prefill(state, {}, true); }
+BENCHMARK(BM_CudaSsdTcPrefillDevice)->ArgsProduct({{1, 8, 32}, {16}})->UseManualTime()->Unit(benchmark::kMicrosecond);
 // Its ways: arg2 warps over p (1, 2, 4: 16 columns each), arg3 warps over n (1, 2, 4), arg4 products
 // (0 bf16, 1 split hi + lo).
 void BM_CudaSsdTcPrefillWays(benchmark::State& state) {
