@@ -117,7 +117,7 @@ struct Coefs {
   static constexpr int kPer = (kG * kG + T - 1) / T;  // table entries a thread
   float v[kPer];
   float we;     // the last warp: w (lanes 0..15) or exp(cum) (16..31) of row lane % 16
-  float decay;  // its lane 0
+  float decay;  // warp 0's lane 0
 };
 
 template <int WP, int T>
@@ -144,13 +144,19 @@ __device__ Coefs<T> form_table(const CellIn& c, const float* X, float Ah) {
   }
   const int r = lane & 15;
   const float cr = __shfl_sync(0xffffffffu, cl, r);
+  // Only the warps that store them form w, exp(cum) and the decay (each exp_f is some 25 instructions, and
+  // the barrier waits for the busiest warp): w and exp(cum) the last warp, the decay warp 0.
   k.we = 0.0f;
-  if (lane < 16) {
-    if (c.fold && r < L) k.we = row_weight(total, cr, dts[r]);
-  } else if (r < L) {
-    k.we = exp_f(cr);
+  k.decay = 0.0f;
+  const int warp = tid / 32;
+  if (warp == T / 32 - 1) {
+    if (lane < 16) {
+      if (c.fold && r < L) k.we = row_weight(total, cr, dts[r]);
+    } else if (r < L) {
+      k.we = exp_f(cr);
+    }
   }
-  k.decay = exp_f(total);
+  if (warp == 0 && lane == 0) k.decay = exp_f(total);
   return k;
 }
 
@@ -162,10 +168,8 @@ __device__ void store_table(const Coefs<T>& k, float* F) {
     const int e = a * T + tid;
     if (e < kG * kG) F[kCoef + (e / kG) * kFS + e % kG] = k.v[a];
   }
-  if (warp == T / 32 - 1) {
-    F[(lane < 16 ? kW : kE - 16) + lane] = k.we;
-    if (lane == 0) F[kDecay] = k.decay;
-  }
+  if (warp == T / 32 - 1) F[(lane < 16 ? kW : kE - 16) + lane] = k.we;
+  if (warp == 0 && lane == 0) F[kDecay] = k.decay;
 }
 
 // ---- tensor-core steps -------------------------------------------------------------------------
