@@ -1,7 +1,7 @@
 // PROTOTYPE: the cell walk with its products on tensor cores (ssd_tc.h says what it computes).
 //
-// One block per (sequence, head, 16·WP columns of p; P a multiple of 16·WP): WP × KS warps. Warp (pw, ks) owns 16 columns of
-// p and 128 / KS values of n of their state, S[16 p][n] as fp32 mma accumulators: lane (g, q) =
+// One block per (sequence, head, 16·WP columns of p; P a multiple of 16·WP): WP × KS warps. Warp (pw, ks)
+// owns 16 columns of p and 128 / KS values of n of their state, S[16 p][n] as fp32 mma accumulators: lane (g, q) =
 // (lane / 4, lane % 4) holds S[g][8j + 2q, +1] and S[g + 8][8j + 2q, +1] of each of its n-tiles j. That
 // layout is both the fold's m16n8 accumulator (M = p, N = n, K = the cell's 16 rows) and, packed to
 // bf16 pairs, the k16n8 operand of C · Sᵀ (M = the cell's 16 rows, N = p, K = n), so the state never
@@ -17,7 +17,8 @@
 // expression, at the next cell's barrier; so every (WP, KS) gives the same bits. The cell's inputs (dt,
 // band rows, x, C, B) are copied two cells ahead into three stages; a cell's coefficient table (coef,
 // w, exp(cum_t), decay: the fp32 values the other paths form, by the same helpers) is formed by the
-// whole block after the cell before it, so a cell costs one block barrier. C and B stay fp32 in shared
+// whole block in registers beside the cell before it's products and stored after them, so a cell costs
+// one block barrier. C and B stay fp32 in shared
 // memory; each warp rounds its fragments as it reads them.
 #include <cuda_bf16.h>
 
@@ -208,7 +209,8 @@ struct Frag2 {
 };
 // c += a·b (kSplit: lo·hi and hi·lo first, then hi·hi; lo_b: b has a rest worth multiplying).
 template <bool kSplit>
-__device__ __forceinline__ void product(float (&c)[4], const Frag4<kSplit>& a, const Frag2<kSplit>& b, bool lo_b = true) {
+__device__ __forceinline__ void product(float (&c)[4], const Frag4<kSplit>& a, const Frag2<kSplit>& b,
+                                        bool lo_b = true) {
   if constexpr (kSplit) {
     mma(c, a.lo, b.hi);
     if (lo_b) mma(c, a.hi, b.lo);
@@ -331,7 +333,8 @@ __global__ void __launch_bounds__(32 * WP * KS)
     CellIn c2 = c1;
     if (has1) c2 = after(c1, k + 1, has2);
     wait_all();
-    __syncthreads();  // cell k+1's inputs landed, cell k's table formed, cell k−1's partial sums stored; its readers done
+    // Cell k+1's inputs landed, cell k's table and cell k−1's partial sums stored; cell k−1's readers done.
+    __syncthreads();
     if constexpr (KS > 1)
       if (k > 0 && ks == 0) finish<WP, KS>(pd, Eb(k - 1), pw, lane, sh, h, b.p0 + wc, Dh, y);
     if (has2) issue<WP, T>(b, c2, Xb(k + 2));
@@ -466,7 +469,8 @@ __global__ void __launch_bounds__(32 * WP * KS)
       const int pp = b.p0 + wc + gi + 4 * e;
       const std::size_t i = sbase + static_cast<std::size_t>(pp) * N + 8 * (nt0 + j) + 2 * q;
       if (bf16)  // already bf16-exact
-        *reinterpret_cast<uint32_t*>(st.state_bf16 + i) = (__float_as_uint(S[j][e]) >> 16) | (__float_as_uint(S[j][e + 1]) & 0xffff0000u);
+        *reinterpret_cast<uint32_t*>(st.state_bf16 + i) =
+            (__float_as_uint(S[j][e]) >> 16) | (__float_as_uint(S[j][e + 1]) & 0xffff0000u);
       else *reinterpret_cast<float2*>(st.state_f32 + i) = make_float2(S[j][e], S[j][e + 1]);
     }
 }
