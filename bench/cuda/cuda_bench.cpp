@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "kernels_cuda/ops.h"
 #include "kernels_cuda/pass_plan.h"
 #include "kernels_cuda/ssd_prefill.h"
+#include "kernels_cuda/ssd_tc.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "bench_cache.h"
@@ -241,6 +244,73 @@ void BM_CudaSsdPrefill(benchmark::State& state) {
 BENCHMARK(BM_CudaSsdPrefill)
     ->ArgsProduct({{1, 8, 32}, {8, 16, 32, 64, 128, 256}, {1}})
     ->ArgsProduct({{1, 8, 32}, {64, 256}, {0}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The tensor-core cell walk prototype (ssd_tc.cu: band, walk, ring; not what the model runs) on
+// BM_CudaSsdPrefill's inputs and timing, exact mode: compare with BM_CudaSsdPrefill/batch/16/1 of the
+// same run. arg1: the cell (16 only). Each batch size's inputs are drawn once and kept for the next runs
+// (never freed: a buffer freed after the runtime's exit would fail).
+void tc_prefill(benchmark::State& state, cuda::SsdTcWay way, bool device_only = false) {
+  if (!have_gpu(state)) return;
+  const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
+  const cuda::ScanGrid g{true, cell, true};
+  static auto* kept = new std::map<std::pair<int, int>, std::unique_ptr<ScanBench>>();
+  std::unique_ptr<ScanBench>& slot = (*kept)[{batch, cell}];
+  if (!slot) slot = std::make_unique<ScanBench>(g, false, batch, 2048);
+  ScanBench& b = *slot;
+  b.prepare(0);
+  cuda::SsdState st;
+  st.state_f32 = b.s32.data();
+  st.ring_x = b.rx.data();
+  st.ring_dt = b.rdt.data();
+  st.ring_B = b.rb.data();
+  auto run = [&] {
+    cuda::ssd_tc_scan({H, P, N, GR}, g, b.ps, b.xbc.data(), LD, b.dt.data(), b.A.data(), b.D.data(), st,
+                      b.scratch.data(), b.scratch.size(), b.y.data(), nullptr, way);
+  };
+  run();
+  Timer t;
+  for (auto _ : state) {
+    if (device_only) t.start_device();
+    else t.start();
+    run();
+    state.SetIterationTime(t.stop_s());
+  }
+  state.SetItemsProcessed(state.iterations() * batch * 2048);
+}
+// The default way: bf16 products, the block shape by batch size.
+void BM_CudaSsdTcPrefill(benchmark::State& state) { tc_prefill(state, {}); }
+BENCHMARK(BM_CudaSsdTcPrefill)->ArgsProduct({{1, 8, 32}, {16}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+// The same, device time only (Timer::start_device: the launches queued behind a busy kernel, so the host's
+// launch cost is left out): compare with BM_CudaSsdPrefillTiles/batch/16/0.
+void BM_CudaSsdTcPrefillDevice(benchmark::State& state) { tc_prefill(state, {}, true); }
+BENCHMARK(BM_CudaSsdTcPrefillDevice)->ArgsProduct({{1, 8, 32}, {16}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+// Its ways: arg2 warps over p (1, 2, 4: 16 columns each), arg3 warps over n (1, 2, 4), arg4 products
+// (0 bf16, 1 split hi + lo).
+void BM_CudaSsdTcPrefillWays(benchmark::State& state) {
+  cuda::SsdTcWay w;
+  w.warps_p = static_cast<int>(state.range(2));
+  w.warps_n = static_cast<int>(state.range(3));
+  w.products = static_cast<cuda::SsdTcProducts>(state.range(4));
+  tc_prefill(state, w);
+}
+// The block shapes worth timing at each size (one warp over n where the heads fill the GPU, n split
+// where latency a cell is all that counts), and the split products at the default shapes.
+BENCHMARK(BM_CudaSsdTcPrefillWays)
+    ->Args({1, 16, 1, 4, 0})
+    ->Args({1, 16, 2, 4, 0})
+    ->Args({1, 16, 4, 4, 0})
+    ->Args({1, 16, 4, 2, 0})
+    ->Args({8, 16, 4, 1, 0})
+    ->Args({8, 16, 4, 2, 0})
+    ->Args({8, 16, 2, 2, 0})
+    ->Args({32, 16, 4, 1, 0})
+    ->Args({32, 16, 2, 1, 0})
+    ->Args({32, 16, 4, 2, 0})
+    ->Args({1, 16, 4, 4, 1})
+    ->Args({8, 16, 4, 2, 1})
+    ->Args({32, 16, 4, 1, 1})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

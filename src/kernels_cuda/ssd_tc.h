@@ -1,0 +1,47 @@
+#pragma once
+// PROTOTYPE (issue 11): the exact grid's SSD prefill with the cell walk's products on tensor cores.
+// Not wired into ssd_scan, the model or the automatic choice; tests and benchmarks call it by name to
+// measure what tensor cores would buy on the exact grid and what they cost in accuracy
+// (docs/cuda.md, "A tensor-core cell walk (prototype)").
+//
+// It computes ssd_scan's function (the same cells, stagger, dt, D skip, fold and state dtype, the
+// same fp32 band, cum, coefficients and decay bits) but forms the three products of a 16-row cell with
+// mma.sync m16n8k16 (fp32 accumulation) instead of fp32 FMA chains:
+//   Y_inter = C · S_startᵀ,  Y_intra = (coef) · X,  delta = (w∘X)ᵀ · B,
+// with the operands rounded to bf16 (vLLM's chunk scan does the same) or split into two bf16 parts
+// each (hi + lo; three products: hi·hi + lo·hi + hi·lo, about 16 significant bits a factor). The
+// state stays fp32 in registers; the fold is fold_element(decay, S, delta) as in every other path.
+// Its bits differ from ssd_scan's (the products' rounding and accumulation order), so exact mode's
+// promise would hold only if every path (decode included) used these same steps.
+#include <cstddef>
+
+#include "kernels_cuda/ops.h"
+
+namespace parity::cuda {
+
+enum class SsdTcProducts {
+  bf16 = 0,   // each factor rounded to bf16, one mma a product
+  split = 1,  // each factor as bf16 hi + bf16 lo, three mma a product (lo·lo dropped)
+};
+
+// A block's shape: warps_p × warps_n warps for 16·warps_p columns of p of one head (P a multiple of
+// 16·warps_p, else ssd_tc_scan throws); warps_n splits the
+// state's n (and C·Sᵀ's four quarters of n) over 1, 2 or 4 warps. 0: the default way's. A schedule
+// choice only: every way gives the same bits.
+struct SsdTcWay {
+  int warps_p = 0, warps_n = 0;
+  SsdTcProducts products = SsdTcProducts::bf16;
+};
+
+// G = 16, N = 128, P a multiple of 16, H a multiple of groups (the prototype's only shape family).
+bool ssd_tc_supported(const SsdShape& sh, const ScanGrid& g);
+// The way ssd_tc_scan takes by default for this many multi-row sequences.
+SsdTcWay ssd_tc_default_way(const SsdShape& sh, int seqs);
+
+// ssd_scan for passes of multi-row calls only (no one-row decode; it throws for those), with the same
+// scratch (the band: ssd_scratch_floats(sh, p, g)). Three launches: band, the tensor-core walk, ring.
+void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld_xbc, const float* dt,
+                 const float* A, const float* D, SsdState st, float* scratch, std::size_t scratch_floats, float* y,
+                 cudaStream_t s, SsdTcWay way = {});
+
+}  // namespace parity::cuda

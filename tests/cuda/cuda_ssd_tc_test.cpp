@@ -1,0 +1,363 @@
+// The tensor-core cell walk prototype (ssd_tc.cu) against ssd_scan's fp32 walk (which the tiling tests hold
+// to the three-phase kernels bit for bit, and cuda_ssd_test to the CPU's reference scan within 2e-5 in
+// the same measure): the same function up to the products' rounding.
+// Error: max |tc − fp32| over a tensor divided by max |fp32| of it (y of every call; the final state).
+// Stated tolerances (the prototype's accuracy claim; the measured values are printed):
+//   bf16 products (vLLM's chunk scan): y and state within 1e-2;  split products (bf16 hi + lo): 2e-5
+//   (with a bf16 state: the state within 1e-2 and the split's y within 4e-3, see tol_y).
+// Measured on an H200 (2 × 520 rows, 32 heads, fp32 state): bf16 y 1.97e-3, state 2.65e-3; split y 3.86e-6,
+// state 4.61e-6. bf16 state: bf16 y 1.46e-3, state 5.41e-3; split y 2.54e-4, state 2.70e-3.
+// Beyond the tolerance: the walk's own bits do not depend on its block shape, nor (exact mode) on how
+// the sequence is cut into calls, and the replay ring holds what ssd_scan's holds. Companions show
+// that the error check sees the D skip left out and the bit checks see a changed input.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/pass_plan.h"
+#include "kernels_cuda/ssd_prefill.h"
+#include "kernels_cuda/ssd_tc.h"
+#include "tests/cuda/gpu_test_support.h"
+#include "tests/cuda/ssd_scan_memory.h"
+#include "tests/cuda/wgmma_chain.h"
+
+namespace parity {
+namespace {
+
+using cuda::SsdTcProducts;
+
+constexpr double kTolBf16 = 1e-2, kTolSplit = 2e-5;
+// With a bf16 state both walks round it at every fold, so one differing product can flip a rounding
+// (2^-8 of that element): the state is then held to 1e-2 whatever the products, and the split's y to 4e-3.
+double tol_y(SsdTcProducts p, bool bf16_state) {
+  return p == SsdTcProducts::bf16 ? kTolBf16 : bf16_state ? 4e-3 : kTolSplit;
+}
+double tol_state(SsdTcProducts p, bool bf16_state) {
+  return bf16_state ? 1e-2 : p == SsdTcProducts::bf16 ? kTolBf16 : kTolSplit;
+}
+
+struct Shape {
+  int H, P, N, groups;
+  int pad = 3;  // spare columns after x | B | C (3: rows not 16-byte aligned)
+  int I() const { return H * P; }
+  int ld() const { return H * P + 2 * groups * N + pad; }
+};
+
+struct Call {
+  int slot;
+  int64_t start;
+  int n;
+};
+using Schedule = std::vector<std::vector<Call>>;  // passes
+
+cuda::SsdTcWay way(int wp, int ks, SsdTcProducts prod) {
+  cuda::SsdTcWay w;
+  w.warps_p = wp;
+  w.warps_n = ks;
+  w.products = prod;
+  return w;
+}
+
+// fp32: ssd_scan's automatic way; else the prototype with this way.
+struct Path {
+  bool tc = false;
+  cuda::SsdTcWay way;
+};
+
+struct Result {
+  std::map<int, std::vector<float>> y;  // per slot, [T][H·P]
+  std::vector<float> state;             // fp32, or the bf16 state widened
+  std::vector<float> ring_x, ring_dt, ring_B;
+};
+
+struct Inputs {
+  std::vector<std::vector<float>> xbc, dt;  // per slot
+};
+
+Inputs make_inputs(const Shape& sh, int slots, int T) {
+  Inputs in;
+  for (int s = 0; s < slots; ++s) {
+    in.xbc.push_back(test::uniform(std::size_t(T) * sh.ld(), 500 + 10 * s));
+    in.dt.push_back(test::uniform(std::size_t(T) * sh.H, 501 + 10 * s, 0.005f, 0.1f));
+  }
+  return in;
+}
+
+Result run(const Shape& sh, const cuda::ScanGrid& g, bool bf16, int T, const Inputs& in, const Schedule& sched,
+           Path path, float d_offset = 0.0f) {
+  const int slots = static_cast<int>(in.xbc.size());
+  const cuda::SsdShape ssh{sh.H, sh.P, sh.N, sh.groups};
+  test::ScanMemory mem;
+  const std::size_t S = std::size_t(slots) * sh.H * sh.P * sh.N;
+  const std::vector<float> s0 = test::uniform(S, 77, -0.5f, 0.5f);  // a non-zero start state
+  if (bf16) mem.s16.upload(test::to_bf16(s0));
+  else mem.s32.upload(s0);
+  mem.rx.upload(std::vector<float>(std::size_t(slots) * sh.H * g.cell * sh.P, 0.0f));
+  mem.rdt.upload(std::vector<float>(std::size_t(slots) * sh.H * g.cell, 0.0f));
+  mem.rb.upload(std::vector<float>(std::size_t(slots) * sh.groups * g.cell * sh.N, 0.0f));
+  cuda::DeviceBuffer<float> A, D, scratch;
+  A.upload([&] {
+    std::vector<float> a = test::uniform(sh.H, 99, 0.5f, 2.0f);
+    for (float& v : a) v = -v;
+    return a;
+  }());
+  D.upload([&] {
+    std::vector<float> d = test::uniform(sh.H, 98);
+    for (float& v : d) v += d_offset;
+    return d;
+  }());
+  cuda::DeviceBuffer<int32_t> ints;
+  cuda::DeviceBuffer<int64_t> starts;
+  Result res;
+  const int LD = sh.ld(), I = sh.I();
+  for (const auto& pass : sched) {
+    std::vector<cuda::SeqSpan> spans;
+    std::vector<float> xbc, dt;
+    for (const Call& c : pass) {
+      spans.push_back({c.slot, c.start, c.n});
+      const auto& x = in.xbc[c.slot];
+      const auto& d = in.dt[c.slot];
+      xbc.insert(xbc.end(), x.begin() + c.start * LD, x.begin() + (c.start + c.n) * LD);
+      dt.insert(dt.end(), d.begin() + c.start * sh.H, d.begin() + (c.start + c.n) * sh.H);
+    }
+    const int rows = static_cast<int>(dt.size() / sh.H);
+    const cuda::PassPlan plan(spans, g);
+    const cuda::PassSeqs ps = plan.upload(ints, starts);
+    scratch.resize(std::max<std::size_t>(1, cuda::ssd_scratch_floats(ssh, ps, g)));
+    cuda::DeviceBuffer<float> dx, ddt, dy(std::size_t(rows) * I);
+    dx.upload(xbc);
+    ddt.upload(dt);
+    const cuda::SsdState st = mem.state(bf16);
+    if (path.tc)
+      cuda::ssd_tc_scan(ssh, g, ps, dx.data(), LD, ddt.data(), A.data(), D.data(), st, scratch.data(), scratch.size(),
+                        dy.data(), nullptr, path.way);
+    else
+      cuda::ssd_scan(ssh, g, ps, dx.data(), LD, ddt.data(), A.data(), D.data(), st, scratch.data(), scratch.size(),
+                     dy.data(), nullptr);
+    const std::vector<float> y = dy.download(std::size_t(rows) * I);
+    std::size_t r = 0;
+    for (const Call& c : pass) {
+      std::vector<float>& o = res.y[c.slot];
+      o.resize(std::size_t(T) * I);
+      std::copy(y.begin() + r * I, y.begin() + (r + c.n) * I, o.begin() + c.start * I);
+      r += c.n;
+    }
+  }
+  if (bf16) {
+    const std::vector<uint16_t> s = mem.s16.download(S);
+    res.state.resize(S);
+    for (std::size_t i = 0; i < S; ++i) res.state[i] = bf16_to_f32(s[i]);
+  } else {
+    res.state = mem.s32.download(S);
+  }
+  res.ring_x = mem.rx.download(mem.rx.size());
+  res.ring_dt = mem.rdt.download(mem.rdt.size());
+  res.ring_B = mem.rb.download(mem.rb.size());
+  return res;
+}
+
+// max |a − b| / max |b|.
+double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, m = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    d = std::max(d, std::fabs(double(a[i]) - b[i]));
+    m = std::max(m, std::fabs(double(b[i])));
+  }
+  return m > 0 ? d / m : d;
+}
+
+struct Errors {
+  double y = 0, y_rms = 0, state = 0, state_rms = 0;
+};
+
+Errors errors(const Result& got, const Result& want) {
+  Errors e;
+  std::vector<float> gy, wy;
+  for (const auto& [slot, y] : want.y) {
+    wy.insert(wy.end(), y.begin(), y.end());
+    const auto& o = got.y.at(slot);
+    gy.insert(gy.end(), o.begin(), o.end());
+  }
+  e.y = max_rel(gy, wy);
+  e.y_rms = test::relative_error(gy, wy.data());
+  e.state = max_rel(got.state, want.state);
+  e.state_rms = test::relative_error(got.state, want.state.data());
+  return e;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+bool same_bits(const Result& a, const Result& b) {
+  for (const auto& [slot, y] : a.y)
+    if (!b.y.count(slot) || !same_bits(y, b.y.at(slot))) return false;
+  return same_bits(a.state, b.state) && same_bits(a.ring_x, b.ring_x) && same_bits(a.ring_dt, b.ring_dt) &&
+         same_bits(a.ring_B, b.ring_B);
+}
+
+Schedule whole(int slots, int T) {
+  std::vector<Call> pass;
+  for (int s = 0; s < slots; ++s) pass.push_back({s, 0, T});
+  return {pass};
+}
+// Each slot in calls of uneven lengths (most start inside a cell; none of one row, which the prototype
+// leaves to the one-row decode), call k of every slot in pass k.
+Schedule uneven(int slots, int T) {
+  const int lengths[] = {37, 64, 5, 2, 90, 23};
+  std::vector<std::vector<Call>> calls(slots);
+  for (int sl = 0; sl < slots; ++sl)
+    for (int64_t pos = 0, k = 0; pos < T; ++k) {
+      const int n = static_cast<int>(std::min<int64_t>(lengths[(k + sl) % 6], T - pos));
+      calls[sl].push_back({sl, pos, n});
+      pos += n;
+    }
+  Schedule s;
+  for (std::size_t k = 0;; ++k) {
+    std::vector<Call> pass;
+    for (const auto& c : calls)
+      if (k < c.size()) pass.push_back(c[k]);
+    if (pass.empty()) break;
+    s.push_back(pass);
+  }
+  return s;
+}
+
+const char* name(SsdTcProducts p) { return p == SsdTcProducts::split ? "split" : "bf16"; }
+
+// The bench's head (32 heads of 64, state 128: every stagger offset 0..15), two sequences of 520 rows
+// (the last cell open), fp32 and bf16 state.
+TEST(CudaSsdTc, WithinToleranceOfTheFp32WalkAtTheModelShape) {
+  PARITY_REQUIRE_GPU();
+  const Shape sh{32, 64, 128, 1};
+  const cuda::ScanGrid g{true, 16, true};
+  const int T = 520;
+  const Inputs in = make_inputs(sh, 2, T);
+  for (bool bf16 : {false, true}) {
+    const Result want = run(sh, g, bf16, T, in, whole(2, T), {});
+    Errors e[2];
+    for (SsdTcProducts prod : {SsdTcProducts::bf16, SsdTcProducts::split}) {
+      const Result got = run(sh, g, bf16, T, in, whole(2, T), {true, way(0, 0, prod)});
+      Errors& err = e[static_cast<int>(prod)];
+      err = errors(got, want);
+      std::printf("[tc] state %s, products %s: y max-rel %.3e (rms %.3e), state max-rel %.3e (rms %.3e)\n",
+                  bf16 ? "bf16" : "fp32", name(prod), err.y, err.y_rms, err.state, err.state_rms);
+      EXPECT_LE(err.y, tol_y(prod, bf16)) << name(prod);
+      EXPECT_LE(err.state, tol_state(prod, bf16)) << name(prod);
+      EXPECT_TRUE(same_bits(got.ring_x, want.ring_x) && same_bits(got.ring_dt, want.ring_dt) &&
+                  same_bits(got.ring_B, want.ring_B))
+          << "ring";
+    }
+    // The products really are rounded (past the split's tolerance), and the split really is finer.
+    EXPECT_GT(e[0].y, kTolSplit);
+    if (!bf16) {
+      EXPECT_LT(e[1].y_rms * 20, e[0].y_rms);
+    }
+  }
+}
+
+// The walk's bits: the same for every block shape (warps over p and over n: the quarters of C·Sᵀ
+// summed by another warp), and (exact mode) for any cut of the sequences into calls, passes shared by
+// several sequences, calls starting inside cells; rows not 16-byte aligned (pad 3) and aligned (pad 0);
+// several groups; P of 32 (one or two warps over p).
+TEST(CudaSsdTc, BitsDoNotDependOnTheBlockShapeOrSchedule) {
+  PARITY_REQUIRE_GPU();
+  const cuda::ScanGrid g{true, 16, true};
+  for (const Shape& sh : {Shape{8, 64, 128, 1}, Shape{6, 32, 128, 2, 0}})
+    for (bool bf16 : {false, true})
+      for (SsdTcProducts prod : {SsdTcProducts::bf16, SsdTcProducts::split}) {
+        const int T = 300, slots = 3;
+        const Inputs in = make_inputs(sh, slots, T);
+        const Result ref = run(sh, g, bf16, T, in, whole(slots, T), {true, way(1, 1, prod)});
+        const Result fp32 = run(sh, g, bf16, T, in, whole(slots, T), {});
+        const Errors e = errors(ref, fp32);
+        EXPECT_LE(e.y, tol_y(prod, bf16));
+        for (const auto& [wp, ks] : {std::pair{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}, {4, 2}, {1, 4}, {2, 4}, {4, 4}})
+          for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(slots, T)},
+                                              {"uneven", uneven(slots, T)}}) {
+            if (sh.P % (16 * wp) != 0 || (wp == 1 && ks == 1 && std::string(sname) == "whole")) continue;
+            EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, {true, way(wp, ks, prod)}), ref))
+                << "H " << sh.H << " P " << sh.P << " groups " << sh.groups << (bf16 ? " bf16" : " fp32") << " "
+                << name(prod) << " warps " << wp << " x " << ks << " schedule " << sname;
+          }
+      }
+}
+
+// Companions. The error check sees a wrong D skip (the prototype with every D one larger than the fp32
+// walk's: y off by x), and the bit checks see one x value changed by 1 % (that row's output changes first,
+// and the state; a change in the fourth digit, below bf16's resolution, left the state's bits as they
+// were on the H200: the fold's factor w·x rounded to the same bf16).
+TEST(CudaSsdTc, CompanionTheChecksSeeAWrongSkipAndAChangedInput) {
+  PARITY_REQUIRE_GPU();
+  const Shape sh{4, 64, 128, 1};
+  const int T = 150;
+  const Inputs in = make_inputs(sh, 1, T);
+  const Result want = run(sh, {true, 16, true}, false, T, in, whole(1, T), {});
+  const Errors wrong = errors(run(sh, {true, 16, true}, false, T, in, whole(1, T), {true, {}}, 1.0f), want);
+  std::printf("[tc] D one larger: y max-rel %.3e\n", wrong.y);
+  EXPECT_GT(wrong.y, kTolBf16);
+  const Result a = run(sh, {true, 16, true}, false, T, in, whole(1, T), {true, {}});
+  Inputs in2 = in;
+  in2.xbc[0][std::size_t(20) * sh.ld() + 3 * sh.P + 5] *= 1.01f;  // row 20, head 3, p 5
+  const Result b = run(sh, {true, 16, true}, false, T, in2, whole(1, T), {true, {}});
+  EXPECT_FALSE(same_bits(a, b));
+  const std::vector<float>& ya = a.y.at(0);
+  const std::vector<float>& yb = b.y.at(0);
+  std::size_t first = 0;
+  while (first < ya.size() && std::memcmp(&ya[first], &yb[first], 4) == 0) ++first;
+  EXPECT_EQ(first / sh.I(), 20u);
+  EXPECT_FALSE(same_bits(a.state, b.state));
+}
+
+// What a decode step would lean on to reuse these steps (docs/cuda.md, "A tensor-core cell walk"): an
+// m16n8k16 chain's output row depends only on that row of A and its output column only on that column
+// of B — not on the row's place in the tile, the tile, or the other rows (here: moved, or zero). Two
+// k16 steps (a quarter of C·Sᵀ), operands over 2^-12..2^12 so that the accumulation's rounding matters.
+TEST(CudaSsdTc, AnMmaRowDependsOnlyOnThatRowAndColumn) {
+  PARITY_REQUIRE_GPU();
+  const int K = 32, R = 64, C = 8;
+  std::mt19937_64 gen(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> ex(-12, 12);
+  auto draw = [&](std::size_t n) {
+    std::vector<uint16_t> v(n);
+    for (auto& x : v) x = f32_to_bf16(std::ldexp(u(gen), ex(gen)));
+    return v;
+  };
+  const std::vector<uint16_t> A = draw(std::size_t(R) * K), Bt = draw(std::size_t(C) * K);
+  const std::vector<float> d = test::run_chains(A, Bt, K).mma;
+  std::vector<int> rows(R), cols(C);
+  for (int i = 0; i < R; ++i) rows[i] = i;
+  for (int i = 0; i < C; ++i) cols[i] = i;
+  std::shuffle(rows.begin(), rows.end(), gen);
+  std::shuffle(cols.begin(), cols.end(), gen);
+  std::vector<uint16_t> A2(A.size()), B2(Bt.size()), A3(A.size(), 0);
+  for (int r = 0; r < R; ++r) std::copy_n(A.begin() + rows[r] * K, K, A2.begin() + r * K);
+  for (int c = 0; c < C; ++c) std::copy_n(Bt.begin() + cols[c] * K, K, B2.begin() + c * K);
+  std::copy_n(A.begin() + 5 * K, K, A3.begin() + 42 * K);  // row 5 alone, as row 10 of the third tile
+  const std::vector<float> d2 = test::run_chains(A2, B2, K).mma, d3 = test::run_chains(A3, Bt, K).mma;
+  int moved = 0;
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) moved += std::memcmp(&d2[r * C + c], &d[rows[r] * C + cols[c]], 4) != 0;
+  EXPECT_EQ(moved, 0);
+  EXPECT_EQ(std::memcmp(&d3[42 * C], &d[5 * C], C * 4), 0);
+  // Companion: the same rows with their two k16 steps swapped give other bits somewhere.
+  std::vector<uint16_t> A4(A), B4(Bt);
+  for (int r = 0; r < R; ++r) std::rotate(A4.begin() + r * K, A4.begin() + r * K + 16, A4.begin() + (r + 1) * K);
+  for (int c = 0; c < C; ++c) std::rotate(B4.begin() + c * K, B4.begin() + c * K + 16, B4.begin() + (c + 1) * K);
+  const std::vector<float> d4 = test::run_chains(A4, B4, K).mma;
+  EXPECT_NE(std::memcmp(d4.data(), d.data(), d.size() * 4), 0);
+}
+
+TEST(CudaSsdTc, Shapes) {
+  PARITY_REQUIRE_GPU();
+  EXPECT_TRUE(cuda::ssd_tc_supported({32, 64, 128, 1}, {true, 16, true}));
+  EXPECT_FALSE(cuda::ssd_tc_supported({32, 64, 128, 1}, {true, 32, true}));  // cells of 16 rows only
+  EXPECT_FALSE(cuda::ssd_tc_supported({32, 64, 64, 1}, {true, 16, true}));   // N 128 only
+  EXPECT_FALSE(cuda::ssd_tc_supported({32, 40, 128, 1}, {true, 16, true}));  // P a multiple of 16
+}
+
+}  // namespace
+}  // namespace parity
