@@ -17,7 +17,6 @@
 //   OMP_NUM_THREADS=1 build/parity_bench --benchmark_filter=DecodeSsm --benchmark_min_time=1
 #include <benchmark/benchmark.h>
 
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -188,9 +187,9 @@ uint32_t exact_floor(Batch& b, int64_t pos) {
 
 template <class F>
 double time_ms(F&& f) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = bench::now_ms();
   f();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return bench::now_ms() - t0;
 }
 
 // Median per-iteration ratio b/a and both medians as counters.

@@ -4,7 +4,6 @@
 //   build/parity_bench --benchmark_filter='Model|Engine' --benchmark_min_time=1
 #include <benchmark/benchmark.h>
 
-#include <chrono>
 #include <memory>
 #include <random>
 
@@ -48,7 +47,7 @@ void BM_ModelPrefill(benchmark::State& st) {
   auto plain = make_cache(false), exact = make_cache(true);
   std::vector<float> logits(m.vocab_size());
   auto pass = [&](cache::ModelCache& c, model::ScanMode mode) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = bench::now_ms();
     int slot = c.allocate();
     model::ForwardBatch b;
     b.tokens = toks;
@@ -56,7 +55,7 @@ void BM_ModelPrefill(benchmark::State& st) {
     b.logit_rows = {n - 1};
     m.forward(b, c, mode, logits.data());
     c.release(slot);
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return bench::now_ms() - t0;
   };
   pass(*plain, model::ScanMode::Plain);
   pass(*exact, model::ScanMode::Exact);

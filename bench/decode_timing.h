@@ -2,8 +2,12 @@
 // Shared by the exact-vs-plain decode benchmarks: one decode token per sequence, slots positioned
 // directly (state values do not change the work) and the two modes timed back to back in every
 // iteration, so that load from other processes on a shared machine hits both alike.
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -44,14 +48,31 @@ inline DecodeRun make_decode_run(const model::Model& m, bool exact, int batch, i
 
 // One step at absolute position `start`, in milliseconds. The state values do not change the work;
 // exact mode's ring holds whatever the earlier steps left.
+// Milliseconds on the clock the timed benchmarks read: wall time, or with PARITY_BENCH_CLOCK=thread
+// the calling thread's CPU time. On a machine shared with other work a preempted thread's wall
+// time counts time it did not run; its CPU time does not. Meaningful only with OMP_NUM_THREADS=1,
+// where the kernels run on the calling thread.
+inline double now_ms() {
+  static const bool thread_clock = [] {
+    const char* v = std::getenv("PARITY_BENCH_CLOCK");
+    return v != nullptr && std::strcmp(v, "thread") == 0;
+  }();
+  if (thread_clock) {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+  }
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 inline double time_decode_step(const model::Model& m, DecodeRun& r, int64_t start, float* logits) {
   for (auto& s : r.batch.seqs) {
     s.start = start;
     r.cache->set_position(s.slot, start);
   }
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = now_ms();
   m.forward(r.batch, *r.cache, r.mode, logits);
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return now_ms() - t0;
 }
 
 inline double median(std::vector<double> v) {

@@ -297,6 +297,48 @@ TEST(KernelsSsdGridCompanion, BatchedDecodeOnAnotherGridDiffers) {
             0u);
 }
 
+// The AVX-512 decode computes CB(pos, s) once per (sequence, group) for the positions from the
+// earliest cell start of any head to pos, and each head reads its cell's part; the scalar twin
+// (Portable) computes every head's CB itself. Token by token from row 1, so that every position of
+// every head's cell decodes, including the first cells (cut short by the stagger), on shapes with
+// one, two and three groups, cells of 1 to 64 rows: the two paths give the same rows and states.
+TEST(KernelsSsdGrid, DecodeSharedCbEqualsScalarTwin) {
+  const Case cases[] = {{kSmall, 40, 8, true}, {kOdd, 30, 4, true}, {kLarge, 80, 64, true},
+                        {kLarge, 40, 8, false}, {kWide, 12, 1, true}, {kOdd2, 40, 16, true}};
+  for (const Case& c : cases)
+    for (bool bf16 : {false, true}) {
+      const Problem pr = make_problem(c.shape, c.n, 23);
+      const ExactGrid g = grid_of(c.shape, c.cell, c.stagger);
+      GridRun scalar;
+      {
+        IsaGuard ig(Isa::Portable);
+        scalar = run_schedule(pr, g, bf16, token_by_token(1, pr.n));
+      }
+      if (!cpu_has(Isa::Avx512)) continue;
+      IsaGuard ig(Isa::Avx512);
+      EXPECT_TRUE(same_run(run_schedule(pr, g, bf16, token_by_token(1, pr.n)), scalar))
+          << "cell " << c.cell << " groups " << c.shape.ngroups << (bf16 ? " bf16" : " f32");
+    }
+}
+
+// Companion: the comparison above sees one decode step whose C differs in one element (so one
+// step's CB, shared by the heads of a group, differs): that row differs in the group's heads, and
+// neither the rows before it nor the other group's heads do.
+TEST(KernelsSsdGridCompanion, DecodeWithAnotherCDiffers) {
+  const Problem pr = make_problem(kSmall, 30, 23);
+  Problem other = pr;
+  const int step = 13;
+  other.C[size_t(step) * pr.ldb() + 3] += 0.25f;
+  const ExactGrid g = grid_of(kSmall, 8, true);
+  const GridRun a = run_schedule(pr, g, false, token_by_token(1, pr.n));
+  const GridRun b = run_schedule(other, g, false, token_by_token(1, pr.n));
+  EXPECT_TRUE(same_bits(a.y.data(), b.y.data(), size_t(step) * pr.ldx()));
+  // kSmall: 4 heads, 2 groups; element 3 of the row's C belongs to group 0 (heads 0 and 1).
+  const size_t half = size_t(pr.ldx()) / 2;
+  EXPECT_GT(count_bit_mismatches(a.y.data() + step * pr.ldx(), b.y.data() + step * pr.ldx(), half), half * 3 / 4);
+  EXPECT_TRUE(same_bits(a.y.data() + step * pr.ldx() + half, b.y.data() + step * pr.ldx() + half, half));
+}
+
 TEST(KernelsSsdGrid, StaggerSpreadsTheFoldsOverTheSteps) {
   for (int cell : {4, 16, 64}) {
     const ExactGrid g{cell, true, 24};

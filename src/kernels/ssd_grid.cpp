@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/aligned.h"
 #include "common/dtype.h"
@@ -78,6 +79,9 @@ struct Cell {
   int64_t ldy = 0;            // row stride of C (in ldb units: same as B) and y
   const void* pf_next = nullptr;  // what the caller reads next, prefetched during the fold
   int64_t pf_bytes = 0;
+  // Decode (AVX-512): CB(t_lo, s) for s = 0..t_lo, computed once for the sequence's group
+  // (cb_once); null: computed here.
+  const float* cb_once = nullptr;
 };
 
 // Cells up to this many rows fold in the row's pass at decode (row_and_fold_avx512): its s loop
@@ -138,9 +142,16 @@ void run_cell(const SsdShape& sh, int64_t ldb, float A, float D, const Cell& c, 
     k.out0 = 0;
     k.cb = cb;
     k.ldcb = ldcb;
-    const int e16 = rows16_end(c.t_lo, c.Lc);
-    for (int t0 = c.t_lo; t0 < e16; t0 += 16) cb_block16_avx512(c.Bg, ldb, k.Cg + t0 * ldb, N, t0, cb + int64_t(t0) * ldcb);
-    for (int t = e16; t < c.Lc; ++t) cb_row_avx512(c.Bg, ldb, k.Cg + t * ldb, N, t, cb + int64_t(t) * ldcb);
+    if (c.cb_once && c.t_lo == c.Lc - 1) {
+      // One output row, in the row layout: CB(t, s) at cb[t * ldcb + s] reads cb_once[s] with ldcb 0.
+      k.cb = c.cb_once;
+      k.ldcb = 0;
+    } else {
+      const int e16 = rows16_end(c.t_lo, c.Lc);
+      for (int t0 = c.t_lo; t0 < e16; t0 += 16)
+        cb_block16_avx512(c.Bg, ldb, k.Cg + t0 * ldb, N, t0, cb + int64_t(t0) * ldcb);
+      for (int t = e16; t < c.Lc; ++t) cb_row_avx512(c.Bg, ldb, k.Cg + t * ldb, N, t, cb + int64_t(t) * ldcb);
+    }
     if (c.fold && c.t_lo == c.Lc - 1 && c.Lc <= kFusedFoldRows) {
       // A decode step that ends the cell: its row and the fold in one pass over the state.
       if (S16)
@@ -290,6 +301,26 @@ void ssd_grid_decode(const SsdShape& shape, const ExactGrid& grid, const float* 
   const int H = shape.nheads, P = shape.headdim, N = shape.dstate, hpg = H / shape.ngroups, G = grid.cell;
   const int64_t ldb = int64_t(shape.ngroups) * N, pn = int64_t(P) * N;
   const bool avx512 = active_isa() == Isa::Avx512;
+  // CB(pos, s) = dot16(C_pos, B_s) depends on the group, not the head: once per (sequence, group),
+  // for the positions from the earliest cell start of any head to pos (at most G of them, one run of
+  // the B ring), instead of once per head. The same dot16, so the same bits; each head reads its
+  // cell's part.
+  const int ldq = round_up(G, 16);
+  thread_local AlignedBuffer<float> cb_once_buf;
+  std::vector<int64_t> q0(avx512 ? count : 0);
+  if (avx512) {
+    if (cb_once_buf.size() < std::size_t(count) * shape.ngroups * ldq)
+      cb_once_buf.resize(std::size_t(count) * shape.ngroups * ldq);
+    for (int i = 0; i < count; ++i) {
+      const GridDecodeRow& r = rows[i];
+      q0[i] = r.pos;
+      for (int h = 0; h < H; ++h) q0[i] = std::min(q0[i], grid.cell_start(h, r.pos));
+      for (int g = 0; g < shape.ngroups; ++g)
+        cb_row_avx512(r.b_ring + (q0[i] % G) * ldb + int64_t(g) * N, ldb, r.C + int64_t(g) * N, N,
+                      static_cast<int>(r.pos - q0[i]), cb_once_buf.data() + (int64_t(i) * shape.ngroups + g) * ldq);
+    }
+  }
+  const float* cb_once = cb_once_buf.data();
   const double flops = double(count) * H * pn * 3.0;
 #pragma omp parallel for num_threads(kernels::num_threads()) schedule(static) if (flops > kParallelFlops || force_parallel())
   for (int it = 0; it < count * H; ++it) {
@@ -309,6 +340,7 @@ void ssd_grid_decode(const SsdShape& shape, const ExactGrid& grid, const float* 
     c.Cg = r.C + int64_t(g) * N;
     c.yh = r.y + int64_t(h) * P;
     c.ldy = 0;
+    if (avx512) c.cb_once = cb_once + (int64_t(it / H) * shape.ngroups + g) * ldq + (b - q0[it / H]);
     // The head's ring rows (contiguous) are read after the state term: ask for them now, so they
     // arrive while the state streams.
     const char* xr = reinterpret_cast<const char*>(c.x);
