@@ -84,8 +84,8 @@ void BM_CudaDecodeParts(benchmark::State& state) {
   state.counters["us_per_layer"] = step * 1e6 / 64;
   backend_cuda::set_decode_skip(m, 0);
   cuda::set_gemm_early(cuda::kGemmEarlyDefault);
-  cuda::set_conv_epilogue(true);
-  cuda::set_gated_out_proj(true);
+  cuda::set_conv_epilogue(cuda::kConvEpilogueDefault);
+  cuda::set_gated_out_proj(cuda::kGatedOutProjDefault);
 }
 // Session 11's step (the conv in its own launch), plain batch 1: everything; each launch left out; each
 // launch alone (every other bit: 126 = the norm alone, 125 in_proj, 123 the conv, 119 the SSM step, 111

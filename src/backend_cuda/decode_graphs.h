@@ -62,8 +62,8 @@ struct GraphKey {
   bool programmatic = true;  // cuda::programmatic_launch() when captured
   unsigned gemm_early = 0;   // cuda::gemm_early() when captured (the decode GEMMs' early start)
   int programmatic_decode = 0;  // cuda::programmatic_exact_decode_mode() when captured
-  bool conv_epilogue = true;    // cuda::conv_epilogue() when captured (in_proj doing a decode pass's conv)
-  bool gated_out = true;        // cuda::gated_out_proj() when captured (out_proj doing a row's gated norm)
+  bool conv_epilogue = false;   // cuda::conv_epilogue() when captured (in_proj doing a decode pass's conv)
+  bool gated_out = false;       // cuda::gated_out_proj() when captured (out_proj doing a row's gated norm)
   unsigned skip = 0;            // the launches left out (set_decode_skip: benchmarks only)
   bool operator<(const GraphKey& o) const {
     return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride, fuse, programmatic, gemm_early,

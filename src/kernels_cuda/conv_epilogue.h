@@ -40,7 +40,10 @@ struct ConvEpilogue {
 // conv1d as before. Only for passes of one row per sequence, rows = the pass's rows. conv_epilogue()
 // off: never taken.
 bool with_conv_epilogue(const ConvEpilogue& job, const std::function<void()>& enqueue);
-// On by default; tests and benchmarks switch it off to compare (a model's graphs record it).
+// Off by default: on the H200 (session 12, BM_CudaDecodeParts gemmfuse 0 against 1, same call) it made a
+// batch-1 plain step slower (2.79 -> 2.87 ms) and an exact one faster (3.26 -> 3.17). Tests and benchmarks
+// switch it on to compare (a model's graphs record it).
+inline constexpr bool kConvEpilogueDefault = false;
 bool conv_epilogue();
 void set_conv_epilogue(bool on);
 

@@ -54,8 +54,8 @@ using namespace swap_ab;
 // with_conv_epilogue's job on this thread (null: none), and whether a launch took it.
 thread_local const ConvEpilogue* t_conv = nullptr;
 thread_local bool t_conv_taken = false;
-std::atomic<bool> conv_epilogue_on{true};
-std::atomic<bool> gated_out_on{true};
+std::atomic<bool> conv_epilogue_on{kConvEpilogueDefault};
+std::atomic<bool> gated_out_on{kGatedOutProjDefault};
 
 struct Args {
   const float* A;

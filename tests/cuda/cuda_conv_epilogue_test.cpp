@@ -88,6 +88,7 @@ const InProj kShapes[] = {{2560, 5120, 5376, 80, false}, {64, 128, 160, 4, false
 
 TEST(CudaConvEpilogue, InProjDoingTheConvGivesTheBitsOfConv1dAfterIt) {
   PARITY_REQUIRE_GPU();
+  cuda::set_conv_epilogue(true);  // off by default (conv_epilogue.h)
   for (const InProj& sh : kShapes)
     for (unsigned early : {cuda::kGemmEarlyDefault, 0u})
       for (int M : {1, 2, 3, 5, 8, 9, 16}) {
@@ -102,20 +103,23 @@ TEST(CudaConvEpilogue, InProjDoingTheConvGivesTheBitsOfConv1dAfterIt) {
         EXPECT_EQ(r.dt, "") << what << "dt";
       }
   cuda::set_gemm_early(cuda::kGemmEarlyDefault);
+  cuda::set_conv_epilogue(cuda::kConvEpilogueDefault);
 }
 
 TEST(CudaConvEpilogue, SwitchedOffItDeclines) {
   PARITY_REQUIRE_GPU();
   cuda::set_conv_epilogue(false);
   const Outputs r = compare(kShapes[1], 1, false);
-  cuda::set_conv_epilogue(true);
+  cuda::set_conv_epilogue(cuda::kConvEpilogueDefault);
   EXPECT_FALSE(r.taken);
   EXPECT_EQ(r.out, "");
 }
 
 TEST(CudaConvEpilogue, ComparisonSeesANudgedState) {
   PARITY_REQUIRE_GPU();
+  cuda::set_conv_epilogue(true);
   const Outputs r = compare(kShapes[0], 1, true);
+  cuda::set_conv_epilogue(cuda::kConvEpilogueDefault);
   EXPECT_TRUE(r.taken);
   EXPECT_EQ(r.zx, "") << "the state is not in_proj's input";
   EXPECT_NE(r.out, "") << "the nudged last tap feeds the last channel's output";

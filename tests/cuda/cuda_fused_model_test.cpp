@@ -153,8 +153,8 @@ TEST(CudaFusedModel, GemmsDoingTheConvAndTheNormGiveTheLogitsOfTheirLaunches) {
         }
       }
   }
-  cuda::set_conv_epilogue(true);
-  cuda::set_gated_out_proj(true);
+  cuda::set_conv_epilogue(cuda::kConvEpilogueDefault);
+  cuda::set_gated_out_proj(cuda::kGatedOutProjDefault);
 }
 
 // Exact mode's one-row decode launched programmatically too (set_programmatic_exact_decode: it asks L2

@@ -57,6 +57,7 @@ Result compare(const Case& c, bool nudge, int group = 0) {
 
 TEST(CudaGatedOutProj, OutProjDoingTheNormGivesTheBitsOfTheNormThenTheGemm) {
   PARITY_REQUIRE_GPU();
+  cuda::set_gated_out_proj(true);  // off by default (gated_a.h)
   const Case cases[] = {{5120, 2560, false, false}, {5120, 2560, true, true}, {1536, 768, false, true},
                         {128, 64, false, false},    {128, 64, true, false},   {96, 200, false, true}};
   for (const Case& c : cases)
@@ -69,19 +70,23 @@ TEST(CudaGatedOutProj, OutProjDoingTheNormGivesTheBitsOfTheNormThenTheGemm) {
       EXPECT_EQ(r.out, "") << what;
     }
   cuda::set_gemm_early(cuda::kGemmEarlyDefault);
+  cuda::set_gated_out_proj(cuda::kGatedOutProjDefault);
 }
 
 TEST(CudaGatedOutProj, DeclinesTwoGroupsAndWhenSwitchedOff) {
   PARITY_REQUIRE_GPU();
+  cuda::set_gated_out_proj(true);
   EXPECT_FALSE(compare({128, 64, false, false}, false, 64).taken);
   cuda::set_gated_out_proj(false);
   EXPECT_FALSE(compare({128, 64, false, false}, false).taken);
-  cuda::set_gated_out_proj(true);
+  cuda::set_gated_out_proj(cuda::kGatedOutProjDefault);
 }
 
 TEST(CudaGatedOutProj, ComparisonSeesANudgedGate) {
   PARITY_REQUIRE_GPU();
+  cuda::set_gated_out_proj(true);
   const Result r = compare({5120, 2560, false, false}, true);
+  cuda::set_gated_out_proj(cuda::kGatedOutProjDefault);
   EXPECT_TRUE(r.taken);
   EXPECT_NE(r.out, "") << "the last gate element changes the norm's sum, so every output";
 }
