@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "backend_cuda/backend.h"
+#include "bench_cache.h"
 #include "model/checkpoint.h"
 
 namespace parity::bench {
@@ -10,6 +11,27 @@ namespace parity::bench {
 model::Model& mamba2_2p7b() {
   static std::unique_ptr<model::Model> m = backend_cuda::load_model(model::open_checkpoint("builtin:mamba2-2.7b"));
   return *m;
+}
+
+DecodeRun prepare_decode(model::Model& m, bool exact, int batch) {
+  DecodeRun r{bench_cache(m, exact, batch), {}, std::vector<float>(std::size_t(batch) * m.vocab_size()),
+              exact ? model::ScanMode::Exact : model::ScanMode::Plain, 16};
+  model::ForwardBatch b;
+  for (int s = 0; s < batch; ++s) {
+    r.mc.allocate();
+    for (int i = 0; i < 16; ++i) b.tokens.push_back((s * 31 + i * 7) % 50000);
+    b.seqs.push_back({s, 0, 16});
+    b.logit_rows.push_back(s * 16 + 15);
+  }
+  m.forward(b, r.mc, r.mode, r.logits.data());
+  for (int s = 0; s < batch; ++s) {
+    r.d.tokens.push_back(s + 1);
+    r.d.seqs.push_back({s, r.pos, 1});
+    r.d.logit_rows.push_back(s);
+  }
+  m.forward(r.d, r.mc, r.mode, r.logits.data());  // warm-up: captures the bucket's graph
+  ++r.pos;
+  return r;
 }
 
 }  // namespace parity::bench

@@ -2,10 +2,26 @@
 // builtin:mamba2-2.7b on the GPU, loaded once per process and shared by every benchmark that runs it
 // (the end-to-end decode and prefill in cuda_bench.cpp, the decode step's parts in
 // cuda_decode_budget_bench.cpp): one copy of its 5.4 GB of weights.
+#include <cstdint>
+#include <vector>
+
+#include "cache/model_cache.h"
 #include "model/model.h"
 
 namespace parity::bench {
 
 model::Model& mamba2_2p7b();
+
+// A decode batch ready to time: `batch` sequences prefilled with 16 tokens each, then one decode step run
+// untimed (it captures the bucket's graph when graphs are on). The timed loop moves every sequence's start
+// to `pos` and advances it.
+struct DecodeRun {
+  cache::ModelCache mc;
+  model::ForwardBatch d;
+  std::vector<float> logits;
+  model::ScanMode mode;
+  int64_t pos;
+};
+DecodeRun prepare_decode(model::Model& m, bool exact, int batch);
 
 }  // namespace parity::bench

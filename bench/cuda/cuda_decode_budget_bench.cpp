@@ -49,26 +49,12 @@ void BM_CudaDecodeParts(benchmark::State& state) {
   cuda::set_gemm_early(static_cast<unsigned>(state.range(3)));
   cuda::set_conv_epilogue((state.range(4) & 1) != 0);
   cuda::set_gated_out_proj((state.range(4) & 2) != 0);
-  cache::ModelCache mc = bench::bench_cache(m, exact, batch);
-  model::ForwardBatch b;
-  for (int s = 0; s < batch; ++s) {
-    mc.allocate();
-    for (int i = 0; i < 16; ++i) b.tokens.push_back((s * 31 + i * 7) % 50000);
-    b.seqs.push_back({s, 0, 16});
-    b.logit_rows.push_back(s * 16 + 15);
-  }
-  std::vector<float> logits(std::size_t(batch) * m.vocab_size());
-  const model::ScanMode mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
-  m.forward(b, mc, mode, logits.data());
-  int64_t pos = 16;
-  model::ForwardBatch d;
-  for (int s = 0; s < batch; ++s) {
-    d.tokens.push_back(s + 1);
-    d.seqs.push_back({s, pos, 1});
-    d.logit_rows.push_back(s);
-  }
-  m.forward(d, mc, mode, logits.data());  // captures the graph
-  ++pos;
+  bench::DecodeRun run = bench::prepare_decode(m, exact, batch);
+  cache::ModelCache& mc = run.mc;
+  model::ForwardBatch& d = run.d;
+  std::vector<float>& logits = run.logits;
+  const model::ScanMode mode = run.mode;
+  int64_t& pos = run.pos;
   double total = 0;
   for (auto _ : state) {
     for (auto& q : d.seqs) q.start = pos;
