@@ -210,6 +210,21 @@ __device__ inline void cell_cum(const RowSource& src, int h, int64_t cs, int L, 
   __syncthreads();
 }
 
+// A cell's cum inside one warp (the lane walks and the tensor-core walk): lane i < L holds
+// cum_term(dt_i, A) in d; each lane gets the left-to-right sum of rows 0..lane (cum_scan's order, one
+// add a row; rows past L add nothing) and *total the whole cell's. The same bits as cell_cum.
+template <int G>
+__device__ inline float warp_cell_cum(float d, int L, int lane, float* total) {
+  float cl = 0.0f;
+#pragma unroll
+  for (int i = 0; i < G; ++i) {
+    const float v = __shfl_sync(0xffffffffu, d, i);
+    if (i < L && i <= lane) cl = cl + v;
+  }
+  *total = __shfl_sync(0xffffffffu, cl, L - 1);
+  return cl;
+}
+
 // Scratch: states [tasks][H][P][N] (a folded cell's delta, which the chain replaces by the cell's
 // start state), then cell_decay [tasks][H] = exp(cum_{L-1}) of every folded cell.
 struct Scratch {

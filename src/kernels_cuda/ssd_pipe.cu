@@ -148,13 +148,8 @@ __device__ void coefficients(const CellIn& c, const float* X, float* F, float Ah
   const float* dts = X + kDts;
   const float* bnd = X + kBand;
   const float d = lane < L ? cum_term(dts[lane], Ah) : 0.0f;
-  float cl = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kG; ++i) {
-    const float v = __shfl_sync(0xffffffffu, d, i);
-    if (i < L && i <= lane) cl = cl + v;
-  }
-  const float total = __shfl_sync(0xffffffffu, cl, L - 1);
+  float total;
+  const float cl = warp_cell_cum<kG>(d, L, lane, &total);
 #pragma unroll
   for (int e0 = 0; e0 < kG * kG; e0 += kThreads) {
     const int e = e0 + tid, t = e / kG, i = e % kG;

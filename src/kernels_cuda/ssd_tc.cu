@@ -128,13 +128,8 @@ __device__ Coefs<T> form_table(const CellIn& c, const float* X, float Ah) {
   const float* dts = X + St::kDt;
   const float* bnd = X + St::kBand;
   const float d = lane < L ? cum_term(dts[lane], Ah) : 0.0f;
-  float cl = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kG; ++i) {
-    const float v = __shfl_sync(0xffffffffu, d, i);
-    if (i < L && i <= lane) cl = cl + v;
-  }
-  const float total = __shfl_sync(0xffffffffu, cl, L - 1);
+  float total;
+  const float cl = warp_cell_cum<kG>(d, L, lane, &total);
   Coefs<T> k;
 #pragma unroll
   for (int a = 0; a < Coefs<T>::kPer; ++a) {
