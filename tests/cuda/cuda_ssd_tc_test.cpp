@@ -39,19 +39,9 @@ double tol_state(SsdTcProducts p, bool bf16_state) {
   return bf16_state ? 1e-2 : p == SsdTcProducts::bf16 ? kTolBf16 : kTolSplit;
 }
 
-struct Shape {
-  int H, P, N, groups;
-  int pad = 3;  // spare columns after x | B | C (3: rows not 16-byte aligned)
-  int I() const { return H * P; }
-  int ld() const { return H * P + 2 * groups * N + pad; }
-};
-
-struct Call {
-  int slot;
-  int64_t start;
-  int n;
-};
-using Schedule = std::vector<std::vector<Call>>;  // passes
+using Shape = test::PackedShape;
+using Call = test::ScanCall;
+using Schedule = test::ScanSchedule;
 
 cuda::SsdTcWay way(int wp, int ks, SsdTcProducts prod) {
   cuda::SsdTcWay w;

@@ -21,19 +21,9 @@ namespace {
 
 using cuda::SsdPrefill;
 
-struct Shape {
-  int H, P, N, groups;
-  int pad = 3;  // spare columns after x | B | C: 3 leaves rows not 16-byte aligned, 0 or 4 keeps them aligned
-  int I() const { return H * P; }
-  int ld() const { return H * P + 2 * groups * N + pad; }
-};
-
-struct Call {
-  int slot;
-  int64_t start;
-  int n;
-};
-using Schedule = std::vector<std::vector<Call>>;  // passes
+using Shape = test::PackedShape;
+using Call = test::ScanCall;
+using Schedule = test::ScanSchedule;
 
 // One sequence's inputs: xbc [T][ld], dt [T][H].
 struct Stream {
