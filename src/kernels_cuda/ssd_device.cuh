@@ -210,6 +210,16 @@ __device__ inline void cell_cum(const RowSource& src, int h, int64_t cs, int L, 
   __syncthreads();
 }
 
+// What a one-head cell walk block knows of its layer and head (the pipelined lane walk, the tensor-core walk):
+// shapes, grid, the row source, the head's band, its head, group and first p column.
+struct WalkCtx {
+  SsdShape sh;
+  ScanGrid g;
+  RowSource src;
+  const float* band;
+  int h, grp, p0;
+};
+
 // A cell's cum inside one warp (the lane walks and the tensor-core walk): lane i < L holds
 // cum_term(dt_i, A) in d; each lane gets the left-to-right sum of rows 0..lane (cum_scan's order, one
 // add a row; rows past L add nothing) and *total the whole cell's. The same bits as cell_cum.

@@ -82,13 +82,7 @@ static_assert(3 * (kSmemFloats<true> * 4 + 1024) <= 228 * 1024 && 2 * (kSmemFloa
 // starts inside has j0 > 0). Its loops have no run-time bounds.
 __device__ __forceinline__ bool whole(const CellIn& c) { return c.L == kG && c.j0 == 0 && c.fold; }
 
-struct Ctx {
-  SsdShape sh;
-  ScanGrid g;
-  RowSource src;
-  const float* band;
-  int h, grp, p0;
-};
+using Ctx = WalkCtx;
 
 // Cell c's C rows (output rows j0 .. L-1) and, when it folds, its B rows (0 .. L-1) into Q by quarter.
 // Each thread copies one element n of every row (zeros past N); nothing else of Q is written. Lane l of

@@ -61,13 +61,7 @@ constexpr int smem_floats() {
   return 3 * Stage<WP>::kFloats + 2 * kTable + kExchange<WP, KS>;
 }
 
-struct Ctx {
-  SsdShape sh;
-  ScanGrid g;
-  RowSource src;
-  const float* band;
-  int h, grp, p0;
-};
+using Ctx = WalkCtx;
 
 __device__ __forceinline__ void zero4(float* dst) { *reinterpret_cast<float4*>(dst) = make_float4(0.f, 0.f, 0.f, 0.f); }
 
