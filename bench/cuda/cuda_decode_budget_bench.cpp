@@ -100,10 +100,10 @@ BENCHMARK(BM_CudaDecodeParts)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 // Session 13: 1059 = 35 + kGemmMmaBoxByBox (gemm_swap_ab.h): session 12's box-by-box mma.sync consumer
-// instead of the grouped one: everything, and out_proj / in_proj alone (skip 95 / 125; gemm:35's rows are
-// registered above).
+// instead of the grouped one; 2083 = 35 + kGemmMmaGroupBarrier: the grouped consumer with one barrier pair
+// a group. Everything, and out_proj / in_proj alone (skip 95 / 125; gemm:35's rows are registered above).
 BENCHMARK(BM_CudaDecodeParts)
-    ->ArgsProduct({{1}, {0, 1}, {0, 95, 125}, {1059}, {0}})
+    ->ArgsProduct({{1}, {0, 1}, {0, 95, 125}, {1059, 2083}, {0}})
     ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
@@ -142,7 +142,8 @@ BENCHMARK(BM_CudaMmaChain)
 
 // Where out_proj's (arg0 0: in_proj's) time goes at one row on the mma.sync swap-AB kernel (arg1: the
 // consumer schedule and blocks an SM, gemm_bf16_swap_ab_probe's schedule: 0 session 12's box by box, 1 its
-// -lag schedule, 2..4 and 6 the grouped consumer, 5 box by box with a 40-stage ring), L2 flushed before each pass as in a decode step (arg2 0: warm): each consumer warp's
+// -lag schedule, 2..4 and 6 the grouped consumer, 5 box by box with a 40-stage ring, 7..9 grouped with one
+// barrier pair a group), L2 flushed before each pass as in a decode step (arg2 0: warm): each consumer warp's
 // clock (gemm_bf16_swap_ab_probe), means over the warps. first_cycles: start to the first box's
 // fragments (the pre-pass, the first boxes' DRAM latency); per_box: the step loop's cycles a 64-deep box
 // (4 dependent steps); wait_per_box: of those, waiting on a stage's barrier (the data); chain_per_box:
@@ -200,7 +201,7 @@ void BM_CudaGemmSwapAbProbe(benchmark::State& state) {
   state.counters["chain_per_box"] = (per_box - wait) / n;
   state.counters["loop_us_max"] = loop_max / (khz * 1e-3);
 }
-BENCHMARK(BM_CudaGemmSwapAbProbe)->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6}, {1, 0}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaGemmSwapAbProbe)->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 0}})->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace parity

@@ -105,15 +105,21 @@ template <int NT, int GROUP>
 constexpr int group_for_rows() {
   return NT == 8 ? GROUP : NT == 16 ? (GROUP < 2 ? GROUP : 2) : 0;
 }
+// BAR: one barrier pair per group (the "-s" variants) where the rows keep a group (the group's size).
+template <int NT, int GROUP, bool SHARED>
+constexpr int bar_for_rows() {
+  return SHARED && group_for_rows<NT, GROUP>() > 0 ? group_for_rows<NT, GROUP>() : 1;
+}
 
-template <int CW, int NT, int BPS, bool LAG, int GROUP = 0>
+template <int CW, int NT, int BPS, bool LAG, int GROUP = 0, bool SHARED = false>
 void launch_mma(const Args& a) {
   if constexpr (NT > 32) {
     launch<1, NT, 2>(a);
   } else {
     using Cfg = MmaConfig<CW, NT, BPS>;
     const bool conv = NT == 8 && t_conv != nullptr;
-    auto* kernel = swap_ab_mma_kernel<CW, NT, BPS, LAG, false, false, false, group_for_rows<NT, GROUP>()>;
+    auto* kernel = swap_ab_mma_kernel<CW, NT, BPS, LAG, false, false, false, group_for_rows<NT, GROUP>(),
+                                      bar_for_rows<NT, GROUP, SHARED>()>;
     if constexpr (NT == 8)
       if (conv) kernel = swap_ab_mma_kernel<CW, NT, BPS, LAG, true>;
     const ConvEpilogue ep = conv ? *t_conv : ConvEpilogue{};
@@ -148,12 +154,12 @@ constexpr Variant variant(const char* name) {
            launch<CWG, 256, BPS>}};
 }
 
-template <int CW, int BPS, bool LAG = false, int GROUP = 0>
+template <int CW, int BPS, bool LAG = false, int GROUP = 0, bool SHARED = false>
 constexpr Variant mma_variant(const char* name) {
   return {name,
-          {launch_mma<CW, 8, BPS, LAG, GROUP>, launch_mma<CW, 16, BPS, LAG, GROUP>, launch_mma<CW, 32, BPS, LAG, GROUP>,
-           launch_mma<CW, 64, BPS, LAG, GROUP>, launch_mma<CW, 128, BPS, LAG, GROUP>,
-           launch_mma<CW, 256, BPS, LAG, GROUP>}};
+          {launch_mma<CW, 8, BPS, LAG, GROUP, SHARED>, launch_mma<CW, 16, BPS, LAG, GROUP, SHARED>,
+           launch_mma<CW, 32, BPS, LAG, GROUP, SHARED>, launch_mma<CW, 64, BPS, LAG, GROUP, SHARED>,
+           launch_mma<CW, 128, BPS, LAG, GROUP, SHARED>, launch_mma<CW, 256, BPS, LAG, GROUP, SHARED>}};
 }
 
 // Columns per block (64: one consumer warpgroup; 128: two, sharing A's boxes) and blocks per SM
@@ -182,7 +188,8 @@ constexpr Variant mma_variant(const char* name) {
 // boxes, a group's fragments read a group ahead), up to 16 rows: mma-c32-4blk-g2 (two boxes a group, four
 // blocks an SM: in_proj's 331 blocks stay resident), mma-c32-2blk-g4 (four boxes a group: the two
 // register sets take more than a quarter of an SM's registers; a 21-stage ring), mma-c32-1blk-g4 (one
-// block an SM, a 40-stage ring: out_proj's 80 blocks). 32 rows: box by box at the variant's ring.
+// block an SM, a 40-stage ring: out_proj's 80 blocks); the "-s" ones with one barrier pair a group's
+// stages (produce_units). 32 rows: box by box at the variant's ring.
 const Variant kVariants[] = {
     variant<1, 1>("c64"),
     variant<1, 2>("c64-2blk"),
@@ -193,9 +200,12 @@ const Variant kVariants[] = {
     mma_variant<2, 4, false, 2>("mma-c32-4blk-g2"),
     mma_variant<2, 2, false, 4>("mma-c32-2blk-g4"),
     mma_variant<2, 1, false, 4>("mma-c32-1blk-g4"),
+    mma_variant<2, 4, false, 2, true>("mma-c32-4blk-g2s"),
+    mma_variant<2, 2, false, 4, true>("mma-c32-2blk-g4s"),
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
-constexpr int kC64TwoBlocks = 1, kC128 = 2, kMmaC32 = 4, kMmaC32Lag = 5, kMmaC32G2 = 6, kMmaC32G4TwoBlocks = 7;
+constexpr int kC64TwoBlocks = 1, kC128 = 2, kMmaC32 = 4, kMmaC32Lag = 5, kMmaC32G2 = 6, kMmaC32G4TwoBlocks = 7,
+              kMmaC32G2Shared = 9, kMmaC32G4TwoBlocksShared = 10;
 
 // The default variant, from the shapes alone (the table above): up to 16 rows mma-c32-4blk (the
 // fastest on out_proj and lm_head, within 4 % of c128-2blk on in_proj); up to 64 c64-2blk (the
@@ -204,12 +214,15 @@ constexpr int kC64TwoBlocks = 1, kC128 = 2, kMmaC32 = 4, kMmaC32Lag = 5, kMmaC32
 // kGemmMmaLag (ops.h) takes mma-c32-4blk-lag for mma-c32-4blk's rows.
 // Session 13: up to 16 rows the grouped consumer, mma-c32-2blk-g4 where the blocks (32 columns each) are
 // no more than the SMs (out_proj: one block an SM whatever the variant allows), mma-c32-4blk-g2 where
-// they are more (in_proj's 331 stay resident at four an SM); kGemmMmaBoxByBox takes mma-c32-4blk.
+// they are more (in_proj's 331 stay resident at four an SM); kGemmMmaBoxByBox takes mma-c32-4blk,
+// kGemmMmaGroupBarrier the same choice with one barrier pair a group.
 int default_variant(int M, int N, unsigned flags) {
   if (M <= 16) {
     if (flags & kGemmMmaLag) return kMmaC32Lag;
     if (flags & kGemmMmaBoxByBox) return kMmaC32;
-    return (N + 31) / 32 <= sm_count() ? kMmaC32G4TwoBlocks : kMmaC32G2;
+    const bool few = (N + 31) / 32 <= sm_count();
+    if (flags & kGemmMmaGroupBarrier) return few ? kMmaC32G4TwoBlocksShared : kMmaC32G2Shared;
+    return few ? kMmaC32G4TwoBlocks : kMmaC32G2;
   }
   if (M <= 64) return kC64TwoBlocks;
   return (N + 127) / 128 >= sm_count() / 2 ? kC128 : kC64TwoBlocks;
@@ -285,16 +298,16 @@ void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int
   const unsigned flags = early < 0 ? gemm_early_flags() : static_cast<unsigned>(early);
   const Variant& v = kVariants[variant < 0 ? default_variant(M, N, flags) : variant];
   const NextL2 next = flags & kGemmEarlyNextL2 ? t_next : NextL2{nullptr, 0};
-  v.by_rows[row_tile_index(M)](Args{A, M, K, lda, W, N, bias, C, ldc, s, flags & ~kGemmMmaBoxByBox, next});
+  v.by_rows[row_tile_index(M)](Args{A, M, K, lda, W, N, bias, C, ldc, s, flags & ~(kGemmMmaBoxByBox | kGemmMmaGroupBarrier), next});
   check_launch("gemm_bf16_swap_ab");
 }
 
 namespace {
-template <int BPS, bool LAG, int GROUP>
+template <int BPS, bool LAG, int GROUP, int BAR = 1>
 void launch_probe(const float* A, int M, int K, int lda, const void* W, int N, float* C, int ldc, cudaStream_t s,
                   long long* probe) {
   using Cfg = MmaConfig<2, 8, BPS>;
-  auto* kernel = swap_ab_mma_kernel<2, 8, BPS, LAG, false, true, false, GROUP>;
+  auto* kernel = swap_ab_mma_kernel<2, 8, BPS, LAG, false, true, false, GROUP, BAR>;
   static std::atomic<std::uint64_t> opted{0};  // one record per kernel
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, opted, true);
   const CUtensorMap wmap = bf16_rows_tensor_map_cached(W, K, N, Cfg::kCols);
@@ -315,7 +328,8 @@ void gemm_bf16_swap_ab_probe(const float* A, int M, int K, int lda, const void* 
   using Fn = void (*)(const float*, int, int, int, const void*, int, float*, int, cudaStream_t, long long*);
   static constexpr Fn kSchedules[kSwapAbProbeSchedules] = {
       launch_probe<4, false, 0>, launch_probe<4, true, 0>, launch_probe<4, false, 2>, launch_probe<2, false, 4>,
-      launch_probe<1, false, 4>, launch_probe<1, false, 0>, launch_probe<2, false, 2>};
+      launch_probe<1, false, 4>, launch_probe<1, false, 0>, launch_probe<2, false, 2>, launch_probe<4, false, 2, 2>,
+      launch_probe<2, false, 4, 4>, launch_probe<1, false, 4, 4>};
   if (schedule < 0 || schedule >= kSwapAbProbeSchedules) throw Error("gemm_bf16_swap_ab_probe: no such schedule");
   kSchedules[schedule](A, M, K, lda, W, N, C, ldc, s, probe);
   check_launch("gemm_bf16_swap_ab_probe");
@@ -324,7 +338,8 @@ void gemm_bf16_swap_ab_probe(const float* A, int M, int K, int lda, const void* 
 const char* gemm_bf16_swap_ab_probe_name(int schedule) {
   static const char* const kNames[kSwapAbProbeSchedules] = {
       "mma-c32-4blk box by box", "mma-c32-4blk-lag", "mma-c32-4blk-g2", "mma-c32-2blk-g4",
-      "mma-c32-1blk-g4", "mma-c32-1blk box by box", "mma-c32-2blk-g2"};
+      "mma-c32-1blk-g4", "mma-c32-1blk box by box", "mma-c32-2blk-g2", "mma-c32-4blk-g2s", "mma-c32-2blk-g4s",
+      "mma-c32-1blk-g4s"};
   return schedule >= 0 && schedule < kSwapAbProbeSchedules ? kNames[schedule] : "?";
 }
 

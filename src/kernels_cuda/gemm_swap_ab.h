@@ -14,6 +14,9 @@ constexpr int kSwapAbMaxRows = 256;
 // rows gemm() takes the swap-AB mma.sync kernel with session 12's consumer (mma-c32-4blk: a barrier wait
 // and release every box) instead of the grouped one (gemm_swap_ab_group.cuh). The same bits either way.
 inline constexpr unsigned kGemmMmaBoxByBox = 1024u;
+// Benchmarks: up to 16 rows the grouped consumer with one barrier pair a group (mma-c32-4blk-g2s,
+// mma-c32-2blk-g4s) instead of one a stage. The same bits.
+inline constexpr unsigned kGemmMmaGroupBarrier = 2048u;
 
 // Whether gemm_bf16_swap_ab can take these operands: gemm_mma_fits's (K a multiple of 32, A rows
 // 16-byte vectors, W 16-byte aligned) and the tensor maps' (K a multiple of 8: implied).
@@ -35,8 +38,8 @@ void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int
 // blocks an SM (gemm_bf16_swap_ab_probe_name): 0 mma-c32-4blk box by box (session 12's), 1 its -lag
 // schedule, 2 mma-c32-4blk-g2, 3 mma-c32-2blk-g4, 4 mma-c32-1blk-g4 (the grouped consumer,
 // gemm_swap_ab_group.cuh), 5 box by box at one block an SM (the 40-stage ring), 6 grouped by two at two
-// blocks an SM.
-constexpr int kSwapAbProbeSchedules = 7;
+// blocks an SM, 7 mma-c32-4blk-g2s, 8 mma-c32-2blk-g4s, 9 mma-c32-1blk-g4s (one barrier pair a group).
+constexpr int kSwapAbProbeSchedules = 10;
 void gemm_bf16_swap_ab_probe(const float* A, int M, int K, int lda, const void* W, int N, float* C, int ldc,
                              cudaStream_t s, int schedule, long long* probe);
 const char* gemm_bf16_swap_ab_probe_name(int schedule);

@@ -1,6 +1,7 @@
 // The swap-AB mma.sync kernel's grouped consumer (gemm_swap_ab_group.cuh: the ring's barriers met once a
 // group of boxes, a group's fragments read a group ahead) against the mma tiles (gemm_bf16_mma_tile 0), bit
-// for bit: its variants (mma-c32-4blk-g2, mma-c32-2blk-g4, mma-c32-1blk-g4) at the decode shapes of
+// for bit: its variants (mma-c32-4blk-g2, mma-c32-2blk-g4, mma-c32-1blk-g4, and with one barrier pair a
+// group mma-c32-4blk-g2s, mma-c32-2blk-g4s) at the decode shapes of
 // mamba2-2.7b (in_proj 10576×2560, out_proj 2560×5120) and at the rows a decode step has (1..16: n8 and
 // n16 tiles, one row past the n8 tile), and at small K whose boxes end inside a group or with a 32-deep box
 // (K = 32 is a lone half box, 96..288 leave one to three boxes in the last group) with N no multiple of a
@@ -45,7 +46,7 @@ std::string where(const Shape& sh, int M, bool with_bias, const std::string& wha
 
 void expect_mma_tile_bits(const Shape& sh, const int* rows, int nrows, uint64_t seed) {
   const std::vector<int> grouped = grouped_variants();
-  ASSERT_EQ(grouped.size(), 3u) << "mma-c32-4blk-g2, mma-c32-2blk-g4, mma-c32-1blk-g4";
+  ASSERT_EQ(grouped.size(), 5u) << "mma-c32-4blk-g2, mma-c32-2blk-g4, mma-c32-1blk-g4, -4blk-g2s, -2blk-g4s";
   Problem pr(sh, seed);
   for (int r = 0; r < nrows; ++r)
     for (bool with_bias : {false, true}) {
