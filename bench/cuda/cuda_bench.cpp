@@ -1005,11 +1005,9 @@ BENCHMARK(BM_CudaModelDecode)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 // Session 13: 1059 = 35 + kGemmMmaBoxByBox (gemm_swap_ab.h): the decode GEMMs up to 16 rows on session 12's
-// box-by-box mma.sync consumer instead of the grouped one (the default's rows above: gemm:35); 2083 = 35 +
-// kGemmMmaGroupBarrier: the grouped consumer with one barrier pair a group.
+// box-by-box mma.sync consumer instead of the grouped one (the default's rows above: gemm:35).
 BENCHMARK(BM_CudaModelDecode)
-    ->ArgsProduct({{1}, {0, 1}, {1}, {1}, {1},
-                   {cuda::kGemmEarlyDefault | cuda::kGemmMmaBoxByBox, cuda::kGemmEarlyDefault | cuda::kGemmMmaGroupBarrier}})
+    ->ArgsProduct({{1}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault | cuda::kGemmMmaBoxByBox}})
     ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

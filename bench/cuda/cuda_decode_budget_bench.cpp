@@ -100,10 +100,10 @@ BENCHMARK(BM_CudaDecodeParts)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 // Session 13: 1059 = 35 + kGemmMmaBoxByBox (gemm_swap_ab.h): session 12's box-by-box mma.sync consumer
-// instead of the grouped one; 2083 = 35 + kGemmMmaGroupBarrier: the grouped consumer with one barrier pair
-// a group. Everything, and out_proj / in_proj alone (skip 95 / 125; gemm:35's rows are registered above).
+// instead of the grouped one: everything, and out_proj / in_proj alone (skip 95 / 125; gemm:35's rows are
+// registered above).
 BENCHMARK(BM_CudaDecodeParts)
-    ->ArgsProduct({{1}, {0, 1}, {0, 95, 125}, {1059, 2083}, {0}})
+    ->ArgsProduct({{1}, {0, 1}, {0, 95, 125}, {1059}, {0}})
     ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

@@ -189,7 +189,18 @@ constexpr Variant mma_variant(const char* name) {
 // blocks an SM: in_proj's 331 blocks stay resident), mma-c32-2blk-g4 (four boxes a group: the two
 // register sets take more than a quarter of an SM's registers; a 21-stage ring), mma-c32-1blk-g4 (one
 // block an SM, a 40-stage ring: out_proj's 80 blocks); the "-s" ones with one barrier pair a group's
-// stages (produce_units). 32 rows: box by box at the variant's ring.
+// stages (produce_units). 32 rows: box by box at the variant's ring. Measured on the H200 (checkpoint
+// call, 2026-12-02; BM_CudaGemmSwapAb/M/shape/variant/1, µs, L2 flushed, the pre-pass included, M = 1 / 8 / 16):
+//                      in_proj 10576×2560    out_proj 2560×5120
+//   mma-c32-4blk       23.4 23.8 23.8        20.0 19.6 20.5
+//   mma-c32-4blk-g2    23.6 24.0 24.2        20.3 19.9 22.5
+//   mma-c32-2blk-g4    30.9 31.8 31.6        21.1 20.4 23.0
+//   mma-c32-1blk-g4    40.6 41.3 43.3        22.4 21.6 24.8
+//   mma-c32-4blk-g2s   23.6 24.1 24.0        19.8 19.2 20.7
+//   mma-c32-2blk-g4s   26.9 27.4 29.1        17.2 16.6 20.3
+// Grouping the barrier instructions without reducing them gained nothing; one barrier pair for four
+// boxes took out_proj's loop from ~290 to ~205 cycles a box (BM_CudaGemmSwapAbProbe). in_proj waits on
+// its data (~470 of ~690 cycles a box), not on its loop: no variant helps it.
 const Variant kVariants[] = {
     variant<1, 1>("c64"),
     variant<1, 2>("c64-2blk"),
@@ -204,25 +215,23 @@ const Variant kVariants[] = {
     mma_variant<2, 2, false, 4, true>("mma-c32-2blk-g4s"),
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
-constexpr int kC64TwoBlocks = 1, kC128 = 2, kMmaC32 = 4, kMmaC32Lag = 5, kMmaC32G2 = 6, kMmaC32G4TwoBlocks = 7,
-              kMmaC32G2Shared = 9, kMmaC32G4TwoBlocksShared = 10;
+constexpr int kC64TwoBlocks = 1, kC128 = 2, kMmaC32 = 4, kMmaC32Lag = 5, kMmaC32G2Shared = 9,
+              kMmaC32G4TwoBlocksShared = 10;
 
 // The default variant, from the shapes alone (the table above): up to 16 rows mma-c32-4blk (the
 // fastest on out_proj and lm_head, within 4 % of c128-2blk on in_proj); up to 64 c64-2blk (the
 // fastest or tied on every shape); above, c128 where its blocks still cover half the SMs (in_proj,
 // lm_head: 17-20 % faster) and c64-2blk where they do not (out_proj's 20 blocks: 58 % slower).
 // kGemmMmaLag (ops.h) takes mma-c32-4blk-lag for mma-c32-4blk's rows.
-// Session 13: up to 16 rows the grouped consumer, mma-c32-2blk-g4 where the blocks (32 columns each) are
-// no more than the SMs (out_proj: one block an SM whatever the variant allows), mma-c32-4blk-g2 where
-// they are more (in_proj's 331 stay resident at four an SM); kGemmMmaBoxByBox takes mma-c32-4blk,
-// kGemmMmaGroupBarrier the same choice with one barrier pair a group.
+// Session 13: up to 16 rows the grouped consumer with one barrier pair a group, mma-c32-2blk-g4s where
+// the blocks (32 columns each) are no more than the SMs (out_proj: one block an SM whatever the variant
+// allows; 14 % faster alone, the step 9.6 % at batch 1), mma-c32-4blk-g2s where they are more (in_proj's
+// 331 blocks stay resident at four an SM; even with mma-c32-4blk); kGemmMmaBoxByBox takes mma-c32-4blk.
 int default_variant(int M, int N, unsigned flags) {
   if (M <= 16) {
     if (flags & kGemmMmaLag) return kMmaC32Lag;
     if (flags & kGemmMmaBoxByBox) return kMmaC32;
-    const bool few = (N + 31) / 32 <= sm_count();
-    if (flags & kGemmMmaGroupBarrier) return few ? kMmaC32G4TwoBlocksShared : kMmaC32G2Shared;
-    return few ? kMmaC32G4TwoBlocks : kMmaC32G2;
+    return (N + 31) / 32 <= sm_count() ? kMmaC32G4TwoBlocksShared : kMmaC32G2Shared;
   }
   if (M <= 64) return kC64TwoBlocks;
   return (N + 127) / 128 >= sm_count() / 2 ? kC128 : kC64TwoBlocks;
@@ -298,7 +307,7 @@ void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int
   const unsigned flags = early < 0 ? gemm_early_flags() : static_cast<unsigned>(early);
   const Variant& v = kVariants[variant < 0 ? default_variant(M, N, flags) : variant];
   const NextL2 next = flags & kGemmEarlyNextL2 ? t_next : NextL2{nullptr, 0};
-  v.by_rows[row_tile_index(M)](Args{A, M, K, lda, W, N, bias, C, ldc, s, flags & ~(kGemmMmaBoxByBox | kGemmMmaGroupBarrier), next});
+  v.by_rows[row_tile_index(M)](Args{A, M, K, lda, W, N, bias, C, ldc, s, flags & ~kGemmMmaBoxByBox, next});
   check_launch("gemm_bf16_swap_ab");
 }
 

@@ -11,12 +11,10 @@ namespace parity::cuda {
 constexpr int kSwapAbMaxRows = 256;
 
 // A decode GEMM flag beside ops.h's GemmEarly (the same set_gemm_early word; graphs record it): up to 16
-// rows gemm() takes the swap-AB mma.sync kernel with session 12's consumer (mma-c32-4blk: a barrier wait
-// and release every box) instead of the grouped one (gemm_swap_ab_group.cuh). The same bits either way.
+// rows gemm() takes the swap-AB mma.sync kernel with session 12's consumer (mma-c32-4blk: a barrier test
+// or wait and a release every box) instead of the grouped one (gemm_swap_ab_group.cuh: one barrier pair
+// a group of boxes). The same bits either way; benchmarks compare them (gemm:1059 = 35 + 1024).
 inline constexpr unsigned kGemmMmaBoxByBox = 1024u;
-// Benchmarks: up to 16 rows the grouped consumer with one barrier pair a group (mma-c32-4blk-g2s,
-// mma-c32-2blk-g4s) instead of one a stage. The same bits.
-inline constexpr unsigned kGemmMmaGroupBarrier = 2048u;
 
 // Whether gemm_bf16_swap_ab can take these operands: gemm_mma_fits's (K a multiple of 32, A rows
 // 16-byte vectors, W 16-byte aligned) and the tensor maps' (K a multiple of 8: implied).
