@@ -103,7 +103,7 @@ TEST(CudaGemm, EveryMmaTileGivesTheWmmaBitsOnTheModelsShapes) {
   // of the tiles' rows and not, a 32-deep tail, an odd N and ldc).
   for (const Shape& sh : test::sweep<Shape>({{4096, 2560, 10576, 10576}, {4096, 5120, 2560, 2560}, {600, 2560, 50288, 50288},
                                              {333, 2592, 1001, 1003}},
-                                            {{256, 256, 592, 592}, {200, 320, 640, 640}, {333, 160, 1001, 1003}})) {
+                                            {{384, 256, 592, 592}, {300, 320, 640, 640}, {333, 160, 1001, 1003}})) {
     const std::vector<float> a = test::uniform(std::size_t(sh.M) * sh.K + 1, 11);
     const std::vector<float> w = test::uniform(std::size_t(sh.N) * sh.K, 12, -0.05f, 0.05f);
     const std::vector<float> bias = test::uniform(std::size_t(sh.N), 13);
