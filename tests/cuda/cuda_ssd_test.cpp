@@ -4,7 +4,9 @@
 // kernels), for both state dtypes, several cells, staggered or not; plain mode's rows do change
 // with the schedule and the grid (the companions). Plain mode's one-row decode (SSU) against a
 // scalar twin, bit for bit. Both modes against the CPU's scalar reference scan.
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 
@@ -149,13 +151,15 @@ struct ForcedTile {
 
 std::vector<int> uneven() { return {37, 1, 1, 64, 5, 1, 41}; }
 std::vector<int> ones() { return std::vector<int>(T, 1); }
-// Row by row (sanitizer mode: only the first 18 rows, the last 3 and two each side of every multiple of
-// 32, chunks between: decode steps across every cell size's boundaries).
-std::vector<int> decode_rows() {
+// Row by row. Sanitizer mode (a launch costs ~16 ms under racecheck): only the first 3 rows, the last 2
+// and three each side of the first cell boundary past them one at a time (every row up to 6 for cells of
+// one row), chunks between.
+std::vector<int> decode_rows(int cell) {
   if (!test::sanitizing()) return ones();
+  const int edge = std::max(cell, 4);
   std::vector<int> sizes;
   for (int p = 0; p < T;) {
-    auto alone = [](int q) { return q < 18 || q >= T - 3 || (q + 2) % 32 < 4; };
+    auto alone = [&](int q) { return q < std::max(3, cell == 1 ? 6 : 0) || q >= T - 2 || std::abs(q - edge) <= 3; };
     int n = 1;
     while (!alone(p) && p + n < T && !alone(p + n)) ++n;
     sizes.push_back(n);
@@ -190,7 +194,7 @@ TEST(CudaSsd, ExactRowsAreBitIdenticalUnderEverySchedule) {
     const cuda::ScanGrid g{true, cell, stagger};
     const std::string what = "cell " + std::to_string(cell) + (stagger ? " staggered" : "") + (bf16 ? " bf16" : " f32");
     const SeqRun one = run_seq(g, bf16, s, {T});
-    for (const auto& sizes : {uneven(), decode_rows()}) {
+    for (const auto& sizes : {uneven(), decode_rows(cell)}) {
       const SeqRun r = run_seq(g, bf16, s, sizes);
       const char* sched = sizes.size() == uneven().size() ? " uneven chunks" : " one row at a time";
       ASSERT_EQ(first_diff(one.y, r.y), "") << what << sched << ": rows";
@@ -199,7 +203,7 @@ TEST(CudaSsd, ExactRowsAreBitIdenticalUnderEverySchedule) {
     // Batch mix: sequence 0 decodes row by row while sequence 1 (another stream) prefills in
     // uneven chunks in the same passes, on another slot.
     GpuScan mix(g, bf16, 2);
-    const std::vector<int> ch = uneven(), rows = decode_rows();
+    const std::vector<int> ch = uneven(), rows = decode_rows(cell);
     int64_t p0 = 0, p1 = 0;
     std::size_t ci = 0, ri = 0;
     while (p0 < T || p1 < T) {
@@ -227,7 +231,8 @@ TEST(CudaSsd, ExactRowsAreBitIdenticalUnderEverySchedule) {
 // K sequences, each prefilled to its own length in one pass, then decoded together one row per
 // pass: in every pass they sit at different positions of their cells, so some heads of some
 // sequences fold while the rest do not. Every sequence's rows and final state must equal its own
-// single-shot run.
+// single-shot run. Sanitizer mode: 26 decode passes (each sequence across 8-, 16- and, from 40 rows,
+// the 64-row cell's boundary), then the rest of every sequence as one chunk of a last pass.
 constexpr int K = 6;
 const int kPrefill[K] = {0, 1, 5, 11, 17, 40};
 
@@ -243,13 +248,16 @@ std::vector<SeqRun> decode_batch(const cuda::ScanGrid& g, bool bf16, const std::
   scan.pass(calls, from);
   int64_t pos[K];
   for (int k = 0; k < K; ++k) pos[k] = kPrefill[k];
-  for (;;) {
+  for (int step = 0;; ++step) {
+    const bool rest = step == test::pick(T, 26);
     calls.clear();
     from.clear();
     for (int k = 0; k < K; ++k)
       if (pos[k] < T) {
-        calls.push_back({k, pos[k]++, 1});
+        const int n = rest ? static_cast<int>(T - pos[k]) : 1;
+        calls.push_back({k, pos[k], n});
         from.push_back(&ss[k]);
+        pos[k] += n;
       }
     if (calls.empty()) break;
     scan.pass(calls, from);
@@ -275,8 +283,9 @@ TEST(CudaSsd, ExactDecodeOfABatchAtMixedCellPositionsEqualsSingleShot) {
     int cell;
     bool stagger;
   };
+  int ci = 0;
   for (const Case c : {Case{8, true}, Case{16, true}, Case{64, true}, Case{256, true}, Case{16, false}})
-    for (bool bf16 : {false, true}) {
+    for (bool bf16 : test::bf16_sweep(ci++)) {
       const cuda::ScanGrid g{true, c.cell, c.stagger};
       std::vector<SeqRun> one;
       for (int k = 0; k < K; ++k) one.push_back(run_seq(g, bf16, ss[k], {T}));

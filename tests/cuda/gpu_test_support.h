@@ -56,6 +56,12 @@ std::vector<T> sweep(std::initializer_list<T> full, std::initializer_list<T> san
   return sanitizing() ? std::vector<T>(sanitized) : std::vector<T>(full);
 }
 
+// A state-dtype sweep (false: fp32, true: bf16): both normally; in sanitizer mode one, alternating with
+// the index i of the case it belongs to, so that a test's cases still cover each.
+inline std::vector<bool> bf16_sweep(int i) {
+  return sanitizing() ? std::vector<bool>{i % 2 == 1} : std::vector<bool>{false, true};
+}
+
 inline std::vector<float> uniform(std::size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937_64 g(seed);
   std::uniform_real_distribution<float> d(lo, hi);
