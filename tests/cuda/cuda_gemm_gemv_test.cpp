@@ -54,41 +54,50 @@ void check_reference(const Shape& sh, int M, bool with_bias, const std::vector<f
   }
 }
 
+// Every K of {32, 64, 96, 2560} with every N of {10, 200, 2560}; in sanitizer mode each K and each N at
+// least once, the long chain (W's ring of up to 32 boxes wrapping) on the narrow N, and M at the m16
+// tile's edges.
 TEST(CudaGemmGemv, EveryVariantGivesTheMmaTileBitsForEveryMUpTo16) {
   PARITY_REQUIRE_GPU();
+  std::vector<std::pair<int, int>> kn;  // (K, N)
   for (int K : {32, 64, 96, 2560})
-    for (int N : {10, 200, 2560}) {
-      const Shape sh{K, N, N == 200 ? 203 : N};
-      Problem pr(sh);
-      for (int M = 1; M <= kRows; ++M)
-        for (bool with_bias : {false, true}) {
-          const std::vector<float> ref = pr.mma(M, with_bias);
-          check_reference(sh, M, with_bias, ref);
-          for (int v = -1; v < cuda::gemm_gemv_variants(); ++v) {
-            const std::vector<float> got = pr.gemv(M, with_bias, v);
-            const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
-            ASSERT_TRUE(d.empty()) << where(sh, M, with_bias,
-                                            "variant " + std::to_string(v) + " (" + cuda::gemm_gemv_variant_name(v) +
-                                                ") vs mma tile 0")
-                                   << d;
-          }
-          const std::vector<float> got = pr.through_gemm(M, with_bias);
+    for (int N : {10, 200, 2560}) kn.emplace_back(K, N);
+  kn = test::pick(kn, std::vector<std::pair<int, int>>{{32, 10}, {64, 200}, {96, 2560}, {2560, 10}, {2560, 200}});
+  const std::vector<int> ms =
+      test::sweep({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, {1, 2, 3, 5, 8, 9, 13, 16});
+  for (const auto& [K, N] : kn) {
+    const Shape sh{K, N, N == 200 ? 203 : N};
+    Problem pr(sh);
+    for (int M : ms)
+      for (bool with_bias : {false, true}) {
+        const std::vector<float> ref = pr.mma(M, with_bias);
+        check_reference(sh, M, with_bias, ref);
+        for (int v = -1; v < cuda::gemm_gemv_variants(); ++v) {
+          const std::vector<float> got = pr.gemv(M, with_bias, v);
           const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
-          ASSERT_TRUE(d.empty()) << where(sh, M, with_bias, "gemm() vs mma tile 0") << d;
+          ASSERT_TRUE(d.empty()) << where(sh, M, with_bias,
+                                          "variant " + std::to_string(v) + " (" + cuda::gemm_gemv_variant_name(v) +
+                                              ") vs mma tile 0")
+                                 << d;
         }
-    }
+        const std::vector<float> got = pr.through_gemm(M, with_bias);
+        const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+        ASSERT_TRUE(d.empty()) << where(sh, M, with_bias, "gemm() vs mma tile 0") << d;
+      }
+  }
 }
 
 // The split over blocks decides only which block, pass and warp runs a column: one block (2560 rows
 // in ten passes of 256), three (several passes of an odd number of rows), 97 and 1280 (two-row
 // blocks, their second tile's rows outside the block) give the same bits. K = 5120 takes up to 9
-// rows (A's bf16 rows must fit the block's shared memory); gemm() sends more to other kernels.
+// rows (A's bf16 rows must fit the block's shared memory); gemm() sends more to other kernels. In
+// sanitizer mode K = 448: seven boxes, past the ring of the one- and three-block splits' 256-row passes.
 TEST(CudaGemmGemv, TheSplitOverBlocksChangesNoBit) {
   PARITY_REQUIRE_GPU();
-  const Shape sh{5120, 2560, 2560};
-  ASSERT_TRUE(cuda::gemm_gemv_takes(9, sh.K));
-  ASSERT_FALSE(cuda::gemm_gemv_takes(10, sh.K));
+  ASSERT_TRUE(cuda::gemm_gemv_takes(9, 5120));
+  ASSERT_FALSE(cuda::gemm_gemv_takes(10, 5120));
   ASSERT_TRUE(cuda::gemm_gemv_takes(16, 2560));
+  const Shape sh{test::pick(5120, 448), 2560, 2560};
   Problem pr(sh, 130);
   for (int M : {1, 4, 9}) {
     const std::vector<float> ref = pr.mma(M, true);
@@ -106,13 +115,15 @@ TEST(CudaGemmGemv, TheSplitOverBlocksChangesNoBit) {
 }
 
 // The models' decode shapes (mamba2-2.7b's in_proj, out_proj, lm_head: N no multiple of 64) at the
-// row counts of a decode step, every variant against the mma tiles.
+// row counts of a decode step, every variant against the mma tiles. In sanitizer mode the models' N
+// (the blocks' rows and passes) on K = 128.
 TEST(CudaGemmGemv, ModelShapesGiveTheMmaTileBits) {
   PARITY_REQUIRE_GPU();
-  for (const Shape& sh : {Shape{2560, 10576, 10576}, Shape{5120, 2560, 2560}, Shape{2560, 50288, 50288}}) {
+  for (const Shape& model : {Shape{2560, 10576, 10576}, Shape{5120, 2560, 2560}, Shape{2560, 50288, 50288}}) {
+    const Shape sh{test::pick(model.K, 128), model.N, model.ldc};
     Problem pr(sh, 150);
     for (int M : {1, 2, 8, 9, 16}) {
-      if (!cuda::gemm_gemv_takes(M, sh.K)) continue;  // out_proj's K: up to 9 rows
+      if (!cuda::gemm_gemv_takes(M, model.K)) continue;  // out_proj's K: up to 9 rows
       const std::vector<float> ref = pr.mma(M, false);
       check_reference(sh, M, false, ref);
       for (int v = 0; v < cuda::gemm_gemv_variants(); ++v) {
@@ -130,10 +141,10 @@ TEST(CudaGemmGemv, ModelShapesGiveTheMmaTileBits) {
 
 // The residual add folded into the store (gemm_bf16_gemv_add: C = C + product) gives the bits of the
 // product written out and then added by add_inplace: odd and even ldc (scalar and pair stores), with
-// and without a bias, every variant.
+// and without a bias, every variant (sanitizer mode: out_proj's N on K = 448).
 TEST(CudaGemmGemv, FoldedResidualAddGivesTheBitsOfTheSeparateAdd) {
   PARITY_REQUIRE_GPU();
-  for (const Shape& sh : {Shape{96, 200, 203}, Shape{5120, 2560, 2560}}) {
+  for (const Shape& sh : test::sweep<Shape>({{96, 200, 203}, {5120, 2560, 2560}}, {{96, 200, 203}, {448, 2560, 2560}})) {
     Problem pr(sh, 190);
     const std::vector<float> x0 = test::uniform(std::size_t(kRows) * sh.ldc, 191, -4.0f, 4.0f);
     cuda::DeviceBuffer<float> x;

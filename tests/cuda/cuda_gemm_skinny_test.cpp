@@ -61,12 +61,12 @@ struct Problem {
   }
 };
 
-// 1..16, and for a variant that takes up to 64 rows a spread of M past 16.
+// 1..16, and for a variant that takes up to 64 rows a spread of M past 16 (sanitizer mode: the rows at
+// the edges of the m16 tiles and their halves).
 std::vector<int> rows_of(int variant) {
-  std::vector<int> ms;
-  for (int m = 1; m <= 16; ++m) ms.push_back(m);
+  std::vector<int> ms = test::sweep({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, {1, 2, 3, 5, 8, 9, 15, 16});
   if (variant >= 0 && cuda::gemm_skinny_variant_rows(variant) >= 64)
-    for (int m : {17, 24, 31, 32, 33, 47, 48, 49, 63, 64}) ms.push_back(m);
+    for (int m : test::sweep({17, 24, 31, 32, 33, 47, 48, 49, 63, 64}, {17, 32, 33, 48, 63, 64})) ms.push_back(m);
   return ms;
 }
 
@@ -76,10 +76,15 @@ std::string where(const Shape& sh, int M, int variant, int blocks) {
          cuda::gemm_skinny_variant_name(variant) + ") blocks " + std::to_string(blocks) + ": ";
 }
 
+// Sanitizer mode: the models' N (one and two boxes a stage) on short K (288: a slice and a 32-deep
+// tail; 96: less than a slice), the uneven shapes on K = 800 (three slices and a tail).
 TEST(CudaGemmSkinny, EveryVariantGivesTheWmmaBitsForEveryMUpTo16) {
   PARITY_REQUIRE_GPU();
-  const Shape shapes[] = {{2560, 10576, 10576}, {5120, 2560, 2560}, {2560, 50288, 50288},
-                          {2592, 1001, 1003},   {96, 13, 13},       {800, 528, 528}};
+  const std::vector<Shape> shapes =
+      test::sweep<Shape>({{2560, 10576, 10576}, {5120, 2560, 2560}, {2560, 50288, 50288}, {2592, 1001, 1003},
+                          {96, 13, 13}, {800, 528, 528}},
+                         {{288, 10576, 10576}, {288, 2560, 2560}, {96, 50288, 50288}, {800, 1001, 1003},
+                          {96, 13, 13}, {800, 528, 528}});
   for (const Shape& sh : shapes) {
     Problem pr(sh);
     const std::vector<float> ref = pr.wmma(kRows);  // row m of it is row m of every M's pass
@@ -99,9 +104,10 @@ TEST(CudaGemmSkinny, EveryVariantGivesTheWmmaBitsForEveryMUpTo16) {
 // anywhere) changes no bit.
 TEST(CudaGemmSkinny, TheSplitOverBlocksChangesNoBit) {
   PARITY_REQUIRE_GPU();
-  for (const Shape& sh : {Shape{2560, 10576, 10576}, Shape{2592, 1001, 1003}}) {
+  for (const Shape& sh :
+       test::sweep<Shape>({{2560, 10576, 10576}, {2592, 1001, 1003}}, {{160, 10576, 10576}, {800, 1001, 1003}})) {
     Problem pr(sh);
-    for (int M : {1, 9, 16, 40}) {
+    for (int M : test::sweep({1, 9, 16, 40}, {1, 16, 40})) {
       const std::vector<float> ref = pr.wmma(M);
       for (int v = 0; v < cuda::gemm_skinny_variants(); ++v)
         for (int blocks : {1, 3, 7, 131, 1000, 100000}) {
@@ -119,7 +125,7 @@ TEST(CudaGemmSkinny, TheSplitOverBlocksChangesNoBit) {
 // that changes the next real pass's bits.
 TEST(CudaGemmSkinny, ProbesRunAndLeaveTheBitsAlone) {
   PARITY_REQUIRE_GPU();
-  for (const Shape& sh : {Shape{2592, 1001, 1003}, Shape{2560, 50288, 50288}}) {
+  for (const Shape& sh : test::sweep<Shape>({{2592, 1001, 1003}, {2560, 50288, 50288}}, {{800, 1001, 1003}, {96, 50288, 50288}})) {
     Problem pr(sh);
     const std::vector<float> ref = pr.wmma(16);
     for (int v = 0; v < cuda::gemm_skinny_variants(); ++v)

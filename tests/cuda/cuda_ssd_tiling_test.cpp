@@ -216,12 +216,14 @@ std::string name(const Case& c) {
   return o.str();
 }
 
+// Sanitizer mode cuts a sequence to a cell and 70 rows (a full cell, then a call that starts inside the
+// next and runs past its end for the cells up to 64; the 256-row cells keep their 300 rows).
 void expect_every_tile_matches_three_phase(const std::vector<Case>& cases) {
   for (const Case& c : cases) {
-    const int one = c.sh.N % 4 == 0 ? 1 : 2;
-    for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(c.T)},
-                                        {"uneven", uneven(c.T, one)}, {"shared", shared(c.T, one)}}) {
-      const Result want = run(c.sh, c.g, c.bf16, c.T, sched, SsdPrefill::three_phase);
+    const int one = c.sh.N % 4 == 0 ? 1 : 2, T = test::pick(c.T, std::min(c.T, c.g.cell + 70));
+    for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(T)},
+                                        {"uneven", uneven(T, one)}, {"shared", shared(T, one)}}) {
+      const Result want = run(c.sh, c.g, c.bf16, T, sched, SsdPrefill::three_phase);
       for (const auto& [slot, y] : want.y)  // the reference is a real scan, not NaNs or zeros equal by accident
         ASSERT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return std::isfinite(v); }) &&
                     std::any_of(y.begin(), y.end(), [](float v) { return v != 0.0f; }))
@@ -237,7 +239,7 @@ void expect_every_tile_matches_three_phase(const std::vector<Case>& cases) {
                              SsdPrefill::lanes1x16, SsdPrefill::pipe64, SsdPrefill::pipe64r})
           ways.push_back(l);
       for (SsdPrefill w : ways) {
-        const std::string d = compare(want, run(c.sh, c.g, c.bf16, c.T, sched, w), c.sh);
+        const std::string d = compare(want, run(c.sh, c.g, c.bf16, T, sched, w), c.sh);
         EXPECT_EQ(d, "") << name(c) << ", schedule " << sname << ", walk tile " << static_cast<int>(w);
       }
     }
