@@ -243,8 +243,10 @@ TEST(CudaAttention, RopeKvAppendAndOutputEqualTheCpuBitForBit) {
   for (const Scene& sc : scenes()) {
     const Schedule s = chunked_mixed(sc, 11);
     const Result cpu = run_cpu(sc, s), gpu = run_gpu(sc, s);
-    EXPECT_EQ(differing_rows(run_gpu(sc, s, Plan::RowsOnly), cpu), 0) << "row kernel only, hd " << sc.hd;
-    EXPECT_EQ(differing_rows(run_gpu(sc, s, Plan::SplitAll), cpu), 0) << "decode rows split, hd " << sc.hd;
+    if (!test::sanitizing()) {  // sanitizer mode: the other plans' kernels run in RowBitsDoNotDependOnTheSchedule
+      EXPECT_EQ(differing_rows(run_gpu(sc, s, Plan::RowsOnly), cpu), 0) << "row kernel only, hd " << sc.hd;
+      EXPECT_EQ(differing_rows(run_gpu(sc, s, Plan::SplitAll), cpu), 0) << "decode rows split, hd " << sc.hd;
+    }
     // The caches hold the rotated keys: RoPE and the paged append agree bit for bit.
     ASSERT_TRUE(test::same_bits(gpu.k_cache.data(), cpu.k_cache.data(), cpu.k_cache.size())) << "hd " << sc.hd;
     ASSERT_TRUE(test::same_bits(gpu.v_cache.data(), cpu.v_cache.data(), cpu.v_cache.size())) << "hd " << sc.hd;
