@@ -11,10 +11,14 @@
 #include <random>
 #include <vector>
 
+#include "bench_support.h"
 #include "kernels/attention.h"
 #include "kernels/isa.h"
 
 namespace {
+
+using parity::bench::ThreadScope;
+using parity::bench::threads_arg;
 
 using namespace parity::kernels;
 
@@ -45,19 +49,6 @@ Setup make_setup(int ctx, int rows) {
   for (auto& x : s.q) x = nd(rng);
   s.out.resize(s.q.size());
   return s;
-}
-
-class ThreadScope {
- public:
-  explicit ThreadScope(int n) : saved_(num_threads()) { set_num_threads(n); }
-  ~ThreadScope() { set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
-int threads_arg(const benchmark::State& state) {
-  return state.range(1) > 0 ? static_cast<int>(state.range(1)) : omp_get_max_threads();
 }
 
 const float kScale = 0.08838834764831845f;  // 1 / sqrt(128)

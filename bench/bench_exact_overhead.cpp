@@ -12,6 +12,7 @@
 
 #include <memory>
 
+#include "bench_support.h"
 #include "decode_timing.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
@@ -20,12 +21,7 @@ using namespace parity;
 
 namespace {
 
-const model::Model& model_130m() {
-  static std::unique_ptr<model::Model> m = model::load_model(model::open_checkpoint("builtin:mamba2-130m"));
-  return *m;
-}
-
-void BM_ExactOverhead(benchmark::State& st) { bench::interleaved_decode(st, model_130m()); }
+void BM_ExactOverhead(benchmark::State& st) { bench::interleaved_decode(st, bench::m130()); }
 BENCHMARK(BM_ExactOverhead)
     ->ArgNames({"batch", "chunkpos", "bf16"})
     ->ArgsProduct({{1, 8, 32}, {0, 1, 7, 15, 64, 127, 128, 255}, {0, 1}})
@@ -54,7 +50,7 @@ BENCHMARK(BM_ExactOverhead)
 // Choosing exact mode's default cell: the average over a chunk for each candidate grid (the stagger
 // on), both state dtypes. Arguments: batch, -1 (chunk mean), bf16, cell.
 void BM_ExactGridChoice(benchmark::State& st) {
-  bench::interleaved_decode(st, model_130m(), static_cast<int>(st.range(3)));
+  bench::interleaved_decode(st, bench::m130(), static_cast<int>(st.range(3)));
 }
 BENCHMARK(BM_ExactGridChoice)
     ->ArgNames({"batch", "chunkpos", "bf16", "cell"})

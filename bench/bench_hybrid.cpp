@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "bench_support.h"
 #include "decode_timing.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
@@ -17,10 +18,7 @@ using namespace parity;
 
 namespace {
 
-const model::Model& hybrid() {
-  static std::unique_ptr<model::Model> m = model::load_model(model::open_checkpoint("builtin:granite-h-bench"));
-  return *m;
-}
+const model::Model& hybrid() { return bench::builtin_model("builtin:granite-h-bench"); }
 
 std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed) {
   std::mt19937 rng(seed);

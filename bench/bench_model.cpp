@@ -7,6 +7,7 @@
 #include <memory>
 #include <random>
 
+#include "bench_support.h"
 #include "decode_timing.h"
 #include "engine/engine.h"
 #include "kernels/isa.h"
@@ -17,17 +18,8 @@ using namespace parity;
 
 namespace {
 
-const model::Model& m130() {
-  static std::unique_ptr<model::Model> m = model::load_model(model::open_checkpoint("builtin:mamba2-130m"));
-  return *m;
-}
-
-std::vector<int32_t> tokens(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = static_cast<int32_t>(rng() % 50000);
-  return t;
-}
+using bench::m130;
+using bench::random_tokens;
 
 // Single-shot prefill of n tokens, plain (the chunked scan at chunk_size) and exact (its own
 // grid of `cell` rows) interleaved in every iteration; counters are the median times and the median ratio. One
@@ -36,7 +28,7 @@ std::vector<int32_t> tokens(int n, uint32_t seed) {
 void BM_ModelPrefill(benchmark::State& st) {
   const auto& m = m130();
   const int n = static_cast<int>(st.range(0));
-  auto toks = tokens(n, 1);
+  auto toks = random_tokens(n, 1);
   auto make_cache = [&](bool exact) {
     cache::ModelCacheOptions o;
     o.mamba.exact = exact;
@@ -96,7 +88,7 @@ void BM_EngineMixed(benchmark::State& st) {
   for (auto _ : st) {
     for (int i = 0; i < 8; ++i) {
       engine::RequestSpec r;
-      r.prompt = tokens(64 * (i + 1), 10 + i);
+      r.prompt = random_tokens(64 * (i + 1), 10 + i);
       r.sampling.max_tokens = 32;
       total += static_cast<int64_t>(r.prompt.size()) + 32;
       e.add_request(r);

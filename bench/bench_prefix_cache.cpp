@@ -11,6 +11,7 @@
 #include <memory>
 #include <random>
 
+#include "bench_support.h"
 #include "engine/engine.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
@@ -19,17 +20,8 @@ using namespace parity;
 
 namespace {
 
-const model::Model& m130() {
-  static std::unique_ptr<model::Model> m = model::load_model(model::open_checkpoint("builtin:mamba2-130m"));
-  return *m;
-}
-
-std::vector<int32_t> random_tokens(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(static_cast<std::size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % 50000);
-  return t;
-}
+using bench::m130;
+using bench::random_tokens;
 
 struct Timing {
   double ttft_ms = 0, total_ms = 0;

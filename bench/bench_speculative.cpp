@@ -15,6 +15,7 @@
 #include <memory>
 #include <random>
 
+#include "bench_support.h"
 #include "engine/engine.h"
 #include "engine/speculation/drafter.h"
 #include "model/checkpoint.h"
@@ -24,10 +25,7 @@ using namespace parity;
 
 namespace {
 
-const model::Model& m130() {
-  static std::unique_ptr<model::Model> m = model::load_model(model::open_checkpoint("builtin:mamba2-130m"));
-  return *m;
-}
+using bench::m130;
 
 std::vector<int32_t> prompt(bool repetitive, int n, uint32_t seed) {
   std::mt19937 rng(seed);

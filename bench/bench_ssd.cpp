@@ -14,11 +14,15 @@
 #include <random>
 #include <vector>
 
+#include "bench_support.h"
 #include "kernels/isa.h"
 #include "kernels/math.h"
 #include "kernels/ssd.h"
 
 namespace {
+
+using parity::bench::ThreadScope;
+using parity::bench::threads_arg;
 
 using namespace parity::kernels;
 
@@ -57,19 +61,6 @@ Inputs make_inputs(const SsdShape& sh, int n) {
   fill(in.C, size_t(n) * sh.ngroups * sh.dstate);
   fill(in.s0, size_t(sh.state_elems()));
   return in;
-}
-
-class ThreadScope {
- public:
-  explicit ThreadScope(int n) : saved_(num_threads()) { set_num_threads(n); }
-  ~ThreadScope() { set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
-int threads_arg(const benchmark::State& state) {
-  return state.range(1) > 0 ? static_cast<int>(state.range(1)) : omp_get_max_threads();
 }
 
 // Exact-mode prefill: all rows produce output; the chunk states and the final state are kept,

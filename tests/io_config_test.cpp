@@ -48,7 +48,7 @@ json base_config() {
   })");
 }
 
-void expect_refused(json cfg, const std::vector<std::string>& parts) {
+void expect_mamba2_refused(json cfg, const std::vector<std::string>& parts) {
   expect_error([&] { parse_mamba2_config(cfg); }, parts);
 }
 
@@ -134,9 +134,9 @@ TEST(IoConfig, MissingRequiredInts) {
   for (const char* k : {"vocab_size", "hidden_size", "num_hidden_layers", "num_heads", "head_dim", "state_size"}) {
     json cfg = base_config();
     cfg.erase(k);
-    expect_refused(cfg, {std::string("required field ") + k + " is missing"});
+    expect_mamba2_refused(cfg, {std::string("required field ") + k + " is missing"});
     cfg[k] = nullptr;
-    expect_refused(cfg, {std::string("required field ") + k + " is missing"});
+    expect_mamba2_refused(cfg, {std::string("required field ") + k + " is missing"});
   }
 }
 
@@ -146,79 +146,79 @@ TEST(IoConfig, NonPositiveSizes) {
     for (int v : {0, -2}) {
       json cfg = base_config();
       cfg[k] = v;
-      expect_refused(cfg, {std::string(k) + " must be positive, got " + std::to_string(v)});
+      expect_mamba2_refused(cfg, {std::string(k) + " must be positive, got " + std::to_string(v)});
     }
   }
   json cfg = base_config();
   cfg["intermediate_size"] = 0;
-  expect_refused(cfg, {"intermediate_size must be positive"});
+  expect_mamba2_refused(cfg, {"intermediate_size must be positive"});
 }
 
 TEST(IoConfig, WrongJsonTypes) {
   json cfg = base_config();
   cfg["hidden_size"] = "16";
-  expect_refused(cfg, {"hidden_size must be an integer"});
+  expect_mamba2_refused(cfg, {"hidden_size must be an integer"});
   cfg = base_config();
   cfg["expand"] = 2.5;
-  expect_refused(cfg, {"expand must be an integer"});
+  expect_mamba2_refused(cfg, {"expand must be an integer"});
   cfg = base_config();
   cfg["vocab_size"] = 1ll << 40;
-  expect_refused(cfg, {"vocab_size = 1099511627776 is out of range"});
+  expect_mamba2_refused(cfg, {"vocab_size = 1099511627776 is out of range"});
   cfg["vocab_size"] = 1ull << 63;
-  expect_refused(cfg, {"vocab_size = 9223372036854775808 is out of range"});
+  expect_mamba2_refused(cfg, {"vocab_size = 9223372036854775808 is out of range"});
   cfg = base_config();
   cfg["use_bias"] = 1;
-  expect_refused(cfg, {"use_bias must be true or false"});
+  expect_mamba2_refused(cfg, {"use_bias must be true or false"});
   cfg = base_config();
   cfg["hidden_act"] = 3;
-  expect_refused(cfg, {"hidden_act must be a string"});
+  expect_mamba2_refused(cfg, {"hidden_act must be a string"});
   cfg = base_config();
   cfg["layer_norm_epsilon"] = "small";
-  expect_refused(cfg, {"layer_norm_epsilon", "expected a number"});
+  expect_mamba2_refused(cfg, {"layer_norm_epsilon", "expected a number"});
   cfg = base_config();
   cfg["layer_norm_epsilon"] = 0.0;
-  expect_refused(cfg, {"layer_norm_epsilon must be a positive finite number"});
+  expect_mamba2_refused(cfg, {"layer_norm_epsilon must be a positive finite number"});
   cfg = base_config();
   cfg["time_step_limit"] = {0.0};
-  expect_refused(cfg, {"time_step_limit must be a list [min, max]"});
-  expect_refused(json::array(), {"not a JSON object"});
+  expect_mamba2_refused(cfg, {"time_step_limit must be a list [min, max]"});
+  expect_mamba2_refused(json::array(), {"not a JSON object"});
 }
 
 TEST(IoConfig, HeadsTimesHeadDimMustEqualIntermediate) {
   json cfg = base_config();
   cfg["head_dim"] = 8;
-  expect_refused(cfg, {"num_heads * head_dim = 64 must equal intermediate_size = 32"});
+  expect_mamba2_refused(cfg, {"num_heads * head_dim = 64 must equal intermediate_size = 32"});
 }
 
 TEST(IoConfig, IntermediateSizeMustAgreeWithExpand) {
   json cfg = base_config();
   cfg["intermediate_size"] = 64;
-  expect_refused(cfg, {"intermediate_size = 64 disagrees with expand * hidden_size = 32"});
+  expect_mamba2_refused(cfg, {"intermediate_size = 64 disagrees with expand * hidden_size = 32"});
 }
 
 TEST(IoConfig, HeadsMustBeAMultipleOfGroups) {
   json cfg = base_config();
   cfg["n_groups"] = 3;
-  expect_refused(cfg, {"num_heads = 8 is not a multiple of n_groups = 3"});
+  expect_mamba2_refused(cfg, {"num_heads = 8 is not a multiple of n_groups = 3"});
 }
 
 TEST(IoConfig, RmsNormFalseRefused) {
   json cfg = base_config();
   cfg["rms_norm"] = false;
-  expect_refused(cfg, {"rms_norm = false is not supported"});
+  expect_mamba2_refused(cfg, {"rms_norm = false is not supported"});
 }
 
 TEST(IoConfig, HiddenActOtherThanSiluRefused) {
   json cfg = base_config();
   cfg["hidden_act"] = "gelu";
-  expect_refused(cfg, {"hidden_act = 'gelu' is not supported"});
+  expect_mamba2_refused(cfg, {"hidden_act = 'gelu' is not supported"});
 }
 
 TEST(IoConfig, ChunkSizeMustBeAPowerOfTwo) {
   for (int v : {3, 6, 100, 255}) {
     json cfg = base_config();
     cfg["chunk_size"] = v;
-    expect_refused(cfg, {"chunk_size = " + std::to_string(v) + " is not a power of two"});
+    expect_mamba2_refused(cfg, {"chunk_size = " + std::to_string(v) + " is not a power of two"});
   }
   for (int v : {1, 2, 64, 256}) {
     json cfg = base_config();
@@ -231,7 +231,7 @@ TEST(IoConfig, ConvKernelRange) {
   for (int v : {0, -1, 9}) {
     json cfg = base_config();
     cfg["conv_kernel"] = v;
-    expect_refused(cfg, {"conv_kernel = " + std::to_string(v) + " is outside the supported range 1..8"});
+    expect_mamba2_refused(cfg, {"conv_kernel = " + std::to_string(v) + " is outside the supported range 1..8"});
   }
   for (int v : {1, 8}) {
     json cfg = base_config();
@@ -243,9 +243,9 @@ TEST(IoConfig, ConvKernelRange) {
 TEST(IoConfig, TimeStepLimitMinAboveMaxRefused) {
   json cfg = base_config();
   cfg["time_step_limit"] = {1.0, 0.5};
-  expect_refused(cfg, {"time_step_limit min", "greater than max"});
+  expect_mamba2_refused(cfg, {"time_step_limit min", "greater than max"});
   cfg["time_step_limit"] = {json{{"__float__", "NaN"}}, 1.0};
-  expect_refused(cfg, {"time_step_limit must not contain NaN"});
+  expect_mamba2_refused(cfg, {"time_step_limit must not contain NaN"});
 }
 
 TEST(IoConfig, TimeStepLimitBothInfinitySpellings) {
@@ -359,7 +359,7 @@ TEST(IoConfig, TransformersWrittenFixtures) {
 TEST(IoConfig, WidthsPastIntAreRefused) {
   json cfg = base_config();
   cfg["state_size"] = 2000000000;
-  expect_refused(cfg, {"n_groups = 2 and state_size = 2000000000 are too large", "does not fit in 32 bits"});
+  expect_mamba2_refused(cfg, {"n_groups = 2 and state_size = 2000000000 are too large", "does not fit in 32 bits"});
   // The largest state size whose width fits is accepted: the bound is the width, not a guess.
   cfg["state_size"] = (2147483647LL - 2 * 32 - 8) / 4;
   const Mamba2Config c = parse_mamba2_config(cfg);

@@ -26,7 +26,7 @@ using LT = GraniteLayerType;
 
 using parity::test::expect_error;
 
-void expect_refused(const json& cfg, const std::vector<std::string>& parts) {
+void expect_granite_refused(const json& cfg, const std::vector<std::string>& parts) {
   expect_error([&] { parse_granite_hybrid_config(cfg); }, parts);
 }
 
@@ -212,7 +212,7 @@ TEST(IoGraniteConfig, BothLayerTypeSpellings) {
   j["layer_types"] = j["layers_block_type"];
   EXPECT_EQ(parse_granite_hybrid_config(j).layer_types, want);
   j["layer_types"] = {"mamba", "mamba", "mamba"};
-  expect_refused(j, {"layer_types", "layers_block_type", "disagree"});
+  expect_granite_refused(j, {"layer_types", "layers_block_type", "disagree"});
 
   // Absent, null or empty: every layer is Mamba (HF's layers_block_type); attention fields then optional.
   for (json lt : {json(), json::array()}) {
@@ -366,146 +366,146 @@ TEST(IoGraniteConfig, RefusesMissingSizes) {
                         "shared_intermediate_size", "mamba_n_heads", "mamba_d_state"}) {
     json j = base_config();
     j.erase(k);
-    expect_refused(j, {"required field", k});
+    expect_granite_refused(j, {"required field", k});
   }
-  expect_refused(json::array(), {"not a JSON object"});
+  expect_granite_refused(json::array(), {"not a JSON object"});
 }
 
 TEST(IoGraniteConfig, RefusesLayerTypes) {
   json j = base_config();
   j["layer_types"] = {"mamba", "moe", "attention"};
-  expect_refused(j, {"layer_types[1] = 'moe'", "not a known layer type", "full_attention"});
+  expect_granite_refused(j, {"layer_types[1] = 'moe'", "not a known layer type", "full_attention"});
   j["layer_types"] = {"mamba", "attention"};
-  expect_refused(j, {"layer_types has 2 entries", "num_hidden_layers is 3"});
+  expect_granite_refused(j, {"layer_types has 2 entries", "num_hidden_layers is 3"});
   j["layer_types"] = "mamba";
-  expect_refused(j, {"layer_types must be a list"});
+  expect_granite_refused(j, {"layer_types must be a list"});
   j["layer_types"] = {"mamba", 1, "mamba"};
-  expect_refused(j, {"layer_types[1] must be a string"});
+  expect_granite_refused(j, {"layer_types[1] must be a string"});
   j.erase("layer_types");
   j["layers_block_type"] = {"mamba", "sliding_attention", "mamba"};
-  expect_refused(j, {"layers_block_type[1] = 'sliding_attention'"});
+  expect_granite_refused(j, {"layers_block_type[1] = 'sliding_attention'"});
 }
 
 TEST(IoGraniteConfig, RefusesAttentionShapes) {
   json j = base_config();
   j["num_key_value_heads"] = 3;
-  expect_refused(j, {"num_attention_heads = 4", "not a multiple of num_key_value_heads = 3"});
+  expect_granite_refused(j, {"num_attention_heads = 4", "not a multiple of num_key_value_heads = 3"});
   j["num_key_value_heads"] = 0;
-  expect_refused(j, {"num_key_value_heads must be positive"});
+  expect_granite_refused(j, {"num_key_value_heads must be positive"});
   j = base_config();
   j["num_attention_heads"] = 64;  // hidden 32 / 64 = 0
   j["num_key_value_heads"] = 64;
-  expect_refused(j, {"head_dim 0"});
+  expect_granite_refused(j, {"head_dim 0"});
   j = base_config();
   j["head_dim"] = 7;
-  expect_refused(j, {"head_dim = 7", "even for RoPE"});
+  expect_granite_refused(j, {"head_dim = 7", "even for RoPE"});
   j["head_dim"] = -2;
-  expect_refused(j, {"head_dim must be positive"});
+  expect_granite_refused(j, {"head_dim must be positive"});
   j = base_config();
   j["attention_bias"] = 1;
-  expect_refused(j, {"attention_bias must be true or false"});
+  expect_granite_refused(j, {"attention_bias must be true or false"});
 }
 
 TEST(IoGraniteConfig, RefusesPositionEmbeddings) {
   json j = base_config();
   j["position_embedding_type"] = "alibi";
-  expect_refused(j, {"position_embedding_type = 'alibi'", "not supported", "rope"});
+  expect_granite_refused(j, {"position_embedding_type = 'alibi'", "not supported", "rope"});
   j["position_embedding_type"] = 3;
-  expect_refused(j, {"position_embedding_type must be a string"});
+  expect_granite_refused(j, {"position_embedding_type must be a string"});
   j = base_config();
   j["rope_parameters"] = {{"rope_theta", 10000.0}, {"rope_type", "yarn"}, {"factor", 4.0}};
-  expect_refused(j, {"rope_parameters.rope_type = 'yarn'", "not supported"});
+  expect_granite_refused(j, {"rope_parameters.rope_type = 'yarn'", "not supported"});
   j = base_config();
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  expect_refused(j, {"rope_scaling.type = 'linear'"});
+  expect_granite_refused(j, {"rope_scaling.type = 'linear'"});
   j = base_config();
   j["rope_theta"] = 10000.0;  // disagrees with rope_parameters.rope_theta 5000
-  expect_refused(j, {"rope_theta", "rope_parameters.rope_theta", "disagree"});
+  expect_granite_refused(j, {"rope_theta", "rope_parameters.rope_theta", "disagree"});
   j = base_config();
   j["rope_parameters"]["rope_theta"] = -1.0;
-  expect_refused(j, {"rope_theta must be a positive finite number"});
+  expect_granite_refused(j, {"rope_theta must be a positive finite number"});
   j = base_config();
   j["rope_parameters"] = "default";
-  expect_refused(j, {"rope_parameters must be an object"});
+  expect_granite_refused(j, {"rope_parameters must be an object"});
 }
 
 TEST(IoGraniteConfig, RefusesMoeShapes) {
   json j = base_config();
   j["num_experts_per_tok"] = 5;
-  expect_refused(j, {"num_experts_per_tok = 5 exceeds num_local_experts = 4"});
+  expect_granite_refused(j, {"num_experts_per_tok = 5 exceeds num_local_experts = 4"});
   j["num_experts_per_tok"] = 0;
-  expect_refused(j, {"num_experts_per_tok must be positive"});
+  expect_granite_refused(j, {"num_experts_per_tok must be positive"});
   j = base_config();
   j["num_local_experts"] = -1;
-  expect_refused(j, {"num_local_experts must be 0 (dense) or positive"});
+  expect_granite_refused(j, {"num_local_experts must be 0 (dense) or positive"});
   j = base_config();
   j["intermediate_size"] = 0;
-  expect_refused(j, {"intermediate_size must be positive"});
+  expect_granite_refused(j, {"intermediate_size must be positive"});
   j = base_config();
   j["shared_intermediate_size"] = 0;
-  expect_refused(j, {"shared_intermediate_size must be positive"});
+  expect_granite_refused(j, {"shared_intermediate_size must be positive"});
 }
 
 TEST(IoGraniteConfig, RefusesMambaShapes) {
   json j = base_config();
   j["mamba_n_heads"] = 5;  // 64 % 5 != 0
-  expect_refused(j, {"mamba_n_heads = 5 does not divide mamba_expand * hidden_size = 64"});
+  expect_granite_refused(j, {"mamba_n_heads = 5 does not divide mamba_expand * hidden_size = 64"});
   j = base_config();
   j["mamba_d_head"] = 16;
-  expect_refused(j, {"mamba_d_head * mamba_n_heads = 16 * 8", "must equal mamba_expand * hidden_size = 64"});
+  expect_granite_refused(j, {"mamba_d_head * mamba_n_heads = 16 * 8", "must equal mamba_expand * hidden_size = 64"});
   j["mamba_d_head"] = "half";
-  expect_refused(j, {"mamba_d_head must be an integer or \"auto\""});
+  expect_granite_refused(j, {"mamba_d_head must be an integer or \"auto\""});
   j = base_config();
   j["mamba_n_groups"] = 3;
-  expect_refused(j, {"mamba_n_heads = 8 is not a multiple of mamba_n_groups = 3"});
+  expect_granite_refused(j, {"mamba_n_heads = 8 is not a multiple of mamba_n_groups = 3"});
   j = base_config();
   j["mamba_expand"] = 1.5;
-  expect_refused(j, {"mamba_expand must be an integer"});
+  expect_granite_refused(j, {"mamba_expand must be an integer"});
   j = base_config();
   j["mamba_chunk_size"] = 48;
-  expect_refused(j, {"mamba_chunk_size = 48 is not a power of two"});
+  expect_granite_refused(j, {"mamba_chunk_size = 48 is not a power of two"});
   j = base_config();
   j["mamba_d_conv"] = 9;
-  expect_refused(j, {"mamba_d_conv = 9 is outside the supported range 1..8"});
+  expect_granite_refused(j, {"mamba_d_conv = 9 is outside the supported range 1..8"});
   j = base_config();
   j["mamba_d_state"] = 0;
-  expect_refused(j, {"mamba_d_state must be positive"});
+  expect_granite_refused(j, {"mamba_d_state must be positive"});
   j = base_config();
   j["time_step_limit"] = {0.5, 0.1};
-  expect_refused(j, {"time_step_limit min"});
+  expect_granite_refused(j, {"time_step_limit min"});
   j["time_step_limit"] = {0.5};
-  expect_refused(j, {"time_step_limit must be a list [min, max]"});
+  expect_granite_refused(j, {"time_step_limit must be a list [min, max]"});
   j = base_config();
   j["mamba_conv_bias"] = "yes";
-  expect_refused(j, {"mamba_conv_bias must be true or false"});
+  expect_granite_refused(j, {"mamba_conv_bias must be true or false"});
 }
 
 TEST(IoGraniteConfig, RefusesScalars) {
   json j = base_config();
   j["logits_scaling"] = 0;
-  expect_refused(j, {"logits_scaling must not be 0"});
+  expect_granite_refused(j, {"logits_scaling must not be 0"});
   j["logits_scaling"] = {{"__float__", "Infinity"}};
-  expect_refused(j, {"logits_scaling must be a finite number"});
+  expect_granite_refused(j, {"logits_scaling must be a finite number"});
   j = base_config();
   j["embedding_multiplier"] = "12";
-  expect_refused(j, {"embedding_multiplier", "expected a number"});
+  expect_granite_refused(j, {"embedding_multiplier", "expected a number"});
   j = base_config();
   j["residual_multiplier"] = {{"__float__", "NaN"}};
-  expect_refused(j, {"residual_multiplier must be a finite number"});
+  expect_granite_refused(j, {"residual_multiplier must be a finite number"});
   j = base_config();
   j["rms_norm_eps"] = 0.0;
-  expect_refused(j, {"rms_norm_eps must be a positive finite number"});
+  expect_granite_refused(j, {"rms_norm_eps must be a positive finite number"});
   j = base_config();
   j["hidden_act"] = "gelu";
-  expect_refused(j, {"hidden_act = 'gelu' is not supported"});
+  expect_granite_refused(j, {"hidden_act = 'gelu' is not supported"});
   j = base_config();
   j["vocab_size"] = 1.5;
-  expect_refused(j, {"vocab_size must be an integer"});
+  expect_granite_refused(j, {"vocab_size must be an integer"});
   j["vocab_size"] = 0;
-  expect_refused(j, {"vocab_size must be positive"});
+  expect_granite_refused(j, {"vocab_size must be positive"});
   j = base_config();
   j["tie_word_embeddings"] = "true";
-  expect_refused(j, {"tie_word_embeddings must be true or false"});
+  expect_granite_refused(j, {"tie_word_embeddings must be true or false"});
 }
 
 namespace {
@@ -514,10 +514,10 @@ namespace {
 TEST(IoGraniteConfig, WidthsPastIntAreRefused) {
   json cfg = base_config();
   cfg["mamba_d_state"] = 2000000000;
-  expect_refused(cfg, {"mamba_n_groups = 2 and mamba_d_state = 2000000000 are too large"});
+  expect_granite_refused(cfg, {"mamba_n_groups = 2 and mamba_d_state = 2000000000 are too large"});
   cfg = base_config();
   cfg["head_dim"] = 1000000000;
-  expect_refused(cfg, {"num_attention_heads * head_dim = 4 * 1000000000 does not fit in 32 bits"});
+  expect_granite_refused(cfg, {"num_attention_heads * head_dim = 4 * 1000000000 does not fit in 32 bits"});
   cfg["head_dim"] = 500000000;
   EXPECT_EQ(parse_granite_hybrid_config(cfg).q_dim(), 2000000000);
 }

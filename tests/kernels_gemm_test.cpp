@@ -74,14 +74,7 @@ Weights random_weights(DType dtype, int n, int k, uint32_t seed) {
   return w;
 }
 
-std::vector<float> random_floats(std::size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> ud(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = ud(rng);
-  return v;
-}
-
+using parity::test::random_floats;
 using parity::test::same_bits;
 
 std::string where(Isa isa, DType dt, int m, int n, int k, bool bias) {

@@ -22,15 +22,7 @@ namespace {
 
 using namespace test;
 
-
-std::vector<float> random_floats(std::size_t n, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> ud(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = ud(rng);
-  return v;
-}
-
+using parity::test::random_floats;
 using parity::test::same_bits;
 
 double silu64(double x) { return x / (1.0 + std::exp(-x)); }
@@ -55,7 +47,7 @@ TEST(KernelsNorm, RmsnormMatchesFloat64) {
   const float eps = 1e-5f;
   for (int dim : {1, 7, 16, 33, 768, 1536, 1541}) {
     const int rows = 5;
-    std::vector<float> x = random_floats(static_cast<std::size_t>(rows) * dim, 11u + dim);
+    std::vector<float> x = random_floats(static_cast<std::size_t>(rows) * dim, 11u + dim, -2.0f, 2.0f);
     std::vector<float> w = random_floats(dim, 12u + dim, 0.5f, 1.5f);
     for (Isa isa : kAllIsas) {
       if (!cpu_has(isa)) continue;
@@ -78,7 +70,7 @@ TEST(KernelsNorm, RmsnormIsasAgreeBitwise) {
   for (int dim : {1, 5, 15, 16, 17, 31, 100, 768, 1536, 1541}) {
     const int rows = 9;
     std::vector<float> x = random_floats(static_cast<std::size_t>(rows) * dim, 21u + dim, -30.0f, 30.0f);
-    std::vector<float> w = random_floats(dim, 22u + dim);
+    std::vector<float> w = random_floats(dim, 22u + dim, -2.0f, 2.0f);
     std::vector<float> ref(x.size());
     {
       IsaGuard g(Isa::Portable);
@@ -97,8 +89,8 @@ TEST(KernelsNorm, RmsnormIsasAgreeBitwise) {
 // A row's bits do not depend on the other rows, on the thread count, or on running in place.
 TEST(KernelsNorm, RmsnormRowInBatchEqualsAlone) {
   const int rows = 300, dim = 1536;  // big enough for the threaded path
-  std::vector<float> x = random_floats(static_cast<std::size_t>(rows) * dim, 31u);
-  std::vector<float> w = random_floats(dim, 32u);
+  std::vector<float> x = random_floats(static_cast<std::size_t>(rows) * dim, 31u, -2.0f, 2.0f);
+  std::vector<float> w = random_floats(dim, 32u, -2.0f, 2.0f);
   for (Isa isa : kAllIsas) {
     if (!cpu_has(isa)) continue;
     IsaGuard g(isa);
@@ -126,7 +118,7 @@ TEST(KernelsNorm, RmsnormRowInBatchEqualsAlone) {
 // bits for some rows, so the bitwise tests above could detect a changed order.
 TEST(KernelsNorm, ReductionOrderIsObservable) {
   const int rows = 64, dim = 768;
-  std::vector<float> x = random_floats(static_cast<std::size_t>(rows) * dim, 41u);
+  std::vector<float> x = random_floats(static_cast<std::size_t>(rows) * dim, 41u, -2.0f, 2.0f);
   std::vector<float> w(dim, 1.0f), out(x.size());
   rmsnorm(x.data(), rows, dim, w.data(), 1e-5f, out.data());
   int differ = 0;
@@ -161,7 +153,7 @@ TEST(KernelsNorm, GatedMatchesFloat64) {
   };
   for (Case cs : {Case{1536, 1536}, Case{1536, 192}, Case{1536, 768}, Case{40, 8}, Case{51, 17}}) {
     const int rows = 4;
-    std::vector<float> y = random_floats(static_cast<std::size_t>(rows) * cs.dim, 51u + cs.dim);
+    std::vector<float> y = random_floats(static_cast<std::size_t>(rows) * cs.dim, 51u + cs.dim, -2.0f, 2.0f);
     std::vector<float> z = random_floats(y.size(), 52u + cs.group, -6.0f, 6.0f);
     std::vector<float> w = random_floats(cs.dim, 53u, 0.5f, 1.5f);
     for (bool nbg : {false, true}) {
@@ -187,9 +179,9 @@ TEST(KernelsNorm, GatedMatchesFloat64) {
 
 TEST(KernelsNorm, GatedIsasRowsThreadsAliasingBitwise) {
   const int rows = 200, dim = 1536, group = 192;
-  std::vector<float> y = random_floats(static_cast<std::size_t>(rows) * dim, 61u);
+  std::vector<float> y = random_floats(static_cast<std::size_t>(rows) * dim, 61u, -2.0f, 2.0f);
   std::vector<float> z = random_floats(y.size(), 62u, -12.0f, 12.0f);
-  std::vector<float> w = random_floats(dim, 63u);
+  std::vector<float> w = random_floats(dim, 63u, -2.0f, 2.0f);
   for (bool nbg : {false, true}) {
     std::vector<float> ref(y.size());
     {
@@ -225,7 +217,7 @@ TEST(KernelsNorm, GatedIsasRowsThreadsAliasingBitwise) {
 // n_groups > 1), and group_size = dim is the whole-width case.
 TEST(KernelsNorm, GatedGroupsAreIndependent) {
   const int dim = 64;
-  std::vector<float> y = random_floats(dim, 71u), z = random_floats(dim, 72u), w(dim, 1.0f);
+  std::vector<float> y = random_floats(dim, 71u, -2.0f, 2.0f), z = random_floats(dim, 72u, -2.0f, 2.0f), w(dim, 1.0f);
   for (int i = 0; i < 32; ++i) y[i] *= 100.0f;  // very different scale in the two halves
   std::vector<float> grouped(dim), whole(dim), half(32);
   gated_rmsnorm(y.data(), z.data(), 1, dim, 32, w.data(), 1e-5f, false, grouped.data());
@@ -249,8 +241,8 @@ TEST(KernelsConv, MatchesFloat64) {
   for (ConvCase cs : {ConvCase{1792, 4, true, true}, ConvCase{37, 4, true, false}, ConvCase{19, 3, false, true},
                       ConvCase{8, 1, false, false}}) {
     std::vector<float> in = random_floats(static_cast<std::size_t>(n) * cs.ch, 81u + cs.ch, -3.0f, 3.0f);
-    std::vector<float> w = random_floats(static_cast<std::size_t>(cs.ch) * cs.k, 82u);
-    std::vector<float> bias = random_floats(cs.ch, 83u);
+    std::vector<float> w = random_floats(static_cast<std::size_t>(cs.ch) * cs.k, 82u, -2.0f, 2.0f);
+    std::vector<float> bias = random_floats(cs.ch, 83u, -2.0f, 2.0f);
     std::vector<float> state0 = random_floats(static_cast<std::size_t>(cs.k - 1) * cs.ch, 84u, -3.0f, 3.0f);
     for (Isa isa : kAllIsas) {
       if (!cpu_has(isa)) continue;
@@ -292,9 +284,9 @@ TEST(KernelsConv, CausalEqualsRepeatedUpdates) {
   for (ConvCase cs : {ConvCase{1792, 4, true, true}, ConvCase{45, 4, false, true}, ConvCase{13, 2, true, false}}) {
     const int n = 23;
     std::vector<float> in = random_floats(static_cast<std::size_t>(n) * cs.ch, 91u, -3.0f, 3.0f);
-    std::vector<float> w = random_floats(static_cast<std::size_t>(cs.ch) * cs.k, 92u);
-    std::vector<float> bias = random_floats(cs.ch, 93u);
-    std::vector<float> state0 = random_floats(static_cast<std::size_t>(cs.k - 1) * cs.ch, 94u);
+    std::vector<float> w = random_floats(static_cast<std::size_t>(cs.ch) * cs.k, 92u, -2.0f, 2.0f);
+    std::vector<float> bias = random_floats(cs.ch, 93u, -2.0f, 2.0f);
+    std::vector<float> state0 = random_floats(static_cast<std::size_t>(cs.k - 1) * cs.ch, 94u, -2.0f, 2.0f);
     const float* bp = cs.bias ? bias.data() : nullptr;
     for (Isa isa : kAllIsas) {
       if (!cpu_has(isa)) continue;
@@ -316,8 +308,8 @@ TEST(KernelsConv, StridedInputEqualsPackedRows) {
   const int ch = 45, k = 4, n = 23, ld = 61, off = 7;
   std::vector<float> wide = random_floats(static_cast<std::size_t>(n) * ld, 81u, -3.0f, 3.0f), packed(n * ch);
   for (int t = 0; t < n; ++t) std::memcpy(&packed[t * ch], &wide[t * ld + off], ch * sizeof(float));
-  std::vector<float> w = random_floats(static_cast<std::size_t>(ch) * k, 82u), bias = random_floats(ch, 83u);
-  std::vector<float> state0 = random_floats(static_cast<std::size_t>(k - 1) * ch, 84u);
+  std::vector<float> w = random_floats(static_cast<std::size_t>(ch) * k, 82u, -2.0f, 2.0f), bias = random_floats(ch, 83u, -2.0f, 2.0f);
+  std::vector<float> state0 = random_floats(static_cast<std::size_t>(k - 1) * ch, 84u, -2.0f, 2.0f);
   for (Isa isa : kAllIsas) {
     if (!cpu_has(isa)) continue;
     IsaGuard g(isa);
@@ -331,10 +323,10 @@ TEST(KernelsConv, StridedInputEqualsPackedRows) {
 
 TEST(KernelsNorm, GatedStridedZEqualsPackedRows) {
   const int rows = 19, dim = 96, group = 32, ld = 150, off = 5;
-  std::vector<float> y = random_floats(static_cast<std::size_t>(rows) * dim, 85u);
+  std::vector<float> y = random_floats(static_cast<std::size_t>(rows) * dim, 85u, -2.0f, 2.0f);
   std::vector<float> wide = random_floats(static_cast<std::size_t>(rows) * ld, 86u, -12.0f, 12.0f), z(y.size());
   for (int r = 0; r < rows; ++r) std::memcpy(&z[r * dim], &wide[r * ld + off], dim * sizeof(float));
-  std::vector<float> w = random_floats(dim, 87u);
+  std::vector<float> w = random_floats(dim, 87u, -2.0f, 2.0f);
   for (Isa isa : kAllIsas) {
     if (!cpu_has(isa)) continue;
     IsaGuard g(isa);
@@ -353,9 +345,9 @@ TEST(KernelsNorm, GatedStridedZEqualsPackedRows) {
 TEST(KernelsConv, DecodeOrderIsObservable) {
   const int ch = 45, k = 4, n = 23;
   std::vector<float> in = random_floats(static_cast<std::size_t>(n) * ch, 95u, -3.0f, 3.0f);
-  std::vector<float> w = random_floats(static_cast<std::size_t>(ch) * k, 96u);
-  std::vector<float> bias = random_floats(ch, 97u);
-  std::vector<float> state0 = random_floats(static_cast<std::size_t>(k - 1) * ch, 98u);
+  std::vector<float> w = random_floats(static_cast<std::size_t>(ch) * k, 96u, -2.0f, 2.0f);
+  std::vector<float> bias = random_floats(ch, 97u, -2.0f, 2.0f);
+  std::vector<float> state0 = random_floats(static_cast<std::size_t>(k - 1) * ch, 98u, -2.0f, 2.0f);
   // [state0; in]: row r of the input is row r + k - 1 here.
   std::vector<float> rows = state0;
   rows.insert(rows.end(), in.begin(), in.end());
@@ -387,9 +379,9 @@ TEST(KernelsConv, DecodeOrderIsObservable) {
 // Chunked prefill: splitting the sequence anywhere (also before k-1 rows) changes no bits.
 TEST(KernelsConv, SplitSequenceBitwise) {
   const int ch = 100, k = 4, n = 17;
-  std::vector<float> in = random_floats(static_cast<std::size_t>(n) * ch, 101u);
-  std::vector<float> w = random_floats(static_cast<std::size_t>(ch) * k, 102u);
-  std::vector<float> bias = random_floats(ch, 103u);
+  std::vector<float> in = random_floats(static_cast<std::size_t>(n) * ch, 101u, -2.0f, 2.0f);
+  std::vector<float> w = random_floats(static_cast<std::size_t>(ch) * k, 102u, -2.0f, 2.0f);
+  std::vector<float> bias = random_floats(ch, 103u, -2.0f, 2.0f);
   std::vector<float> state0(static_cast<std::size_t>(k - 1) * ch, 0.0f);
   std::vector<float> whole(in.size()), ws = state0;
   conv1d_causal(in.data(), n, ch, w.data(), bias.data(), k, ws.data(), true, whole.data());
@@ -407,9 +399,9 @@ TEST(KernelsConv, IsasAndThreadsAgreeBitwise) {
   for (int ch : {1, 7, 8, 15, 16, 17, 1795}) {
     const int n = 300, k = 4;  // n·ch·k is large enough for the threaded path at ch = 1795
     std::vector<float> in = random_floats(static_cast<std::size_t>(n) * ch, 111u + ch, -8.0f, 8.0f);
-    std::vector<float> w = random_floats(static_cast<std::size_t>(ch) * k, 112u);
-    std::vector<float> bias = random_floats(ch, 113u);
-    std::vector<float> state0 = random_floats(static_cast<std::size_t>(k - 1) * ch, 114u);
+    std::vector<float> w = random_floats(static_cast<std::size_t>(ch) * k, 112u, -2.0f, 2.0f);
+    std::vector<float> bias = random_floats(ch, 113u, -2.0f, 2.0f);
+    std::vector<float> state0 = random_floats(static_cast<std::size_t>(k - 1) * ch, 114u, -2.0f, 2.0f);
     std::vector<float> ref(in.size()), rs = state0;
     {
       IsaGuard g(Isa::Portable);

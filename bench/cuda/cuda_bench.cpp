@@ -780,7 +780,7 @@ void BM_CudaGemmSwapAb(benchmark::State& state) {
   time_gemm(state, g, pass, state.range(3) != 0);
 }
 BENCHMARK(BM_CudaGemmSwapAb)
-    ->ArgsProduct({{1, 8, 16, 64, 256}, {0, 1, 2}, {-1, 0, 1, 2, 3, 4, 5, 16, 17}, {0, 1}})
+    ->ArgsProduct({{1, 8, 16, 64, 256}, {0, 1, 2}, {-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 16, 17}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -1001,6 +1001,13 @@ BENCHMARK(BM_CudaModelDecode)
     ->ArgsProduct({{1, 64}, {0, 1}, {1}, {1}, {1}, {0, 3, 35, 67, 99, 103, 107}})
     ->ArgsProduct({{256}, {0, 1}, {1}, {1}, {1}, {0}})  // against the default's b256 rows above (session 11
                                                         // compared the early start at b1 and b64 only)
+    ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+// Session 13: 1059 = 35 + kGemmMmaBoxByBox (gemm_swap_ab.h): the decode GEMMs up to 16 rows on session 12's
+// box-by-box mma.sync consumer instead of the grouped one (the default's rows above: gemm:35).
+BENCHMARK(BM_CudaModelDecode)
+    ->ArgsProduct({{1}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault | cuda::kGemmMmaBoxByBox}})
     ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

@@ -99,6 +99,14 @@ BENCHMARK(BM_CudaDecodeParts)
     ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+// Session 13: 1059 = 35 + kGemmMmaBoxByBox (gemm_swap_ab.h): session 12's box-by-box mma.sync consumer
+// instead of the grouped one: everything, and out_proj / in_proj alone (skip 95 / 125; gemm:35's rows are
+// registered above).
+BENCHMARK(BM_CudaDecodeParts)
+    ->ArgsProduct({{1}, {0, 1}, {0, 95, 125}, {1059}, {0}})
+    ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // arg0 the way (mma_chain.h's MmaChainWay), arg1 chains a block (warps for mma.sync, warpgroups for
 // wgmma), arg2 blocks (0: one per SM). 320 steps: out_proj's K = 5120. cycles_per_step: the chains'
@@ -132,15 +140,19 @@ BENCHMARK(BM_CudaMmaChain)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-// Where out_proj's (arg0 0: in_proj's) time goes at one row on the mma.sync swap-AB kernel (arg1 1: its
-// -lag schedule), L2 flushed before each pass as in a decode step (arg2 0: warm): each consumer warp's
+// Where out_proj's (arg0 0: in_proj's) time goes at one row on the mma.sync swap-AB kernel (arg1: the
+// consumer schedule and blocks an SM, gemm_bf16_swap_ab_probe's schedule: 0 session 12's box by box, 1 its
+// -lag schedule, 2..4 and 6 the grouped consumer, 5 box by box with a 40-stage ring, 7..9 grouped with one
+// barrier pair a group), L2 flushed before each pass as in a decode step (arg2 0: warm): each consumer warp's
 // clock (gemm_bf16_swap_ab_probe), means over the warps. first_cycles: start to the first box's
 // fragments (the pre-pass, the first boxes' DRAM latency); per_box: the step loop's cycles a 64-deep box
 // (4 dependent steps); wait_per_box: of those, waiting on a stage's barrier (the data); chain_per_box:
 // the rest; loop_us_max: the slowest warp's loop.
 void BM_CudaGemmSwapAbProbe(benchmark::State& state) {
   if (!gpu_here(state)) return;
-  const bool out_proj = state.range(0) == 0, lag = state.range(1) != 0, cold = state.range(2) != 0;
+  const bool out_proj = state.range(0) == 0, cold = state.range(2) != 0;
+  const int schedule = static_cast<int>(state.range(1));
+  state.SetLabel(cuda::gemm_bf16_swap_ab_probe_name(schedule));
   const int N = out_proj ? 2560 : 10576, K = out_proj ? 5120 : 2560, M = 1;
   cuda::DeviceBuffer<uint16_t> w(std::size_t(cuda::padded_rows(N)) * K);
   cudaMemset(w.data(), 0x3A, w.size() * 2);  // bf16 0x3A3A: small, finite
@@ -159,7 +171,7 @@ void BM_CudaGemmSwapAbProbe(benchmark::State& state) {
   for (auto _ : state) {
     if (cold) cudaMemsetAsync(junk.data(), runs & 0xff, junk.size());
     cudaEventRecord(e0);
-    cuda::gemm_bf16_swap_ab_probe(a.data(), M, K, K, w.data(), N, c.data(), N, nullptr, lag, probe.data());
+    cuda::gemm_bf16_swap_ab_probe(a.data(), M, K, K, w.data(), N, c.data(), N, nullptr, schedule, probe.data());
     cudaEventRecord(e1);
     cudaEventSynchronize(e1);
     float ms = 0;
@@ -189,7 +201,7 @@ void BM_CudaGemmSwapAbProbe(benchmark::State& state) {
   state.counters["chain_per_box"] = (per_box - wait) / n;
   state.counters["loop_us_max"] = loop_max / (khz * 1e-3);
 }
-BENCHMARK(BM_CudaGemmSwapAbProbe)->ArgsProduct({{0, 1}, {0, 1}, {1, 0}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaGemmSwapAbProbe)->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 0}})->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace parity

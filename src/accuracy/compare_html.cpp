@@ -8,6 +8,7 @@
 
 #include "accuracy/compare_report.h"
 #include "accuracy/module_order.h"
+#include "common/format.h"
 
 namespace parity::accuracy {
 namespace {
@@ -24,12 +25,6 @@ std::string esc(const std::string& s) {
     }
   }
   return o;
-}
-
-std::string fmt(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
 }
 
 // The series a module belongs to in the by-layer plot: its name with the layer index replaced.
@@ -80,30 +75,30 @@ std::string svg_by_layer(const CompareResult& r, bool relative, double tol) {
     const double e = v <= 0 ? lo : std::isinf(v) ? hi : std::log10(v);
     return T + (H - T - B) * (hi - e) / (hi - lo);
   };
-  std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + fmt("%.0f", W) + "\" height=\"" +
-                  fmt("%.0f", H) + "\" font-family=\"sans-serif\" font-size=\"11\">\n";
-  s += "<rect x=\"" + fmt("%.1f", L) + "\" y=\"" + fmt("%.1f", T) + "\" width=\"" + fmt("%.1f", W - L - R) +
-       "\" height=\"" + fmt("%.1f", H - T - B) + "\" fill=\"#fafafa\" stroke=\"#999\"/>\n";
+  std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + format_number("%.0f", W) + "\" height=\"" +
+                  format_number("%.0f", H) + "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  s += "<rect x=\"" + format_number("%.1f", L) + "\" y=\"" + format_number("%.1f", T) + "\" width=\"" + format_number("%.1f", W - L - R) +
+       "\" height=\"" + format_number("%.1f", H - T - B) + "\" fill=\"#fafafa\" stroke=\"#999\"/>\n";
   for (int e = static_cast<int>(lo); e <= static_cast<int>(hi); ++e) {
     const double y = Y(std::pow(10.0, e));
     const std::string label = e == static_cast<int>(lo) ? "0" : "1e" + std::to_string(e);
-    s += "<line x1=\"" + fmt("%.1f", L) + "\" x2=\"" + fmt("%.1f", W - R) + "\" y1=\"" + fmt("%.1f", y) + "\" y2=\"" +
-         fmt("%.1f", y) + "\" stroke=\"#ddd\"/><text x=\"" + fmt("%.1f", L - 6) + "\" y=\"" + fmt("%.1f", y + 4) +
+    s += "<line x1=\"" + format_number("%.1f", L) + "\" x2=\"" + format_number("%.1f", W - R) + "\" y1=\"" + format_number("%.1f", y) + "\" y2=\"" +
+         format_number("%.1f", y) + "\" stroke=\"#ddd\"/><text x=\"" + format_number("%.1f", L - 6) + "\" y=\"" + format_number("%.1f", y + 4) +
          "\" text-anchor=\"end\">" + label + "</text>\n";
   }
   for (int k = 0; k < slots; ++k) {
     const std::string label = k == 0 ? "in" : k == slots - 1 ? "out" : std::to_string(k - 1);
-    s += "<text x=\"" + fmt("%.1f", X(k)) + "\" y=\"" + fmt("%.1f", H - B + 16) + "\" text-anchor=\"middle\">" + label +
+    s += "<text x=\"" + format_number("%.1f", X(k)) + "\" y=\"" + format_number("%.1f", H - B + 16) + "\" text-anchor=\"middle\">" + label +
          "</text>\n";
   }
-  s += "<text x=\"" + fmt("%.1f", (L + W - R) / 2) + "\" y=\"" + fmt("%.1f", H - 6) +
+  s += "<text x=\"" + format_number("%.1f", (L + W - R) / 2) + "\" y=\"" + format_number("%.1f", H - 6) +
        "\" text-anchor=\"middle\">layer</text>\n";
-  s += "<text x=\"14\" y=\"" + fmt("%.1f", (H - B + T) / 2) + "\" transform=\"rotate(-90 14 " +
-       fmt("%.1f", (H - B + T) / 2) + ")\" text-anchor=\"middle\">" + (relative ? "max rel error" : "max abs error") +
+  s += "<text x=\"14\" y=\"" + format_number("%.1f", (H - B + T) / 2) + "\" transform=\"rotate(-90 14 " +
+       format_number("%.1f", (H - B + T) / 2) + ")\" text-anchor=\"middle\">" + (relative ? "max rel error" : "max abs error") +
        "</text>\n";
   if (tol > 0)
-    s += "<line x1=\"" + fmt("%.1f", L) + "\" x2=\"" + fmt("%.1f", W - R) + "\" y1=\"" + fmt("%.1f", Y(tol)) +
-         "\" y2=\"" + fmt("%.1f", Y(tol)) + "\" stroke=\"#d62728\" stroke-dasharray=\"4 3\"/>\n";
+    s += "<line x1=\"" + format_number("%.1f", L) + "\" x2=\"" + format_number("%.1f", W - R) + "\" y1=\"" + format_number("%.1f", Y(tol)) +
+         "\" y2=\"" + format_number("%.1f", Y(tol)) + "\" stroke=\"#d62728\" stroke-dasharray=\"4 3\"/>\n";
 
   std::map<std::string, std::vector<const ModuleComparison*>> series;
   std::vector<std::string> order;
@@ -119,18 +114,18 @@ std::string svg_by_layer(const CompareResult& r, bool relative, double tol) {
     std::string poly;
     for (const ModuleComparison* m : pts) {
       const double v = relative ? m->max_rel : m->max_abs;
-      poly += fmt("%.1f", X(slot_of(m->name))) + "," + fmt("%.1f", Y(v)) + " ";
+      poly += format_number("%.1f", X(slot_of(m->name))) + "," + format_number("%.1f", Y(v)) + " ";
     }
     if (pts.size() > 1) s += "<polyline points=\"" + poly + "\" fill=\"none\" stroke=\"" + c + "\"/>\n";
     for (const ModuleComparison* m : pts) {
       const double v = relative ? m->max_rel : m->max_abs;
       const bool first = r.first && r.first->module == m->name;
-      s += "<circle cx=\"" + fmt("%.1f", X(slot_of(m->name))) + "\" cy=\"" + fmt("%.1f", Y(v)) + "\" r=\"" +
+      s += "<circle cx=\"" + format_number("%.1f", X(slot_of(m->name))) + "\" cy=\"" + format_number("%.1f", Y(v)) + "\" r=\"" +
            (first ? "6" : "3") + "\" fill=\"" + c + "\"" + (first ? " stroke=\"#000\" stroke-width=\"2\"" : "") +
            "><title>" + esc(m->name) + ": " + format_error(v) + "</title></circle>\n";
     }
-    s += "<rect x=\"" + fmt("%.1f", W - R + 12) + "\" y=\"" + std::to_string(legend_y - 8) +
-         "\" width=\"8\" height=\"8\" fill=\"" + c + "\"/><text x=\"" + fmt("%.1f", W - R + 24) + "\" y=\"" +
+    s += "<rect x=\"" + format_number("%.1f", W - R + 12) + "\" y=\"" + std::to_string(legend_y - 8) +
+         "\" width=\"8\" height=\"8\" fill=\"" + c + "\"/><text x=\"" + format_number("%.1f", W - R + 24) + "\" y=\"" +
          std::to_string(legend_y) + "\">" + esc(order[i]) + "</text>\n";
     legend_y += 13;
   }

@@ -1,8 +1,9 @@
 #include "accuracy/validation_report.h"
 
 #include <cmath>
-#include <cstdio>
 #include <limits>
+
+#include "common/format.h"
 
 namespace parity::accuracy {
 
@@ -65,12 +66,6 @@ nlohmann::json token_json(const TokenCheck& t) {
 }
 
 std::string label(int k) { return k == 0 ? "all" : "top-" + std::to_string(k); }
-
-std::string fmt(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
 
 }  // namespace
 
@@ -139,16 +134,16 @@ std::string validation_summary(const ValidationReport& r) {
       std::snprintf(b, sizeof b, "  %5d  %8lld  %3d  %8d  %6d  %-33s", t.index, static_cast<long long>(t.position), t.run,
                     t.expected, t.actual, token_status_name(t.status));
       s += b;
-      for (const TopkError& e : t.errors) s += fmt("  %9.2e/", e.max_abs) + fmt("%-8.2e", e.bound) + (e.passed ? " " : "!");
+      for (const TopkError& e : t.errors) s += format_number("  %9.2e/", e.max_abs) + format_number("%-8.2e", e.bound) + (e.passed ? " " : "!");
       if (t.status == TokenStatus::NaN) s += "  NaN in " + t.nan_in;
-      else if (t.actual != t.expected) s += fmt("  ref gap %.3g", t.reference_gap);
+      else if (t.actual != t.expected) s += format_number("  ref gap %.3g", t.reference_gap);
       s += "\n";
     }
     auto w = worst_of(r, {&p});
     for (std::size_t e = 0; e < w.size(); ++e)
       if (w[e].token >= 0)
-        s += "  worst " + label(r.tol_map[e].k) + ": |Δ| " + fmt("%.3e", w[e].max_abs) + " (rel " +
-             fmt("%.3e", w[e].rel) + ", bound " + fmt("%.3e", w[e].bound) + ") at token " +
+        s += "  worst " + label(r.tol_map[e].k) + ": |Δ| " + format_number("%.3e", w[e].max_abs) + " (rel " +
+             format_number("%.3e", w[e].rel) + ", bound " + format_number("%.3e", w[e].bound) + ") at token " +
              std::to_string(w[e].token) + ", position " + std::to_string(w[e].position) + "\n";
   }
   s += std::string(r.passed() ? "PASSED" : "FAILED") + ": " + std::to_string(tokens - failed) + " of " +

@@ -15,15 +15,7 @@
 #include "model/weight_loading.h"
 
 namespace parity::backend_cuda {
-namespace {
-
 using io::GraniteLayerType;
-
-std::vector<float> tensor(const model::Checkpoint& ck, const std::string& name, std::vector<int64_t> shape) {
-  return model::widen(model::need_tensor(ck, name, shape));
-}
-
-}  // namespace
 
 std::unique_ptr<CudaHybridModel> CudaHybridModel::load(const model::Checkpoint& ck, const CudaModelOptions& opt) {
   if (cuda::device_count() == 0) throw Error("--device cuda: " + describe_device());
@@ -87,7 +79,7 @@ std::unique_ptr<CudaHybridModel> CudaHybridModel::build(const model::Checkpoint&
   }
   const int64_t H = c.hidden_size, V = c.vocab_size;
   const bool fp32 = opt.fp32;
-  upload_weight(fp32, tensor(ck, "model.embed_tokens.weight", {V, H}), static_cast<int>(V), m->embed_);
+  upload_weight(fp32, model::need_floats(ck, "model.embed_tokens.weight", {V, H}), static_cast<int>(V), m->embed_);
   m->head_ = CudaLmHead(ck, {"model.norm.weight", "model.norm"}, c.hidden_size, c.vocab_size,
                         static_cast<float>(c.rms_norm_eps), static_cast<float>(c.logits_scaling), c.tie_word_embeddings,
                         fp32);
@@ -98,31 +90,31 @@ std::unique_ptr<CudaHybridModel> CudaHybridModel::build(const model::Checkpoint&
     Layer L;
     L.mamba = c.layer_types[static_cast<std::size_t>(l)] == GraniteLayerType::Mamba;
     L.ordinal = L.mamba ? mamba_seen++ : attn_seen++;
-    upload_f32(L.input_norm, tensor(ck, p + ".input_layernorm.weight", {H}));
-    upload_f32(L.post_norm, tensor(ck, p + ".post_attention_layernorm.weight", {H}));
+    upload_f32(L.input_norm, model::need_floats(ck, p + ".input_layernorm.weight", {H}));
+    upload_f32(L.post_norm, model::need_floats(ck, p + ".post_attention_layernorm.weight", {H}));
     const std::string mx = p + ".mamba.", a = p + ".self_attn.";
     if (L.mamba) {
       m->mixer_.add_layer(ck, mx);
     } else {
       const int64_t q = c.q_dim(), kv = c.kv_dim();
-      upload_weight(fp32, tensor(ck, a + "q_proj.weight", {q, H}), static_cast<int>(q), L.q);
-      upload_weight(fp32, tensor(ck, a + "k_proj.weight", {kv, H}), static_cast<int>(kv), L.k);
-      upload_weight(fp32, tensor(ck, a + "v_proj.weight", {kv, H}), static_cast<int>(kv), L.v);
-      upload_weight(fp32, tensor(ck, a + "o_proj.weight", {H, q}), static_cast<int>(H), L.o);
+      upload_weight(fp32, model::need_floats(ck, a + "q_proj.weight", {q, H}), static_cast<int>(q), L.q);
+      upload_weight(fp32, model::need_floats(ck, a + "k_proj.weight", {kv, H}), static_cast<int>(kv), L.k);
+      upload_weight(fp32, model::need_floats(ck, a + "v_proj.weight", {kv, H}), static_cast<int>(kv), L.v);
+      upload_weight(fp32, model::need_floats(ck, a + "o_proj.weight", {H, q}), static_cast<int>(H), L.o);
       if (c.attention_bias) {
-        upload_f32(L.q_bias, tensor(ck, a + "q_proj.bias", {q}));
-        upload_f32(L.k_bias, tensor(ck, a + "k_proj.bias", {kv}));
-        upload_f32(L.v_bias, tensor(ck, a + "v_proj.bias", {kv}));
-        upload_f32(L.o_bias, tensor(ck, a + "o_proj.bias", {H}));
+        upload_f32(L.q_bias, model::need_floats(ck, a + "q_proj.bias", {q}));
+        upload_f32(L.k_bias, model::need_floats(ck, a + "k_proj.bias", {kv}));
+        upload_f32(L.v_bias, model::need_floats(ck, a + "v_proj.bias", {kv}));
+        upload_f32(L.o_bias, model::need_floats(ck, a + "o_proj.bias", {H}));
       }
     }
     const std::string moe = p + ".block_sparse_moe.";
     if (c.has_experts()) {
       const int64_t Ex = c.num_local_experts, F = c.intermediate_size;
-      upload_weight(fp32, tensor(ck, moe + "router.layer.weight", {Ex, H}), static_cast<int>(Ex), L.router);
+      upload_weight(fp32, model::need_floats(ck, moe + "router.layer.weight", {Ex, H}), static_cast<int>(Ex), L.router);
       // Stacked experts: expert e's matrix starts at e · rows · cols, unpadded (moe.cu).
-      const std::vector<float> in = tensor(ck, moe + "input_linear.weight", {Ex, 2 * F, H});
-      const std::vector<float> out = tensor(ck, moe + "output_linear.weight", {Ex, H, F});
+      const std::vector<float> in = model::need_floats(ck, moe + "input_linear.weight", {Ex, 2 * F, H});
+      const std::vector<float> out = model::need_floats(ck, moe + "output_linear.weight", {Ex, H, F});
       if (fp32) {
         L.experts_in_f32.upload(in);
         L.experts_out_f32.upload(out);
@@ -132,9 +124,9 @@ std::unique_ptr<CudaHybridModel> CudaHybridModel::build(const model::Checkpoint&
       }
     }
     const int64_t S = c.shared_intermediate_size;
-    upload_weight(fp32, tensor(ck, p + ".shared_mlp.input_linear.weight", {2 * S, H}), static_cast<int>(2 * S),
+    upload_weight(fp32, model::need_floats(ck, p + ".shared_mlp.input_linear.weight", {2 * S, H}), static_cast<int>(2 * S),
                   L.shared_in);
-    upload_weight(fp32, tensor(ck, p + ".shared_mlp.output_linear.weight", {H, S}), static_cast<int>(H), L.shared_out);
+    upload_weight(fp32, model::need_floats(ck, p + ".shared_mlp.output_linear.weight", {H, S}), static_cast<int>(H), L.shared_out);
     m->layers_.push_back(std::move(L));
     m->names_.push_back({p, m->layers_.back().mamba ? p + ".mamba" : p + ".self_attn", a + "q_proj", a + "k_proj",
                          a + "v_proj", moe + "router", p + ".block_sparse_moe", p + ".shared_mlp"});

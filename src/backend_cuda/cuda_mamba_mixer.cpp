@@ -7,31 +7,24 @@
 #include "model/weight_loading.h"
 
 namespace parity::backend_cuda {
-namespace {
-
-std::vector<float> tensor(const model::Checkpoint& ck, const std::string& name, std::vector<int64_t> shape) {
-  return model::widen(model::need_tensor(ck, name, shape));
-}
-
-}  // namespace
 
 void CudaMambaMixer::add_layer(const model::Checkpoint& ck, const std::string& p) {
   const io::Mamba2Config& c = cfg_;
   const int64_t hidden = c.hidden_size, I = c.intermediate_size, H = c.num_heads;
   const int64_t conv = c.conv_dim(), proj = c.in_proj_dim();
   Layer L;
-  upload_weight(fp32_, tensor(ck, p + "in_proj.weight", {proj, hidden}), static_cast<int>(proj), L.in_proj);
-  if (c.use_bias) upload_f32(L.in_proj_bias, tensor(ck, p + "in_proj.bias", {proj}));
-  upload_f32(L.conv_w, tensor(ck, p + "conv1d.weight", {conv, 1, c.conv_kernel}));
-  if (c.use_conv_bias) upload_f32(L.conv_b, tensor(ck, p + "conv1d.bias", {conv}));
-  upload_f32(L.dt_bias, tensor(ck, p + "dt_bias", {H}));
-  std::vector<float> A = tensor(ck, p + "A_log", {H});
+  upload_weight(fp32_, model::need_floats(ck, p + "in_proj.weight", {proj, hidden}), static_cast<int>(proj), L.in_proj);
+  if (c.use_bias) upload_f32(L.in_proj_bias, model::need_floats(ck, p + "in_proj.bias", {proj}));
+  upload_f32(L.conv_w, model::need_floats(ck, p + "conv1d.weight", {conv, 1, c.conv_kernel}));
+  if (c.use_conv_bias) upload_f32(L.conv_b, model::need_floats(ck, p + "conv1d.bias", {conv}));
+  upload_f32(L.dt_bias, model::need_floats(ck, p + "dt_bias", {H}));
+  std::vector<float> A = model::need_floats(ck, p + "A_log", {H});
   for (float& a : A) a = -kernels::exp_f(a);  // A = -exp(A_log), as the CPU mixer
   upload_f32(L.A, A);
-  upload_f32(L.D, tensor(ck, p + "D", {H}));
-  upload_f32(L.gate_norm, tensor(ck, p + "norm.weight", {I}));
-  upload_weight(fp32_, tensor(ck, p + "out_proj.weight", {hidden, I}), static_cast<int>(hidden), L.out_proj);
-  if (c.use_bias) upload_f32(L.out_proj_bias, tensor(ck, p + "out_proj.bias", {hidden}));
+  upload_f32(L.D, model::need_floats(ck, p + "D", {H}));
+  upload_f32(L.gate_norm, model::need_floats(ck, p + "norm.weight", {I}));
+  upload_weight(fp32_, model::need_floats(ck, p + "out_proj.weight", {hidden, I}), static_cast<int>(hidden), L.out_proj);
+  if (c.use_bias) upload_f32(L.out_proj_bias, model::need_floats(ck, p + "out_proj.bias", {hidden}));
   L.names = {p + "in_proj", p + "conv1d", p + "dt", p + "norm"};
   layers_.push_back(std::move(L));
 }

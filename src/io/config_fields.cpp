@@ -17,8 +17,7 @@ const nlohmann::json* lookup(const nlohmann::json& cfg, const std::string& key) 
   return &*it;
 }
 
-namespace {
-int to_int(const nlohmann::json& v, const std::string& key) {
+int int_of(const nlohmann::json& v, const std::string& key) {
   if (!v.is_number_integer()) refuse(key + " must be an integer, got " + v.dump());
   if (v.is_number_unsigned()) {
     const auto u = v.get<uint64_t>();
@@ -31,12 +30,16 @@ int to_int(const nlohmann::json& v, const std::string& key) {
     refuse(key + " = " + std::to_string(s) + " is out of range");
   return static_cast<int>(s);
 }
-}  // namespace
+
+std::string string_of(const nlohmann::json& v, const std::string& key) {
+  if (!v.is_string()) refuse(key + " must be a string, got " + v.dump());
+  return v.get<std::string>();
+}
 
 std::optional<int> opt_int(const nlohmann::json& cfg, const std::string& key) {
   const nlohmann::json* v = lookup(cfg, key);
   if (!v) return std::nullopt;
-  return to_int(*v, key);
+  return int_of(*v, key);
 }
 
 int int_or(const nlohmann::json& cfg, const std::string& key, int dflt) { return opt_int(cfg, key).value_or(dflt); }
@@ -44,6 +47,12 @@ int int_or(const nlohmann::json& cfg, const std::string& key, int dflt) { return
 int req_int(const nlohmann::json& cfg, const std::string& key) {
   auto v = opt_int(cfg, key);
   if (!v) refuse("required field " + key + " is missing");
+  return *v;
+}
+
+int req_int(const nlohmann::json& cfg, const std::string& key, const std::string& why) {
+  auto v = opt_int(cfg, key);
+  if (!v) refuse("required field " + key + " is missing (" + why + ")");
   return *v;
 }
 

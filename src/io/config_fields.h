@@ -16,6 +16,10 @@ const nlohmann::json* lookup(const nlohmann::json& cfg, const std::string& key);
 std::optional<int> opt_int(const nlohmann::json& cfg, const std::string& key);
 int int_or(const nlohmann::json& cfg, const std::string& key, int dflt);
 int req_int(const nlohmann::json& cfg, const std::string& key);
+// The same, with why it is required in the message ("required field K is missing (why)").
+int req_int(const nlohmann::json& cfg, const std::string& key, const std::string& why);
+int int_of(const nlohmann::json& v, const std::string& key);  // v itself: an integer in int's range
+std::string string_of(const nlohmann::json& v, const std::string& key);  // v itself: a string
 int positive(const std::string& key, int v);
 bool bool_or(const nlohmann::json& cfg, const std::string& key, bool dflt);
 double finite_or(const nlohmann::json& cfg, const std::string& key, double dflt);

@@ -6,73 +6,17 @@
 #include <optional>
 
 #include "common/error.h"
+#include "io/config_fields.h"
 #include "io/json_file.h"
 
 namespace parity::io {
+
+using namespace cfg;
 
 namespace {
 
 // Keys absent from config.json take the defaults of transformers' GraniteMoeHybridConfig, since those are
 // what Hugging Face runs for the same file. The sizes that define the model are required.
-
-[[noreturn]] void refuse(const std::string& what) { throw Error("config.json: " + what); }
-
-const nlohmann::json* lookup(const nlohmann::json& cfg, const char* key) {
-  auto it = cfg.find(key);
-  if (it == cfg.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-int to_int(const nlohmann::json& v, const std::string& key) {
-  if (!v.is_number_integer()) refuse(key + " must be an integer, got " + v.dump());
-  if (v.is_number_unsigned()) {
-    auto u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int>::max()))
-      refuse(key + " = " + std::to_string(u) + " is out of range");
-    return static_cast<int>(u);
-  }
-  auto s = v.get<int64_t>();
-  if (s < std::numeric_limits<int>::min() || s > std::numeric_limits<int>::max())
-    refuse(key + " = " + std::to_string(s) + " is out of range");
-  return static_cast<int>(s);
-}
-
-std::optional<int> opt_int(const nlohmann::json& cfg, const char* key) {
-  const nlohmann::json* v = lookup(cfg, key);
-  if (!v) return std::nullopt;
-  return to_int(*v, key);
-}
-
-int req_int(const nlohmann::json& cfg, const char* key, const char* why = nullptr) {
-  auto v = opt_int(cfg, key);
-  if (!v) refuse(std::string("required field ") + key + " is missing" + (why ? std::string(" (") + why + ")" : ""));
-  return *v;
-}
-
-int positive(const char* key, int v) {
-  if (v <= 0) refuse(std::string(key) + " must be positive, got " + std::to_string(v));
-  return v;
-}
-
-bool bool_or(const nlohmann::json& cfg, const char* key, bool dflt) {
-  const nlohmann::json* v = lookup(cfg, key);
-  if (!v) return dflt;
-  if (!v->is_boolean()) refuse(std::string(key) + " must be true or false, got " + v->dump());
-  return v->get<bool>();
-}
-
-double finite_or(const nlohmann::json& cfg, const char* key, double dflt) {
-  const nlohmann::json* v = lookup(cfg, key);
-  if (!v) return dflt;
-  double d = as_float(*v, std::string("config.json: ") + key);
-  if (!std::isfinite(d)) refuse(std::string(key) + " must be a finite number, got " + v->dump());
-  return d;
-}
-
-std::string string_of(const nlohmann::json& v, const std::string& key) {
-  if (!v.is_string()) refuse(key + " must be a string, got " + v.dump());
-  return v.get<std::string>();
-}
 
 std::vector<GraniteLayerType> parse_layer_types(const nlohmann::json& cfg, int num_layers) {
   const nlohmann::json* lt = lookup(cfg, "layer_types");
@@ -184,7 +128,7 @@ void parse_mamba(const nlohmann::json& cfg, GraniteHybridConfig& c) {
     c.mamba_d_head = static_cast<int>(inter / c.mamba_n_heads);
   } else {
     if (dh->is_string()) refuse("mamba_d_head must be an integer or \"auto\", got " + dh->dump());
-    c.mamba_d_head = positive("mamba_d_head", to_int(*dh, "mamba_d_head"));
+    c.mamba_d_head = positive("mamba_d_head", int_of(*dh, "mamba_d_head"));
     if (static_cast<long long>(c.mamba_d_head) * c.mamba_n_heads != inter)
       refuse("mamba_d_head * mamba_n_heads = " + std::to_string(c.mamba_d_head) + " * " +
              std::to_string(c.mamba_n_heads) + " must equal mamba_expand * hidden_size = " + std::to_string(inter));

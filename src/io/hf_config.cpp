@@ -5,9 +5,12 @@
 #include <optional>
 
 #include "common/error.h"
+#include "io/config_fields.h"
 #include "io/json_file.h"
 
 namespace parity::io {
+
+using namespace cfg;
 
 namespace {
 
@@ -15,48 +18,6 @@ constexpr const char* kMamba2 = "Mamba2ForCausalLM";
 constexpr const char* kGraniteHybrid = "GraniteMoeHybridForCausalLM";
 constexpr const char* kSupported =
     "Mamba2ForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, BambaForCausalLM, FalconH1ForCausalLM";
-
-const nlohmann::json* lookup(const nlohmann::json& cfg, const char* key) {
-  auto it = cfg.find(key);
-  if (it == cfg.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-std::optional<int> opt_int(const nlohmann::json& cfg, const char* key) {
-  const nlohmann::json* v = lookup(cfg, key);
-  if (!v) return std::nullopt;
-  if (!v->is_number_integer())
-    throw Error(std::string("config.json: ") + key + " must be an integer, got " + v->dump());
-  if (v->is_number_unsigned()) {
-    auto u = v->get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int>::max()))
-      throw Error(std::string("config.json: ") + key + " = " + std::to_string(u) +
-                  " is out of range");
-    return static_cast<int>(u);
-  }
-  auto s = v->get<int64_t>();
-  if (s < std::numeric_limits<int>::min() || s > std::numeric_limits<int>::max())
-    throw Error(std::string("config.json: ") + key + " = " + std::to_string(s) + " is out of range");
-  return static_cast<int>(s);
-}
-
-int req_int(const nlohmann::json& cfg, const char* key) {
-  auto v = opt_int(cfg, key);
-  if (!v) throw Error(std::string("config.json: required field ") + key + " is missing");
-  return *v;
-}
-
-int int_or(const nlohmann::json& cfg, const char* key, int dflt) {
-  return opt_int(cfg, key).value_or(dflt);
-}
-
-bool bool_or(const nlohmann::json& cfg, const char* key, bool dflt) {
-  const nlohmann::json* v = lookup(cfg, key);
-  if (!v) return dflt;
-  if (!v->is_boolean())
-    throw Error(std::string("config.json: ") + key + " must be true or false, got " + v->dump());
-  return v->get<bool>();
-}
 
 void require_positive(const char* key, int v) {
   if (v <= 0)

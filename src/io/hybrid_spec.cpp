@@ -57,4 +57,9 @@ void finish_hybrid_spec(HybridSpec& s) {
   s.mamba.num_hidden_layers = s.num_mamba;
 }
 
+std::string expert_tensor(const std::string& pattern, int e) {
+  const std::size_t at = pattern.find("{e}");
+  return at == std::string::npos ? pattern : pattern.substr(0, at) + std::to_string(e) + pattern.substr(at + 3);
+}
+
 }  // namespace parity::io

@@ -118,6 +118,9 @@ using HasTensor = std::function<bool(const std::string&)>;
 
 // True for the architectures hybrid_spec_from_config accepts.
 bool is_hybrid_architecture(const std::string& arch);
+// One expert's tensor name from a per-expert pattern ("{e}" stands for the expert id); a pattern without
+// "{e}" (stacked experts) is returned as it is.
+std::string expert_tensor(const std::string& pattern, int e);
 
 // Dispatch on `architectures`: the family's adapter. Throws parity::Error naming the key and value of
 // anything the model cannot run.

@@ -99,14 +99,27 @@ void launch(const Args& a) {
 // The mma.sync kernel (gemm_swap_ab_mma.cuh) for up to 32 rows; more rows take the wgmma kernel's
 // c64-2blk (the mma.sync kernel keeps a whole box's fragments of every n8 tile in registers).
 // With a conv epilogue job on this thread (with_conv_epilogue) and NT = 8, the instantiation that does it.
-template <int CW, int NT, int BPS, bool LAG>
+// GROUP: the grouped consumer (gemm_swap_ab_group.cuh) with that many boxes a group at 8 rows, at most 2
+// at 16 (two groups of fragments in registers), box by box at 32; the conv epilogue's kernel is box by box.
+template <int NT, int GROUP>
+constexpr int group_for_rows() {
+  return NT == 8 ? GROUP : NT == 16 ? (GROUP < 2 ? GROUP : 2) : 0;
+}
+// BAR: one barrier pair per group (the "-s" variants) where the rows keep a group (the group's size).
+template <int NT, int GROUP, bool SHARED>
+constexpr int bar_for_rows() {
+  return SHARED && group_for_rows<NT, GROUP>() > 0 ? group_for_rows<NT, GROUP>() : 1;
+}
+
+template <int CW, int NT, int BPS, bool LAG, int GROUP = 0, bool SHARED = false>
 void launch_mma(const Args& a) {
   if constexpr (NT > 32) {
     launch<1, NT, 2>(a);
   } else {
     using Cfg = MmaConfig<CW, NT, BPS>;
     const bool conv = NT == 8 && t_conv != nullptr;
-    auto* kernel = swap_ab_mma_kernel<CW, NT, BPS, LAG, false>;
+    auto* kernel = swap_ab_mma_kernel<CW, NT, BPS, LAG, false, false, false, group_for_rows<NT, GROUP>(),
+                                      bar_for_rows<NT, GROUP, SHARED>()>;
     if constexpr (NT == 8)
       if (conv) kernel = swap_ab_mma_kernel<CW, NT, BPS, LAG, true>;
     const ConvEpilogue ep = conv ? *t_conv : ConvEpilogue{};
@@ -141,11 +154,12 @@ constexpr Variant variant(const char* name) {
            launch<CWG, 256, BPS>}};
 }
 
-template <int CW, int BPS, bool LAG = false>
+template <int CW, int BPS, bool LAG = false, int GROUP = 0, bool SHARED = false>
 constexpr Variant mma_variant(const char* name) {
   return {name,
-          {launch_mma<CW, 8, BPS, LAG>, launch_mma<CW, 16, BPS, LAG>, launch_mma<CW, 32, BPS, LAG>,
-           launch_mma<CW, 64, BPS, LAG>, launch_mma<CW, 128, BPS, LAG>, launch_mma<CW, 256, BPS, LAG>}};
+          {launch_mma<CW, 8, BPS, LAG, GROUP, SHARED>, launch_mma<CW, 16, BPS, LAG, GROUP, SHARED>,
+           launch_mma<CW, 32, BPS, LAG, GROUP, SHARED>, launch_mma<CW, 64, BPS, LAG, GROUP, SHARED>,
+           launch_mma<CW, 128, BPS, LAG, GROUP, SHARED>, launch_mma<CW, 256, BPS, LAG, GROUP, SHARED>}};
 }
 
 // Columns per block (64: one consumer warpgroup; 128: two, sharing A's boxes) and blocks per SM
@@ -169,20 +183,56 @@ constexpr Variant mma_variant(const char* name) {
 // mma-c32-4blk-lag: mma-c32-4blk with the decode kernel's consumer schedule (gemm_swap_ab_mma.cuh's
 // LAG: no arrival and no blocking barrier wait between two dependent steps), for out_proj's chain of
 // 320 dependent steps per output (~440 cycles a 64-deep box at 17.9 µs).
+//
+// Session 13: the grouped consumer (gemm_swap_ab_group.cuh: the ring's barriers met once per group of
+// boxes, a group's fragments read a group ahead), up to 16 rows: mma-c32-4blk-g2 (two boxes a group, four
+// blocks an SM: in_proj's 331 blocks stay resident), mma-c32-2blk-g4 (four boxes a group: the two
+// register sets take more than a quarter of an SM's registers; a 21-stage ring), mma-c32-1blk-g4 (one
+// block an SM, a 40-stage ring: out_proj's 80 blocks); the "-s" ones with one barrier pair a group's
+// stages (produce_units). 32 rows: box by box at the variant's ring. Measured on the H200 (checkpoint
+// call, 2026-12-02; BM_CudaGemmSwapAb/M/shape/variant/1, µs, L2 flushed, the pre-pass included, M = 1 / 8 / 16):
+//                      in_proj 10576×2560    out_proj 2560×5120
+//   mma-c32-4blk       23.4 23.8 23.8        20.0 19.6 20.5
+//   mma-c32-4blk-g2    23.6 24.0 24.2        20.3 19.9 22.5
+//   mma-c32-2blk-g4    30.9 31.8 31.6        21.1 20.4 23.0
+//   mma-c32-1blk-g4    40.6 41.3 43.3        22.4 21.6 24.8
+//   mma-c32-4blk-g2s   23.6 24.1 24.0        19.8 19.2 20.7
+//   mma-c32-2blk-g4s   26.9 27.4 29.1        17.2 16.6 20.3
+// Grouping the barrier instructions without reducing them gained nothing; one barrier pair for four
+// boxes took out_proj's loop from ~290 to ~205 cycles a box (BM_CudaGemmSwapAbProbe). in_proj waits on
+// its data (~470 of ~690 cycles a box), not on its loop: no variant helps it.
 const Variant kVariants[] = {
-    variant<1, 1>("c64"),       variant<1, 2>("c64-2blk"),         variant<2, 1>("c128"),
-    variant<2, 2>("c128-2blk"), mma_variant<2, 4>("mma-c32-4blk"), mma_variant<2, 4, true>("mma-c32-4blk-lag"),
+    variant<1, 1>("c64"),
+    variant<1, 2>("c64-2blk"),
+    variant<2, 1>("c128"),
+    variant<2, 2>("c128-2blk"),
+    mma_variant<2, 4>("mma-c32-4blk"),
+    mma_variant<2, 4, true>("mma-c32-4blk-lag"),
+    mma_variant<2, 4, false, 2>("mma-c32-4blk-g2"),
+    mma_variant<2, 2, false, 4>("mma-c32-2blk-g4"),
+    mma_variant<2, 1, false, 4>("mma-c32-1blk-g4"),
+    mma_variant<2, 4, false, 2, true>("mma-c32-4blk-g2s"),
+    mma_variant<2, 2, false, 4, true>("mma-c32-2blk-g4s"),
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
-constexpr int kC64TwoBlocks = 1, kC128 = 2, kMmaC32 = 4, kMmaC32Lag = 5;
+constexpr int kC64TwoBlocks = 1, kC128 = 2, kMmaC32 = 4, kMmaC32Lag = 5, kMmaC32G2Shared = 9,
+              kMmaC32G4TwoBlocksShared = 10;
 
 // The default variant, from the shapes alone (the table above): up to 16 rows mma-c32-4blk (the
 // fastest on out_proj and lm_head, within 4 % of c128-2blk on in_proj); up to 64 c64-2blk (the
 // fastest or tied on every shape); above, c128 where its blocks still cover half the SMs (in_proj,
 // lm_head: 17-20 % faster) and c64-2blk where they do not (out_proj's 20 blocks: 58 % slower).
 // kGemmMmaLag (ops.h) takes mma-c32-4blk-lag for mma-c32-4blk's rows.
+// Session 13: up to 16 rows the grouped consumer with one barrier pair a group, mma-c32-2blk-g4s where
+// the blocks (32 columns each) are no more than the SMs (out_proj: one block an SM whatever the variant
+// allows; 14 % faster alone, the step 9.6 % at batch 1), mma-c32-4blk-g2s where they are more (in_proj's
+// 331 blocks stay resident at four an SM; even with mma-c32-4blk); kGemmMmaBoxByBox takes mma-c32-4blk.
 int default_variant(int M, int N, unsigned flags) {
-  if (M <= 16) return flags & kGemmMmaLag ? kMmaC32Lag : kMmaC32;
+  if (M <= 16) {
+    if (flags & kGemmMmaLag) return kMmaC32Lag;
+    if (flags & kGemmMmaBoxByBox) return kMmaC32;
+    return (N + 31) / 32 <= sm_count() ? kMmaC32G4TwoBlocksShared : kMmaC32G2Shared;
+  }
   if (M <= 64) return kC64TwoBlocks;
   return (N + 127) / 128 >= sm_count() / 2 ? kC128 : kC64TwoBlocks;
 }
@@ -257,18 +307,18 @@ void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int
   const unsigned flags = early < 0 ? gemm_early_flags() : static_cast<unsigned>(early);
   const Variant& v = kVariants[variant < 0 ? default_variant(M, N, flags) : variant];
   const NextL2 next = flags & kGemmEarlyNextL2 ? t_next : NextL2{nullptr, 0};
-  v.by_rows[row_tile_index(M)](Args{A, M, K, lda, W, N, bias, C, ldc, s, flags, next});
+  v.by_rows[row_tile_index(M)](Args{A, M, K, lda, W, N, bias, C, ldc, s, flags & ~kGemmMmaBoxByBox, next});
   check_launch("gemm_bf16_swap_ab");
 }
 
-void gemm_bf16_swap_ab_probe(const float* A, int M, int K, int lda, const void* W, int N, float* C, int ldc,
-                             cudaStream_t s, bool lag, long long* probe) {
-  if (M <= 0 || M > 8 || N <= 0) throw Error("gemm_bf16_swap_ab_probe: 1..8 rows");
-  if (!gemm_swap_ab_fits(A, K, lda, W)) throw Error("gemm_bf16_swap_ab_probe: unsupported operands");
-  using Cfg = MmaConfig<2, 8, 4>;
-  auto* kernel = lag ? swap_ab_mma_kernel<2, 8, 4, true, false, true> : swap_ab_mma_kernel<2, 8, 4, false, false, true>;
-  static std::atomic<std::uint64_t> opted{0}, opted_lag{0};  // one record per kernel
-  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, lag ? opted_lag : opted, true);
+namespace {
+template <int BPS, bool LAG, int GROUP, int BAR = 1>
+void launch_probe(const float* A, int M, int K, int lda, const void* W, int N, float* C, int ldc, cudaStream_t s,
+                  long long* probe) {
+  using Cfg = MmaConfig<2, 8, BPS>;
+  auto* kernel = swap_ab_mma_kernel<2, 8, BPS, LAG, false, true, false, GROUP, BAR>;
+  static std::atomic<std::uint64_t> opted{0};  // one record per kernel
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, opted, true);
   const CUtensorMap wmap = bf16_rows_tensor_map_cached(W, K, N, Cfg::kCols);
   with_bf16_rows(A, M, K, lda, s, [&](const void* a16) {
     const CUtensorMap xmap = bf16_rows_tensor_map_cached(a16, K, M, 8);
@@ -277,7 +327,29 @@ void gemm_bf16_swap_ab_probe(const float* A, int M, int K, int lda, const void* 
                            xmap, M, K, N, static_cast<const float*>(nullptr), C, ldc, 0u, NextL2{nullptr, 0},
                            ConvEpilogue{}, probe, GatedA{});
   });
+}
+}  // namespace
+
+void gemm_bf16_swap_ab_probe(const float* A, int M, int K, int lda, const void* W, int N, float* C, int ldc,
+                             cudaStream_t s, int schedule, long long* probe) {
+  if (M <= 0 || M > 8 || N <= 0) throw Error("gemm_bf16_swap_ab_probe: 1..8 rows");
+  if (!gemm_swap_ab_fits(A, K, lda, W)) throw Error("gemm_bf16_swap_ab_probe: unsupported operands");
+  using Fn = void (*)(const float*, int, int, int, const void*, int, float*, int, cudaStream_t, long long*);
+  static constexpr Fn kSchedules[kSwapAbProbeSchedules] = {
+      launch_probe<4, false, 0>, launch_probe<4, true, 0>, launch_probe<4, false, 2>, launch_probe<2, false, 4>,
+      launch_probe<1, false, 4>, launch_probe<1, false, 0>, launch_probe<2, false, 2>, launch_probe<4, false, 2, 2>,
+      launch_probe<2, false, 4, 4>, launch_probe<1, false, 4, 4>};
+  if (schedule < 0 || schedule >= kSwapAbProbeSchedules) throw Error("gemm_bf16_swap_ab_probe: no such schedule");
+  kSchedules[schedule](A, M, K, lda, W, N, C, ldc, s, probe);
   check_launch("gemm_bf16_swap_ab_probe");
+}
+
+const char* gemm_bf16_swap_ab_probe_name(int schedule) {
+  static const char* const kNames[kSwapAbProbeSchedules] = {
+      "mma-c32-4blk box by box", "mma-c32-4blk-lag", "mma-c32-4blk-g2", "mma-c32-2blk-g4",
+      "mma-c32-1blk-g4", "mma-c32-1blk box by box", "mma-c32-2blk-g2", "mma-c32-4blk-g2s", "mma-c32-2blk-g4s",
+      "mma-c32-1blk-g4s"};
+  return schedule >= 0 && schedule < kSwapAbProbeSchedules ? kNames[schedule] : "?";
 }
 
 int gemm_bf16_swap_ab_probe_warps(int N) { return 2 * ((N + MmaConfig<2, 8, 4>::kCols - 1) / MmaConfig<2, 8, 4>::kCols); }

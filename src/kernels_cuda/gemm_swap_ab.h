@@ -10,6 +10,12 @@ namespace parity::cuda {
 // rows it still took 0.66× (in_proj, out_proj) and 0.54× (lm_head) the tiles' time on an H200.
 constexpr int kSwapAbMaxRows = 256;
 
+// A decode GEMM flag beside ops.h's GemmEarly (the same set_gemm_early word; graphs record it): up to 16
+// rows gemm() takes the swap-AB mma.sync kernel with session 12's consumer (mma-c32-4blk: a barrier test
+// or wait and a release every box) instead of the grouped one (gemm_swap_ab_group.cuh: one barrier pair
+// a group of boxes). The same bits either way; benchmarks compare them (gemm:1059 = 35 + 1024).
+inline constexpr unsigned kGemmMmaBoxByBox = 1024u;
+
 // Whether gemm_bf16_swap_ab can take these operands: gemm_mma_fits's (K a multiple of 32, A rows
 // 16-byte vectors, W 16-byte aligned) and the tensor maps' (K a multiple of 8: implied).
 bool gemm_swap_ab_fits(const float* A, int K, int lda, const void* W);
@@ -23,12 +29,18 @@ bool gemm_swap_ab_fits(const float* A, int K, int lda, const void* W);
 void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
                        cudaStream_t s, int variant = -1, int early = -1);
 
-// Benchmarks (BM_CudaGemmSwapAbProbe): mma-c32-4blk (lag: its -lag schedule) at 1..8 rows, ordinary launch,
-// no bias, each consumer warp's clock counts into probe (gemm_swap_ab_mma.cuh's PROBE: start to first box,
-// start to the end of the steps, cycles waiting on stages, boxes; 4 per warp, warps of block 0 first);
-// gemm_bf16_swap_ab_probe_warps(N) consumer warps in all.
+// Benchmarks (BM_CudaGemmSwapAbProbe): the mma.sync kernel (two warps of 16 columns a block) at 1..8 rows,
+// ordinary launch, no bias, each consumer warp's clock counts into probe (gemm_swap_ab_mma.cuh's PROBE:
+// start to first box, start to the end of the steps, cycles waiting on stages, boxes; 4 per warp, warps of
+// block 0 first); gemm_bf16_swap_ab_probe_warps(N) consumer warps in all. schedule: the consumer and the
+// blocks an SM (gemm_bf16_swap_ab_probe_name): 0 mma-c32-4blk box by box (session 12's), 1 its -lag
+// schedule, 2 mma-c32-4blk-g2, 3 mma-c32-2blk-g4, 4 mma-c32-1blk-g4 (the grouped consumer,
+// gemm_swap_ab_group.cuh), 5 box by box at one block an SM (the 40-stage ring), 6 grouped by two at two
+// blocks an SM, 7 mma-c32-4blk-g2s, 8 mma-c32-2blk-g4s, 9 mma-c32-1blk-g4s (one barrier pair a group).
+constexpr int kSwapAbProbeSchedules = 10;
 void gemm_bf16_swap_ab_probe(const float* A, int M, int K, int lda, const void* W, int N, float* C, int ldc,
-                             cudaStream_t s, bool lag, long long* probe);
+                             cudaStream_t s, int schedule, long long* probe);
+const char* gemm_bf16_swap_ab_probe_name(int schedule);
 int gemm_bf16_swap_ab_probe_warps(int N);
 
 int gemm_swap_ab_variants();

@@ -9,6 +9,7 @@
 #include "kernels_cuda/conv_row.cuh"
 #include "kernels_cuda/gated_a.h"
 #include "kernels_cuda/norm_row.cuh"
+#include "kernels_cuda/gemm_swap_ab_group.cuh"
 #include "kernels_cuda/gemm_swap_ab_kernel.cuh"
 
 namespace parity::cuda::swap_ab {
@@ -82,7 +83,11 @@ __device__ __forceinline__ void produce_w_rest(unsigned ring, u64* full, u64* em
   }
 }
 
-template <int CW, int NT, int BPS, bool LAG = false, bool CONV = false, bool PROBE = false, bool GNORM = false>
+// GROUP > 0 (gemm_swap_ab_group.cuh): the grouped consumer, GROUP boxes a barrier round, a group's
+// fragments read a group ahead (NT = 8 or 16; LAG must be false); BAR = GROUP: one barrier pair a group's
+// stages (the ring then uses a multiple of GROUP stages).
+template <int CW, int NT, int BPS, bool LAG = false, bool CONV = false, bool PROBE = false, bool GNORM = false,
+          int GROUP = 0, int BAR = 1>
 __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>::kThreads, GNORM ? 1 : BPS)
     swap_ab_mma_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, int M,
                        int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc, unsigned early,
@@ -90,8 +95,10 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
                        const __grid_constant__ GatedA ga) {
   static_assert(!CONV || NT == 8, "the conv epilogue's lanes hold two rows of one n8 tile");
   static_assert(!GNORM || (NT == 8 && !CONV && !PROBE && CW <= 7), "the norm's row is one n8 tile's row 0");
+  static_assert(GROUP == 0 || (!LAG && NT <= 16), "the grouped consumer holds two groups of fragments");
+  static_assert(BAR == 1 || (BAR == GROUP && !GNORM), "a barrier pair a group: the grouped consumer, W and A streamed");
   using Cfg = MmaConfig<CW, NT, BPS>;
-  constexpr int S = Cfg::kStages, T = NT / 8;
+  constexpr int S = Cfg::kStages / BAR * BAR, T = NT / 8;
   extern __shared__ unsigned char smem_raw[];
   __shared__ u64 full[S], empty[S];
   const unsigned ring = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -130,7 +137,12 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
     }
     if (warp >= CW) return;
   } else if (warp == CW) {
-    if (lane == 0) produce<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0, early, next);
+    if (lane == 0) {
+      if constexpr (BAR > 1)
+        produce_units<S, BAR, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0, early, next);
+      else
+        produce<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0, early, next);
+    }
     return;
   }
 
@@ -201,7 +213,9 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
 #pragma unroll
     for (int j = 0; j < T; ++j) ptx::mma_bf16(acc[j], f.a[kk], f.b[kk][j]);
   };
-  if constexpr (LAG) {
+  if constexpr (GROUP > 0) {
+    group_consumer<GROUP, BAR, S, PROBE, Frag>(read, step, full, empty, lane, kboxes, whole, t_first, t_wait);
+  } else if constexpr (LAG) {
     // Box b from cur: step 0, the release of its stage and a test of box b + 1's barrier, step 1, box
     // b + 1's fragments into nxt (waiting first only if the test said no), steps 2 and 3 (a 32-deep
     // last box runs its two real steps only).

@@ -472,10 +472,6 @@ Checkpoint make_family(const std::string& name, const nlohmann::json& config) {
     if (!m.up.empty()) lin(m.up, {F, D}, in_std);
     lin(m.down, {D, F}, 1.0f / std::sqrt(static_cast<float>(F)));
   };
-  auto expert_name = [](const std::string& pat, int e) {
-    const std::size_t at = pat.find("{e}");
-    return pat.substr(0, at) + std::to_string(e) + pat.substr(at + 3);
-  };
   lin(s.embed, {V, D}, 0.5f);
   for (const io::HybridLayer& L : s.layers)
     for (const io::SubLayer& sub : L.subs) {
@@ -503,8 +499,8 @@ Checkpoint make_family(const std::string& name, const nlohmann::json& config) {
             lin(m.router_weight, {E, D}, 2.0f * in_std);
             if (!m.correction_bias.empty()) put(*st, m.correction_bias, {E}, normal_vec(r, E, 0.05f), DType::F32);
             for (int e = 0; e < E; ++e) {
-              lin(expert_name(m.experts_in, e), {rows, D}, in_std);
-              lin(expert_name(m.experts_out, e), {D, F}, 1.0f / std::sqrt(static_cast<float>(F)));
+              lin(io::expert_tensor(m.experts_in, e), {rows, D}, in_std);
+              lin(io::expert_tensor(m.experts_out, e), {D, F}, 1.0f / std::sqrt(static_cast<float>(F)));
             }
             if (m.has_shared) mlp(m.shared);
             break;

@@ -11,11 +11,6 @@ namespace {
 
 using io::Activation;
 
-std::string expert_name(const std::string& pattern, int e) {
-  const std::size_t at = pattern.find("{e}");
-  return at == std::string::npos ? pattern : pattern.substr(0, at) + std::to_string(e) + pattern.substr(at + 3);
-}
-
 bool per_expert(const std::string& pattern) { return pattern.find("{e}") != std::string::npos; }
 
 // Expert e of a stacked [E, rows, cols] tensor, packed as one [rows, cols] weight.
@@ -31,7 +26,7 @@ std::vector<kernels::PackedWeight> load_experts(const Checkpoint& ck, const std:
                                                 int64_t cols) {
   std::vector<kernels::PackedWeight> out;
   if (per_expert(pattern)) {
-    for (int e = 0; e < E; ++e) out.push_back(pack_tensor(need_tensor(ck, expert_name(pattern, e), {rows, cols})));
+    for (int e = 0; e < E; ++e) out.push_back(pack_tensor(need_tensor(ck, io::expert_tensor(pattern, e), {rows, cols})));
   } else {
     const io::TensorView& t = need_tensor(ck, pattern, {E, rows, cols});
     for (int e = 0; e < E; ++e) out.push_back(pack_expert(t, e));
@@ -49,8 +44,8 @@ MlpWeights load_mlp(const Checkpoint& ck, const io::MlpSpec& m, int64_t H) {
   } else {
     // gate_proj and up_proj as one [2F, H] weight: each output column is its own dot product, so the fused GEMM
     // gives the bits of two.
-    std::vector<float> gu = widen(need_tensor(ck, m.gate, {F, H}));
-    std::vector<float> up = widen(need_tensor(ck, m.up, {F, H}));
+    std::vector<float> gu = need_floats(ck, m.gate, {F, H});
+    std::vector<float> up = need_floats(ck, m.up, {F, H});
     gu.insert(gu.end(), up.begin(), up.end());
     w.in = kernels::pack_weight(gu.data(), DType::F32, static_cast<int>(2 * F), static_cast<int>(H));
   }
@@ -66,10 +61,10 @@ AttentionWeights load_attention(const Checkpoint& ck, const io::AttentionSpec& a
   w.v = pack_tensor(need_tensor(ck, a.v + ".weight", {kv, H}));
   w.o = pack_tensor(need_tensor(ck, a.o + ".weight", {H, q}));
   if (a.bias) {
-    w.q_bias = widen(need_tensor(ck, a.q + ".bias", {q}));
-    w.k_bias = widen(need_tensor(ck, a.k + ".bias", {kv}));
-    w.v_bias = widen(need_tensor(ck, a.v + ".bias", {kv}));
-    w.o_bias = widen(need_tensor(ck, a.o + ".bias", {H}));
+    w.q_bias = need_floats(ck, a.q + ".bias", {q});
+    w.k_bias = need_floats(ck, a.k + ".bias", {kv});
+    w.v_bias = need_floats(ck, a.v + ".bias", {kv});
+    w.o_bias = need_floats(ck, a.o + ".bias", {H});
   }
   if (a.rope) {
     w.inv_freq.resize(static_cast<std::size_t>(a.rotary_dim / 2));
@@ -83,7 +78,7 @@ MoeWeights load_moe(const Checkpoint& ck, const io::MoeSpec& m, int64_t H) {
   const int64_t F = m.width, in_rows = m.act == Activation::SwiGLU ? 2 * F : F;
   MoeWeights w;
   w.router = pack_tensor(need_tensor(ck, m.router_weight, {E, H}));
-  if (!m.correction_bias.empty()) w.correction_bias = widen(need_tensor(ck, m.correction_bias, {E}));
+  if (!m.correction_bias.empty()) w.correction_bias = need_floats(ck, m.correction_bias, {E});
   w.w_in = load_experts(ck, m.experts_in, E, in_rows, H);
   w.w_out = load_experts(ck, m.experts_out, E, H, F);
   return w;
@@ -113,7 +108,7 @@ HybridWeights load_hybrid_weights(const io::HybridSpec& s, const Checkpoint& ck)
     std::vector<SubLayerWeights> subs;
     for (const io::SubLayer& sub : L.subs) {
       SubLayerWeights sw;
-      sw.norm = widen(need_tensor(ck, sub.norm, {H}));
+      sw.norm = need_floats(ck, sub.norm, {H});
       for (const io::Block& b : sub.blocks) {
         BlockWeights bw;
         switch (b.kind) {
@@ -140,7 +135,7 @@ HybridWeights load_hybrid_weights(const io::HybridSpec& s, const Checkpoint& ck)
     }
     w.layers.push_back(std::move(subs));
   }
-  w.final_norm = widen(need_tensor(ck, s.final_norm, {H}));
+  w.final_norm = need_floats(ck, s.final_norm, {H});
   w.lm_head = s.lm_head.empty() ? pack_tensor(*w.embeddings) : pack_tensor(need_tensor(ck, s.lm_head, {V, H}));
   return w;
 }
@@ -175,7 +170,7 @@ std::vector<std::string> hybrid_tensor_names(const io::HybridSpec& s) {
             if (!b.moe.correction_bias.empty()) n.push_back(b.moe.correction_bias);
             for (const std::string* t : {&b.moe.experts_in, &b.moe.experts_out}) {
               if (per_expert(*t))
-                for (int e = 0; e < b.moe.experts; ++e) n.push_back(expert_name(*t, e));
+                for (int e = 0; e < b.moe.experts; ++e) n.push_back(io::expert_tensor(*t, e));
               else
                 n.push_back(*t);
             }

@@ -10,17 +10,17 @@ Mamba2LayerWeights load_mamba2_mixer_weights(const io::Mamba2Config& c, const Ch
   const int64_t conv = c.conv_dim(), proj = c.in_proj_dim(), K = c.conv_kernel;
   Mamba2LayerWeights L;
   L.in_proj = pack_tensor(need_tensor(ck, p + "in_proj.weight", {proj, D}));
-  if (c.use_bias) L.in_proj_bias = widen(need_tensor(ck, p + "in_proj.bias", {proj}));
-  L.conv_w = widen(need_tensor(ck, p + "conv1d.weight", {conv, 1, K}));
-  if (c.use_conv_bias) L.conv_b = widen(need_tensor(ck, p + "conv1d.bias", {conv}));
-  L.dt_bias = widen(need_tensor(ck, p + "dt_bias", {H}));
-  std::vector<float> alog = widen(need_tensor(ck, p + "A_log", {H}));
+  if (c.use_bias) L.in_proj_bias = need_floats(ck, p + "in_proj.bias", {proj});
+  L.conv_w = need_floats(ck, p + "conv1d.weight", {conv, 1, K});
+  if (c.use_conv_bias) L.conv_b = need_floats(ck, p + "conv1d.bias", {conv});
+  L.dt_bias = need_floats(ck, p + "dt_bias", {H});
+  std::vector<float> alog = need_floats(ck, p + "A_log", {H});
   L.A.resize(H);
   for (int h = 0; h < H; ++h) L.A[h] = -kernels::exp_f(alog[h]);
-  L.D = widen(need_tensor(ck, p + "D", {H}));
-  if (c.rms_norm) L.gate_norm = widen(need_tensor(ck, p + "norm.weight", {I}));  // FalconH1 may have none
+  L.D = need_floats(ck, p + "D", {H});
+  if (c.rms_norm) L.gate_norm = need_floats(ck, p + "norm.weight", {I});  // FalconH1 may have none
   L.out_proj = pack_tensor(need_tensor(ck, p + "out_proj.weight", {D, I}));
-  if (c.use_bias) L.out_proj_bias = widen(need_tensor(ck, p + "out_proj.bias", {D}));
+  if (c.use_bias) L.out_proj_bias = need_floats(ck, p + "out_proj.bias", {D});
   return L;
 }
 
@@ -32,10 +32,10 @@ Mamba2Weights load_mamba2_weights(const io::Mamba2Config& c, const Checkpoint& c
   w.embeddings = &need_tensor(ck, emb, {V, D});
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "backbone.layers." + std::to_string(l) + ".";
-    w.norms.push_back(widen(need_tensor(ck, p + "norm.weight", {D})));
+    w.norms.push_back(need_floats(ck, p + "norm.weight", {D}));
     w.layers.push_back(load_mamba2_mixer_weights(c, ck, p + "mixer."));
   }
-  w.norm_f = widen(need_tensor(ck, "backbone.norm_f.weight", {D}));
+  w.norm_f = need_floats(ck, "backbone.norm_f.weight", {D});
   if (c.tie_word_embeddings) w.lm_head = pack_tensor(*w.embeddings);
   else w.lm_head = pack_tensor(need_tensor(ck, "lm_head.weight", {V, D}));
   return w;

@@ -46,11 +46,6 @@ void add_mlp(TpPlan& p, const io::MlpSpec& m, int tp, const std::string& what) {
   p.tensors[m.down] = cols(1, F);
 }
 
-std::string expert_name(const std::string& pattern, int e) {
-  const std::size_t at = pattern.find("{e}");
-  return pattern.substr(0, at) + std::to_string(e) + pattern.substr(at + 3);
-}
-
 void add_moe(TpPlan& p, const io::MoeSpec& m, int tp) {
   require_divides(m.width, tp, "the experts' width (moe intermediate size)");
   const int64_t F = m.width;
@@ -58,8 +53,8 @@ void add_moe(TpPlan& p, const io::MoeSpec& m, int tp) {
   // Stacked [E, rows, cols] or one [rows, cols] tensor per expert.
   if (m.experts_in.find("{e}") != std::string::npos) {
     for (int e = 0; e < m.experts; ++e) {
-      p.tensors[expert_name(m.experts_in, e)] = rows(in);
-      p.tensors[expert_name(m.experts_out, e)] = cols(1, F);
+      p.tensors[io::expert_tensor(m.experts_in, e)] = rows(in);
+      p.tensors[io::expert_tensor(m.experts_out, e)] = cols(1, F);
     }
   } else {
     p.tensors[m.experts_in] = {1, {in}, false};

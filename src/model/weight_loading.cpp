@@ -34,6 +34,10 @@ kernels::PackedWeight pack_tensor(const io::TensorView& t) {
   return kernels::pack_weight(t.data, t.dtype, static_cast<int>(t.shape[0]), static_cast<int>(t.shape[1]));
 }
 
+std::vector<float> need_floats(const Checkpoint& ck, const std::string& name, const std::vector<int64_t>& shape) {
+  return widen(need_tensor(ck, name, shape));
+}
+
 std::vector<float> widen(const io::TensorView& t) {
   std::vector<float> v(static_cast<std::size_t>(t.numel()));
   if (t.dtype == DType::F32) {

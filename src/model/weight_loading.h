@@ -16,5 +16,7 @@ kernels::PackedWeight pack_tensor(const io::TensorView& t);
 
 // Any float tensor (F32/F16/BF16) widened exactly to fp32.
 std::vector<float> widen(const io::TensorView& t);
+// need_tensor, widened.
+std::vector<float> need_floats(const Checkpoint& ck, const std::string& name, const std::vector<int64_t>& shape);
 
 }  // namespace parity::model
