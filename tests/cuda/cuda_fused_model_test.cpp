@@ -49,7 +49,7 @@ class ScaleLayerOne : public model::ProbeHooks {
 
 // Prompts of different lengths, then kSteps decode steps of the batch (model_schedule.h); every logit
 // row in order. poke: that sequence's token at step 2 moved by one. Sanitizer mode (a pass of the hybrid
-// costs ~2 s under racecheck): one step (captured and replayed) from prompts of 16, 32, 15, 31, ... tokens
+// costs ~2 s under racecheck): one step (captured and replayed) from prompts of 16, 31, 15, 30, ... tokens
 // (the decode row opens or closes an exact cell), the token poked at step 0, fewer runs
 // (test::ModeCase) and the hybrid alone, whose layers run the Mamba mixer, attention and the MoE.
 const int kSteps = test::pick(18, 1);
