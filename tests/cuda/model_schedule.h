@@ -35,7 +35,8 @@ struct ModeCase {
 };
 
 // A normal run's sweep: both modes × `batches`, every one of `variants` variants on each pair. Sanitizer
-// mode (a pass costs ~0.5 s under racecheck) names its own few pairs, each variant on one of them.
+// mode (a pass of builtin:tiny-hybrid costs ~2 s under racecheck) names its own few pairs, each variant on
+// one of them.
 inline std::vector<ModeCase> every_mode_case(std::initializer_list<int> batches, int variants) {
   std::vector<int> all;
   for (int v = 0; v < variants; ++v) all.push_back(v);
