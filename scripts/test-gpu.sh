@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/test-gpu.sh [BUILD_DIR] — on a machine with an NVIDIA GPU: the GPU tests (label gpu), the
-# same kernel tests under compute-sanitizer (memcheck, racecheck), `parity verify --device cuda` on
+# same tests under compute-sanitizer (memcheck, racecheck; scripts/sanitize-gpu.sh), `parity verify --device cuda` on
 # the built-in models and the committed fixtures, and the GPU benchmarks. The build may come from
 # another machine (scripts/build.sh with nvcc; carry the folder): PARITY_TEST_DATA points the tests
 # at this checkout's fixtures. Prints everything; exits non-zero if a test or verify fails.
@@ -13,16 +13,14 @@ step() { echo; echo "== $*"; "$@" || { echo "FAILED: $*"; fail=1; }; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv || true
 step "$dir/parity_gpu_tests"
 if command -v compute-sanitizer >/dev/null; then
-  # The whole suite under each tool (memcheck took 153 s alone on the H200; run nothing else on the GPU
-  # meanwhile). The NCCL test runs apart with API-error reports off: NCCL itself asks
-  # cudaFuncGetAttributes about kernels it has no sm_90 image for (4 cudaErrorNoKernelImageForDevice
-  # reports from inside libnccl, none from parity); its memory accesses are still checked. CudaGemmEarly
-  # stays out: ~1,150 timed passes with busy-wait kernels; its GEMM paths run under the tools in
+  # Memcheck and racecheck over the whole suite, test by test in sanitizer mode (scripts/sanitize-gpu.sh:
+  # a process and a time limit each, twelve at a time by default, smaller sweeps over the same kernels; the whole
+  # suite in one racecheck process took hours). Nothing else on the GPU meanwhile. CudaGemmEarly stays
+  # out: ~1,150 timed passes with busy-wait kernels; its GEMM paths run under the tools in
   # CudaFusedModel.EarlyGemmStartsGiveTheLogitsOfOrdinaryGemmLaunches.
   for tool in memcheck racecheck; do
-    step compute-sanitizer --tool "$tool" --error-exitcode 3 "$dir/parity_gpu_tests" --gtest_filter='-*Nccl*:CudaGemmEarly.*'
-    step compute-sanitizer --tool "$tool" --error-exitcode 3 --report-api-errors no "$dir/parity_gpu_tests" \
-      --gtest_filter='*Nccl*'
+    step scripts/sanitize-gpu.sh "$tool" "$dir/parity_gpu_tests" "${PARITY_SANITIZE_LIMIT:-60}" \
+      "${PARITY_SANITIZE_PARALLEL:-12}"
   done
 else
   echo "compute-sanitizer not found: memcheck/racecheck not run"

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "kernels_cuda/ptx.cuh"
+#include "kernels_cuda/wgmma.cuh"
 
 namespace parity::cuda::skinny {
 
@@ -154,8 +155,8 @@ __device__ __forceinline__ unsigned a_pair(unsigned addr) {
 }
 
 // A consumer warp: tiles warp, warp + kCW, … of each pass. Every warp waits for and releases every
-// stage, with or without tiles (the empty barriers count all kCW, and a warp that released without
-// waiting could release a stage twice in one round).
+// stage, with or without tiles (the empty barriers count all kCW warps' lanes, and a warp that
+// released without waiting could release a stage twice in one round).
 template <typename V, Probe P>
 __device__ void consume(const Work& w, const Geo& g, const Ring& r, int warp, int lane) {
   constexpr int kTPW = V::kTPW, kMT = V::kMT, kCW = V::kCW;
@@ -183,10 +184,16 @@ __device__ void consume(const Work& w, const Geo& g, const Ring& r, int warp, in
   auto acquire = [&] {
     if constexpr (kWait) ptx::mbar_wait(&r.full[s], parity);
   };
+  // Every lane releases its own reads: the refill (TMA or bulk copy) is an async-proxy write over
+  // bytes this lane read through the generic proxy, so the lane's proxy fence, then its own release
+  // arrival, order its reads before it (PTX's rule for a generic access followed by an async one).
+  // A lane-0 arrival after __syncwarp orders them in the memory model too, but carries no proxy
+  // fence from lanes 1-31, and compute-sanitizer's racecheck does not carry their reads through the
+  // __syncwarp: it reported every A byte they read as racing with the refill, lane 0's never.
   auto release = [&] {
     if constexpr (kWait) {
-      __syncwarp();  // every lane's reads of the stage are done
-      if (lane == 0) ptx::mbar_arrive(&r.empty[s]);
+      wgmma::fence_proxy_async();
+      ptx::mbar_arrive(&r.empty[s]);
     }
     if (++s == g.stages) {
       s = 0;
@@ -314,7 +321,7 @@ __device__ __forceinline__ void skinny_block(const Work& w, const Geo& g, const 
     for (int s = 0; s < g.stages; ++s) {
       // The producer's expect_tx arrival, or its 32 lanes' cp.async arrivals.
       ptx::mbar_init(&r.full[s], V::kLoad == Load::CpAsync ? 32 : 1);
-      ptx::mbar_init(&r.empty[s], V::kCW);
+      ptx::mbar_init(&r.empty[s], 32 * V::kCW);  // every consumer lane's arrival (consume's release)
     }
     ptx::mbar_init_fence();
   }

@@ -59,12 +59,16 @@ TEST(CudaForcedRouting, InjectedHfRouterLogitsReproduceHfOnTheGpuAsOnTheCpu) {
     const auto gpu = backend_cuda::load_model(model::open_checkpoint(dir), o);
     const std::vector<float> got = forced_rows(*gpu, toks, dir, true);
     const double gpu_err = relative_error(got, ref.data());
-    const double natural = relative_error(forced_rows(*gpu, toks, dir, false), ref.data());
+    // Sanitizer mode: the companion (no injection) under the Direct pattern only.
+    const bool companion = !test::sanitizing() || p == model::MoeRoutingPattern::Direct;
+    const double natural = companion ? relative_error(forced_rows(*gpu, toks, dir, false), ref.data()) : 1.0;
     std::fprintf(stderr,
                  "[ measured ] forced routing vs HF (%s): cuda fp32 %.3g, cpu %.3g, cuda without injection %.3g\n",
                  model::moe_routing_name(p), gpu_err, cpu_err, natural);
     EXPECT_LE(gpu_err, std::max(10 * cpu_err, 1e-5));
-    EXPECT_GT(natural, 100 * gpu_err) << "without the injection the routing differs, so the check can fail";
+    if (companion) {
+      EXPECT_GT(natural, 100 * gpu_err) << "without the injection the routing differs, so the check can fail";
+    }
     if (p == model::MoeRoutingPattern::Direct) {
       direct_rows = got;
       continue;

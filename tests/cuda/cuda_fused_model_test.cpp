@@ -6,6 +6,7 @@
 // mid-layer (the fused path must fall back where a probe wants a point), the same logits and the
 // same visited tensors. Companions: a changed token changes the logits, a replacement changes them.
 #include <cmath>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,44 +48,58 @@ class ScaleLayerOne : public model::ProbeHooks {
 };
 
 // Prompts of different lengths, then kSteps decode steps of the batch (model_schedule.h); every logit
-// row in order. poke: that sequence's token at step 2 moved by one.
-constexpr int kSteps = 18;
+// row in order. poke: that sequence's token at step 2 moved by one. Sanitizer mode (a pass of the hybrid
+// costs ~2 s under racecheck): one step (captured and replayed) from prompts of 16, 31, 15, 30, ... tokens
+// (the decode row opens or closes an exact cell), the token poked at step 0, fewer runs
+// (test::ModeCase) and the hybrid alone, whose layers run the Mamba mixer, attention and the MoE.
+const int kSteps = test::pick(18, 1);
+const std::vector<const char*> kModels = test::sweep<const char*>({"builtin:tiny", "builtin:tiny-hybrid"},
+                                                                  {"builtin:tiny-hybrid"});
 std::vector<float> run_schedule(const model::Model& m, bool exact, int batch, model::ProbeHooks* hooks, int poke = -1) {
   test::Schedule sc;
   sc.batch = batch;
   sc.steps = kSteps;
-  sc.prompt_len = [](int s) { return 3 + (s * 11) % 31; };
+  sc.prompt_len = test::pick<int (*)(int)>([](int s) { return 3 + (s * 11) % 31; },
+                                           [](int s) { return 16 + 16 * (s % 2) - (s + 1) / 2 % 4; });
   sc.token = [](int seq, int i, int V) { return static_cast<int32_t>((seq * 41 + i * 13 + 5) % V); };
   sc.step_base = 200;
   sc.poke_seq = poke;
-  sc.poke_step = 2;
+  sc.poke_step = test::pick(2, 0);
   return test::run_schedule(m, exact, sc, hooks).all();
 }
 
 TEST(CudaFusedModel, FusedLaunchesGiveTheUnfusedLogitsBitForBit) {
   PARITY_REQUIRE_GPU();
-  for (const char* spec : {"builtin:tiny", "builtin:tiny-hybrid"}) {
+  const std::pair<bool, bool> launches[] = {{true, true}, {true, false}, {false, true}};  // (fuse, programmatic)
+  int si = 0;
+  for (const char* spec : kModels) {
     auto m = backend_cuda::load_model(model::open_checkpoint(spec), {});
     const int V = m->vocab_size();
-    for (bool exact : {true, false})
-      for (int batch : {1, 3}) {
-        const std::string what = std::string(spec) + (exact ? " exact" : " plain") + " batch " + std::to_string(batch);
-        // The reference: every step in its own launch, launched the ordinary way (as before issue 11's
-        // fusions); then fused and programmatic launches each alone and together.
-        backend_cuda::set_fuse_kernels(*m, false);
-        cuda::set_programmatic_launch(false);
-        const std::vector<float> unfused = run_schedule(*m, exact, batch, nullptr);
-        for (const auto& [fuse, pdl] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, true}}) {
-          backend_cuda::set_fuse_kernels(*m, fuse);
-          cuda::set_programmatic_launch(pdl);
-          const std::vector<float> got = run_schedule(*m, exact, batch, nullptr);
-          EXPECT_EQ(test::bit_difference(got.data(), unfused.data(), got.size(), static_cast<std::size_t>(V)), "")
-              << what << (fuse ? " fused" : " unfused") << (pdl ? " programmatic" : "")
-              << " (row r: prefill rows first, then step k's batch)";
-        }
-        backend_cuda::set_fuse_kernels(*m, true);
-        cuda::set_programmatic_launch(true);
+    // Sanitizer mode: the three launch settings over two (mode, batch) pairs, swapped on the second model.
+    const std::vector<test::ModeCase> cases =
+        test::pick(test::every_mode_case({1, 3}, 3), std::vector<test::ModeCase>{{si == 0, 3, {0, 1}}, {si != 0, 1, {2}}});
+    ++si;
+    for (const test::ModeCase& c : cases) {
+      const bool exact = c.exact;
+      const int batch = c.batch;
+      const std::string what = std::string(spec) + (exact ? " exact" : " plain") + " batch " + std::to_string(batch);
+      // The reference: every step in its own launch, launched the ordinary way (as before issue 11's
+      // fusions); then fused and programmatic launches each alone and together.
+      backend_cuda::set_fuse_kernels(*m, false);
+      cuda::set_programmatic_launch(false);
+      const std::vector<float> unfused = run_schedule(*m, exact, batch, nullptr);
+      for (int v : c.variants) {
+        const auto [fuse, pdl] = launches[v];
+        backend_cuda::set_fuse_kernels(*m, fuse);
+        cuda::set_programmatic_launch(pdl);
+        const std::vector<float> got = run_schedule(*m, exact, batch, nullptr);
+        EXPECT_EQ(test::bit_difference(got.data(), unfused.data(), got.size(), static_cast<std::size_t>(V)), "")
+            << what << (fuse ? " fused" : " unfused") << (pdl ? " programmatic" : "")
+            << " (row r: prefill rows first, then step k's batch)";
       }
+      backend_cuda::set_fuse_kernels(*m, true);
+      cuda::set_programmatic_launch(true);
+    }
     // Companion: the comparison sees one changed decode token.
     const std::vector<float> a = run_schedule(*m, true, 3, nullptr), b = run_schedule(*m, true, 3, nullptr, 1);
     EXPECT_NE(test::bit_difference(a.data(), b.data(), a.size(), static_cast<std::size_t>(V)), "") << spec;
@@ -97,32 +112,41 @@ TEST(CudaFusedModel, FusedLaunchesGiveTheUnfusedLogitsBitForBit) {
 // mma.sync consumer; early_start.h's parked consumers, the norms' early release at every row count, the
 // conv's and SSU's release before their wait, the rest of the weights to L2) against the GEMMs' ordinary launches (flags 0), fused and programmatic launches on: every logit
 // bit for bit, prefill and graph-replayed decode, exact and plain. The companion of the test above shows
-// the comparison sees one changed token.
+// the comparison sees one changed token. Sanitizer mode: every flag, in the two sets that hold them all,
+// the parked consumers and norms without the weights' early start, and the conv's state read alone, over
+// two (mode, batch) pairs.
 TEST(CudaFusedModel, EarlyGemmStartsGiveTheLogitsOfOrdinaryGemmLaunches) {
   PARITY_REQUIRE_GPU();
   const unsigned W = cuda::kGemmEarlyWeights, R = cuda::kGemmEarlyRelease, L2 = cuda::kGemmEarlyL2,
                  N = cuda::kGemmEarlyNorms, X = cuda::kGemmEarlyNextL2, S = cuda::kGemmEarlyConvState,
                  G = cuda::kGemmMmaLag, P = cuda::kGemmEarlyPark, C = cuda::kGemmEarlyMixerChain,
                  L = cuda::kGemmEarlyL2Rest;
+  const unsigned sets[] = {W, W | R, W | R | L2, W | R | N, W | R | L2 | N, N, W | R | X, S, W | R | S, W | R | G,
+                           W | R | L2 | N | X | S | G, W | R | S | P, W | R | S | P | N, W | R | S | P | C,
+                           W | R | S | P | N | C, W | R | S | P | N | C | L, P | N | C};
+  const int count = static_cast<int>(std::size(sets));
+  // Indices into sets: W | R | L2 | N | X | S | G and P | N | C (exact, one row); S and
+  // W | R | S | P | N | C | L (plain, three rows).
+  const std::vector<test::ModeCase> few = {{true, 1, {10, 16}}, {false, 3, {7, 15}}};
   cuda::set_programmatic_launch(true);
-  for (const char* spec : {"builtin:tiny", "builtin:tiny-hybrid"}) {
+  for (const char* spec : kModels) {
     auto m = backend_cuda::load_model(model::open_checkpoint(spec), {});
     backend_cuda::set_fuse_kernels(*m, true);
     const int V = m->vocab_size();
-    for (bool exact : {true, false})
-      for (int batch : {1, 3}) {
-        cuda::set_gemm_early(0);
-        const std::vector<float> ordinary = run_schedule(*m, exact, batch, nullptr);
-        for (unsigned flags : {W, W | R, W | R | L2, W | R | N, W | R | L2 | N, N, W | R | X, S, W | R | S, W | R | G,
-                               W | R | L2 | N | X | S | G, W | R | S | P, W | R | S | P | N, W | R | S | P | C,
-                               W | R | S | P | N | C, W | R | S | P | N | C | L, P | N | C}) {
-          cuda::set_gemm_early(flags);
-          const std::vector<float> got = run_schedule(*m, exact, batch, nullptr);
-          EXPECT_EQ(test::bit_difference(got.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
-              << spec << (exact ? " exact" : " plain") << " batch " << batch << " early flags " << flags
-              << " (row r: prefill rows first, then step k's batch)";
-        }
+    for (const test::ModeCase& c : test::pick(test::every_mode_case({1, 3}, count), few)) {
+      const bool exact = c.exact;
+      const int batch = c.batch;
+      cuda::set_gemm_early(0);
+      const std::vector<float> ordinary = run_schedule(*m, exact, batch, nullptr);
+      for (int i : c.variants) {
+        const unsigned flags = sets[i];
+        cuda::set_gemm_early(flags);
+        const std::vector<float> got = run_schedule(*m, exact, batch, nullptr);
+        EXPECT_EQ(test::bit_difference(got.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
+            << spec << (exact ? " exact" : " plain") << " batch " << batch << " early flags " << flags
+            << " (row r: prefill rows first, then step k's batch)";
       }
+    }
   }
   cuda::set_gemm_early(cuda::kGemmEarlyDefault);
 }
@@ -132,26 +156,34 @@ TEST(CudaFusedModel, EarlyGemmStartsGiveTheLogitsOfOrdinaryGemmLaunches) {
 // RMSNorm of a one-row pass (gated_a.h), each alone and both, against the conv's and the norm's own
 // launches: every logit bit for bit, prefill and graph-replayed decode, exact and plain, with a group
 // of two and biases (tiny-g2: out_proj declines its two groups). The companion of the first test shows
-// the comparison sees one changed token.
+// the comparison sees one changed token. Sanitizer mode: tiny-g2 (the declining out_proj) exact with one
+// row, all three; the hybrid plain with eight rows, the conv in in_proj.
 TEST(CudaFusedModel, GemmsDoingTheConvAndTheNormGiveTheLogitsOfTheirLaunches) {
   PARITY_REQUIRE_GPU();
-  for (const char* spec : {"builtin:tiny", "builtin:tiny-g2", "builtin:tiny-hybrid"}) {
+  const std::pair<bool, bool> fusions[] = {{true, false}, {false, true}, {true, true}};  // (conv, norm)
+  for (const char* spec : test::sweep<const char*>({"builtin:tiny", "builtin:tiny-g2", "builtin:tiny-hybrid"},
+                                                   {"builtin:tiny-g2", "builtin:tiny-hybrid"})) {
     auto m = backend_cuda::load_model(model::open_checkpoint(spec), {});
     const int V = m->vocab_size();
-    for (bool exact : {true, false})
-      for (int batch : {1, 3, 8}) {
-        cuda::set_conv_epilogue(false);
-        cuda::set_gated_out_proj(false);
-        const std::vector<float> launches = run_schedule(*m, exact, batch, nullptr);
-        for (const auto& [conv, norm] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
-          cuda::set_conv_epilogue(conv);
-          cuda::set_gated_out_proj(norm);
-          const std::vector<float> got = run_schedule(*m, exact, batch, nullptr);
-          EXPECT_EQ(test::bit_difference(got.data(), launches.data(), got.size(), static_cast<std::size_t>(V)), "")
-              << spec << (exact ? " exact" : " plain") << " batch " << batch << (conv ? " conv in in_proj" : "")
-              << (norm ? " norm in out_proj" : "") << " (row r: prefill rows first, then step k's batch)";
-        }
+    const bool g2 = std::string(spec) == "builtin:tiny-g2";
+    for (const test::ModeCase& c :
+         test::pick(test::every_mode_case({1, 3, 8}, 3),
+                    g2 ? std::vector<test::ModeCase>{{true, 1, {0, 1, 2}}} : std::vector<test::ModeCase>{{false, 8, {0}}})) {
+      const bool exact = c.exact;
+      const int batch = c.batch;
+      cuda::set_conv_epilogue(false);
+      cuda::set_gated_out_proj(false);
+      const std::vector<float> launches = run_schedule(*m, exact, batch, nullptr);
+      for (int v : c.variants) {
+        const auto [conv, norm] = fusions[v];
+        cuda::set_conv_epilogue(conv);
+        cuda::set_gated_out_proj(norm);
+        const std::vector<float> got = run_schedule(*m, exact, batch, nullptr);
+        EXPECT_EQ(test::bit_difference(got.data(), launches.data(), got.size(), static_cast<std::size_t>(V)), "")
+            << spec << (exact ? " exact" : " plain") << " batch " << batch << (conv ? " conv in in_proj" : "")
+            << (norm ? " norm in out_proj" : "") << " (row r: prefill rows first, then step k's batch)";
       }
+    }
   }
   cuda::set_conv_epilogue(cuda::kConvEpilogueDefault);
   cuda::set_gated_out_proj(cuda::kGatedOutProjDefault);
@@ -160,37 +192,44 @@ TEST(CudaFusedModel, GemmsDoingTheConvAndTheNormGiveTheLogitsOfTheirLaunches) {
 // Exact mode's one-row decode launched programmatically too (set_programmatic_exact_decode: it asks L2
 // for its state and rings, then waits for the conv): the same logits as launched the ordinary way, eager
 // and through graphs (a graph records the setting). Companion: the comparison sees one changed token.
+// Sanitizer mode: builtin:tiny alone (the decode step is the Mamba mixer's), graphs with three rows and
+// eager with one.
 TEST(CudaFusedModel, ExactDecodeProgrammaticGivesTheSameLogits) {
   PARITY_REQUIRE_GPU();
-  for (const char* spec : {"builtin:tiny", "builtin:tiny-hybrid"}) {
+  int si = 0;
+  for (const char* spec : test::sweep<const char*>({"builtin:tiny", "builtin:tiny-hybrid"}, {"builtin:tiny"})) {
     auto m = backend_cuda::load_model(model::open_checkpoint(spec), {});
     const int V = m->vocab_size();
-    for (bool eager : {false, true})
-      for (int batch : {1, 3}) {
-        backend_cuda::set_enforce_eager(*m, eager);
-        cuda::set_programmatic_exact_decode(false);
-        const std::vector<float> ordinary = run_schedule(*m, true, batch, nullptr);
-        cuda::set_programmatic_exact_decode(true);
-        const std::vector<float> got = run_schedule(*m, true, batch, nullptr);
-        const std::vector<float> poked = run_schedule(*m, true, batch, nullptr, batch - 1);
-        cuda::set_programmatic_exact_decode(true, false);  // without the L2 requests before the wait
-        const std::vector<float> plain_wait = run_schedule(*m, true, batch, nullptr);
-        cuda::set_programmatic_exact_decode(false);
-        const std::string what = std::string(spec) + (eager ? " eager" : " graphs") + " batch " + std::to_string(batch);
-        EXPECT_EQ(test::bit_difference(got.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
-            << what << " (row r: prefill rows first, then step k's batch)";
-        EXPECT_EQ(test::bit_difference(plain_wait.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
-            << what << " without the L2 requests";
-        EXPECT_NE(test::bit_difference(poked.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
-            << what << ": companion (a changed decode token)";
-      }
+    const bool first = si++ == 0;
+    // (eager, batch)
+    const std::vector<std::pair<bool, int>> runs =
+        test::pick(std::vector<std::pair<bool, int>>{{false, 1}, {false, 3}, {true, 1}, {true, 3}},
+                   std::vector<std::pair<bool, int>>{{false, first ? 3 : 1}, {true, first ? 1 : 3}});
+    for (const auto& [eager, batch] : runs) {
+      backend_cuda::set_enforce_eager(*m, eager);
+      cuda::set_programmatic_exact_decode(false);
+      const std::vector<float> ordinary = run_schedule(*m, true, batch, nullptr);
+      cuda::set_programmatic_exact_decode(true);
+      const std::vector<float> got = run_schedule(*m, true, batch, nullptr);
+      const std::vector<float> poked = run_schedule(*m, true, batch, nullptr, batch - 1);
+      cuda::set_programmatic_exact_decode(true, false);  // without the L2 requests before the wait
+      const std::vector<float> plain_wait = run_schedule(*m, true, batch, nullptr);
+      cuda::set_programmatic_exact_decode(false);
+      const std::string what = std::string(spec) + (eager ? " eager" : " graphs") + " batch " + std::to_string(batch);
+      EXPECT_EQ(test::bit_difference(got.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
+          << what << " (row r: prefill rows first, then step k's batch)";
+      EXPECT_EQ(test::bit_difference(plain_wait.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
+          << what << " without the L2 requests";
+      EXPECT_NE(test::bit_difference(poked.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
+          << what << ": companion (a changed decode token)";
+    }
     backend_cuda::set_enforce_eager(*m, false);
   }
 }
 
 TEST(CudaFusedModel, ProbesReplacingMidLayerTensorsSeeTheUnfusedTensors) {
   PARITY_REQUIRE_GPU();
-  for (const char* spec : {"builtin:tiny", "builtin:tiny-hybrid"}) {
+  for (const char* spec : kModels) {
     auto m = backend_cuda::load_model(model::open_checkpoint(spec), {});
     const int V = m->vocab_size();
     ScaleLayerOne h0, h1;
@@ -198,7 +237,7 @@ TEST(CudaFusedModel, ProbesReplacingMidLayerTensorsSeeTheUnfusedTensors) {
     const std::vector<float> unfused = run_schedule(*m, true, 3, &h0);
     backend_cuda::set_fuse_kernels(*m, true);
     const std::vector<float> fused = run_schedule(*m, true, 3, &h1);
-    EXPECT_GE(h0.log.size(), 4u * (kSteps + 1)) << spec << ": layer 1's points should be visited every pass";
+    EXPECT_GE(h0.log.size(), 4u * unsigned(kSteps + 1)) << spec << ": layer 1's points should be visited every pass";
     EXPECT_EQ(h1.log, h0.log) << spec;
     EXPECT_EQ(h1.sums, h0.sums) << spec << ": a visit saw another tensor";
     EXPECT_EQ(test::bit_difference(fused.data(), unfused.data(), fused.size(), static_cast<std::size_t>(V)), "")

@@ -54,47 +54,66 @@ void check_reference(const Shape& sh, int M, bool with_bias, const std::vector<f
   }
 }
 
+// Every K of {32, 64, 96, 2560} with every N of {10, 200, 2560}. Sanitizer mode (racecheck costs ~13 ms a
+// block of this kernel, which takes all of shared memory): the one-block N = 10 at every K but 64 and M at
+// the m16 tile's edges (2560: W's ring of up to 32 boxes wrapping), N = 200 (13 blocks) at K = 64 and
+// 2560 on fewer rows; N = 2560's 132 blocks run in the tests below.
 TEST(CudaGemmGemv, EveryVariantGivesTheMmaTileBitsForEveryMUpTo16) {
   PARITY_REQUIRE_GPU();
+  struct Case {
+    int K, N;
+    std::vector<int> ms;
+  };
+  std::vector<Case> cases;
   for (int K : {32, 64, 96, 2560})
-    for (int N : {10, 200, 2560}) {
-      const Shape sh{K, N, N == 200 ? 203 : N};
-      Problem pr(sh);
-      for (int M = 1; M <= kRows; ++M)
-        for (bool with_bias : {false, true}) {
-          const std::vector<float> ref = pr.mma(M, with_bias);
-          check_reference(sh, M, with_bias, ref);
-          for (int v = -1; v < cuda::gemm_gemv_variants(); ++v) {
-            const std::vector<float> got = pr.gemv(M, with_bias, v);
-            const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
-            ASSERT_TRUE(d.empty()) << where(sh, M, with_bias,
-                                            "variant " + std::to_string(v) + " (" + cuda::gemm_gemv_variant_name(v) +
-                                                ") vs mma tile 0")
-                                   << d;
-          }
-          const std::vector<float> got = pr.through_gemm(M, with_bias);
+    for (int N : {10, 200, 2560}) cases.push_back({K, N, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}});
+  const std::vector<int> edges = {1, 2, 3, 5, 8, 9, 13, 16};
+  cases = test::pick(cases, std::vector<Case>{{32, 10, edges}, {96, 10, edges}, {2560, 10, edges}, {64, 200, {1, 9, 16}},
+                                              {2560, 200, {1, 16}}});
+  for (const Case& cs : cases) {
+    const int K = cs.K, N = cs.N;
+    const std::vector<int>& ms = cs.ms;
+    const Shape sh{K, N, N == 200 ? 203 : N};
+    Problem pr(sh);
+    for (int M : ms)
+      for (bool with_bias : {false, true}) {
+        const std::vector<float> ref = pr.mma(M, with_bias);
+        check_reference(sh, M, with_bias, ref);
+        for (int v = -1; v < cuda::gemm_gemv_variants(); ++v) {
+          const std::vector<float> got = pr.gemv(M, with_bias, v);
           const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
-          ASSERT_TRUE(d.empty()) << where(sh, M, with_bias, "gemm() vs mma tile 0") << d;
+          ASSERT_TRUE(d.empty()) << where(sh, M, with_bias,
+                                          "variant " + std::to_string(v) + " (" + cuda::gemm_gemv_variant_name(v) +
+                                              ") vs mma tile 0")
+                                 << d;
         }
-    }
+        const std::vector<float> got = pr.through_gemm(M, with_bias);
+        const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+        ASSERT_TRUE(d.empty()) << where(sh, M, with_bias, "gemm() vs mma tile 0") << d;
+      }
+  }
 }
 
 // The split over blocks decides only which block, pass and warp runs a column: one block (2560 rows
 // in ten passes of 256), three (several passes of an odd number of rows), 97 and 1280 (two-row
 // blocks, their second tile's rows outside the block) give the same bits. K = 5120 takes up to 9
-// rows (A's bf16 rows must fit the block's shared memory); gemm() sends more to other kernels.
+// rows (A's bf16 rows must fit the block's shared memory); gemm() sends more to other kernels. In
+// sanitizer mode (~13 ms a block under racecheck) N = 800 on K = 640 (ten boxes, past the ring of the
+// one-block split's passes): one block (passes of 200 rows), three (267 rows: two passes of an odd
+// number), 97 (8-row blocks) and 400 (two-row blocks), each variant on one row count.
 TEST(CudaGemmGemv, TheSplitOverBlocksChangesNoBit) {
   PARITY_REQUIRE_GPU();
-  const Shape sh{5120, 2560, 2560};
-  ASSERT_TRUE(cuda::gemm_gemv_takes(9, sh.K));
-  ASSERT_FALSE(cuda::gemm_gemv_takes(10, sh.K));
+  ASSERT_TRUE(cuda::gemm_gemv_takes(9, 5120));
+  ASSERT_FALSE(cuda::gemm_gemv_takes(10, 5120));
   ASSERT_TRUE(cuda::gemm_gemv_takes(16, 2560));
+  const Shape sh = test::pick(Shape{5120, 2560, 2560}, Shape{640, 800, 800});
   Problem pr(sh, 130);
   for (int M : {1, 4, 9}) {
     const std::vector<float> ref = pr.mma(M, true);
     check_reference(sh, M, true, ref);
-    for (int v = 0; v < cuda::gemm_gemv_variants(); ++v)
-      for (int blocks : {1, 3, 97, 1280}) {
+    for (int v = 0; v < cuda::gemm_gemv_variants(); ++v) {
+      if (test::sanitizing() && M != (v == 0 ? 1 : v == 1 ? 9 : 4)) continue;
+      for (int blocks : test::sweep({1, 3, 97, 1280}, {1, 3, 97, 400})) {
         const std::vector<float> got = pr.gemv(M, true, v, blocks);
         const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
         ASSERT_TRUE(d.empty()) << where(sh, M, true,
@@ -102,17 +121,22 @@ TEST(CudaGemmGemv, TheSplitOverBlocksChangesNoBit) {
                                             std::to_string(blocks) + " blocks")
                                << d;
       }
+    }
   }
 }
 
 // The models' decode shapes (mamba2-2.7b's in_proj, out_proj, lm_head: N no multiple of 64) at the
-// row counts of a decode step, every variant against the mma tiles.
+// row counts of a decode step, every variant against the mma tiles. In sanitizer mode the models' N
+// (the blocks' rows and passes) on K = 64, one row count each (132 blocks a launch at ~13 ms a block
+// under racecheck): in_proj 16 rows, out_proj 9 (its K's most), lm_head 1 (gemm() takes this kernel).
 TEST(CudaGemmGemv, ModelShapesGiveTheMmaTileBits) {
   PARITY_REQUIRE_GPU();
-  for (const Shape& sh : {Shape{2560, 10576, 10576}, Shape{5120, 2560, 2560}, Shape{2560, 50288, 50288}}) {
+  for (const Shape& model : {Shape{2560, 10576, 10576}, Shape{5120, 2560, 2560}, Shape{2560, 50288, 50288}}) {
+    const Shape sh{test::pick(model.K, 64), model.N, model.ldc};
     Problem pr(sh, 150);
-    for (int M : {1, 2, 8, 9, 16}) {
-      if (!cuda::gemm_gemv_takes(M, sh.K)) continue;  // out_proj's K: up to 9 rows
+    for (int M : test::pick(std::vector<int>{1, 2, 8, 9, 16},
+                            std::vector<int>{model.N == 10576 ? 16 : model.N == 2560 ? 9 : 1})) {
+      if (!cuda::gemm_gemv_takes(M, model.K)) continue;  // out_proj's K: up to 9 rows
       const std::vector<float> ref = pr.mma(M, false);
       check_reference(sh, M, false, ref);
       for (int v = 0; v < cuda::gemm_gemv_variants(); ++v) {
@@ -130,15 +154,17 @@ TEST(CudaGemmGemv, ModelShapesGiveTheMmaTileBits) {
 
 // The residual add folded into the store (gemm_bf16_gemv_add: C = C + product) gives the bits of the
 // product written out and then added by add_inplace: odd and even ldc (scalar and pair stores), with
-// and without a bias, every variant.
+// and without a bias, every variant (sanitizer mode: out_proj's N on K = 448, its 132 blocks on two of
+// the six row and bias pairs).
 TEST(CudaGemmGemv, FoldedResidualAddGivesTheBitsOfTheSeparateAdd) {
   PARITY_REQUIRE_GPU();
-  for (const Shape& sh : {Shape{96, 200, 203}, Shape{5120, 2560, 2560}}) {
+  for (const Shape& sh : test::sweep<Shape>({{96, 200, 203}, {5120, 2560, 2560}}, {{96, 200, 203}, {448, 2560, 2560}})) {
     Problem pr(sh, 190);
     const std::vector<float> x0 = test::uniform(std::size_t(kRows) * sh.ldc, 191, -4.0f, 4.0f);
     cuda::DeviceBuffer<float> x;
     for (int M : {1, 5, 9})
       for (bool with_bias : {false, true}) {
+        if (test::sanitizing() && sh.N == 2560 && (M == 5 || with_bias != (M == 9))) continue;
         pr.mma(M, with_bias);  // the product, left in pr.c
         x.upload(x0);
         cuda::add_inplace(x.data(), pr.c.data(), pr.out(M), nullptr);
@@ -171,7 +197,7 @@ TEST(CudaGemmGemv, ProgrammaticLaunchSeesTheKernelBeforeItEagerAndInAGraph) {
   for (int v = 0; v < cuda::gemm_gemv_variants(); ++v)
     if (std::string(cuda::gemm_gemv_variant_name(v)) == "pdl") pdl = v;
   ASSERT_GE(pdl, 0) << "the programmatic variant is listed";
-  const Shape sh{2560, 10576, 10576};
+  const Shape sh{test::pick(2560, 256), 10576, 10576};  // sanitizer mode: a tenth of the chain
   const int M = 4;
   const std::size_t n = std::size_t(M) * sh.K;
   Problem pr(sh, 230);

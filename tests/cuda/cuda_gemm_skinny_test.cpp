@@ -61,12 +61,12 @@ struct Problem {
   }
 };
 
-// 1..16, and for a variant that takes up to 64 rows a spread of M past 16.
+// 1..16, and for a variant that takes up to 64 rows a spread of M past 16 (sanitizer mode: the rows at
+// the edges of the m16 tile's halves).
 std::vector<int> rows_of(int variant) {
-  std::vector<int> ms;
-  for (int m = 1; m <= 16; ++m) ms.push_back(m);
+  std::vector<int> ms = test::sweep({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, {1, 8, 9, 16});
   if (variant >= 0 && cuda::gemm_skinny_variant_rows(variant) >= 64)
-    for (int m : {17, 24, 31, 32, 33, 47, 48, 49, 63, 64}) ms.push_back(m);
+    for (int m : test::sweep({17, 24, 31, 32, 33, 47, 48, 49, 63, 64}, {17, 33, 64})) ms.push_back(m);
   return ms;
 }
 
@@ -76,11 +76,22 @@ std::string where(const Shape& sh, int M, int variant, int blocks) {
          cuda::gemm_skinny_variant_name(variant) + ") blocks " + std::to_string(blocks) + ": ";
 }
 
+// Sanitizer mode (racecheck costs ~13 ms a block, and this kernel puts a block on every SM): the models'
+// rows a block on a few blocks (81 rows: in_proj's one box a stage; 20: out_proj's; 381: lm_head's two
+// boxes) on short K (288: a slice and a 32-deep tail; 96: less than a slice), the uneven shapes on K = 800
+// (three slices and a tail) over 7 and 6 blocks, the 13-column one through gemm().
 TEST(CudaGemmSkinny, EveryVariantGivesTheWmmaBitsForEveryMUpTo16) {
   PARITY_REQUIRE_GPU();
-  const Shape shapes[] = {{2560, 10576, 10576}, {5120, 2560, 2560}, {2560, 50288, 50288},
-                          {2592, 1001, 1003},   {96, 13, 13},       {800, 528, 528}};
-  for (const Shape& sh : shapes) {
+  struct Case {
+    Shape sh;
+    int blocks;  // 0: gemm()'s (one per SM where N allows)
+  };
+  const std::vector<Case> cases = test::pick(
+      std::vector<Case>{{{2560, 10576, 10576}, 0}, {{5120, 2560, 2560}, 0}, {{2560, 50288, 50288}, 0},
+                        {{2592, 1001, 1003}, 0}, {{96, 13, 13}, 0}, {{800, 528, 528}, 0}},
+      std::vector<Case>{{{288, 810, 810}, 10}, {{288, 160, 160}, 8}, {{96, 1524, 1524}, 4}, {{800, 1001, 1003}, 7},
+                        {{96, 13, 13}, 0}, {{800, 528, 528}, 6}});
+  for (const auto& [sh, blocks] : cases) {
     Problem pr(sh);
     const std::vector<float> ref = pr.wmma(kRows);  // row m of it is row m of every M's pass
     double mag = 0;
@@ -88,24 +99,27 @@ TEST(CudaGemmSkinny, EveryVariantGivesTheWmmaBitsForEveryMUpTo16) {
     ASSERT_GT(mag, 0.01 * sh.N) << "the reference holds real values";
     for (int v = -1; v < cuda::gemm_skinny_variants(); ++v)
       for (int M : rows_of(v)) {
-        const std::vector<float> got = pr.skinny(M, v);
+        const std::vector<float> got = pr.skinny(M, v, blocks);
         const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
-        ASSERT_TRUE(d.empty()) << where(sh, M, v, 0) << d;
+        ASSERT_TRUE(d.empty()) << where(sh, M, v, blocks) << d;
       }
   }
 }
 
 // How the columns are split over blocks (one pass or hundreds per block, partial last tiles
-// anywhere) changes no bit.
+// anywhere) changes no bit. Sanitizer mode (~13 ms a block under racecheck): 200 columns and an odd ldc
+// on K = 800, in 1, 3 and 7 blocks and one block a column, each variant on one row count.
 TEST(CudaGemmSkinny, TheSplitOverBlocksChangesNoBit) {
   PARITY_REQUIRE_GPU();
-  for (const Shape& sh : {Shape{2560, 10576, 10576}, Shape{2592, 1001, 1003}}) {
+  for (const Shape& sh : test::sweep<Shape>({{2560, 10576, 10576}, {2592, 1001, 1003}}, {{800, 200, 203}})) {
     Problem pr(sh);
     for (int M : {1, 9, 16, 40}) {
       const std::vector<float> ref = pr.wmma(M);
       for (int v = 0; v < cuda::gemm_skinny_variants(); ++v)
-        for (int blocks : {1, 3, 7, 131, 1000, 100000}) {
+        for (int blocks : test::sweep({1, 3, 7, 131, 1000, 100000}, {1, 3, 7, 100000})) {
           if (M > cuda::gemm_skinny_variant_rows(v)) continue;
+          if (test::sanitizing() && M != (cuda::gemm_skinny_variant_rows(v) >= 64 ? 40 : v % 2 ? 16 : v % 4 ? 9 : 1))
+            continue;
           const std::vector<float> got = pr.skinny(M, v, blocks);
           const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
           ASSERT_TRUE(d.empty()) << where(sh, M, v, blocks) << d;
@@ -116,10 +130,10 @@ TEST(CudaGemmSkinny, TheSplitOverBlocksChangesNoBit) {
 
 // The benchmark's probes (one side of the pipeline alone) run to the end on every variant, on a
 // shape with two passes per block and one with two tensor boxes per stage, and leave nothing behind
-// that changes the next real pass's bits.
+// that changes the next real pass's bits. Sanitizer mode: 104 columns (13 blocks) with an odd ldc.
 TEST(CudaGemmSkinny, ProbesRunAndLeaveTheBitsAlone) {
   PARITY_REQUIRE_GPU();
-  for (const Shape& sh : {Shape{2592, 1001, 1003}, Shape{2560, 50288, 50288}}) {
+  for (const Shape& sh : test::sweep<Shape>({{2592, 1001, 1003}, {2560, 50288, 50288}}, {{800, 104, 107}})) {
     Problem pr(sh);
     const std::vector<float> ref = pr.wmma(16);
     for (int v = 0; v < cuda::gemm_skinny_variants(); ++v)

@@ -44,13 +44,15 @@ std::string where(const Shape& sh, int M, bool with_bias, const std::string& wha
   return test::name(sh) + " M=" + std::to_string(M) + (with_bias ? " bias" : " no bias") + ", " + what + ": ";
 }
 
-void expect_mma_tile_bits(const Shape& sh, const int* rows, int nrows, uint64_t seed) {
+// Sanitizer mode (racecheck costs ~13 ms a block; these kernels run N / 32 blocks): the bias on the
+// last row count only.
+void expect_mma_tile_bits(const Shape& sh, const std::vector<int>& rows, uint64_t seed) {
   const std::vector<int> grouped = grouped_variants();
   ASSERT_EQ(grouped.size(), 5u) << "mma-c32-4blk-g2, mma-c32-2blk-g4, mma-c32-1blk-g4, -4blk-g2s, -2blk-g4s";
   Problem pr(sh, seed);
-  for (int r = 0; r < nrows; ++r)
+  for (int M : rows)
     for (bool with_bias : {false, true}) {
-      const int M = rows[r];
+      if (test::sanitizing() && with_bias != (M == rows.back())) continue;
       const std::vector<float> ref = pr.mma(M, with_bias);
       double mag = 0;
       for (int n = 0; n < sh.N; ++n) mag += std::fabs(ref[std::size_t(n)]);
@@ -68,27 +70,32 @@ void expect_mma_tile_bits(const Shape& sh, const int* rows, int nrows, uint64_t 
     }
 }
 
+// Sanitizer mode: out_proj's 80 blocks on K = 128 at 1 and 16 rows (in_proj's 331 blocks: the test below).
 TEST(CudaGemmSwapAbGroup, ModelShapesGiveTheMmaTileBits) {
   PARITY_REQUIRE_GPU();
-  const int rows[] = {1, 2, 8, 9, 16};
-  expect_mma_tile_bits(Shape{2560, 10576, 10576}, rows, 5, 31);  // in_proj
-  expect_mma_tile_bits(Shape{5120, 2560, 2560}, rows, 5, 32);    // out_proj
+  const std::vector<int> rows = test::sweep({1, 2, 8, 9, 16}, {1, 16});
+  if (!test::sanitizing()) expect_mma_tile_bits(Shape{2560, 10576, 10576}, rows, 31);  // in_proj
+  expect_mma_tile_bits(Shape{test::pick(5120, 128), 2560, 2560}, rows, 32);            // out_proj
 }
 
 TEST(CudaGemmSwapAbGroup, OddTailsGiveTheMmaTileBits) {
   PARITY_REQUIRE_GPU();
-  const int rows[] = {1, 3, 8, 11, 16};
+  const std::vector<int> rows = test::sweep({1, 3, 8, 11, 16}, {1, 11, 16});
   for (int K : {32, 96, 160, 224, 288, 320, 544})
-    for (int N : {48, 200}) expect_mma_tile_bits(Shape{K, N, N == 200 ? 203 : N}, rows, 5, 40 + K + N);
+    for (int N : {48, 200}) expect_mma_tile_bits(Shape{K, N, N == 200 ? 203 : N}, rows, 40 + K + N);
 }
 
 // gemm_bf16_swap_ab's default up to 16 rows is the grouped consumer; kGemmMmaBoxByBox takes session 12's
-// mma-c32-4blk: the same bits, and gemm() on the model's GEMMs gives them too.
+// mma-c32-4blk: the same bits, and gemm() on the model's GEMMs gives them too. Sanitizer mode: 133 blocks
+// of 32 columns (the default's choice past the SMs, as in_proj's 331) on K = 64 and out_proj's 80 on
+// K = 128, one row count each, and the small shape at all three.
 TEST(CudaGemmSwapAbGroup, DefaultAndBoxByBoxGiveTheSameBits) {
   PARITY_REQUIRE_GPU();
-  for (const Shape& sh : {Shape{2560, 10576, 10576}, Shape{5120, 2560, 2560}, Shape{160, 200, 203}}) {
+  for (const Shape& sh : test::sweep<Shape>({{2560, 10576, 10576}, {5120, 2560, 2560}, {160, 200, 203}},
+                                            {{64, 4256, 4256}, {128, 2560, 2560}, {160, 200, 203}})) {
     Problem pr(sh, 60);
     for (int M : {1, 4, 16}) {
+      if (test::sanitizing() && sh.N != 200 && M != (sh.N == 2560 ? 4 : 1)) continue;
       const std::vector<float> ref = pr.mma(M, true);
       const std::vector<float> grouped = pr.swap(M, true, -1, 0);
       const std::vector<float> box = pr.swap(M, true, -1, static_cast<int>(cuda::kGemmMmaBoxByBox));
@@ -106,7 +113,7 @@ TEST(CudaGemmSwapAbGroup, DefaultAndBoxByBoxGiveTheSameBits) {
 // 16-deep blocks of K reversed) through each grouped variant give other bits in many outputs.
 TEST(CudaGemmSwapAbGroup, CompanionReversedKChainChangesBits) {
   PARITY_REQUIRE_GPU();
-  const Shape sh{5120, 2560, 2560};
+  const Shape sh{test::pick(5120, 512), 2560, 2560};  // sanitizer mode: 32 k16 steps
   const int M = 8;
   Problem pr(sh, 91);
   test::ReversedK rev(pr, M);

@@ -45,50 +45,66 @@ std::string where(const Shape& sh, int M, bool with_bias, const std::string& wha
          " M=" + std::to_string(M) + (with_bias ? " bias" : " no bias") + ", " + what + ": ";
 }
 
+// Every K of {64, 96, 2560} with every N of {64, 200, 2560}; in sanitizer mode each K and each N at
+// least once, the long chain (the ring wrapping) on the narrow N.
 TEST(CudaGemmSwapAb, EveryVariantGivesTheMmaTileBits) {
   PARITY_REQUIRE_GPU();
-  const int rows[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 64, 100, 255, 256, 300};
+  // Sanitizer mode: the row tiles' edges (8, 16, 32, 64, 128, 256 rows; the mma kernel to 32), bias on
+  // every other row count.
+  const std::vector<int> rows =
+      test::sweep({1, 2, 7, 8, 9, 15, 16, 17, 31, 64, 100, 255, 256, 300}, {1, 7, 9, 16, 17, 31, 64, 100, 256, 300});
+  std::vector<std::pair<int, int>> kn;  // (K, N)
   for (int K : {64, 96, 2560})
-    for (int N : {64, 200, 2560}) {
-      const Shape sh{K, N, N == 200 ? 203 : N};
-      Problem pr(sh);
-      for (int M : rows)
-        for (bool with_bias : {false, true}) {
-          const std::vector<float> ref = pr.mma(M, with_bias);
-          double mag = 0;
-          for (int n = 0; n < N; ++n) mag += std::fabs(ref[std::size_t(n)]);
-          ASSERT_GT(mag, 0.001 * N) << where(sh, M, with_bias, "the reference holds real values");
-          if (M > kZeroRow && !with_bias) {
-            ASSERT_EQ(ref[std::size_t(kZeroRow) * sh.ldc + kNegativeColumn], 0.0f) << where(sh, M, with_bias, "-0 case");
-          }
-          for (int v = -1; v < cuda::gemm_swap_ab_variants(); ++v) {
-            const std::vector<float> got = pr.swap(M, with_bias, v);
-            const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
-            ASSERT_TRUE(d.empty()) << where(sh, M, with_bias,
-                                            "variant " + std::to_string(v) + " (" + cuda::gemm_swap_ab_variant_name(v) +
-                                                ") vs mma tile 0")
-                                   << d;
-          }
-          if (M <= cuda::kSkinnyMaxRows) {
-            const std::vector<float> got = pr.skinny(M, with_bias);
-            const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
-            ASSERT_TRUE(d.empty()) << where(sh, M, with_bias, "few-rows kernel vs mma tile 0") << d;
-          }
-          const std::vector<float> got = pr.through_gemm(M, with_bias);
-          const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
-          ASSERT_TRUE(d.empty()) << where(sh, M, with_bias, "gemm() vs mma tile 0") << d;
+    for (int N : {64, 200, 2560}) kn.emplace_back(K, N);
+  kn = test::pick(kn, std::vector<std::pair<int, int>>{{64, 64}, {96, 200}, {2560, 64}, {96, 2560}});
+  for (const auto& [K, N] : kn) {
+    const Shape sh{K, N, N == 200 ? 203 : N};
+    Problem pr(sh);
+    for (int M : rows)
+      for (bool with_bias : {false, true}) {
+        if (test::sanitizing() && with_bias != (M % 2 == 0)) continue;
+        // N = 2560's 20 to 40 blocks (~13 ms each under racecheck) on four row counts, one a kernel.
+        if (test::sanitizing() && N == 2560 && M != 1 && M != 17 && M != 100 && M != 300) continue;
+        const std::vector<float> ref = pr.mma(M, with_bias);
+        double mag = 0;
+        for (int n = 0; n < N; ++n) mag += std::fabs(ref[std::size_t(n)]);
+        ASSERT_GT(mag, 0.001 * N) << where(sh, M, with_bias, "the reference holds real values");
+        if (M > kZeroRow && !with_bias) {
+          ASSERT_EQ(ref[std::size_t(kZeroRow) * sh.ldc + kNegativeColumn], 0.0f) << where(sh, M, with_bias, "-0 case");
         }
-    }
+        for (int v = -1; v < cuda::gemm_swap_ab_variants(); ++v) {
+          const std::vector<float> got = pr.swap(M, with_bias, v);
+          const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+          ASSERT_TRUE(d.empty()) << where(sh, M, with_bias,
+                                          "variant " + std::to_string(v) + " (" + cuda::gemm_swap_ab_variant_name(v) +
+                                              ") vs mma tile 0")
+                                 << d;
+        }
+        if (M <= cuda::kSkinnyMaxRows) {
+          const std::vector<float> got = pr.skinny(M, with_bias);
+          const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+          ASSERT_TRUE(d.empty()) << where(sh, M, with_bias, "few-rows kernel vs mma tile 0") << d;
+        }
+        const std::vector<float> got = pr.through_gemm(M, with_bias);
+        const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+        ASSERT_TRUE(d.empty()) << where(sh, M, with_bias, "gemm() vs mma tile 0") << d;
+      }
+  }
 }
 
 // The models' decode shapes (in_proj, lm_head: many blocks, lm_head's N no multiple of 64) at the
-// row counts a decode step has, every variant against the mma tiles.
+// row counts a decode step has, every variant against the mma tiles. Sanitizer mode (~13 ms a block
+// under racecheck, 83 to 786 blocks a launch here): in_proj's N (ragged, many blocks) on K = 128 at 1 and
+// 64 rows, a bias on the second.
 TEST(CudaGemmSwapAb, ModelShapesGiveTheMmaTileBits) {
   PARITY_REQUIRE_GPU();
-  for (const Shape& sh : {Shape{2560, 10576, 10576}, Shape{5120, 2560, 2560}, Shape{2560, 50288, 50288}}) {
+  for (const Shape& model : test::sweep<Shape>({{2560, 10576, 10576}, {5120, 2560, 2560}, {2560, 50288, 50288}},
+                                               {{2560, 10576, 10576}})) {
+    const Shape sh{test::pick(model.K, 128), model.N, model.ldc};
     Problem pr(sh, 70);
-    for (int M : {1, 16, 64})
+    for (int M : test::sweep({1, 16, 64}, {1, 64}))
       for (bool with_bias : {false, true}) {
+        if (test::sanitizing() && with_bias != (M == 64)) continue;
         const std::vector<float> ref = pr.mma(M, with_bias);
         for (int v = 0; v < cuda::gemm_swap_ab_variants(); ++v) {
           const std::vector<float> got = pr.swap(M, with_bias, v);

@@ -11,18 +11,22 @@
 namespace parity {
 namespace {
 
-constexpr int K = 800, N = 528, MMAX = 4096;  // neither a multiple of the 64-wide tiles
+constexpr int kK = 800, N = 528, MMAX = 4096;  // neither a multiple of the 64-wide tiles; K % 64 == 32
 
 struct Operands {
+  int K;
   std::vector<float> a, w;
   cuda::DeviceBuffer<float> da, dw32;
   cuda::DeviceBuffer<uint16_t> dw16;
-  Operands() : a(test::uniform(std::size_t(MMAX) * K, 1)), w(test::round_bf16(test::uniform(std::size_t(N) * K, 2))) {
+  explicit Operands(int k = kK, int rows = MMAX)
+      : K(k), a(test::uniform(std::size_t(rows) * K, 1)), w(test::round_bf16(test::uniform(std::size_t(N) * K, 2))) {
     da.upload(a);
     dw32.upload(w);
     dw16.upload(test::to_bf16(w));
   }
-  std::vector<float> run(int row0, int M, cuda::WeightType wt, int k = K, int k0 = 0) {
+  // k = 0: all of K.
+  std::vector<float> run(int row0, int M, cuda::WeightType wt, int k = 0, int k0 = 0) {
+    if (k == 0) k = K;
     cuda::DeviceBuffer<float> c(std::size_t(M) * N);
     const void* w = wt == cuda::WeightType::BF16 ? static_cast<const void*>(dw16.data()) : dw32.data();
     // A K-slice [k0, k0 + k) is read through lda = K; the weights' slice is a separate matrix.
@@ -42,17 +46,24 @@ struct Operands {
   }
 };
 
+// Sanitizer mode: 600 rows of K = 160 (two 64-deep stages and a 32-deep tail), M at every kernel's and
+// row tile's edge (swap-AB's 8..256-row tiles, its mma.sync kernel up to 32, the wgmma tiles from 128).
 TEST(CudaGemm, RowsAreBitIdenticalForEveryMFrom1To4096AndAnyRowPosition) {
   PARITY_REQUIRE_GPU();
-  Operands op;
+  const int rows = test::pick(MMAX, 600);
+  Operands op(test::pick(kK, 160), rows);
+  std::vector<int> every;
+  for (int m = 1; m <= 130; ++m) every.push_back(m);
+  for (int m : {255, 256, 257, 1000, 2047, 2048, 3333, 4095}) every.push_back(m);
+  const std::vector<int> ms =
+      test::pick(every, std::vector<int>{1, 8, 9, 16, 17, 31, 32, 33, 64, 65, 128, 129, 256, 257, 599});
   for (cuda::WeightType wt : {cuda::WeightType::BF16, cuda::WeightType::F32}) {
-    const std::vector<float> full = op.run(0, MMAX, wt);
-    std::vector<int> ms;
-    for (int m = 1; m <= 130; ++m) ms.push_back(m);
-    for (int m : {255, 256, 257, 1000, 2047, 2048, 3333, 4095}) ms.push_back(m);
-    for (int m : ms) {
+    const std::vector<float> full = op.run(0, rows, wt);
+    // Sanitizer mode: the fp32-weight kernel (one kernel for every M) at its 64-row tile's edges.
+    const std::vector<int> f32_ms = {1, 17, 64, 65, 599};
+    for (int m : wt == cuda::WeightType::F32 && test::sanitizing() ? f32_ms : ms) {
       const std::vector<float> c = op.run(0, m, wt);
-      ASSERT_TRUE(test::same_bits(c.data(), full.data(), c.size())) << "M=" << m;
+      ASSERT_TRUE(test::same_bits(c.data(), full.data(), c.size())) << "M=" << m << " K=" << op.K;
     }
     // The same rows at other places in the batch (shifted by 5 and by 77 rows).
     for (int shift : {5, 77}) {
@@ -67,6 +78,7 @@ TEST(CudaGemm, RowsAreBitIdenticalForEveryMFrom1To4096AndAnyRowPosition) {
 TEST(CudaGemm, FallbackTilesGiveTheSameBitsAsTheMmaTiles) {
   PARITY_REQUIRE_GPU();
   Operands op;
+  const int K = op.K;
   for (int M : {1, 16, 17, 100, 700}) {
     const std::vector<float> aligned = op.run(0, M, cuda::WeightType::BF16);
     cuda::DeviceBuffer<float> shifted(std::size_t(M) * K + 1);
@@ -89,8 +101,11 @@ TEST(CudaGemm, EveryMmaTileGivesTheWmmaBitsOnTheModelsShapes) {
   struct Shape {
     int M, K, N, ldc;
   };
-  for (const Shape& sh : {Shape{4096, 2560, 10576, 10576}, Shape{4096, 5120, 2560, 2560}, Shape{600, 2560, 50288, 50288},
-                          Shape{333, 2592, 1001, 1003}}) {
+  // Sanitizer mode: the same features on small operands (N % 64 == 16, N a multiple of 64, M a multiple
+  // of the tiles' rows and not, a 32-deep tail, an odd N and ldc).
+  for (const Shape& sh : test::sweep<Shape>({{4096, 2560, 10576, 10576}, {4096, 5120, 2560, 2560}, {600, 2560, 50288, 50288},
+                                             {333, 2592, 1001, 1003}},
+                                            {{384, 256, 592, 592}, {300, 320, 640, 640}, {333, 160, 1001, 1003}})) {
     const std::vector<float> a = test::uniform(std::size_t(sh.M) * sh.K + 1, 11);
     const std::vector<float> w = test::uniform(std::size_t(sh.N) * sh.K, 12, -0.05f, 0.05f);
     const std::vector<float> bias = test::uniform(std::size_t(sh.N), 13);
@@ -129,6 +144,7 @@ TEST(CudaGemm, EveryMmaTileGivesTheWmmaBitsOnTheModelsShapes) {
 TEST(CudaGemm, CompanionSplitKChangesBits) {
   PARITY_REQUIRE_GPU();
   Operands op;
+  const int K = op.K;
   const std::vector<float> full = op.run(0, 64, cuda::WeightType::BF16);
   const std::vector<float> lo = op.run(0, 64, cuda::WeightType::BF16, K / 2, 0);
   const std::vector<float> hi = op.run(0, 64, cuda::WeightType::BF16, K - K / 2, K / 2);
@@ -140,6 +156,7 @@ TEST(CudaGemm, CompanionSplitKChangesBits) {
 TEST(CudaGemm, AgreesWithTheCpuScalarTwin) {
   PARITY_REQUIRE_GPU();
   Operands op;
+  const int K = op.K;
   const int M = 37;
   const std::vector<float> a16 = test::round_bf16(std::vector<float>(op.a.begin(), op.a.begin() + std::size_t(M) * K));
   for (cuda::WeightType wt : {cuda::WeightType::BF16, cuda::WeightType::F32}) {

@@ -65,15 +65,32 @@ TEST(CudaGemmWgmma, SmokeEachTileOnce) {
   }
 }
 
+// Every K of {32, 96, 2560} with every M and N below. Sanitizer mode (racecheck costs ~13 ms a block of
+// these persistent kernels): N = 1104 for in_proj's 10576 (ragged in every tile's columns), the row
+// counts at a tile's edge, the long chain (the stage ring wrapping) on the narrow N, and 4096 rows (more
+// tiles than SMs: each persistent block takes several) with a bias.
 TEST(CudaGemmWgmma, EveryTileGivesTheMmaTilesBits) {
   PARITY_REQUIRE_GPU();
   ASSERT_GE(cuda::gemm_wgmma_tile_count(), 1);
+  struct Case {
+    int K;
+    std::vector<int> ms, ns;
+    std::vector<bool> biases = {false, true};
+  };
+  const std::vector<int> ms = {1, 63, 64, 65, 128, 129, 1000, 4096};
+  const std::vector<Case> cases = test::pick(
+      std::vector<Case>{{32, ms, {64, 200, 10576}}, {96, ms, {64, 200, 10576}}, {2560, ms, {64, 200, 10576}}},
+      std::vector<Case>{{32, {1, 63, 64, 65, 128, 129}, {64, 1104}},
+                        {96, {1, 65, 129}, {200, 1104}},
+                        {2560, {1, 129}, {64, 200}},
+                        {32, {4096}, {1104}, {true}}});
   int failures = 0;  // every failing case is reported (the log is all a device run leaves), up to 24
-  for (int K : {32, 96, 2560}) {
+  for (const Case& cs : cases) {
+    const int K = cs.K;
     const Operands op(K);
-    for (int M : {1, 63, 64, 65, 128, 129, 1000, 4096})
-      for (int N : {64, 200, 10576})
-        for (bool bias : {false, true}) {
+    for (int M : cs.ms)
+      for (int N : cs.ns)
+        for (bool bias : cs.biases) {
           const auto ref = run(op, -1, M, N, bias, N);
           for (int tile = 0; tile < cuda::gemm_wgmma_tile_count(); ++tile) {
             const auto got = run(op, tile, M, N, bias, N);
@@ -98,7 +115,7 @@ TEST(CudaGemmWgmma, EveryTileGivesTheMmaTilesBits) {
 // A 32-deep tail, an odd N and an odd ldc (the epilogue's scalar stores), on every tile.
 TEST(CudaGemmWgmma, OddLdcAndTailStageGiveTheMmaTilesBits) {
   PARITY_REQUIRE_GPU();
-  const Operands op(2592);
+  const Operands op(test::pick(2592, 160));
   for (int M : {333, 1500}) {
     const auto ref = run(op, -1, M, 1001, true, 1003);
     for (int tile = 0; tile < cuda::gemm_wgmma_tile_count(); ++tile) {
@@ -134,7 +151,7 @@ TEST(CudaGemmWgmma, RowStrideBeyondKGivesTheMmaTilesBits) {
 TEST(CudaGemmWgmma, GroupedEveryTileGivesTheMmaTilesBits) {
   PARITY_REQUIRE_GPU();
   const std::vector<int> sizes = {0, 1, 127, 128, 129, 300, 0, 64, 513, 2};
-  for (int K : {96, 1536})
+  for (int K : test::sweep({96, 1536}, {96, 512}))
     for (int N : {200, 1024}) {
       std::vector<int32_t> offsets{0};
       for (int n : sizes) offsets.push_back(offsets.back() + n);

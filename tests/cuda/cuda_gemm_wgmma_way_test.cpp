@@ -49,7 +49,9 @@ cuda::DeviceBuffer<float> run(const Operands& op, int way, int row0, int M, bool
 
 // Every way against way 0 (session 9's tiles), whole passes at the model's shapes: the row cut into
 // two launches (out_proj at M = 4096), the ragged last column tile (in_proj, lm_head), 16384 rows
-// (8 × 2048 tokens of prefill).
+// (8 × 2048 tokens of prefill). Sanitizer mode: the models' N on K = 96 (a 32-deep tail), at row counts
+// whose plans are the full run's kinds (one tile; a row cut of two, at 2049 rows for in_proj and
+// out_proj; out_proj's 1000 rows on way 1's 128×160 tile).
 TEST(CudaGemmWgmmaWay, EveryWayGivesMainsBitsAtTheModelShapes) {
   PARITY_REQUIRE_GPU();
   ASSERT_GE(cuda::gemm_wgmma_way_count(), 2);
@@ -57,10 +59,12 @@ TEST(CudaGemmWgmmaWay, EveryWayGivesMainsBitsAtTheModelShapes) {
     Shape s;
     std::vector<int> ms;
   };
-  const Case cases[] = {{kInProj, {129, 1000, 4096, 16384}}, {kOutProj, {300, 4096, 16384}}, {kLmHead, {4096}}};
+  const std::vector<Case> cases = test::pick(
+      std::vector<Case>{{kInProj, {129, 1000, 4096, 16384}}, {kOutProj, {300, 4096, 16384}}, {kLmHead, {4096}}},
+      std::vector<Case>{{kInProj, {129, 2049}}, {kOutProj, {300, 1000, 2049}}, {kLmHead, {129}}});
   for (const Case& cs : cases) {
     const int rows = *std::max_element(cs.ms.begin(), cs.ms.end());
-    const Operands op(rows, cs.s.N, cs.s.K, 40);
+    const Operands op(rows, cs.s.N, test::pick(cs.s.K, 96), 40);
     for (int M : cs.ms)
       for (bool bias : {false, true}) {
         const auto ref = run(op, 0, 0, M, bias, op.N);
@@ -80,9 +84,10 @@ TEST(CudaGemmWgmmaWay, EveryWayGivesMainsBitsAtTheModelShapes) {
 
 // Batch invariance on every way: rows [r0, r0 + m) passed alone give the bits they get inside a pass
 // of 4096 rows, for m across the tiles' edges (1, 127..129, 255..257) and row cuts, at two offsets.
+// Sanitizer mode: N = 1104 (ragged in every tile; 4096 rows cut in two on both ways) on K = 96.
 TEST(CudaGemmWgmmaWay, RowsAloneGiveTheirBitsInAFullPass) {
   PARITY_REQUIRE_GPU();
-  const Operands op(4096, kInProj.N, kInProj.K, 50);
+  const Operands op(4096, test::pick(kInProj.N, 1104), test::pick(kInProj.K, 96), 50);
   for (int way = 0; way < cuda::gemm_wgmma_way_count(); ++way) {
     const auto full = run(op, way, 0, 4096, true, op.N);
     int failures = 0;
@@ -108,7 +113,7 @@ TEST(CudaGemmWgmmaWay, RowsAloneGiveTheirBitsInAFullPass) {
 TEST(CudaGemmWgmmaWay, PaddingAndUnalignedCGiveMainsBits) {
   PARITY_REQUIRE_GPU();
   for (int n : {1000, 1001}) {
-    const Operands op(1500, n, 2592, 60);  // K % 64 == 32: a tail stage too
+    const Operands op(1500, n, test::pick(2592, 160), 60);  // K % 64 == 32: a tail stage too
     for (int M : {333, 1500})
       for (int ldc : {1004, 1056, 1003}) {  // padding (staged where N % 4 == 0); odd ldc: register stores
         if (ldc == 1003 && n == 1000) continue;

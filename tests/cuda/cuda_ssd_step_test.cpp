@@ -145,7 +145,9 @@ std::vector<SeqRun> single_shot(const Shape& sh, const cuda::ScanGrid& g, bool b
   return runs;
 }
 
-// Sequence k prefilled kPrefill[k] rows in one pass, then all decoded together one row per pass.
+// Sequence k prefilled kPrefill[k] rows in one pass, then all decoded together one row per pass
+// (sanitizer mode: 34 passes, each sequence across a 16-row cell's boundary and the last across 64,
+// then the rest of every sequence as one chunk of a last pass).
 std::vector<SeqRun> decoded(const Shape& sh, const cuda::ScanGrid& g, bool bf16, const std::vector<Stream>& ss) {
   Scan scan(sh, g, bf16, K);
   std::vector<Call> calls;
@@ -158,13 +160,16 @@ std::vector<SeqRun> decoded(const Shape& sh, const cuda::ScanGrid& g, bool bf16,
   scan.pass(calls, from);
   int64_t pos[K];
   for (int k = 0; k < K; ++k) pos[k] = kPrefill[k];
-  for (;;) {
+  for (int step = 0;; ++step) {
+    const bool rest = step == test::pick(T, 34);
     calls.clear();
     from.clear();
     for (int k = 0; k < K; ++k)
       if (pos[k] < T) {
-        calls.push_back({k, pos[k]++, 1});
+        const int n = rest ? static_cast<int>(T - pos[k]) : 1;
+        calls.push_back({k, pos[k], n});
         from.push_back(&ss[k]);
+        pos[k] += n;
       }
     if (calls.empty()) break;
     scan.pass(calls, from);
@@ -205,9 +210,13 @@ void check_exact(const Shape& sh, int cell, bool bf16, std::initializer_list<int
 
 TEST(CudaSsdStep, ExactDecodeEqualsSingleShotAtOtherShapes) {
   PARITY_REQUIRE_GPU();
+  int i = 0;
   for (const Shape& sh : kShapes)
-    for (int cell : {16, 64})  // one stage of replay rows; two (the fold's sums kept between stages)
-      for (bool bf16 : {false, true}) check_exact(sh, cell, bf16, {0, 8, 16, 32, 64});
+    for (int cell : {16, 64}) {  // one stage of replay rows; two (the fold's sums kept between stages)
+      // Sanitizer mode: one dtype a pair (the indices 0, 1, 3, 4: each shape and each cell with both).
+      for (bool bf16 : test::bf16_sweep(i + i / 2)) check_exact(sh, cell, bf16, {0, 8, 16, 32, 64});
+      ++i;
+    }
 }
 
 // A short run of the above for compute-sanitizer (scripts/test-gpu.sh): the mixer's head, a whole
@@ -223,7 +232,7 @@ TEST(CudaSsdStep, ExactDecodeAtTheMixerShapeWholeHead) {
 TEST(CudaSsdStep, ExactDecodeWithPrefetchEqualsSingleShot) {
   PARITY_REQUIRE_GPU();
   for (int ahead : {1, 3})
-    for (bool bf16 : {false, true}) {
+    for (bool bf16 : test::bf16_sweep(ahead / 2)) {
       const ForcedPrefetch forced(ahead);
       check_exact(kShapes[0], 16, bf16, {0, 16});
       check_exact(kShapes[1], 16, bf16, {0, 8});
@@ -246,7 +255,7 @@ TEST(CudaSsdStep, ExactDecodeEveryWayEqualsSingleShot) {
   for (int way : {100, 1644}) {
     SCOPED_TRACE("way " + std::to_string(way));
     const ForcedWay forced(way);
-    for (bool bf16 : {false, true}) {
+    for (bool bf16 : test::bf16_sweep(way == 1644)) {
       check_exact(kShapes[0], 16, bf16, {0});
       check_exact(kShapes[1], 16, bf16, {8});
       check_exact(kShapes[0], 64, bf16, {0});
@@ -274,7 +283,7 @@ TEST(CudaSsdStep, ExactDecodeProgrammaticEqualsSingleShot) {
   PARITY_REQUIRE_GPU();
   for (bool l2_requests : {true, false}) {
     cuda::set_programmatic_exact_decode(true, l2_requests);
-    for (bool bf16 : {false, true}) {
+    for (bool bf16 : test::bf16_sweep(l2_requests)) {
       check_exact(kShapes[0], 16, bf16, {0});
       check_exact(kShapes[1], 16, bf16, {0});
     }
@@ -299,9 +308,10 @@ TEST(CudaSsdStep, CompanionSingleShotOnAnotherGridDiffers) {
 // head and the odd shape; the staggered grid of the same cells beside them.
 TEST(CudaSsdStep, ExactDecodeUnstaggeredAndOneRowCells) {
   PARITY_REQUIRE_GPU();
+  int i = 0;
   for (const Shape& sh : kShapes) {
     const std::vector<Stream> ss = streams(sh);
-    for (bool bf16 : {false, true})
+    for (bool bf16 : test::bf16_sweep(i++))
       for (int cell : {1, 16})
         for (bool stagger : {false, true}) {
           const cuda::ScanGrid g{true, cell, stagger};

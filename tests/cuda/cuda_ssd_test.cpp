@@ -4,7 +4,9 @@
 // kernels), for both state dtypes, several cells, staggered or not; plain mode's rows do change
 // with the schedule and the grid (the companions). Plain mode's one-row decode (SSU) against a
 // scalar twin, bit for bit. Both modes against the CPU's scalar reference scan.
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 
@@ -149,54 +151,88 @@ struct ForcedTile {
 
 std::vector<int> uneven() { return {37, 1, 1, 64, 5, 1, 41}; }
 std::vector<int> ones() { return std::vector<int>(T, 1); }
+// Row by row. Sanitizer mode (a launch costs ~16 ms under racecheck): only the first 3 rows, the last 2
+// and three each side of the first cell boundary past them one at a time (every row up to 6 for cells of
+// one row), chunks between.
+std::vector<int> decode_rows(int cell) {
+  if (!test::sanitizing()) return ones();
+  const int edge = std::max(cell, 4);
+  std::vector<int> sizes;
+  for (int p = 0; p < T;) {
+    auto alone = [&](int q) { return q < std::max(3, cell == 1 ? 6 : 0) || q >= T - 2 || std::abs(q - edge) <= 3; };
+    int n = 1;
+    while (!alone(p) && p + n < T && !alone(p + n)) ++n;
+    sizes.push_back(n);
+    p += n;
+  }
+  return sizes;
+}
+
+struct ScanConfig {
+  int cell;
+  bool stagger, bf16;
+};
+
+// Every cell size with both staggerings and both state dtypes; in sanitizer mode every cell size with
+// each staggering and each dtype once (two of the four pairs, alternating).
+std::vector<ScanConfig> scan_configs() {
+  std::vector<ScanConfig> v;
+  int i = 0;
+  for (int cell : {1, 8, 16, 32, 64, 128, 256}) {
+    for (bool stagger : {true, false})
+      for (bool bf16 : {false, true})
+        if (!test::sanitizing() || (stagger != bf16) == (i % 2 == 0)) v.push_back({cell, stagger, bf16});
+    ++i;
+  }
+  return v;
+}
 
 TEST(CudaSsd, ExactRowsAreBitIdenticalUnderEverySchedule) {
   PARITY_REQUIRE_GPU();
   const Stream s(11), other(12);
-  for (int cell : {1, 8, 16, 32, 64, 128, 256})
-    for (bool stagger : {true, false})
-      for (bool bf16 : {false, true}) {
-        const cuda::ScanGrid g{true, cell, stagger};
-        const std::string what = "cell " + std::to_string(cell) + (stagger ? " staggered" : "") + (bf16 ? " bf16" : " f32");
-        const SeqRun one = run_seq(g, bf16, s, {T});
-        for (const auto& sizes : {uneven(), ones()}) {
-          const SeqRun r = run_seq(g, bf16, s, sizes);
-          const char* sched = sizes.size() == ones().size() ? " one row at a time" : " uneven chunks";
-          ASSERT_EQ(first_diff(one.y, r.y), "") << what << sched << ": rows";
-          ASSERT_EQ(first_diff(one.state, r.state), "") << what << sched << ": final state";
-        }
-        // Batch mix: sequence 0 decodes row by row while sequence 1 (another stream) prefills in
-        // uneven chunks in the same passes, on another slot.
-        GpuScan mix(g, bf16, 2);
-        const std::vector<int> ch = uneven();
-        int64_t p0 = 0, p1 = 0;
-        std::size_t ci = 0;
-        while (p0 < T || p1 < T) {
-          std::vector<Call> calls;
-          std::vector<const Stream*> ss;
-          if (p1 < T) {
-            calls.push_back({1, p1, ch[ci]});
-            ss.push_back(&other);
-            p1 += ch[ci++];
-          }
-          if (p0 < T) {
-            calls.push_back({0, p0, 1});
-            ss.push_back(&s);
-            ++p0;
-          }
-          mix.pass(calls, ss);
-        }
-        ASSERT_EQ(first_diff(one.y, mix.out[0]), "") << what << " batch mix";
-        const std::vector<float> ms = mix.state();
-        ASSERT_EQ(first_diff(one.state, std::vector<float>(ms.begin(), ms.begin() + one.state.size())), "")
-            << what << " batch mix: final state";
+  for (const auto& [cell, stagger, bf16] : scan_configs()) {
+    const cuda::ScanGrid g{true, cell, stagger};
+    const std::string what = "cell " + std::to_string(cell) + (stagger ? " staggered" : "") + (bf16 ? " bf16" : " f32");
+    const SeqRun one = run_seq(g, bf16, s, {T});
+    for (const auto& sizes : {uneven(), decode_rows(cell)}) {
+      const SeqRun r = run_seq(g, bf16, s, sizes);
+      const char* sched = sizes.size() == uneven().size() ? " uneven chunks" : " one row at a time";
+      ASSERT_EQ(first_diff(one.y, r.y), "") << what << sched << ": rows";
+      ASSERT_EQ(first_diff(one.state, r.state), "") << what << sched << ": final state";
+    }
+    // Batch mix: sequence 0 decodes row by row while sequence 1 (another stream) prefills in
+    // uneven chunks in the same passes, on another slot.
+    GpuScan mix(g, bf16, 2);
+    const std::vector<int> ch = uneven(), rows = decode_rows(cell);
+    int64_t p0 = 0, p1 = 0;
+    std::size_t ci = 0, ri = 0;
+    while (p0 < T || p1 < T) {
+      std::vector<Call> calls;
+      std::vector<const Stream*> ss;
+      if (p1 < T) {
+        calls.push_back({1, p1, ch[ci]});
+        ss.push_back(&other);
+        p1 += ch[ci++];
       }
+      if (p0 < T) {
+        calls.push_back({0, p0, rows[ri]});
+        ss.push_back(&s);
+        p0 += rows[ri++];
+      }
+      mix.pass(calls, ss);
+    }
+    ASSERT_EQ(first_diff(one.y, mix.out[0]), "") << what << " batch mix";
+    const std::vector<float> ms = mix.state();
+    ASSERT_EQ(first_diff(one.state, std::vector<float>(ms.begin(), ms.begin() + one.state.size())), "")
+        << what << " batch mix: final state";
+  }
 }
 
 // K sequences, each prefilled to its own length in one pass, then decoded together one row per
 // pass: in every pass they sit at different positions of their cells, so some heads of some
 // sequences fold while the rest do not. Every sequence's rows and final state must equal its own
-// single-shot run.
+// single-shot run. Sanitizer mode: 26 decode passes (each sequence across 8-, 16- and, from 40 rows,
+// the 64-row cell's boundary), then the rest of every sequence as one chunk of a last pass.
 constexpr int K = 6;
 const int kPrefill[K] = {0, 1, 5, 11, 17, 40};
 
@@ -212,13 +248,16 @@ std::vector<SeqRun> decode_batch(const cuda::ScanGrid& g, bool bf16, const std::
   scan.pass(calls, from);
   int64_t pos[K];
   for (int k = 0; k < K; ++k) pos[k] = kPrefill[k];
-  for (;;) {
+  for (int step = 0;; ++step) {
+    const bool rest = step == test::pick(T, 26);
     calls.clear();
     from.clear();
     for (int k = 0; k < K; ++k)
       if (pos[k] < T) {
-        calls.push_back({k, pos[k]++, 1});
+        const int n = rest ? static_cast<int>(T - pos[k]) : 1;
+        calls.push_back({k, pos[k], n});
         from.push_back(&ss[k]);
+        pos[k] += n;
       }
     if (calls.empty()) break;
     scan.pass(calls, from);
@@ -244,8 +283,9 @@ TEST(CudaSsd, ExactDecodeOfABatchAtMixedCellPositionsEqualsSingleShot) {
     int cell;
     bool stagger;
   };
+  int ci = 0;
   for (const Case c : {Case{8, true}, Case{16, true}, Case{64, true}, Case{256, true}, Case{16, false}})
-    for (bool bf16 : {false, true}) {
+    for (bool bf16 : test::bf16_sweep(ci++)) {
       const cuda::ScanGrid g{true, c.cell, c.stagger};
       std::vector<SeqRun> one;
       for (int k = 0; k < K; ++k) one.push_back(run_seq(g, bf16, ss[k], {T}));

@@ -6,8 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -28,6 +30,36 @@ namespace parity::test {
 inline std::string test_data() {
   const char* e = std::getenv("PARITY_TEST_DATA");
   return e ? e : PARITY_TEST_DATA;
+}
+
+// Sanitizer mode: scripts/sanitize-gpu.sh runs every test under compute-sanitizer with PARITY_GPU_SANITIZE=1,
+// where a launch costs hundreds of times its plain time (racecheck most: it tracks every shared-memory
+// access). There a test sweeps fewer cases on smaller operands: every kernel, variant, tile, way and code
+// path it launches normally (M = 1, odd M, tile edges, tails, both dtypes, exact and plain), with the same
+// assertions, on less work. A normal run (the variable unset or "0") sweeps everything.
+inline bool sanitizing() {
+  static const bool on = [] {
+    const char* e = std::getenv("PARITY_GPU_SANITIZE");
+    return e != nullptr && *e != '\0' && std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
+
+// What a test sweeps or sizes: `full` normally, `sanitized` in sanitizer mode. The one place a test
+// chooses; a sanitized list keeps the full list's edge cases.
+template <class T>
+T pick(T full, T sanitized) {
+  return sanitizing() ? std::move(sanitized) : std::move(full);
+}
+template <class T>
+std::vector<T> sweep(std::initializer_list<T> full, std::initializer_list<T> sanitized) {
+  return sanitizing() ? std::vector<T>(sanitized) : std::vector<T>(full);
+}
+
+// A state-dtype sweep (false: fp32, true: bf16): both normally; in sanitizer mode one, alternating with
+// the index i of the case it belongs to, so that a test's cases still cover each.
+inline std::vector<bool> bf16_sweep(int i) {
+  return sanitizing() ? std::vector<bool>{i % 2 == 1} : std::vector<bool>{false, true};
 }
 
 inline std::vector<float> uniform(std::size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {

@@ -5,6 +5,7 @@
 // numerics with KV blocks for the hybrid models. Each test supplies its prompts and tokens.
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -24,6 +25,26 @@ struct Schedule {
   int poke_seq = -1, poke_step = 1;  // that step's token of that sequence moved by one (a companion's change)
   bool reverse_odd_steps = false;    // odd steps ask for the logit rows in reverse order
 };
+
+// A (mode, batch) pair a model-level test runs, with the indices of the test's variants (flag sets,
+// launch settings) it compares there against the pair's reference run.
+struct ModeCase {
+  bool exact;
+  int batch;
+  std::vector<int> variants;
+};
+
+// A normal run's sweep: both modes × `batches`, every one of `variants` variants on each pair. Sanitizer
+// mode (a pass of builtin:tiny-hybrid costs ~2 s under racecheck) names its own few pairs, each variant on
+// one of them.
+inline std::vector<ModeCase> every_mode_case(std::initializer_list<int> batches, int variants) {
+  std::vector<int> all;
+  for (int v = 0; v < variants; ++v) all.push_back(v);
+  std::vector<ModeCase> c;
+  for (bool exact : {true, false})
+    for (int b : batches) c.push_back({exact, b, all});
+  return c;
+}
 
 struct ScheduleRun {
   std::vector<float> prefill;             // [batch][V]: each prompt's last row
