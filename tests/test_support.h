@@ -114,7 +114,6 @@ inline CliResult run_cli(const std::string& args) {
   return r;
 }
 
-// How many of n floats differ in their bits.
 // n floats uniform in [lo, hi), the same for the same seed.
 inline std::vector<float> random_floats(std::size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937 rng(seed);
@@ -124,6 +123,7 @@ inline std::vector<float> random_floats(std::size_t n, uint32_t seed, float lo =
   return v;
 }
 
+// How many of n floats differ in their bits.
 inline std::size_t count_bit_mismatches(const float* a, const float* b, std::size_t n) {
   std::size_t bad = 0;
   for (std::size_t i = 0; i < n; ++i) bad += std::memcmp(a + i, b + i, sizeof(float)) != 0;
