@@ -13,7 +13,6 @@
 #include <cstdint>
 
 #include "kernels_cuda/ptx.cuh"
-#include "kernels_cuda/wgmma.cuh"
 
 namespace parity::cuda::skinny {
 
@@ -192,7 +191,7 @@ __device__ void consume(const Work& w, const Geo& g, const Ring& r, int warp, in
   // __syncwarp: it reported every A byte they read as racing with the refill, lane 0's never.
   auto release = [&] {
     if constexpr (kWait) {
-      wgmma::fence_proxy_async();
+      ptx::fence_proxy_async();
       ptx::mbar_arrive(&r.empty[s]);
     }
     if (++s == g.stages) {

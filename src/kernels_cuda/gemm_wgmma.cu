@@ -165,7 +165,7 @@ __device__ __forceinline__ void store_staged(float (&acc)[MW][BN / 2], unsigned 
           st_shared_f2(buf + r * 128 + (((2 * jj + q / 2) ^ g) << 4) + (q % 2) * 8, v0, v1);
         }
       }
-      wgmma::fence_proxy_async();  // the tensor store reads what these generic stores wrote
+      ptx::fence_proxy_async();  // the tensor store reads what these generic stores wrote
       epi_sync(x);
       if (leader) {
         tma_store_3d(map, n0 + 32 * j2, row + 64 * mi, 0, buf);

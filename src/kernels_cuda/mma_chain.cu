@@ -41,7 +41,7 @@ __global__ void chain_kernel(long long* cycles, float* sink) {
   unsigned char* box = smem_raw + (base - ptx::smem_addr(smem_raw));
   for (int i = threadIdx.x; i < (kWBox + kXBox) / 4; i += blockDim.x)
     reinterpret_cast<unsigned*>(box)[i] = 0x3A833A83u;  // bf16 ~0.001 in both halves
-  wgmma::fence_proxy_async();
+  ptx::fence_proxy_async();
   __syncthreads();
   const int lane = threadIdx.x % 32;
   float last = 0.0f;

@@ -32,6 +32,12 @@ __device__ __forceinline__ void mbar_init(std::uint64_t* bar, unsigned count) {
 }
 // Makes initialised barriers visible to the asynchronous (bulk copy) unit; a __syncthreads must follow.
 __device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
+// The async proxy (TMA writes, wgmma reads) and the generic proxy (ordinary loads and stores) see
+// shared memory in separate orders: after generic stores a wgmma will read, this fence.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 __device__ __forceinline__ void mbar_arrive(std::uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }

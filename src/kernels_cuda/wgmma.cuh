@@ -35,12 +35,6 @@ __device__ __forceinline__ std::uint64_t desc_k_sw128(unsigned smem_addr) {
          (std::uint64_t(1) << 62);
 }
 
-// The async proxy (TMA writes, wgmma reads) and the generic proxy (ordinary loads and stores) see
-// shared memory in separate orders: after generic stores a wgmma will read, this fence.
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 // Before the first wgmma of a batch (and after registers it reads were written): orders the
 // warpgroup's register and shared-memory accesses before the async tensor-core reads.
 __device__ __forceinline__ void fence() {

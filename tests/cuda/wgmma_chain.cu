@@ -10,6 +10,7 @@
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/ptx.cuh"
 #include "kernels_cuda/wgmma.cuh"
 #include "tests/cuda/wgmma_chain.h"
 
@@ -135,7 +136,7 @@ __global__ void wgmma_swap_chain_kernel(const uint16_t* X, const uint16_t* W, in
       Ws[swizzled(e / 64, e % 64)] = W[static_cast<std::size_t>(e / 64) * K + k0 + e % 64];
     for (int e = threadIdx.x; e < 16 * 64; e += blockDim.x)
       Xs[swizzled(e / 64, e % 64)] = X[static_cast<std::size_t>(e / 64) * K + k0 + e % 64];
-    cuda::wgmma::fence_proxy_async();  // generic stores, then the async proxy reads
+    cuda::ptx::fence_proxy_async();  // generic stores, then the async proxy reads
     __syncthreads();
     cuda::wgmma::fence();
     for (int s = 0; s < 4; ++s) {
