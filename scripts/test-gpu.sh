@@ -14,13 +14,14 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 step "$dir/parity_gpu_tests"
 if command -v compute-sanitizer >/dev/null; then
   # Memcheck and racecheck over the whole suite, test by test in sanitizer mode (scripts/sanitize-gpu.sh:
-  # a process and a time limit each, twelve at a time by default, smaller sweeps over the same kernels; the whole
-  # suite in one racecheck process took hours). Nothing else on the GPU meanwhile. CudaGemmEarly stays
+  # a process and a time limit each, sixteen at a time by default, smaller sweeps over the same kernels; the
+  # whole suite in one racecheck process took hours). On the H200 (session 14) memcheck takes ~100 s and
+  # racecheck ~380 s, its longest test 305 s. Nothing else on the GPU meanwhile. CudaGemmEarly stays
   # out: ~1,150 timed passes with busy-wait kernels; its GEMM paths run under the tools in
   # CudaFusedModel.EarlyGemmStartsGiveTheLogitsOfOrdinaryGemmLaunches.
   for tool in memcheck racecheck; do
-    step scripts/sanitize-gpu.sh "$tool" "$dir/parity_gpu_tests" "${PARITY_SANITIZE_LIMIT:-60}" \
-      "${PARITY_SANITIZE_PARALLEL:-12}"
+    step scripts/sanitize-gpu.sh "$tool" "$dir/parity_gpu_tests" "${PARITY_SANITIZE_LIMIT:-420}" \
+      "${PARITY_SANITIZE_PARALLEL:-16}"
   done
 else
   echo "compute-sanitizer not found: memcheck/racecheck not run"

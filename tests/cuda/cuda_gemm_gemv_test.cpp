@@ -57,7 +57,7 @@ void check_reference(const Shape& sh, int M, bool with_bias, const std::vector<f
 // Every K of {32, 64, 96, 2560} with every N of {10, 200, 2560}. Sanitizer mode (racecheck costs ~13 ms a
 // block of this kernel, which takes all of shared memory): the one-block N = 10 at every K but 64 and M at
 // the m16 tile's edges (2560: W's ring of up to 32 boxes wrapping), N = 200 (13 blocks) at K = 64 and
-// 2560 on fewer rows; N = 2560's 132 blocks run in the tests below.
+// 2560 on fewer rows, a bias on even rows only; N = 2560's 132 blocks run in the tests below.
 TEST(CudaGemmGemv, EveryVariantGivesTheMmaTileBitsForEveryMUpTo16) {
   PARITY_REQUIRE_GPU();
   struct Case {
@@ -67,7 +67,7 @@ TEST(CudaGemmGemv, EveryVariantGivesTheMmaTileBitsForEveryMUpTo16) {
   std::vector<Case> cases;
   for (int K : {32, 64, 96, 2560})
     for (int N : {10, 200, 2560}) cases.push_back({K, N, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}});
-  const std::vector<int> edges = {1, 2, 3, 5, 8, 9, 13, 16};
+  const std::vector<int> edges = {1, 3, 8, 9, 16};
   cases = test::pick(cases, std::vector<Case>{{32, 10, edges}, {96, 10, edges}, {2560, 10, edges}, {64, 200, {1, 9, 16}},
                                               {2560, 200, {1, 16}}});
   for (const Case& cs : cases) {
@@ -77,6 +77,7 @@ TEST(CudaGemmGemv, EveryVariantGivesTheMmaTileBitsForEveryMUpTo16) {
     Problem pr(sh);
     for (int M : ms)
       for (bool with_bias : {false, true}) {
+        if (test::sanitizing() && with_bias != (M % 2 == 0)) continue;  // odd M without (the -0 case), even with
         const std::vector<float> ref = pr.mma(M, with_bias);
         check_reference(sh, M, with_bias, ref);
         for (int v = -1; v < cuda::gemm_gemv_variants(); ++v) {

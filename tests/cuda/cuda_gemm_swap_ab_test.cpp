@@ -52,7 +52,7 @@ TEST(CudaGemmSwapAb, EveryVariantGivesTheMmaTileBits) {
   // Sanitizer mode: the row tiles' edges (8, 16, 32, 64, 128, 256 rows; the mma kernel to 32), bias on
   // every other row count.
   const std::vector<int> rows =
-      test::sweep({1, 2, 7, 8, 9, 15, 16, 17, 31, 64, 100, 255, 256, 300}, {1, 7, 9, 16, 17, 31, 64, 100, 256, 300});
+      test::sweep({1, 2, 7, 8, 9, 15, 16, 17, 31, 64, 100, 255, 256, 300}, {1, 9, 16, 17, 31, 64, 256, 300});
   std::vector<std::pair<int, int>> kn;  // (K, N)
   for (int K : {64, 96, 2560})
     for (int N : {64, 200, 2560}) kn.emplace_back(K, N);
