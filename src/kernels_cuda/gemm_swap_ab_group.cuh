@@ -24,7 +24,9 @@
 // grouped with a barrier pair a box 294-298 (G = 4 / 2), with a barrier pair a group 288 (G = 2) and
 // 210 (G = 4; 203 with L2 warm). Where the barrier instructions sit did not matter; how many a box
 // did: each test and arrival costs the warp tens of cycles wherever it is issued. G = 4 with BAR = 4
-// (mma-c32-2blk-g4s) is out_proj's default (gemm_swap_ab.cu).
+// (mma-c32-2blk-g4s) is out_proj's default (gemm_swap_ab.cu). Session 14's steady state (below) took the
+// loop less its waits from 202 to 117 cycles a box (out_proj) and 208 to 129 (in_proj); both now wait on
+// their weights instead (docs/performance.md, "Session 14 … steady state").
 #include <cstdint>
 
 #include "kernels_cuda/gemm_swap_ab_kernel.cuh"
@@ -85,15 +87,25 @@ __device__ __forceinline__ void produce_units(unsigned ring, std::uint64_t* full
 }
 
 // G boxes a group; BAR boxes a barrier pair (1, or G: produce_units); S the ring's stages (a multiple
-// of BAR). read(f, b): box b's fragments into f (its stage has landed); step(f, kk): the k16 step kk of
-// the box whose fragments f holds. PROBE: t_first is set once group 0 is in registers, t_wait counts
-// the cycles spent in blocking waits after it.
+// of BAR). read(f, b, s): box b's fragments into f from stage s = b % S (landed); step(f, kk): the k16
+// step kk of the box whose fragments f holds. PROBE: t_first is set once group 0 is in registers, t_wait
+// counts the cycles spent in blocking waits after it.
+//
+// The steady state (session 14): while the group after next is also whole, a group runs without a
+// per-box condition (every box 64-deep, every next box there) and finds its stages and barriers from a
+// running cursor instead of b % S and b / S. ncu's per-instruction samples of session 13's loop (out_proj
+// at one row) showed why it matters: mma.sync's result is tracked by fixed stall counts, and before every
+// branch the compiler drains the pending step (the step's ~24 cycles, NOPs where nothing else is
+// ready), so each of a box's half-dozen branches and its divisions by S sat between two dependent steps
+// unhidden. Without branches the address arithmetic, the fragment loads and the barrier test issue in
+// the steps' shadows. The same steps in the same order.
 template <int G, int BAR, int S, bool PROBE, typename Frag, typename Read, typename Step>
 __device__ __forceinline__ void group_consumer(Read& read, Step& step, std::uint64_t* full, std::uint64_t* empty,
                                                int lane, int kboxes, int whole, long long& t_first,
                                                long long& t_wait) {
   static_assert(G >= 2, "the test and the loads of the next group sit in its first box and the release in its last");
   static_assert(BAR == 1 || BAR == G, "a barrier pair covers one box or one group");
+  static_assert(G <= S, "a group's stages wrap the ring at most once");
   constexpr int SU = S / BAR, UPG = G / BAR;  // barrier pairs; barrier units a group
   // Unit u (boxes BAR u .. BAR u + BAR - 1) exists while its first box does.
   auto unit_exists = [&](int u) { return u * BAR < kboxes; };
@@ -131,7 +143,7 @@ __device__ __forceinline__ void group_consumer(Read& read, Step& step, std::uint
       if (unit_exists(u)) ptx::mbar_arrive_lane0(&empty[u % SU], lane);
     }
   };
-  // Group g from cur (its boxes in registers), group g + 1 into nxt.
+  // Group g from cur (its boxes in registers), group g + 1 into nxt: any group, the tail included.
   auto group = [&](Frag (&cur)[G], Frag (&nxt)[G], int g) {
     const int g1 = g + 1;
     const bool more = g1 * G < kboxes;  // then every box of g is a whole 64-deep box
@@ -142,30 +154,103 @@ __device__ __forceinline__ void group_consumer(Read& read, Step& step, std::uint
       if (b >= kboxes) break;
       step(cur[i], 0);
       if (i == 0 && more) ready = landed(g1);
-      else if (i > 0 && g1 * G + i < kboxes) read(nxt[i], g1 * G + i);
+      else if (i > 0 && g1 * G + i < kboxes) read(nxt[i], g1 * G + i, (g1 * G + i) % S);
       step(cur[i], 1);
       if (b < whole) {
         step(cur[i], 2);
         if (i == 0 && more) {
           if (!ready) wait_group(g1);
-          read(nxt[0], g1 * G);
+          read(nxt[0], g1 * G, (g1 * G) % S);
         }
         if (i == G - 1 && more) release_group(g1);
         step(cur[i], 3);
       }
     }
   };
+  // The steady state's cursor on group g + 1 (the group being read): its first box's stage s0 and that
+  // stage's lap parity p0. Box i of the group sits in stage s0 + i (less S past the ring's end, the lap
+  // flipped); with BAR = G its barrier pair is s0 / G (G divides S and s0), with BAR = 1 the box's stage.
+  int s0 = G % S;
+  unsigned p0 = (G / S) & 1u;
+  auto stage_of = [&](int i) { return s0 + i < S ? s0 + i : s0 + i - S; };
+  auto lap_of = [&](int i) { return s0 + i < S ? p0 : p0 ^ 1u; };
+  auto steady_landed = [&]() {
+    if constexpr (BAR == G) {
+      return ptx::mbar_test(&full[s0 / G], p0);
+    } else {
+      bool all = true;
+#pragma unroll
+      for (int i = 0; i < G; ++i) all = ptx::mbar_test(&full[stage_of(i)], lap_of(i)) && all;
+      return all;
+    }
+  };
+  auto steady_wait_untimed = [&]() {
+    if constexpr (BAR == G) {
+      ptx::mbar_wait(&full[s0 / G], p0);
+    } else {
+#pragma unroll
+      for (int i = 0; i < G; ++i) ptx::mbar_wait(&full[stage_of(i)], lap_of(i));
+    }
+  };
+  auto steady_wait = [&]() {
+    if constexpr (PROBE) {
+      const long long a = clock64();
+      steady_wait_untimed();
+      t_wait += clock64() - a;
+    } else {
+      steady_wait_untimed();
+    }
+  };
+  auto steady_release = [&]() {
+    __syncwarp();
+    if constexpr (BAR == G) {
+      ptx::mbar_arrive_lane0(&empty[s0 / G], lane);
+    } else {
+#pragma unroll
+      for (int i = 0; i < G; ++i) ptx::mbar_arrive_lane0(&empty[stage_of(i)], lane);
+    }
+  };
+  // Group g (whole, and group g + 1 whole and there): group()'s order with every condition true.
+  auto steady = [&](Frag (&cur)[G], Frag (&nxt)[G], int g) {
+    const int b1 = (g + 1) * G;
+    bool ready = true;
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      step(cur[i], 0);
+      if (i == 0) ready = steady_landed();
+      else read(nxt[i], b1 + i, stage_of(i));
+      step(cur[i], 1);
+      step(cur[i], 2);
+      if (i == 0) {
+        if (!ready) steady_wait();
+        read(nxt[0], b1, s0);
+      }
+      if (i == G - 1) steady_release();
+      step(cur[i], 3);
+    }
+    s0 += G;
+    if (s0 >= S) {
+      s0 -= S;
+      p0 ^= 1u;
+    }
+  };
   Frag fa[G], fb[G];
   wait_group(0);
 #pragma unroll
   for (int i = 0; i < G; ++i)
-    if (i < kboxes) read(fa[i], i);
+    if (i < kboxes) read(fa[i], i, i % S);
   release_group(0);
   if constexpr (PROBE) {
     t_first = clock64();
     t_wait = 0;
   }
-  for (int g = 0; g * G < kboxes; g += 2) {
+  int g = 0;
+  // Pairs of steady groups while both are whole and each one's next group is whole too.
+  for (; (g + 3) * G <= whole; g += 2) {
+    steady(fa, fb, g);
+    steady(fb, fa, g + 1);
+  }
+  for (; g * G < kboxes; g += 2) {
     group(fa, fb, g);
     if ((g + 1) * G < kboxes) group(fb, fa, g + 1);
   }

@@ -160,9 +160,10 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
   // (registers a0..a3). A's rows: lanes address row 8j + lane % 8 at chunk 4p + lane / 8 (registers:
   // b0, b1 of step 2p, then of step 2p + 1).
   const int wr = 16 * warp + lane % 16, xr = lane % 8;
-  // Box b's fragments from its stage (landed).
-  auto read = [&](Frag& f, int b) {
-    const unsigned st = ring + (b % S) * Cfg::kStageBytes, xs = st + Cfg::kWBytes;
+  // Box b's fragments from its stage s = b % S (landed). The grouped consumer's steady state passes s
+  // from a running count (no division in its loop).
+  auto read_at = [&](Frag& f, int b, int s) {
+    const unsigned st = ring + s * Cfg::kStageBytes, xs = st + Cfg::kWBytes;
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) ptx::ldmatrix_x4(st + wr * 128 + (((2 * kk + lane / 16) ^ (wr & 7)) << 4), f.a[kk]);
 #pragma unroll
@@ -178,6 +179,7 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
         f.b[2 * p + 1][j][1] = r[3];
       }
   };
+  auto read = [&](Frag& f, int b) { read_at(f, b, b % S); };
   long long t_start = 0, t_first = 0, t_wait = 0;
   if constexpr (PROBE) t_start = clock64();
   auto wait_full = [&](int b) {
@@ -214,7 +216,7 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
     for (int j = 0; j < T; ++j) ptx::mma_bf16(acc[j], f.a[kk], f.b[kk][j]);
   };
   if constexpr (GROUP > 0) {
-    group_consumer<GROUP, BAR, S, PROBE, Frag>(read, step, full, empty, lane, kboxes, whole, t_first, t_wait);
+    group_consumer<GROUP, BAR, S, PROBE, Frag>(read_at, step, full, empty, lane, kboxes, whole, t_first, t_wait);
   } else if constexpr (LAG) {
     // Box b from cur: step 0, the release of its stage and a test of box b + 1's barrier, step 1, box
     // b + 1's fragments into nxt (waiting first only if the test said no), steps 2 and 3 (a 32-deep
