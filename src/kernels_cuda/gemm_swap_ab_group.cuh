@@ -123,14 +123,7 @@ __device__ __forceinline__ void group_consumer(Read& read, Step& step, std::uint
 #pragma unroll
     for (int i = 0; i < UPG; ++i) {
       const int u = g * UPG + i;
-      if (!unit_exists(u)) continue;
-      if constexpr (PROBE) {
-        const long long a = clock64();
-        ptx::mbar_wait(&full[u % SU], (u / SU) & 1);
-        t_wait += clock64() - a;
-      } else {
-        ptx::mbar_wait(&full[u % SU], (u / SU) & 1);
-      }
+      if (unit_exists(u)) ptx::mbar_wait_timed<PROBE>(&full[u % SU], (u / SU) & 1, t_wait);
     }
   };
   // The fragments of group g's stages are read (the loads were issued at least two steps ago): they
@@ -184,21 +177,12 @@ __device__ __forceinline__ void group_consumer(Read& read, Step& step, std::uint
       return all;
     }
   };
-  auto steady_wait_untimed = [&]() {
+  auto steady_wait = [&]() {
     if constexpr (BAR == G) {
-      ptx::mbar_wait(&full[s0 / G], p0);
+      ptx::mbar_wait_timed<PROBE>(&full[s0 / G], p0, t_wait);
     } else {
 #pragma unroll
-      for (int i = 0; i < G; ++i) ptx::mbar_wait(&full[stage_of(i)], lap_of(i));
-    }
-  };
-  auto steady_wait = [&]() {
-    if constexpr (PROBE) {
-      const long long a = clock64();
-      steady_wait_untimed();
-      t_wait += clock64() - a;
-    } else {
-      steady_wait_untimed();
+      for (int i = 0; i < G; ++i) ptx::mbar_wait_timed<PROBE>(&full[stage_of(i)], lap_of(i), t_wait);
     }
   };
   auto steady_release = [&]() {

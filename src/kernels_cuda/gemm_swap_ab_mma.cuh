@@ -182,15 +182,7 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
   auto read = [&](Frag& f, int b) { read_at(f, b, b % S); };
   long long t_start = 0, t_first = 0, t_wait = 0;
   if constexpr (PROBE) t_start = clock64();
-  auto wait_full = [&](int b) {
-    if constexpr (PROBE) {
-      const long long a = clock64();
-      ptx::mbar_wait(&full[b % S], (b / S) & 1);
-      t_wait += clock64() - a;
-    } else {
-      ptx::mbar_wait(&full[b % S], (b / S) & 1);
-    }
-  };
+  auto wait_full = [&](int b) { ptx::mbar_wait_timed<PROBE>(&full[b % S], (b / S) & 1, t_wait); };
   auto load = [&](Frag& f, int b) {
     const int s = b % S;
     wait_full(b);

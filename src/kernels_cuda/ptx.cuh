@@ -57,6 +57,17 @@ __device__ __forceinline__ void mbar_wait(std::uint64_t* bar, unsigned parity) {
         : "memory");
   } while (!done);
 }
+// mbar_wait; when PROBE also adds the cycles it took to `waited` (the decode GEMMs' in-kernel probes).
+template <bool PROBE>
+__device__ __forceinline__ void mbar_wait_timed(std::uint64_t* bar, unsigned parity, long long& waited) {
+  if constexpr (PROBE) {
+    const long long a = clock64();
+    mbar_wait(bar, parity);
+    waited += clock64() - a;
+  } else {
+    mbar_wait(bar, parity);
+  }
+}
 // Whether the phase of parity `parity` has completed, without waiting (mbarrier.test_wait: acquire
 // when it says yes, like mbar_wait).
 __device__ __forceinline__ bool mbar_test(std::uint64_t* bar, unsigned parity) {
