@@ -82,7 +82,11 @@ class ExactGate : public ::testing::TestWithParam<std::string> {};
 TEST_P(ExactGate, EveryScenarioBitIdenticalInExactMode) {
   const auto& m = test::cached_model(GetParam());
   const int cs = m.chunk_size(), P = gate_prompt_len(cs), K = gate_forced_len(cs);
-  for (uint64_t seed : {1u, 2u, 3u}) {
+  // Three random streams; the sanitizer build runs the first: every scenario and assertion, a third of the
+  // time (its falcon-h1 case alone took 60 s of CI's sanitized pass with three).
+  const std::vector<uint64_t> seeds =
+      test::kSanitizerBuild ? std::vector<uint64_t>{1} : std::vector<uint64_t>{1, 2, 3};
+  for (uint64_t seed : seeds) {
     engine::GateOptions g;
     g.seed = seed;
     g.prompt_len = P;

@@ -34,6 +34,16 @@
 
 namespace parity::test {
 
+// The sanitizer build (CI's second pass: AddressSanitizer + UndefinedBehaviorSanitizer, several times
+// slower). Its longest sweeps run fewer seeds or sample their rows: the same code paths and assertions,
+// where a memory or UB error would show on any case; the normal build runs every case. Each use says
+// what it samples (docs/performance.md, "CI time").
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitizerBuild = true;
+#else
+inline constexpr bool kSanitizerBuild = false;
+#endif
+
 inline std::filesystem::path scratch_dir(const std::string& name) {
   auto p = std::filesystem::temp_directory_path() /
            ("parity_test_" + name + "_" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}()));
