@@ -32,11 +32,11 @@ Matrix iota(int64_t rows, int64_t cols, float base) {
   return m;
 }
 
-bool same(const Matrix& a, const Matrix& b) {
+bool same_matrix(const Matrix& a, const Matrix& b) {
   return a.rows == b.rows && a.cols == b.cols && test::same_bits(a.data.data(), b.data.data(), a.data.size());
 }
 
-Captures sample(CaptureLayout layout) {
+Captures layout_sample(CaptureLayout layout) {
   Captures c;
   c.layout = layout;
   c.metadata["model"] = "builtin:tiny";
@@ -62,7 +62,7 @@ class AccuracyCapturesFile : public test::ScratchDirTest {};
 
 TEST_F(AccuracyCapturesFile, RoundTripBothLayouts) {
   for (CaptureLayout layout : {CaptureLayout::Flat, CaptureLayout::Step}) {
-    const Captures c = sample(layout);
+    const Captures c = layout_sample(layout);
     write_captures(path("c.safetensors"), c);
     const Captures back = read_captures(path("c.safetensors"));
     EXPECT_EQ(back.layout, layout);
@@ -74,11 +74,12 @@ TEST_F(AccuracyCapturesFile, RoundTripBothLayouts) {
       EXPECT_EQ(a.prompt_token_ids, b.prompt_token_ids);
       EXPECT_EQ(a.continuation_token_ids, b.continuation_token_ids);
       ASSERT_EQ(a.flat.size(), b.flat.size());
-      for (const auto& [m, x] : a.flat) EXPECT_TRUE(same(x, b.flat.at(m))) << m;
+      for (const auto& [m, x] : a.flat) EXPECT_TRUE(same_matrix(x, b.flat.at(m))) << m;
       ASSERT_EQ(a.steps.size(), b.steps.size());
       for (const auto& [m, s] : a.steps) {
         ASSERT_EQ(s.size(), b.steps.at(m).size());
-        for (std::size_t k = 0; k < s.size(); ++k) EXPECT_TRUE(same(s[k], b.steps.at(m)[k])) << m << " step " << k;
+        for (std::size_t k = 0; k < s.size(); ++k)
+          EXPECT_TRUE(same_matrix(s[k], b.steps.at(m)[k])) << m << " step " << k;
       }
     }
     const auto f = io::SafetensorsFile::open(path("c.safetensors"));
@@ -111,7 +112,7 @@ TEST_F(AccuracyCapturesFile, FlattenTakesStepZeroAndLastRowOfEachLaterStep) {
   PromptCapture flat;
   flat.prompt_token_ids = {1};
   flat.flat["m"] = iota(3, 2, 1.0f);
-  EXPECT_TRUE(same(flatten(flat).at("m"), flat.flat.at("m")));
+  EXPECT_TRUE(same_matrix(flatten(flat).at("m"), flat.flat.at("m")));
 }
 
 TEST_F(AccuracyCapturesFile, ReadsHalfPrecisionTensors) {
@@ -217,7 +218,7 @@ TEST_F(AccuracyCapturesFile, MalformedFilesErrorLoudly) {
   // The writer refuses what the reader would refuse, before touching the disk.
   Captures empty;
   expect_error([&] { write_captures(path("w.safetensors"), empty); }, {"holds no prompts"});
-  Captures mixed = sample(CaptureLayout::Flat);
+  Captures mixed = layout_sample(CaptureLayout::Flat);
   mixed.prompts[1].flat.erase("lm_head");
   expect_error([&] { write_captures(path("w.safetensors"), mixed); }, {"p1/lm_head is missing"});
   EXPECT_FALSE(fs::exists(path("w.safetensors")));
@@ -295,15 +296,13 @@ TEST(AccuracyCaptureHooks, KeepsTheLatestVisitAndBuildsBothLayouts) {
   ASSERT_EQ(s.steps.at("m").size(), 3u);
   EXPECT_EQ(s.steps.at("m")[0].rows, 2);
   EXPECT_EQ(s.steps.at("m")[2].data, (std::vector<float>{3, 3}));
-  EXPECT_TRUE(same(flatten(s).at("m"), f.flat.at("m")));
+  EXPECT_TRUE(same_matrix(flatten(s).at("m"), f.flat.at("m")));
   expect_error([&] { h.build(9, {1}, {}, 2, CaptureLayout::Flat); }, {"no row for position 1 of request 9"});
   expect_error([&] { h.build(8, {1}, {}, 1, CaptureLayout::Flat); }, {"never visited for request 8"});
 }
 
 // ------------------------------------------------------------------------------------------
 // Through the engine
-
-const model::Model& tiny() { return test::cached_model("builtin:tiny"); }
 
 std::vector<std::string> all_points(const model::Model& m) {
   std::vector<std::string> v;
@@ -320,7 +319,7 @@ CaptureSpec forced_spec(model::ScanMode mode, int budget, int64_t preempt_at) {
     s.prompts.push_back(p);
   }
   s.forced = {{17, 300, 4, 99, 250, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 21}};
-  s.modules = all_points(tiny());
+  s.modules = all_points(test::tiny_model());
   s.engine.mode = mode;
   s.engine.sched.max_num_batched_tokens = budget;
   s.engine.preempt_at_step = preempt_at;
@@ -336,20 +335,21 @@ std::vector<std::string> differing(const Captures& a, const Captures& b) {
     const auto fa = flatten(a.prompts[i]), fb = flatten(b.prompts[i]);
     EXPECT_EQ(fa.size(), fb.size());
     for (const auto& [m, x] : fa)
-      if (!same(x, fb.at(m))) out.push_back(std::to_string(i) + ":" + m);
+      if (!same_matrix(x, fb.at(m))) out.push_back(std::to_string(i) + ":" + m);
   }
   return out;
 }
 
 TEST(AccuracyCaptureEngine, ExactModeIsBitIdenticalUnderEverySchedule) {
-  const Captures ref = capture_through_engine(tiny(), forced_spec(model::ScanMode::Exact, 1000, -1));
+  const Captures ref = capture_through_engine(test::tiny_model(), forced_spec(model::ScanMode::Exact, 1000, -1));
   ASSERT_EQ(ref.prompts.size(), 3u);
   EXPECT_EQ(ref.prompts[0].flat.at("lm_head").rows, 45 + 25);
   EXPECT_EQ(ref.prompts[1].flat.at("backbone.layers.1.mixer.in_proj").rows, 70 + 25);
-  EXPECT_EQ(ref.prompts[1].flat.at("backbone.layers.1.mixer.in_proj").cols, tiny().cache_spec().mamba.in_proj_dim());
+  EXPECT_EQ(ref.prompts[1].flat.at("backbone.layers.1.mixer.in_proj").cols,
+            test::tiny_model().cache_spec().mamba.in_proj_dim());
   for (auto [budget, preempt] : {std::pair{7, -1}, std::pair{1000, 3}, std::pair{7, 5}, std::pair{3, 30}}) {
     SCOPED_TRACE("budget " + std::to_string(budget) + ", preempt at " + std::to_string(preempt));
-    const Captures c = capture_through_engine(tiny(), forced_spec(model::ScanMode::Exact, budget, preempt));
+    const Captures c = capture_through_engine(test::tiny_model(), forced_spec(model::ScanMode::Exact, budget, preempt));
     EXPECT_EQ(differing(ref, c), std::vector<std::string>{});
   }
 }
@@ -362,8 +362,8 @@ TEST(AccuracyCaptureEngine, GreedyCaptureIsScheduleIndependentInExactMode) {
     s.layout = CaptureLayout::Step;
     return s;
   };
-  const Captures a = capture_through_engine(tiny(), spec(1000, -1));
-  const Captures b = capture_through_engine(tiny(), spec(7, 4));
+  const Captures a = capture_through_engine(test::tiny_model(), spec(1000, -1));
+  const Captures b = capture_through_engine(test::tiny_model(), spec(7, 4));
   EXPECT_EQ(differing(a, b), std::vector<std::string>{});
   // The twelfth token is sampled and never fed: prompt + 11 positions, one step each after step 0.
   EXPECT_EQ(a.prompts[0].continuation_token_ids.size(), 12u);
@@ -373,7 +373,7 @@ TEST(AccuracyCaptureEngine, GreedyCaptureIsScheduleIndependentInExactMode) {
 }
 
 TEST(AccuracyCaptureEngine, LmHeadCaptureEqualsScoreLogits) {
-  const auto& m = tiny();
+  const auto& m = test::tiny_model();
   const CaptureSpec spec = forced_spec(model::ScanMode::Exact, 7, 4);
   const Captures c = capture_through_engine(m, spec);
   for (std::size_t i = 0; i < spec.prompts.size(); ++i) {
@@ -388,8 +388,8 @@ TEST(AccuracyCaptureEngine, LmHeadCaptureEqualsScoreLogits) {
 
 // The companion: the same comparison in plain mode finds differences, so it can fail.
 TEST(AccuracyCaptureEngine, PlainModeDiffersBetweenSchedules) {
-  const Captures a = capture_through_engine(tiny(), forced_spec(model::ScanMode::Plain, 1000, -1));
-  const Captures b = capture_through_engine(tiny(), forced_spec(model::ScanMode::Plain, 7, 5));
+  const Captures a = capture_through_engine(test::tiny_model(), forced_spec(model::ScanMode::Plain, 1000, -1));
+  const Captures b = capture_through_engine(test::tiny_model(), forced_spec(model::ScanMode::Plain, 7, 5));
   const auto diff = differing(a, b);
   EXPECT_FALSE(diff.empty());
   // Everything before the first recurrent core is schedule-independent even in plain mode.
@@ -399,7 +399,7 @@ TEST(AccuracyCaptureEngine, PlainModeDiffersBetweenSchedules) {
 TEST(AccuracyCaptureEngine, RejectsAMismatchedForcedCount) {
   CaptureSpec s = forced_spec(model::ScanMode::Exact, 1000, -1);
   s.forced.push_back({1});
-  expect_error([&] { capture_through_engine(tiny(), s); }, {"2 forced continuations for 3 prompts"});
+  expect_error([&] { capture_through_engine(test::tiny_model(), s); }, {"2 forced continuations for 3 prompts"});
 }
 
 // ------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ const std::vector<std::string> kModules = {"backbone.embeddings", "backbone.laye
                                            "backbone.layers.0.mixer", "backbone.layers.0",
                                            "backbone.layers.1.mixer.norm", "backbone.layers.1", "lm_head"};
 
-Captures sample() {
+Captures sine_sample() {
   Captures c;
   for (int i = 0; i < 2; ++i) {
     PromptCapture p;
@@ -47,13 +47,13 @@ Captures sample() {
   return c;
 }
 
-float& at(Captures& c, int prompt, const std::string& m, int row, int col) {
+float& capture_at(Captures& c, int prompt, const std::string& m, int row, int col) {
   Matrix& x = c.prompts[static_cast<std::size_t>(prompt)].flat.at(m);
   return x.data[static_cast<std::size_t>(row * x.cols + col)];
 }
 
 TEST(AccuracyCompare, AFileAgainstItselfHasZeroError) {
-  const Captures c = sample();
+  const Captures c = sine_sample();
   const CompareResult r = compare_captures(c, c, {});
   EXPECT_FALSE(r.first);
   ASSERT_EQ(r.modules.size(), kModules.size());
@@ -67,11 +67,11 @@ TEST(AccuracyCompare, AFileAgainstItselfHasZeroError) {
 }
 
 TEST(AccuracyCompare, FindsTheFirstPartingModuleInForwardOrder) {
-  const Captures a = sample();
+  const Captures a = sine_sample();
   Captures b = a;
-  at(b, 0, "lm_head", 0, 0) += 1.0f;                       // early position, late module
-  at(b, 1, "backbone.layers.1.mixer.norm", 4, 3) += 0.5f;  // late position, earlier module
-  at(b, 1, "backbone.layers.1", 2, 1) -= 0.25f;
+  capture_at(b, 0, "lm_head", 0, 0) += 1.0f;                       // early position, late module
+  capture_at(b, 1, "backbone.layers.1.mixer.norm", 4, 3) += 0.5f;  // late position, earlier module
+  capture_at(b, 1, "backbone.layers.1", 2, 1) -= 0.25f;
   const CompareResult r = compare_captures(a, b, {});
   ASSERT_TRUE(r.first);
   EXPECT_EQ(r.first->module, "backbone.layers.1.mixer.norm");
@@ -89,10 +89,10 @@ TEST(AccuracyCompare, FindsTheFirstPartingModuleInForwardOrder) {
 }
 
 TEST(AccuracyCompare, TolerancesDecideWhatParts) {
-  const Captures a = sample();
+  const Captures a = sine_sample();
   Captures b = a;
-  at(b, 0, "backbone.layers.0.mixer", 1, 1) += 1e-5f;
-  at(b, 0, "backbone.layers.1", 1, 1) += 0.1f;
+  capture_at(b, 0, "backbone.layers.0.mixer", 1, 1) += 1e-5f;
+  capture_at(b, 0, "backbone.layers.1", 1, 1) += 0.1f;
   EXPECT_EQ(compare_captures(a, b, {0.0, 0.0}).first->module, "backbone.layers.0.mixer");
   EXPECT_EQ(compare_captures(a, b, {1e-4, 0.0}).first->module, "backbone.layers.1");
   EXPECT_EQ(compare_captures(a, b, {0.0, 1e-4}).first->module, "backbone.layers.1");  // row scale ~3
@@ -101,13 +101,13 @@ TEST(AccuracyCompare, TolerancesDecideWhatParts) {
 
 TEST(AccuracyCompare, NanAndInfinityAreDifferencesUnlessBothSidesAgree) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  Captures a = sample(), b = sample();
-  at(a, 0, "backbone.layers.0", 0, 0) = nan;
-  at(b, 0, "backbone.layers.0", 0, 0) = nan;
-  at(a, 0, "backbone.layers.0", 1, 0) = inf;
-  at(b, 0, "backbone.layers.0", 1, 0) = inf;
+  Captures a = sine_sample(), b = sine_sample();
+  capture_at(a, 0, "backbone.layers.0", 0, 0) = nan;
+  capture_at(b, 0, "backbone.layers.0", 0, 0) = nan;
+  capture_at(a, 0, "backbone.layers.0", 1, 0) = inf;
+  capture_at(b, 0, "backbone.layers.0", 1, 0) = inf;
   EXPECT_FALSE(compare_captures(a, b, {}).first);
-  at(b, 0, "backbone.layers.0", 2, 0) = nan;
+  capture_at(b, 0, "backbone.layers.0", 2, 0) = nan;
   const CompareResult r = compare_captures(a, b, {1.0, 1.0});
   ASSERT_TRUE(r.first);
   EXPECT_EQ(r.first->position, 2);
@@ -115,7 +115,7 @@ TEST(AccuracyCompare, NanAndInfinityAreDifferencesUnlessBothSidesAgree) {
 }
 
 TEST(AccuracyCompare, RefusesDifferentPromptsAndShapes) {
-  const Captures a = sample();
+  const Captures a = sine_sample();
   Captures b = a;
   b.prompts.pop_back();
   expect_error([&] { compare_captures(a, b, {}); }, {"A has 2 prompt(s), B has 1"});
@@ -137,7 +137,7 @@ TEST(AccuracyCompare, RefusesDifferentPromptsAndShapes) {
 }
 
 TEST(AccuracyCompare, ComparesWhatBothHoldAndSaysWhatItLeftOut) {
-  const Captures a = sample();
+  const Captures a = sine_sample();
   Captures b = a;
   for (auto& p : b.prompts) {
     p.flat.erase("backbone.embeddings");
@@ -158,14 +158,14 @@ TEST(AccuracyCompare, ComparesWhatBothHoldAndSaysWhatItLeftOut) {
   // Continuations that part: later positions saw different inputs and are not compared.
   Captures c = a;
   c.prompts[0].continuation_token_ids = {6, 8};
-  at(c, 0, "lm_head", 4, 0) += 1.0f;
+  capture_at(c, 0, "lm_head", 4, 0) += 1.0f;
   r = compare_captures(a, c, {});
   EXPECT_FALSE(r.first);
   EXPECT_NE(compare_table(r).find("prompt 0: the continuations part at position 4"), std::string::npos);
 }
 
 TEST(AccuracyCompare, StepAndFlatFilesCompare) {
-  const Captures a = sample();
+  const Captures a = sine_sample();
   Captures s;
   s.layout = CaptureLayout::Step;
   for (const PromptCapture& p : a.prompts) {

@@ -31,16 +31,14 @@ const std::string kForcedRouters = kGraniteFixture + "/forced_router_logits.safe
 const std::string kForcedLogits = kGraniteFixture + "/forced_reference_logits.safetensors";
 const std::string kNaturalRouters = kGraniteFixture + "/router_logits.safetensors";
 const std::string kNaturalLogits = kGraniteFixture + "/reference_logits.safetensors";
-constexpr std::size_t kPrompt = 40;  // engine runs: 40 prompt tokens, 60 teacher-forced
-constexpr int kVocab = 256;
-
-std::vector<int32_t> tokens() { return io::read_tokens(kGraniteFixture + "/tokens.json"); }
+constexpr std::size_t kFixturePrompt = 40;  // engine runs: 40 prompt tokens, 60 teacher-forced
+constexpr int kFixtureVocab = 256;
 
 std::unique_ptr<accuracy::ReplacementSession> session(const model::Model& m, const std::string& path,
                                                       std::size_t prompt_len) {
   accuracy::ReplacementConfig cfg;
   cfg.tensors_path = path;
-  const auto t = tokens();
+  const auto t = test::granite_fixture_tokens();
   cfg.prompt_token_ids = std::vector<std::vector<int32_t>>{
       std::vector<int32_t>(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(prompt_len))};
   return std::make_unique<accuracy::ReplacementSession>(cfg, m);
@@ -52,20 +50,20 @@ const char* mode_name(model::ScanMode m) { return m == model::ScanMode::Exact ? 
 // chunks of 16 that do not align with the Mamba chunk of 32, then one token per step). The SSM
 // cache is fp32 in both modes unless given: plain mode's default bf16 state alone moves the logits
 // by ~6e-5 relative, which is the cache's rounding, not the routing.
-std::vector<float> run(const model::Model& m, model::ScanMode mode, bool engine, const std::string& routers,
-                       DType ssm_cache = DType::F32) {
-  const auto t = tokens();
+std::vector<float> routed_logits(const model::Model& m, model::ScanMode mode, bool engine, const std::string& routers,
+                                 DType ssm_cache = DType::F32) {
+  const auto t = test::granite_fixture_tokens();
   if (!engine) {
     auto s = routers.empty() ? nullptr : session(m, routers, t.size());
     if (s) s->replacer().register_request(0, t);
     return model::score_all_rows(m, t, mode, s ? &s->hooks() : nullptr);
   }
-  auto s = routers.empty() ? nullptr : session(m, routers, kPrompt);
+  auto s = routers.empty() ? nullptr : session(m, routers, kFixturePrompt);
   engine::EngineConfig cfg;
   cfg.mode = mode;
   cfg.ssm_cache_dtype = ssm_cache;
   cfg.sched.max_num_batched_tokens = 16;
-  return test::engine_rows(m, t, kPrompt, cfg, [&](engine::Engine& e) {
+  return test::engine_rows(m, t, kFixturePrompt, cfg, [&](engine::Engine& e) {
     if (s) s->attach(e);
   });
 }
@@ -74,7 +72,7 @@ std::vector<float> run(const model::Model& m, model::ScanMode mode, bool engine,
 
 TEST(ForcedRouting, InjectedRouterLogitsReproduceHuggingFace) {
   const auto ref = test::read_logits(kForcedLogits);
-  ASSERT_EQ(ref.size(), tokens().size() * kVocab);
+  ASSERT_EQ(ref.size(), test::granite_fixture_tokens().size() * kFixtureVocab);
   double worst = 0;
   for (auto p : test::kPatterns)
     for (auto mode : {model::ScanMode::Exact, model::ScanMode::Plain})
@@ -82,7 +80,7 @@ TEST(ForcedRouting, InjectedRouterLogitsReproduceHuggingFace) {
         const std::string what = std::string(model::moe_routing_name(p)) + "/" + mode_name(mode) + "/" +
                                  (engine ? "engine-budget16" : "score");
         SCOPED_TRACE(what);
-        const auto got = run(test::routed_model(kGraniteFixture, p), mode, engine, kForcedRouters);
+        const auto got = routed_logits(test::routed_model(kGraniteFixture, p), mode, engine, kForcedRouters);
         ASSERT_EQ(got.size(), ref.size());
         const double e = test::rel_fro(got.data(), ref.data(), ref.size());
         char buf[32];
@@ -97,8 +95,8 @@ TEST(ForcedRouting, InjectedRouterLogitsReproduceHuggingFace) {
   RecordProperty("rel_fro_worst", buf);
   // Plain mode with its default bf16 SSM cache: the routing is still HF's, the state is rounded.
   for (auto p : test::kPatterns) {
-    const auto got = run(test::routed_model(kGraniteFixture, p), model::ScanMode::Plain, true, kForcedRouters,
-                         DType::BF16);
+    const auto got = routed_logits(test::routed_model(kGraniteFixture, p), model::ScanMode::Plain, true, kForcedRouters,
+                                   DType::BF16);
     const double e = test::rel_fro(got.data(), ref.data(), ref.size());
     std::snprintf(buf, sizeof buf, "%.3g", e);
     RecordProperty(std::string("rel_fro_") + model::moe_routing_name(p) + "/plain-bf16-cache/engine-budget16", buf);
@@ -112,7 +110,7 @@ TEST(ForcedRouting, WithoutInjectionTheLogitsAreFarOff) {
   const auto ref = test::read_logits(kForcedLogits);
   for (auto p : test::kPatterns)
     for (bool engine : {false, true}) {
-      const auto got = run(test::routed_model(kGraniteFixture, p), model::ScanMode::Exact, engine, "");
+      const auto got = routed_logits(test::routed_model(kGraniteFixture, p), model::ScanMode::Exact, engine, "");
       const double e = test::rel_fro(got.data(), ref.data(), ref.size());
       char buf[32];
       std::snprintf(buf, sizeof buf, "%.3g", e);
@@ -127,7 +125,8 @@ TEST(ForcedRouting, NaturalHfRouterLogitsReproduceReferenceLogits) {
   const auto ref = test::read_logits(kNaturalLogits);
   for (auto p : test::kPatterns)
     for (bool engine : {false, true}) {
-      const auto got = run(test::routed_model(kGraniteFixture, p), model::ScanMode::Exact, engine, kNaturalRouters);
+      const auto got =
+          routed_logits(test::routed_model(kGraniteFixture, p), model::ScanMode::Exact, engine, kNaturalRouters);
       ASSERT_EQ(got.size(), ref.size());
       const double e = test::rel_fro(got.data(), ref.data(), ref.size());
       char buf[32];
@@ -142,7 +141,7 @@ namespace {
 
 // A router captures file with one tensor of the given shape for `module` (plus the fixture's ids).
 std::string write_router_file(const fs::path& dir, const std::string& module, std::vector<int64_t> shape) {
-  const auto t = tokens();
+  const auto t = test::granite_fixture_tokens();
   std::vector<int64_t> ids(t.begin(), t.end());
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -166,8 +165,8 @@ TEST(ForcedRouting, BadInjectionInputIsAClearError) {
       accuracy::ReplacementConfig cfg;
       cfg.tensors_path = path;
       accuracy::ReplacementSession s(cfg, m);
-      s.replacer().register_request(0, tokens());
-      model::score_all_rows(m, tokens(), model::ScanMode::Exact, &s.hooks());
+      s.replacer().register_request(0, test::granite_fixture_tokens());
+      model::score_all_rows(m, test::granite_fixture_tokens(), model::ScanMode::Exact, &s.hooks());
     };
     // Wrong expert count.
     std::string msg = error_of([&] { open(write_router_file(dir, r0, {100, 7})); });
@@ -192,7 +191,7 @@ TEST(ForcedRouting, BadInjectionInputIsAClearError) {
       auto c = std::make_shared<accuracy::ReplacementContext>();
       (*c)[r0] = accuracy::Matrix{rows, cols, std::vector<float>(static_cast<std::size_t>(rows * cols), 0.5f)};
       accuracy::ActiveContextScope scope(c);
-      model::score_all_rows(m, tokens(), model::ScanMode::Exact, &ctx);
+      model::score_all_rows(m, test::granite_fixture_tokens(), model::ScanMode::Exact, &ctx);
     };
     msg = error_of([&] { with_context(100, 9); });
     EXPECT_NE(msg.find("9 features"), std::string::npos) << msg;
@@ -210,24 +209,15 @@ TEST(ForcedRouting, SeedContextAndNativeHooksGiveTheSameBits) {
   auto ctx = std::make_shared<accuracy::ReplacementContext>(injected.prompts[0].flat);
   for (auto p : test::kPatterns) {
     const auto& m = test::routed_model(kGraniteFixture, p);
-    const auto native = run(m, model::ScanMode::Exact, false, kForcedRouters);
+    const auto native = routed_logits(m, model::ScanMode::Exact, false, kForcedRouters);
     accuracy::ContextHooks hooks;
     accuracy::ActiveContextScope scope(ctx);
-    const auto seed = model::score_all_rows(m, tokens(), model::ScanMode::Exact, &hooks);
+    const auto seed = model::score_all_rows(m, test::granite_fixture_tokens(), model::ScanMode::Exact, &hooks);
     EXPECT_TRUE(test::same_bits(native.data(), seed.data(), native.size())) << model::moe_routing_name(p);
   }
 }
 
 namespace {
-
-std::string join(const std::vector<int32_t>& v, std::size_t from, std::size_t to) {
-  std::string s;
-  for (std::size_t i = from; i < to; ++i) {
-    if (i > from) s += ',';
-    s += std::to_string(v[i]);
-  }
-  return s;
-}
 
 std::string replacement_json(const std::string& ids_path) {
   std::string j = "{\"tensor_replacement\": {\"tensors_path\": \"" + kForcedRouters + "\"";
@@ -239,10 +229,10 @@ std::string replacement_json(const std::string& ids_path) {
 
 TEST(ForcedRoutingCli, ScoreGenerateAndValidateWithRouterReplacement) {
   const fs::path dir = test::scratch_dir("forced_cli");
-  const auto t = tokens();
+  const auto t = test::granite_fixture_tokens();
   const auto ref = test::read_logits(kForcedLogits);
   const std::string ids_path = (dir / "ids.json").string();
-  test::write_text(ids_path, "[[" + join(t, 0, kPrompt) + "]]");
+  test::write_text(ids_path, "[[" + test::id_list(std::span(t).first(kFixturePrompt)) + "]]");
   for (const char* pattern : {"direct", "fused"}) {
     SCOPED_TRACE(pattern);
     // score: the file's own prompt ids (the whole stream) match the scored tokens.
@@ -257,13 +247,13 @@ TEST(ForcedRoutingCli, ScoreGenerateAndValidateWithRouterReplacement) {
 
     // generate, chunked, exact: rows P-1 … 99.
     const std::string dump = (dir / "gen.safetensors").string();
-    r = test::run_cli("generate " + kGraniteFixture + " --prompt " + join(t, 0, kPrompt) + " --forced " +
-                      join(t, kPrompt, t.size()) + " --exact --max-num-batched-tokens 16 --dump-logits " + dump +
-                      " --moe-routing " + pattern + " --additional-config " + replacement_json(ids_path) +
-                      " --threads 2");
+    r = test::run_cli("generate " + kGraniteFixture + " --prompt " + test::id_list(std::span(t).first(kFixturePrompt)) +
+                      " --forced " + test::id_list(std::span(t).subspan(kFixturePrompt)) +
+                      " --exact --max-num-batched-tokens 16 --dump-logits " + dump + " --moe-routing " + pattern +
+                      " --additional-config " + replacement_json(ids_path) + " --threads 2");
     ASSERT_EQ(r.status, 0) << r.err;
     got = test::read_logits(dump);
-    const std::size_t first = (kPrompt - 1) * kVocab;
+    const std::size_t first = (kFixturePrompt - 1) * kFixtureVocab;
     ASSERT_EQ(got.size(), ref.size() - first);
     EXPECT_LE(test::rel_fro(got.data(), ref.data() + first, got.size()), 1e-5);
   }
@@ -272,9 +262,9 @@ TEST(ForcedRoutingCli, ScoreGenerateAndValidateWithRouterReplacement) {
   // continuation). With the injection it passes; without, it fails.
   accuracy::Captures c;
   accuracy::PromptCapture pc;
-  pc.prompt_token_ids.assign(t.begin(), t.begin() + kPrompt);
-  pc.continuation_token_ids.assign(t.begin() + kPrompt, t.end());
-  pc.flat["lm_head"] = accuracy::Matrix{static_cast<int64_t>(t.size()), kVocab, ref};
+  pc.prompt_token_ids.assign(t.begin(), t.begin() + kFixturePrompt);
+  pc.continuation_token_ids.assign(t.begin() + kFixturePrompt, t.end());
+  pc.flat["lm_head"] = accuracy::Matrix{static_cast<int64_t>(t.size()), kFixtureVocab, ref};
   c.prompts.push_back(pc);
   const std::string vref = (dir / "validate_ref.safetensors").string();
   accuracy::write_captures(vref, c);

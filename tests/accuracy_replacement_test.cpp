@@ -22,7 +22,6 @@ using namespace parity::accuracy;
 
 namespace {
 
-const model::Model& tiny() { return test::cached_model("builtin:tiny"); }
 const char* kMixer0 = "backbone.layers.0.mixer";
 
 struct Stream {
@@ -48,18 +47,18 @@ engine::EngineConfig exact(int budget) {
   return c;
 }
 
-struct RunResult {
+struct StreamRows {
   std::vector<std::vector<std::vector<float>>> rows;  // per stream, every position's logits
   std::vector<uint64_t> ids;
 };
 
 // Runs every stream (all logit rows returned) through an engine; `setup` attaches hooks.
 template <class Setup>
-RunResult run(const std::vector<Stream>& ss, engine::EngineConfig cfg, Setup&& setup,
-              std::vector<int> bind = {}) {
-  engine::Engine eng(tiny(), cfg);
+StreamRows run_streams(const std::vector<Stream>& ss, engine::EngineConfig cfg, Setup&& setup,
+                       std::vector<int> bind = {}) {
+  engine::Engine eng(test::tiny_model(), cfg);
   setup(eng);
-  RunResult out;
+  StreamRows out;
   for (std::size_t i = 0; i < ss.size(); ++i) {
     engine::RequestSpec s;
     s.prompt = ss[i].prompt;
@@ -73,7 +72,7 @@ RunResult run(const std::vector<Stream>& ss, engine::EngineConfig cfg, Setup&& s
   return out;
 }
 
-bool same(const RunResult& a, const RunResult& b) {
+bool same_rows(const StreamRows& a, const StreamRows& b) {
   if (a.rows.size() != b.rows.size()) return false;
   for (std::size_t i = 0; i < a.rows.size(); ++i) {
     if (a.rows[i].size() != b.rows[i].size()) return false;
@@ -85,16 +84,16 @@ bool same(const RunResult& a, const RunResult& b) {
 
 std::set<std::string> all_points_but_head() {
   std::set<std::string> s;
-  for (const auto& p : tiny().probe_points())
+  for (const auto& p : test::tiny_model().probe_points())
     if (p.name != "lm_head" && p.name != "backbone.norm_f") s.insert(p.name);
   return s;
 }
 
 // Captures `modules` from a baseline run; returns the captures (flat, one prompt per stream).
-Captures capture(const std::vector<Stream>& ss, const std::set<std::string>& modules, int budget, RunResult* base,
-                 bool* mixed = nullptr) {
+Captures capture_baseline(const std::vector<Stream>& ss, const std::set<std::string>& modules, int budget,
+                          StreamRows* base, bool* mixed = nullptr) {
   test::RowRecorder rec(modules);
-  *base = run(ss, exact(budget), [&](engine::Engine& e) { e.set_probe_hooks(&rec); });
+  *base = run_streams(ss, exact(budget), [&](engine::Engine& e) { e.set_probe_hooks(&rec); });
   if (mixed) *mixed = rec.mixed_pass;
   Captures c;
   for (std::size_t i = 0; i < ss.size(); ++i) {
@@ -138,19 +137,19 @@ auto attach_noting(ReplacementSession& s, std::map<uint64_t, int>& bound) {
 
 TEST(AccuracyReplacementE2E, SameTensorsGiveTheSameBitsUnderAnotherMixedSchedule) {
   const auto ss = streams();
-  RunResult base;
+  StreamRows base;
   bool mixed_capture = false;
-  Captures c = capture(ss, all_points_but_head(), 16, &base, &mixed_capture);
+  Captures c = capture_baseline(ss, all_points_but_head(), 16, &base, &mixed_capture);
   EXPECT_TRUE(mixed_capture);
-  ReplacementSession session(in_memory(c), tiny());
+  ReplacementSession session(in_memory(c), test::tiny_model());
   test::RowRecorder watch({"backbone.embeddings"});
   test::ChainHooks chain(session.hooks(), watch);
-  RunResult replaced = run(ss, exact(7), [&](engine::Engine& e) {
+  StreamRows replaced = run_streams(ss, exact(7), [&](engine::Engine& e) {
     session.attach(e);
     e.set_probe_hooks(&chain);  // the session's hooks first, then the pass-shape watcher
   });
   EXPECT_TRUE(watch.mixed_pass);
-  EXPECT_TRUE(same(base, replaced));
+  EXPECT_TRUE(same_rows(base, replaced));
   uint64_t positions = 0;
   for (const auto& s : ss) positions += s.prompt.size() + s.forced.size();
   EXPECT_EQ(session.replacer().stats().rows_replaced, positions * all_points_but_head().size());
@@ -159,17 +158,17 @@ TEST(AccuracyReplacementE2E, SameTensorsGiveTheSameBitsUnderAnotherMixedSchedule
 
 TEST(AccuracyReplacementE2E, PerturbedPointEqualsAddingThePerturbationInPlace) {
   const auto ss = streams();
-  RunResult base;
-  Captures c = capture(ss, {kMixer0}, 16, &base);
+  StreamRows base;
+  Captures c = capture_baseline(ss, {kMixer0}, 16, &base);
   perturb(c, kMixer0);
-  ReplacementSession session(in_memory(c), tiny());
-  RunResult replaced = run(ss, exact(7), [&](engine::Engine& e) { session.attach(e); });
-  EXPECT_FALSE(same(base, replaced));
+  ReplacementSession session(in_memory(c), test::tiny_model());
+  StreamRows replaced = run_streams(ss, exact(7), [&](engine::Engine& e) { session.attach(e); });
+  EXPECT_FALSE(same_rows(base, replaced));
   // Reference computation: the live value (the same bits as the capture, exact mode) plus the
   // same perturbation, in place, under a third schedule. Request ids 1..3 are prompts 0..2.
   test::PerturbHooks add(kMixer0, {{1, 0}, {2, 1}, {3, 2}});
-  RunResult reference = run(ss, exact(11), [&](engine::Engine& e) { e.set_probe_hooks(&add); });
-  EXPECT_TRUE(same(replaced, reference));
+  StreamRows reference = run_streams(ss, exact(11), [&](engine::Engine& e) { e.set_probe_hooks(&add); });
+  EXPECT_TRUE(same_rows(replaced, reference));
   // Every row passes layer 0, so even each stream's first row differs from the unperturbed run.
   for (std::size_t i = 0; i < ss.size(); ++i)
     EXPECT_FALSE(test::same_bits(base.rows[i][0].data(), replaced.rows[i][0].data(), base.rows[i][0].size()));
@@ -177,14 +176,14 @@ TEST(AccuracyReplacementE2E, PerturbedPointEqualsAddingThePerturbationInPlace) {
 
 TEST(AccuracyReplacementE2E, PositionPastTheReferenceIsAnErrorOrZeroFilled) {
   auto ss = streams();
-  RunResult base;
-  Captures c = capture(ss, {kMixer0}, 16, &base);
+  StreamRows base;
+  Captures c = capture_baseline(ss, {kMixer0}, 16, &base);
   ss[1].forced.push_back(5);
   ss[1].forced.push_back(6);  // two positions more than the reference covers
   {
-    ReplacementSession session(in_memory(c), tiny());
+    ReplacementSession session(in_memory(c), test::tiny_model());
     try {
-      run(ss, exact(16), [&](engine::Engine& e) { session.attach(e); });
+      run_streams(ss, exact(16), [&](engine::Engine& e) { session.attach(e); });
       FAIL() << "expected an error";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("needs backbone.layers.0.mixer at position 46"), std::string::npos)
@@ -192,8 +191,8 @@ TEST(AccuracyReplacementE2E, PositionPastTheReferenceIsAnErrorOrZeroFilled) {
     }
     EXPECT_EQ(session.replacer().stats().rows_past_reference, 1u);
   }
-  ReplacementSession session(in_memory(c, MissingPosition::Zero), tiny());
-  RunResult r = run(ss, exact(16), [&](engine::Engine& e) { session.attach(e); });
+  ReplacementSession session(in_memory(c, MissingPosition::Zero), test::tiny_model());
+  StreamRows r = run_streams(ss, exact(16), [&](engine::Engine& e) { session.attach(e); });
   EXPECT_EQ(session.replacer().stats().rows_past_reference, 2u);
   EXPECT_NE(session.describe().find("2 past the reference"), std::string::npos);
   // Rows before the extension are untouched by the zero fill.
@@ -207,23 +206,23 @@ TEST(AccuracyReplacementE2E, ExplicitBindingResolvesTheCornerCase) {
   // and to prompt 0 when bound. Prompt 1's tensors are perturbed so the two are told apart.
   const auto ss = streams();
   Stream s = ss[1];
-  RunResult base;
-  Captures one = capture({s}, {kMixer0}, 16, &base);
+  StreamRows base;
+  Captures one = capture_baseline({s}, {kMixer0}, 16, &base);
   Captures c = one;
   c.prompts.push_back(one.prompts[0]);
   c.prompts[0].prompt_token_ids.resize(s.prompt.size() - 2);
   perturb(c, kMixer0);  // prompt 0 gets perturbation(0, …), prompt 1 perturbation(1, …)
   Captures exact_for_0 = c;
   exact_for_0.prompts[0].flat = one.prompts[0].flat;  // prompt 0: the true values
-  ReplacementSession by_prefix(in_memory(exact_for_0), tiny());
+  ReplacementSession by_prefix(in_memory(exact_for_0), test::tiny_model());
   std::map<uint64_t, int> prefix_bound, explicit_bound;
-  RunResult prefix = run({s}, exact(16), attach_noting(by_prefix, prefix_bound));
+  StreamRows prefix = run_streams({s}, exact(16), attach_noting(by_prefix, prefix_bound));
   EXPECT_EQ(prefix_bound, (std::map<uint64_t, int>{{1, 1}}));
-  EXPECT_FALSE(same(base, prefix));
-  ReplacementSession bound(in_memory(exact_for_0), tiny());
-  RunResult b = run({s}, exact(16), attach_noting(bound, explicit_bound), {0});
+  EXPECT_FALSE(same_rows(base, prefix));
+  ReplacementSession bound(in_memory(exact_for_0), test::tiny_model());
+  StreamRows b = run_streams({s}, exact(16), attach_noting(bound, explicit_bound), {0});
   EXPECT_EQ(explicit_bound, (std::map<uint64_t, int>{{1, 0}}));
-  EXPECT_TRUE(same(base, b));
+  EXPECT_TRUE(same_rows(base, b));
 }
 
 // A binding lives as long as its request: made on arrival, kept across a preemption (the request
@@ -231,13 +230,13 @@ TEST(AccuracyReplacementE2E, ExplicitBindingResolvesTheCornerCase) {
 // serving for days does not accumulate one per request it ever served.
 TEST(AccuracyReplacementE2E, BindingsAreReleasedWhenRequestsFinishOrAreAborted) {
   const auto ss = streams();
-  RunResult base;
-  Captures c = capture(ss, {kMixer0}, 16, &base);
-  ReplacementSession session(in_memory(c), tiny());
+  StreamRows base;
+  Captures c = capture_baseline(ss, {kMixer0}, 16, &base);
+  ReplacementSession session(in_memory(c), test::tiny_model());
   const PromptIndex& ix = session.replacer().prompt_index();
   engine::EngineConfig cfg = exact(16);
   cfg.preempt_at_step = 3;
-  engine::Engine eng(tiny(), cfg);
+  engine::Engine eng(test::tiny_model(), cfg);
   session.attach(eng);
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
@@ -277,15 +276,15 @@ TEST(AccuracyReplacementE2E, BindingsAreReleasedWhenRequestsFinishOrAreAborted) 
 
 TEST(AccuracyReplacementE2E, SeedBucketedContextGivesTheSameBitsAsTheNativePath) {
   const auto ss = streams();
-  RunResult base;
-  Captures c = capture({ss[2]}, {kMixer0}, 64, &base);
+  StreamRows base;
+  Captures c = capture_baseline({ss[2]}, {kMixer0}, 64, &base);
   perturb(c, kMixer0);
   std::vector<int32_t> toks = ss[2].prompt;
   toks.insert(toks.end(), ss[2].forced.begin(), ss[2].forced.end());
   // Native path: rows carry request 0 (score passes no ids).
-  ReplacementSession native(in_memory(c), tiny());
+  ReplacementSession native(in_memory(c), test::tiny_model());
   native.replacer().register_request(0, toks);
-  std::vector<float> a = model::score_all_rows(tiny(), toks, model::ScanMode::Exact, &native.hooks());
+  std::vector<float> a = model::score_all_rows(test::tiny_model(), toks, model::ScanMode::Exact, &native.hooks());
   // Seed path: one prefill, bucket padded with repeated positions, context set around the pass.
   TensorReplacer r = TensorReplacer::from_captures(c);
   r.register_request(0, toks);
@@ -297,12 +296,12 @@ TEST(AccuracyReplacementE2E, SeedBucketedContextGivesTheSameBitsAsTheNativePath)
   std::vector<float> b;
   {
     ActiveContextScope scope(std::make_shared<ReplacementContext>(r.build_context({0}, pos, true)));
-    b = model::score_all_rows(tiny(), toks, model::ScanMode::Exact, &ctx_hooks);
+    b = model::score_all_rows(test::tiny_model(), toks, model::ScanMode::Exact, &ctx_hooks);
   }
   ASSERT_EQ(a.size(), b.size());
   EXPECT_TRUE(test::same_bits(a.data(), b.data(), a.size()));
   test::PerturbHooks add(kMixer0, {{0, 0}});
-  std::vector<float> want = model::score_all_rows(tiny(), toks, model::ScanMode::Exact, &add);
+  std::vector<float> want = model::score_all_rows(test::tiny_model(), toks, model::ScanMode::Exact, &add);
   EXPECT_TRUE(test::same_bits(a.data(), want.data(), a.size()));
 }
 
@@ -310,30 +309,13 @@ TEST(AccuracyReplacementE2E, SeedBucketedContextGivesTheSameBitsAsTheNativePath)
 
 namespace {
 
-std::vector<float> read_logits(const std::filesystem::path& p) {
-  auto f = io::SafetensorsFile::open(p.string());
-  const io::TensorView* t = f->find("logits");
-  if (!t) return {};
-  const float* d = static_cast<const float*>(t->data);
-  return std::vector<float>(d, d + t->numel());
-}
-
-std::string join(const std::vector<int32_t>& t) {
-  std::string s;
-  for (int32_t x : t) {
-    if (!s.empty()) s += ',';
-    s += std::to_string(x);
-  }
-  return s;
-}
-
 }  // namespace
 
 TEST(AccuracyReplacementCli, ScoreAndGenerateAcceptAdditionalConfig) {
   const auto ss = streams();
   const Stream& s = ss[2];
-  RunResult base;
-  Captures c = capture({s}, {kMixer0}, 64, &base);
+  StreamRows base;
+  Captures c = capture_baseline({s}, {kMixer0}, 64, &base);
   perturb(c, kMixer0);
   auto dir = test::scratch_dir("acc_repl_cli");
   const std::string ref = (dir / "ref.safetensors").string();
@@ -341,22 +323,22 @@ TEST(AccuracyReplacementCli, ScoreAndGenerateAcceptAdditionalConfig) {
   std::vector<int32_t> toks = s.prompt;
   toks.insert(toks.end(), s.forced.begin(), s.forced.end());
   test::PerturbHooks add(kMixer0, {{0, 0}});
-  const std::vector<float> want = model::score_all_rows(tiny(), toks, model::ScanMode::Exact, &add);
+  const std::vector<float> want = model::score_all_rows(test::tiny_model(), toks, model::ScanMode::Exact, &add);
   const std::string cfg = "'{\"tensor_replacement\": {\"tensors_path\": \"" + ref + "\"}}'";
 
-  auto r = test::run_cli("score builtin:tiny --exact --tokens " + join(toks) + " --out " + (dir / "s.safetensors").string() +
-                         " --additional-config " + cfg);
+  auto r = test::run_cli("score builtin:tiny --exact --tokens " + test::id_list(toks) + " --out " +
+                         (dir / "s.safetensors").string() + " --additional-config " + cfg);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("rows replaced"), std::string::npos) << r.err;
-  std::vector<float> got = read_logits(dir / "s.safetensors");
+  std::vector<float> got = test::read_logits((dir / "s.safetensors").string());
   ASSERT_EQ(got.size(), want.size());
   EXPECT_TRUE(test::same_bits(got.data(), want.data(), want.size()));
 
-  r = test::run_cli("generate builtin:tiny --exact --max-num-batched-tokens 5 --prompt " + join(s.prompt) +
-                    " --forced " + join(s.forced) + " --dump-logits " + (dir / "g.safetensors").string() +
+  r = test::run_cli("generate builtin:tiny --exact --max-num-batched-tokens 5 --prompt " + test::id_list(s.prompt) +
+                    " --forced " + test::id_list(s.forced) + " --dump-logits " + (dir / "g.safetensors").string() +
                     " --additional-config " + cfg);
   ASSERT_EQ(r.status, 0) << r.err;
-  got = read_logits(dir / "g.safetensors");
+  got = test::read_logits((dir / "g.safetensors").string());
   const std::size_t V = 512, P = s.prompt.size();
   ASSERT_EQ(got.size(), (s.forced.size() + 1) * V);
   EXPECT_TRUE(test::same_bits(got.data(), want.data() + (P - 1) * V, got.size()));

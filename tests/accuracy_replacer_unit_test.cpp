@@ -34,7 +34,7 @@ Matrix mat(int64_t rows, int64_t cols, int prompt) {
   return m;
 }
 
-float at(const Matrix& m, int64_t r, int64_t c) { return m.data[static_cast<std::size_t>(r * m.cols + c)]; }
+float matrix_at(const Matrix& m, int64_t r, int64_t c) { return m.data[static_cast<std::size_t>(r * m.cols + c)]; }
 
 // Two prompts with a 2-feature module "m" of 16 positions each.
 TensorReplacer two_prompts(std::vector<int32_t> a = {10, 20, 30}, std::vector<int32_t> b = {40, 50},
@@ -133,9 +133,9 @@ TEST(AccuracyReplacer, FlattensStepCapturesKeepingTheLastRowOfLaterSteps) {
   TensorReplacer r = TensorReplacer::from_captures(c);
   const Matrix& f = r.reference(0, "m");
   ASSERT_EQ(f.rows, 5);
-  EXPECT_EQ(at(f, 2, 1), at(s0, 2, 1));
-  EXPECT_EQ(at(f, 3, 0), at(s1, 3, 0));
-  EXPECT_EQ(at(f, 4, 1), at(s2, 0, 1));
+  EXPECT_EQ(matrix_at(f, 2, 1), matrix_at(s0, 2, 1));
+  EXPECT_EQ(matrix_at(f, 3, 0), matrix_at(s1, 3, 0));
+  EXPECT_EQ(matrix_at(f, 4, 1), matrix_at(s2, 0, 1));
   EXPECT_EQ(r.register_request(1, {1, 2, 3, 9}), 0);  // prompt ids come from the captures
 }
 
@@ -148,10 +148,10 @@ TEST(AccuracyReplacer, DecodeOneSlotPerRequestWithBatchPadding) {
   const Matrix& m = ctx.at("m");
   ASSERT_EQ(m.rows, 4);
   ASSERT_EQ(m.cols, 2);
-  EXPECT_EQ(at(m, 0, 1), 0 * 1000 + 5 * 10 + 1);  // prompt_0_tensor[5]
-  EXPECT_EQ(at(m, 1, 0), 1 * 1000 + 3 * 10 + 0);  // prompt_1_tensor[3]
+  EXPECT_EQ(matrix_at(m, 0, 1), 0 * 1000 + 5 * 10 + 1);  // prompt_0_tensor[5]
+  EXPECT_EQ(matrix_at(m, 1, 0), 1 * 1000 + 3 * 10 + 0);  // prompt_1_tensor[3]
   for (int s : {2, 3})
-    for (int c : {0, 1}) EXPECT_EQ(at(m, s, c), 0.0f);
+    for (int c : {0, 1}) EXPECT_EQ(matrix_at(m, s, c), 0.0f);
 }
 
 TEST(AccuracyReplacer, SpecDecodeOneRequestFourSlots) {
@@ -159,7 +159,7 @@ TEST(AccuracyReplacer, SpecDecodeOneRequestFourSlots) {
   r.register_request(1, {10, 20, 30, 4, 4, 4, 4, 4});
   ReplacementContext ctx = r.build_context({1}, {8, 9, 10, 11}, false, 4);
   const Matrix& m = ctx.at("m");
-  for (int s = 0; s < 4; ++s) EXPECT_EQ(at(m, s, 0), (8 + s) * 10) << s;
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(matrix_at(m, s, 0), (8 + s) * 10) << s;
 }
 
 TEST(AccuracyReplacer, SpecDecodeTwoRequestsFourSlotsEach) {
@@ -169,7 +169,7 @@ TEST(AccuracyReplacer, SpecDecodeTwoRequestsFourSlotsEach) {
   ReplacementContext ctx = r.build_context({1, 2}, {8, 9, 10, 11, 5, 6, 7, 8}, false, 4);
   const Matrix& m = ctx.at("m");
   const int want[8][2] = {{0, 8}, {0, 9}, {0, 10}, {0, 11}, {1, 5}, {1, 6}, {1, 7}, {1, 8}};
-  for (int s = 0; s < 8; ++s) EXPECT_EQ(at(m, s, 1), want[s][0] * 1000 + want[s][1] * 10 + 1) << "slot " << s;
+  for (int s = 0; s < 8; ++s) EXPECT_EQ(matrix_at(m, s, 1), want[s][0] * 1000 + want[s][1] * 10 + 1) << "slot " << s;
 }
 
 TEST(AccuracyReplacer, SpecDecodeSlotsPastTheRequestsArePadding) {
@@ -178,9 +178,9 @@ TEST(AccuracyReplacer, SpecDecodeSlotsPastTheRequestsArePadding) {
   // One request × 4 slots, bucket of 6: slots 4 and 5 stay zero even with real-looking positions.
   ReplacementContext ctx = r.build_context({1}, {8, 9, 10, 11, 12, 13}, false, 4);
   const Matrix& m = ctx.at("m");
-  EXPECT_EQ(at(m, 3, 0), 110.0f);
-  EXPECT_EQ(at(m, 4, 0), 0.0f);
-  EXPECT_EQ(at(m, 5, 1), 0.0f);
+  EXPECT_EQ(matrix_at(m, 3, 0), 110.0f);
+  EXPECT_EQ(matrix_at(m, 4, 0), 0.0f);
+  EXPECT_EQ(matrix_at(m, 5, 1), 0.0f);
   EXPECT_EQ(r.stats().rows_replaced, 4u);
 }
 
@@ -189,14 +189,14 @@ TEST(AccuracyReplacer, PrefillPaddingStartsAtTheFirstRepeatedPosition) {
   r.register_request(1, {10, 20, 30});
   ReplacementContext ctx = r.build_context({1}, {0, 1, 2, 3, 3, 3}, true);
   const Matrix& m = ctx.at("m");
-  for (int s = 0; s < 4; ++s) EXPECT_EQ(at(m, s, 0), s * 10);
-  EXPECT_EQ(at(m, 4, 0), 0.0f);
-  EXPECT_EQ(at(m, 5, 1), 0.0f);
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(matrix_at(m, s, 0), s * 10);
+  EXPECT_EQ(matrix_at(m, 4, 0), 0.0f);
+  EXPECT_EQ(matrix_at(m, 5, 1), 0.0f);
   // A later chunk of a chunked prefill: absolute positions index the flat tensor directly.
   ReplacementContext c2 = r.build_context({1}, {4, 5, 6, 6}, true);
-  EXPECT_EQ(at(c2.at("m"), 0, 0), 40.0f);
-  EXPECT_EQ(at(c2.at("m"), 2, 1), 61.0f);
-  EXPECT_EQ(at(c2.at("m"), 3, 1), 0.0f);
+  EXPECT_EQ(matrix_at(c2.at("m"), 0, 0), 40.0f);
+  EXPECT_EQ(matrix_at(c2.at("m"), 2, 1), 61.0f);
+  EXPECT_EQ(matrix_at(c2.at("m"), 3, 1), 0.0f);
 }
 
 TEST(AccuracyReplacer, EmptyRequestListGivesAnEmptyContextAndWarmupGivesZeros) {
@@ -224,8 +224,8 @@ TEST(AccuracyReplacer, ZeroPolicyZeroFillsAndCounts) {
   TensorReplacer r = two_prompts({10, 20, 30}, {40, 50}, MissingPosition::Zero);
   r.register_request(1, {10, 20, 30});
   ReplacementContext ctx = r.build_context({1}, {15, 16, 17}, false, 3);
-  EXPECT_EQ(at(ctx.at("m"), 0, 0), 150.0f);
-  EXPECT_EQ(at(ctx.at("m"), 1, 0), 0.0f);
+  EXPECT_EQ(matrix_at(ctx.at("m"), 0, 0), 150.0f);
+  EXPECT_EQ(matrix_at(ctx.at("m"), 1, 0), 0.0f);
   EXPECT_EQ(r.stats().rows_past_reference, 2u);
   EXPECT_EQ(r.stats().rows_replaced, 1u);
   r.reset_stats();
@@ -290,7 +290,7 @@ TEST(AccuracyActiveContext, NothingWhenUnconfiguredTheTensorWhenSet) {
     ActiveContextScope scope(std::make_shared<ReplacementContext>(r.build_context({1}, {2}, false)));
     const Matrix* m = get_replacement_tensor("m");
     ASSERT_NE(m, nullptr);
-    EXPECT_EQ(at(*m, 0, 1), 21.0f);
+    EXPECT_EQ(matrix_at(*m, 0, 1), 21.0f);
     EXPECT_EQ(get_replacement_tensor("other"), nullptr);
   }
   EXPECT_EQ(get_replacement_tensor("m"), nullptr);
@@ -303,8 +303,8 @@ TEST(AccuracyShardRows, SlicesTheRanksRows) {
   Matrix s = shard_rows(full, 1, 4);
   ASSERT_EQ(s.rows, 2);
   ASSERT_EQ(s.cols, 3);
-  EXPECT_EQ(at(s, 0, 0), 20.0f);
-  EXPECT_EQ(at(s, 1, 2), 32.0f);
+  EXPECT_EQ(matrix_at(s, 0, 0), 20.0f);
+  EXPECT_EQ(matrix_at(s, 1, 2), 32.0f);
   EXPECT_EQ(shard_rows(full, 0, 1).data, full.data);
 }
 
@@ -383,8 +383,6 @@ TEST(AccuracyContextHooks, CopiesTheActiveContextAndChecksItsShape) {
 
 namespace {
 
-const model::Model& tiny() { return test::cached_model("builtin:tiny"); }
-
 Captures one_module(const std::string& name, int64_t cols, int64_t rows = 8) {
   Captures c;
   PromptCapture p;
@@ -403,47 +401,50 @@ ReplacementConfig cfg_of(Captures c) {
 }  // namespace
 
 TEST(AccuracyReplacementSession, AcceptsAProbePointWithTheRightSize) {
-  ReplacementSession s(cfg_of(one_module("backbone.layers.0.mixer", 64)), tiny());
+  ReplacementSession s(cfg_of(one_module("backbone.layers.0.mixer", 64)), test::tiny_model());
   EXPECT_EQ(s.replacer().modules(), std::vector<std::string>{"backbone.layers.0.mixer"});
   EXPECT_NE(s.describe().find("1 module(s) from 1 reference prompt(s), on_missing_position error"), std::string::npos);
 }
 
 TEST(AccuracyReplacementSession, UnknownModuleIsAnError) {
-  const std::string e = error_of([] { ReplacementSession(cfg_of(one_module("model.layers.0.mlp.router", 64)), tiny()); });
+  const std::string e =
+      error_of([] { ReplacementSession(cfg_of(one_module("model.layers.0.mlp.router", 64)), test::tiny_model()); });
   EXPECT_NE(e.find("model.layers.0.mlp.router is not a probe point"), std::string::npos) << e;
 }
 
 TEST(AccuracyReplacementSession, FeatureSizeMismatchWithTheModelIsAnError) {
-  const std::string e = error_of([] { ReplacementSession(cfg_of(one_module("backbone.layers.0.mixer", 65)), tiny()); });
+  const std::string e =
+      error_of([] { ReplacementSession(cfg_of(one_module("backbone.layers.0.mixer", 65)), test::tiny_model()); });
   EXPECT_NE(e.find("65 features in the reference but 64 in the model"), std::string::npos) << e;
 }
 
 TEST(AccuracyReplacementSession, DtypeMismatchIsAnErrorUnlessWideningIsAllowed) {
   ReplacementConfig cfg = cfg_of(one_module("backbone.layers.0.mixer", 64));
   cfg.tensor_dtypes["backbone.layers.0.mixer"] = DType::BF16;
-  const std::string e = error_of([&] { ReplacementSession(cfg, tiny()); });
+  const std::string e = error_of([&] { ReplacementSession(cfg, test::tiny_model()); });
   EXPECT_NE(e.find("is BF16 in the reference but the live tensor is F32"), std::string::npos) << e;
   cfg.allow_dtype_widening = true;
-  EXPECT_NO_THROW(ReplacementSession(cfg, tiny()));
+  EXPECT_NO_THROW(ReplacementSession(cfg, test::tiny_model()));
 }
 
 TEST(AccuracyReplacementSession, ConfigSourceErrors) {
   ReplacementConfig both = cfg_of(one_module("lm_head", 512));
   both.tensors_path = "x.safetensors";
-  EXPECT_NE(error_of([&] { ReplacementSession(both, tiny()); }).find("not both"), std::string::npos);
-  EXPECT_NE(error_of([] { ReplacementSession(ReplacementConfig{}, tiny()); }).find("no reference tensors"),
+  EXPECT_NE(error_of([&] { ReplacementSession(both, test::tiny_model()); }).find("not both"), std::string::npos);
+  EXPECT_NE(error_of([] { ReplacementSession(ReplacementConfig{}, test::tiny_model()); }).find("no reference tensors"),
             std::string::npos);
   ReplacementConfig ids = cfg_of(one_module("lm_head", 512));
   ids.prompt_token_ids = std::vector<std::vector<int32_t>>{{1}};
   ids.prompt_token_ids_path = "ids.json";
-  EXPECT_NE(error_of([&] { ReplacementSession(ids, tiny()); }).find("prompt_token_ids_path, not both"),
+  EXPECT_NE(error_of([&] { ReplacementSession(ids, test::tiny_model()); }).find("prompt_token_ids_path, not both"),
             std::string::npos);
   ReplacementConfig count = cfg_of(one_module("lm_head", 512));
   count.prompt_token_ids = std::vector<std::vector<int32_t>>{{1}, {2}};
-  EXPECT_NE(error_of([&] { ReplacementSession(count, tiny()); }).find("2 prompt token lists for 1"), std::string::npos);
+  EXPECT_NE(error_of([&] { ReplacementSession(count, test::tiny_model()); }).find("2 prompt token lists for 1"),
+            std::string::npos);
   ReplacementConfig filt = cfg_of(one_module("lm_head", 512));
   filt.modules = {"backbone.norm_f"};
-  EXPECT_NE(error_of([&] { ReplacementSession(filt, tiny()); }).find("module filter names backbone.norm_f"),
+  EXPECT_NE(error_of([&] { ReplacementSession(filt, test::tiny_model()); }).find("module filter names backbone.norm_f"),
             std::string::npos);
 }
 
@@ -452,7 +453,7 @@ TEST(AccuracyReplacementSession, ListenerBindsExplicitlyOrMatchesByPrefix) {
   PromptCapture p1 = c.prompts[0];
   p1.prompt_token_ids = {1, 2, 3, 4, 5};
   c.prompts.push_back(p1);
-  ReplacementSession s(cfg_of(c), tiny());
+  ReplacementSession s(cfg_of(c), test::tiny_model());
   engine::RequestSpec spec;
   spec.prompt = {1, 2, 3, 4, 5};
   s.on_request(1, spec);
@@ -461,7 +462,7 @@ TEST(AccuracyReplacementSession, ListenerBindsExplicitlyOrMatchesByPrefix) {
   s.on_request(2, spec);
   EXPECT_EQ(s.replacer().resolve(2), 0);  // explicit binding
   // Through the engine: an unknown reference prompt rejects the request and queues nothing.
-  engine::Engine eng(tiny(), engine::EngineConfig{});
+  engine::Engine eng(test::tiny_model(), engine::EngineConfig{});
   s.attach(eng);
   spec.reference_prompt = 5;
   EXPECT_THROW(eng.add_request(spec), Error);
@@ -482,7 +483,7 @@ TEST(AccuracyAdditionalConfig, ParsesEveryKey) {
   EXPECT_EQ(c->modules, std::vector<std::string>{"backbone.layers.0.mixer"});
   EXPECT_TRUE(c->allow_dtype_widening);
   EXPECT_FALSE(replacement_config_from_json(parse_additional_config("{}")).has_value());
-  EXPECT_EQ(make_replacement_from_additional_config(nlohmann::json::object(), tiny()), nullptr);
+  EXPECT_EQ(make_replacement_from_additional_config(nlohmann::json::object(), test::tiny_model()), nullptr);
 }
 
 TEST(AccuracyAdditionalConfig, ErrorsNameTheProblem) {
@@ -518,14 +519,14 @@ TEST(AccuracyAdditionalConfig, LoadsACapturesFileWithItsOwnOrSeparatePromptIds) 
   write_captures((dir / "t.safetensors").string(), c);
   const std::string path = (dir / "t.safetensors").string();
   auto s = make_replacement_from_additional_config(
-      parse_additional_config(R"({"tensor_replacement": {"tensors_path": ")" + path + "\"}}"), tiny());
+      parse_additional_config(R"({"tensor_replacement": {"tensors_path": ")" + path + "\"}}"), test::tiny_model());
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->replacer().register_request(1, {1, 2, 3, 4}), 0);  // ids from the file
   test::write_text(dir / "ids.json", "[[[7, 8]]]");                // the tokenizer's batch dimension
   auto s2 = make_replacement_from_additional_config(
       parse_additional_config(R"({"tensor_replacement": {"tensors_path": ")" + path +
                               R"(", "prompt_token_ids_path": ")" + (dir / "ids.json").string() + "\"}}"),
-      tiny());
+      test::tiny_model());
   EXPECT_EQ(s2->replacer().register_request(1, {7, 8, 9}), 0);
   EXPECT_THROW(s2->replacer().register_request(2, {1, 2, 3}), Error);
   test::write_text(dir / "bad.json", "[[1, \"x\"]]");
@@ -533,7 +534,7 @@ TEST(AccuracyAdditionalConfig, LoadsACapturesFileWithItsOwnOrSeparatePromptIds) 
     make_replacement_from_additional_config(
         parse_additional_config(R"({"tensor_replacement": {"tensors_path": ")" + path +
                                 R"(", "prompt_token_ids_path": ")" + (dir / "bad.json").string() + "\"}}"),
-        tiny());
+        test::tiny_model());
   });
   EXPECT_NE(e.find("not a token id"), std::string::npos) << e;
   std::filesystem::remove_all(dir);
@@ -549,12 +550,12 @@ TEST(AccuracyAdditionalConfig, AReferenceFileInBf16IsRefusedUnlessWideningIsAllo
                          {"p0/backbone.layers.0.mixer", DType::BF16, {8, 64}, vals.data()}},
                         {{"layout", "flat"}, {"modules", "backbone.layers.0.mixer"}, {"num_prompts", "1"}});
   const std::string cfg = R"({"tensor_replacement": {"tensors_path": ")" + path + "\"";
-  const std::string e =
-      error_of([&] { make_replacement_from_additional_config(parse_additional_config(cfg + "}}"), tiny()); });
+  const std::string e = error_of(
+      [&] { make_replacement_from_additional_config(parse_additional_config(cfg + "}}"), test::tiny_model()); });
   EXPECT_NE(e.find("backbone.layers.0.mixer is BF16 in the reference but the live tensor is F32"), std::string::npos)
       << e;
-  auto s = make_replacement_from_additional_config(
-      parse_additional_config(cfg + R"(, "allow_dtype_widening": true}})"), tiny());
+  auto s = make_replacement_from_additional_config(parse_additional_config(cfg + R"(, "allow_dtype_widening": true}})"),
+                                                   test::tiny_model());
   EXPECT_EQ(s->replacer().reference(0, "backbone.layers.0.mixer").data[5], 1.0f);
   std::filesystem::remove_all(dir);
 }

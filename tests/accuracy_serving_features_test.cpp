@@ -34,7 +34,7 @@ std::vector<std::vector<int32_t>> shared_prompts(int n, int shared, int vocab, u
   return out;
 }
 
-engine::EngineConfig exact_config(bool caching) {
+engine::EngineConfig serial_exact_config(bool caching) {
   engine::EngineConfig c;
   c.mode = model::ScanMode::Exact;
   c.enable_prefix_caching = caching;
@@ -49,8 +49,8 @@ struct CaptureRun {
   cache::PrefixCacheStats stats;
 };
 
-CaptureRun capture(const model::Model& m, const std::vector<std::vector<int32_t>>& prompts,
-                   const std::vector<std::string>& modules, const engine::EngineConfig& cfg, int forced) {
+CaptureRun capture_engine_run(const model::Model& m, const std::vector<std::vector<int32_t>>& prompts,
+                              const std::vector<std::string>& modules, const engine::EngineConfig& cfg, int forced) {
   accuracy::CaptureHooks hooks(modules);
   engine::Engine e(m, cfg);
   e.set_probe_hooks(&hooks);
@@ -90,8 +90,8 @@ TEST(ServingFeaturesCapture, PrefixCachingCaptureEqualsUncachedCaptureBitForBit)
     const auto prompts = shared_prompts(4, 37, m.vocab_size(), 3);
     std::vector<std::string> modules;
     for (const auto& p : m.probe_points()) modules.push_back(p.name);  // every probe point
-    const CaptureRun off = capture(m, prompts, modules, exact_config(false), 4);
-    const CaptureRun on = capture(m, prompts, modules, exact_config(true), 4);
+    const CaptureRun off = capture_engine_run(m, prompts, modules, serial_exact_config(false), 4);
+    const CaptureRun on = capture_engine_run(m, prompts, modules, serial_exact_config(true), 4);
     EXPECT_EQ(on.stats.hits, 3u);
     EXPECT_EQ(on.stats.hit_tokens, 3u * 32u);
     expect_same_captures(off.caps, on.caps);
@@ -105,7 +105,7 @@ TEST(ServingFeaturesReplacement, CachedStateIsSharedOnlyUnderTheSameReplacement)
   const auto& m = test::cached_model("builtin:tiny");
   const auto prompts = shared_prompts(1, 40, m.vocab_size(), 4);
   const std::string module = "backbone.layers.0.mixer";
-  const CaptureRun ref = capture(m, prompts, {module}, exact_config(false), 3);
+  const CaptureRun ref = capture_engine_run(m, prompts, {module}, serial_exact_config(false), 3);
   // Reference prompt 1: the same tokens, perturbed rows.
   accuracy::Captures two = ref.caps;
   two.prompts.push_back(two.prompts[0]);
@@ -114,7 +114,7 @@ TEST(ServingFeaturesReplacement, CachedStateIsSharedOnlyUnderTheSameReplacement)
     accuracy::ReplacementConfig rc;
     rc.tensors = two;
     accuracy::ReplacementSession session(rc, m);
-    engine::Engine e(m, exact_config(caching));
+    engine::Engine e(m, serial_exact_config(caching));
     session.attach(e);
     std::vector<uint64_t> ids;
     for (int bind : {0, 1, 0, 1}) {
@@ -156,7 +156,7 @@ struct GenRun {
 
 GenRun capture_generation(const model::Model& m, const std::vector<std::vector<int32_t>>& prompts,
                           const std::vector<std::string>& modules, bool features) {
-  engine::EngineConfig c = exact_config(features);
+  engine::EngineConfig c = serial_exact_config(features);
   c.sched.max_num_seqs = 2;
   if (features) {
     c.speculative.num_tokens = 4;
@@ -250,7 +250,7 @@ TEST(ServingFeaturesReplacement, SpeculativeVerificationPassesReplaceAsWithoutDr
     for (auto& p : rc.tensors->prompts)
       for (float& v : p.flat.at(module).data) v *= 0.5f;  // a replacement that changes the outcome
     accuracy::ReplacementSession session(rc, m);
-    engine::EngineConfig c = exact_config(features);
+    engine::EngineConfig c = serial_exact_config(features);
     c.sched.max_num_seqs = 2;
     c.sched.max_num_batched_tokens = 64;
     if (features) {

@@ -23,7 +23,7 @@ namespace {
 // 1): measured at most 2e-6 on these fixtures.
 constexpr float kTpRelTolerance = 1e-4f;
 
-std::vector<int32_t> prompt(const model::Model& m) {
+std::vector<int32_t> chunk_crossing_prompt(const model::Model& m) {
   std::vector<int32_t> t;
   for (int i = 0; i < m.chunk_size() + 9; ++i) t.push_back(static_cast<int32_t>((i * 37 + 5) % m.vocab_size()));
   return t;
@@ -33,19 +33,19 @@ class TensorParallelProbes : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TensorParallelProbes, CaptureAtTp2MatchesTp1NamesShapesAndValues) {
   const auto& one = test::cached_model(GetParam());
-  test::expect_tp2_captures_near_tp1(one, test::cached_model(GetParam(), {}, 2), prompt(one), GetParam(),
+  test::expect_tp2_captures_near_tp1(one, test::cached_model(GetParam(), {}, 2), chunk_crossing_prompt(one), GetParam(),
                                      kTpRelTolerance);
 }
 
 TEST_P(TensorParallelProbes, UnshardedReplacementGivesTp1LogitsAtTp2) {
   const auto& one = test::cached_model(GetParam());
-  test::expect_tp2_replacement_near_tp1(one, test::cached_model(GetParam(), {}, 2), prompt(one), GetParam(),
-                                        test::max_abs_bound(1e-4f));
+  test::expect_tp2_replacement_near_tp1(one, test::cached_model(GetParam(), {}, 2), chunk_crossing_prompt(one),
+                                        GetParam(), test::max_abs_bound(1e-4f));
 }
 
 TEST_P(TensorParallelProbes, AFailingHookFailsThePassWithItsMessageAndTheModelStaysUsable) {
   const auto& two = test::cached_model(GetParam(), {}, 2);
-  const auto t = prompt(two);
+  const auto t = chunk_crossing_prompt(two);
   const auto before = model::score_all_rows(two, t, ScanMode::Exact);
   const std::string name = test::replaced_points(two).front();
   accuracy::Matrix wrong;  // one feature too few: refused when the point is visited on rank 0

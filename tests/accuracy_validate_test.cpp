@@ -143,14 +143,14 @@ TEST(AccuracyTolMap, ParsesSortsAndRefusesBadEntries) {
 
 namespace {
 
-struct Fixture {
+struct ValidationCase {
   const model::Model* m = nullptr;
   int V = 0;
   std::vector<int32_t> prompt, greedy;  // greedy: 10 tokens parity generates after the prompt
 };
 
-Fixture make_fixture(const std::string& spec) {
-  Fixture f;
+ValidationCase make_validation_case(const std::string& spec) {
+  ValidationCase f;
   f.m = &test::cached_model(spec);
   f.V = f.m->vocab_size();
   std::mt19937 rng(11);
@@ -169,7 +169,7 @@ Fixture make_fixture(const std::string& spec) {
 }
 
 // Reference for prompt + stream: every row of a score run (row p = after token p).
-PromptReference reference_of(const Fixture& f, const std::vector<int32_t>& cont) {
+PromptReference reference_of(const ValidationCase& f, const std::vector<int32_t>& cont) {
   std::vector<int32_t> toks = f.prompt;
   toks.insert(toks.end(), cont.begin(), cont.end());
   PromptReference r;
@@ -197,7 +197,7 @@ struct Perturbed {
   PromptReference ref;
 };
 
-Perturbed perturbed(const Fixture& f) {
+Perturbed perturbed(const ValidationCase& f) {
   Perturbed p;
   p.x = (f.greedy[4] + 1) % f.V;
   std::vector<int32_t> head(f.greedy.begin(), f.greedy.begin() + 4);
@@ -227,7 +227,7 @@ class AccuracyValidateE2E : public ::testing::TestWithParam<std::string> {};
 }  // namespace
 
 TEST_P(AccuracyValidateE2E, OwnReferencePassesWithZeroError) {
-  Fixture f = make_fixture(GetParam());
+  ValidationCase f = make_validation_case(GetParam());
   std::vector<int32_t> fed(f.greedy.begin(), f.greedy.begin() + 9);
   ValidationReport rep = validate_logits(*f.m, {reference_of(f, fed)}, exact_opts());
   ASSERT_TRUE(rep.passed()) << validation_summary(rep);
@@ -243,7 +243,7 @@ TEST_P(AccuracyValidateE2E, OwnReferencePassesWithZeroError) {
 }
 
 TEST_P(AccuracyValidateE2E, PerturbedReferenceFailsAtTheRightTokenAndTheRetryContinues) {
-  Fixture f = make_fixture(GetParam());
+  ValidationCase f = make_validation_case(GetParam());
   Perturbed pt = perturbed(f);
   ValidationReport rep = validate_logits(*f.m, {pt.ref}, exact_opts());
   EXPECT_FALSE(rep.passed());
@@ -285,7 +285,7 @@ TEST_P(AccuracyValidateE2E, PerturbedReferenceFailsAtTheRightTokenAndTheRetryCon
 }
 
 TEST_P(AccuracyValidateE2E, AcceptableDivergenceWithLooseTolerancesPasses) {
-  Fixture f = make_fixture(GetParam());
+  ValidationCase f = make_validation_case(GetParam());
   ValidationOptions o = exact_opts();
   o.tol_map = {{0, 100.0, 0.0}};
   o.divergence_tol = 2.0;
@@ -302,7 +302,7 @@ TEST(AccuracyValidate, StoredContinuationIsTheExpectedStream) {
   // A reference that fed X at token 4 although its own argmax there is parity's token: with the
   // continuation stored, X is expected, the divergence is acceptable (ref[X] < ref[ours]) and the
   // retry follows the reference's stream, so every row matches.
-  Fixture f = make_fixture("builtin:tiny");
+  ValidationCase f = make_validation_case("builtin:tiny");
   Perturbed pt = perturbed(f);
   PromptReference ref = reference_of(f, pt.stream);  // unedited rows
   ref.continuation = pt.stream;
@@ -316,7 +316,7 @@ TEST(AccuracyValidate, StoredContinuationIsTheExpectedStream) {
 }
 
 TEST(AccuracyValidate, NaNInTheReferenceFailsThatTokenOnly) {
-  Fixture f = make_fixture("builtin:tiny");
+  ValidationCase f = make_validation_case("builtin:tiny");
   PromptReference ref = reference_of(f, {f.greedy.begin(), f.greedy.begin() + 9});
   ref.logits.data[(f.prompt.size() + 1) * static_cast<std::size_t>(f.V) + 3] = std::nanf("");
   ValidationReport rep = validate_logits(*f.m, {ref}, exact_opts());
@@ -330,7 +330,7 @@ TEST(AccuracyValidate, NaNInTheReferenceFailsThatTokenOnly) {
 }
 
 TEST(AccuracyValidate, MaxTokensAndPromptSelection) {
-  Fixture f = make_fixture("builtin:tiny");
+  ValidationCase f = make_validation_case("builtin:tiny");
   PromptReference ref = reference_of(f, {f.greedy.begin(), f.greedy.begin() + 9});
   ValidationOptions o = exact_opts();
   o.max_tokens = 3;
@@ -342,7 +342,7 @@ TEST(AccuracyValidate, MaxTokensAndPromptSelection) {
 }
 
 TEST(AccuracyValidate, WithTensorReplacementEachRunIsBoundToItsPrompt) {
-  Fixture f = make_fixture("builtin:tiny");
+  ValidationCase f = make_validation_case("builtin:tiny");
   Perturbed pt = perturbed(f);
   // Replacement values for layer 0's mixer captured on the reference's stream.
   std::vector<int32_t> toks = f.prompt;
@@ -383,7 +383,7 @@ TEST(AccuracyValidate, WithTensorReplacementEachRunIsBoundToItsPrompt) {
 }
 
 TEST(AccuracyValidate, Errors) {
-  Fixture f = make_fixture("builtin:tiny");
+  ValidationCase f = make_validation_case("builtin:tiny");
   PromptReference ref = reference_of(f, {f.greedy.begin(), f.greedy.begin() + 9});
   ValidationOptions o = exact_opts();
   o.prompt_indices = {2};
@@ -410,7 +410,7 @@ TEST(AccuracyValidate, Errors) {
 // ---- command line ------------------------------------------------------------------------------
 
 TEST(AccuracyValidateCli, ReportsPassAndFailureWithJson) {
-  Fixture f = make_fixture("builtin:tiny");
+  ValidationCase f = make_validation_case("builtin:tiny");
   auto dir = test::scratch_dir("acc_validate");
   auto write_ref = [&](const PromptReference& r, const std::string& name) {
     Captures c;

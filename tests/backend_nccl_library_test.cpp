@@ -37,7 +37,7 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-std::string load_error(const std::vector<std::string>& candidates) {
+std::string nccl_load_error(const std::vector<std::string>& candidates) {
   try {
     nccl::load(candidates);
   } catch (const Error& e) {
@@ -61,7 +61,7 @@ TEST(NcclLibrary, WithoutOverrideTheLoaderPathComesFirst) {
 
 TEST(NcclLibrary, AMissingLibraryIsRefusedNamingItAndTheOverride) {
   ScopedEnv e("PARITY_NCCL_LIBRARY", "/nonexistent/parity-test/libnccl.so.2");
-  const std::string msg = load_error(nccl::candidates());
+  const std::string msg = nccl_load_error(nccl::candidates());
   EXPECT_NE(msg.find("NCCL could not be loaded: no usable libnccl.so.2"), std::string::npos) << msg;
   EXPECT_NE(msg.find("/nonexistent/parity-test/libnccl.so.2: "), std::string::npos) << msg;  // with dlerror's why
   EXPECT_NE(msg.find("PARITY_NCCL_LIBRARY"), std::string::npos) << msg;
@@ -71,10 +71,10 @@ TEST(NcclLibrary, AMissingLibraryIsRefusedNamingItAndTheOverride) {
 // The companion: a library that opens but is not NCCL is refused too, naming the entry points it lacks
 // (so a load that succeeds has resolved every one of them).
 TEST(NcclLibrary, ALibraryWithoutTheEntryPointsIsRefusedNamingThem) {
-  const std::string msg = load_error({"libm.so.6"});
+  const std::string msg = nccl_load_error({"libm.so.6"});
   EXPECT_NE(msg.find("libm.so.6: opened, but it lacks ncclGetUniqueId"), std::string::npos) << msg;
   EXPECT_NE(msg.find("ncclGetErrorString"), std::string::npos) << msg;
-  EXPECT_NE(load_error({}).find("tried: nothing"), std::string::npos);
+  EXPECT_NE(nccl_load_error({}).find("tried: nothing"), std::string::npos);
 }
 
 // Where NCCL is absent (the build machine) the default search fails with the same kind of message; where it

@@ -20,7 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string csv(int from, int to) {
+std::string pattern_ids(int from, int to) {
   std::string s;
   for (int i = from; i < to; ++i) {
     if (!s.empty()) s += ',';
@@ -33,7 +33,7 @@ struct LogitsFile {
   std::vector<float> logits;
   std::map<std::string, std::string> meta;
 };
-LogitsFile read_logits(const fs::path& p) {
+LogitsFile read_logits_file(const fs::path& p) {
   auto f = io::SafetensorsFile::open(p.string());
   const io::TensorView* t = f->find("logits");
   LogitsFile r;
@@ -57,13 +57,15 @@ TEST_F(CliNumerics, ScoreExactEqualsGenerateExactForEveryIdentity) {
   for (const std::string flags : {"", "--exact-grid 32", "--exact-grid 8 --exact-stagger none",
                                   "--mamba-ssm-cache-dtype bfloat16", "--exact-grid 4 --mamba-ssm-cache-dtype bfloat16"}) {
     SCOPED_TRACE(flags);
-    auto r = test::run_cli("score builtin:tiny --exact " + flags + " --tokens " + csv(0, kTotal) + " --out " + out("s.st"));
+    auto r = test::run_cli("score builtin:tiny --exact " + flags + " --tokens " + pattern_ids(0, kTotal) + " --out " +
+                           out("s.st"));
     ASSERT_EQ(r.status, 0) << r.err;
     EXPECT_NE(r.err.find("numerics exact (grid"), std::string::npos) << r.err;
-    r = test::run_cli("generate builtin:tiny --exact " + flags + " --max-num-batched-tokens 5 --prompt " + csv(0, kPrompt) +
-                      " --forced " + csv(kPrompt, kTotal) + " --dump-logits " + out("g.st"));
+    r = test::run_cli("generate builtin:tiny --exact " + flags + " --max-num-batched-tokens 5 --prompt " +
+                      pattern_ids(0, kPrompt) + " --forced " + pattern_ids(kPrompt, kTotal) + " --dump-logits " +
+                      out("g.st"));
     ASSERT_EQ(r.status, 0) << r.err;
-    const LogitsFile s = read_logits(out("s.st")), g = read_logits(out("g.st"));
+    const LogitsFile s = read_logits_file(out("s.st")), g = read_logits_file(out("g.st"));
     ASSERT_EQ(g.logits.size(), std::size_t(kTotal - kPrompt + 1) * kVocab);
     EXPECT_TRUE(test::same_bits(g.logits.data(), s.logits.data() + std::size_t(kPrompt - 1) * kVocab, g.logits.size()));
     for (const char* key : {"numerics", "exact_grid", "exact_stagger", "ssm_state_dtype"}) {
@@ -78,23 +80,30 @@ TEST_F(CliNumerics, ScoreExactEqualsGenerateExactForEveryIdentity) {
 
 // Companion: the grid is part of the identity: a generation on another grid differs from score.
 TEST_F(CliNumerics, AnotherGridChangesTheBits) {
-  ASSERT_EQ(test::run_cli("score builtin:tiny --exact --tokens " + csv(0, kTotal) + " --out " + out("s.st")).status, 0);
-  auto r = test::run_cli("generate builtin:tiny --exact --exact-grid 32 --prompt " + csv(0, kPrompt) + " --forced " +
-                         csv(kPrompt, kTotal) + " --dump-logits " + out("g.st"));
+  ASSERT_EQ(
+      test::run_cli("score builtin:tiny --exact --tokens " + pattern_ids(0, kTotal) + " --out " + out("s.st")).status,
+      0);
+  auto r = test::run_cli("generate builtin:tiny --exact --exact-grid 32 --prompt " + pattern_ids(0, kPrompt) +
+                         " --forced " + pattern_ids(kPrompt, kTotal) + " --dump-logits " + out("g.st"));
   ASSERT_EQ(r.status, 0) << r.err;
-  const LogitsFile s = read_logits(out("s.st")), g = read_logits(out("g.st"));
+  const LogitsFile s = read_logits_file(out("s.st")), g = read_logits_file(out("g.st"));
   ASSERT_EQ(g.logits.size(), std::size_t(kTotal - kPrompt + 1) * kVocab);
   EXPECT_FALSE(test::same_bits(g.logits.data(), s.logits.data() + std::size_t(kPrompt - 1) * kVocab, g.logits.size()));
   EXPECT_EQ(g.meta.at("exact_grid"), "32");
 }
 
 TEST_F(CliNumerics, MambaExactReplayIsExactAndPlainScoreSaysPlain) {
-  ASSERT_EQ(test::run_cli("score builtin:tiny --exact --tokens " + csv(0, 40) + " --out " + out("a.st")).status, 0);
-  ASSERT_EQ(test::run_cli("score builtin:tiny --mamba-exact-replay --tokens " + csv(0, 40) + " --out " + out("b.st")).status, 0);
-  auto r = test::run_cli("score builtin:tiny --tokens " + csv(0, 40) + " --out " + out("c.st"));
+  ASSERT_EQ(test::run_cli("score builtin:tiny --exact --tokens " + pattern_ids(0, 40) + " --out " + out("a.st")).status,
+            0);
+  ASSERT_EQ(
+      test::run_cli("score builtin:tiny --mamba-exact-replay --tokens " + pattern_ids(0, 40) + " --out " + out("b.st"))
+          .status,
+      0);
+  auto r = test::run_cli("score builtin:tiny --tokens " + pattern_ids(0, 40) + " --out " + out("c.st"));
   ASSERT_EQ(r.status, 0);
   EXPECT_NE(r.err.find("numerics plain"), std::string::npos) << r.err;
-  const LogitsFile a = read_logits(out("a.st")), b = read_logits(out("b.st")), c = read_logits(out("c.st"));
+  const LogitsFile a = read_logits_file(out("a.st")), b = read_logits_file(out("b.st")),
+                   c = read_logits_file(out("c.st"));
   EXPECT_TRUE(test::same_bits(a.logits.data(), b.logits.data(), a.logits.size()));
   EXPECT_EQ(b.meta.at("numerics"), "exact");
   EXPECT_EQ(c.meta.at("numerics"), "plain");
@@ -102,7 +111,8 @@ TEST_F(CliNumerics, MambaExactReplayIsExactAndPlainScoreSaysPlain) {
 }
 
 TEST_F(CliNumerics, CompareNotesADifferentIdentity) {
-  const std::string base = "capture builtin:tiny --prompt " + csv(0, 30) + " --forced " + csv(30, 40) + " --modules lm_head --exact";
+  const std::string base = "capture builtin:tiny --prompt " + pattern_ids(0, 30) + " --forced " + pattern_ids(30, 40) +
+                           " --modules lm_head --exact";
   ASSERT_EQ(test::run_cli(base + " --out " + out("a.st")).status, 0);
   ASSERT_EQ(test::run_cli(base + " --exact-grid 16 --out " + out("b.st")).status, 0);
   ASSERT_EQ(test::run_cli(base + " --out " + out("c.st")).status, 0);
@@ -117,7 +127,7 @@ TEST_F(CliNumerics, CompareNotesADifferentIdentity) {
 // validate against a reference that parity captured: the same identity reproduces it exactly (max
 // |d| 0), another grid is named in a note (and differs, within tolerance).
 TEST_F(CliNumerics, ValidateNotesADifferentIdentity) {
-  ASSERT_EQ(test::run_cli("capture builtin:tiny --prompt " + csv(0, 16) + " --forced " + csv(16, 28) +
+  ASSERT_EQ(test::run_cli("capture builtin:tiny --prompt " + pattern_ids(0, 16) + " --forced " + pattern_ids(16, 28) +
                           " --modules lm_head --exact --out " + out("ref.st"))
                 .status,
             0);

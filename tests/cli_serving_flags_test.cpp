@@ -16,7 +16,7 @@ nlohmann::json run_json(const std::string& args) {
   return r.status == 0 ? nlohmann::json::parse(r.out) : nlohmann::json();
 }
 
-std::string prompt(int shared, int tail_from) {
+std::string shared_prefix_prompt(int shared, int tail_from) {
   std::string p;
   for (int i = 0; i < shared; ++i) p += std::to_string(1 + (i * 7) % 500) + ",";
   for (int i = 0; i < 5; ++i) p += std::to_string(tail_from + i) + (i < 4 ? "," : "");
@@ -24,8 +24,9 @@ std::string prompt(int shared, int tail_from) {
 }
 
 TEST(CliServingFlags, PrefixCachingReportsHitsAndKeepsTheTokens) {
-  const std::string base = "generate builtin:tiny --exact --max-tokens 6 --max-num-seqs 1 --prompt " + prompt(40, 100) +
-                           " --add-prompt " + prompt(40, 200) + " --add-prompt " + prompt(40, 300);
+  const std::string base = "generate builtin:tiny --exact --max-tokens 6 --max-num-seqs 1 --prompt " +
+                           shared_prefix_prompt(40, 100) + " --add-prompt " + shared_prefix_prompt(40, 200) +
+                           " --add-prompt " + shared_prefix_prompt(40, 300);
   const auto off = run_json(base);
   const auto on = run_json(base + " --enable-prefix-caching --prefix-block-tokens 16");
   ASSERT_TRUE(on.contains("prefix_cache"));

@@ -26,28 +26,16 @@ using model::ScanMode;
 
 namespace {
 
-const model::Model& hybrid() {
-  static auto m = model::load_model(model::open_checkpoint("builtin:tiny-hybrid"));
-  return *m;
-}
-
-std::vector<int32_t> stream(uint32_t seed, int n) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(static_cast<std::size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % 512);
-  return t;
-}
-
 // Bytes of one sequence's state and of one KV block for the given mode.
 struct Sizes {
   std::size_t state, block;
 };
-const model::Model& nemotron() {
+const model::Model& tiny_nemotron() {
   static auto m = model::load_model(model::open_checkpoint("builtin:tiny-nemotron-h"));
   return *m;
 }
 
-Sizes sizes(ScanMode mode, const model::Model& m = hybrid()) {
+Sizes sizes(ScanMode mode, const model::Model& m = test::tiny_hybrid_model()) {
   cache::MambaCacheOptions o;
   o.exact = mode == ScanMode::Exact;
   o.ssm_dtype = o.exact ? DType::F32 : DType::BF16;
@@ -64,7 +52,7 @@ struct TightRun {
   int free_blocks_after = -1, blocks = 0;
 };
 
-TightRun run_tight(ScanMode mode, int budget_tokens, const model::Model& m = hybrid()) {
+TightRun run_tight(ScanMode mode, int budget_tokens, const model::Model& m = test::tiny_hybrid_model()) {
   const Sizes z = sizes(mode, m);
   EngineConfig c;
   c.mode = mode;
@@ -78,7 +66,7 @@ TightRun run_tight(ScanMode mode, int budget_tokens, const model::Model& m = hyb
   for (int step = 0; r.streams.size() < 4 || e.has_unfinished(); ++step) {
     if (r.streams.size() < 4 && step % 2 == 0) {
       const int i = static_cast<int>(r.streams.size());
-      std::vector<int32_t> s = stream(40 + i, 80);
+      std::vector<int32_t> s = test::random_tokens(40 + i, 80, 512);
       const uint64_t id = e.add_request(test::teacher_forced_all_rows(s, 30 + 3 * i));
       r.streams[id] = s;
       r.prompt_len[id] = 30 + 3 * i;
@@ -91,7 +79,7 @@ TightRun run_tight(ScanMode mode, int budget_tokens, const model::Model& m = hyb
   return r;
 }
 
-int mismatched_rows(const TightRun& r, const model::Model& m = hybrid()) {
+int mismatched_rows(const TightRun& r, const model::Model& m = test::tiny_hybrid_model()) {
   const int V = m.vocab_size();
   int bad = 0;
   for (const auto& [id, s] : r.streams) {
@@ -139,7 +127,7 @@ TEST(CachePlanner, SplitsOneBudgetBetweenStateSlotsAndKvBlocks) {
   const Sizes z = sizes(ScanMode::Exact);
   cache::MambaCacheOptions o;
   o.exact = true;
-  const auto& spec = hybrid().cache_spec();
+  const auto& spec = test::tiny_hybrid_model().cache_spec();
   // Unlimited: max_num_seqs slots, KV room for min(max_model_len, 4096) tokens each.
   cache::CachePlan p = cache::plan_cache(spec, o, 0, 3, 100);
   EXPECT_EQ(p.num_slots, 3);
@@ -187,9 +175,9 @@ TEST(EngineHybrid, KvExhaustionPlainModeDiffers) {
 TEST(EngineHybrid, NemotronHKvExhaustionPreemptsAndExactModeStaysBitIdentical) {
   for (int budget : {24, 7}) {
     SCOPED_TRACE("max_num_batched_tokens " + std::to_string(budget));
-    const TightRun r = run_tight(ScanMode::Exact, budget, nemotron());
+    const TightRun r = run_tight(ScanMode::Exact, budget, tiny_nemotron());
     EXPECT_GT(r.preemptions, 0);
-    EXPECT_EQ(mismatched_rows(r, nemotron()), 0);
+    EXPECT_EQ(mismatched_rows(r, tiny_nemotron()), 0);
     for (const auto& [id, s] : r.streams)
       EXPECT_EQ(r.out.at(id).tokens, std::vector<int32_t>(s.begin() + r.prompt_len.at(id), s.end()));
     EXPECT_EQ(r.free_blocks_after, r.blocks) << "every block back on the free list";
@@ -197,9 +185,9 @@ TEST(EngineHybrid, NemotronHKvExhaustionPreemptsAndExactModeStaysBitIdentical) {
 }
 
 TEST(EngineHybrid, NemotronHKvExhaustionPlainModeDiffers) {
-  const TightRun r = run_tight(ScanMode::Plain, 24, nemotron());
+  const TightRun r = run_tight(ScanMode::Plain, 24, tiny_nemotron());
   EXPECT_GT(r.preemptions, 0);
-  EXPECT_GT(mismatched_rows(r, nemotron()), 0);
+  EXPECT_GT(mismatched_rows(r, tiny_nemotron()), 0);
 }
 
 // Greedy generation under KV pressure gives the tokens of an unconstrained run.
@@ -210,11 +198,11 @@ TEST(EngineHybrid, GreedyTokensSurvivePreemption) {
     c.sched.max_num_seqs = 3;
     c.sched.max_num_batched_tokens = 32;
     c.state_memory_budget = budget;
-    Engine e(hybrid(), c);
+    Engine e(test::tiny_hybrid_model(), c);
     std::vector<uint64_t> ids;
     for (int i = 0; i < 3; ++i) {
       RequestSpec s;
-      s.prompt = stream(70 + i, 20 + 5 * i);
+      s.prompt = test::random_tokens(70 + i, 20 + 5 * i, 512);
       s.sampling.max_tokens = 40;
       ids.push_back(e.add_request(s));
     }
@@ -242,14 +230,14 @@ TEST(EngineHybrid, RequestLargerThanTheWholeKvCacheIsRejected) {
   c.mode = ScanMode::Exact;
   c.state_memory_budget = 2 * z.state + 4 * z.block;  // 64 tokens of KV
   c.sched.max_num_seqs = 2;
-  Engine e(hybrid(), c);
+  Engine e(test::tiny_hybrid_model(), c);
   RequestSpec ok;
-  ok.prompt = stream(1, 30);
+  ok.prompt = test::random_tokens(1, 30, 512);
   ok.sampling.max_tokens = 35;  // feeds 30 + 34 = 64 tokens (the last sampled one is never fed): fits
   const uint64_t id = e.add_request(ok);
   RequestSpec forced;
-  forced.prompt = stream(3, 30);
-  forced.forced = stream(4, 34);  // feeds all 64
+  forced.prompt = test::random_tokens(3, 30, 512);
+  forced.forced = test::random_tokens(4, 34, 512);  // feeds all 64
   const uint64_t id2 = e.add_request(forced);
   for (RequestSpec big : {ok, forced}) {
     if (big.forced.empty()) big.sampling.max_tokens++;
@@ -269,8 +257,9 @@ TEST(EngineHybrid, RequestLargerThanTheWholeKvCacheIsRejected) {
 // The attention and MoE parts hold no per-schedule state: a hybrid sequence alone and packed
 // with others (different slots, different KV blocks) gives the same bits, in both modes.
 TEST(EngineHybrid, PackingInvarianceInOnePass) {
-  const auto& m = hybrid();
-  const auto a = stream(5, 45), s = stream(6, 77), c = stream(7, 20);
+  const auto& m = test::tiny_hybrid_model();
+  const auto a = test::random_tokens(5, 45, 512), s = test::random_tokens(6, 77, 512),
+             c = test::random_tokens(7, 20, 512);
   for (auto mode : {ScanMode::Exact, ScanMode::Plain}) {
     cache::ModelCacheOptions o;
     o.mamba.exact = mode == ScanMode::Exact;
@@ -296,8 +285,9 @@ TEST(EngineHybrid, PackingInvarianceInOnePass) {
 // Mamba state and KV blocks (attention then also reads the neighbour's keys). In exact mode that
 // sequence is the continuation of the neighbour, bit for bit.
 TEST(EngineHybrid, PackingInvarianceCheckSeesALeakedState) {
-  const auto& m = hybrid();
-  const auto a = stream(5, 45), s = stream(6, 77), c = stream(7, 20);
+  const auto& m = test::tiny_hybrid_model();
+  const auto a = test::random_tokens(5, 45, 512), s = test::random_tokens(6, 77, 512),
+             c = test::random_tokens(7, 20, 512);
   std::vector<int32_t> as = a;
   as.insert(as.end(), s.begin(), s.end());
   const std::size_t V = static_cast<std::size_t>(m.vocab_size());
@@ -330,7 +320,7 @@ TEST(EngineHybrid, PackingInvarianceCheckSeesALeakedState) {
 }
 
 TEST(EngineHybrid, ForwardRefusesAChunkBeyondItsKvBlocks) {
-  const auto& m = hybrid();
+  const auto& m = test::tiny_hybrid_model();
   cache::ModelCacheOptions o;
   o.mamba.exact = true;
   o.kv_num_blocks = 4;
@@ -338,7 +328,7 @@ TEST(EngineHybrid, ForwardRefusesAChunkBeyondItsKvBlocks) {
   const int slot = cc.allocate();
   ASSERT_TRUE(cc.reserve(slot, 16));
   model::ForwardBatch b;
-  b.tokens = stream(3, 17);
+  b.tokens = test::random_tokens(3, 17, 512);
   b.seqs = {{slot, 0, 17}};
   EXPECT_THROW(m.forward(b, cc, ScanMode::Exact, nullptr), Error);
   EXPECT_EQ(cc.position(slot), 0);
@@ -374,11 +364,11 @@ TEST(EngineHybrid, VerifyCommandPassesOnHybrids) {
 // Captures through the engine under KV pressure (chunked prefill, preemption, shared passes)
 // equal a single-shot pass: the router logits of every layer and the logits (lm_head).
 TEST(EngineHybrid, RouterAndLogitCapturesThroughTheEngineEqualSingleShot) {
-  const auto& m = hybrid();
+  const auto& m = test::tiny_hybrid_model();
   const Sizes z = sizes(ScanMode::Exact);
   accuracy::CaptureSpec spec;
-  for (int i = 0; i < 3; ++i) spec.prompts.push_back(stream(90 + i, 25 + 4 * i));
-  spec.forced = {stream(99, 30)};
+  for (int i = 0; i < 3; ++i) spec.prompts.push_back(test::random_tokens(90 + i, 25 + 4 * i, 512));
+  spec.forced = {test::random_tokens(99, 30, 512)};
   spec.modules = {"model.layers.0.block_sparse_moe.router", "model.layers.3.block_sparse_moe.router", "lm_head"};
   spec.engine.mode = ScanMode::Exact;
   spec.engine.sched.max_num_seqs = 3;
@@ -416,47 +406,32 @@ TEST(EngineHybrid, RouterAndLogitCapturesThroughTheEngineEqualSingleShot) {
 
 namespace {
 
-std::string csv(const std::vector<int32_t>& t) {
-  std::string s;
-  for (std::size_t i = 0; i < t.size(); ++i) {
-    if (i) s += ',';
-    s += std::to_string(t[i]);
-  }
-  return s;
-}
-
-std::vector<float> logits_file(const std::string& path) {
-  auto f = io::SafetensorsFile::open(path);
-  const io::TensorView* t = f->find("logits");
-  if (!t) return {};
-  const float* p = static_cast<const float*>(t->data);
-  return std::vector<float>(p, p + t->numel());
-}
-
 }  // namespace
 
 TEST(HybridCli, ExportScoreAndGenerateAgreeWithInProcess) {
   namespace fs = std::filesystem;
   const fs::path dir = test::scratch_dir("hybrid_cli");
-  const auto s = stream(123, 50);
+  const auto s = test::random_tokens(123, 50, 512);
   const std::vector<int32_t> prompt(s.begin(), s.begin() + 35), forced(s.begin() + 35, s.end());
-  const auto want = model::score_all_rows(hybrid(), s);
-  const std::size_t V = static_cast<std::size_t>(hybrid().vocab_size());
+  const auto want = model::score_all_rows(test::tiny_hybrid_model(), s);
+  const std::size_t V = static_cast<std::size_t>(test::tiny_hybrid_model().vocab_size());
 
   auto r = test::run_cli("export builtin:tiny-hybrid --out " + (dir / "m").string());
   ASSERT_EQ(r.status, 0) << r.err;
-  r = test::run_cli("score " + (dir / "m").string() + " --exact --tokens " + csv(s) + " --out " + (dir / "s.st").string());
+  r = test::run_cli("score " + (dir / "m").string() + " --exact --tokens " + test::id_list(s) + " --out " +
+                    (dir / "s.st").string());
   ASSERT_EQ(r.status, 0) << r.err;
-  const auto scored = logits_file((dir / "s.st").string());
+  const auto scored = test::read_logits((dir / "s.st").string());
   ASSERT_EQ(scored.size(), want.size());
   EXPECT_TRUE(test::same_bits(scored.data(), want.data(), want.size()));
 
-  r = test::run_cli("generate builtin:tiny-hybrid --exact --prompt " + csv(prompt) + " --forced " + csv(forced) +
-                    " --max-num-batched-tokens 9 --preempt-at-step 5 --dump-logits " + (dir / "g.st").string());
+  r = test::run_cli("generate builtin:tiny-hybrid --exact --prompt " + test::id_list(prompt) + " --forced " +
+                    test::id_list(forced) + " --max-num-batched-tokens 9 --preempt-at-step 5 --dump-logits " +
+                    (dir / "g.st").string());
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("KV cache:"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("\"preemptions\":1"), std::string::npos) << r.out;
-  const auto gen = logits_file((dir / "g.st").string());
+  const auto gen = test::read_logits((dir / "g.st").string());
   ASSERT_EQ(gen.size(), (forced.size() + 1) * V);
   EXPECT_TRUE(test::same_bits(gen.data(), want.data() + (prompt.size() - 1) * V, gen.size()));
   fs::remove_all(dir);
@@ -466,7 +441,7 @@ TEST(HybridCli, GenerateRejectsARequestLargerThanTheKvCache) {
   // 0.04 MiB: one exact-mode slot (about 33 KiB of Mamba state on the default 8-row grid) and two
   // 16-token KV blocks; the request feeds 39 tokens.
   auto r = test::run_cli("generate builtin:tiny-hybrid --exact --state-memory-mb 0.04 --prompt " +
-                         csv(stream(5, 20)) + " --max-tokens 20");
+                         test::id_list(test::random_tokens(5, 20, 512)) + " --max-tokens 20");
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_NE(r.err.find("KV cache holds 32"), std::string::npos) << r.err;
 }

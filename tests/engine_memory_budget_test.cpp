@@ -39,10 +39,8 @@ class ReportsDeviceMemory : public model::Model {
   model::DeviceMemory dm_;
 };
 
-const model::Model& hybrid() { return test::cached_model("builtin:tiny-hybrid"); }
-
 TEST(MemoryBudget, AShareOfTheDeviceIsWhatIsFreeMinusTheRestOfTheTotal) {
-  const ReportsDeviceMemory gpu(hybrid(), {3 * kGiB, 4 * kGiB});
+  const ReportsDeviceMemory gpu(test::tiny_hybrid_model(), {3 * kGiB, 4 * kGiB});
   EXPECT_EQ(engine::cache_budget(gpu, 0, 0.0), 0u);
   EXPECT_EQ(engine::cache_budget(gpu, 12345, 0.0), 12345u);
   EXPECT_EQ(engine::cache_budget(gpu, 0, 0.75), 2 * kGiB);  // 3 GiB free - 0.25 · 4 GiB
@@ -50,7 +48,7 @@ TEST(MemoryBudget, AShareOfTheDeviceIsWhatIsFreeMinusTheRestOfTheTotal) {
 }
 
 TEST(MemoryBudget, TheEnginePlansItsCachesFromTheDeviceShare) {
-  const ReportsDeviceMemory gpu(hybrid(), {kGiB / 4, kGiB / 2});
+  const ReportsDeviceMemory gpu(test::tiny_hybrid_model(), {kGiB / 4, kGiB / 2});
   engine::EngineConfig cfg;
   cfg.sched.max_num_seqs = 4;
   cfg.gpu_memory_utilization = 0.6;  // 256 MiB free - 0.4 · 512 MiB = 51.2 MiB
@@ -76,7 +74,7 @@ TEST(MemoryBudget, TheEnginePlansItsCachesFromTheDeviceShare) {
 }
 
 TEST(MemoryBudget, ErrorsNameTheProblem) {
-  const ReportsDeviceMemory gpu(hybrid(), {kGiB, 4 * kGiB});
+  const ReportsDeviceMemory gpu(test::tiny_hybrid_model(), {kGiB, 4 * kGiB});
   auto message = [](auto&& f) {
     try {
       f();
@@ -85,7 +83,9 @@ TEST(MemoryBudget, ErrorsNameTheProblem) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message([&] { engine::cache_budget(hybrid(), 0, 0.9); }).find("runs on cpu (use --state-memory-mb)"),
+  EXPECT_NE(message([&] {
+              engine::cache_budget(test::tiny_hybrid_model(), 0, 0.9);
+            }).find("runs on cpu (use --state-memory-mb)"),
             std::string::npos);
   EXPECT_NE(message([&] { engine::cache_budget(gpu, 0, 1.5); }).find("must be in (0, 1]"), std::string::npos);
   EXPECT_NE(message([&] { engine::cache_budget(gpu, 0, -0.1); }).find("must be in (0, 1]"), std::string::npos);
@@ -96,7 +96,7 @@ TEST(MemoryBudget, ErrorsNameTheProblem) {
   EXPECT_NE(none.find("1.00 GiB free of 4.00 GiB"), std::string::npos) << none;
   engine::EngineConfig cfg;
   cfg.gpu_memory_utilization = 0.9;
-  EXPECT_THROW(engine::Engine(hybrid(), cfg), Error);
+  EXPECT_THROW(engine::Engine(test::tiny_hybrid_model(), cfg), Error);
 }
 
 TEST(KvCacheTables, WithoutValuesTheTablesWorkAndNoMemoryIsHeld) {

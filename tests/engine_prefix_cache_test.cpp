@@ -23,12 +23,6 @@ using model::ScanMode;
 
 namespace {
 
-std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int vocab) {
-  std::vector<int32_t> t(static_cast<std::size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<unsigned>(vocab));
-  return t;
-}
-
 // Prompt + forced continuation, raw logits of every row from the last prompt token on.
 RequestSpec forced_request(const std::vector<int32_t>& stream, int prompt_len) {
   RequestSpec r;
@@ -47,7 +41,7 @@ std::vector<int> prefix_lengths(int B) {
   return v;
 }
 
-struct RunResult {
+struct SharedPrefixRun {
   std::map<uint64_t, engine::RequestResult> out;
   std::vector<std::vector<int32_t>> streams;
   std::vector<int> prompt_lens;
@@ -57,16 +51,16 @@ struct RunResult {
 
 // Three requests sharing a prefix of `shared` tokens (then different suffixes), added at random
 // steps, under a random token budget and possibly a forced preemption.
-RunResult run_shared(const model::Model& m, ScanMode mode, bool caching, int B, int shared, uint64_t seed,
-                     std::optional<int> budget_override = std::nullopt) {
+SharedPrefixRun run_shared(const model::Model& m, ScanMode mode, bool caching, int B, int shared, uint64_t seed,
+                           std::optional<int> budget_override = std::nullopt) {
   std::mt19937 rng(static_cast<unsigned>(seed));
   const int V = m.vocab_size();
-  const std::vector<int32_t> prefix = random_tokens(rng, shared, V);
-  RunResult res;
+  const std::vector<int32_t> prefix = test::random_tokens(rng, shared, V);
+  SharedPrefixRun res;
   for (int i = 0; i < 3; ++i) {
     std::vector<int32_t> s = prefix;
     const int suffix = 1 + static_cast<int>(rng() % 20), forced = 1 + static_cast<int>(rng() % 12);
-    const auto tail = random_tokens(rng, suffix + forced, V);
+    const auto tail = test::random_tokens(rng, suffix + forced, V);
     s.insert(s.end(), tail.begin(), tail.end());
     res.streams.push_back(s);
     res.prompt_lens.push_back(shared + suffix);
@@ -96,7 +90,8 @@ RunResult run_shared(const model::Model& m, ScanMode mode, bool caching, int B, 
 
 // Rows of request i that differ from single-shot prefill of its stream (with the engine's
 // numerics); every row P-1 … end must be there.
-int mismatches_vs_single_shot(const model::Model& m, const RunResult& r, std::size_t i, const cache::Numerics& num) {
+int mismatches_vs_single_shot(const model::Model& m, const SharedPrefixRun& r, std::size_t i,
+                              const cache::Numerics& num) {
   const int V = m.vocab_size();
   const auto ref = model::score_all_rows(m, r.streams[i], num);
   const engine::RequestResult& got = r.out.at(r.ids[i]);
@@ -120,7 +115,7 @@ TEST_P(PrefixCacheExact, HitsAreBitIdenticalToSingleShotUnderRandomSchedules) {
     for (int shared : prefix_lengths(B)) {
       SCOPED_TRACE("block " + std::to_string(B) + ", shared prefix " + std::to_string(shared) + ", seed " +
                    std::to_string(seed));
-      const RunResult r = run_shared(m, ScanMode::Exact, true, B, shared, seed++);
+      const SharedPrefixRun r = run_shared(m, ScanMode::Exact, true, B, shared, seed++);
       for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(mismatches_vs_single_shot(m, r, i, num), 0) << "request " << i;
       hits += r.stats.hits;
       hit_tokens += r.stats.hit_tokens;
@@ -139,8 +134,8 @@ TEST_P(PrefixCacheExact, PlainModeHitsCanDifferFromMisses) {
   uint64_t hits = 0;
   for (int shared : {33, 47, 64}) {
     // A budget that splits the prompts, the same with and without caching.
-    const RunResult with = run_shared(m, ScanMode::Plain, true, 16, shared, 100 + shared, 24);
-    const RunResult without = run_shared(m, ScanMode::Plain, false, 16, shared, 100 + shared, 24);
+    const SharedPrefixRun with = run_shared(m, ScanMode::Plain, true, 16, shared, 100 + shared, 24);
+    const SharedPrefixRun without = run_shared(m, ScanMode::Plain, false, 16, shared, 100 + shared, 24);
     hits += with.stats.hits;
     for (std::size_t i = 0; i < 3; ++i) {
       const auto& a = with.out.at(with.ids[i]);
@@ -163,7 +158,7 @@ INSTANTIATE_TEST_SUITE_P(Builtins, PrefixCacheExact,
 TEST(PrefixCache, SecondIdenticalRequestReusesTheLastBlockBoundary) {
   const auto& m = test::cached_model("builtin:tiny");
   std::mt19937 rng(7);
-  const auto s = random_tokens(rng, 50 + 5, m.vocab_size());
+  const auto s = test::random_tokens(rng, 50 + 5, m.vocab_size());
   EngineConfig c;
   c.mode = ScanMode::Exact;
   c.enable_prefix_caching = true;
@@ -192,7 +187,7 @@ TEST(PrefixCache, SecondIdenticalRequestReusesTheLastBlockBoundary) {
 TEST(PrefixCache, PromptLogitRequestsComputeEveryRow) {
   const auto& m = test::cached_model("builtin:tiny");
   std::mt19937 rng(8);
-  const auto s = random_tokens(rng, 40, m.vocab_size());
+  const auto s = test::random_tokens(rng, 40, m.vocab_size());
   EngineConfig c;
   c.mode = ScanMode::Exact;
   c.enable_prefix_caching = true;
@@ -217,7 +212,7 @@ TEST(PrefixCache, KeyIncludesNumericsAndCallerIdentity) {
   auto c2 = cache::make_single_cache(m.cache_spec(), 64, other);
   cache::PrefixCache p1(c1, exact, 1 << 30, 16), p2(c2, other, 1 << 30, 16);
   std::mt19937 rng(9);
-  const auto t = random_tokens(rng, 40, m.vocab_size());
+  const auto t = test::random_tokens(rng, 40, m.vocab_size());
   EXPECT_NE(p1.prefix_key(t, 2, 0), p2.prefix_key(t, 2, 0));  // numerics
   EXPECT_NE(p1.prefix_key(t, 2, 0), p1.prefix_key(t, 2, 1));  // caller identity
   EXPECT_NE(p1.prefix_key(t, 2, 0), p1.prefix_key(t, 1, 0));  // length
@@ -249,7 +244,7 @@ TEST(PrefixCache, LruEvictionWithinTheBudget) {
   cache::PrefixCache p(c, num, 2 * one + one / 2, 16);  // room for two images
   std::mt19937 rng(10);
   std::vector<std::vector<int32_t>> t;
-  for (int i = 0; i < 3; ++i) t.push_back(random_tokens(rng, 20, m.vocab_size()));
+  for (int i = 0; i < 3; ++i) t.push_back(test::random_tokens(rng, 20, m.vocab_size()));
   c.set_position(slot, 16);
   p.insert(slot, t[0], 0, 1);
   p.insert(slot, t[1], 0, 2);
@@ -280,11 +275,11 @@ TEST(PrefixCache, HybridSharesKvBlocks) {
   const cache::Numerics num = model::default_numerics(m, ScanMode::Exact);
   std::mt19937 rng(11);
   const int V = m.vocab_size();
-  const auto prefix = random_tokens(rng, 64, V);
+  const auto prefix = test::random_tokens(rng, 64, V);
   std::vector<std::vector<int32_t>> streams;
   for (int i = 0; i < 6; ++i) {
     auto s = prefix;
-    const auto tail = random_tokens(rng, 10 + i, V);
+    const auto tail = test::random_tokens(rng, 10 + i, V);
     s.insert(s.end(), tail.begin(), tail.end());
     streams.push_back(s);
   }

@@ -17,8 +17,6 @@ using model::ScanMode;
 
 namespace {
 
-const model::Model& tiny() { return test::cached_model("builtin:tiny"); }
-
 RequestSpec prompt_spec(uint32_t seed, int len, int max_tokens) {
   std::mt19937 rng(seed);
   RequestSpec r;
@@ -27,7 +25,7 @@ RequestSpec prompt_spec(uint32_t seed, int len, int max_tokens) {
   return r;
 }
 
-EngineConfig config(ScanMode mode = ScanMode::Exact) {
+EngineConfig engine_config(ScanMode mode = ScanMode::Exact) {
   EngineConfig c;
   c.mode = mode;
   c.sched.max_num_seqs = 8;
@@ -35,8 +33,8 @@ EngineConfig config(ScanMode mode = ScanMode::Exact) {
   return c;
 }
 
-std::vector<int32_t> run_one(const RequestSpec& s, EngineConfig c = config()) {
-  Engine e(tiny(), c);
+std::vector<int32_t> run_one(const RequestSpec& s, EngineConfig c = engine_config()) {
+  Engine e(test::tiny_model(), c);
   auto id = e.add_request(s);
   return e.run_to_completion()[id].tokens;
 }
@@ -48,7 +46,7 @@ TEST(EngineSampling, SameSeedSameTokensAtBatch1AndBatch8) {
   s.sampling.top_p = 0.95f;
   s.sampling.seed = 1234;
   auto alone = run_one(s);
-  Engine e(tiny(), config());
+  Engine e(test::tiny_model(), engine_config());
   uint64_t target = 0;
   for (int i = 0; i < 8; ++i) {
     RequestSpec o = i == 3 ? s : prompt_spec(100 + i, 10 + 7 * i, 30);
@@ -95,7 +93,7 @@ TEST(EngineSampling, GreedyPicksArgmaxAndDrawsAreSeedIndexed) {
 
 TEST(Engine, MaxTokensAndStopTokens) {
   RequestSpec s = prompt_spec(2, 30, 12);
-  Engine e(tiny(), config());
+  Engine e(test::tiny_model(), engine_config());
   auto id = e.add_request(s);
   auto r = e.run_to_completion()[id];
   ASSERT_EQ(r.tokens.size(), 12u);
@@ -104,7 +102,7 @@ TEST(Engine, MaxTokensAndStopTokens) {
   RequestSpec st = s;
   st.sampling.stop_token_ids = {r.tokens[4]};
   auto first = std::find(r.tokens.begin(), r.tokens.end(), r.tokens[4]) - r.tokens.begin();
-  Engine e2(tiny(), config());
+  Engine e2(test::tiny_model(), engine_config());
   auto id2 = e2.add_request(st);
   auto r2 = e2.run_to_completion()[id2];
   EXPECT_EQ(r2.finish, FinishReason::Stop);
@@ -115,7 +113,7 @@ TEST(Engine, MaxTokensAndStopTokens) {
 TEST(Engine, AbortStopsOneRequestOthersContinueUnchanged) {
   RequestSpec a = prompt_spec(3, 20, 20), b = prompt_spec(4, 25, 20);
   auto solo_b = run_one(b);
-  Engine e(tiny(), config());
+  Engine e(test::tiny_model(), engine_config());
   auto ia = e.add_request(a);
   auto ib = e.add_request(b);
   std::map<uint64_t, engine::RequestResult> out;
@@ -130,9 +128,9 @@ TEST(Engine, AbortStopsOneRequestOthersContinueUnchanged) {
 // The finish listener hears of every request once, with how it ended, in the step that ended it
 // (or from abort); a preemption is no end.
 TEST(Engine, FinishListenerHearsEachEndOnce) {
-  EngineConfig c = config();
+  EngineConfig c = engine_config();
   c.preempt_at_step = 3;
-  Engine e(tiny(), c);
+  Engine e(test::tiny_model(), c);
   std::vector<std::pair<uint64_t, FinishReason>> heard;
   e.set_finish_listener([&](uint64_t id, FinishReason why) { heard.emplace_back(id, why); });
   const auto len = e.add_request(prompt_spec(7, 20, 6));
@@ -166,10 +164,10 @@ TEST(Engine, FinishListenerHearsEachEndOnce) {
 TEST(Engine, PreemptAndResumeLosesNoToken) {
   for (ScanMode mode : {ScanMode::Exact, ScanMode::Plain}) {
     RequestSpec s = prompt_spec(5, 45, 30);
-    EngineConfig c = config(mode);
+    EngineConfig c = engine_config(mode);
     auto unpreempted = run_one(s, c);
     c.preempt_at_step = 9;
-    Engine e(tiny(), c);
+    Engine e(test::tiny_model(), c);
     auto id = e.add_request(s);
     auto r = e.run_to_completion()[id];
     EXPECT_EQ(r.num_preemptions, 1);
@@ -181,7 +179,7 @@ TEST(Engine, PreemptAndResumeLosesNoToken) {
 }
 
 TEST(Engine, ExplicitPreemptRequeuesUnderTheSameId) {
-  Engine e(tiny(), config());
+  Engine e(test::tiny_model(), engine_config());
   auto id = e.add_request(prompt_spec(6, 10, 8));
   e.step();
   EXPECT_TRUE(e.preempt(id));
@@ -193,18 +191,19 @@ TEST(Engine, ExplicitPreemptRequeuesUnderTheSameId) {
 // Exact mode keeps a bf16 boundary state (rounded at every grid boundary), and its identity is
 // the resolved grid; a grid that is not a power of two is refused naming the flag.
 TEST(Engine, ExactModeNumericsAreResolvedAndBadGridsRefused) {
-  EngineConfig c = config(ScanMode::Exact);
+  EngineConfig c = engine_config(ScanMode::Exact);
   c.ssm_cache_dtype = DType::BF16;
-  Engine e(tiny(), c);
+  Engine e(test::tiny_model(), c);
   EXPECT_TRUE(e.numerics().exact);
   EXPECT_EQ(e.numerics().ssm_dtype, DType::BF16);
   EXPECT_EQ(e.numerics().grid.cell, kernels::kDefaultExactCell);
-  EXPECT_EQ(e.numerics().grid.stagger, kernels::kDefaultExactCell != tiny().chunk_size());
-  c.exact_grid = tiny().chunk_size();
-  EXPECT_FALSE(Engine(tiny(), c).numerics().grid.stagger) << "the chunk-size grid is the RFC layout: no stagger";
+  EXPECT_EQ(e.numerics().grid.stagger, kernels::kDefaultExactCell != test::tiny_model().chunk_size());
+  c.exact_grid = test::tiny_model().chunk_size();
+  EXPECT_FALSE(Engine(test::tiny_model(), c).numerics().grid.stagger)
+      << "the chunk-size grid is the RFC layout: no stagger";
   c.exact_grid = 24;
   try {
-    Engine bad(tiny(), c);
+    Engine bad(test::tiny_model(), c);
     FAIL() << "a 24-row grid must be refused";
   } catch (const Error& err) {
     EXPECT_NE(std::string(err.what()).find("--exact-grid"), std::string::npos) << err.what();
@@ -214,9 +213,9 @@ TEST(Engine, ExactModeNumericsAreResolvedAndBadGridsRefused) {
 TEST(Engine, BadRequestsAreRejectedWhileOthersKeepRunning) {
   RequestSpec good = prompt_spec(7, 30, 10);
   auto solo = run_one(good);
-  EngineConfig c = config();
+  EngineConfig c = engine_config();
   c.max_model_len = 100;
-  Engine e(tiny(), c);
+  Engine e(test::tiny_model(), c);
   auto id = e.add_request(good);
   std::map<uint64_t, engine::RequestResult> out;
   Engine::accumulate(out, e.step());
@@ -236,24 +235,26 @@ TEST(Engine, BadRequestsAreRejectedWhileOthersKeepRunning) {
 }
 
 TEST(Engine, StateBudgetLimitsConcurrentSequences) {
-  EngineConfig c = config();
-  auto one = cache::slot_bytes(tiny().cache_spec().mamba, tiny().cache_spec().num_mamba_layers, {1, DType::F32, true, {}}).total();
+  EngineConfig c = engine_config();
+  auto one = cache::slot_bytes(test::tiny_model().cache_spec().mamba, test::tiny_model().cache_spec().num_mamba_layers,
+                               {1, DType::F32, true, {}})
+                 .total();
   c.state_memory_budget = one * 2 + 1;
-  Engine e(tiny(), c);
+  Engine e(test::tiny_model(), c);
   EXPECT_EQ(e.plan().num_slots, 2);
   std::vector<uint64_t> ids;
   for (int i = 0; i < 4; ++i) ids.push_back(e.add_request(prompt_spec(20 + i, 12, 4)));
   auto r = e.run_to_completion();
   for (auto id : ids) EXPECT_EQ(r[id].tokens.size(), 4u);
   c.state_memory_budget = one - 1;
-  EXPECT_THROW(Engine(tiny(), c), Error);
+  EXPECT_THROW(Engine(test::tiny_model(), c), Error);
 }
 
 TEST(Engine, ForcedContinuationYieldsKPlusOneRows) {
   RequestSpec s = prompt_spec(11, 20, 1);
   s.forced = {1, 2, 3, 4, 5};
   s.return_logits = true;
-  Engine e(tiny(), config());
+  Engine e(test::tiny_model(), engine_config());
   auto id = e.add_request(s);
   auto r = e.run_to_completion()[id];
   EXPECT_EQ(r.finish, FinishReason::Forced);

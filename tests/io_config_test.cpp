@@ -21,7 +21,7 @@ namespace {
 
 using parity::test::expect_error;
 
-json base_config() {
+json mamba2_config() {
   return json::parse(R"({
     "architectures": ["Mamba2ForCausalLM"],
     "model_type": "mamba2",
@@ -57,7 +57,7 @@ class IoJsonFile : public parity::test::ScratchDirTest {};
 }  // namespace
 
 TEST(IoConfig, ParsesEveryField) {
-  Mamba2Config c = parse_mamba2_config(base_config());
+  Mamba2Config c = parse_mamba2_config(mamba2_config());
   EXPECT_EQ(c.vocab_size, 64);
   EXPECT_EQ(c.hidden_size, 16);
   EXPECT_EQ(c.num_hidden_layers, 2);
@@ -84,7 +84,7 @@ TEST(IoConfig, ParsesEveryField) {
 }
 
 TEST(IoConfig, AbsentOptionalKeysTakeTransformersDefaults) {
-  json cfg = base_config();
+  json cfg = mamba2_config();
   for (const char* k : {"n_groups", "expand", "conv_kernel", "chunk_size", "use_bias", "use_conv_bias",
                         "layer_norm_epsilon", "rms_norm", "norm_before_gate", "residual_in_fp32",
                         "tie_word_embeddings", "time_step_limit", "hidden_act"})
@@ -110,7 +110,7 @@ TEST(IoConfig, AbsentOptionalKeysTakeTransformersDefaults) {
 }
 
 TEST(IoConfig, ExplicitIntermediateSizeAndSwish) {
-  json cfg = base_config();
+  json cfg = mamba2_config();
   cfg["intermediate_size"] = 32;
   cfg["hidden_act"] = "swish";
   Mamba2Config c = parse_mamba2_config(cfg);
@@ -119,7 +119,7 @@ TEST(IoConfig, ExplicitIntermediateSizeAndSwish) {
 }
 
 TEST(IoConfig, ArchitectureOf) {
-  EXPECT_EQ(architecture_of(base_config()), "Mamba2ForCausalLM");
+  EXPECT_EQ(architecture_of(mamba2_config()), "Mamba2ForCausalLM");
   EXPECT_EQ(architecture_of(json{{"model_type", "mamba2"}}), "Mamba2ForCausalLM");
   expect_error([] { architecture_of(json{{"architectures", {"LlamaForCausalLM"}}}); },
                {"unknown architecture 'LlamaForCausalLM' (supported: Mamba2ForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM, BambaForCausalLM, FalconH1ForCausalLM)"});
@@ -132,7 +132,7 @@ TEST(IoConfig, ArchitectureOf) {
 
 TEST(IoConfig, MissingRequiredInts) {
   for (const char* k : {"vocab_size", "hidden_size", "num_hidden_layers", "num_heads", "head_dim", "state_size"}) {
-    json cfg = base_config();
+    json cfg = mamba2_config();
     cfg.erase(k);
     expect_mamba2_refused(cfg, {std::string("required field ") + k + " is missing"});
     cfg[k] = nullptr;
@@ -144,84 +144,84 @@ TEST(IoConfig, NonPositiveSizes) {
   for (const char* k : {"vocab_size", "hidden_size", "num_hidden_layers", "num_heads", "head_dim",
                         "state_size", "n_groups", "expand", "chunk_size"}) {
     for (int v : {0, -2}) {
-      json cfg = base_config();
+      json cfg = mamba2_config();
       cfg[k] = v;
       expect_mamba2_refused(cfg, {std::string(k) + " must be positive, got " + std::to_string(v)});
     }
   }
-  json cfg = base_config();
+  json cfg = mamba2_config();
   cfg["intermediate_size"] = 0;
   expect_mamba2_refused(cfg, {"intermediate_size must be positive"});
 }
 
 TEST(IoConfig, WrongJsonTypes) {
-  json cfg = base_config();
+  json cfg = mamba2_config();
   cfg["hidden_size"] = "16";
   expect_mamba2_refused(cfg, {"hidden_size must be an integer"});
-  cfg = base_config();
+  cfg = mamba2_config();
   cfg["expand"] = 2.5;
   expect_mamba2_refused(cfg, {"expand must be an integer"});
-  cfg = base_config();
+  cfg = mamba2_config();
   cfg["vocab_size"] = 1ll << 40;
   expect_mamba2_refused(cfg, {"vocab_size = 1099511627776 is out of range"});
   cfg["vocab_size"] = 1ull << 63;
   expect_mamba2_refused(cfg, {"vocab_size = 9223372036854775808 is out of range"});
-  cfg = base_config();
+  cfg = mamba2_config();
   cfg["use_bias"] = 1;
   expect_mamba2_refused(cfg, {"use_bias must be true or false"});
-  cfg = base_config();
+  cfg = mamba2_config();
   cfg["hidden_act"] = 3;
   expect_mamba2_refused(cfg, {"hidden_act must be a string"});
-  cfg = base_config();
+  cfg = mamba2_config();
   cfg["layer_norm_epsilon"] = "small";
   expect_mamba2_refused(cfg, {"layer_norm_epsilon", "expected a number"});
-  cfg = base_config();
+  cfg = mamba2_config();
   cfg["layer_norm_epsilon"] = 0.0;
   expect_mamba2_refused(cfg, {"layer_norm_epsilon must be a positive finite number"});
-  cfg = base_config();
+  cfg = mamba2_config();
   cfg["time_step_limit"] = {0.0};
   expect_mamba2_refused(cfg, {"time_step_limit must be a list [min, max]"});
   expect_mamba2_refused(json::array(), {"not a JSON object"});
 }
 
 TEST(IoConfig, HeadsTimesHeadDimMustEqualIntermediate) {
-  json cfg = base_config();
+  json cfg = mamba2_config();
   cfg["head_dim"] = 8;
   expect_mamba2_refused(cfg, {"num_heads * head_dim = 64 must equal intermediate_size = 32"});
 }
 
 TEST(IoConfig, IntermediateSizeMustAgreeWithExpand) {
-  json cfg = base_config();
+  json cfg = mamba2_config();
   cfg["intermediate_size"] = 64;
   expect_mamba2_refused(cfg, {"intermediate_size = 64 disagrees with expand * hidden_size = 32"});
 }
 
 TEST(IoConfig, HeadsMustBeAMultipleOfGroups) {
-  json cfg = base_config();
+  json cfg = mamba2_config();
   cfg["n_groups"] = 3;
   expect_mamba2_refused(cfg, {"num_heads = 8 is not a multiple of n_groups = 3"});
 }
 
 TEST(IoConfig, RmsNormFalseRefused) {
-  json cfg = base_config();
+  json cfg = mamba2_config();
   cfg["rms_norm"] = false;
   expect_mamba2_refused(cfg, {"rms_norm = false is not supported"});
 }
 
 TEST(IoConfig, HiddenActOtherThanSiluRefused) {
-  json cfg = base_config();
+  json cfg = mamba2_config();
   cfg["hidden_act"] = "gelu";
   expect_mamba2_refused(cfg, {"hidden_act = 'gelu' is not supported"});
 }
 
 TEST(IoConfig, ChunkSizeMustBeAPowerOfTwo) {
   for (int v : {3, 6, 100, 255}) {
-    json cfg = base_config();
+    json cfg = mamba2_config();
     cfg["chunk_size"] = v;
     expect_mamba2_refused(cfg, {"chunk_size = " + std::to_string(v) + " is not a power of two"});
   }
   for (int v : {1, 2, 64, 256}) {
-    json cfg = base_config();
+    json cfg = mamba2_config();
     cfg["chunk_size"] = v;
     EXPECT_EQ(parse_mamba2_config(cfg).chunk_size, v);
   }
@@ -229,19 +229,19 @@ TEST(IoConfig, ChunkSizeMustBeAPowerOfTwo) {
 
 TEST(IoConfig, ConvKernelRange) {
   for (int v : {0, -1, 9}) {
-    json cfg = base_config();
+    json cfg = mamba2_config();
     cfg["conv_kernel"] = v;
     expect_mamba2_refused(cfg, {"conv_kernel = " + std::to_string(v) + " is outside the supported range 1..8"});
   }
   for (int v : {1, 8}) {
-    json cfg = base_config();
+    json cfg = mamba2_config();
     cfg["conv_kernel"] = v;
     EXPECT_EQ(parse_mamba2_config(cfg).conv_kernel, v);
   }
 }
 
 TEST(IoConfig, TimeStepLimitMinAboveMaxRefused) {
-  json cfg = base_config();
+  json cfg = mamba2_config();
   cfg["time_step_limit"] = {1.0, 0.5};
   expect_mamba2_refused(cfg, {"time_step_limit min", "greater than max"});
   cfg["time_step_limit"] = {json{{"__float__", "NaN"}}, 1.0};
@@ -264,7 +264,7 @@ TEST(IoConfig, TimeStepLimitBothInfinitySpellings) {
 }
 
 TEST(IoConfig, ToJsonRoundTrips) {
-  json cfg = base_config();
+  json cfg = mamba2_config();
   cfg["time_step_limit"] = {0.0, json{{"__float__", "Infinity"}}};
   Mamba2Config c = parse_mamba2_config(cfg);
   json out = to_json(c);
@@ -357,7 +357,7 @@ TEST(IoConfig, TransformersWrittenFixtures) {
 
 // Found through fuzz_config: a state_size whose in_proj width overflows int (UB in conv_dim()).
 TEST(IoConfig, WidthsPastIntAreRefused) {
-  json cfg = base_config();
+  json cfg = mamba2_config();
   cfg["state_size"] = 2000000000;
   expect_mamba2_refused(cfg, {"n_groups = 2 and state_size = 2000000000 are too large", "does not fit in 32 bits"});
   // The largest state size whose width fits is accepted: the bound is the width, not a guess.

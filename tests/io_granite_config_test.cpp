@@ -31,7 +31,7 @@ void expect_granite_refused(const json& cfg, const std::vector<std::string>& par
 }
 
 // A config as transformers 5.17 writes it (the spellings of tests/data/granite_hybrid/config.json).
-json base_config() {
+json granite_config() {
   return json::parse(R"({
     "architectures": ["GraniteMoeHybridForCausalLM"],
     "model_type": "granitemoehybrid",
@@ -167,7 +167,7 @@ TEST(IoGraniteConfig, FixtureFilesMatchTheConfig) {
 }
 
 TEST(IoGraniteConfig, ParsesEveryField) {
-  GraniteHybridConfig c = parse_granite_hybrid_config(base_config());
+  GraniteHybridConfig c = parse_granite_hybrid_config(granite_config());
   EXPECT_EQ(c.layer_types, (std::vector<LT>{LT::Mamba, LT::Attention, LT::Mamba}));
   EXPECT_EQ(c.head_dim, 8);
   EXPECT_EQ(c.rope_theta, 5000.0);
@@ -179,7 +179,7 @@ TEST(IoGraniteConfig, ParsesEveryField) {
   EXPECT_EQ(c.mamba_n_groups, 2);
   EXPECT_EQ(c.mamba_chunk_size, 64);
 
-  json j = base_config();
+  json j = granite_config();
   j["head_dim"] = 12;  // an explicit head_dim wins over hidden_size / heads
   j["attention_bias"] = true;
   j["mamba_proj_bias"] = true;
@@ -198,14 +198,14 @@ TEST(IoGraniteConfig, ParsesEveryField) {
 
 TEST(IoGraniteConfig, BothLayerTypeSpellings) {
   const std::vector<LT> want{LT::Mamba, LT::Attention, LT::Mamba};
-  json j = base_config();
+  json j = granite_config();
   j["layer_types"] = {"mamba", "attention", "mamba"};
   EXPECT_EQ(parse_granite_hybrid_config(j).layer_types, want);
   j["layer_types"] = {"linear_attention", "attention", "mamba"};  // mixed spellings are read one by one
   EXPECT_EQ(parse_granite_hybrid_config(j).layer_types, want);
 
   // The older key, alone or beside an identical layer_types.
-  j = base_config();
+  j = granite_config();
   j.erase("layer_types");
   j["layers_block_type"] = {"mamba", "attention", "mamba"};
   EXPECT_EQ(parse_granite_hybrid_config(j).layer_types, want);
@@ -216,7 +216,7 @@ TEST(IoGraniteConfig, BothLayerTypeSpellings) {
 
   // Absent, null or empty: every layer is Mamba (HF's layers_block_type); attention fields then optional.
   for (json lt : {json(), json::array()}) {
-    j = base_config();
+    j = granite_config();
     if (lt.is_null())
       j.erase("layer_types");
     else
@@ -233,7 +233,7 @@ TEST(IoGraniteConfig, BothLayerTypeSpellings) {
 }
 
 TEST(IoGraniteConfig, AutoMambaHeadDim) {
-  json j = base_config();
+  json j = granite_config();
   j["mamba_d_head"] = "auto";
   EXPECT_EQ(parse_granite_hybrid_config(j).mamba_d_head, 8);  // 2 * 32 / 8
   j.erase("mamba_d_head");
@@ -246,7 +246,7 @@ TEST(IoGraniteConfig, AutoMambaHeadDim) {
 }
 
 TEST(IoGraniteConfig, DefaultsOfTransformers) {
-  json j = base_config();
+  json j = granite_config();
   for (const char* k : {"num_key_value_heads", "attention_bias", "embedding_multiplier", "attention_multiplier",
                         "residual_multiplier", "logits_scaling", "rms_norm_eps", "hidden_act", "tie_word_embeddings",
                         "num_local_experts", "num_experts_per_tok", "mamba_n_groups", "mamba_d_head", "mamba_d_conv",
@@ -279,13 +279,13 @@ TEST(IoGraniteConfig, DefaultsOfTransformers) {
 }
 
 TEST(IoGraniteConfig, PositionEmbeddings) {
-  json j = base_config();
+  json j = granite_config();
   for (json pet : {json(), json("nope")}) {
     j["position_embedding_type"] = pet;
     j["rope_parameters"] = {{"rope_type", "yarn"}};  // not read without RoPE
     EXPECT_FALSE(parse_granite_hybrid_config(j).use_rope);
   }
-  j = base_config();
+  j = granite_config();
   j.erase("rope_parameters");
   EXPECT_EQ(parse_granite_hybrid_config(j).rope_theta, 10000.0);  // HF's default
   j["rope_theta"] = 2500;                                         // transformers 4.x spelling
@@ -297,7 +297,7 @@ TEST(IoGraniteConfig, PositionEmbeddings) {
 }
 
 TEST(IoGraniteConfig, DenseModelHasNoExperts) {
-  json j = base_config();
+  json j = granite_config();
   j["num_local_experts"] = 0;
   j.erase("intermediate_size");
   j["num_experts_per_tok"] = 6;  // ignored without experts, as in HF
@@ -309,7 +309,7 @@ TEST(IoGraniteConfig, DenseModelHasNoExperts) {
 }
 
 TEST(IoGraniteConfig, ToMamba2Config) {
-  json j = base_config();
+  json j = granite_config();
   j["mamba_proj_bias"] = true;
   j["time_step_limit"] = {0.0, 0.5};
   GraniteHybridConfig c = parse_granite_hybrid_config(j);
@@ -353,7 +353,7 @@ TEST(IoGraniteConfig, ToMamba2Config) {
 }
 
 TEST(IoGraniteConfig, ArchitectureOf) {
-  EXPECT_EQ(architecture_of(base_config()), "GraniteMoeHybridForCausalLM");
+  EXPECT_EQ(architecture_of(granite_config()), "GraniteMoeHybridForCausalLM");
   EXPECT_EQ(architecture_of(json{{"model_type", "granitemoehybrid"}}), "GraniteMoeHybridForCausalLM");
   expect_error([] { architecture_of(json{{"architectures", {"GraniteMoeForCausalLM"}}}); },
                {"unknown architecture 'GraniteMoeForCausalLM'", "Mamba2ForCausalLM", "GraniteMoeHybridForCausalLM"});
@@ -364,7 +364,7 @@ TEST(IoGraniteConfig, ArchitectureOf) {
 TEST(IoGraniteConfig, RefusesMissingSizes) {
   for (const char* k : {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                         "shared_intermediate_size", "mamba_n_heads", "mamba_d_state"}) {
-    json j = base_config();
+    json j = granite_config();
     j.erase(k);
     expect_granite_refused(j, {"required field", k});
   }
@@ -372,7 +372,7 @@ TEST(IoGraniteConfig, RefusesMissingSizes) {
 }
 
 TEST(IoGraniteConfig, RefusesLayerTypes) {
-  json j = base_config();
+  json j = granite_config();
   j["layer_types"] = {"mamba", "moe", "attention"};
   expect_granite_refused(j, {"layer_types[1] = 'moe'", "not a known layer type", "full_attention"});
   j["layer_types"] = {"mamba", "attention"};
@@ -387,123 +387,123 @@ TEST(IoGraniteConfig, RefusesLayerTypes) {
 }
 
 TEST(IoGraniteConfig, RefusesAttentionShapes) {
-  json j = base_config();
+  json j = granite_config();
   j["num_key_value_heads"] = 3;
   expect_granite_refused(j, {"num_attention_heads = 4", "not a multiple of num_key_value_heads = 3"});
   j["num_key_value_heads"] = 0;
   expect_granite_refused(j, {"num_key_value_heads must be positive"});
-  j = base_config();
+  j = granite_config();
   j["num_attention_heads"] = 64;  // hidden 32 / 64 = 0
   j["num_key_value_heads"] = 64;
   expect_granite_refused(j, {"head_dim 0"});
-  j = base_config();
+  j = granite_config();
   j["head_dim"] = 7;
   expect_granite_refused(j, {"head_dim = 7", "even for RoPE"});
   j["head_dim"] = -2;
   expect_granite_refused(j, {"head_dim must be positive"});
-  j = base_config();
+  j = granite_config();
   j["attention_bias"] = 1;
   expect_granite_refused(j, {"attention_bias must be true or false"});
 }
 
 TEST(IoGraniteConfig, RefusesPositionEmbeddings) {
-  json j = base_config();
+  json j = granite_config();
   j["position_embedding_type"] = "alibi";
   expect_granite_refused(j, {"position_embedding_type = 'alibi'", "not supported", "rope"});
   j["position_embedding_type"] = 3;
   expect_granite_refused(j, {"position_embedding_type must be a string"});
-  j = base_config();
+  j = granite_config();
   j["rope_parameters"] = {{"rope_theta", 10000.0}, {"rope_type", "yarn"}, {"factor", 4.0}};
   expect_granite_refused(j, {"rope_parameters.rope_type = 'yarn'", "not supported"});
-  j = base_config();
+  j = granite_config();
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
   expect_granite_refused(j, {"rope_scaling.type = 'linear'"});
-  j = base_config();
+  j = granite_config();
   j["rope_theta"] = 10000.0;  // disagrees with rope_parameters.rope_theta 5000
   expect_granite_refused(j, {"rope_theta", "rope_parameters.rope_theta", "disagree"});
-  j = base_config();
+  j = granite_config();
   j["rope_parameters"]["rope_theta"] = -1.0;
   expect_granite_refused(j, {"rope_theta must be a positive finite number"});
-  j = base_config();
+  j = granite_config();
   j["rope_parameters"] = "default";
   expect_granite_refused(j, {"rope_parameters must be an object"});
 }
 
 TEST(IoGraniteConfig, RefusesMoeShapes) {
-  json j = base_config();
+  json j = granite_config();
   j["num_experts_per_tok"] = 5;
   expect_granite_refused(j, {"num_experts_per_tok = 5 exceeds num_local_experts = 4"});
   j["num_experts_per_tok"] = 0;
   expect_granite_refused(j, {"num_experts_per_tok must be positive"});
-  j = base_config();
+  j = granite_config();
   j["num_local_experts"] = -1;
   expect_granite_refused(j, {"num_local_experts must be 0 (dense) or positive"});
-  j = base_config();
+  j = granite_config();
   j["intermediate_size"] = 0;
   expect_granite_refused(j, {"intermediate_size must be positive"});
-  j = base_config();
+  j = granite_config();
   j["shared_intermediate_size"] = 0;
   expect_granite_refused(j, {"shared_intermediate_size must be positive"});
 }
 
 TEST(IoGraniteConfig, RefusesMambaShapes) {
-  json j = base_config();
+  json j = granite_config();
   j["mamba_n_heads"] = 5;  // 64 % 5 != 0
   expect_granite_refused(j, {"mamba_n_heads = 5 does not divide mamba_expand * hidden_size = 64"});
-  j = base_config();
+  j = granite_config();
   j["mamba_d_head"] = 16;
   expect_granite_refused(j, {"mamba_d_head * mamba_n_heads = 16 * 8", "must equal mamba_expand * hidden_size = 64"});
   j["mamba_d_head"] = "half";
   expect_granite_refused(j, {"mamba_d_head must be an integer or \"auto\""});
-  j = base_config();
+  j = granite_config();
   j["mamba_n_groups"] = 3;
   expect_granite_refused(j, {"mamba_n_heads = 8 is not a multiple of mamba_n_groups = 3"});
-  j = base_config();
+  j = granite_config();
   j["mamba_expand"] = 1.5;
   expect_granite_refused(j, {"mamba_expand must be an integer"});
-  j = base_config();
+  j = granite_config();
   j["mamba_chunk_size"] = 48;
   expect_granite_refused(j, {"mamba_chunk_size = 48 is not a power of two"});
-  j = base_config();
+  j = granite_config();
   j["mamba_d_conv"] = 9;
   expect_granite_refused(j, {"mamba_d_conv = 9 is outside the supported range 1..8"});
-  j = base_config();
+  j = granite_config();
   j["mamba_d_state"] = 0;
   expect_granite_refused(j, {"mamba_d_state must be positive"});
-  j = base_config();
+  j = granite_config();
   j["time_step_limit"] = {0.5, 0.1};
   expect_granite_refused(j, {"time_step_limit min"});
   j["time_step_limit"] = {0.5};
   expect_granite_refused(j, {"time_step_limit must be a list [min, max]"});
-  j = base_config();
+  j = granite_config();
   j["mamba_conv_bias"] = "yes";
   expect_granite_refused(j, {"mamba_conv_bias must be true or false"});
 }
 
 TEST(IoGraniteConfig, RefusesScalars) {
-  json j = base_config();
+  json j = granite_config();
   j["logits_scaling"] = 0;
   expect_granite_refused(j, {"logits_scaling must not be 0"});
   j["logits_scaling"] = {{"__float__", "Infinity"}};
   expect_granite_refused(j, {"logits_scaling must be a finite number"});
-  j = base_config();
+  j = granite_config();
   j["embedding_multiplier"] = "12";
   expect_granite_refused(j, {"embedding_multiplier", "expected a number"});
-  j = base_config();
+  j = granite_config();
   j["residual_multiplier"] = {{"__float__", "NaN"}};
   expect_granite_refused(j, {"residual_multiplier must be a finite number"});
-  j = base_config();
+  j = granite_config();
   j["rms_norm_eps"] = 0.0;
   expect_granite_refused(j, {"rms_norm_eps must be a positive finite number"});
-  j = base_config();
+  j = granite_config();
   j["hidden_act"] = "gelu";
   expect_granite_refused(j, {"hidden_act = 'gelu' is not supported"});
-  j = base_config();
+  j = granite_config();
   j["vocab_size"] = 1.5;
   expect_granite_refused(j, {"vocab_size must be an integer"});
   j["vocab_size"] = 0;
   expect_granite_refused(j, {"vocab_size must be positive"});
-  j = base_config();
+  j = granite_config();
   j["tie_word_embeddings"] = "true";
   expect_granite_refused(j, {"tie_word_embeddings must be true or false"});
 }
@@ -512,10 +512,10 @@ namespace {
 
 // Found through fuzz_config: widths past int (UB in conv_dim() and q_dim()) are refused, naming the fields.
 TEST(IoGraniteConfig, WidthsPastIntAreRefused) {
-  json cfg = base_config();
+  json cfg = granite_config();
   cfg["mamba_d_state"] = 2000000000;
   expect_granite_refused(cfg, {"mamba_n_groups = 2 and mamba_d_state = 2000000000 are too large"});
-  cfg = base_config();
+  cfg = granite_config();
   cfg["head_dim"] = 1000000000;
   expect_granite_refused(cfg, {"num_attention_heads * head_dim = 4 * 1000000000 does not fit in 32 bits"});
   cfg["head_dim"] = 500000000;

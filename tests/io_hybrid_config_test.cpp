@@ -17,7 +17,7 @@ using parity::test::expect_error;
 
 namespace {
 
-json nemotron() {
+json nemotron_config() {
   return json::parse(R"({
     "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
     "vocab_size": 100, "hidden_size": 32, "hybrid_override_pattern": "ME*M-",
@@ -47,7 +47,7 @@ void refused(const json& cfg, const std::vector<std::string>& parts) {
 }  // namespace
 
 TEST(IoHybridConfig, NemotronHPatternMapsToOneBlockPerLayer) {
-  const HybridSpec s = hybrid_spec_from_config(nemotron(), none);
+  const HybridSpec s = hybrid_spec_from_config(nemotron_config(), none);
   EXPECT_EQ(s.architecture, "NemotronHForCausalLM");
   EXPECT_EQ(kinds(s), (std::vector<BlockKind>{BlockKind::Mamba, BlockKind::Moe, BlockKind::Attention,
                                                BlockKind::Mamba, BlockKind::Mlp}));
@@ -77,15 +77,15 @@ TEST(IoHybridConfig, NemotronHPatternMapsToOneBlockPerLayer) {
 }
 
 TEST(IoHybridConfig, NemotronHLayersBlockTypeSpellingsAndCheckpointNames) {
-  json a = nemotron();
+  json a = nemotron_config();
   a.erase("hybrid_override_pattern");
   a["layers_block_type"] = {"linear_attention", "moe", "full_attention", "mamba", "mlp"};
-  json b = nemotron();
+  json b = nemotron_config();
   b["layers_block_type"] = {"mamba", "moe", "attention", "mamba", "mlp"};  // both given, agreeing
-  EXPECT_EQ(kinds(hybrid_spec_from_config(a, none)), kinds(hybrid_spec_from_config(nemotron(), none)));
-  EXPECT_EQ(kinds(hybrid_spec_from_config(b, none)), kinds(hybrid_spec_from_config(nemotron(), none)));
+  EXPECT_EQ(kinds(hybrid_spec_from_config(a, none)), kinds(hybrid_spec_from_config(nemotron_config(), none)));
+  EXPECT_EQ(kinds(hybrid_spec_from_config(b, none)), kinds(hybrid_spec_from_config(nemotron_config(), none)));
   // NVIDIA's checkpoints say backbone.; stacked experts (transformers 5's module layout) are read too.
-  const HybridSpec s = hybrid_spec_from_config(nemotron(), [](const std::string& n) {
+  const HybridSpec s = hybrid_spec_from_config(nemotron_config(), [](const std::string& n) {
     return n == "backbone.embeddings.weight" || n == "backbone.layers.1.mixer.experts.up_proj";
   });
   EXPECT_EQ(s.embed, "backbone.embeddings.weight");
@@ -93,7 +93,7 @@ TEST(IoHybridConfig, NemotronHLayersBlockTypeSpellingsAndCheckpointNames) {
   EXPECT_EQ(s.layers[1].subs[0].blocks[0].moe.experts_in, "backbone.layers.1.mixer.experts.up_proj");
   EXPECT_EQ(s.layers[1].subs[0].blocks[0].moe.router_probe, "model.layers.1.mixer.gate");
   // NVIDIA's Nemotron-H-8B config.json says attention_head_dim.
-  json c = nemotron();
+  json c = nemotron_config();
   c.erase("head_dim");
   c["attention_head_dim"] = 16;
   EXPECT_EQ(hybrid_spec_from_config(c, none).layers[2].subs[0].blocks[0].attn.head_dim, 16);
@@ -102,55 +102,55 @@ TEST(IoHybridConfig, NemotronHLayersBlockTypeSpellingsAndCheckpointNames) {
 }
 
 TEST(IoHybridConfig, NemotronHRefusalsNameTheKeyAndValue) {
-  json c = nemotron();
+  json c = nemotron_config();
   c["hybrid_override_pattern"] = "M*X-";
   refused(c, {"hybrid_override_pattern", "'X'", "at 2"});
-  c = nemotron();
+  c = nemotron_config();
   c.erase("hybrid_override_pattern");
   c["layers_block_type"] = {"mamba", "cross_attention"};
   refused(c, {"layers_block_type[1]", "cross_attention"});
-  c = nemotron();
+  c = nemotron_config();
   c["layers_block_type"] = {"mamba", "moe"};
   refused(c, {"hybrid_override_pattern and layers_block_type", "different"});
-  c = nemotron();
+  c = nemotron_config();
   c.erase("hybrid_override_pattern");
   refused(c, {"neither hybrid_override_pattern nor layers_block_type"});
-  c = nemotron();
+  c = nemotron_config();
   c["num_hidden_layers"] = 7;
   refused(c, {"num_hidden_layers = 7", "5 layers"});
-  c = nemotron();
+  c = nemotron_config();
   c["n_group"] = 8;
   refused(c, {"n_group = 8", "grouped"});
-  c = nemotron();
+  c = nemotron_config();
   c["topk_group"] = 2;
   refused(c, {"topk_group = 2"});
-  c = nemotron();
+  c = nemotron_config();
   c["moe_latent_size"] = 16;
   refused(c, {"moe_latent_size = 16", "latent"});
-  c = nemotron();
+  c = nemotron_config();
   c["mlp_hidden_act"] = "silu";
   refused(c, {"mlp_hidden_act = 'silu'", "relu2"});
-  c = nemotron();
+  c = nemotron_config();
   c["num_experts_per_tok"] = 9;
   refused(c, {"num_experts_per_tok = 9", "n_routed_experts = 6"});
-  c = nemotron();
+  c = nemotron_config();
   c["mamba_num_heads"] = 3;
   refused(c, {"mamba_num_heads = 3", "n_groups = 2"});
-  c = nemotron();
+  c = nemotron_config();
   c["sliding_window"] = 128;
   refused(c, {"sliding_window = 128"});
-  c = nemotron();
+  c = nemotron_config();
   c["n_groups"] = 2;
   c["mamba_n_groups"] = 4;
   refused(c, {"n_groups = 2", "mamba_n_groups = 4", "disagree"});
-  c = nemotron();
+  c = nemotron_config();
   c["mamba_num_heads"] = 2000000000;
   c["mamba_head_dim"] = 1024;
   refused(c, {"mamba_num_heads * mamba_head_dim", "too large"});
-  c = nemotron();
+  c = nemotron_config();
   c["moe_intermediate_size"] = 2000000000;
   refused(c, {"the expert width", "too large"});
-  c = nemotron();
+  c = nemotron_config();
   c["hybrid_override_pattern"] = 5;
   refused(c, {"hybrid_override_pattern must be a string"});
 }

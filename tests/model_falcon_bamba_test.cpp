@@ -13,8 +13,12 @@
 #include "test_support.h"
 
 using namespace parity;
-using namespace parity::test::ref64;
 namespace fs = std::filesystem;
+
+// Its own namespace, tests included: the dimensions' one-letter names (V, H, F, ...) and ref64's helpers
+// must not meet the other test files compiled with this one in a unity batch.
+namespace falcon_bamba_test {
+using namespace parity::test::ref64;
 
 namespace {
 
@@ -219,3 +223,5 @@ TEST(Bamba, MambaAndPartialRopeAttentionMatchAFloat64Forward) {
   EXPECT_GT(parity_vs(dir, bamba_reference(w, 8), model::ScanMode::Exact), 1e-4);
   fs::remove_all(dir);
 }
+
+}  // namespace falcon_bamba_test

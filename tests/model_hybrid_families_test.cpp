@@ -22,13 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<int32_t> tokens(int n, uint32_t seed = 4) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(static_cast<std::size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % 512);
-  return t;
-}
-
 std::vector<std::string> probe_names(const model::Model& m) {
   std::vector<std::string> names;
   for (const auto& p : m.probe_points()) names.push_back(p.name);
@@ -73,7 +66,7 @@ TEST(HybridFamilies, ProbePointsUseHuggingFaceNamesInForwardOrder) {
 }
 
 TEST(HybridFamilies, ExportLoadsBackWithTheSameBits) {
-  const auto toks = tokens(40);
+  const auto toks = test::random_tokens(4, 40, 512);
   for (const char* name : {"tiny-nemotron-h", "tiny-bamba", "tiny-falcon-h1"}) {
     SCOPED_TRACE(name);
     const fs::path dir = test::scratch_dir(std::string("export_") + name);
@@ -90,7 +83,7 @@ TEST(HybridFamilies, ExportLoadsBackWithTheSameBits) {
 // multiplies the routed experts only), Bamba's partial rotary factor, FalconH1's multipliers and its optional
 // gated norm. A knob the model ignored would leave the bits unchanged.
 TEST(HybridFamilies, FamilyKnobsChangeTheLogits) {
-  const auto toks = tokens(40, 8);
+  const auto toks = test::random_tokens(8, 40, 512);
   struct Case {
     const char* model;
     const char* key;

@@ -21,7 +21,7 @@ namespace {
 
 std::string dir_of(const std::string& f) { return std::string(PARITY_TEST_DATA) + "/" + f; }
 
-const model::Model& load(const std::string& f, model::MoeRoutingPattern p = model::MoeRoutingPattern::Direct) {
+const model::Model& fixture_model(const std::string& f, model::MoeRoutingPattern p = model::MoeRoutingPattern::Direct) {
   static std::map<std::pair<std::string, int>, std::unique_ptr<model::Model>> cache;
   auto& m = cache[{f, static_cast<int>(p)}];
   if (!m) {
@@ -47,7 +47,7 @@ double worst_row(const float* got, const float* ref, std::size_t rows, std::size
   return worst;
 }
 
-std::vector<float> logits_file(const std::string& path) {
+std::vector<float> fixture_logits(const std::string& path) {
   auto f = io::SafetensorsFile::open(path);
   const io::TensorView* t = f->find("logits");
   if (!t || t->dtype != DType::F32) throw std::runtime_error(path + ": no F32 logits");
@@ -60,9 +60,9 @@ class HybridFixture : public ::testing::TestWithParam<std::string> {};
 }  // namespace
 
 TEST_P(HybridFixture, EveryRowWithin1e5OfHuggingFaceFloat64) {
-  const auto& m = load(GetParam());
+  const auto& m = fixture_model(GetParam());
   const auto toks = io::read_tokens(dir_of(GetParam()) + "/tokens.json");
-  const auto ref = logits_file(dir_of(GetParam()) + "/reference_logits.safetensors");
+  const auto ref = fixture_logits(dir_of(GetParam()) + "/reference_logits.safetensors");
   ASSERT_EQ(ref.size(), toks.size() * static_cast<std::size_t>(m.vocab_size()));
   for (auto mode : {model::ScanMode::Exact, model::ScanMode::Plain}) {
     const auto got = model::score_all_rows(m, toks, mode);
@@ -75,7 +75,7 @@ TEST_P(HybridFixture, EveryRowWithin1e5OfHuggingFaceFloat64) {
 }
 
 TEST_P(HybridFixture, ExactGatePassesOnTheFixture) {
-  const auto& m = load(GetParam());
+  const auto& m = fixture_model(GetParam());
   engine::GateOptions g;
   g.modes = {model::ScanMode::Exact};
   int ran = 0;
@@ -90,7 +90,7 @@ TEST_P(HybridFixture, ExactGatePassesOnTheFixture) {
 
 // The companion on one fixture: plain mode (vLLM's numerics) under the same scenarios does part, so the gate can fail.
 TEST(HybridFixturePlain, GateFindsMismatchesInPlainMode) {
-  const auto& m = load("nemotron_h_moe");
+  const auto& m = fixture_model("nemotron_h_moe");
   engine::GateOptions g;
   g.modes = {model::ScanMode::Plain};
   int64_t mismatched = 0;
@@ -114,7 +114,7 @@ TEST(HybridFixtureMoe, RouterProbeMatchesHfAndForcedRoutingInBothPatterns) {
       got[n].assign(d, d + std::size_t(rows) * cols);
     }
   } rec;
-  model::score_all_rows(load(f), p.prompt_token_ids, model::ScanMode::Exact, &rec);
+  model::score_all_rows(fixture_model(f), p.prompt_token_ids, model::ScanMode::Exact, &rec);
   ASSERT_FALSE(p.flat.empty());
   for (const auto& [name, want] : p.flat) {
     SCOPED_TRACE(name);
@@ -123,7 +123,7 @@ TEST(HybridFixtureMoe, RouterProbeMatchesHfAndForcedRoutingInBothPatterns) {
   }
   // Forced routing: inject forced_router_logits at every .gate (in place), compare with HF under the same forcing.
   const auto forced = accuracy::read_captures(dir_of(f) + "/forced_router_logits.safetensors");
-  const auto fref = logits_file(dir_of(f) + "/forced_reference_logits.safetensors");
+  const auto fref = fixture_logits(dir_of(f) + "/forced_reference_logits.safetensors");
   struct Inject : model::ProbeHooks {
     const std::map<std::string, accuracy::Matrix>* rows;
     bool wants(const std::string& n) const override { return rows->count(n) > 0; }
@@ -136,7 +136,7 @@ TEST(HybridFixtureMoe, RouterProbeMatchesHfAndForcedRoutingInBothPatterns) {
   inj.rows = &forced.prompts[0].flat;
   std::vector<std::vector<float>> outs;
   for (auto pat : {model::MoeRoutingPattern::Direct, model::MoeRoutingPattern::Fused}) {
-    const auto& m = load(f, pat);
+    const auto& m = fixture_model(f, pat);
     outs.push_back(model::score_all_rows(m, p.prompt_token_ids, model::ScanMode::Exact, &inj));
     EXPECT_LE(worst_row(outs.back().data(), fref.data(), p.prompt_token_ids.size(),
                         static_cast<std::size_t>(m.vocab_size())),

@@ -18,8 +18,12 @@
 #include "test_support.h"
 
 using namespace parity;
-using namespace parity::test::ref64;
 namespace fs = std::filesystem;
+
+// Its own namespace, tests included: the dimensions' one-letter names (V, H, F, ...) and ref64's helpers
+// must not meet the other test files compiled with this one in a unity batch.
+namespace nemotron_h_test {
+using namespace parity::test::ref64;
 
 namespace {
 
@@ -154,3 +158,5 @@ TEST(NemotronH, TheFloat64ComparisonCanFail) {
   EXPECT_GT(rel_error(got, reference(w, toks)), 1e-3) << "another correction bias must give other logits";
   fs::remove_all(dir);
 }
+
+}  // namespace nemotron_h_test

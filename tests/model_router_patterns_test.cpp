@@ -148,14 +148,12 @@ TEST(MoeDense, MalformedRoutingIsAnError) {
 
 namespace {
 
-std::vector<int32_t> fixture_tokens() { return io::read_tokens(test::kGraniteFixture + "/tokens.json"); }
-
 // The forced routing of the fixture, for requests whose prompt is the stream's first prompt_len
 // tokens (prefix matching then maps them, and a 100-token score, to the reference).
 std::unique_ptr<accuracy::ReplacementSession> forced_session(const model::Model& m, std::size_t prompt_len) {
   accuracy::ReplacementConfig cfg;
   cfg.tensors_path = test::kGraniteFixture + "/forced_router_logits.safetensors";
-  const auto toks = fixture_tokens();
+  const auto toks = test::granite_fixture_tokens();
   cfg.prompt_token_ids = std::vector<std::vector<int32_t>>{
       std::vector<int32_t>(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(prompt_len))};
   return std::make_unique<accuracy::ReplacementSession>(cfg, m);
@@ -202,7 +200,7 @@ void expect_same_runs(const PatternRun& a, const PatternRun& b) {
 }  // namespace
 
 TEST(RouterPatterns, DirectAndFusedGiveTheSameBitsWithAndWithoutReplacement) {
-  const auto toks = fixture_tokens();
+  const auto toks = test::granite_fixture_tokens();
   const auto& direct = test::routed_model(test::kGraniteFixture, MoeRoutingPattern::Direct);
   const auto& fused = test::routed_model(test::kGraniteFixture, MoeRoutingPattern::Fused);
   std::vector<float> scores[2];
@@ -334,7 +332,7 @@ TEST(RouterPatterns, TopFourRoutingDirectAndFusedGiveTheSameBits) {
   std::ifstream(test::kGraniteFixture + "/config.json") >> cfg;
   cfg["num_experts_per_tok"] = 4;
   test::write_text(dir / "config.json", cfg.dump(2));
-  const auto toks = fixture_tokens();
+  const auto toks = test::granite_fixture_tokens();
   const auto& direct = test::routed_model(dir.string(), MoeRoutingPattern::Direct);
   const auto& fused = test::routed_model(dir.string(), MoeRoutingPattern::Fused);
   for (bool replace : {false, true}) {
@@ -350,7 +348,7 @@ TEST(RouterPatterns, TopFourRoutingDirectAndFusedGiveTheSameBits) {
 // Capture at the router point works in both patterns, and with replacement chained before it
 // (the fetched values are what the capture records).
 TEST(RouterPatterns, RouterCaptureSeesWhatTheBlockUsed) {
-  const auto toks = fixture_tokens();
+  const auto toks = test::granite_fixture_tokens();
   const std::vector<int32_t> prompt(toks.begin(), toks.begin() + 20), forced(toks.begin() + 20, toks.begin() + 40);
   const std::string router0 = "model.layers.0.block_sparse_moe.router", router3 = "model.layers.3.block_sparse_moe.router";
   const auto injected = accuracy::read_captures(test::kGraniteFixture + "/forced_router_logits.safetensors");

@@ -33,20 +33,13 @@ constexpr float kTpLogitTolerance = 1e-4f;
 // attention with 2 KV heads, ReLU² MLP and a sigmoid-routed MoE with a shared expert), tiny-falcon-h1
 // (attention beside Mamba2, SwiGLU MLP, µP multipliers).
 
-std::vector<int32_t> tokens(int n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(static_cast<std::size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-  return t;
-}
-
 class TensorParallel : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TensorParallel, Tp2LogitsWithinToleranceOfTp1) {
   const auto& one = test::cached_model(GetParam());
   const auto& two = test::cached_model(GetParam(), {}, 2);
   EXPECT_EQ(two.probe_points().size(), one.probe_points().size());
-  test::expect_tp2_near_tp1(one, two, tokens(3 * one.chunk_size() + 5, one.vocab_size(), 7), GetParam(),
+  test::expect_tp2_near_tp1(one, two, test::random_tokens(7, 3 * one.chunk_size() + 5, one.vocab_size()), GetParam(),
                             test::max_abs_bound(kTpLogitTolerance));
 }
 
@@ -91,7 +84,7 @@ TEST_P(TensorParallel, PlainModeDiffersAcrossSchedulesAtTp2) {
 
 TEST_P(TensorParallel, ThreadCountsDoNotChangeTp2Bits) {
   const auto& m = test::cached_model(GetParam(), {}, 2);
-  const auto t = tokens(2 * m.chunk_size() + 3, m.vocab_size(), 11);
+  const auto t = test::random_tokens(11, 2 * m.chunk_size() + 3, m.vocab_size());
   const int threads = kernels::num_threads();
   kernels::set_num_threads(1);
   const auto a = model::score_all_rows(m, t, ScanMode::Exact);
@@ -133,7 +126,7 @@ bool any_contains(const std::vector<std::string>& messages, const std::string& w
 TEST(TensorParallelCompare, TheSharedChecksFailOnAnUnsplitModelAndOnAGapPastTheirBound) {
   const auto& one = test::cached_model("builtin:tiny-g2");
   const auto& two = test::cached_model("builtin:tiny-g2", {}, 2);
-  const auto t = tokens(one.chunk_size() + 9, one.vocab_size(), 13);
+  const auto t = test::random_tokens(13, one.chunk_size() + 9, one.vocab_size());
   const auto unsplit = failures_of([&] { test::expect_tp2_near_tp1(one, one, t, "tp1 twice", test::max_abs_bound(1)); });
   EXPECT_EQ(unsplit.size(), 2u);  // exact and plain
   EXPECT_TRUE(any_contains(unsplit, "was the model split at all")) << ::testing::PrintToString(unsplit);
@@ -147,7 +140,7 @@ TEST(TensorParallelCompare, TheSharedChecksFailOnAnUnsplitModelAndOnAGapPastThei
           .empty());
 }
 
-std::string load_error(const std::string& spec, int tp) {
+std::string tp_load_error(const std::string& spec, int tp) {
   try {
     model::load_model(model::open_checkpoint(spec), tp);
   } catch (const Error& e) {
@@ -157,13 +150,13 @@ std::string load_error(const std::string& spec, int tp) {
 }
 
 TEST(TensorParallelSplit, CuttingAGatedNormGroupIsRefusedNamingNGroups) {
-  const std::string e1 = load_error("builtin:tiny", 2);  // n_groups = 1
+  const std::string e1 = tp_load_error("builtin:tiny", 2);  // n_groups = 1
   EXPECT_NE(e1.find("n_groups = 1"), std::string::npos) << e1;
   EXPECT_NE(e1.find("tensor parallel size 2"), std::string::npos) << e1;
-  const std::string e2 = load_error("builtin:tiny-g2", 4);  // n_groups = 2
+  const std::string e2 = tp_load_error("builtin:tiny-g2", 4);  // n_groups = 2
   EXPECT_NE(e2.find("n_groups = 2"), std::string::npos) << e2;
   EXPECT_NE(e2.find("tensor parallel size 4"), std::string::npos) << e2;
-  EXPECT_NE(load_error("builtin:tiny-hybrid", 2).find("n_groups = 1"), std::string::npos);
+  EXPECT_NE(tp_load_error("builtin:tiny-hybrid", 2).find("n_groups = 1"), std::string::npos);
 }
 
 TEST(TensorParallelSplit, TheCliRefusesItBeforeRunning) {

@@ -8,12 +8,16 @@
 
 #include "engine/engine.h"
 #include "io/safetensors.h"
+#include "io/token_file.h"
 #include "model/model.h"
 #include "test_support.h"
 
 namespace parity::test {
 
 inline const std::string kGraniteFixture = std::string(PARITY_TEST_DATA) + "/granite_hybrid";
+
+// The fixture's token stream (its reference logits and router captures are of these tokens).
+inline std::vector<int32_t> granite_fixture_tokens() { return io::read_tokens(kGraniteFixture + "/tokens.json"); }
 
 // spec: builtin:NAME or a folder path; cached_model with the routing pattern.
 inline const model::Model& routed_model(const std::string& spec, model::MoeRoutingPattern p) {
@@ -48,14 +52,6 @@ std::vector<float> engine_rows(const model::Model& m, const std::vector<int32_t>
   std::vector<float> out;
   for (const auto& r : res.at(id).logit_rows) out.insert(out.end(), r.begin(), r.end());
   return out;
-}
-
-inline std::vector<float> read_logits(const std::string& path) {
-  auto f = io::SafetensorsFile::open(path);
-  const io::TensorView* t = f->find("logits");
-  if (!t || t->dtype != DType::F32) return {};
-  const float* p = static_cast<const float*>(t->data);
-  return std::vector<float>(p, p + t->numel());
 }
 
 }  // namespace parity::test

@@ -15,9 +15,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const model::Model& tiny() { return test::cached_model("builtin:tiny"); }
-
-engine::EngineConfig config(int seqs, model::ScanMode mode = model::ScanMode::Exact) {
+engine::EngineConfig loop_config(int seqs, model::ScanMode mode = model::ScanMode::Exact) {
   engine::EngineConfig cfg;
   cfg.mode = mode;
   cfg.sched.max_num_seqs = seqs;
@@ -28,7 +26,7 @@ engine::EngineConfig config(int seqs, model::ScanMode mode = model::ScanMode::Ex
   if (mode == model::ScanMode::Plain) cfg.ssm_cache_dtype = DType::F32;
   return cfg;
 }
-engine::EngineConfig exact_config(int seqs) { return config(seqs); }
+engine::EngineConfig exact_loop_config(int seqs) { return loop_config(seqs); }
 
 engine::RequestSpec spec(int i, int max_tokens = 6) {
   engine::RequestSpec s;
@@ -59,8 +57,8 @@ std::vector<engine::RequestResult> collect(Ticket& t, int n) {
 // 12 sequences from 6 client threads through one loop (3 slots, 5-token passes) against each run
 // alone with a large budget; returns how many log-probs differ.
 int mismatches_against_alone(model::ScanMode mode) {
-  engine::Engine eng(tiny(), config(3, mode));
-  EngineLoop loop(eng, tiny().vocab_size(), 64);
+  engine::Engine eng(test::tiny_model(), loop_config(3, mode));
+  EngineLoop loop(eng, test::tiny_model().vocab_size(), 64);
   std::vector<std::vector<engine::RequestResult>> got(6);
   std::vector<std::thread> clients;
   for (int c = 0; c < 6; ++c)
@@ -73,9 +71,9 @@ int mismatches_against_alone(model::ScanMode mode) {
   for (auto& th : clients) th.join();
   int bad = 0;
   for (int i = 0; i < 12; ++i) {
-    engine::EngineConfig alone_cfg = config(1, mode);
+    engine::EngineConfig alone_cfg = loop_config(1, mode);
     alone_cfg.sched.max_num_batched_tokens = 2048;
-    engine::Engine alone(tiny(), alone_cfg);
+    engine::Engine alone(test::tiny_model(), alone_cfg);
     const uint64_t id = alone.add_request(spec(i));
     const engine::RequestResult want = alone.run_to_completion()[id];
     if (got[static_cast<std::size_t>(i / 2)].size() != 2) {
@@ -106,8 +104,8 @@ TEST(ServerEngineLoop, PlainModeDiffersSoTheCheckCanFail) {
 }
 
 TEST(ServerEngineLoop, ABadSequenceRejectsTheWholeTicket) {
-  engine::Engine eng(tiny(), exact_config(4));
-  EngineLoop loop(eng, tiny().vocab_size(), 64);
+  engine::Engine eng(test::tiny_model(), exact_loop_config(4));
+  EngineLoop loop(eng, test::tiny_model().vocab_size(), 64);
   engine::RequestSpec bad = spec(1);
   bad.prompt.push_back(100000);  // outside the vocabulary: the engine refuses it
   auto t = loop.submit({spec(0), bad}, {});
@@ -123,8 +121,8 @@ TEST(ServerEngineLoop, ABadSequenceRejectsTheWholeTicket) {
 }
 
 TEST(ServerEngineLoop, AdmissionBoundAndCancel) {
-  engine::Engine eng(tiny(), exact_config(1));
-  EngineLoop loop(eng, tiny().vocab_size(), 2);
+  engine::Engine eng(test::tiny_model(), exact_loop_config(1));
+  EngineLoop loop(eng, test::tiny_model().vocab_size(), 2);
   auto a = loop.submit({spec(0, 3000)}, {});
   auto b = loop.submit({spec(1, 3000)}, {});
   ASSERT_NE(a, nullptr);
@@ -147,8 +145,8 @@ TEST(ServerEngineLoop, AdmissionBoundAndCancel) {
 }
 
 TEST(ServerEngineLoop, PromptLogprobsScoreEachPromptToken) {
-  engine::Engine eng(tiny(), exact_config(2));
-  EngineLoop loop(eng, tiny().vocab_size(), 8);
+  engine::Engine eng(test::tiny_model(), exact_loop_config(2));
+  EngineLoop loop(eng, test::tiny_model().vocab_size(), 8);
   engine::RequestSpec s = spec(3, 2);
   s.return_prompt_logits = true;
   auto t = loop.submit({s}, {2});

@@ -14,14 +14,9 @@
 
 namespace parity::kernels::test {
 
-// Under AddressSanitizer (CI's second pass, several times slower) the longest invariance loops check
-// one row or schedule in kSanitizerSample: a memory error shows on any sample, and the normal build
-// checks every case.
-#if defined(__SANITIZE_ADDRESS__)
-inline constexpr int kSanitizerSample = 7;
-#else
-inline constexpr int kSanitizerSample = 1;
-#endif
+// In the sanitizer build (parity::test::kSanitizerBuild) the longest invariance loops check one row or
+// schedule in kSanitizerSample: a memory error shows on any sample, and the normal build checks every case.
+inline constexpr int kSanitizerSample = parity::test::kSanitizerBuild ? 7 : 1;
 
 // A token stream with Mamba2's initialisation statistics: A in [-16, -1], dt = softplus(dt_bias +
 // noise) with softplus(dt_bias) log-uniform in [1e-3, 1e-1], D near 1, x, B, C ~ N(0, 1), and a

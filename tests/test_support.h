@@ -1,6 +1,7 @@
 #pragma once
-// Shared test helpers: scratch folders (and a fixture that has one), running the `parity` binary,
-// reading files, comparing logit rows, models loaded once per test process.
+// Shared test helpers: scratch folders (and a fixture that has one), running the `parity` binary and
+// writing its token lists, random token streams, reading files (logits among them), comparing logit rows,
+// models loaded once per test process. One helper per job: a unity build compiles the test files together.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,12 +18,14 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "engine/request.h"
+#include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "model/model_options.h"
@@ -30,6 +33,16 @@
 #include "float_compare.h"  // same_bits
 
 namespace parity::test {
+
+// The sanitizer build (CI's second pass: AddressSanitizer + UndefinedBehaviorSanitizer, several times
+// slower). Its longest sweeps run fewer seeds or sample their rows: the same code paths and assertions,
+// where a memory or UB error would show on any case; the normal build runs every case. Each use says
+// what it samples (docs/performance.md, "CI time").
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitizerBuild = true;
+#else
+inline constexpr bool kSanitizerBuild = false;
+#endif
 
 inline std::filesystem::path scratch_dir(const std::string& name) {
   auto p = std::filesystem::temp_directory_path() /
@@ -57,6 +70,9 @@ inline const model::Model& cached_model(const std::string& spec, const model::Mo
   }
   return *m;
 }
+
+inline const model::Model& tiny_model() { return cached_model("builtin:tiny"); }
+inline const model::Model& tiny_hybrid_model() { return cached_model("builtin:tiny-hybrid"); }
 
 inline std::string read_file(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -121,6 +137,39 @@ inline std::vector<float> random_floats(std::size_t n, uint32_t seed, float lo =
   std::vector<float> v(n);
   for (auto& x : v) x = ud(rng);
   return v;
+}
+
+// n token ids uniform in [0, vocab), drawn from `rng`.
+inline std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int vocab) {
+  std::vector<int32_t> t(static_cast<std::size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<unsigned>(vocab));
+  return t;
+}
+
+// The same for the same seed.
+inline std::vector<int32_t> random_tokens(uint32_t seed, int n, int vocab) {
+  std::mt19937 rng(seed);
+  return random_tokens(rng, n, vocab);
+}
+
+// Token ids as the command line takes them: "1,2,3".
+inline std::string id_list(std::span<const int32_t> ids) {
+  std::string s;
+  for (int32_t id : ids) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(id);
+  }
+  return s;
+}
+
+// The "logits" tensor of a safetensors file parity wrote (score --out, generate --dump-logits);
+// empty if it has none or not F32, which the callers' size checks report.
+inline std::vector<float> read_logits(const std::string& path) {
+  auto f = io::SafetensorsFile::open(path);
+  const io::TensorView* t = f->find("logits");
+  if (!t || t->dtype != DType::F32) return {};
+  const float* p = static_cast<const float*>(t->data);
+  return std::vector<float>(p, p + t->numel());
 }
 
 // How many of n floats differ in their bits.

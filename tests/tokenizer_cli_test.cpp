@@ -21,15 +21,6 @@ namespace fs = std::filesystem;
 // Single quotes for the shell (the texts below have no single quote).
 std::string q(const std::string& s) { return "'" + s + "'"; }
 
-std::string csv(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (int32_t id : ids) {
-    if (!s.empty()) s += ',';
-    s += std::to_string(id);
-  }
-  return s;
-}
-
 class TokenizerCli : public ::testing::Test {
  protected:
   fs::path dir = test::scratch_dir("tokenizer_cli");
@@ -42,7 +33,7 @@ TEST_F(TokenizerCli, TokenizeAndDetokenizeRoundTrip) {
   ASSERT_EQ(r.status, 0) << r.err;
   const auto ids = nlohmann::json::parse(r.out).get<std::vector<int32_t>>();
   EXPECT_EQ(ids, tokenizer::load_for_model("builtin:tiny")->encode(text));
-  r = test::run_cli("detokenize builtin:tiny --tokens " + csv(ids));
+  r = test::run_cli("detokenize builtin:tiny --tokens " + test::id_list(ids));
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, text);
   test::write_text(dir / "in.txt", text + "\n");
@@ -71,9 +62,9 @@ TEST_F(TokenizerCli, CheckpointFolderTokenizerAndSpecialTokens) {
   EXPECT_EQ(ids[0], 1);  // the template's <|begin_of_text|>
   r = test::run_cli("tokenize " + folder + " --no-special-tokens --text " + q("Hi there"));
   EXPECT_EQ(nlohmann::json::parse(r.out).get<std::vector<int32_t>>(), std::vector<int32_t>(ids.begin() + 1, ids.end()));
-  r = test::run_cli("detokenize " + folder + " --skip-special-tokens --tokens " + csv(ids));
+  r = test::run_cli("detokenize " + folder + " --skip-special-tokens --tokens " + test::id_list(ids));
   EXPECT_EQ(r.out, "Hi there");
-  r = test::run_cli("detokenize " + folder + " --tokens " + csv(ids));
+  r = test::run_cli("detokenize " + folder + " --tokens " + test::id_list(ids));
   EXPECT_EQ(r.out, "<|begin_of_text|>Hi there");
 }
 
@@ -100,7 +91,8 @@ TEST_F(TokenizerCli, TextFlagsGiveTheSameRunAsIds) {
   const std::string prompt = "Once upon a time there was", forced = " a small machine";
   const auto p_ids = tok->encode(prompt), f_ids = tok->encode(forced, false);
   auto a = test::run_cli("generate builtin:tiny --exact --prompt-text " + q(prompt) + " --forced-text " + q(forced));
-  auto b = test::run_cli("generate builtin:tiny --exact --prompt " + csv(p_ids) + " --forced " + csv(f_ids));
+  auto b = test::run_cli("generate builtin:tiny --exact --prompt " + test::id_list(p_ids) + " --forced " +
+                         test::id_list(f_ids));
   ASSERT_EQ(a.status, 0) << a.err;
   ASSERT_EQ(b.status, 0) << b.err;
   EXPECT_EQ(a.out, b.out);
@@ -110,7 +102,7 @@ TEST_F(TokenizerCli, TextFlagsGiveTheSameRunAsIds) {
 
   test::write_text(dir / "p.txt", prompt);
   auto c = test::run_cli("generate builtin:tiny --prompt " + (dir / "p.txt").string() + " --max-tokens 5");
-  auto d = test::run_cli("generate builtin:tiny --prompt " + csv(p_ids) + " --max-tokens 5");
+  auto d = test::run_cli("generate builtin:tiny --prompt " + test::id_list(p_ids) + " --max-tokens 5");
   ASSERT_EQ(c.status, 0) << c.err;
   EXPECT_EQ(c.out, d.out);
   const nlohmann::json gen = nlohmann::json::parse(c.out);
@@ -118,7 +110,7 @@ TEST_F(TokenizerCli, TextFlagsGiveTheSameRunAsIds) {
 
   const std::string s1 = (dir / "s1.st").string(), s2 = (dir / "s2.st").string();
   ASSERT_EQ(test::run_cli("score builtin:tiny --text " + q(prompt) + " --out " + s1).status, 0);
-  ASSERT_EQ(test::run_cli("score builtin:tiny --tokens " + csv(p_ids) + " --out " + s2).status, 0);
+  ASSERT_EQ(test::run_cli("score builtin:tiny --tokens " + test::id_list(p_ids) + " --out " + s2).status, 0);
   auto f1 = io::SafetensorsFile::open(s1), f2 = io::SafetensorsFile::open(s2);
   const io::TensorView *l1 = f1->find("logits"), *l2 = f2->find("logits");
   ASSERT_TRUE(l1 && l2);
@@ -148,7 +140,7 @@ TEST_F(TokenizerCli, GenerateStopsAtEosUnlessIgnoreEos) {
   EXPECT_EQ(s["finish_reason"], "stop");
   EXPECT_EQ(nlohmann::json::parse(full.out)["finish_reason"], "length");
   // Teacher forcing never stops early, EOS or not.
-  auto forced = test::run_cli("generate builtin:tiny --prompt-text hello --forced " + csv(all));
+  auto forced = test::run_cli("generate builtin:tiny --prompt-text hello --forced " + test::id_list(all));
   ASSERT_EQ(forced.status, 0) << forced.err;
   EXPECT_EQ(nlohmann::json::parse(forced.out)["tokens"].get<std::vector<int32_t>>(), all);
 }

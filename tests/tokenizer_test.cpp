@@ -41,10 +41,10 @@ nlohmann::json tiny_json() {
   })");
 }
 
-std::unique_ptr<Tokenizer> load(const nlohmann::json& j) { return Tokenizer::from_json(j.dump(), "test"); }
+std::unique_ptr<Tokenizer> tokenizer_from(const nlohmann::json& j) { return Tokenizer::from_json(j.dump(), "test"); }
 
 TEST(Tokenizer, MergesLowestRankFirstInBothForms) {
-  auto t = load(tiny_json());
+  auto t = tokenizer_from(tiny_json());
   // "abc": a b c → ab c (rank 0) → abc (rank 1).
   EXPECT_EQ(t->encode("abc"), (Ids{5}));
   // " abc": Ġ a b c: "a b" (rank 0) beats "Ġ a" (rank 2), then "ab c": Ġ abc.
@@ -66,7 +66,7 @@ TEST(Tokenizer, MergesLowestRankFirstInBothForms) {
 TEST(Tokenizer, NoDecoderJoinsTokensWithSpacesAlsoWhenStreaming) {
   nlohmann::json j = tiny_json();
   j["decoder"] = nullptr;
-  auto t = load(j);
+  auto t = tokenizer_from(j);
   EXPECT_EQ(t->decode({5, 9, 4}), "abc <|endoftext|> ab");
   EXPECT_EQ(t->decode({9, 5, 4}, true), "abc ab");
   StreamDecoder sd(*t, true);
@@ -99,7 +99,7 @@ TEST(Tokenizer, AddedTokenFlags) {
                                {"lstrip", true}, {"rstrip", true}, {"single_word", false}});
   j["added_tokens"].push_back({{"id", 4}, {"content", "ab"}, {"special", false}, {"normalized", true},
                                {"lstrip", false}, {"rstrip", false}, {"single_word", true}});
-  auto t = load(j);
+  auto t = tokenizer_from(j);
   // lstrip / rstrip take the spaces around <m> into the token.
   EXPECT_EQ(t->encode("a  <m>  c"), (Ids{0, 10, 2}));
   // single_word: "ab" alone is the added token; inside "abc" it is not (BPE makes abc).
@@ -112,7 +112,7 @@ TEST(Tokenizer, TemplateAddsBosAndConfigNamesTokens) {
   j["post_processor"] = nlohmann::json::parse(R"({"type": "TemplateProcessing",
       "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
       "pair": [], "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [9], "tokens": ["<|endoftext|>"]}}})");
-  auto t = load(j);
+  auto t = tokenizer_from(j);
   EXPECT_EQ(t->encode("abc"), (Ids{9, 5}));
   EXPECT_EQ(t->encode("abc", false), (Ids{5}));
   EXPECT_EQ(t->encode(""), (Ids{9}));
@@ -126,7 +126,7 @@ TEST(Tokenizer, NfcNormalizerChangesIdsOfDecomposedText) {
   nlohmann::json j = nlohmann::json::parse(
       std::ifstream(std::string(PARITY_TEST_DATA) + "/tokenizer_bpe/neox/tokenizer.json"));
   j["normalizer"] = nullptr;
-  auto without = load(j);
+  auto without = tokenizer_from(j);
   EXPECT_NE(with->encode("cafe\u0301"), without->encode("cafe\u0301"));
   EXPECT_EQ(with->encode("caf\u00e9"), without->encode("caf\u00e9"));
   EXPECT_EQ(with->encode("cafe\u0301"), with->encode("caf\u00e9"));
@@ -203,7 +203,7 @@ TEST(Tokenizer, ModelFolderWithoutTokenizerIsNull) {
 
 void expect_refused(const nlohmann::json& j, const std::string& needle) {
   try {
-    load(j);
+    tokenizer_from(j);
     ADD_FAILURE() << "accepted; expected an error naming " << needle;
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
