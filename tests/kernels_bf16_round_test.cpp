@@ -187,5 +187,35 @@ TEST(KernelsBf16Round, GridKernelsGiveTheSameBitsWithAndWithoutTheInstruction) {
   }
 }
 
+// Plain mode's SSU step on a bf16 state (ssu_step_bf16) with the instruction on and off, and on the
+// portable path: the same y and states token by token, on data whose states reach the subnormal
+// fallback. The companion above shows the instruction alone would flush those values.
+TEST(KernelsBf16Round, PlainSsuStepGivesTheSameBitsWithAndWithoutTheInstruction) {
+  if (!have_bf16_instructions()) return;
+  for (const SsdShape& sh : {kSmall, kLarge}) {
+    const Problem pr = tiny_problem(sh, 40, 23);
+    const int H = sh.nheads;
+    std::vector<uint16_t> states[3];
+    std::vector<float> ys[3];
+    for (int run = 0; run < 3; ++run) {  // 0: AVX-512 integer rounding, 1: the instruction, 2: portable
+      IsaGuard ig(run == 2 ? Isa::Portable : Isa::Avx512);
+      Bf16Guard bg(run == 1);
+      std::vector<uint16_t> st;
+      for (float v : pr.s0) st.push_back(f32_to_bf16(v));
+      std::vector<float> y(size_t(pr.n) * pr.ldx(), NAN);
+      for (int64_t p = 0; p < pr.n; ++p)
+        ssu_step_bf16(sh, pr.x.data() + p * pr.ldx(), pr.dt.data() + p * H, pr.A.data(), pr.B.data() + p * pr.ldb(),
+                      pr.C.data() + p * pr.ldb(), pr.D.data(), st.data(), y.data() + p * pr.ldx());
+      states[run] = st;
+      ys[run] = y;
+    }
+    for (int run : {1, 2}) {
+      EXPECT_TRUE(same_bits(ys[0].data(), ys[run].data(), ys[0].size())) << "y, run " << run << ", P " << sh.headdim;
+      EXPECT_EQ(states[0], states[run]) << "states, run " << run << ", P " << sh.headdim;
+    }
+    EXPECT_GT(bf16_subnormals(states[1]), 0) << "the data must reach the subnormal fallback";
+  }
+}
+
 }  // namespace
 }  // namespace parity::kernels

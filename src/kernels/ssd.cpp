@@ -267,7 +267,7 @@ void ssu_step_bf16(const SsdShape& shape, const float* x, const float* dt, const
                    const float* C, const float* D, uint16_t* state, float* y) {
   check_shape(shape);
   const int H = shape.nheads, P = shape.headdim, N = shape.dstate, hpg = H / shape.ngroups;
-  const bool avx512 = active_isa() == Isa::Avx512;
+  const bool avx512 = active_isa() == Isa::Avx512, hw = avx512 && avx512_bf16_active();
   const double flops = 2.0 * H * P * N;
 #pragma omp parallel for num_threads(kernels::num_threads()) schedule(static) if (flops > kParallelFlops || force_parallel())
   for (int h = 0; h < H; ++h) {
@@ -275,7 +275,7 @@ void ssu_step_bf16(const SsdShape& shape, const float* x, const float* dt, const
     uint16_t* Sh = state + int64_t(h) * P * N;
     if (avx512) {
       ssd_detail::ssu_head_bf16_avx512(P, N, x + int64_t(h) * P, dt[h], A[h], D[h], B + g * N, C + g * N, Sh,
-                                       y + int64_t(h) * P);
+                                       y + int64_t(h) * P, hw);
     } else {
       thread_local AlignedBuffer<float> scratch;
       const std::size_t need = std::size_t(P) * N;

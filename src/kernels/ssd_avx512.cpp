@@ -857,8 +857,10 @@ inline __mmask16 lane_mask(int count) {
 // Columns k .. k+16*NV-1 of one bf16 state row (rem of them present when kTail): widened, updated
 // (s = fma(u, B, decay * S)), the unrounded s accumulated into the row's dot16 lanes (acc, lane j
 // takes n = j, j+16, ... in increasing n), then rounded and stored. A NaN in s makes its acc lane
-// NaN, so the per-lane NaN handling runs only when acc shows one.
-template <int NV, bool kTail>
+// NaN, so the per-lane NaN handling runs only when acc shows one. kHw: rounded by narrow32's
+// vcvtne2ps2bf16 (the same bits; at batch 1 the state sits in L3 and the integer rounding's ~8
+// operations per 16 values were what bound the step).
+template <bool kHw, int NV, bool kTail>
 inline void ssu_bf16_cols(uint16_t* Sp, const float* B, const float* C, __m512 u, __m512 decay, int rem,
                           __m512& acc) {
   __mmask16 m[NV];
@@ -875,13 +877,18 @@ inline void ssu_bf16_cols(uint16_t* Sp, const float* B, const float* C, __m512 u
     else
       acc = _mm512_fmadd_ps(sv[v], _mm512_loadu_ps(C + kW * v), acc);
   }
-  const bool nan = _mm512_cmp_ps_mask(acc, acc, _CMP_UNORD_Q) != 0;
+  const bool nan = !kHw && _mm512_cmp_ps_mask(acc, acc, _CMP_UNORD_Q) != 0;
   #pragma GCC unroll 16
   for (int v = 0; v < NV; v += 2) {
     const int v1 = v + 1 < NV ? v + 1 : v;
-    const __m512i t0 = nan ? round_hi_bf16_nan(sv[v]) : round_hi_bf16(sv[v]);
-    const __m512i t1 = nan ? round_hi_bf16_nan(sv[v1]) : round_hi_bf16(sv[v1]);
-    const __m512i packed = pack_hi16(t0, t1);
+    __m512i packed;
+    if constexpr (kHw) {
+      packed = narrow32<true>(sv[v], sv[v1]);
+    } else {
+      const __m512i t0 = nan ? round_hi_bf16_nan(sv[v]) : round_hi_bf16(sv[v]);
+      const __m512i t1 = nan ? round_hi_bf16_nan(sv[v1]) : round_hi_bf16(sv[v1]);
+      packed = pack_hi16(t0, t1);
+    }
     if (kTail || v1 == v) {
       const __mmask32 sm = static_cast<__mmask32>(m[v]) | (v1 != v ? static_cast<__mmask32>(m[v1]) << 16 : 0u);
       _mm512_mask_storeu_epi16(Sp + kW * v, sm, packed);
@@ -892,31 +899,31 @@ inline void ssu_bf16_cols(uint16_t* Sp, const float* B, const float* C, __m512 u
 }
 
 // One row of ssu_head_bf16_avx512; returns its dot16 lanes against C.
+template <bool kHw>
 inline __m512 ssu_bf16_row(uint16_t* Sp, int N, const float* B, const float* C, __m512 u, __m512 decay) {
   prefetch_ahead(Sp, N);
   prefetch_far(Sp, N);
   __m512 acc = _mm512_setzero_ps();
   int k = 0;
-  for (; k + 8 * kW <= N; k += 8 * kW) ssu_bf16_cols<8, false>(Sp + k, B + k, C + k, u, decay, 8 * kW, acc);
+  for (; k + 8 * kW <= N; k += 8 * kW) ssu_bf16_cols<kHw, 8, false>(Sp + k, B + k, C + k, u, decay, 8 * kW, acc);
   const int rem = N - k;
   switch ((rem + kW - 1) / kW) {
     case 0: break;
-    case 1: ssu_bf16_cols<1, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
-    case 2: ssu_bf16_cols<2, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
-    case 3: ssu_bf16_cols<3, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
-    case 4: ssu_bf16_cols<4, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
-    case 5: ssu_bf16_cols<5, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
-    case 6: ssu_bf16_cols<6, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
-    case 7: ssu_bf16_cols<7, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
-    default: ssu_bf16_cols<8, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
+    case 1: ssu_bf16_cols<kHw, 1, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
+    case 2: ssu_bf16_cols<kHw, 2, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
+    case 3: ssu_bf16_cols<kHw, 3, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
+    case 4: ssu_bf16_cols<kHw, 4, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
+    case 5: ssu_bf16_cols<kHw, 5, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
+    case 6: ssu_bf16_cols<kHw, 6, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
+    case 7: ssu_bf16_cols<kHw, 7, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
+    default: ssu_bf16_cols<kHw, 8, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
   }
   return acc;
 }
 
-}  // namespace
-
-void ssu_head_bf16_avx512(int P, int N, const float* x, float dt, float A, float D, const float* B, const float* C,
-                          uint16_t* S, float* y) {
+template <bool kHw>
+void ssu_head_bf16(int P, int N, const float* x, float dt, float A, float D, const float* B, const float* C,
+                   uint16_t* S, float* y) {
   const __m512 decay = _mm512_set1_ps(exp_one(dt * A));
   // Each state row is widened, updated and stored rounded in one pass; its dot reads the
   // unrounded update from registers (as when the update runs on an fp32 copy).
@@ -925,12 +932,22 @@ void ssu_head_bf16_avx512(int P, int N, const float* x, float dt, float A, float
     __m512 acc[16];
     #pragma GCC unroll 1
     for (int i = 0; i < 16; ++i)
-      acc[i] = ssu_bf16_row(S + int64_t(p + i) * N, N, B, C, _mm512_set1_ps(dt * x[p + i]), decay);
+      acc[i] = ssu_bf16_row<kHw>(S + int64_t(p + i) * N, N, B, C, _mm512_set1_ps(dt * x[p + i]), decay);
     const __m512 xv = _mm512_loadu_ps(x + p);
     _mm512_storeu_ps(y + p, _mm512_fmadd_ps(_mm512_set1_ps(D), xv, reduce16x16(acc)));
   }
   for (; p < P; ++p)
-    y[p] = fma_one(D, x[p], reduce16(ssu_bf16_row(S + int64_t(p) * N, N, B, C, _mm512_set1_ps(dt * x[p]), decay)));
+    y[p] = fma_one(D, x[p], reduce16(ssu_bf16_row<kHw>(S + int64_t(p) * N, N, B, C, _mm512_set1_ps(dt * x[p]), decay)));
+}
+
+}  // namespace
+
+void ssu_head_bf16_avx512(int P, int N, const float* x, float dt, float A, float D, const float* B, const float* C,
+                          uint16_t* S, float* y, bool hw) {
+  if (hw)
+    ssu_head_bf16<true>(P, N, x, dt, A, D, B, C, S, y);
+  else
+    ssu_head_bf16<false>(P, N, x, dt, A, D, B, C, S, y);
 }
 
 }  // namespace parity::kernels::ssd_detail

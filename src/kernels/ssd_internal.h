@@ -155,8 +155,8 @@ void ssu_head_avx512(int P, int N, const float* x, float dt, float A, float D, c
                      float* S, float* y);
 
 // ssu_head_avx512 on a bf16 state: widened on load, rounded (common/dtype.h's f32_to_bf16) on store;
-// y reads the unrounded update.
+// y reads the unrounded update. hw: round with AVX512-BF16 (only when kernels::avx512_bf16_active()).
 void ssu_head_bf16_avx512(int P, int N, const float* x, float dt, float A, float D, const float* B, const float* C,
-                          uint16_t* S, float* y);
+                          uint16_t* S, float* y, bool hw);
 
 }  // namespace parity::kernels::ssd_detail
