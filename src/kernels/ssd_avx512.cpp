@@ -217,20 +217,23 @@ inline float dot16_one(const T* a, const float* b, int N) {
 // memory in order (reading 16 rows side by side defeats the prefetchers at decode, where the
 // state comes from memory); the 16 rows' lanes then fold together.
 // Software prefetch distance of the state streams at decode. The state of a head is read once,
-// from memory; the hardware prefetchers restart at every 4 KiB page and pause during the work
-// between heads, so each row read asks for the lines 768 bytes ahead (measured best of 512-4096
-// with DecodeSsmVsFloor; the stream runs on into the next head's state, contiguous in the cache).
-constexpr int kPrefetchBytes = 768;
+// from memory (or, at batch 1, from L3); the hardware prefetchers restart at every 4 KiB page and
+// pause during the work between heads, so each row read asks for the lines kPrefetchBytes ahead
+// into L1, and a bf16 state also kFarPrefetchBytes ahead into the outer caches (_MM_HINT_T2: more
+// lines in flight than the L1 fill buffers hold). The stream runs on into the next head's state,
+// contiguous in the cache. The distances are the machine's: 768 / 2048 were best on the Intel Xeon
+// (session 11: 4 KiB and more lost there); on the AMD Zen 5 (session 16, DecodeSsmVsFloor and
+// ExactOverheadChunkMean, 1 thread, 768/2048 against 4096/8192, 6144/12288 and 8192/16384 built
+// side by side and alternated) 8192 / 16384 took exact fp32's SSM part from ~1.2-1.3x its floor to
+// ~1.0x and the whole step's exact/plain from 1.02-1.14 to 0.98-1.02 (fp32) and 1.02-1.10 to
+// 1.02-1.07 (bf16), plain no slower. The bits do not depend on it: prefetches only.
+constexpr int kPrefetchBytes = 8192;
 template <class T>
 inline void prefetch_ahead(const T* row, int N) {
   const char* b = reinterpret_cast<const char*>(row) + kPrefetchBytes;
   for (int64_t o = 0; o < int64_t(N) * int64_t(sizeof(T)); o += 64) _mm_prefetch(b + o, _MM_HINT_T0);
 }
-// A bf16 state is also asked for 2 KiB ahead into the outer caches (_MM_HINT_T2): more lines in
-// flight than the L1 fill buffers hold, so the stream keeps the memory busy. Measured (session 11,
-// DecodeSsmKernels bf16 batch 8 and 32, 1 thread, switched in one binary, alternated): plain's SSU
-// about 8-20 % faster, exact's state dots about 4 %; 1 KiB gained little, 4 KiB and more lost.
-constexpr int kFarPrefetchBytes = 2048;
+constexpr int kFarPrefetchBytes = 16384;
 inline void prefetch_far(const uint16_t* row, int N) {
   const char* b = reinterpret_cast<const char*>(row) + kFarPrefetchBytes;
   for (int64_t o = 0; o < int64_t(N) * int64_t(sizeof(uint16_t)); o += 64) _mm_prefetch(b + o, _MM_HINT_T2);
