@@ -997,6 +997,30 @@ inline __m512 ssu_bf16_row(uint16_t* Sp, int N, const float* B, const float* C, 
   return acc;
 }
 
+// Two adjacent rows of ssu_head_bf16_avx512 side by side (N a multiple of 128): each row's values
+// and its dot lanes follow ssu_bf16_row's sequence; the two dot chains overlap instead of one row
+// waiting on its own FMA latency.
+template <bool kHw>
+inline void ssu_bf16_row2(uint16_t* Sp, int N, const float* B, const float* C, __m512 u0, __m512 u1,
+                          __m512 decay, __m512& acc0, __m512& acc1) {
+  acc0 = _mm512_setzero_ps();
+  acc1 = _mm512_setzero_ps();
+  uint16_t* Sq = Sp + N;
+  for (int k = 0; k < N; k += 8 * kW) {
+    const char* a0 = reinterpret_cast<const char*>(Sp + k);
+    const char* a1 = reinterpret_cast<const char*>(Sq + k);
+    #pragma GCC unroll 4
+    for (int o = 0; o < 256; o += 64) {
+      _mm_prefetch(a0 + kPrefetchBytes + o, _MM_HINT_T0);
+      _mm_prefetch(a1 + kPrefetchBytes + o, _MM_HINT_T0);
+      _mm_prefetch(a0 + kFarPrefetchBytes + o, _MM_HINT_T2);
+      _mm_prefetch(a1 + kFarPrefetchBytes + o, _MM_HINT_T2);
+    }
+    ssu_bf16_cols<kHw, 8, false>(Sp + k, B + k, C + k, u0, decay, 8 * kW, acc0);
+    ssu_bf16_cols<kHw, 8, false>(Sq + k, B + k, C + k, u1, decay, 8 * kW, acc1);
+  }
+}
+
 template <bool kHw>
 void ssu_head_bf16(int P, int N, const float* x, float dt, float A, float D, const float* B, const float* C,
                    uint16_t* S, float* y) {
@@ -1006,9 +1030,16 @@ void ssu_head_bf16(int P, int N, const float* x, float dt, float A, float D, con
   int p = 0;
   for (; p + 16 <= P; p += 16) {
     __m512 acc[16];
-    #pragma GCC unroll 1
-    for (int i = 0; i < 16; ++i)
-      acc[i] = ssu_bf16_row<kHw>(S + int64_t(p + i) * N, N, B, C, _mm512_set1_ps(dt * x[p + i]), decay);
+    if (N % (8 * kW) == 0) {
+      #pragma GCC unroll 1
+      for (int i = 0; i < 16; i += 2)
+        ssu_bf16_row2<kHw>(S + int64_t(p + i) * N, N, B, C, _mm512_set1_ps(dt * x[p + i]),
+                           _mm512_set1_ps(dt * x[p + i + 1]), decay, acc[i], acc[i + 1]);
+    } else {
+      #pragma GCC unroll 1
+      for (int i = 0; i < 16; ++i)
+        acc[i] = ssu_bf16_row<kHw>(S + int64_t(p + i) * N, N, B, C, _mm512_set1_ps(dt * x[p + i]), decay);
+    }
     const __m512 xv = _mm512_loadu_ps(x + p);
     _mm512_storeu_ps(y + p, _mm512_fmadd_ps(_mm512_set1_ps(D), xv, reduce16x16(acc)));
   }
