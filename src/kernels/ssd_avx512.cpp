@@ -876,6 +876,7 @@ void ssu_head_avx512(int P, int N, const float* x, float dt, float A, float D, c
   auto update_row = [&](int p) {
     const __m512 u = _mm512_set1_ps(dt * x[p]);
     float* Sp = S + int64_t(p) * N;
+    prefetch_span(Sp, int64_t(N) * int64_t(sizeof(float)));
     for (int k = 0; k < N; k += kW) {
       const __mmask16 m = tail_mask(N - k);
       const __m512 s = _mm512_fmadd_ps(u, _mm512_maskz_loadu_ps(m, B + k), _mm512_mul_ps(decay, _mm512_maskz_loadu_ps(m, Sp + k)));
