@@ -212,35 +212,24 @@ inline float dot16_one(const T* a, const float* b, int N) {
   return reduce16(dot16_lanes(a, b, N));
 }
 
-// out[p] = dot16(S[p][:], c) for p < P (S rows of N values). S is the fp32 state or the bf16 one
-// (widened in registers). The rows are read one after the other, so the state streams through
-// memory in order (reading 16 rows side by side defeats the prefetchers at decode, where the
-// state comes from memory); the 16 rows' lanes then fold together.
-// Software prefetch distance of the state streams at decode. The state of a head is read once,
-// from memory (or, at batch 1, from L3); the hardware prefetchers restart at every 4 KiB page and
-// pause during the work between heads, so each row read asks for the lines kPrefetchBytes ahead
-// into L1, and a bf16 state also kFarPrefetchBytes ahead into the outer caches (_MM_HINT_T2: more
-// lines in flight than the L1 fill buffers hold). The stream runs on into the next head's state,
-// contiguous in the cache. The distances are the machine's: 768 / 2048 were best on the Intel Xeon
-// (session 11: 4 KiB and more lost there); on the AMD Zen 5 (session 16, DecodeSsmVsFloor and
-// ExactOverheadChunkMean, 1 thread, 768/2048 against 4096/8192, 6144/12288 and 8192/16384 built
-// side by side and alternated) 8192 / 16384 took exact fp32's SSM part from ~1.2-1.3x its floor to
-// ~1.0x and the whole step's exact/plain from 1.02-1.14 to 0.98-1.02 (fp32) and 1.02-1.10 to
-// 1.02-1.07 (bf16), plain no slower. The bits do not depend on it: prefetches only.
-constexpr int kPrefetchBytes = 8192;
+// Software prefetch at decode (kPrefetchBytes / kFarPrefetchBytes, ssd_internal.h). The state of a
+// head is read once, from memory (or, at batch 1, from L3); the hardware prefetchers restart at
+// every 4 KiB page and pause during the work between heads, so each row read asks for the lines
+// kPrefetchBytes ahead into L1, and a bf16 state also kFarPrefetchBytes ahead into the outer caches
+// (_MM_HINT_T2: more lines in flight than the L1 fill buffers hold). The stream runs on into the next
+// head's state, contiguous in the cache. The distances are the machine's: 768 / 2048 were best on the
+// Intel Xeon (session 11: 4 KiB and more lost there); on the AMD Zen 5 (session 16, DecodeSsmVsFloor
+// and ExactOverheadChunkMean, 1 thread, ten pairs built side by side and alternated) 8192 / 16384
+// took exact fp32's SSM part from ~1.2-1.3x its floor to ~1.0x and the whole step's exact/plain from
+// 1.02-1.14 to 0.98-1.02 (fp32) and 1.02-1.10 to 1.02-1.07 (bf16), plain no slower. The bits do not
+// depend on them: prefetches only.
 template <class T>
 inline void prefetch_ahead(const T* row, int N) {
   const char* b = reinterpret_cast<const char*>(row) + kPrefetchBytes;
   for (int64_t o = 0; o < int64_t(N) * int64_t(sizeof(T)); o += 64) _mm_prefetch(b + o, _MM_HINT_T0);
 }
-constexpr int kFarPrefetchBytes = 16384;
-inline void prefetch_far(const uint16_t* row, int N) {
-  const char* b = reinterpret_cast<const char*>(row) + kFarPrefetchBytes;
-  for (int64_t o = 0; o < int64_t(N) * int64_t(sizeof(uint16_t)); o += 64) _mm_prefetch(b + o, _MM_HINT_T2);
-}
-inline void prefetch_far(const float*, int) {}  // fp32 states: not measured, left as they were
-// prefetch_ahead and prefetch_far of `bytes` contiguous bytes at `at`, unrolled: the loops of the
-// per-row versions cost a fifth of a decode row's instructions.
+// prefetch_ahead of `bytes` contiguous bytes at `at` and, for a bf16 state, the far request too,
+// unrolled: per-row prefetch loops cost a fifth of a decode row's instructions.
 template <class T>
 inline void prefetch_span(const T* at, int64_t bytes) {
   const char* b = reinterpret_cast<const char*>(at);
@@ -279,6 +268,10 @@ inline void dot16_lanes4(const T* a, int64_t lda, const float* c, int N, __m512*
   acc[3] = l3;
 }
 
+// out[p] = dot16(S[p][:], c) for p < P (S rows of N values). S is the fp32 state or the bf16 one
+// (widened in registers). The state streams through memory in order: an fp32 state one row after
+// the other, a bf16 one four adjacent rows at a time (four dot chains side by side; for fp32 that
+// measured slower); the 16 rows' lanes then fold together.
 template <class T>
 void dots_rows(const T* S, int P, int N, const float* c, float* out) {
   int p = 0;
@@ -970,19 +963,10 @@ inline __m512 ssu_bf16_row(uint16_t* Sp, int N, const float* B, const float* C, 
   __m512 acc = _mm512_setzero_ps();
   int k = 0;
   for (; k + 8 * kW <= N; k += 8 * kW) {
-    // prefetch_ahead / prefetch_far of these 256 bytes, unrolled (their loops cost ~20 % of a row).
-    const char* at = reinterpret_cast<const char*>(Sp + k);
-    #pragma GCC unroll 4
-    for (int o = 0; o < 256; o += 64) {
-      _mm_prefetch(at + kPrefetchBytes + o, _MM_HINT_T0);
-      _mm_prefetch(at + kFarPrefetchBytes + o, _MM_HINT_T2);
-    }
+    prefetch_span(Sp + k, 8 * kW * int64_t(sizeof(uint16_t)));
     ssu_bf16_cols<kHw, 8, false>(Sp + k, B + k, C + k, u, decay, 8 * kW, acc);
   }
-  if (k < N) {
-    prefetch_ahead(Sp + k, N - k);
-    prefetch_far(Sp + k, N - k);
-  }
+  if (k < N) prefetch_span(Sp + k, (N - k) * int64_t(sizeof(uint16_t)));
   const int rem = N - k;
   switch ((rem + kW - 1) / kW) {
     case 0: break;
@@ -1008,15 +992,8 @@ inline void ssu_bf16_row2(uint16_t* Sp, int N, const float* B, const float* C, _
   acc1 = _mm512_setzero_ps();
   uint16_t* Sq = Sp + N;
   for (int k = 0; k < N; k += 8 * kW) {
-    const char* a0 = reinterpret_cast<const char*>(Sp + k);
-    const char* a1 = reinterpret_cast<const char*>(Sq + k);
-    #pragma GCC unroll 4
-    for (int o = 0; o < 256; o += 64) {
-      _mm_prefetch(a0 + kPrefetchBytes + o, _MM_HINT_T0);
-      _mm_prefetch(a1 + kPrefetchBytes + o, _MM_HINT_T0);
-      _mm_prefetch(a0 + kFarPrefetchBytes + o, _MM_HINT_T2);
-      _mm_prefetch(a1 + kFarPrefetchBytes + o, _MM_HINT_T2);
-    }
+    prefetch_span(Sp + k, 8 * kW * int64_t(sizeof(uint16_t)));
+    prefetch_span(Sq + k, 8 * kW * int64_t(sizeof(uint16_t)));
     ssu_bf16_cols<kHw, 8, false>(Sp + k, B + k, C + k, u0, decay, 8 * kW, acc0);
     ssu_bf16_cols<kHw, 8, false>(Sq + k, B + k, C + k, u1, decay, 8 * kW, acc1);
   }
