@@ -44,4 +44,8 @@ default_filter+='|BM_CudaModelPrefill|BM_CudaHybridPrefill/8/2048|BM_CudaHybridD
 step "$dir/parity_gpu_bench" --benchmark_min_time=0.05 --benchmark_filter="${PARITY_GPU_BENCH_FILTER:-$default_filter}"
 if python3 -c 'import torch' 2>/dev/null; then step python3 bench/cuda/cublas_reference.py  # cuBLAS beside ours
 else echo "PyTorch not found: cublas_reference.py (the cuBLAS baseline) not run"; fi
+# mamba_ssm's Triton kernels (vLLM's are adapted from them) beside ours: PARITY_MAMBA_SSM names a folder
+# holding a fetched mamba_ssm/ops/triton (bench/cuda/mamba_ssm_reference.py says which files); not committed.
+if [ -n "${PARITY_MAMBA_SSM:-}" ]; then step python3 bench/cuda/mamba_ssm_reference.py --mamba-ssm "$PARITY_MAMBA_SSM"
+else echo "PARITY_MAMBA_SSM not set: mamba_ssm_reference.py (the Triton SSD / SSU baseline) not run"; fi
 exit $fail
