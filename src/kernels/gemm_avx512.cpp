@@ -9,12 +9,19 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstddef>
 
 #include "kernels/gemm_internal.h"
 
 namespace parity::kernels::detail {
 
 namespace {
+
+// Each panel is its own sequential stream (four at once at one row). On one Zen 5 core the hardware
+// prefetchers alone kept a one-row pass at ~75 % of the read bandwidth; asking for the line 2 KB ahead
+// in every stream took M = 1 and 16 passes 4-18 % faster (bf16 and fp32; 512, 1024 and 4096 bytes measured
+// no better). A prefetch moves no arithmetic: the bits are the same.
+constexpr std::size_t kStreamAheadBytes = 2048;
 
 template <DType DT>
 struct Panel;
@@ -78,6 +85,12 @@ __attribute__((always_inline)) inline void micro(const float* a, int lda, const 
     const uint8_t* wk = w + static_cast<std::size_t>(k) * P::kRowBytes;
 #pragma GCC unroll 8
     for (int q = 0; q < NP; ++q) P::load(wk + q * pstride, wv[q][0], wv[q][1]);
+#pragma GCC unroll 8
+    for (int q = 0; q < NP; ++q) {
+      const char* ahead = reinterpret_cast<const char*>(wk + q * pstride + kStreamAheadBytes);
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      if constexpr (P::kRowBytes > 64) _mm_prefetch(ahead + 64, _MM_HINT_T0);
+    }
     if (pf) {
       const char* f = reinterpret_cast<const char*>(pf + static_cast<std::size_t>(k) * P::kRowBytes);
 #pragma GCC unroll 8
