@@ -302,6 +302,35 @@ TEST(KernelsConv, CausalEqualsRepeatedUpdates) {
   }
 }
 
+// The model makes the tap-major weights once at load (conv1d_taps) and calls conv1d_causal_taps; the
+// layout is taps[j·ch + c] = w[c·k + j], and a step from it gives conv1d_causal's bits.
+TEST(KernelsConv, TapMajorWeightsGiveTheBitsOfTheHfLayout) {
+  const int ch = 37, k = 4, n = 9;
+  const std::vector<float> w = random_floats(static_cast<std::size_t>(ch) * k, 91u, -2.0f, 2.0f);
+  const std::vector<float> taps = conv1d_taps(w.data(), ch, k);
+  ASSERT_EQ(taps.size(), w.size());
+  EXPECT_EQ(taps[0], w[0]);
+  EXPECT_EQ(taps[1], w[k]);                                      // channel 1, tap 0
+  EXPECT_EQ(taps[static_cast<std::size_t>(ch)], w[1]);           // channel 0, tap 1
+  EXPECT_EQ(taps[static_cast<std::size_t>(3) * ch + 36], w[36 * k + 3]);
+  const std::vector<float> in = random_floats(static_cast<std::size_t>(n) * ch, 92u, -3.0f, 3.0f);
+  const std::vector<float> bias = random_floats(ch, 93u, -2.0f, 2.0f);
+  const std::vector<float> state0 = random_floats(static_cast<std::size_t>(k - 1) * ch, 94u, -2.0f, 2.0f);
+  for (Isa isa : kAllIsas) {
+    if (!cpu_has(isa)) continue;
+    IsaGuard g(isa);
+    std::vector<float> s1 = state0, s2 = state0, o1(in.size()), o2(in.size());
+    conv1d_causal(in.data(), n, ch, w.data(), bias.data(), k, s1.data(), true, o1.data());
+    conv1d_causal_taps(in.data(), n, ch, taps.data(), bias.data(), k, s2.data(), true, o2.data());
+    EXPECT_TRUE(same_bits(o1, o2)) << isa_name(isa);
+    EXPECT_TRUE(same_bits(s1, s2)) << isa_name(isa);
+    // The HF layout passed as if it were tap-major is a different conv: the check can fail.
+    std::vector<float> s3 = state0, o3(in.size());
+    conv1d_causal_taps(in.data(), n, ch, w.data(), bias.data(), k, s3.data(), true, o3.data());
+    EXPECT_FALSE(same_bits(o1, o3)) << isa_name(isa);
+  }
+}
+
 // The mixer reads xBC and z in place, as column ranges of the in_proj output: a row stride wider
 // than the row must give the bits of the packed rows, and the conv state must come out the same.
 TEST(KernelsConv, StridedInputEqualsPackedRows) {

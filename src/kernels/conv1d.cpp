@@ -34,18 +34,29 @@ constexpr int kMaxK = 64;
 
 }  // namespace
 
+std::vector<float> conv1d_taps(const float* w, int ch, int k) {
+  std::vector<float> taps(static_cast<std::size_t>(k) * ch);
+  for (int c = 0; c < ch; ++c) {
+    for (int j = 0; j < k; ++j) taps[static_cast<std::size_t>(j) * ch + c] = w[static_cast<std::size_t>(c) * k + j];
+  }
+  return taps;
+}
+
 void conv1d_causal(const float* in, int n, int ch, const float* w, const float* bias, int k, float* state,
                    bool apply_silu, float* out, int ld_in) {
+  if (k < 1 || k > kMaxK) throw Error("conv1d: kernel size " + std::to_string(k) + " outside 1.." + std::to_string(kMaxK));
+  if (n <= 0 || ch <= 0) return;
+  const std::vector<float> taps = conv1d_taps(w, ch, k);
+  conv1d_causal_taps(in, n, ch, taps.data(), bias, k, state, apply_silu, out, ld_in);
+}
+
+void conv1d_causal_taps(const float* in, int n, int ch, const float* taps, const float* bias, int k, float* state,
+                        bool apply_silu, float* out, int ld_in) {
   const std::size_t ld = ld_in > 0 ? static_cast<std::size_t>(ld_in) : static_cast<std::size_t>(ch);
   if (k < 1 || k > kMaxK) throw Error("conv1d: kernel size " + std::to_string(k) + " outside 1.." + std::to_string(kMaxK));
   if (n <= 0 || ch <= 0) return;
   const detail::RowOps& ops = detail::row_ops(active_isa());
 
-  // Tap-major weights, so a vector of channels reads one contiguous run per tap.
-  std::vector<float> wt(static_cast<std::size_t>(k) * ch);
-  for (int c = 0; c < ch; ++c) {
-    for (int j = 0; j < k; ++j) wt[static_cast<std::size_t>(j) * ch + c] = w[static_cast<std::size_t>(c) * k + j];
-  }
   // Row r of [state; in] (state has k-1 rows).
   auto row = [&](int r) -> const float* {
     return r < k - 1 ? state + static_cast<std::size_t>(r) * ch : in + static_cast<std::size_t>(r - (k - 1)) * ld;
@@ -55,7 +66,7 @@ void conv1d_causal(const float* in, int n, int ch, const float* w, const float* 
   for (int t = 0; t < n; ++t) {
     const float* win[kMaxK];
     for (int j = 0; j < k; ++j) win[j] = row(t + j);
-    ops.conv_row(win, k, ch, wt.data(), bias, apply_silu, out + static_cast<std::size_t>(t) * ch);
+    ops.conv_row(win, k, ch, taps, bias, apply_silu, out + static_cast<std::size_t>(t) * ch);
   }
 
   // The new state is rows n .. n+k-2 of [state; in]. Increasing s reads rows at or after the one

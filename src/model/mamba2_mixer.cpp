@@ -46,7 +46,7 @@ void mamba2_mixer_forward(const io::Mamba2Config& cfg, const Mamba2LayerWeights&
   const bool probe_conv = hooks && hooks->wants(N.conv1d);
   int row0 = 0;
   for (const SeqChunk& s : b.seqs) {
-    kernels::conv1d_causal(xbc_in + std::size_t(row0) * proj, s.n, conv, L.conv_w.data(),
+    kernels::conv1d_causal_taps(xbc_in + std::size_t(row0) * proj, s.n, conv, L.conv_taps.data(),
                            L.conv_b.empty() ? nullptr : L.conv_b.data(), K, cache.conv_state(cache_layer, s.slot),
                            !probe_conv, xbc + std::size_t(row0) * conv, proj);
     row0 += s.n;

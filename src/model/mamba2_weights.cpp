@@ -1,5 +1,6 @@
 #include "model/mamba2_weights.h"
 
+#include "kernels/conv1d.h"
 #include "kernels/math.h"
 #include "model/weight_loading.h"
 
@@ -11,7 +12,8 @@ Mamba2LayerWeights load_mamba2_mixer_weights(const io::Mamba2Config& c, const Ch
   Mamba2LayerWeights L;
   L.in_proj = pack_tensor(need_tensor(ck, p + "in_proj.weight", {proj, D}));
   if (c.use_bias) L.in_proj_bias = need_floats(ck, p + "in_proj.bias", {proj});
-  L.conv_w = need_floats(ck, p + "conv1d.weight", {conv, 1, K});
+  L.conv_taps = kernels::conv1d_taps(need_floats(ck, p + "conv1d.weight", {conv, 1, K}).data(), static_cast<int>(conv),
+                                     static_cast<int>(K));
   if (c.use_conv_bias) L.conv_b = need_floats(ck, p + "conv1d.bias", {conv});
   L.dt_bias = need_floats(ck, p + "dt_bias", {H});
   std::vector<float> alog = need_floats(ck, p + "A_log", {H});

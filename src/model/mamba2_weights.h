@@ -15,7 +15,7 @@ namespace parity::model {
 struct Mamba2LayerWeights {
   kernels::PackedWeight in_proj;    // [in_proj_dim, D]
   std::vector<float> in_proj_bias;  // empty unless use_bias
-  std::vector<float> conv_w;        // [conv_dim, k]
+  std::vector<float> conv_taps;     // [k, conv_dim]: conv1d.weight [conv_dim, 1, k] tap-major (conv1d_taps)
   std::vector<float> conv_b;        // empty unless use_conv_bias
   std::vector<float> dt_bias;       // [H]
   std::vector<float> A;             // [H]  = -exp(A_log)
