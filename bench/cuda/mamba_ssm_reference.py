@@ -15,11 +15,15 @@ scan (mamba_chunk_scan_combined, the prefill vLLM runs), fp32 or bf16 state for 
 (selective_state_update, heads tied as vLLM calls it), replayed from a CUDA graph. One line per case.
 """
 import argparse
+import os
 import re
 import sys
 import types
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cublas_reference import timed  # noqa: E402  (back-to-back launches between two events)
 
 
 def _einops_standin():
@@ -113,19 +117,6 @@ def graph_us(fn, reps=200):
     return a.elapsed_time(b) / reps * 1e3
 
 
-def timed_us(fn, reps=20, warm=5):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        fn()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / reps * 1e3
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mamba-ssm", required=True, help="folder holding mamba_ssm/ops/triton (see the docstring)")
@@ -154,7 +145,7 @@ def main():
         run()  # autotune outside the timing
         # Launched from Python the five kernels of a one-sequence call are bound by the host's launch
         # cost; replayed from a graph (as parity's BM_CudaSsdPrefill is device-bound) they are not.
-        print(f"mamba_ssm_chunk_scan batch={batch} L={L} chunk=256: launched {timed_us(run):.1f} us, "
+        print(f"mamba_ssm_chunk_scan batch={batch} L={L} chunk=256: launched {timed(run, reps=20):.1f} us, "
               f"graph {graph_us(run, reps=50):.1f} us", flush=True)
     for state_dtype in (torch.float32, torch.bfloat16):
         for batch in (1, 8, 64, 256):
