@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "kernels/isa.h"
 #include "kernels/math.h"
+#include "kernels/prefetch.h"
 #include "kernels/rowops_internal.h"
 
 namespace parity::kernels {
@@ -87,6 +88,9 @@ void rmsnorm(const float* x, int rows, int dim, const float* w, float eps, float
   }
 }
 
+// How far ahead the gated norm asks for its y and z rows.
+constexpr int kNormRowsAhead = 2;
+
 void gated_rmsnorm(const float* y, const float* z, int rows, int dim, int group_size, const float* w, float eps,
                    bool norm_before_gate, float* out, int ld_z) {
   const std::size_t ldz = ld_z > 0 ? static_cast<std::size_t>(ld_z) : static_cast<std::size_t>(dim);
@@ -99,6 +103,10 @@ void gated_rmsnorm(const float* y, const float* z, int rows, int dim, int group_
   const int groups = dim / group_size;
 #pragma omp parallel for schedule(static) num_threads(num_threads()) if (worth_threads(rows, dim))
   for (int r = 0; r < rows; ++r) {
+    if (r + kNormRowsAhead < rows) {  // see prefetch.h
+      prefetch_row(y + std::size_t(r + kNormRowsAhead) * dim, std::size_t(dim) * 4);
+      prefetch_row(z + std::size_t(r + kNormRowsAhead) * ldz, std::size_t(dim) * 4);
+    }
     for (int g = 0; g < groups; ++g) {
       const std::size_t off = static_cast<std::size_t>(r) * dim + static_cast<std::size_t>(g) * group_size;
       const float* wg = w + static_cast<std::size_t>(g) * group_size;
