@@ -1,11 +1,10 @@
 // SSD scan and SSU step on the mamba2-130m mixer shape (24 heads × 64, d_state 128, 1 group,
-// chunk 256): exact-mode prefill; the exact decode step (the row routine over the re-fed rows of
-// the chunk plus one ssd_state_step on the running state) at several positions inside the chunk,
-// its two parts alone, the older replay that folded the whole chunk in the completing call, and
-// the plain-mode SSU step all of them are compared with. items_per_second counts tokens of one
+// chunk 256): prefill; the chunk-anchored replay decode (the row routine over the re-fed rows of
+// the chunk, the whole chunk folded in the completing call) at several positions inside the chunk,
+// and the plain-mode SSU step it is compared with (the exact grid's decode: bench_exact_overhead.cpp). items_per_second counts tokens of one
 // layer.
 //
-//   ./parity_bench --benchmark_filter='Ssd|Ssu|ExactDecode'
+//   ./parity_bench --benchmark_filter='Ssd|Ssu'
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -103,48 +102,6 @@ void BM_SsdReplayDecode(benchmark::State& state) {
   state.counters["threads"] = num_threads();
 }
 BENCHMARK(BM_SsdReplayDecode)->ArgNames({"pos", "threads"})
-    ->Args({1, 1})->Args({64, 1})->Args({128, 1})->Args({255, 1})
-    ->Args({1, 0})->Args({64, 0})->Args({128, 0})->Args({255, 0})
-    ->Unit(benchmark::kMicrosecond);
-
-// One row of the fold recurrence on the running state of the whole layer (exact-mode decode's
-// state update, the same P·N work per head as SSU's update without its output dot).
-void BM_SsdStateStep(benchmark::State& state) {
-  ThreadScope threads(threads_arg(state));
-  const Inputs in = make_inputs(kShape130m, 1);
-  const SsdShape& sh = in.shape;
-  std::vector<float> S = in.s0;
-  for (auto _ : state) {
-    ssd_state_step(sh, in.x.data(), in.dt.data(), in.A.data(), in.B.data(), S.data());
-    benchmark::DoNotOptimize(S.data());
-  }
-  state.SetItemsProcessed(state.iterations());
-  state.counters["threads"] = num_threads();
-}
-BENCHMARK(BM_SsdStateStep)->ArgNames({"unused", "threads"})->Args({0, 1})->Args({0, 0})->Unit(benchmark::kMicrosecond);
-
-// The exact-mode decode step of the token at chunk position `pos`: its output row from the
-// chunk's boundary state and rows 0..pos (row routine, no fold), then the running state advanced
-// by that row. At pos = chunk-1 the running state becomes the new boundary state with no extra work.
-void BM_ExactDecodeStep(benchmark::State& state) {
-  const int pos = static_cast<int>(state.range(0));
-  ThreadScope threads(threads_arg(state));
-  const Inputs in = make_inputs(kShape130m, pos + 1);
-  const SsdShape& sh = in.shape;
-  std::vector<float> y(size_t(sh.nheads) * sh.headdim), S = in.s0;
-  const size_t xstride = size_t(sh.nheads) * sh.headdim, bstride = size_t(sh.ngroups) * sh.dstate;
-  for (auto _ : state) {
-    ssd_scan(sh, in.x.data(), in.dt.data(), in.A.data(), in.B.data(), in.C.data() + pos * bstride, in.D.data(),
-             pos + 1, pos, in.s0.data(), y.data(), nullptr, nullptr);
-    ssd_state_step(sh, in.x.data() + pos * xstride, in.dt.data() + size_t(pos) * sh.nheads, in.A.data(),
-                   in.B.data() + pos * bstride, S.data());
-    benchmark::DoNotOptimize(y.data());
-    benchmark::DoNotOptimize(S.data());
-  }
-  state.SetItemsProcessed(state.iterations());
-  state.counters["threads"] = num_threads();
-}
-BENCHMARK(BM_ExactDecodeStep)->ArgNames({"pos", "threads"})
     ->Args({1, 1})->Args({64, 1})->Args({128, 1})->Args({255, 1})
     ->Args({1, 0})->Args({64, 0})->Args({128, 0})->Args({255, 0})
     ->Unit(benchmark::kMicrosecond);

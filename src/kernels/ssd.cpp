@@ -30,7 +30,7 @@ using ssd_detail::reference_row;
 using ssd_detail::round_up;
 using ssd_detail::ScanArgs;
 using ssd_detail::scratch_chunk;
-using ssd_detail::state_step_reference_head;
+using ssd_detail::fold_reference_head;
 
 void check_scan(const ScanArgs& a) {
   check_shape(a.shape);
@@ -71,7 +71,7 @@ void reference_head(const ScanArgs& a, int h) {
 
     // The output rows above read the boundary state, so the fold runs after them.
     if (complete || a.final_state) {  // a partial chunk is always the last one
-      for (int s = 0; s < Lc; ++s) state_step_reference_head(P, N, xrow(s), dtc[s], Ah, brow(s), S.data());
+      fold_reference_head(P, N, Lc, xrow, brow, dA.data(), dtc.data(), S.data(), sum.data());
       if (complete && a.chunk_states) {
         std::memcpy(a.chunk_states + (int64_t(c) * H + h) * pn, S.data(), sizeof(float) * pn);
       }
@@ -225,28 +225,6 @@ void ssd_scan_reference(const SsdShape& shape, const float* x, const float* dt, 
   const ScanArgs a{shape, x, dt, A, B, C, D, n, first_out, s0, y, chunk_states, final_state};
   check_scan(a);
   for (int h = 0; h < shape.nheads; ++h) reference_head(a, h);
-}
-
-void ssd_state_step(const SsdShape& shape, const float* x, const float* dt, const float* A, const float* B,
-                    float* state) {
-  check_shape(shape);
-  const int H = shape.nheads, P = shape.headdim, N = shape.dstate, hpg = H / shape.ngroups;
-  const auto head_fn = active_isa() == Isa::Avx512 ? ssd_detail::state_step_head_avx512 : state_step_reference_head;
-  const double flops = double(H) * P * N;
-#pragma omp parallel for num_threads(kernels::num_threads()) schedule(static) if (flops > kParallelFlops || force_parallel())
-  for (int h = 0; h < H; ++h) {
-    head_fn(P, N, x + int64_t(h) * P, dt[h], A[h], B + int64_t(h / hpg) * N, state + int64_t(h) * P * N);
-  }
-}
-
-void ssd_state_step_reference(const SsdShape& shape, const float* x, const float* dt, const float* A,
-                              const float* B, float* state) {
-  check_shape(shape);
-  const int H = shape.nheads, P = shape.headdim, N = shape.dstate, hpg = H / shape.ngroups;
-  for (int h = 0; h < H; ++h) {
-    state_step_reference_head(P, N, x + int64_t(h) * P, dt[h], A[h], B + int64_t(h / hpg) * N,
-                              state + int64_t(h) * P * N);
-  }
 }
 
 void ssu_step(const SsdShape& shape, const float* x, const float* dt, const float* A, const float* B,

@@ -11,12 +11,12 @@
 // state S_b), with decay(t, s) = exp(Σ_{r=s+1..t} dA_r) summed sequentially from r = t down:
 //   y_t = exp(Σ_{r=0..t} dA_r) · (S_b C_t) + Σ_{s=0..t} (C_t·B_s) · decay(t,s) · dt_s · x_s + D · x_t
 // evaluated by ONE row routine (s visited in increasing order), whether the call holds one row or
-// the whole chunk. The state at a chunk's end comes from ONE fold routine, the sequential
-// recurrence over the chunk's rows starting from S_b:
-//   S ← decay_f(dA_s) · S + (dt_s · x_s) ⊗ B_s    for s = 0 .. L-1   (element-wise, no reduction)
-// (decay_f = exp_f with the floor below; per element one multiply and one FMA, ssd_internal.h).
-// Because it runs forward one row at a time, a fold may be cut anywhere (ssd_state_step advances
-// it by one row) and reaches the chunk end with the same bits. Decay factors below e^-60 are taken as 0
+// the whole chunk. The state at a chunk's end comes from ONE fold routine over the chunk's rows,
+// every row's term weighted straight to the chunk's end (element-wise, no reduction):
+//   S = decay_f(Σ_{r=0..L-1} dA_r) · S_b + Σ_{s=0..L-1} (decay_f(Σ_{r=s+1..L-1} dA_r) · dt_s · x_s) ⊗ B_s
+// with s added in increasing order (decay_f = exp_f with the floor below; per element one multiply
+// per fold and one FMA per row, ssd_internal.h). A fold always starts from a boundary: exact mode
+// folds whole cells, plain mode also the call's last partial chunk. Decay factors below e^-60 are taken as 0
 // in every path (see ssd_internal.h: subnormals cost microcode assists; the term is < 1e-26).
 // Hence an output row depends only on (S_b, the chunk's rows ≤ t): prefix-, packing- and
 // split-invariant by construction.
@@ -55,22 +55,9 @@ void ssd_scan_reference(const SsdShape& shape, const float* x, const float* dt, 
                         const float* B, const float* C, const float* D, int n, int first_out,
                         const float* s0, float* y, float* chunk_states, float* final_state);
 
-// One row of the fold recurrence above, in place: state ← decay_f(dt·A) · state + (dt·x) ⊗ B,
-// with exactly the per-element operations ssd_scan's fold uses: starting from a chunk's boundary
-// state, after rows b..r it holds ssd_scan's final_state over those rows bit for bit, and at the
-// chunk's end its chunk state. x [nheads*headdim], dt [nheads], B [ngroups*dstate]. Parallel
-// over heads when the state is large.
-void ssd_state_step(const SsdShape& shape, const float* x, const float* dt, const float* A, const float* B,
-                    float* state);
-
-// Plain scalar twin of ssd_state_step; tests compare the two bitwise.
-void ssd_state_step_reference(const SsdShape& shape, const float* x, const float* dt, const float* A,
-                              const float* B, float* state);
-
 // SSU: the recurrent one-token update used by plain-mode decode (vLLM's selective_state_update):
 //   S = exp(dt·A) · S + dt · x ⊗ B ;  y = S C + D · x
-// Its state update is ssd_state_step's element sequence but with exp_f unfloored: plain mode
-// follows vLLM, and nothing ties its bits to the exact path (they part only where dt·A < -60).
+// Plain mode follows vLLM here; nothing ties its bits to the exact path's fold.
 // state is updated in place (fp32). x [nheads*headdim], dt [nheads], B, C [ngroups*dstate].
 void ssu_step(const SsdShape& shape, const float* x, const float* dt, const float* A, const float* B,
               const float* C, const float* D, float* state, float* y);

@@ -557,10 +557,11 @@ inline FoldPrefetch fold_prefetch(const HeadChunk& k, int tiles) {
   return pf;
 }
 
-// The fold recurrence on a PB x 16*NV tile of the state held in registers, rows s_begin..s_end-1
-// in order: acc = fma(u_s[p], B_s, e_s * acc), the scalar sequence element by element.
+// The fold on a PB x 16*NV tile of the state held in registers, rows s_begin..s_end-1 in order:
+// acc = fma(u_s[p], B_s, acc), the scalar sequence element by element. E (non-null in the first
+// s-tile) scales the boundary values as they are loaded.
 template <int PB, int NV, bool kHw, class TS, class TD>
-void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int p0,
+void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* E, const TS* src, TD* dst, int p0,
                int n0, int s_begin, int s_end, FoldPrefetch& pf) {
   pf.quota = pf.per_tile;
   __mmask16 m[NV];
@@ -572,6 +573,14 @@ void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* e, cons
     #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) acc[i][v] = maskz_load_state(m[v], src + int64_t(p0 + i) * k.N + n0 + kW * v);
   }
+  if (E) {
+    const __m512 ev = _mm512_set1_ps(*E);
+    #pragma GCC unroll 16
+    for (int i = 0; i < PB; ++i) {
+      #pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_mul_ps(ev, acc[i][v]);
+    }
+  }
   for (int s = s_begin; s < s_end; ++s) {
     const float* bs = k.Bg + s * k.ldb + n0;
     __m512 bv[NV];
@@ -581,13 +590,12 @@ void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* e, cons
       pf.one();
       --pf.quota;
     }
-    const __m512 es = _mm512_set1_ps(e[s]);
     const float* us = u + int64_t(s) * ldu + p0;
     #pragma GCC unroll 16
     for (int i = 0; i < PB; ++i) {
       const __m512 ub = _mm512_set1_ps(us[i]);
       #pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(ub, bv[v], _mm512_mul_ps(es, acc[i][v]));
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(ub, bv[v], acc[i][v]);
     }
   }
   #pragma GCC unroll 16
@@ -622,15 +630,24 @@ void fold_stile(const HeadChunk& k, const float* u, int ldu, const float* e, con
 // set) into dst (fp32), or into dst16 rounded to bf16 with fp32 work space `tmp` between s-tiles
 // (needed only when Lc > kSTile). dst / dst16 may be the boundary state itself.
 constexpr int kSTile = 32;
-// The fold's per-row factors: e[s] = decay_f(dA_s) and u[s][p] = dt_s * x_s[p] (ld k.ppad).
+// The fold's factors (ssd_internal.h): e[s] = c_s = decay_f(sum[s]) * dt_s for s < Lc, e[Lc] = E =
+// decay_f(sum[Lc]), with sum the decay sums of row Lc-1 (formed in e itself, sequentially from the
+// last row down as decay_sums does), and u[s][p] = c_s * x_s[p] (ld k.ppad). e holds Lc + 1 floats.
 void fold_factors(const HeadChunk& k, float* e, float* u) {
   const int Lc = k.Lc;
-  for (int s = 0; s < Lc; s += kW) {
-    const __mmask16 m = tail_mask(Lc - s);
-    _mm512_mask_storeu_ps(e + s, m, decay16(_mm512_maskz_loadu_ps(m, k.dA + s)));
+  float acc = 0.0f;
+  for (int s = Lc - 1; s >= 0; --s) {
+    e[s] = acc;
+    acc = acc + k.dA[s];
+  }
+  e[Lc] = acc;
+  for (int s = 0; s <= Lc; s += kW) {
+    const __mmask16 m = tail_mask(Lc + 1 - s), mdt = lane_mask_signed(Lc - s);
+    const __m512 d = decay16(_mm512_maskz_loadu_ps(m, e + s));
+    _mm512_mask_storeu_ps(e + s, m, _mm512_mask_mul_ps(d, mdt, d, _mm512_maskz_loadu_ps(mdt, k.dtc + s)));
   }
   for (int s = 0; s < Lc; ++s) {
-    const __m512 d = _mm512_set1_ps(k.dtc[s]);
+    const __m512 d = _mm512_set1_ps(e[s]);
     const float* xs = k.x + s * k.ldx;
     for (int p = 0; p < k.P; p += kW) {
       const __mmask16 m = tail_mask(k.P - p);
@@ -655,17 +672,17 @@ void fold(const HeadChunk& k, float* dst, uint16_t* dst16, float* tmp) {
     const bool first = sb == 0, last = se == Lc;
     if (dst16 && last) {
       if (!first)
-        fold_stile<kHw>(k, u, ldu, e, work, dst16, sb, se, pf);
+        fold_stile<kHw>(k, u, ldu, nullptr, work, dst16, sb, se, pf);
       else if (k.Sb16)
-        fold_stile<kHw>(k, u, ldu, e, k.Sb16, dst16, sb, se, pf);
+        fold_stile<kHw>(k, u, ldu, e + Lc, k.Sb16, dst16, sb, se, pf);
       else
-        fold_stile<kHw>(k, u, ldu, e, k.Sb, dst16, sb, se, pf);
+        fold_stile<kHw>(k, u, ldu, e + Lc, k.Sb, dst16, sb, se, pf);
     } else if (!first) {
-      fold_stile<kHw>(k, u, ldu, e, work, work, sb, se, pf);
+      fold_stile<kHw>(k, u, ldu, nullptr, work, work, sb, se, pf);
     } else if (k.Sb16) {
-      fold_stile<kHw>(k, u, ldu, e, k.Sb16, work, sb, se, pf);
+      fold_stile<kHw>(k, u, ldu, e + Lc, k.Sb16, work, sb, se, pf);
     } else {
-      fold_stile<kHw>(k, u, ldu, e, k.Sb, work, sb, se, pf);
+      fold_stile<kHw>(k, u, ldu, e + Lc, k.Sb, work, sb, se, pf);
     }
   }
 }
@@ -675,9 +692,10 @@ void fold(const HeadChunk& k, float* dst, uint16_t* dst16, float* tmp) {
 // of dot16(S[p][:], c) (lanes[i], one per row, carried from the n tile before in n order), the
 // chain dot16_lanes runs. The values the dots read are the old ones, as the row routine needs.
 template <int PB, int NV, bool kHw, class TS, class TD>
-void fold_dot_tile(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int p0,
+void fold_dot_tile(const HeadChunk& k, const float* u, int ldu, const float* E, const TS* src, TD* dst, int p0,
                    int n0, const float* c, __m512* lanes, FoldPrefetch& pf) {
   pf.quota = pf.per_tile;
+  const __m512 ev = _mm512_set1_ps(*E);
   __mmask16 m[NV];
   #pragma GCC unroll 16
   for (int v = 0; v < NV; ++v) m[v] = tail_mask(k.N - n0 - kW * v);
@@ -694,6 +712,7 @@ void fold_dot_tile(const HeadChunk& k, const float* u, int ldu, const float* e, 
     for (int v = 0; v < NV; ++v) {
       acc[i][v] = maskz_load_state(m[v], row + kW * v);
       d = _mm512_mask3_fmadd_ps(acc[i][v], cv[v], d, m[v]);  // absent lanes keep their sum
+      acc[i][v] = _mm512_mul_ps(ev, acc[i][v]);
     }
     lanes[i] = d;
   }
@@ -706,13 +725,12 @@ void fold_dot_tile(const HeadChunk& k, const float* u, int ldu, const float* e, 
       pf.one();
       --pf.quota;
     }
-    const __m512 es = _mm512_set1_ps(e[s]);
     const float* us = u + int64_t(s) * ldu + p0;
     #pragma GCC unroll 16
     for (int i = 0; i < PB; ++i) {
       const __m512 ub = _mm512_set1_ps(us[i]);
       #pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(ub, bv[v], _mm512_mul_ps(es, acc[i][v]));
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(ub, bv[v], acc[i][v]);
     }
   }
   #pragma GCC unroll 16
@@ -742,7 +760,7 @@ void fold_dot_rows(const HeadChunk& k, const float* u, int ldu, const float* e, 
 // by fold_tile's, so the bits are those of the two-pass path.
 template <bool kHw, class T>
 void row_and_fold(const HeadChunk& k, int t, T* state) {
-  float* w[1] = {k.w + k.lpad};  // k.w's first row holds the fold's decays
+  float* w[1] = {k.w + k.lpad};  // k.w's first row holds the fold's factors
   float exp_cs[1];
   row_weights<1>(k, t, w, exp_cs);
   float* e = k.w;
@@ -754,37 +772,16 @@ void row_and_fold(const HeadChunk& k, int t, T* state) {
   FoldPrefetch pf = fold_prefetch(k, (k.P / 4 + k.P % 4) * ((k.N + 4 * kW - 1) / (4 * kW)));
   int p0 = 0;
   for (; p0 + 16 <= k.P; p0 += 16) {
-    for (int q = 0; q < 4; ++q) fold_dot_rows<4, kHw>(k, k.u, k.ppad, e, state, state, p0 + 4 * q, c, lanes + 4 * q, pf);
+    for (int q = 0; q < 4; ++q) fold_dot_rows<4, kHw>(k, k.u, k.ppad, e + k.Lc, state, state, p0 + 4 * q, c, lanes + 4 * q, pf);
     _mm512_storeu_ps(sc + p0, reduce16x16(lanes));
   }
   for (; p0 < k.P; ++p0) {
-    fold_dot_rows<1, kHw>(k, k.u, k.ppad, e, state, state, p0, c, lanes, pf);
+    fold_dot_rows<1, kHw>(k, k.u, k.ppad, e + k.Lc, state, state, p0, c, lanes, pf);
     sc[p0] = reduce16(lanes[0]);
   }
   const float* scr[1] = {sc};
   const float* wr[1] = {w[0]};
   intra_all_columns<1>(k, t, wr, 1, scr, exp_cs);
-}
-
-// One fold row on columns n0 .. n0+16*NV-1 of every state row: S = fma(dt * x[p], B, e * S).
-template <int NV>
-void state_step_cols(int P, int N, int n0, const float* x, float dt, __m512 e, const float* B, float* S) {
-  __mmask16 m[NV];
-  __m512 bv[NV];
-  #pragma GCC unroll 16
-  for (int v = 0; v < NV; ++v) {
-    m[v] = tail_mask(N - n0 - kW * v);
-    bv[v] = _mm512_maskz_loadu_ps(m[v], B + n0 + kW * v);
-  }
-  for (int p = 0; p < P; ++p) {
-    const __m512 ub = _mm512_set1_ps(dt * x[p]);
-    float* Sp = S + int64_t(p) * N + n0;
-    #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) {
-      const __m512 sv = _mm512_maskz_loadu_ps(m[v], Sp + kW * v);
-      _mm512_mask_storeu_ps(Sp + kW * v, m[v], _mm512_fmadd_ps(ub, bv[v], _mm512_mul_ps(e, sv)));
-    }
-  }
 }
 
 }  // namespace
@@ -842,24 +839,6 @@ void row_and_fold_bf16_avx512(const HeadChunk& k, int t, uint16_t* state, bool h
     row_and_fold<true>(k, t, state);
   else
     row_and_fold<false>(k, t, state);
-}
-
-void state_step_head_avx512(int P, int N, const float* x, float dt, float A, const float* B, float* S) {
-  const __m512 e = _mm512_set1_ps(decay_one(dt * A));
-  // Columns in blocks of up to 8 vectors whose B stays in registers while every row of the block
-  // streams through once; with d_state <= 128 that is one pass over the contiguous state.
-  for (int n0 = 0; n0 < N; n0 += 8 * kW) {
-    switch (imin(8, (N - n0 + kW - 1) / kW)) {
-      case 8: state_step_cols<8>(P, N, n0, x, dt, e, B, S); break;
-      case 7: state_step_cols<7>(P, N, n0, x, dt, e, B, S); break;
-      case 6: state_step_cols<6>(P, N, n0, x, dt, e, B, S); break;
-      case 5: state_step_cols<5>(P, N, n0, x, dt, e, B, S); break;
-      case 4: state_step_cols<4>(P, N, n0, x, dt, e, B, S); break;
-      case 3: state_step_cols<3>(P, N, n0, x, dt, e, B, S); break;
-      case 2: state_step_cols<2>(P, N, n0, x, dt, e, B, S); break;
-      default: state_step_cols<1>(P, N, n0, x, dt, e, B, S); break;
-    }
-  }
 }
 
 void ssu_head_avx512(int P, int N, const float* x, float dt, float A, float D, const float* B, const float* C,

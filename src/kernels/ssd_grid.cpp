@@ -109,7 +109,7 @@ void run_cell(const SsdShape& sh, int64_t ldb, float A, float D, const Cell& c, 
       reference_row(P, N, t, xrow, brow, c.Cg + (t - c.t_lo) * ldb, scr.dA.data(), scr.dtc.data(), S, D,
                     scr.sum.data(), scr.w.data(), c.yh + (t - c.t_lo) * c.ldy);
     if (c.fold)
-      for (int s = 0; s < c.Lc; ++s) state_step_reference_head(P, N, xrow(s), scr.dtc[s], A, brow(s), S);
+      fold_reference_head(P, N, c.Lc, xrow, brow, scr.dA.data(), scr.dtc.data(), S, scr.sum.data());
     return;
   }
   HeadChunk k = scratch_chunk(scr, P, N);

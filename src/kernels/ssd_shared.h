@@ -32,14 +32,29 @@ inline void check_shape(const SsdShape& s) {
 }
 
 
-// One fold row of one head (ssd_internal.h): the scalar statement of the recurrence, shared by
-// the reference scan's fold and ssd_state_step's scalar path so the two cannot drift apart.
-inline void state_step_reference_head(int P, int N, const float* x, float dt, float A, const float* B, float* S) {
-  const float e = decay_f(dt * A);
+// The fold of one head over a chunk's (or cell's) rows 0..Lc-1 (ssd_internal.h): the scalar statement
+// that the AVX-512 fold reproduces. xrow(s) / brow(s) give the head's x and the group's B of row s;
+// sum is scratch of Lc + 1 floats. S holds the boundary state on entry and the state at row Lc-1's
+// end on return.
+template <class XRow, class BRow>
+inline void fold_reference_head(int P, int N, int Lc, XRow xrow, BRow brow, const float* dA, const float* dtc,
+                                float* S, float* sum) {
+  if (Lc <= 0) return;
+  decay_sums(dA, Lc - 1, sum);
+  const float E = decay_f(sum[Lc]);
   for (int p = 0; p < P; ++p) {
-    const float u = dt * x[p];
     float* Sp = S + int64_t(p) * N;
-    for (int k = 0; k < N; ++k) Sp[k] = std::fma(u, B[k], e * Sp[k]);
+    for (int k = 0; k < N; ++k) Sp[k] = E * Sp[k];
+  }
+  for (int s = 0; s < Lc; ++s) {
+    const float c = decay_f(sum[s]) * dtc[s];
+    const float* xs = xrow(s);
+    const float* Bs = brow(s);
+    for (int p = 0; p < P; ++p) {
+      const float u = c * xs[p];
+      float* Sp = S + int64_t(p) * N;
+      for (int k = 0; k < N; ++k) Sp[k] = std::fma(u, Bs[k], Sp[k]);
+    }
   }
 }
 
