@@ -2,7 +2,9 @@
 // sweeps, special values, and bit equality of the SIMD twins with the scalar definitions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -185,6 +187,50 @@ TEST(KernelsMath, SimdTwinsMatchScalarBitwise) {
     }
   }
   if (!any) GTEST_SKIP() << "no SIMD instruction set on this CPU";
+}
+
+// Mamba2's dt row (kernels/mamba_dt.h): softplus_f of raw + bias, then the clamp as
+// std::min(std::max(v, lo), hi), on every instruction set, bit for bit. The sweep covers both
+// sides of softplus's threshold (20), 1 + exp(x) rounding to 1, exp's 0 and inf, NaNs and the tails.
+TEST(KernelsMath, DtRowMatchesScalarBitwiseOnEveryIsa) {
+  std::vector<float> raw;
+  for (uint64_t u = 0; u < (1ull << 32); u += 100003) raw.push_back(bits_to_float(static_cast<uint32_t>(u)));
+  for (float x : sweep(-110.0f, 95.0f, 2011)) raw.push_back(x);
+  for (float x : {20.0f, std::nextafter(20.0f, 30.0f), -17.0f, -16.5f, -88.0f, 0.0f, -0.0f, NAN, INFINITY, -INFINITY})
+    raw.push_back(x);
+  raw.push_back(0.25f);  // odd length: the masked tails
+  std::vector<float> bias(raw.size());
+  for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = (i % 3 == 0) ? 0.0f : (i % 3 == 1 ? -1.5f : 0.75f);
+  const int n = static_cast<int>(raw.size());
+  struct Clamp {
+    float lo, hi;
+  };
+  int compared = 0;
+  for (const Clamp c : {Clamp{0.0f, INFINITY}, Clamp{1e-3f, 0.1f}, Clamp{-INFINITY, INFINITY}}) {
+    std::vector<float> want(raw.size());
+    for (std::size_t i = 0; i < raw.size(); ++i) want[i] = std::min(std::max(softplus_f(raw[i] + bias[i]), c.lo), c.hi);
+    for (Isa isa : {Isa::Portable, Isa::Avx2, Isa::Avx512}) {
+      if (!test::cpu_has(isa)) {
+        std::printf("  dt row: %s not run (this CPU lacks it)\n", isa_name(isa));
+        continue;
+      }
+      std::vector<float> got(raw.size());
+      detail::row_ops(isa).dt_row(raw.data(), bias.data(), n, c.lo, c.hi, got.data());
+      ++compared;
+      for (std::size_t i = 0; i < raw.size(); ++i) {
+        ASSERT_EQ(float_to_bits(got[i]), float_to_bits(want[i]))
+            << isa_name(isa) << " raw=" << raw[i] << " bias=" << bias[i] << " lo=" << c.lo << " hi=" << c.hi;
+      }
+    }
+  }
+  EXPECT_GE(compared, 3);
+  // Companion: a clamp that lets no value through unchanged differs from the unclamped row.
+  std::vector<float> a(raw.size()), b(raw.size());
+  detail::row_ops(Isa::Portable).dt_row(raw.data(), bias.data(), n, 1e-3f, 0.1f, a.data());
+  detail::row_ops(Isa::Portable).dt_row(raw.data(), bias.data(), n, -INFINITY, INFINITY, b.data());
+  int differ = 0;
+  for (std::size_t i = 0; i < raw.size(); ++i) differ += float_to_bits(a[i]) != float_to_bits(b[i]);
+  EXPECT_GT(differ, n / 2);
 }
 
 }  // namespace

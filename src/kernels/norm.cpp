@@ -11,6 +11,7 @@
 // The scalar code below is the definition; the AVX2/AVX-512 row operations emulate it exactly.
 #include "kernels/norm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -51,6 +52,10 @@ void scale_gate(const float* y, float r, const float* w, const float* z, int n, 
   for (int i = 0; i < n; ++i) out[i] = ((y[i] * r) * w[i]) * silu_f(z[i]);
 }
 
+void dt_row(const float* raw, const float* bias, int n, float lo, float hi, float* out) {
+  for (int i = 0; i < n; ++i) out[i] = std::min(std::max(softplus_f(raw[i] + bias[i]), lo), hi);
+}
+
 void exp_array(const float* x, int n, float* y) {
   for (int i = 0; i < n; ++i) y[i] = exp_f(x[i]);
 }
@@ -61,7 +66,8 @@ void silu_array(const float* x, int n, float* y) {
 
 }  // namespace
 
-extern const RowOps kRowOpsPortable = {sumsq, scale, gate_mul, scale_gate, conv_row_portable, exp_array, silu_array};
+extern const RowOps kRowOpsPortable = {sumsq,  scale,     gate_mul,  scale_gate, conv_row_portable,
+                                       dt_row, exp_array, silu_array};
 
 }  // namespace detail
 

@@ -74,6 +74,21 @@ void scale_gate(const float* y, float r, const float* w, const float* z, int n, 
   }
 }
 
+// The clamp as std::min(std::max(v, lo), hi) (see norm_avx512.cpp).
+inline __m256 clamp_like_std(__m256 v, __m256 lo, __m256 hi) {
+  v = _mm256_blendv_ps(v, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
+  return _mm256_blendv_ps(v, hi, _mm256_cmp_ps(hi, v, _CMP_LT_OQ));
+}
+
+void dt_row(const float* raw, const float* bias, int n, float lo, float hi, float* out) {
+  const __m256 lv = _mm256_set1_ps(lo), hv = _mm256_set1_ps(hi);
+  for (int i = 0; i < n; i += 8) {
+    const __m256i m = tail_mask(n - i);
+    const __m256 v = _mm256_add_ps(_mm256_maskload_ps(raw + i, m), _mm256_maskload_ps(bias + i, m));
+    _mm256_maskstore_ps(out + i, m, clamp_like_std(v256::softplus(v), lv, hv));
+  }
+}
+
 template <bool kSilu>
 void map_array(const float* x, int n, float* y) {
   auto f = [](__m256 v) { return kSilu ? v256::silu(v) : v256::exp(v); };
@@ -87,7 +102,7 @@ void map_array(const float* x, int n, float* y) {
 
 }  // namespace
 
-extern const RowOps kRowOpsAvx2 = {sumsq, scale, gate_mul, scale_gate, conv_row_avx2, map_array<false>,
-                                   map_array<true>};
+extern const RowOps kRowOpsAvx2 = {sumsq,  scale,            gate_mul,       scale_gate, conv_row_avx2,
+                                   dt_row, map_array<false>, map_array<true>};
 
 }  // namespace parity::kernels::detail

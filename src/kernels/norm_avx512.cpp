@@ -75,6 +75,22 @@ void scale_gate(const float* y, float r, const float* w, const float* z, int n, 
   }
 }
 
+// The clamp as std::min(std::max(v, lo), hi): max(v, lo) is lo only where v < lo, min(., hi) is hi
+// only where hi < v, so a NaN passes through.
+inline __m512 clamp_like_std(__m512 v, __m512 lo, __m512 hi) {
+  v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), v, lo);
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(hi, v, _CMP_LT_OQ), v, hi);
+}
+
+void dt_row(const float* raw, const float* bias, int n, float lo, float hi, float* out) {
+  const __m512 lv = _mm512_set1_ps(lo), hv = _mm512_set1_ps(hi);
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
+    const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, raw + i), _mm512_maskz_loadu_ps(m, bias + i));
+    _mm512_mask_storeu_ps(out + i, m, clamp_like_std(v512::softplus(v), lv, hv));
+  }
+}
+
 template <bool kSilu>
 void map_array(const float* x, int n, float* y) {
   auto f = [](__m512 v) { return kSilu ? v512::silu(v) : v512::exp(v); };
@@ -88,7 +104,7 @@ void map_array(const float* x, int n, float* y) {
 
 }  // namespace
 
-extern const RowOps kRowOpsAvx512 = {sumsq, scale, gate_mul, scale_gate, conv_row_avx512, map_array<false>,
-                                     map_array<true>};
+extern const RowOps kRowOpsAvx512 = {sumsq,  scale,            gate_mul,       scale_gate, conv_row_avx512,
+                                     dt_row, map_array<false>, map_array<true>};
 
 }  // namespace parity::kernels::detail

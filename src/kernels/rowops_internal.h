@@ -21,6 +21,9 @@ struct RowOps {
   // then silu_f if asked.
   void (*conv_row)(const float* const* win, int k, int ch, const float* wt, const float* bias, bool silu,
                    float* out);
+  // Mamba2's dt of one row: out[i] = min(max(softplus_f(raw[i] + bias[i]), lo), hi), the clamp as
+  // std::min(std::max(v, lo), hi) does it (a NaN stays NaN).
+  void (*dt_row)(const float* raw, const float* bias, int n, float lo, float hi, float* out);
   // Array forms of the vector exp_f / silu_f, for the tests that compare them with math.h.
   void (*exp_array)(const float* x, int n, float* y);
   void (*silu_array)(const float* x, int n, float* y);

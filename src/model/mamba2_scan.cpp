@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "kernels/mamba_dt.h"
 #include "kernels/math.h"
 #include "kernels/ssd.h"
 #include "kernels/ssd_grid.h"
@@ -45,17 +46,10 @@ ScanShape shape_of(const io::Mamba2Config& cfg) {
   return s;
 }
 
-// dt = clamp(softplus(dt_raw + dt_bias), time_step_limit). The original mamba_ssm clamps in every
-// path; HF's cached decode skips the clamp — parity follows the original.
+// dt = clamp(softplus(dt_raw + dt_bias), time_step_limit) (kernels/mamba_dt.h).
 void process_dt(const io::Mamba2Config& cfg, const Mamba2LayerWeights& L, const float* dt_raw, int n, float* dt) {
-  const float lo = static_cast<float>(cfg.time_step_min_limit);
-  const float hi = static_cast<float>(cfg.time_step_max_limit);
-  const int H = cfg.num_heads;
-  for (int t = 0; t < n; ++t)
-    for (int h = 0; h < H; ++h) {
-      const float v = kernels::softplus_f(dt_raw[std::size_t(t) * H + h] + L.dt_bias[h]);
-      dt[std::size_t(t) * H + h] = std::min(std::max(v, lo), hi);
-    }
+  kernels::mamba_dt(dt_raw, n, cfg.num_heads, cfg.num_heads, L.dt_bias.data(),
+                    static_cast<float>(cfg.time_step_min_limit), static_cast<float>(cfg.time_step_max_limit), dt);
 }
 
 // x | B | C column blocks of n conv-output rows into three row-major arrays.
