@@ -604,26 +604,26 @@ void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* E, cons
 }
 
 template <int PB, bool kHw, class TS, class TD>
-void fold_tiles_n(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int p0,
+void fold_tiles_n(const HeadChunk& k, const float* u, int ldu, const float* E, const TS* src, TD* dst, int p0,
                   int sb, int se, FoldPrefetch& pf) {
   for (int n0 = 0; n0 < k.N; n0 += 4 * kW) {
     const int nv = imin(4, (k.N - n0 + kW - 1) / kW);
     switch (nv) {
-      case 4: fold_tile<PB, 4, kHw, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se, pf); break;
-      case 3: fold_tile<PB, 3, kHw, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se, pf); break;
-      case 2: fold_tile<PB, 2, kHw, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se, pf); break;
-      default: fold_tile<PB, 1, kHw, TS, TD>(k, u, ldu, e, src, dst, p0, n0, sb, se, pf); break;
+      case 4: fold_tile<PB, 4, kHw, TS, TD>(k, u, ldu, E, src, dst, p0, n0, sb, se, pf); break;
+      case 3: fold_tile<PB, 3, kHw, TS, TD>(k, u, ldu, E, src, dst, p0, n0, sb, se, pf); break;
+      case 2: fold_tile<PB, 2, kHw, TS, TD>(k, u, ldu, E, src, dst, p0, n0, sb, se, pf); break;
+      default: fold_tile<PB, 1, kHw, TS, TD>(k, u, ldu, E, src, dst, p0, n0, sb, se, pf); break;
     }
   }
 }
 
 // One s-tile of the fold over every (p, n) tile of the state.
 template <bool kHw, class TS, class TD>
-void fold_stile(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int sb, int se,
+void fold_stile(const HeadChunk& k, const float* u, int ldu, const float* E, const TS* src, TD* dst, int sb, int se,
                 FoldPrefetch& pf) {
   int p0 = 0;
-  for (; p0 + 4 <= k.P; p0 += 4) fold_tiles_n<4, kHw>(k, u, ldu, e, src, dst, p0, sb, se, pf);
-  for (; p0 < k.P; ++p0) fold_tiles_n<1, kHw>(k, u, ldu, e, src, dst, p0, sb, se, pf);
+  for (; p0 + 4 <= k.P; p0 += 4) fold_tiles_n<4, kHw>(k, u, ldu, E, src, dst, p0, sb, se, pf);
+  for (; p0 < k.P; ++p0) fold_tiles_n<1, kHw>(k, u, ldu, E, src, dst, p0, sb, se, pf);
 }
 
 // The fold routine: state after the chunk's Lc rows from the boundary state (k.Sb, or k.Sb16 when
@@ -739,16 +739,16 @@ void fold_dot_tile(const HeadChunk& k, const float* u, int ldu, const float* E, 
 }
 
 template <int PB, bool kHw, class TS, class TD>
-void fold_dot_rows(const HeadChunk& k, const float* u, int ldu, const float* e, const TS* src, TD* dst, int p0,
+void fold_dot_rows(const HeadChunk& k, const float* u, int ldu, const float* E, const TS* src, TD* dst, int p0,
                    const float* c, __m512* lanes, FoldPrefetch& pf) {
   #pragma GCC unroll 4
   for (int i = 0; i < PB; ++i) lanes[i] = _mm512_setzero_ps();
   for (int n0 = 0; n0 < k.N; n0 += 4 * kW) {
     switch (imin(4, (k.N - n0 + kW - 1) / kW)) {
-      case 4: fold_dot_tile<PB, 4, kHw>(k, u, ldu, e, src, dst, p0, n0, c, lanes, pf); break;
-      case 3: fold_dot_tile<PB, 3, kHw>(k, u, ldu, e, src, dst, p0, n0, c, lanes, pf); break;
-      case 2: fold_dot_tile<PB, 2, kHw>(k, u, ldu, e, src, dst, p0, n0, c, lanes, pf); break;
-      default: fold_dot_tile<PB, 1, kHw>(k, u, ldu, e, src, dst, p0, n0, c, lanes, pf); break;
+      case 4: fold_dot_tile<PB, 4, kHw>(k, u, ldu, E, src, dst, p0, n0, c, lanes, pf); break;
+      case 3: fold_dot_tile<PB, 3, kHw>(k, u, ldu, E, src, dst, p0, n0, c, lanes, pf); break;
+      case 2: fold_dot_tile<PB, 2, kHw>(k, u, ldu, E, src, dst, p0, n0, c, lanes, pf); break;
+      default: fold_dot_tile<PB, 1, kHw>(k, u, ldu, E, src, dst, p0, n0, c, lanes, pf); break;
     }
   }
 }
