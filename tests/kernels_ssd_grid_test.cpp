@@ -355,6 +355,44 @@ TEST(KernelsSsdGrid, StaggerSpreadsTheFoldsOverTheSteps) {
   }
 }
 
+// x read in place from wider rows gives the packed rows' bits on the exact grid too (every ISA,
+// both thread counts, both state dtypes, the twin); the companion reads them as packed rows.
+TEST(KernelsSsdGrid, StridedXGivesPackedBits) {
+  int not_run = 0;
+  for (const Case& c : kCases)
+    for (bool bf16 : {false, true}) {
+      const Problem pr = make_problem(c.shape, c.n, 5);
+      const ExactGrid g = grid_of(c.shape, c.cell, c.stagger);
+      const int64_t stride = pr.ldx() + 2 * pr.ldb() + 3;
+      const std::vector<float> xs = strided_x(pr, stride);
+      GridRun want = start_run(pr, g, bf16);
+      ssd_scan_grid_reference(pr.shape, g, pr.x.data(), pr.dt.data(), pr.A.data(), pr.B.data(), pr.C.data(),
+                              pr.D.data(), 0, pr.n, 0, want.state(), want.y.data());
+      auto strided = [&](bool reference, int64_t ld) {
+        GridRun r = start_run(pr, g, bf16);
+        (reference ? ssd_scan_grid_reference : ssd_scan_grid)(pr.shape, g, xs.data(), pr.dt.data(), pr.A.data(),
+                                                              pr.B.data(), pr.C.data(), pr.D.data(), 0, pr.n, 0,
+                                                              r.state(), r.y.data(), ld);
+        return r;
+      };
+      EXPECT_TRUE(same_run(strided(true, stride), want)) << "reference cell " << c.cell;
+      for (Isa isa : kAllIsas) {
+        if (!cpu_has(isa)) {
+          ++not_run;
+          continue;
+        }
+        IsaGuard ig(isa);
+        for (int threads : {1, 2}) {
+          ThreadGuard tg(threads);
+          EXPECT_TRUE(same_run(strided(false, stride), want))
+              << isa_name(isa) << " threads " << threads << " cell " << c.cell << (bf16 ? " bf16" : " f32");
+        }
+      }
+      EXPECT_FALSE(same_run(strided(false, 0), want)) << "companion, cell " << c.cell;
+    }
+  if (not_run) std::fprintf(stderr, "[ not run  ] %d ISA checks: this CPU lacks the instruction set\n", not_run);
+}
+
 TEST(KernelsSsdGrid, RejectsBadArguments) {
   const Problem pr = make_problem(kSmall, 20, 1);
   GridRun r = start_run(pr, grid_of(kSmall, 16, true), false);
@@ -365,6 +403,9 @@ TEST(KernelsSsdGrid, RejectsBadArguments) {
   EXPECT_THROW(call(grid_of(kSmall, 12, true), 0, 0), Error);  // not a power of two
   EXPECT_THROW(call(grid_of(kSmall, 16, true), 20, 0), Error);  // heads' cells start before the call
   EXPECT_THROW(call({16, true, 3}, 0, 0), Error);               // grid for another head count
+  EXPECT_THROW(ssd_scan_grid(pr.shape, grid_of(kSmall, 16, true), pr.x.data(), pr.dt.data(), pr.A.data(), pr.B.data(),
+                             pr.C.data(), pr.D.data(), 0, pr.n, 0, r.state(), r.y.data(), pr.ldx() - 1),
+               Error);  // an x row stride shorter than a row
   EXPECT_NO_THROW(call(grid_of(kSmall, 16, true), 0, 0));
 }
 

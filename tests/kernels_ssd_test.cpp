@@ -12,6 +12,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/dtype.h"
@@ -43,7 +44,7 @@ ScanOut run_scan(const Problem& pr, int begin, int count, int first_out, const f
   auto fn = reference ? ssd_scan_reference : ssd_scan;
   fn(sh, pr.x.data() + begin * pr.ldx(), pr.dt.data() + size_t(begin) * sh.nheads, pr.A.data(),
      pr.B.data() + begin * pr.ldb(), pr.C.data() + (begin + first_out) * pr.ldb(), pr.D.data(), count, first_out, s0,
-     o.y.data(), o.chunk_states.data(), o.final_state.data());
+     o.y.data(), o.chunk_states.data(), o.final_state.data(), 0);
   return o;
 }
 
@@ -221,9 +222,56 @@ TEST(KernelsSsdBitwise, SsuBf16EqualsWidenStepRoundOnEveryIsaAndThreadCount) {
   }
 }
 
+// x read in place from wider rows (the conv output's x | B | C) gives the packed rows' bits, on
+// every ISA and thread count, in the optimized scan and its twin; the companion reads the same
+// buffer as packed rows and gets other values.
+TEST(KernelsSsdBitwise, StridedXGivesPackedBits) {
+  int not_run = 0;
+  for (const auto& [shape, n, first_out] : {std::tuple{kSmall, 100, 0}, std::tuple{kSmall, 100, 37},
+                                            std::tuple{kLarge, 300, 0}, std::tuple{kOdd, 97, 41}}) {
+    const Problem pr = make_problem(shape, n, 8);
+    const int64_t stride = pr.ldx() + 2 * pr.ldb() + 5;
+    const std::vector<float> xs = strided_x(pr, stride);
+    const ScanOut packed = run_scan(pr, 0, n, first_out, pr.s0.data(), /*reference=*/true);
+    auto strided = [&](bool reference, int64_t ld) {
+      ScanOut o;
+      o.y.assign(size_t(n - first_out) * pr.ldx(), NAN);
+      o.final_state.assign(size_t(pr.state_elems()), NAN);
+      (reference ? ssd_scan_reference : ssd_scan)(shape, xs.data(), pr.dt.data(), pr.A.data(), pr.B.data(),
+                                                  pr.C.data() + first_out * pr.ldb(), pr.D.data(), n, first_out,
+                                                  pr.s0.data(), o.y.data(), nullptr, o.final_state.data(), ld);
+      return o;
+    };
+    const ScanOut ref = strided(true, stride);
+    EXPECT_TRUE(same_bits(ref.y.data(), packed.y.data(), ref.y.size())) << "reference, n " << n;
+    EXPECT_TRUE(same_bits(ref.final_state.data(), packed.final_state.data(), ref.final_state.size()));
+    for (Isa isa : kAllIsas) {
+      if (!cpu_has(isa)) {
+        ++not_run;
+        continue;
+      }
+      IsaGuard guard(isa);
+      for (int threads : {1, 2}) {
+        ThreadGuard tg(threads);
+        const ScanOut o = strided(false, stride);
+        EXPECT_TRUE(same_bits(o.y.data(), packed.y.data(), o.y.size()))
+            << isa_name(isa) << " threads " << threads << " n " << n << ": "
+            << count_bit_mismatches(o.y.data(), packed.y.data(), o.y.size()) << " y elements differ";
+        EXPECT_TRUE(same_bits(o.final_state.data(), packed.final_state.data(), o.final_state.size()));
+      }
+    }
+    const ScanOut as_packed = strided(false, 0);  // companion: the wide rows read as packed ones
+    EXPECT_FALSE(same_bits(as_packed.y.data(), packed.y.data(), as_packed.y.size()));
+  }
+  if (not_run) std::fprintf(stderr, "[ not run  ] %d ISA checks: this CPU lacks the instruction set\n", not_run);
+}
+
 TEST(KernelsSsdBitwise, RejectsBadArguments) {
   const Problem pr = make_problem(kSmall, 10, 6);
   std::vector<float> y(10 * pr.ldx()), fs(pr.state_elems());
+  EXPECT_THROW(ssd_scan(pr.shape, pr.x.data(), pr.dt.data(), pr.A.data(), pr.B.data(), pr.C.data(), pr.D.data(), 10,
+                        0, pr.s0.data(), y.data(), nullptr, fs.data(), pr.ldx() - 1),
+               Error);  // an x row stride shorter than a row
   EXPECT_THROW(ssd_scan(pr.shape, pr.x.data(), pr.dt.data(), pr.A.data(), pr.B.data(), pr.C.data(), pr.D.data(), 10,
                         11, pr.s0.data(), y.data(), nullptr, fs.data()),
                Error);

@@ -61,6 +61,15 @@ inline Problem make_problem(SsdShape shape, int n, uint32_t seed) {
   return pr;
 }
 
+// x's rows placed `stride` floats apart, as the model hands the scans the conv output's x | B | C
+// rows: the gap between rows holds NaN, so a kernel that read it would show.
+inline std::vector<float> strided_x(const Problem& pr, int64_t stride) {
+  const int64_t ld = pr.ldx();
+  std::vector<float> out(size_t(pr.n) * size_t(stride), NAN);
+  for (int t = 0; t < pr.n; ++t) std::copy_n(pr.x.data() + t * ld, ld, out.data() + t * stride);
+  return out;
+}
+
 // The bit comparisons every test uses (test_support.h), found under this namespace too.
 using parity::test::count_bit_mismatches;
 using parity::test::same_bits;

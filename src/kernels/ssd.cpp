@@ -46,7 +46,7 @@ void reference_head(const ScanArgs& a, int h) {
   const SsdShape& sh = a.shape;
   const int H = sh.nheads, P = sh.headdim, N = sh.dstate, L = sh.chunk_size;
   const int g = h / (H / sh.ngroups);
-  const int64_t ldx = int64_t(H) * P, ldb = int64_t(sh.ngroups) * N, pn = int64_t(P) * N;
+  const int64_t ldy = int64_t(H) * P, ldb = int64_t(sh.ngroups) * N, pn = int64_t(P) * N;
   const float Ah = a.A[h], Dh = a.D[h];
 
   std::vector<float> S(a.s0 + h * pn, a.s0 + (h + 1) * pn);
@@ -60,13 +60,13 @@ void reference_head(const ScanArgs& a, int h) {
       dtc[s] = a.dt[int64_t(c0 + s) * H + h];
       dA[s] = dtc[s] * Ah;
     }
-    auto xrow = [&](int s) { return a.x + int64_t(c0 + s) * ldx + int64_t(h) * P; };
+    auto xrow = [&](int s) { return a.x + int64_t(c0 + s) * a.ldx + int64_t(h) * P; };
     auto brow = [&](int s) { return a.B + int64_t(c0 + s) * ldb + int64_t(g) * N; };
 
     for (int t = std::max(0, a.first_out - c0); t < Lc; ++t) {
       const int64_t out = c0 + t - a.first_out;
       reference_row(P, N, t, xrow, brow, a.C + out * ldb + int64_t(g) * N, dA.data(), dtc.data(), S.data(), Dh,
-                    sum.data(), w.data(), a.y + out * ldx + int64_t(h) * P);
+                    sum.data(), w.data(), a.y + out * ldy + int64_t(h) * P);
     }
 
     // The output rows above read the boundary state, so the fold runs after them.
@@ -99,7 +99,8 @@ void scan_optimized(const ScanArgs& a) {
   const SsdShape& sh = a.shape;
   const int H = sh.nheads, P = sh.headdim, G = sh.ngroups, N = sh.dstate, L = sh.chunk_size;
   const int hpg = H / G;
-  const int64_t ldx = int64_t(H) * P, ldb = int64_t(G) * N, pn = int64_t(P) * N, hpn = int64_t(H) * pn;
+  const int64_t ldx = a.ldx, ldy = int64_t(H) * P, ldb = int64_t(G) * N, pn = int64_t(P) * N,
+                hpn = int64_t(H) * pn;
   const int nthreads = kernels::num_threads();
   if (a.n == 0) {
     if (a.final_state) std::memcpy(a.final_state, a.s0, sizeof(float) * hpn);
@@ -175,11 +176,11 @@ void scan_optimized(const ScanArgs& a) {
         k.Lc = Lc;
         k.ldx = ldx;
         k.ldb = ldb;
-        k.ldy = ldx;
+        k.ldy = ldy;
         k.x = a.x + int64_t(c0) * ldx + int64_t(h) * P;
         if (Lc - t_lo >= 16 || do_fold) {
           // Many passes over this head's x rows follow: gather them into one contiguous block
-          // (the input rows are H*P floats apart, a stride the prefetchers do not follow).
+          // (the input rows are H*P or more floats apart, a stride the prefetchers do not follow).
           for (int s = 0; s < Lc; ++s) std::memcpy(scr.xc.data() + int64_t(s) * scr.ppad, k.x + s * ldx, sizeof(float) * P);
           k.x = scr.xc.data();
           k.ldx = scr.ppad;
@@ -207,8 +208,9 @@ void scan_optimized(const ScanArgs& a) {
 
 void ssd_scan(const SsdShape& shape, const float* x, const float* dt, const float* A, const float* B,
               const float* C, const float* D, int n, int first_out, const float* s0, float* y,
-              float* chunk_states, float* final_state) {
-  const ScanArgs a{shape, x, dt, A, B, C, D, n, first_out, s0, y, chunk_states, final_state};
+              float* chunk_states, float* final_state, int64_t x_stride) {
+  const ScanArgs a{shape, x, dt, A, B, C, D, n, first_out, s0, y, chunk_states, final_state,
+                   ssd_detail::x_stride_or_packed(shape, x_stride)};
   check_scan(a);
   if (active_isa() == Isa::Avx512) {
     scan_optimized(a);
@@ -221,8 +223,9 @@ void ssd_scan(const SsdShape& shape, const float* x, const float* dt, const floa
 
 void ssd_scan_reference(const SsdShape& shape, const float* x, const float* dt, const float* A,
                         const float* B, const float* C, const float* D, int n, int first_out,
-                        const float* s0, float* y, float* chunk_states, float* final_state) {
-  const ScanArgs a{shape, x, dt, A, B, C, D, n, first_out, s0, y, chunk_states, final_state};
+                        const float* s0, float* y, float* chunk_states, float* final_state, int64_t x_stride) {
+  const ScanArgs a{shape, x, dt, A, B, C, D, n, first_out, s0, y, chunk_states, final_state,
+                   ssd_detail::x_stride_or_packed(shape, x_stride)};
   check_scan(a);
   for (int h = 0; h < shape.nheads; ++h) reference_head(a, h);
 }

@@ -45,15 +45,18 @@ struct SsdShape {
 //   floor(n / chunk_size) states. final_state (nullable): the state after row n-1: the fold
 //   recurrence continued over the trailing partial chunk (equals the last chunk state when n is a
 //   multiple of chunk_size).
+// x_stride: x's row stride in floats when x sits inside wider rows (the conv's x | B | C output,
+//   read in place); 0 means nheads*headdim. y's stride is always nheads*headdim.
 // Parallel over heads.
 void ssd_scan(const SsdShape& shape, const float* x, const float* dt, const float* A, const float* B,
               const float* C, const float* D, int n, int first_out, const float* s0, float* y,
-              float* chunk_states, float* final_state);
+              float* chunk_states, float* final_state, int64_t x_stride = 0);
 
 // Plain scalar twin of ssd_scan (same arithmetic, no SIMD); tests compare the two bitwise.
 void ssd_scan_reference(const SsdShape& shape, const float* x, const float* dt, const float* A,
                         const float* B, const float* C, const float* D, int n, int first_out,
-                        const float* s0, float* y, float* chunk_states, float* final_state);
+                        const float* s0, float* y, float* chunk_states, float* final_state,
+                        int64_t x_stride = 0);
 
 // SSU: the recurrent one-token update used by plain-mode decode (vLLM's selective_state_update):
 //   S = exp(dt·A) · S + dt · x ⊗ B ;  y = S C + D · x

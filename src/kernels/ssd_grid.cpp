@@ -180,6 +180,7 @@ struct GridCall {
   int n, first_out;
   GridState state;
   float* y;
+  int64_t ldx;  // x's row stride (y's is nheads·headdim)
 };
 
 void check_call(const GridCall& a) {
@@ -200,7 +201,7 @@ void check_call(const GridCall& a) {
 void grid_head(const GridCall& a, int h, bool avx512) {
   const SsdShape& sh = a.shape;
   const int H = sh.nheads, P = sh.headdim, N = sh.dstate, g = h / (H / sh.ngroups);
-  const int64_t ldx = int64_t(H) * P, ldb = int64_t(sh.ngroups) * N;
+  const int64_t ldx = a.ldx, ldy = int64_t(H) * P, ldb = int64_t(sh.ngroups) * N;
   const int64_t out_pos = a.pos0 + a.first_out, end = a.pos0 + a.n;
   // AVX-512 reads and writes a bf16 state in place (rounded by the fold at every boundary); the
   // scalar twin works on a widened copy rounded at every boundary, the same bits.
@@ -220,8 +221,8 @@ void grid_head(const GridCall& a, int h, bool avx512) {
     c.Bg = a.B + r0 * ldb + int64_t(g) * N;
     const int64_t out = r0 + c.t_lo - a.first_out;  // output row of cell row t_lo
     c.Cg = a.C + out * ldb + int64_t(g) * N;
-    c.yh = a.y + out * ldx + int64_t(h) * P;
-    c.ldy = ldx;
+    c.yh = a.y + out * ldy + int64_t(h) * P;
+    c.ldy = ldy;
     run_cell(sh, ldb, a.A[h], a.D[h], c, S.data(), S16, avx512);
     if (!c.fold) break;
     S.at_boundary();
@@ -278,14 +279,15 @@ int grid_refeed_rows(const ExactGrid& grid, int nheads, int64_t start) {
 
 void ssd_scan_grid(const SsdShape& shape, const ExactGrid& grid, const float* x, const float* dt, const float* A,
                    const float* B, const float* C, const float* D, int64_t pos0, int n, int first_out,
-                   GridState state, float* y) {
-  scan_grid({shape, grid, x, dt, A, B, C, D, pos0, n, first_out, state, y}, active_isa() == Isa::Avx512);
+                   GridState state, float* y, int64_t x_stride) {
+  scan_grid({shape, grid, x, dt, A, B, C, D, pos0, n, first_out, state, y, x_stride_or_packed(shape, x_stride)},
+            active_isa() == Isa::Avx512);
 }
 
 void ssd_scan_grid_reference(const SsdShape& shape, const ExactGrid& grid, const float* x, const float* dt,
                              const float* A, const float* B, const float* C, const float* D, int64_t pos0, int n,
-                             int first_out, GridState state, float* y) {
-  const GridCall a{shape, grid, x, dt, A, B, C, D, pos0, n, first_out, state, y};
+                             int first_out, GridState state, float* y, int64_t x_stride) {
+  const GridCall a{shape, grid, x, dt, A, B, C, D, pos0, n, first_out, state, y, x_stride_or_packed(shape, x_stride)};
   check_call(a);
   for (int h = 0; h < shape.nheads; ++h) grid_head(a, h, false);
 }

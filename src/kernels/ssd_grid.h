@@ -56,15 +56,15 @@ int grid_refeed_rows(const ExactGrid& grid, int nheads, int64_t start);
 // first_out on emit y (C and y hold n - first_out rows). For every head, the state holds the
 // state at cell_start(h, pos0 + first_out), which must be >= pos0 (the caller re-feeds the rows
 // between). Afterwards each head's state is the state at its last boundary <= pos0 + n. Parallel
-// over heads. Shapes of x, dt, B, C, y as in ssd_scan.
+// over heads. Shapes of x, dt, B, C, y and x_stride as in ssd_scan.
 void ssd_scan_grid(const SsdShape& shape, const ExactGrid& grid, const float* x, const float* dt, const float* A,
                    const float* B, const float* C, const float* D, int64_t pos0, int n, int first_out,
-                   GridState state, float* y);
+                   GridState state, float* y, int64_t x_stride = 0);
 
 // Plain scalar twin of ssd_scan_grid; tests compare the two bitwise.
 void ssd_scan_grid_reference(const SsdShape& shape, const ExactGrid& grid, const float* x, const float* dt,
                              const float* A, const float* B, const float* C, const float* D, int64_t pos0, int n,
-                             int first_out, GridState state, float* y);
+                             int first_out, GridState state, float* y, int64_t x_stride = 0);
 
 // Exact-mode decode of one new token per sequence, every sequence of a pass in one parallel
 // region over (sequence, head). The token at `pos` must already be in the ring. Per head: y from

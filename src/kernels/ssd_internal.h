@@ -95,6 +95,7 @@ struct ScanArgs {
   float* y;
   float* chunk_states;
   float* final_state;
+  int64_t ldx;  // x's row stride (y's is nheads·headdim)
 };
 
 // The optimized row routine takes output rows t_lo.. in blocks of 16 up to rows16_end, then in

@@ -31,6 +31,17 @@ inline void check_shape(const SsdShape& s) {
   }
 }
 
+// An x row stride as the scans take it: 0 means packed rows (nheads·headdim); a stride must hold
+// a whole row.
+inline int64_t x_stride_or_packed(const SsdShape& s, int64_t x_stride) {
+  const int64_t packed = int64_t(s.nheads) * s.headdim;
+  if (x_stride == 0) return packed;
+  if (x_stride < packed)
+    throw Error("ssd: x row stride " + std::to_string(x_stride) + " is shorter than a row (" +
+                std::to_string(packed) + " floats)");
+  return x_stride;
+}
+
 
 // The fold of one head over a chunk's (or cell's) rows 0..Lc-1 (ssd_internal.h): the scalar statement
 // that the AVX-512 fold reproduces. xrow(s) / brow(s) give the head's x and the group's B of row s;

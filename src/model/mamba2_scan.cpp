@@ -52,7 +52,8 @@ void process_dt(const io::Mamba2Config& cfg, const Mamba2LayerWeights& L, const 
                     static_cast<float>(cfg.time_step_min_limit), static_cast<float>(cfg.time_step_max_limit), dt);
 }
 
-// x | B | C column blocks of n conv-output rows into three row-major arrays.
+// x | B | C column blocks of n conv-output rows into three row-major arrays (x may be null: the
+// scans read it in place, with the conv output's row stride).
 void split_xbc(const ScanShape& z, const float* xbc, int n, float* x, float* B, float* C) {
   for (int t = 0; t < n; ++t) {
     const float* row = xbc + std::size_t(t) * z.conv;
@@ -68,11 +69,13 @@ void scan_plain(const io::Mamba2Config& cfg, const Mamba2LayerWeights& L, int l,
   const int n = s.n;
   const std::size_t rows = static_cast<std::size_t>(n);
   float* dt = scratch(Scratch::ScanDt, rows * z.H);
-  float* x = scratch(Scratch::ScanX, rows * z.I);
   float* B = scratch(Scratch::ScanB, rows * z.GN);
   float* C = scratch(Scratch::ScanC, rows * z.GN);
   process_dt(cfg, L, dt_raw, n, dt);
-  split_xbc(z, xbc, n, x, B, C);
+  // x stays in the conv output (its rows are z.conv apart); B and C, read by every head of their
+  // group, are gathered into rows of their own.
+  const float* x = xbc;
+  split_xbc(z, xbc, n, nullptr, B, C);
   const bool f32 = cache.options().ssm_dtype == DType::F32;
   if (!f32 && n == 1 && s.start > 0) {  // vLLM's decode: the bf16 state updated in place
     kernels::ssu_step_bf16(z.ssd, x, dt, L.A.data(), B, C, L.D.data(),
@@ -93,7 +96,7 @@ void scan_plain(const io::Mamba2Config& cfg, const Mamba2LayerWeights& L, int l,
   } else {
     std::vector<float> s0(state, state + z.S);
     kernels::ssd_scan(z.ssd, x, dt, L.A.data(), B, C, L.D.data(), n, 0, s0.data(), y,
-                      nullptr, state);
+                      nullptr, state, z.conv);
   }
   if (!f32) cache.store_ssm(l, s.slot, state);
 }
@@ -108,22 +111,27 @@ void scan_exact_refeed(const io::Mamba2Config& cfg, const Mamba2LayerWeights& L,
   const int n = s.n, r = kernels::grid_refeed_rows(grid, z.H, s.start), total = r + n;
   const int64_t pos0 = s.start - r;
   const std::size_t all = static_cast<std::size_t>(total);
-  float* ax = scratch(Scratch::ScanX, all * z.I);
   float* adt = scratch(Scratch::ScanDt, all * z.H);
   float* aB = scratch(Scratch::ScanB, all * z.GN);
   float* C = scratch(Scratch::ScanC, std::size_t(n) * z.GN);
+  // With nothing to re-feed (a call from position 0, or one that starts on every head's boundary)
+  // x is read in place from the conv output; otherwise the ring's rows and the call's are gathered
+  // into one array.
+  float* gathered = r > 0 ? scratch(Scratch::ScanX, all * z.I) : nullptr;
   for (int i = 0; i < r; ++i)
-    kernels::ring_get(z.ssd, grid, ring, pos0 + i, ax + std::size_t(i) * z.I, adt + std::size_t(i) * z.H,
+    kernels::ring_get(z.ssd, grid, ring, pos0 + i, gathered + std::size_t(i) * z.I, adt + std::size_t(i) * z.H,
                       aB + std::size_t(i) * z.GN);
-  split_xbc(z, xbc, n, ax + std::size_t(r) * z.I, aB + std::size_t(r) * z.GN, C);
+  const float* ax = gathered ? gathered : xbc;
+  const int64_t ldx = gathered ? z.I : z.conv;
+  split_xbc(z, xbc, n, gathered ? gathered + std::size_t(r) * z.I : nullptr, aB + std::size_t(r) * z.GN, C);
   process_dt(cfg, L, dt_raw, n, adt + std::size_t(r) * z.H);
   kernels::ssd_scan_grid(z.ssd, grid, ax, adt, L.A.data(), aB, C, L.D.data(), pos0, total,
-                         r, cache.grid_state(l, s.slot), y);
+                         r, cache.grid_state(l, s.slot), y, ldx);
   // The ring already holds the positions before s.start; add the call's last `cell` ones.
   const int64_t end = s.start + n;
   for (int64_t p = std::max(s.start, end - grid.cell); p < end; ++p) {
     const std::size_t i = static_cast<std::size_t>(p - pos0);
-    kernels::ring_put(z.ssd, grid, ring, p, ax + i * z.I, adt + i * z.H, aB + i * z.GN);
+    kernels::ring_put(z.ssd, grid, ring, p, ax + i * std::size_t(ldx), adt + i * z.H, aB + i * z.GN);
   }
 }
 
