@@ -7,6 +7,7 @@
 #include "io/hf_config.h"
 #include "kernels/gemm.h"
 #include "kernels/norm.h"
+#include "kernels/residual.h"
 #include "model/mamba2_mixer.h"
 #include "model/workspace.h"
 
@@ -100,7 +101,7 @@ void Mamba2Model::forward(const ForwardBatch& b, cache::ModelCache& mc, ScanMode
                          {N.in_proj, N.conv1d, N.dt, N.norm}, hooks, meta);
     tp_.sum(out, TD);  // a rank's out_proj holds its rows of the reduction: the whole is the ranks' sum
     probe(N.mixer, out, D);
-    for (std::size_t i = 0; i < TD; ++i) resid[i] += out[i];
+    kernels::residual_add(resid, out, TD);
     probe(N.block, resid, D);
   }
   if (tp_.size == 1)  // ranks share the positions: their caller advances them once
