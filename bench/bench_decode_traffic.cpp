@@ -12,6 +12,9 @@
 //                        memory, one far above it by arithmetic.
 //   BM_DecodeSsmVsFloor  the four interleaved in every iteration (plain kernel, plain floor, exact
 //                        kernel, exact floor), so the kernel/floor ratios come from one run too.
+//   BM_SsuInCache        plain mode's SSU on one layer's state, stepped again and again so that it
+//                        stays in L2, beside the floor loop over the same bytes: what the kernel's
+//                        arithmetic costs when memory costs next to nothing (ns per 16 state elements).
 //
 // Arguments: batch, position (absolute; the grid repeats every cell), dtype (0 float32, 1 bfloat16).
 //   OMP_NUM_THREADS=1 build/parity_bench --benchmark_filter=DecodeSsm --benchmark_min_time=1
@@ -325,5 +328,37 @@ BENCHMARK(BM_DecodeSsmVsFloor)
     ->ArgsProduct({{1, 8, 32}, {256, 257, 263, 271}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+void BM_SsuInCache(benchmark::State& st) {
+  Batch b(1, st.range(0) != 0);
+  const int H = kShape.nheads, P = kShape.headdim, N = kShape.dstate;
+  const uint16_t z16 = g_zero16;
+  const uint32_t z32 = g_zero32;
+  auto kernel = [&] {
+    if (b.bf16)
+      kernels::ssu_step_bf16(kShape, b.x.data(), b.dt.data(), b.A.data(), b.B.data(), b.C.data(), b.D.data(),
+                             b.plain16.data(), b.y.data());
+    else
+      kernels::ssu_step(kShape, b.x.data(), b.dt.data(), b.A.data(), b.B.data(), b.C.data(), b.D.data(),
+                        b.plain32.data(), b.y.data());
+  };
+  auto floor = [&] {
+    if (b.bf16)
+      rewrite_u16(b.plain16.data(), b.S, z16);
+    else
+      copy_floats(b.plain32.data(), b.plain32.data(), b.S, z32);
+  };
+  constexpr int kReps = 64;
+  std::vector<double> tk, tf;
+  for (auto _ : st) {
+    tk.push_back(time_ms([&] { for (int r = 0; r < kReps; ++r) kernel(); }));
+    tf.push_back(time_ms([&] { for (int r = 0; r < kReps; ++r) floor(); }));
+  }
+  const double vectors = double(H) * P * N / 16 * kReps;
+  st.counters["kernel_ns_per_16"] = bench::median(tk) * 1e6 / vectors;
+  st.counters["floor_ns_per_16"] = bench::median(tf) * 1e6 / vectors;
+  st.counters["kernel/floor"] = bench::median(tk) / bench::median(tf);
+}
+BENCHMARK(BM_SsuInCache)->ArgNames({"bf16"})->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
