@@ -17,6 +17,7 @@
 #include "kernels/isa.h"
 #include "kernels/math.h"
 #include "kernels/ssd.h"
+#include "kernels/ssd_grid.h"
 
 namespace {
 
@@ -80,6 +81,34 @@ void BM_SsdPrefill(benchmark::State& state) {
   state.counters["threads"] = num_threads();
 }
 BENCHMARK(BM_SsdPrefill)->ArgNames({"n", "threads"})->Args({1024, 1})->Args({1024, 0})->Args({256, 1})->Args({256, 0})
+    ->Unit(benchmark::kMicrosecond);
+
+// Exact-mode prefill on the exact grid as the model runs it (x read in place from rows of the conv
+// output
+// n tokens from position 0 into an fp32 state, cells of `cell` rows, staggered. GFLOP/s counts
+// 4·P·N multiply-adds a row and head (C·S and the fold), the work that does not shrink with the cell.
+void BM_SsdGridPrefill(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
+  ThreadScope threads(threads_arg(state, 2));
+  const Inputs in = make_inputs(kShape130m, n);
+  const SsdShape& sh = in.shape;
+  const int64_t HP = int64_t(sh.nheads) * sh.headdim, stride = HP + 2 * sh.dstate + 24;
+  std::vector<float> xs(size_t(n) * size_t(stride));
+  for (int t = 0; t < n; ++t) std::copy_n(in.x.data() + t * HP, HP, xs.data() + t * stride);
+  std::vector<float> y(size_t(n) * HP), st(size_t(sh.state_elems()));
+  const ExactGrid grid{cell, true, sh.nheads};
+  for (auto _ : state) {
+    st = in.s0;
+    ssd_scan_grid(sh, grid, xs.data(), in.dt.data(), in.A.data(), in.B.data(), in.C.data(), in.D.data(), 0, n, 0,
+                  GridState{st.data(), nullptr}, y.data(), stride);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  state.counters["GFLOP/s"] = benchmark::Counter(4.0 * n * HP * sh.dstate, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = num_threads();
+}
+BENCHMARK(BM_SsdGridPrefill)->ArgNames({"n", "cell", "threads"})
+    ->ArgsProduct({{512}, {4, 8, 16, 32}, {1, 0}})
     ->Unit(benchmark::kMicrosecond);
 
 // The earlier exact decode without a running state: rows 0..pos of the chunk from the boundary

@@ -47,9 +47,9 @@ class ThreadScope {
   int saved_;
 };
 
-// The thread count in argument 1 (0: every thread OpenMP has).
-inline int threads_arg(const benchmark::State& state) {
-  return state.range(1) > 0 ? static_cast<int>(state.range(1)) : omp_get_max_threads();
+// The thread count in argument `arg` (0: every thread OpenMP has).
+inline int threads_arg(const benchmark::State& state, int arg = 1) {
+  return state.range(arg) > 0 ? static_cast<int>(state.range(arg)) : omp_get_max_threads();
 }
 
 }  // namespace parity::bench

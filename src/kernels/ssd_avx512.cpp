@@ -801,6 +801,25 @@ void cb_row_avx512(const float* Bg, int64_t ldb, const float* Ct, int N, int t, 
   }
 }
 
+void cb_band_avx512(const float* Bg, int64_t ldb, const float* Ct, int N, int first_out, int rows, int width,
+                    float* band) {
+  alignas(64) float dots[16];
+  for (int i = 0; i < rows; ++i) {
+    const int t = first_out + i, s_lo = t - (width - 1);
+    for (int j0 = 0; j0 < width; j0 += kW) {
+      const float* brows[16];
+#pragma GCC unroll 16
+      for (int q = 0; q < 16; ++q) {
+        const int s = s_lo + j0 + q;
+        brows[q] = Bg + (s < 0 ? 0 : imin(s, t)) * ldb;  // outside the band's rows: computed, unused
+      }
+      dot16x16(brows, Ct + int64_t(i) * ldb, N, dots);
+      for (int q = 0; q < kW && j0 + q < width; ++q)
+        if (s_lo + j0 + q >= 0) band[int64_t(i) * width + j0 + q] = dots[q];
+    }
+  }
+}
+
 void head_rows_avx512(const HeadChunk& k, int t_lo) {
   int t = t_lo;
   for (; t < rows16_end(t_lo, k.Lc); t += 16) row_block16(k, t);

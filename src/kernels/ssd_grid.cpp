@@ -82,6 +82,12 @@ struct Cell {
   // Decode (AVX-512): CB(t_lo, s) for s = 0..t_lo, computed once for the sequence's group
   // (cb_once); null: computed here.
   const float* cb_once = nullptr;
+  // Multi-row calls (AVX-512): the group's CB band (cb_band_avx512, `band_width` = the grid's cell)
+  // and the band row of cell row 0 (its output row index, negative when row 0 emits nothing);
+  // null: computed here.
+  const float* band = nullptr;
+  int band_width = 0;
+  int64_t band_row0 = 0;
 };
 
 // Cells up to this many rows fold in the row's pass at decode (row_and_fold_avx512): its s loop
@@ -146,6 +152,18 @@ void run_cell(const SsdShape& sh, int64_t ldb, float A, float D, const Cell& c, 
       // One output row, in the row layout: CB(t, s) at cb[t * ldcb + s] reads cb_once[s] with ldcb 0.
       k.cb = c.cb_once;
       k.ldcb = 0;
+    } else if (c.band) {
+      // The heads of a group share CB: this cell's part of the band, in HeadChunk::cb's layout.
+      const int W = c.band_width;
+      auto cbv = [&](int t, int s) { return c.band[(c.band_row0 + t) * W + (W - 1) - (t - s)]; };
+      const int e16 = rows16_end(c.t_lo, c.Lc);
+      for (int t0 = c.t_lo; t0 < e16; t0 += 16) {
+        float* blk = cb + int64_t(t0) * ldcb;
+        for (int s = 0; s <= t0 + 15; ++s)
+          for (int r = 0; r < 16; ++r) blk[s * 16 + r] = s <= t0 + r ? cbv(t0 + r, s) : 0.0f;  // s > t: never read
+      }
+      for (int t = e16; t < c.Lc; ++t)
+        for (int s = 0; s <= t; ++s) cb[int64_t(t) * ldcb + s] = cbv(t, s);
     } else {
       const int e16 = rows16_end(c.t_lo, c.Lc);
       for (int t0 = c.t_lo; t0 < e16; t0 += 16)
@@ -181,6 +199,7 @@ struct GridCall {
   GridState state;
   float* y;
   int64_t ldx;  // x's row stride (y's is nheads·headdim)
+  const float* band = nullptr;  // per group, (n - first_out) rows of grid.cell (AVX-512 only)
 };
 
 void check_call(const GridCall& a) {
@@ -223,6 +242,11 @@ void grid_head(const GridCall& a, int h, bool avx512) {
     c.Cg = a.C + out * ldb + int64_t(g) * N;
     c.yh = a.y + out * ldy + int64_t(h) * P;
     c.ldy = ldy;
+    if (a.band) {
+      c.band = a.band + int64_t(g) * (a.n - a.first_out) * a.grid.cell;
+      c.band_width = a.grid.cell;
+      c.band_row0 = r0 - a.first_out;
+    }
     run_cell(sh, ldb, a.A[h], a.D[h], c, S.data(), S16, avx512);
     if (!c.fold) break;
     S.at_boundary();
@@ -231,10 +255,28 @@ void grid_head(const GridCall& a, int h, bool avx512) {
   S.store();
 }
 
-void scan_grid(const GridCall& a, bool avx512) {
+void scan_grid(GridCall a, bool avx512) {
   check_call(a);
   const SsdShape& sh = a.shape;
   const double flops = double(a.n) * sh.nheads * sh.headdim * (3.0 * sh.dstate + a.grid.cell);
+  const int rows = a.n - a.first_out, G = sh.ngroups, N = sh.dstate, W = a.grid.cell;
+  thread_local AlignedBuffer<float> band;
+  if (avx512 && sh.nheads > G) {
+    // CB depends on the group, not the head: one band per group for the whole call, where every
+    // head would compute its own cells' (the same dot16, so the same bits).
+    const int64_t ldb = int64_t(G) * N;
+    if (band.size() < std::size_t(G) * rows * W) band.resize(std::size_t(G) * rows * W);
+    constexpr int kRowsPerItem = 32;
+    const int per_group = (rows + kRowsPerItem - 1) / kRowsPerItem;
+    float* const bd = band.data();
+#pragma omp parallel for num_threads(kernels::num_threads()) schedule(static) if (flops > kParallelFlops || force_parallel())
+    for (int it = 0; it < G * per_group; ++it) {
+      const int g = it / per_group, i0 = (it % per_group) * kRowsPerItem, i1 = std::min(rows, i0 + kRowsPerItem);
+      cb_band_avx512(a.B + int64_t(g) * N, ldb, a.C + int64_t(i0) * ldb + int64_t(g) * N, N, a.first_out + i0,
+                     i1 - i0, W, bd + (int64_t(g) * rows + i0) * W);
+    }
+    a.band = bd;
+  }
 #pragma omp parallel for num_threads(kernels::num_threads()) schedule(static) if (flops > kParallelFlops || force_parallel())
   for (int h = 0; h < sh.nheads; ++h) grid_head(a, h, avx512);
 }

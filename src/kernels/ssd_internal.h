@@ -141,6 +141,12 @@ struct HeadChunk {
 // cb_block16: CB(t0 + r, s) for r < 16, s <= t0 + 15 into out[s * 16 + r]; C0 is C_t0.
 void cb_block16_avx512(const float* Bg, int64_t ldb, const float* C0, int N, int t0, float* out);
 void cb_row_avx512(const float* Bg, int64_t ldb, const float* Ct, int N, int t, float* cbt);
+// The band of CB a call's heads share on a grid of `width`-row cells: for each output row t,
+// band[t * width + j] = CB(t, s) of s = t - (width - 1) + j (the dot16 of cb_row_avx512; entries of
+// s < 0 are left as they are). Bg is row 0 of the group's B, Ct the group's C of output row 0,
+// which is call row first_out; rows rows of C.
+void cb_band_avx512(const float* Bg, int64_t ldb, const float* Ct, int N, int first_out, int rows, int width,
+                    float* band);
 // Output rows t_lo..Lc-1 of one head by the row routine.
 void head_rows_avx512(const HeadChunk& k, int t_lo);
 // The fold routine: the state after the chunk's Lc rows, from k.Sb into dst (may equal k.Sb).
