@@ -90,6 +90,9 @@ struct Cell {
   int64_t band_row0 = 0;
 };
 
+// Cells longer than this gather their x rows before the row and fold routines run.
+constexpr int kGatherRows = 32;
+
 // Cells up to this many rows fold in the row's pass at decode (row_and_fold_avx512): its s loop
 // runs whole per state tile, which keeps the cell's B and dt·x rows in L1 only for short cells.
 constexpr int kFusedFoldRows = 32;
@@ -122,9 +125,11 @@ void run_cell(const SsdShape& sh, int64_t ldb, float A, float D, const Cell& c, 
   k.Lc = c.Lc;
   k.ldx = c.ldx;
   k.x = c.x;
-  if (c.ldx != P && (c.Lc - c.t_lo >= 16 || c.fold)) {
+  if (c.ldx != P && c.Lc > kGatherRows) {
     // Many passes over the head's x rows follow: gather them into one contiguous block (the
-    // input rows are H·P floats apart, a stride the prefetchers do not follow).
+    // input rows are H·P floats or more apart, a stride the prefetchers do not follow). Cells of
+    // up to 32 rows read theirs in place: at 8 rows the copy cost more than it saved, at 16 and
+    // 32 it was even (docs/performance.md, session 19).
     for (int s = 0; s < c.Lc; ++s) std::memcpy(scr.xc.data() + int64_t(s) * scr.ppad, c.x + s * c.ldx, sizeof(float) * P);
     k.x = scr.xc.data();
     k.ldx = scr.ppad;
