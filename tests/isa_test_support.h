@@ -88,4 +88,18 @@ class ThreadGuard {
 
 inline constexpr Isa kAllIsas[] = {Isa::Portable, Isa::Avx2, Isa::Avx512};
 
+// f(isa, threads) under every instruction set this CPU runs (cpu_has records the others) at 1 and
+// 2 threads.
+template <class F>
+void for_each_isa_and_threads(F&& f) {
+  for (Isa isa : kAllIsas) {
+    if (!cpu_has(isa)) continue;
+    IsaGuard ig(isa);
+    for (int threads : {1, 2}) {
+      ThreadGuard tg(threads);
+      f(isa, threads);
+    }
+  }
+}
+
 }  // namespace parity::kernels::test

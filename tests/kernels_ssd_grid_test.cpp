@@ -122,7 +122,6 @@ const Case kCases[] = {{kSmall, 100, 16, true}, {kSmall, 70, 8, false}, {kLarge,
                        {kLarge, 150, 64, true}, {kOdd, 61, 4, true},    {kWide, 40, 1, true}};
 
 TEST(KernelsSsdGrid, ScanEqualsReferenceOnEveryIsaAndThreadCount) {
-  int not_run = 0;
   for (const Case& c : kCases)
     for (bool bf16 : {false, true}) {
       const Problem pr = make_problem(c.shape, c.n, 3);
@@ -130,21 +129,12 @@ TEST(KernelsSsdGrid, ScanEqualsReferenceOnEveryIsaAndThreadCount) {
       GridRun want = start_run(pr, g, bf16);
       ssd_scan_grid_reference(pr.shape, g, pr.x.data(), pr.dt.data(), pr.A.data(), pr.B.data(), pr.C.data(),
                               pr.D.data(), 0, pr.n, 0, want.state(), want.y.data());
-      for (Isa isa : kAllIsas) {
-        if (!cpu_has(isa)) {
-          ++not_run;
-          continue;
-        }
-        IsaGuard ig(isa);
-        for (int threads : {1, 2}) {
-          ThreadGuard tg(threads);
-          const GridRun got = run_schedule(pr, g, bf16, single_shot(pr.n));
-          EXPECT_TRUE(same_run(got, want)) << isa_name(isa) << " threads " << threads << " cell " << c.cell
-                                           << (bf16 ? " bf16" : " f32");
-        }
-      }
+      for_each_isa_and_threads([&](Isa isa, int threads) {
+        const GridRun got = run_schedule(pr, g, bf16, single_shot(pr.n));
+        EXPECT_TRUE(same_run(got, want)) << isa_name(isa) << " threads " << threads << " cell " << c.cell
+                                         << (bf16 ? " bf16" : " f32");
+      });
     }
-  if (not_run) std::fprintf(stderr, "[ not run  ] %d ISA checks: this CPU lacks the instruction set\n", not_run);
 }
 
 // Every schedule gives the single-shot bits: token-by-token decode from several prompt lengths
@@ -358,7 +348,6 @@ TEST(KernelsSsdGrid, StaggerSpreadsTheFoldsOverTheSteps) {
 // x read in place from wider rows gives the packed rows' bits on the exact grid too (every ISA,
 // both thread counts, both state dtypes, the twin); the companion reads them as packed rows.
 TEST(KernelsSsdGrid, StridedXGivesPackedBits) {
-  int not_run = 0;
   for (const Case& c : kCases)
     for (bool bf16 : {false, true}) {
       const Problem pr = make_problem(c.shape, c.n, 5);
@@ -376,21 +365,12 @@ TEST(KernelsSsdGrid, StridedXGivesPackedBits) {
         return r;
       };
       EXPECT_TRUE(same_run(strided(true, stride), want)) << "reference cell " << c.cell;
-      for (Isa isa : kAllIsas) {
-        if (!cpu_has(isa)) {
-          ++not_run;
-          continue;
-        }
-        IsaGuard ig(isa);
-        for (int threads : {1, 2}) {
-          ThreadGuard tg(threads);
-          EXPECT_TRUE(same_run(strided(false, stride), want))
-              << isa_name(isa) << " threads " << threads << " cell " << c.cell << (bf16 ? " bf16" : " f32");
-        }
-      }
+      for_each_isa_and_threads([&](Isa isa, int threads) {
+        EXPECT_TRUE(same_run(strided(false, stride), want))
+            << isa_name(isa) << " threads " << threads << " cell " << c.cell << (bf16 ? " bf16" : " f32");
+      });
       EXPECT_FALSE(same_run(strided(false, 0), want)) << "companion, cell " << c.cell;
     }
-  if (not_run) std::fprintf(stderr, "[ not run  ] %d ISA checks: this CPU lacks the instruction set\n", not_run);
 }
 
 TEST(KernelsSsdGrid, RejectsBadArguments) {

@@ -226,7 +226,6 @@ TEST(KernelsSsdBitwise, SsuBf16EqualsWidenStepRoundOnEveryIsaAndThreadCount) {
 // every ISA and thread count, in the optimized scan and its twin; the companion reads the same
 // buffer as packed rows and gets other values.
 TEST(KernelsSsdBitwise, StridedXGivesPackedBits) {
-  int not_run = 0;
   for (const auto& [shape, n, first_out] : {std::tuple{kSmall, 100, 0}, std::tuple{kSmall, 100, 37},
                                             std::tuple{kLarge, 300, 0}, std::tuple{kOdd, 97, 41}}) {
     const Problem pr = make_problem(shape, n, 8);
@@ -245,25 +244,16 @@ TEST(KernelsSsdBitwise, StridedXGivesPackedBits) {
     const ScanOut ref = strided(true, stride);
     EXPECT_TRUE(same_bits(ref.y.data(), packed.y.data(), ref.y.size())) << "reference, n " << n;
     EXPECT_TRUE(same_bits(ref.final_state.data(), packed.final_state.data(), ref.final_state.size()));
-    for (Isa isa : kAllIsas) {
-      if (!cpu_has(isa)) {
-        ++not_run;
-        continue;
-      }
-      IsaGuard guard(isa);
-      for (int threads : {1, 2}) {
-        ThreadGuard tg(threads);
-        const ScanOut o = strided(false, stride);
-        EXPECT_TRUE(same_bits(o.y.data(), packed.y.data(), o.y.size()))
-            << isa_name(isa) << " threads " << threads << " n " << n << ": "
-            << count_bit_mismatches(o.y.data(), packed.y.data(), o.y.size()) << " y elements differ";
-        EXPECT_TRUE(same_bits(o.final_state.data(), packed.final_state.data(), o.final_state.size()));
-      }
-    }
+    for_each_isa_and_threads([&](Isa isa, int threads) {
+      const ScanOut o = strided(false, stride);
+      EXPECT_TRUE(same_bits(o.y.data(), packed.y.data(), o.y.size()))
+          << isa_name(isa) << " threads " << threads << " n " << n << ": "
+          << count_bit_mismatches(o.y.data(), packed.y.data(), o.y.size()) << " y elements differ";
+      EXPECT_TRUE(same_bits(o.final_state.data(), packed.final_state.data(), o.final_state.size()));
+    });
     const ScanOut as_packed = strided(false, 0);  // companion: the wide rows read as packed ones
     EXPECT_FALSE(same_bits(as_packed.y.data(), packed.y.data(), as_packed.y.size()));
   }
-  if (not_run) std::fprintf(stderr, "[ not run  ] %d ISA checks: this CPU lacks the instruction set\n", not_run);
 }
 
 TEST(KernelsSsdBitwise, RejectsBadArguments) {
