@@ -256,8 +256,10 @@ TEST(KernelsGemm, ThreadCountDoesNotChangeBits) {
   struct Shape {
     int m, n, k;
   };
-  // Wide N splits columns across threads; narrow N with many rows makes the driver split rows.
-  const Shape shapes[] = {{37, 1000, 200}, {300, 64, 150}, {1, 3000, 256}, {13, 33, 500}};
+  // Wide N splits columns across threads; narrow N with many rows makes the driver split rows;
+  // 120 x 700 x 2000 takes the many-row kernel's units (two row chunks of 60, 22 panels) in
+  // whatever order the threads come free.
+  const Shape shapes[] = {{37, 1000, 200}, {300, 64, 150}, {1, 3000, 256}, {13, 33, 500}, {120, 700, 2000}};
   for (const Shape& s : shapes) {
     for (DType dt : {DType::F32, DType::BF16}) {
       Weights w = random_weights(dt, s.n, s.k, 555u);

@@ -92,15 +92,29 @@ void gemm(const float* a, int m, int lda, const PackedWeight& w, const float* bi
   const TileFn fn = tile_fn(active_isa());
   const int panels = (w.n + kNr - 1) / kNr;
 
-  // Tiles are (a run of rows) × (a run of panels). Columns are split first, evenly to within one
-  // panel: each thread then owns a column strip and streams its share of the weights once, while
-  // all threads read the (much smaller, shared) A. Rows are split too only when there are fewer
-  // panels than threads. None of this touches the order of any element's K chain.
+  // Tiles are (a run of rows) × (a run of panels). Columns are split first: each thread then owns
+  // column strips and streams its share of the weights, while all threads read the (much smaller,
+  // shared) A. Rows are split too only when there are fewer panels than threads. The strips are
+  // handed out as threads come free (a core slowed by another tenant, or a smaller core, takes
+  // fewer), several a thread. None of this touches the order of any element's K chain.
   constexpr int kRowQuantum = 6;  // the AVX-512 kernel's row block: keeps row splits on its boundary
+  constexpr int kStripsPerThread = 8;
+  // Many-row units are a row chunk's panels in 2·nt runs: finer runs lost 5-10 % at M = 512 on
+  // the Zen 5 (each run starts on weights its thread did not ask ahead for).
+  constexpr int kWideUnitsPerThread = 2;
   int nt = num_threads();
   const double flops = 2.0 * m * static_cast<double>(w.n) * std::max(w.k, 1);
   if (flops < 2.0e5 && !force_parallel()) nt = 1;  // a parallel region costs more than the work
-  const int col_splits = std::max(1, std::min(nt, panels));
+  if (nt > 1 && active_isa() == Isa::Avx512 && m >= detail::kWideRows && panels >= nt) {
+    // The many-row kernel packs A once per row chunk and thread; it takes its units itself.
+    detail::gemm_wide_avx512_dynamic(a, lda, w, bias, c, ldc, m, nt, kWideUnitsPerThread);
+    return;
+  }
+  // Strips of whole groups of kPanelGroup panels (the narrow kernels' unit and prefetch stride).
+  constexpr int kPanelGroup = 4;
+  const int groups = (panels + kPanelGroup - 1) / kPanelGroup;
+  const int strip = kPanelGroup * std::max(1, groups / std::max(1, nt * kStripsPerThread));
+  const int col_splits = nt > 1 ? (panels + strip - 1) / strip : 1;
   int row_splits = 1;
   if (col_splits < nt) row_splits = std::min((nt + col_splits - 1) / col_splits, (m + kRowQuantum - 1) / kRowQuantum);
   int rows_per_split = (m + row_splits - 1) / row_splits;
@@ -111,15 +125,14 @@ void gemm(const float* a, int m, int lda, const PackedWeight& w, const float* bi
 
   auto run_tile = [&](int t) {
     const int s = t / row_splits, r = t % row_splits;
-    const int p0 = static_cast<int>(static_cast<long long>(panels) * s / col_splits);
-    const int p1 = static_cast<int>(static_cast<long long>(panels) * (s + 1) / col_splits);
+    const int p0 = s * strip, p1 = std::min(panels, p0 + strip);
     const int m0 = r * rows_per_split, m1 = std::min(m, m0 + rows_per_split);
     fn(a, lda, w, bias, c, ldc, m0, m1, p0, p1);
   };
   if (nt <= 1) {
-    for (int t = 0; t < tiles; ++t) run_tile(t);
+    fn(a, lda, w, bias, c, ldc, 0, m, 0, panels);
   } else {
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (int t = 0; t < tiles; ++t) run_tile(t);
   }
 }

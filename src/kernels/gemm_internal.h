@@ -35,5 +35,9 @@ void gemm_tile_avx512(const float* a, int lda, const PackedWeight& w, const floa
 void gemm_tile_wide_avx512(const float* a, int lda, const PackedWeight& w, const float* bias, float* c, int ldc,
                            int m0, int m1, int p0, int p1);
 constexpr int kWideRows = 48;
+// All of C (m >= kWideRows rows) on nt threads that take (row chunk, run of panels) units as they
+// come free, about units_per_thread of them a thread and chunk: the same chains as a static split.
+void gemm_wide_avx512_dynamic(const float* a, int lda, const PackedWeight& w, const float* bias, float* c, int ldc,
+                              int m, int nt, int units_per_thread);
 
 }  // namespace parity::kernels::detail

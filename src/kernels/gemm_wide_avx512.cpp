@@ -23,6 +23,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -141,15 +142,14 @@ void micro_rows(int rows, const float* ap, const float* w, int kc, float* c, int
   ((rows == R + 1 ? micro<R + 1>(ap, w, kc, c, ldc, ncols, first, bias, ap_next, c_next, w_next, w_step) : void()), ...);
 }
 
+// Panels [p0, p1) over rows [m0, m1) whose A is already packed in `apack` (pack_a of those rows).
 template <DType DT>
-void row_chunk(const float* a, int lda, const PackedWeight& w, const float* bias, float* c, int ldc, int m0, int m1,
-               int p0, int p1) {
+void panels_of_chunk(const float* apack, const PackedWeight& w, const float* bias, float* c, int ldc, int m0,
+                     int m1, int p0, int p1) {
   const int K = w.k, M = m1 - m0;
   constexpr std::size_t kElem = DT == DType::F32 ? 4 : 2;
-  thread_local AlignedBuffer<float> apack, wbuf;
-  if (apack.size() < static_cast<std::size_t>(M) * K) apack.resize(static_cast<std::size_t>(M) * K);
+  thread_local AlignedBuffer<float> wbuf;
   if (DT != DType::F32 && wbuf.size() < static_cast<std::size_t>(kKc) * kNr) wbuf.resize(static_cast<std::size_t>(kKc) * kNr);
-  pack_a(a, lda, m0, m1, K, apack.data());
 
   for (int p = p0; p < p1; ++p) {
     const uint8_t* panel = w.data.data() + static_cast<std::size_t>(p) * K * kNr * kElem;
@@ -170,14 +170,14 @@ void row_chunk(const float* a, int lda, const PackedWeight& w, const float* bias
       const float* bk = (k0 + kc == K && bias) ? bias + col : nullptr;
       for (int b0 = m0; b0 < m1; b0 += kMr) {
         const int rows = std::min(kMr, m1 - b0);
-        const float* ap = apack.data() + static_cast<std::size_t>(b0 - m0) * K + static_cast<std::size_t>(k0) * rows;
+        const float* ap = apack + static_cast<std::size_t>(b0 - m0) * K + static_cast<std::size_t>(k0) * rows;
         float* cb = c + static_cast<std::size_t>(b0) * ldc + col;
         // The next row block, or this panel's first block for the next k block (its C rows are
         // already cached; its A block is the one to fetch).
         const bool last = b0 + kMr >= m1;
         const int nrows = last ? std::min(kMr, M) : std::min(kMr, m1 - b0 - kMr);
         const int nk0 = last ? std::min(k0 + kc, K - 1) : k0;
-        const float* an = apack.data() + (last ? 0 : static_cast<std::size_t>(b0 + kMr - m0) * K) +
+        const float* an = apack + (last ? 0 : static_cast<std::size_t>(b0 + kMr - m0) * K) +
                           static_cast<std::size_t>(nk0) * nrows;
         const float* cn = last ? cb : cb + static_cast<std::size_t>(kMr) * ldc;
         if (rows == kMr) {
@@ -190,17 +190,64 @@ void row_chunk(const float* a, int lda, const PackedWeight& w, const float* bias
   }
 }
 
+// This thread's packed A (the rows of one chunk), grown as needed.
+float* apack_buffer(std::size_t floats) {
+  thread_local AlignedBuffer<float> apack;
+  if (apack.size() < floats) apack.resize(floats);
+  return apack.data();
+}
+
 // Rows in chunks whose packed A stays in L2 (about 768 KB of it): every panel re-reads the whole
 // chunk, which from L3 cost more than re-widening the weights once per chunk.
+int chunk_rows(int m, int k) {
+  constexpr std::size_t kChunkBytes = 768 * 1024;
+  const int max_rows = std::max(kMr, static_cast<int>(kChunkBytes / (static_cast<std::size_t>(std::max(k, 1)) * 4)));
+  const int chunks = (m + max_rows - 1) / max_rows;
+  const int rows = (m + chunks - 1) / chunks;
+  return (rows + kMr - 1) / kMr * kMr;
+}
+
 template <DType DT>
 void tile(const float* a, int lda, const PackedWeight& w, const float* bias, float* c, int ldc, int m0, int m1,
           int p0, int p1) {
-  constexpr std::size_t kChunkBytes = 768 * 1024;
-  const int max_rows = std::max(kMr, static_cast<int>(kChunkBytes / (static_cast<std::size_t>(std::max(w.k, 1)) * 4)));
-  const int chunks = (m1 - m0 + max_rows - 1) / max_rows;
-  int rows = (m1 - m0 + chunks - 1) / chunks;
-  rows = (rows + kMr - 1) / kMr * kMr;
-  for (int r0 = m0; r0 < m1; r0 += rows) row_chunk<DT>(a, lda, w, bias, c, ldc, r0, std::min(m1, r0 + rows), p0, p1);
+  const int rows = chunk_rows(m1 - m0, w.k);
+  for (int r0 = m0; r0 < m1; r0 += rows) {
+    const int r1 = std::min(m1, r0 + rows);
+    float* apack = apack_buffer(static_cast<std::size_t>(r1 - r0) * w.k);
+    pack_a(a, lda, r0, r1, w.k, apack);
+    panels_of_chunk<DT>(apack, w, bias, c, ldc, r0, r1, p0, p1);
+  }
+}
+
+// Every row chunk's panels in units of a few panels, handed out in chunk-major order to whichever
+// thread asks next. A thread packs a chunk's A when its first unit of that chunk arrives (so each
+// chunk is packed at most once a thread, as with the static split), and a core that runs slower
+// (another tenant on its sibling, a smaller core) takes fewer units instead of holding the rest at
+// the barrier. Which thread computes an element does not touch its chain.
+template <DType DT>
+void dynamic(const float* a, int lda, const PackedWeight& w, const float* bias, float* c, int ldc, int m, int nt,
+             int units_per_thread) {
+  const int panels = (w.n + kNr - 1) / kNr;
+  const int rows = chunk_rows(m, w.k), chunks = (m + rows - 1) / rows;
+  const int per_unit = std::max(1, panels / (units_per_thread * nt));
+  const int units = (panels + per_unit - 1) / per_unit;
+  std::atomic<int> next{0};
+#pragma omp parallel num_threads(nt)
+  {
+    int packed = -1;
+    float* apack = nullptr;
+    for (int u = next.fetch_add(1, std::memory_order_relaxed); u < chunks * units;
+         u = next.fetch_add(1, std::memory_order_relaxed)) {
+      const int ch = u / units, g = u % units;
+      const int r0 = ch * rows, r1 = std::min(m, r0 + rows);
+      if (ch != packed) {
+        apack = apack_buffer(static_cast<std::size_t>(r1 - r0) * w.k);
+        pack_a(a, lda, r0, r1, w.k, apack);
+        packed = ch;
+      }
+      panels_of_chunk<DT>(apack, w, bias, c, ldc, r0, r1, g * per_unit, std::min(panels, (g + 1) * per_unit));
+    }
+  }
 }
 
 }  // namespace
@@ -211,6 +258,16 @@ void gemm_tile_wide_avx512(const float* a, int lda, const PackedWeight& w, const
     case DType::F32: tile<DType::F32>(a, lda, w, bias, c, ldc, m0, m1, p0, p1); break;
     case DType::BF16: tile<DType::BF16>(a, lda, w, bias, c, ldc, m0, m1, p0, p1); break;
     case DType::F16: tile<DType::F16>(a, lda, w, bias, c, ldc, m0, m1, p0, p1); break;
+    default: break;
+  }
+}
+
+void gemm_wide_avx512_dynamic(const float* a, int lda, const PackedWeight& w, const float* bias, float* c, int ldc,
+                              int m, int nt, int units_per_thread) {
+  switch (w.dtype) {
+    case DType::F32: dynamic<DType::F32>(a, lda, w, bias, c, ldc, m, nt, units_per_thread); break;
+    case DType::BF16: dynamic<DType::BF16>(a, lda, w, bias, c, ldc, m, nt, units_per_thread); break;
+    case DType::F16: dynamic<DType::F16>(a, lda, w, bias, c, ldc, m, nt, units_per_thread); break;
     default: break;
   }
 }
