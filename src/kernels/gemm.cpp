@@ -99,8 +99,8 @@ void gemm(const float* a, int m, int lda, const PackedWeight& w, const float* bi
   // fewer), several a thread. None of this touches the order of any element's K chain.
   constexpr int kRowQuantum = 6;  // the AVX-512 kernel's row block: keeps row splits on its boundary
   constexpr int kStripsPerThread = 8;
-  // Many-row units are a row chunk's panels in 2·nt runs: finer runs lost 5-10 % at M = 512 on
-  // the Zen 5 (each run starts on weights its thread did not ask ahead for).
+  // Many-row units are a row chunk's panels in 2·nt runs: 4·nt and 8·nt lost 2-16 % at M = 512 on
+  // the Zen 5 (each run starts on weights its thread did not ask ahead for; docs/performance.md).
   constexpr int kWideUnitsPerThread = 2;
   int nt = num_threads();
   const double flops = 2.0 * m * static_cast<double>(w.n) * std::max(w.k, 1);
