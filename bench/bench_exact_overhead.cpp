@@ -1,7 +1,8 @@
 // Exact vs plain decode step on builtin:mamba2-130m, measured INTERLEAVED: every iteration times
-// one plain step and then one exact step over the same batch, and the reported ratio is the median
-// of the per-iteration ratios. On a shared machine, load from other processes then hits both
-// modes alike, which separate benchmark runs minutes apart do not guarantee.
+// one plain step and one exact step over the same batch (taking turns at going first), and the
+// reported ratio is the median of the per-iteration ratios. On a shared machine, load from other
+// processes then hits both modes alike, which separate benchmark runs minutes apart do not
+// guarantee.
 //
 //   OMP_NUM_THREADS=1 build/parity_bench --benchmark_filter=ExactOverhead
 //

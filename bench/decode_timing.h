@@ -1,7 +1,8 @@
 #pragma once
 // Shared by the exact-vs-plain decode benchmarks: one decode token per sequence, slots positioned
 // directly (state values do not change the work) and the two modes timed back to back in every
-// iteration, so that load from other processes on a shared machine hits both alike.
+// iteration, taking turns at going first, so that load from other processes on a shared machine
+// hits both alike.
 #include <time.h>
 
 #include <algorithm>
@@ -97,10 +98,20 @@ inline void interleaved_decode(benchmark::State& st, const model::Model& m,
   std::vector<float> logits(static_cast<std::size_t>(batch) * m.vocab_size());
   std::vector<double> tp, te, ratio;
   int64_t step = 0;
+  bool plain_first = true;
   for (auto _ : st) {
     const int64_t start = cs + (pos >= 0 ? pos : (step++ * 37) % cs);
-    const double a = time_decode_step(m, plain, start, logits.data());
-    const double b = time_decode_step(m, exact, start, logits.data());
+    // The two modes take turns at going first, so that whatever one step leaves in the caches
+    // helps or hurts each mode alike.
+    double a, b;
+    if (plain_first) {
+      a = time_decode_step(m, plain, start, logits.data());
+      b = time_decode_step(m, exact, start, logits.data());
+    } else {
+      b = time_decode_step(m, exact, start, logits.data());
+      a = time_decode_step(m, plain, start, logits.data());
+    }
+    plain_first = !plain_first;
     tp.push_back(a);
     te.push_back(b);
     ratio.push_back(b / a);
