@@ -260,6 +260,8 @@ void tc_prefill(benchmark::State& state, cuda::SsdTcWay way, bool device_only = 
   if (!slot) slot = std::make_unique<ScanBench>(g, false, batch, 2048);
   ScanBench& b = *slot;
   b.prepare(0);
+  const std::size_t need = cuda::ssd_tc_scratch_floats({H, P, N, GR}, b.ps, g);
+  if (b.scratch.size() < need) b.scratch.resize(need);
   cuda::SsdState st;
   st.state_f32 = b.s32.data();
   st.ring_x = b.rx.data();
@@ -287,30 +289,23 @@ BENCHMARK(BM_CudaSsdTcPrefill)->ArgsProduct({{1, 8, 32}, {16}})->UseManualTime()
 void BM_CudaSsdTcPrefillDevice(benchmark::State& state) { tc_prefill(state, {}, true); }
 BENCHMARK(BM_CudaSsdTcPrefillDevice)->ArgsProduct({{1, 8, 32}, {16}})->UseManualTime()->Unit(benchmark::kMicrosecond);
 // Its ways: arg2 warps over p (1, 2, 4: 16 columns each), arg3 warps over n (1, 2, 4), arg4 products
-// (0 bf16, 1 split hi + lo).
+// (0 bf16, 1 split hi + lo), arg5 1 = hoisted (tables by a pass before the walk, C and B converted once a
+// block, whole cells copied without branches; the same bits). Device time, as BM_CudaSsdTcPrefillDevice.
 void BM_CudaSsdTcPrefillWays(benchmark::State& state) {
   cuda::SsdTcWay w;
   w.warps_p = static_cast<int>(state.range(2));
   w.warps_n = static_cast<int>(state.range(3));
   w.products = static_cast<cuda::SsdTcProducts>(state.range(4));
-  tc_prefill(state, w);
+  w.hoisted = state.range(5) != 0;
+  tc_prefill(state, w, true);
 }
 // The block shapes worth timing at each size (one warp over n where the heads fill the GPU, n split
 // where latency a cell is all that counts), and the split products at the default shapes.
 BENCHMARK(BM_CudaSsdTcPrefillWays)
-    ->Args({1, 16, 1, 4, 0})
-    ->Args({1, 16, 2, 4, 0})
-    ->Args({1, 16, 4, 4, 0})
-    ->Args({1, 16, 4, 2, 0})
-    ->Args({8, 16, 4, 1, 0})
-    ->Args({8, 16, 4, 2, 0})
-    ->Args({8, 16, 2, 2, 0})
-    ->Args({32, 16, 4, 1, 0})
-    ->Args({32, 16, 2, 1, 0})
-    ->Args({32, 16, 4, 2, 0})
-    ->Args({1, 16, 4, 4, 1})
-    ->Args({8, 16, 4, 2, 1})
-    ->Args({32, 16, 4, 1, 1})
+    ->ArgsProduct({{1}, {16}, {1, 2, 4}, {4}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{1}, {16}, {4}, {2}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{8, 32}, {16}, {4}, {1, 2}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{8, 32}, {16}, {2}, {2}, {0}, {1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -130,6 +130,13 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned addr, unsigned (&r)[4]) {
                : "r"(addr));
 }
 __device__ __forceinline__ void ldmatrix_x4(const void* smem, unsigned (&r)[4]) { ldmatrix_x4(smem_addr(smem), r); }
+// The same four 8×8 matrices transposed: lane g·4+q gets rows 2q, 2q+1 of column g (a k16n8 operand's
+// fragment from a row-major [k][n] tile).
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned addr, unsigned (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
 
 // Two floats from shared memory (a shared-window address, 8-byte aligned).
 __device__ __forceinline__ float2 ld_shared_f2(unsigned addr) {

@@ -32,12 +32,13 @@
 #include "kernels_cuda/ssd_copy_lanes.cuh"
 #include "kernels_cuda/ssd_device.cuh"
 #include "kernels_cuda/ssd_tc.h"
+#include "kernels_cuda/ssd_tc_hoisted.h"
+#include "kernels_cuda/ssd_tc_steps.cuh"
 
 namespace parity::cuda {
 namespace ssd {
 namespace {
 
-constexpr int kG = 16, kN = 128;
 constexpr int kCS = kN + 8;  // a C row (floats): a half-warp's float2 fragment reads fall in 32 distinct banks
 constexpr int kBS = kN + 4;  // a B row: the fold's reads B[2q..][8j + g] fall in 32 distinct banks
 constexpr int kFS = 24;      // a coefficient row: float2 fragment reads in 32 distinct banks
@@ -53,9 +54,6 @@ struct Stage {
 // A coefficient table (floats): coef [16][kFS] | w [16] | exp(cum) [16] | decay (+3).
 constexpr int kCoef = 0, kW = kG * kFS, kE = kW + kG, kDecay = kE + kG, kTable = kDecay + 4;
 
-// The partial sums warps ks > 0 hand to warp ks = 0: [cell parity][ks − 1][pw][8 values][32 lanes].
-template <int WP, int KS>
-constexpr int kExchange = 2 * (KS - 1) * WP * 8 * 32;
 template <int WP, int KS>
 constexpr int smem_floats() {
   return 3 * Stage<WP>::kFloats + 2 * kTable + kExchange<WP, KS>;
@@ -63,7 +61,6 @@ constexpr int smem_floats() {
 
 using Ctx = WalkCtx;
 
-__device__ __forceinline__ void zero4(float* dst) { *reinterpret_cast<float4*>(dst) = make_float4(0.f, 0.f, 0.f, 0.f); }
 
 // Cell c's inputs into stage X: dt of rows < L (zeros after), band rows j0 .. L-1, x rows < L of this
 // block's columns (zeros past P and for rows ≥ L), C rows j0 .. L-1 (zeros elsewhere), and when the
@@ -160,91 +157,6 @@ __device__ void store_table(const Coefs<T>& k, float* F) {
   }
   if (warp == T / 32 - 1) F[(lane < 16 ? kW : kE - 16) + lane] = k.we;
   if (warp == 0 && lane == 0) F[kDecay] = k.decay;
-}
-
-// ---- tensor-core steps -------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t pack(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (the lower 16 bits) = lo
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-// What pack(lo, hi) left out: each value minus its bf16 rounding, rounded to bf16 in turn.
-__device__ __forceinline__ uint32_t pack_rest(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return pack(lo - __low2float(v), hi - __high2float(v));
-}
-// c += a·b, m16n8k16, bf16 inputs, fp32 accumulator (not volatile: the compiler may interleave them).
-__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// A product's operands as fragments: the bf16 rounding, and with kSplit also what it left out.
-template <bool kSplit>
-struct Frag4 {
-  uint32_t hi[4], lo[kSplit ? 4 : 1];
-  __device__ __forceinline__ void set(int k, float a, float b) {
-    hi[k] = pack(a, b);
-    if constexpr (kSplit) lo[k] = pack_rest(a, b);
-  }
-};
-template <bool kSplit>
-struct Frag2 {
-  uint32_t hi[2], lo[kSplit ? 2 : 1];
-  __device__ __forceinline__ void set(int k, float a, float b) {
-    hi[k] = pack(a, b);
-    if constexpr (kSplit) lo[k] = pack_rest(a, b);
-  }
-};
-// c += a·b (kSplit: lo·hi and hi·lo first, then hi·hi; lo_b: b has a rest worth multiplying).
-template <bool kSplit>
-__device__ __forceinline__ void product(float (&c)[4], const Frag4<kSplit>& a, const Frag2<kSplit>& b,
-                                        bool lo_b = true) {
-  if constexpr (kSplit) {
-    mma(c, a.lo, b.hi);
-    if (lo_b) mma(c, a.hi, b.lo);
-  }
-  mma(c, a.hi, b.hi);
-}
-
-__device__ __forceinline__ float2 lds2(const float* p) { return *reinterpret_cast<const float2*>(p); }
-
-// The outputs of one warp's rows t = g, g + 8 and columns 2q, 2q+1 of its two p-tiles, held from the
-// cell's math to the next barrier when other warps add their quarters (KS > 1).
-struct Pending {
-  float part[2][4], intra[2][4], e[2];
-  float2 x[2][2];  // [hr][pt]: x[t][p] for the D skip
-  int row[2];      // packed row of t, or −1 where the call does not output t
-};
-
-// y of the pending rows: inter = own part + the others' (KS = 2: (a_0 + a_1) + (a_2 + a_3) with the second
-// half from warp 1; KS = 4: (a_0 + a_1) + (a_2 + a_3) with a_1..a_3 from warps 1..3).
-template <int WP, int KS>
-__device__ void finish(const Pending& pd, const float* xch, int pw, int lane, const SsdShape& sh, int h, int col0,
-                       float Dh, float* y) {
-  float inter[2][4];
-#pragma unroll
-  for (int pt = 0; pt < 2; ++pt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      auto other = [&](int ks) { return xch[(((ks - 1) * WP + pw) * 8 + pt * 4 + e) * 32 + lane]; };
-      if constexpr (KS == 1) inter[pt][e] = pd.part[pt][e];
-      else if constexpr (KS == 2) inter[pt][e] = pd.part[pt][e] + other(1);
-      else inter[pt][e] = (pd.part[pt][e] + other(1)) + (other(2) + other(3));
-    }
-  const int q = lane % 4;
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    if (pd.row[hr] < 0) continue;
-    float* yr = y + static_cast<std::size_t>(pd.row[hr]) * sh.H * sh.P + static_cast<std::size_t>(h) * sh.P + col0;
-#pragma unroll
-    for (int pt = 0; pt < 2; ++pt) {
-      float2 o;
-      o.x = row_output_scaled(pd.e[hr], inter[pt][2 * hr], pd.intra[pt][2 * hr], Dh, pd.x[hr][pt].x);
-      o.y = row_output_scaled(pd.e[hr], inter[pt][2 * hr + 1], pd.intra[pt][2 * hr + 1], Dh, pd.x[hr][pt].y);
-      *reinterpret_cast<float2*>(yr + 8 * pt + 2 * q) = o;
-    }
-  }
 }
 
 template <int WP, int KS, bool kSplit>
@@ -497,36 +409,29 @@ void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const floa
   check_launch("ssd tc");
 }
 
-// The ways a block is shaped: (warps over p, warps over n) = (1, 1), (2, 1), (4, 1), (1, 2), (2, 2),
-// (4, 2), (1, 4), (2, 4), (4, 4).
 template <bool kSplit>
 void launch_way(int wp, int ks, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                 const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* y,
                 cudaStream_t s) {
-  auto go = [&](auto wpc, auto ksc) {
+  by_way(wp, ks, sh, [&](auto wpc, auto ksc) {
     launch<decltype(wpc)::value, decltype(ksc)::value, kSplit>(sh, g, p, xbc, ld, dt, A, D, st, band, y, s);
-  };
-  auto by_ks = [&](auto wpc) {
-    switch (ks) {
-      case 1: go(wpc, std::integral_constant<int, 1>{}); break;
-      case 2: go(wpc, std::integral_constant<int, 2>{}); break;
-      case 4: go(wpc, std::integral_constant<int, 4>{}); break;
-      default: throw Error("CUDA SSD tc: warps over n must be 1, 2 or 4, got " + std::to_string(ks));
-    }
-  };
-  if (sh.P % (16 * wp) != 0)
-    throw Error("CUDA SSD tc: " + std::to_string(wp) + " warps over p need P a multiple of " + std::to_string(16 * wp) +
-                ", got " + std::to_string(sh.P));
-  switch (wp) {
-    case 1: by_ks(std::integral_constant<int, 1>{}); break;
-    case 2: by_ks(std::integral_constant<int, 2>{}); break;
-    case 4: by_ks(std::integral_constant<int, 4>{}); break;
-    default: throw Error("CUDA SSD tc: warps over p must be 1, 2 or 4, got " + std::to_string(wp));
-  }
+  });
 }
 
 }  // namespace
 }  // namespace ssd
+
+namespace {
+// The band's floats in the scratch, rounded up to 16 bytes: the hoisted walk's tables follow it.
+std::size_t band_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
+  return (ssd_scratch_floats(sh, p, g) + 3) / 4 * 4;
+}
+}  // namespace
+
+std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
+  return band_floats(sh, p, g) +
+         static_cast<std::size_t>(p.num_cell_tasks > 0 ? p.num_cell_tasks : 0) * sh.H * kSsdTcTableWords;
+}
 
 bool ssd_tc_supported(const SsdShape& sh, const ScanGrid& g) {
   return g.cell == ssd::kG && sh.N == ssd::kN && sh.P % 16 == 0 && sh.P > 0 && sh.groups > 0 && sh.H % sh.groups == 0;
@@ -556,12 +461,16 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
     throw Error("CUDA SSD tc: needs cell 16, N 128, P a multiple of 16 (cell " + std::to_string(g.cell) + ", N " +
                 std::to_string(sh.N) + ", P " + std::to_string(sh.P) + ")");
   if (p.num_ssu_seqs > 0 || p.num_decode_seqs > 0) throw Error("CUDA SSD tc: one-row calls are not handled");
-  if (scratch_floats < ssd_scratch_floats(sh, p, g)) throw Error("CUDA SSD tc: scratch smaller than ssd_scratch_floats()");
+  if (scratch_floats < ssd_tc_scratch_floats(sh, p, g))
+    throw Error("CUDA SSD tc: scratch smaller than ssd_tc_scratch_floats()");
   if (p.num_cell_tasks <= 0) return;
   const SsdTcWay d = ssd_tc_default_way(sh, p.num_seqs);
   const int wp = way.warps_p > 0 ? way.warps_p : d.warps_p, ks = way.warps_n > 0 ? way.warps_n : d.warps_n;
   ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
-  if (way.products == SsdTcProducts::split)
+  if (way.hoisted)
+    ssd_tc_hoisted_walk(wp, ks, way.products == SsdTcProducts::split, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch,
+                        scratch + band_floats(sh, p, g), y, s);
+  else if (way.products == SsdTcProducts::split)
     ssd::launch_way<true>(wp, ks, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
   else ssd::launch_way<false>(wp, ks, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
   if (g.exact) {

@@ -43,11 +43,12 @@ using Shape = test::PackedShape;
 using Call = test::ScanCall;
 using Schedule = test::ScanSchedule;
 
-cuda::SsdTcWay way(int wp, int ks, SsdTcProducts prod) {
+cuda::SsdTcWay way(int wp, int ks, SsdTcProducts prod, bool hoisted = false) {
   cuda::SsdTcWay w;
   w.warps_p = wp;
   w.warps_n = ks;
   w.products = prod;
+  w.hoisted = hoisted;
   return w;
 }
 
@@ -116,7 +117,8 @@ Result run(const Shape& sh, const cuda::ScanGrid& g, bool bf16, int T, const Inp
     const int rows = static_cast<int>(dt.size() / sh.H);
     const cuda::PassPlan plan(spans, g);
     const cuda::PassSeqs ps = plan.upload(ints, starts);
-    scratch.resize(std::max<std::size_t>(1, cuda::ssd_scratch_floats(ssh, ps, g)));
+    scratch.resize(std::max<std::size_t>(
+        1, path.tc ? cuda::ssd_tc_scratch_floats(ssh, ps, g) : cuda::ssd_scratch_floats(ssh, ps, g)));
     cuda::DeviceBuffer<float> dx, ddt, dy(std::size_t(rows) * I);
     dx.upload(xbc);
     ddt.upload(dt);
@@ -249,9 +251,10 @@ TEST(CudaSsdTc, WithinToleranceOfTheFp32WalkAtTheModelShape) {
 }
 
 // The walk's bits: the same for every block shape (warps over p and over n: the quarters of C·Sᵀ
-// summed by another warp), and (exact mode) for any cut of the sequences into calls, passes shared by
-// several sequences, calls starting inside cells; rows not 16-byte aligned (pad 3) and aligned (pad 0);
-// several groups; P of 32 (one or two warps over p).
+// summed by another warp), with the state-independent work hoisted or not (tables formed by a pass
+// before the walk, C and B converted once a block), and (exact mode) for any cut of the sequences into
+// calls, passes shared by several sequences, calls starting inside cells; rows not 16-byte aligned
+// (pad 3) and aligned (pad 0); several groups; P of 32 (one or two warps over p).
 TEST(CudaSsdTc, BitsDoNotDependOnTheBlockShapeOrSchedule) {
   PARITY_REQUIRE_GPU();
   const cuda::ScanGrid g{true, 16, true};
@@ -265,14 +268,16 @@ TEST(CudaSsdTc, BitsDoNotDependOnTheBlockShapeOrSchedule) {
         const Result fp32 = run(sh, g, bf16, T, in, whole(slots, T), {});
         const Errors e = errors(ref, fp32);
         EXPECT_LE(e.y, tol_y(prod, bf16));
-        for (const auto& [wp, ks] : {std::pair{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}, {4, 2}, {1, 4}, {2, 4}, {4, 4}})
-          for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(slots, T)},
-                                              {"uneven", uneven(slots, T)}}) {
-            if (sh.P % (16 * wp) != 0 || (wp == 1 && ks == 1 && std::string(sname) == "whole")) continue;
-            EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, {true, way(wp, ks, prod)}), ref))
-                << "H " << sh.H << " P " << sh.P << " groups " << sh.groups << (bf16 ? " bf16" : " fp32") << " "
-                << name(prod) << " warps " << wp << " x " << ks << " schedule " << sname;
-          }
+        for (bool hoisted : {false, true})
+          for (const auto& [wp, ks] : {std::pair{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}, {4, 2}, {1, 4}, {2, 4}, {4, 4}})
+            for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(slots, T)},
+                                                {"uneven", uneven(slots, T)}}) {
+              if (sh.P % (16 * wp) != 0 || (!hoisted && wp == 1 && ks == 1 && std::string(sname) == "whole")) continue;
+              EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, {true, way(wp, ks, prod, hoisted)}), ref))
+                  << "H " << sh.H << " P " << sh.P << " groups " << sh.groups << (bf16 ? " bf16" : " fp32") << " "
+                  << name(prod) << (hoisted ? " hoisted" : "") << " warps " << wp << " x " << ks << " schedule "
+                  << sname;
+            }
       }
 }
 

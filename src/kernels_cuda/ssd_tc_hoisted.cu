@@ -1,0 +1,491 @@
+// The tensor-core cell walk with its state-independent work hoisted off the serial chain (ssd_tc.h,
+// SsdTcWay::hoisted). Same bits as the walk in ssd_tc.cu, by the same steps (ssd_tc_steps.cuh); what moves:
+//
+// - A table pass forms every cell's coefficient table before the walk, one block a (cell task, head):
+//   cum (warp_cell_cum), coef[t][i] = row_weight·band already packed as the intra product's m16k16
+//   fragment (bf16 head and rest), w_i, exp(cum_t) and the decay, the values ssd_tc.cu's form_table forms
+//   by the same helpers. The walk copies a cell's table (1,168 bytes) with its inputs instead of forming
+//   it: no shuffle chain and no exp inside the walk.
+// - The walk's block converts a landed cell's C and B to bf16 (head, and rest for split products) once,
+//   beside the cell before's products, for all its warps; each warp then reads its fragments by
+//   ldmatrix (C as the m16k16 operand of C·Sᵀ, B transposed as the k16n8 operand of the fold's delta)
+//   instead of packing them from fp32 for itself.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/ptx.cuh"
+#include "kernels_cuda/smem_limit.h"
+#include "kernels_cuda/ssd_cell_walk.cuh"
+#include "kernels_cuda/ssd_copy_lanes.cuh"
+#include "kernels_cuda/ssd_device.cuh"
+#include "kernels_cuda/ssd_tc.h"
+#include "kernels_cuda/ssd_tc_hoisted.h"
+#include "kernels_cuda/ssd_tc_steps.cuh"
+
+namespace parity::cuda {
+namespace ssd {
+namespace {
+
+// A cell's table (32-bit words): the coef fragment's heads [32 lanes][4] | its rests [32][4] | w [16] |
+// exp(cum) [16] | decay (+3).
+constexpr int kTabWords = kSsdTcTableWords;
+constexpr int kTabHi = 0, kTabLo = 128, kTabW = 256, kTabE = 272, kTabDecay = 288;
+static_assert(kTabWords == kTabDecay + 4 && kTabWords % 4 == 0, "16-byte copies of a table");
+
+constexpr int kRow = kN + 4;  // an fp32 C or B row in a stage (floats; read only by the conversion)
+constexpr int kVS = kN + 8;   // a converted row (bf16): ldmatrix's row addresses, 272 bytes apart, hit distinct banks
+constexpr int kTile = kG * kVS;
+
+// Shared memory: a cell's table and x in one of three stages (read while the cell's products run), its fp32 C
+// and B in one of two (read only by the conversion, the iteration before), its converted tiles in one of two.
+// Stage (floats): table | x [16][XS].  CB (floats): C [16][kRow] | B [16][kRow].
+template <int W>
+struct Stage {
+  static constexpr int XS = 16 * W + 4;  // x row: the fragment reads x[2q..][g] in 32 distinct banks
+  static constexpr int kTab = 0, kX = kTabWords;
+  static constexpr int kFloats = kX + kG * XS;
+  static_assert(kX % 4 == 0 && kFloats % 4 == 0, "16-byte aligned rows");
+};
+constexpr int kC = 0, kB = kG * kRow, kCBFloats = 2 * kG * kRow;
+// Converted tiles a parity: C head, B head (and C rest, B rest for split products).
+template <bool kSplit>
+constexpr int kParts = kSplit ? 4 : 2;
+template <int WP, int KS, bool kSplit>
+constexpr int smem_floats() {
+  return 3 * Stage<WP>::kFloats + 2 * kCBFloats + kParts<kSplit> * kTile + kExchange<WP, KS>;  // 2 parities of u16
+}
+
+using Ctx = WalkCtx;
+
+// ---- the table pass ----------------------------------------------------------------------------
+constexpr int kTableThreads = 128;
+
+__global__ void __launch_bounds__(kTableThreads)
+    table_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
+                 SsdState st, const float* band, uint32_t* tables) {
+  const int task = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid % 32;
+  const CellTask ct = cell_task(g, p, task, h, sh.H);
+  if (!ct.live) return;
+  const CellIn c = first_cell(ct);
+  const RowSource src = source_of(sh, g, p, ct.seq, xbc, ld, dt, st);
+  const int grp = h / sh.heads_per_group();
+  __shared__ float dts[kG], bnd[kG * kG], coef[kG][kG + 1];
+  if (tid < kG) dts[tid] = tid < c.L ? src.dtv(h, c.cs + tid) : 0.0f;
+  for (int e = tid; e < kG * kG; e += kTableThreads) {
+    const int r = e / kG;
+    float v = 0.0f;
+    if (r >= c.j0 && r < c.L) {
+      const int row = src.row0 + static_cast<int>(c.cs + r - src.start);
+      v = band[band_at(row, sh.groups, grp, kG, 0) + e % kG];
+    }
+    bnd[e] = v;
+  }
+  __syncthreads();
+  const float Ah = A[h];
+  const int L = c.L;
+  const float d = lane < L ? cum_term(dts[lane], Ah) : 0.0f;
+  float total;
+  const float cl = warp_cell_cum<kG>(d, L, lane, &total);
+#pragma unroll
+  for (int a = 0; a < kG * kG / kTableThreads; ++a) {
+    const int e = a * kTableThreads + tid, t = e / kG, i = e % kG;
+    const float cti = __shfl_sync(0xffffffffu, cl, t), cii = __shfl_sync(0xffffffffu, cl, i);
+    float v = 0.0f;
+    if (t >= c.j0 && t < L && i <= t) v = row_weight(cti, cii, dts[i]) * bnd[t * kG + (t - i)];
+    coef[t][i] = v;
+  }
+  __syncthreads();
+  uint32_t* out = tables + (static_cast<std::size_t>(task) * sh.H + h) * kTabWords;
+  {  // word tid = lane·4 + r of the m16k16 fragment: rows g (+8 for odd r), columns 2q, 2q+1 (+8 for r ≥ 2)
+    const int fl = tid / 4, r = tid % 4, gg = fl / 4, q = fl % 4;
+    const int row = gg + 8 * (r & 1), col = 2 * q + 8 * (r >> 1);
+    out[kTabHi + tid] = pack(coef[row][col], coef[row][col + 1]);
+    out[kTabLo + tid] = pack_rest(coef[row][col], coef[row][col + 1]);
+  }
+  if (tid < 32) {  // w (lanes 0..15, zero where the cell does not fold), exp(cum) (16..31), the decay
+    const int r = lane & 15;
+    const float cr = __shfl_sync(0xffffffffu, cl, r);
+    float we = 0.0f;
+    if (lane < 16) {
+      if (c.fold && r < L) we = row_weight(total, cr, dts[r]);
+    } else if (r < L) {
+      we = exp_f(cr);
+    }
+    out[kTabW + lane] = __float_as_uint(we);
+    if (lane < 4) out[kTabDecay + lane] = lane == 0 ? __float_as_uint(exp_f(total)) : 0u;
+  }
+}
+
+// ---- the walk ----------------------------------------------------------------------------------
+// Cell c's table and inputs into stage X: x rows < L of this block's columns (zeros past P and for rows ≥ L),
+// C rows j0 .. L-1 (zeros elsewhere), and when the cell folds B rows < L (zeros after).
+template <int WP, int T>
+__device__ void issue(const Ctx& b, const CellIn& c, const float* table, float* X, float* CB) {
+  using St = Stage<WP>;
+  const int tid = threadIdx.x, L = c.L, j0 = c.j0;
+  for (int u = tid; u < kTabWords / 4; u += T) cp16(X + St::kTab + 4 * u, table + 4 * u);
+  const int xend = b.sh.P - b.p0;
+  for (int u = tid; u < kG * 4 * WP; u += T) {
+    const int i = u / (4 * WP), v = u % (4 * WP);
+    float* dst = X + St::kX + i * St::XS + 4 * v;
+    if (i < L) copy4(dst, b.src.x(b.h, c.cs + i) + b.p0, 4 * v, xend);
+    else zero4(dst);
+  }
+  for (int u = tid; u < kG * (kN / 4); u += T) {
+    const int r = u / (kN / 4), v = u % (kN / 4);
+    float* dC = CB + kC + r * kRow + 4 * v;
+    if (r >= j0 && r < L) copy4(dC, b.src.C(b.grp, c.cs + r), 4 * v, kN);
+    else zero4(dC);
+    if (c.fold) {
+      float* dB = CB + kB + r * kRow + 4 * v;
+      if (r < L) copy4(dB, b.src.B(b.grp, c.cs + r), 4 * v, kN);  // ring rows first where the call starts inside
+      else zero4(dB);
+    }
+  }
+}
+
+// A whole cell of the call's own rows (no ring rows, no rows past the call) on 16-byte aligned rows: every
+// copy one cp16 at an address formed from the cell's first row, no per-copy branch or row lookup.
+template <int WP, int T>
+__device__ __forceinline__ void issue_rows(const float* rowp, int ld, int xoff, int coff, int boff, bool fold,
+                                           const float* table, float* X, float* CB) {
+  using St = Stage<WP>;
+  const int tid = threadIdx.x;
+  constexpr int kTabUnits = kTabWords / 4, kXUnits = kG * 4 * WP, kCUnits = kG * (kN / 4);
+#pragma unroll
+  for (int j = 0; j < (kTabUnits + T - 1) / T; ++j) {
+    const int u = tid + j * T;
+    if (u < kTabUnits) cp16(X + St::kTab + 4 * u, table + 4 * u);
+  }
+#pragma unroll
+  for (int j = 0; j < (kXUnits + T - 1) / T; ++j) {
+    const int u = tid + j * T;
+    if (kXUnits % T == 0 || u < kXUnits) {
+      const int i = u / (4 * WP), v = u % (4 * WP);
+      cp16(X + St::kX + i * St::XS + 4 * v, rowp + i * ld + xoff + 4 * v);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kCUnits / T; ++j) {
+    const int u = tid + j * T, r = u / (kN / 4), v = u % (kN / 4);
+    cp16(CB + kC + r * kRow + 4 * v, rowp + r * ld + coff + 4 * v);
+    if (fold) cp16(CB + kB + r * kRow + 4 * v, rowp + r * ld + boff + 4 * v);
+  }
+}
+
+// A landed stage's C (and, where the cell folds, B) as bf16 tiles V[part][16][kVS]: parts 0 C head,
+// 1 B head, 2 C rest, 3 B rest. pack / pack_rest of the same fp32 values the other walk packs per warp.
+template <bool kSplit>
+__device__ __forceinline__ void convert_unit(const float* src, uint16_t* hi, uint16_t* lo) {
+  const float4 f = *reinterpret_cast<const float4*>(src);
+  *reinterpret_cast<uint2*>(hi) = make_uint2(pack(f.x, f.y), pack(f.z, f.w));
+  if constexpr (kSplit) *reinterpret_cast<uint2*>(lo) = make_uint2(pack_rest(f.x, f.y), pack_rest(f.z, f.w));
+}
+template <int T, bool kSplit>
+__device__ __forceinline__ void convert(const float* CB, bool fold, uint16_t* V) {
+  constexpr int kUnits = kG * (kN / 4);
+  static_assert(kUnits % T == 0, "whole rounds");
+#pragma unroll
+  for (int j = 0; j < kUnits / T; ++j) {
+    const int u = threadIdx.x + j * T, r = u / (kN / 4), v = u % (kN / 4);
+    convert_unit<kSplit>(CB + kC + r * kRow + 4 * v, V + r * kVS + 4 * v, V + 2 * kTile + r * kVS + 4 * v);
+  }
+  if (!fold) return;  // B not copied: its delta is not kept
+#pragma unroll
+  for (int j = 0; j < kUnits / T; ++j) {
+    const int u = threadIdx.x + j * T, r = u / (kN / 4), v = u % (kN / 4);
+    convert_unit<kSplit>(CB + kB + r * kRow + 4 * v, V + kTile + r * kVS + 4 * v, V + 3 * kTile + r * kVS + 4 * v);
+  }
+}
+
+// Blocks an SM the registers must allow: twelve warps where a block is small (4 × 1: three blocks, which
+// its shared memory also allows).
+template <int WP, int KS>
+constexpr int kMinBlocks = 12 / (WP * KS) > 1 ? 12 / (WP * KS) : 1;
+
+template <int WP, int KS, bool kSplit>
+__global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
+    walk_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* Dskip,
+                SsdState st, const float* tables, float* y) {
+  using St = Stage<WP>;
+  constexpr int T = 32 * WP * KS;
+  constexpr int NT = 16 / KS;  // the warp's n-tiles of 8
+  constexpr int NQ = 4 / KS;   // the warp's quarters of n (4 n-tiles each)
+  const int seq = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int pw = warp % WP, ks = warp / WP;
+  const int64_t start = p.start[seq];
+  const int t0 = p.task0[seq], K = p.task0[seq + 1] - t0;
+  if (K <= 0 || uses_ssu(g, start, p.n[seq])) return;
+  const int P = sh.P, N = sh.N;
+  const Ctx b{sh, g, source_of(sh, g, p, seq, xbc, ld, dt, st), nullptr, h, h / sh.heads_per_group(),
+              static_cast<int>(blockIdx.z) * 16 * WP};
+  const bool bf16 = st.state_f32 == nullptr;
+  const float Dh = Dskip[h];
+  const int64_t call_end = start + p.n[seq];
+  const int gi = lane / 4, q = lane % 4;
+  const int wc = 16 * pw;   // the warp's first column in the block
+  const int nt0 = ks * NT;  // the warp's first n-tile
+  const std::size_t sbase = (static_cast<std::size_t>(b.src.slot) * sh.H + h) * P * N;
+  auto table = [&](int k) { return tables + (static_cast<std::size_t>(t0 + k) * sh.H + h) * kTabWords; };
+
+  extern __shared__ __align__(16) float smem[];
+  auto Xb = [&](int k) { return smem + (k % 3) * St::kFloats; };
+  auto CBb = [&](int k) { return smem + 3 * St::kFloats + (k % 2) * kCBFloats; };
+  uint16_t* const vbase = reinterpret_cast<uint16_t*>(smem + 3 * St::kFloats + 2 * kCBFloats);
+  auto Vb = [&](int k) { return vbase + (k % 2) * kParts<kSplit> * kTile; };
+  float* const xbase = smem + 3 * St::kFloats + 2 * kCBFloats + kParts<kSplit> * kTile;
+  auto Eb = [&](int k) { return xbase + (k % 2) * (kExchange<WP, KS> / 2); };
+
+  CellIn c = first_cell(cell_task(g, p, t0, h, sh.H));
+  if (!c.live) return;
+  auto after = [&](const CellIn& x, int k, bool& has) {
+    const CellIn n = next_cell(x, call_end, g.cell, g.exact);
+    has = x.fold && k + 1 < K && n.live;
+    return n;
+  };
+  // Whole cells of the call's own rows take the branch-free copies (issue_rows); the call's first and last
+  // cells and rows that are not 16-byte aligned take issue's general ones.
+  const bool aligned = (reinterpret_cast<std::uintptr_t>(xbc) & 15) == 0 && ld % 4 == 0;
+  const int xoff = h * P + b.p0, boff = sh.H * P + b.grp * N, coff = boff + sh.groups * N;
+  auto issue_cell = [&](const CellIn& x, int kx) {
+    if (aligned && x.j0 == 0 && x.L == kG && x.cs >= start) {
+      const float* rowp = xbc + static_cast<std::size_t>(b.src.row0 + static_cast<int>(x.cs - start)) * ld;
+      issue_rows<WP, T>(rowp, ld, xoff, coff, boff, x.fold, table(kx), Xb(kx), CBb(kx));
+    } else {
+      issue<WP, T>(b, x, table(kx), Xb(kx), CBb(kx));
+    }
+  };
+  // The copies run a cell ahead of the products (two ahead measured the same): `last` is the latest cell
+  // issued, `ki` its index.
+  CellIn last = c;
+  int ki = 0;
+  bool more = true;
+  auto issue_next = [&] {
+    if (!more) return;
+    bool has = false;
+    const CellIn n = after(last, ki, has);
+    if (!has) {
+      more = false;
+      return;
+    }
+    ++ki;
+    last = n;
+    issue_cell(n, ki);
+  };
+  issue_cell(c, 0);
+  commit();
+  issue_next();
+  commit();
+
+  // S[j][e]: p = p0 + wc + gi + 8·(e / 2), n = 8·(nt0 + j) + 2q + e % 2.
+  float S[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const int pp = b.p0 + wc + gi + 4 * e;
+      float2 v;
+      const std::size_t i = sbase + static_cast<std::size_t>(pp) * N + 8 * (nt0 + j) + 2 * q;
+      if (bf16) {
+        const uint32_t u = *reinterpret_cast<const uint32_t*>(st.state_bf16 + i);
+        v = make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+      } else {
+        v = *reinterpret_cast<const float2*>(st.state_f32 + i);
+      }
+      S[j][e] = v.x;
+      S[j][e + 1] = v.y;
+    }
+  ptx::cp_async_wait<1>();  // cell 0
+  __syncthreads();
+  convert<T, kSplit>(CBb(0), c.fold, Vb(0));
+
+  // Lane addresses of ldmatrix: C's m16k16 operand (matrices rows 0-7 / 8-15 × columns +0 / +8) and B's
+  // transposed k16n8 operands of two n-tiles (rows 0-7 / 8-15 of tile j, then of tile j + 1).
+  const int crow = (lane & 7) + 8 * ((lane >> 3) & 1), ccol = 8 * (lane >> 4);
+  const int brow = crow, bcol = 8 * (lane >> 4);
+
+  Pending pd{};
+  bool folded = false;
+  int k = 0;
+  for (;; ++k) {
+    bool has1 = false;
+    const CellIn c1 = after(c, k, has1);
+    ptx::cp_async_wait<0>();  // cell k+1
+    // Cell k+1's inputs landed, cell k's tiles converted and cell k−1's partial sums stored; cell k−1's readers done.
+    __syncthreads();
+    if constexpr (KS > 1)
+      if (k > 0 && ks == 0) finish<WP, KS>(pd, Eb(k - 1), pw, lane, sh, h, b.p0 + wc, Dh, y);
+    issue_next();  // cell k+2, over cell k−1's stage and cell k's C and B (converted before the barrier)
+    commit();
+    if (has1) convert<T, kSplit>(CBb(k + 1), c1.fold, Vb(k + 1));
+
+    const float* X = Xb(k);
+    const float* F = X + St::kTab;
+    const float* xs = X + St::kX;
+    const uint16_t* V = Vb(k);
+    const int L = c.L, j0 = c.j0;
+    // x[i][p] at i = 2q, 2q+1, 2q+8, 2q+9 and p = wc + gi (+8): the intra product's k16n8 operand
+    // and, weighed by w_i, the fold's m16k16 operand.
+    float xa[4][2];
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int pt = 0; pt < 2; ++pt) xa[a][pt] = xs[(2 * q + (a & 1) + 8 * (a >> 1)) * St::XS + wc + gi + 8 * pt];
+
+    // The warp's quarters a_m of C·Sᵀ (two k16 steps each from zero), then their part of the sum.
+    float yq[NQ][2][4] = {};
+#pragma unroll
+    for (int m = 0; m < NQ; ++m)
+#pragma unroll
+      for (int s2 = 0; s2 < 2; ++s2) {
+        const int jl = 2 * m + s2;  // local k-step: n-tiles 2·jl, 2·jl + 1 of the warp's
+        const int off = crow * kVS + 8 * (nt0 + 2 * jl) + ccol;
+        Frag4<kSplit> ca;
+        ptx::ldmatrix_x4(V + off, ca.hi);
+        if constexpr (kSplit) ptx::ldmatrix_x4(V + 2 * kTile + off, ca.lo);
+#pragma unroll
+        for (int pt = 0; pt < 2; ++pt) {
+          Frag2<kSplit> sb;
+          sb.set(0, S[2 * jl][2 * pt], S[2 * jl][2 * pt + 1]);
+          sb.set(1, S[2 * jl + 1][2 * pt], S[2 * jl + 1][2 * pt + 1]);
+          product<kSplit>(yq[m][pt], ca, sb, !bf16);  // a bf16 state has no rest
+        }
+      }
+    float part[2][4];
+#pragma unroll
+    for (int pt = 0; pt < 2; ++pt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (NQ == 4) part[pt][e] = (yq[0][pt][e] + yq[1][pt][e]) + (yq[2][pt][e] + yq[3][pt][e]);
+        else if constexpr (NQ == 2) part[pt][e] = yq[0][pt][e] + yq[1][pt][e];
+        else part[pt][e] = yq[0][pt][e];
+      }
+    if (KS > 1 && ks > 0) {
+      float* xch = Eb(k);
+#pragma unroll
+      for (int pt = 0; pt < 2; ++pt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) xch[(((ks - 1) * WP + pw) * 8 + pt * 4 + e) * 32 + lane] = part[pt][e];
+    } else {
+      float ya[2][4] = {};
+      Frag4<kSplit> fa;
+      {
+        const uint4 hv = *reinterpret_cast<const uint4*>(F + kTabHi + 4 * lane);
+        fa.hi[0] = hv.x, fa.hi[1] = hv.y, fa.hi[2] = hv.z, fa.hi[3] = hv.w;
+        if constexpr (kSplit) {
+          const uint4 lv = *reinterpret_cast<const uint4*>(F + kTabLo + 4 * lane);
+          fa.lo[0] = lv.x, fa.lo[1] = lv.y, fa.lo[2] = lv.z, fa.lo[3] = lv.w;
+        }
+      }
+#pragma unroll
+      for (int pt = 0; pt < 2; ++pt) {
+        Frag2<kSplit> xb;
+        xb.set(0, xa[0][pt], xa[1][pt]);
+        xb.set(1, xa[2][pt], xa[3][pt]);
+        product<kSplit>(ya[pt], fa, xb);
+      }
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int t = gi + 8 * hr;
+        const bool out = t >= j0 && t < L;
+        pd.row[hr] = out ? b.src.row0 + static_cast<int>(c.cs + t - b.src.start) : -1;
+        pd.e[hr] = F[kTabE + t];
+#pragma unroll
+        for (int pt = 0; pt < 2; ++pt) pd.x[hr][pt] = lds2(xs + t * St::XS + wc + 8 * pt + 2 * q);
+      }
+#pragma unroll
+      for (int pt = 0; pt < 2; ++pt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          pd.part[pt][e] = part[pt][e];
+          pd.intra[pt][e] = ya[pt][e];
+        }
+      if constexpr (KS == 1) finish<WP, KS>(pd, nullptr, pw, lane, sh, h, b.p0 + wc, Dh, y);
+    }
+    {  // the fold, its result kept only where the cell folds (no branch: one basic block with the products)
+      const bool fold = c.fold;
+      float wv[4];
+#pragma unroll
+      for (int a = 0; a < 4; ++a) wv[a] = F[kTabW + 2 * q + (a & 1) + 8 * (a >> 1)];
+      Frag4<kSplit> xw;  // (w_i·x[i][p]) at p = gi (+8), i = 2q.. (+8)
+      xw.set(0, wv[0] * xa[0][0], wv[1] * xa[1][0]);
+      xw.set(1, wv[0] * xa[0][1], wv[1] * xa[1][1]);
+      xw.set(2, wv[2] * xa[2][0], wv[3] * xa[3][0]);
+      xw.set(3, wv[2] * xa[2][1], wv[3] * xa[3][1]);
+      const float decay = F[kTabDecay];
+#pragma unroll
+      for (int j = 0; j < NT; j += 2) {
+        const int off = brow * kVS + 8 * (nt0 + j) + bcol;
+        uint32_t r[4];
+        Frag2<kSplit> bb[2];
+        ptx::ldmatrix_x4_trans(ptx::smem_addr(V + kTile + off), r);
+        bb[0].hi[0] = r[0], bb[0].hi[1] = r[1], bb[1].hi[0] = r[2], bb[1].hi[1] = r[3];
+        if constexpr (kSplit) {
+          ptx::ldmatrix_x4_trans(ptx::smem_addr(V + 3 * kTile + off), r);
+          bb[0].lo[0] = r[0], bb[0].lo[1] = r[1], bb[1].lo[0] = r[2], bb[1].lo[1] = r[3];
+        }
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj) {
+          float dl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          product<kSplit>(dl, xw, bb[jj]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float v = fold_element(decay, S[j + jj][e], dl[e], bf16);  // a cell that does not fold: B stale
+            S[j + jj][e] = fold ? v : S[j + jj][e];
+          }
+        }
+      }
+    }
+    folded = folded || c.fold;
+    if (!has1) break;
+    c = c1;
+  }
+  if constexpr (KS > 1) {
+    __syncthreads();  // the last cell's partial sums stored
+    if (ks == 0) finish<WP, KS>(pd, Eb(k), pw, lane, sh, h, b.p0 + wc, Dh, y);
+  }
+  if (!folded) return;  // the slot keeps its state
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const int pp = b.p0 + wc + gi + 4 * e;
+      const std::size_t i = sbase + static_cast<std::size_t>(pp) * N + 8 * (nt0 + j) + 2 * q;
+      if (bf16)  // already bf16-exact
+        *reinterpret_cast<uint32_t*>(st.state_bf16 + i) =
+            (__float_as_uint(S[j][e]) >> 16) | (__float_as_uint(S[j][e + 1]) & 0xffff0000u);
+      else *reinterpret_cast<float2*>(st.state_f32 + i) = make_float2(S[j][e], S[j][e + 1]);
+    }
+}
+
+template <int WP, int KS, bool kSplit>
+void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
+            const float* D, const SsdState& st, const float* tables, float* y, cudaStream_t s) {
+  constexpr std::size_t smem = static_cast<std::size_t>(smem_floats<WP, KS, kSplit>()) * sizeof(float);
+  const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H),
+                  static_cast<unsigned>((sh.P + 16 * WP - 1) / (16 * WP)));
+  ensure_smem(walk_kernel<WP, KS, kSplit>, smem, "ssd tc hoisted smem");
+  walk_kernel<WP, KS, kSplit><<<grid, 32 * WP * KS, smem, s>>>(sh, g, p, xbc, ld, dt, D, st, tables, y);
+  check_launch("ssd tc hoisted");
+}
+
+}  // namespace
+}  // namespace ssd
+
+void ssd_tc_hoisted_walk(int wp, int ks, bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
+                         const float* xbc, int ld, const float* dt, const float* A, const float* D, SsdState st,
+                         const float* band, float* tables, float* y, cudaStream_t s) {
+  uint32_t* words = reinterpret_cast<uint32_t*>(tables);
+  ssd::table_kernel<<<dim3(static_cast<unsigned>(p.num_cell_tasks), static_cast<unsigned>(sh.H)),
+                      ssd::kTableThreads, 0, s>>>(sh, g, p, xbc, ld, dt, A, st, band, words);
+  check_launch("ssd tc tables");
+  ssd::by_way(wp, ks, sh, [&](auto wpc, auto ksc) {
+    constexpr int W = decltype(wpc)::value, K = decltype(ksc)::value;
+    if (split) ssd::launch<W, K, true>(sh, g, p, xbc, ld, dt, D, st, tables, y, s);
+    else ssd::launch<W, K, false>(sh, g, p, xbc, ld, dt, D, st, tables, y, s);
+  });
+}
+
+}  // namespace parity::cuda
