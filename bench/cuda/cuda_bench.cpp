@@ -286,26 +286,32 @@ void BM_CudaSsdTcPrefill(benchmark::State& state) { tc_prefill(state, {}); }
 BENCHMARK(BM_CudaSsdTcPrefill)->ArgsProduct({{1, 8, 32}, {16}})->UseManualTime()->Unit(benchmark::kMicrosecond);
 // The same, device time only (Timer::start_device: the launches queued behind a busy kernel, so the host's
 // launch cost is left out): compare with BM_CudaSsdPrefillTiles/batch/16/0.
-void BM_CudaSsdTcPrefillDevice(benchmark::State& state) { tc_prefill(state, {}, true); }
-BENCHMARK(BM_CudaSsdTcPrefillDevice)->ArgsProduct({{1, 8, 32}, {16}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+// arg2: the products (0 bf16, 1 split), each at its default way.
+void BM_CudaSsdTcPrefillDevice(benchmark::State& state) {
+  cuda::SsdTcWay w;
+  w.products = static_cast<cuda::SsdTcProducts>(state.range(2));
+  tc_prefill(state, w, true);
+}
+BENCHMARK(BM_CudaSsdTcPrefillDevice)
+    ->ArgsProduct({{1, 8, 32}, {16}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 // Its ways: arg2 warps over p (1, 2, 4: 16 columns each), arg3 warps over n (1, 2, 4), arg4 products
-// (0 bf16, 1 split hi + lo), arg5 1 = hoisted (tables by a pass before the walk, C and B converted once a
-// block, whole cells copied without branches; the same bits). Device time, as BM_CudaSsdTcPrefillDevice.
+// (0 bf16, 1 split hi + lo). Device time, as BM_CudaSsdTcPrefillDevice.
 void BM_CudaSsdTcPrefillWays(benchmark::State& state) {
   cuda::SsdTcWay w;
   w.warps_p = static_cast<int>(state.range(2));
   w.warps_n = static_cast<int>(state.range(3));
   w.products = static_cast<cuda::SsdTcProducts>(state.range(4));
-  w.hoisted = state.range(5) != 0;
   tc_prefill(state, w, true);
 }
 // The block shapes worth timing at each size (one warp over n where the heads fill the GPU, n split
 // where latency a cell is all that counts), and the split products at the default shapes.
 BENCHMARK(BM_CudaSsdTcPrefillWays)
-    ->ArgsProduct({{1}, {16}, {1, 2, 4}, {4}, {0, 1}, {0, 1}})
-    ->ArgsProduct({{1}, {16}, {4}, {2}, {0, 1}, {0, 1}})
-    ->ArgsProduct({{8, 32}, {16}, {4}, {1, 2}, {0, 1}, {0, 1}})
-    ->ArgsProduct({{8, 32}, {16}, {2}, {2}, {0}, {1}})
+    ->ArgsProduct({{1}, {16}, {1, 2, 4}, {4}, {0, 1}})
+    ->ArgsProduct({{1}, {16}, {4}, {2}, {0, 1}})
+    ->ArgsProduct({{8, 32}, {16}, {4}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{8, 32}, {16}, {2}, {2}, {0}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

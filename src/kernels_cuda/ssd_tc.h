@@ -31,21 +31,18 @@ enum class SsdTcProducts {
 struct SsdTcWay {
   int warps_p = 0, warps_n = 0;
   SsdTcProducts products = SsdTcProducts::bf16;
-  // The coefficient tables formed by a pass before the walk and C, B converted to bf16 once a block
-  // (ssd_tc_hoisted.cu) instead of by every warp inside the walk. The same bits.
-  bool hoisted = false;
 };
 
 // G = 16, N = 128, P a multiple of 16, H a multiple of groups (the prototype's only shape family).
 bool ssd_tc_supported(const SsdShape& sh, const ScanGrid& g);
-// The way ssd_tc_scan takes by default for this many multi-row sequences.
-SsdTcWay ssd_tc_default_way(const SsdShape& sh, int seqs);
+// The way ssd_tc_scan takes by default for this many multi-row sequences and these products.
+SsdTcWay ssd_tc_default_way(const SsdShape& sh, int seqs, SsdTcProducts products);
 
-// The scratch ssd_tc_scan needs: the band (ssd_scratch_floats) and the hoisted walk's tables.
+// The scratch ssd_tc_scan needs: the band (ssd_scratch_floats) and the walk's coefficient tables.
 std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g);
 
 // ssd_scan for passes of multi-row calls only (no one-row decode; it throws for those), with
-// ssd_tc_scratch_floats(sh, p, g) of scratch. Three launches (band, the tensor-core walk, ring), four hoisted.
+// ssd_tc_scratch_floats(sh, p, g) of scratch. Four launches: band, tables, the tensor-core walk, ring.
 void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld_xbc, const float* dt,
                  const float* A, const float* D, SsdState st, float* scratch, std::size_t scratch_floats, float* y,
                  cudaStream_t s, SsdTcWay way = {});

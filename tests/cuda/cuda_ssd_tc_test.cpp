@@ -43,12 +43,11 @@ using Shape = test::PackedShape;
 using Call = test::ScanCall;
 using Schedule = test::ScanSchedule;
 
-cuda::SsdTcWay way(int wp, int ks, SsdTcProducts prod, bool hoisted = false) {
+cuda::SsdTcWay way(int wp, int ks, SsdTcProducts prod) {
   cuda::SsdTcWay w;
   w.warps_p = wp;
   w.warps_n = ks;
   w.products = prod;
-  w.hoisted = hoisted;
   return w;
 }
 
@@ -251,10 +250,10 @@ TEST(CudaSsdTc, WithinToleranceOfTheFp32WalkAtTheModelShape) {
 }
 
 // The walk's bits: the same for every block shape (warps over p and over n: the quarters of C·Sᵀ
-// summed by another warp), with the state-independent work hoisted or not (tables formed by a pass
-// before the walk, C and B converted once a block), and (exact mode) for any cut of the sequences into
-// calls, passes shared by several sequences, calls starting inside cells; rows not 16-byte aligned
-// (pad 3) and aligned (pad 0); several groups; P of 32 (one or two warps over p).
+// summed by another warp), and (exact mode) for any cut of the sequences into calls, passes shared by
+// several sequences, calls starting inside cells (the walk's general copies) and whole cells (its
+// branch-free ones); rows not 16-byte aligned (pad 3: general copies only) and aligned (pad 0); several
+// groups; P of 32 (one or two warps over p).
 TEST(CudaSsdTc, BitsDoNotDependOnTheBlockShapeOrSchedule) {
   PARITY_REQUIRE_GPU();
   const cuda::ScanGrid g{true, 16, true};
@@ -268,16 +267,14 @@ TEST(CudaSsdTc, BitsDoNotDependOnTheBlockShapeOrSchedule) {
         const Result fp32 = run(sh, g, bf16, T, in, whole(slots, T), {});
         const Errors e = errors(ref, fp32);
         EXPECT_LE(e.y, tol_y(prod, bf16));
-        for (bool hoisted : {false, true})
-          for (const auto& [wp, ks] : {std::pair{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}, {4, 2}, {1, 4}, {2, 4}, {4, 4}})
-            for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(slots, T)},
-                                                {"uneven", uneven(slots, T)}}) {
-              if (sh.P % (16 * wp) != 0 || (!hoisted && wp == 1 && ks == 1 && std::string(sname) == "whole")) continue;
-              EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, {true, way(wp, ks, prod, hoisted)}), ref))
-                  << "H " << sh.H << " P " << sh.P << " groups " << sh.groups << (bf16 ? " bf16" : " fp32") << " "
-                  << name(prod) << (hoisted ? " hoisted" : "") << " warps " << wp << " x " << ks << " schedule "
-                  << sname;
-            }
+        for (const auto& [wp, ks] : {std::pair{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}, {4, 2}, {1, 4}, {2, 4}, {4, 4}})
+          for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(slots, T)},
+                                              {"uneven", uneven(slots, T)}}) {
+            if (sh.P % (16 * wp) != 0 || (wp == 1 && ks == 1 && std::string(sname) == "whole")) continue;
+            EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, {true, way(wp, ks, prod)}), ref))
+                << "H " << sh.H << " P " << sh.P << " groups " << sh.groups << (bf16 ? " bf16" : " fp32") << " "
+                << name(prod) << " warps " << wp << " x " << ks << " schedule " << sname;
+          }
       }
 }
 

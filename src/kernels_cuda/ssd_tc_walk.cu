@@ -1,18 +1,40 @@
-// The tensor-core cell walk with its state-independent work hoisted off the serial chain (ssd_tc.h,
-// SsdTcWay::hoisted). Same bits as the walk in ssd_tc.cu, by the same steps (ssd_tc_steps.cuh); what moves:
+// PROTOTYPE: the cell walk with its products on tensor cores (ssd_tc.h says what it computes), and the pass
+// that forms its coefficient tables.
 //
+// One block per (sequence, head, 16·WP columns of p; P a multiple of 16·WP): WP × KS warps. Warp (pw, ks)
+// owns 16 columns of p and 128 / KS values of n of their state, S[16 p][n] as fp32 mma accumulators: lane (g, q) =
+// (lane / 4, lane % 4) holds S[g][8j + 2q, +1] and S[g + 8][8j + 2q, +1] of each of its n-tiles j. That
+// layout is both the fold's m16n8 accumulator (M = p, N = n, K = the cell's 16 rows) and, packed to
+// bf16 pairs, the k16n8 operand of C · Sᵀ (M = the cell's 16 rows, N = p, K = n), so the state never
+// moves between registers. A cell, per 16 columns of p:
+//   Y_inter[t][p] = (a_0 + a_1) + (a_2 + a_3),  a_m = Σ_{n in quarter m} C[t][n]·S[p][n]: each quarter
+//                   two k16 steps into an accumulator from zero, 2 p-tiles: 16 mma in all
+//   Y_intra[t][p] = Σ_i coef[t][i]·x[i][p]      2 mma (coef = row_weight·band, zero above the diagonal)
+//   delta[p][n]   = Σ_i (w_i·x[i][p])·B[i][n]   16 n-tiles = 16 mma, then S = fold_element(decay, S, delta)
+//   y[t][p]       = row_output_scaled(exp(cum_t), Y_inter, Y_intra, D, x[t][p])
+// (the split products: three mma each). The quarters are the schedule's unit: KS = 1 keeps all four in
+// one warp (four independent chains), KS = 2 or 4 spreads them and the fold's n-tiles over two or four
+// warps, whose partial sums reach warp ks = 0 through shared memory and are combined, in the same
+// expression, at the next cell's barrier; so every (WP, KS) gives the same bits.
+//
+// Only the fold and C·Sᵀ depend on the state, so the rest is kept off the walk's serial chain (session 21:
+// the walk that formed these inside it took 1.9× / 1.1× / 1.2× as long at 1 / 8 / 32 × 2048 rows):
 // - A table pass forms every cell's coefficient table before the walk, one block a (cell task, head):
 //   cum (warp_cell_cum), coef[t][i] = row_weight·band already packed as the intra product's m16k16
-//   fragment (bf16 head and rest), w_i, exp(cum_t) and the decay, the values ssd_tc.cu's form_table forms
-//   by the same helpers. The walk copies a cell's table (1,168 bytes) with its inputs instead of forming
-//   it: no shuffle chain and no exp inside the walk.
+//   fragment (bf16 head and rest), w_i, exp(cum_t) and the decay, the fp32 values every other path forms
+//   by the same helpers. The walk copies a cell's table (1,168 bytes) with its inputs: no shuffle chain and
+//   no exp inside the walk.
 // - The walk's block converts a landed cell's C and B to bf16 (head, and rest for split products) once,
-//   beside the cell before's products, for all its warps; each warp then reads its fragments by
-//   ldmatrix (C as the m16k16 operand of C·Sᵀ, B transposed as the k16n8 operand of the fold's delta)
-//   instead of packing them from fp32 for itself.
+//   beside the cell before's products, for all its warps; each warp reads its fragments by ldmatrix (C as
+//   the m16k16 operand of C·Sᵀ, B transposed as the k16n8 operand of the fold's delta).
+// - Whole cells of the call's own rows are copied without a branch or a row lookup a copy (issue_rows);
+//   the call's first and last cells take the general copies (issue: ring rows, zeros past the call).
+// A cell costs one block barrier; its copies run a cell ahead (two ahead measured the same).
 #include <cuda_bf16.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ptx.cuh"
@@ -21,8 +43,8 @@
 #include "kernels_cuda/ssd_copy_lanes.cuh"
 #include "kernels_cuda/ssd_device.cuh"
 #include "kernels_cuda/ssd_tc.h"
-#include "kernels_cuda/ssd_tc_hoisted.h"
 #include "kernels_cuda/ssd_tc_steps.cuh"
+#include "kernels_cuda/ssd_tc_walk.h"
 
 namespace parity::cuda {
 namespace ssd {
@@ -146,37 +168,48 @@ __device__ void issue(const Ctx& b, const CellIn& c, const float* table, float* 
   }
 }
 
-// A whole cell of the call's own rows (no ring rows, no rows past the call) on 16-byte aligned rows: every
-// copy one cp16 at an address formed from the cell's first row, no per-copy branch or row lookup.
+// A whole cell of the call's own rows (no ring rows, no rows past the call) on 16-byte aligned rows: a
+// warp's copies take consecutive 16-byte units of a row (coalesced), a thread's next copy the same unit
+// RS rows down, so its addresses step by a constant: no per-copy branch, row lookup or index arithmetic.
 template <int WP, int T>
 __device__ __forceinline__ void issue_rows(const float* rowp, int ld, int xoff, int coff, int boff, bool fold,
                                            const float* table, float* X, float* CB) {
   using St = Stage<WP>;
+  constexpr int CR = kN / 4;                 // C (B) units a row
+  constexpr int XR = 4 * WP;                 // x units a row
+  constexpr int kTabUnits = kTabWords / 4;
+  static_assert(T % CR == 0 && T % XR == 0 && kG % (T / CR) == 0, "whole rows");
   const int tid = threadIdx.x;
-  constexpr int kTabUnits = kTabWords / 4, kXUnits = kG * 4 * WP, kCUnits = kG * (kN / 4);
 #pragma unroll
   for (int j = 0; j < (kTabUnits + T - 1) / T; ++j) {
     const int u = tid + j * T;
     if (u < kTabUnits) cp16(X + St::kTab + 4 * u, table + 4 * u);
   }
+  {
+    constexpr int RS = T / XR;  // rows a round
+    const int r = tid / XR, v = tid % XR;
+    const float* sx = rowp + static_cast<std::ptrdiff_t>(r) * ld + xoff + 4 * v;
+    const std::ptrdiff_t step = static_cast<std::ptrdiff_t>(RS) * ld;
+    float* dx = X + St::kX + r * St::XS + 4 * v;
 #pragma unroll
-  for (int j = 0; j < (kXUnits + T - 1) / T; ++j) {
-    const int u = tid + j * T;
-    if (kXUnits % T == 0 || u < kXUnits) {
-      const int i = u / (4 * WP), v = u % (4 * WP);
-      cp16(X + St::kX + i * St::XS + 4 * v, rowp + i * ld + xoff + 4 * v);
-    }
+    for (int a = 0; a < (kG + RS - 1) / RS; ++a)
+      if (kG % RS == 0 || r + a * RS < kG) cp16(dx + a * RS * St::XS, sx + a * step);
   }
+  constexpr int RS = T / CR;
+  const int r = tid / CR, v = tid % CR;
+  const float* sr = rowp + static_cast<std::ptrdiff_t>(r) * ld + 4 * v;
+  const std::ptrdiff_t step = static_cast<std::ptrdiff_t>(RS) * ld;
+  float* dc = CB + kC + r * kRow + 4 * v;
 #pragma unroll
-  for (int j = 0; j < kCUnits / T; ++j) {
-    const int u = tid + j * T, r = u / (kN / 4), v = u % (kN / 4);
-    cp16(CB + kC + r * kRow + 4 * v, rowp + r * ld + coff + 4 * v);
-    if (fold) cp16(CB + kB + r * kRow + 4 * v, rowp + r * ld + boff + 4 * v);
+  for (int a = 0; a < kG / RS; ++a) cp16(dc + a * RS * kRow, sr + coff + a * step);
+  if (fold) {
+#pragma unroll
+    for (int a = 0; a < kG / RS; ++a) cp16(dc + (kB - kC) + a * RS * kRow, sr + boff + a * step);
   }
 }
 
 // A landed stage's C (and, where the cell folds, B) as bf16 tiles V[part][16][kVS]: parts 0 C head,
-// 1 B head, 2 C rest, 3 B rest. pack / pack_rest of the same fp32 values the other walk packs per warp.
+// 1 B head, 2 C rest, 3 B rest. pack / pack_rest (ssd_tc_steps.cuh).
 template <bool kSplit>
 __device__ __forceinline__ void convert_unit(const float* src, uint16_t* hi, uint16_t* lo) {
   const float4 f = *reinterpret_cast<const float4*>(src);
@@ -415,28 +448,33 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
       xw.set(2, wv[2] * xa[2][0], wv[3] * xa[3][0]);
       xw.set(3, wv[2] * xa[2][1], wv[3] * xa[3][1]);
       const float decay = F[kTabDecay];
+      // The state's dtype as a constant of each copy of the loop: no branch between its tensor-core steps.
+      auto fold_tiles = [&](auto bf16_state) {
 #pragma unroll
-      for (int j = 0; j < NT; j += 2) {
-        const int off = brow * kVS + 8 * (nt0 + j) + bcol;
-        uint32_t r[4];
-        Frag2<kSplit> bb[2];
-        ptx::ldmatrix_x4_trans(ptx::smem_addr(V + kTile + off), r);
-        bb[0].hi[0] = r[0], bb[0].hi[1] = r[1], bb[1].hi[0] = r[2], bb[1].hi[1] = r[3];
-        if constexpr (kSplit) {
-          ptx::ldmatrix_x4_trans(ptx::smem_addr(V + 3 * kTile + off), r);
-          bb[0].lo[0] = r[0], bb[0].lo[1] = r[1], bb[1].lo[0] = r[2], bb[1].lo[1] = r[3];
-        }
+        for (int j = 0; j < NT; j += 2) {
+          const int off = brow * kVS + 8 * (nt0 + j) + bcol;
+          uint32_t r[4];
+          Frag2<kSplit> bb[2];
+          ptx::ldmatrix_x4_trans(ptx::smem_addr(V + kTile + off), r);
+          bb[0].hi[0] = r[0], bb[0].hi[1] = r[1], bb[1].hi[0] = r[2], bb[1].hi[1] = r[3];
+          if constexpr (kSplit) {
+            ptx::ldmatrix_x4_trans(ptx::smem_addr(V + 3 * kTile + off), r);
+            bb[0].lo[0] = r[0], bb[0].lo[1] = r[1], bb[1].lo[0] = r[2], bb[1].lo[1] = r[3];
+          }
 #pragma unroll
-        for (int jj = 0; jj < 2; ++jj) {
-          float dl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          product<kSplit>(dl, xw, bb[jj]);
+          for (int jj = 0; jj < 2; ++jj) {
+            float dl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            product<kSplit>(dl, xw, bb[jj]);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float v = fold_element(decay, S[j + jj][e], dl[e], bf16);  // a cell that does not fold: B stale
-            S[j + jj][e] = fold ? v : S[j + jj][e];
+            for (int e = 0; e < 4; ++e) {
+              const float v = fold_element(decay, S[j + jj][e], dl[e], decltype(bf16_state)::value);  // !fold: B stale
+              S[j + jj][e] = fold ? v : S[j + jj][e];
+            }
           }
         }
-      }
+      };
+      if (bf16) fold_tiles(std::true_type{});
+      else fold_tiles(std::false_type{});
     }
     folded = folded || c.fold;
     if (!has1) break;
@@ -466,17 +504,17 @@ void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const floa
   constexpr std::size_t smem = static_cast<std::size_t>(smem_floats<WP, KS, kSplit>()) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H),
                   static_cast<unsigned>((sh.P + 16 * WP - 1) / (16 * WP)));
-  ensure_smem(walk_kernel<WP, KS, kSplit>, smem, "ssd tc hoisted smem");
+  ensure_smem(walk_kernel<WP, KS, kSplit>, smem, "ssd tc walk smem");
   walk_kernel<WP, KS, kSplit><<<grid, 32 * WP * KS, smem, s>>>(sh, g, p, xbc, ld, dt, D, st, tables, y);
-  check_launch("ssd tc hoisted");
+  check_launch("ssd tc walk");
 }
 
 }  // namespace
 }  // namespace ssd
 
-void ssd_tc_hoisted_walk(int wp, int ks, bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
-                         const float* xbc, int ld, const float* dt, const float* A, const float* D, SsdState st,
-                         const float* band, float* tables, float* y, cudaStream_t s) {
+void ssd_tc_walk(int wp, int ks, bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc,
+                 int ld, const float* dt, const float* A, const float* D, SsdState st, const float* band, float* tables,
+                 float* y, cudaStream_t s) {
   uint32_t* words = reinterpret_cast<uint32_t*>(tables);
   ssd::table_kernel<<<dim3(static_cast<unsigned>(p.num_cell_tasks), static_cast<unsigned>(sh.H)),
                       ssd::kTableThreads, 0, s>>>(sh, g, p, xbc, ld, dt, A, st, band, words);
