@@ -367,34 +367,60 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
 #pragma unroll
       for (int pt = 0; pt < 2; ++pt) xa[a][pt] = xs[(2 * q + (a & 1) + 8 * (a >> 1)) * St::XS + wc + gi + 8 * pt];
 
-    // The warp's quarters a_m of C·Sᵀ (two k16 steps each from zero), then their part of the sum.
-    float yq[NQ][2][4] = {};
+    // The warp's quarters a_m of C·Sᵀ (two k16 steps each from zero), then their part of the sum,
+    // (a_0 + a_1) + (a_2 + a_3), each pair added as soon as it is formed (fewer live accumulators). The
+    // state's dtype is a constant of each copy of the loop (a bf16 state has no rest to split or multiply).
+    float part[2][4];
+    auto quarters = [&](auto bf16_state) {
+      constexpr bool kRest = kSplit && !decltype(bf16_state)::value;
+      auto quarter = [&](int m, float (&acc)[2][4]) {
 #pragma unroll
-    for (int m = 0; m < NQ; ++m)
+        for (int pt = 0; pt < 2; ++pt)
 #pragma unroll
-      for (int s2 = 0; s2 < 2; ++s2) {
-        const int jl = 2 * m + s2;  // local k-step: n-tiles 2·jl, 2·jl + 1 of the warp's
-        const int off = crow * kVS + 8 * (nt0 + 2 * jl) + ccol;
-        Frag4<kSplit> ca;
-        ptx::ldmatrix_x4(V + off, ca.hi);
-        if constexpr (kSplit) ptx::ldmatrix_x4(V + 2 * kTile + off, ca.lo);
+          for (int e = 0; e < 4; ++e) acc[pt][e] = 0.0f;
 #pragma unroll
-        for (int pt = 0; pt < 2; ++pt) {
-          Frag2<kSplit> sb;
-          sb.set(0, S[2 * jl][2 * pt], S[2 * jl][2 * pt + 1]);
-          sb.set(1, S[2 * jl + 1][2 * pt], S[2 * jl + 1][2 * pt + 1]);
-          product<kSplit>(yq[m][pt], ca, sb, !bf16);  // a bf16 state has no rest
+        for (int s2 = 0; s2 < 2; ++s2) {
+          const int jl = 2 * m + s2;  // local k-step: n-tiles 2·jl, 2·jl + 1 of the warp's
+          const int off = crow * kVS + 8 * (nt0 + 2 * jl) + ccol;
+          Frag4<kSplit> ca;
+          ptx::ldmatrix_x4(V + off, ca.hi);
+          if constexpr (kSplit) ptx::ldmatrix_x4(V + 2 * kTile + off, ca.lo);
+#pragma unroll
+          for (int pt = 0; pt < 2; ++pt) {
+            Frag2<kRest> sb;
+            sb.set(0, S[2 * jl][2 * pt], S[2 * jl][2 * pt + 1]);
+            sb.set(1, S[2 * jl + 1][2 * pt], S[2 * jl + 1][2 * pt + 1]);
+            Frag2<kSplit> b2;
+            b2.hi[0] = sb.hi[0], b2.hi[1] = sb.hi[1];
+            if constexpr (kRest) b2.lo[0] = sb.lo[0], b2.lo[1] = sb.lo[1];
+            product<kSplit>(acc[pt], ca, b2, kRest);
+          }
+        }
+      };
+      if constexpr (NQ == 1) {
+        quarter(0, part);
+      } else {
+        float half[2][4];
+#pragma unroll
+        for (int hp = 0; hp < NQ / 2; ++hp) {
+          float a0[2][4], a1[2][4];
+          quarter(2 * hp, a0);
+          quarter(2 * hp + 1, a1);
+#pragma unroll
+          for (int pt = 0; pt < 2; ++pt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float sum = a0[pt][e] + a1[pt][e];
+              if (NQ == 2) part[pt][e] = sum;
+              else if (hp == 0) half[pt][e] = sum;
+              else part[pt][e] = half[pt][e] + sum;
+            }
         }
       }
-    float part[2][4];
-#pragma unroll
-    for (int pt = 0; pt < 2; ++pt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if constexpr (NQ == 4) part[pt][e] = (yq[0][pt][e] + yq[1][pt][e]) + (yq[2][pt][e] + yq[3][pt][e]);
-        else if constexpr (NQ == 2) part[pt][e] = yq[0][pt][e] + yq[1][pt][e];
-        else part[pt][e] = yq[0][pt][e];
-      }
+    };
+    if constexpr (!kSplit) quarters(std::true_type{});  // one copy: bf16 products have no rest either way
+    else if (bf16) quarters(std::true_type{});
+    else quarters(std::false_type{});
     if (KS > 1 && ks > 0) {
       float* xch = Eb(k);
 #pragma unroll
@@ -437,8 +463,7 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
         }
       if constexpr (KS == 1) finish<WP, KS>(pd, nullptr, pw, lane, sh, h, b.p0 + wc, Dh, y);
     }
-    {  // the fold, its result kept only where the cell folds (no branch: one basic block with the products)
-      const bool fold = c.fold;
+    if (c.fold) {  // the fold (a cell the call does not complete keeps the state: its B was not copied)
       float wv[4];
 #pragma unroll
       for (int a = 0; a < 4; ++a) wv[a] = F[kTabW + 2 * q + (a & 1) + 8 * (a >> 1)];
@@ -467,8 +492,7 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
             product<kSplit>(dl, xw, bb[jj]);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              const float v = fold_element(decay, S[j + jj][e], dl[e], decltype(bf16_state)::value);  // !fold: B stale
-              S[j + jj][e] = fold ? v : S[j + jj][e];
+              S[j + jj][e] = fold_element(decay, S[j + jj][e], dl[e], decltype(bf16_state)::value);
             }
           }
         }
