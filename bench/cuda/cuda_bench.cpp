@@ -293,7 +293,7 @@ void BM_CudaSsdTcPrefillDevice(benchmark::State& state) {
   tc_prefill(state, w, true);
 }
 BENCHMARK(BM_CudaSsdTcPrefillDevice)
-    ->ArgsProduct({{1, 8, 32}, {16}, {0, 1}})
+    ->ArgsProduct({{1, 2, 8, 32}, {16}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 // Its ways: arg2 warps over p (1, 2, 4: 16 columns each), arg3 warps over n (1, 2, 4), arg4 products
@@ -308,10 +308,23 @@ void BM_CudaSsdTcPrefillWays(benchmark::State& state) {
 // The block shapes worth timing at each size (one warp over n where the heads fill the GPU, n split
 // where latency a cell is all that counts), and the split products at the default shapes.
 BENCHMARK(BM_CudaSsdTcPrefillWays)
-    ->ArgsProduct({{1}, {16}, {1, 2, 4}, {4}, {0, 1}})
-    ->ArgsProduct({{1}, {16}, {4}, {2}, {0, 1}})
+    ->ArgsProduct({{1, 2}, {16}, {1, 2, 4}, {4}, {0, 1}})
+    ->ArgsProduct({{1, 2}, {16}, {4}, {2}, {0, 1}})
     ->ArgsProduct({{8, 32}, {16}, {4}, {1, 2}, {0, 1}})
     ->ArgsProduct({{8, 32}, {16}, {2}, {2}, {0}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The relay (ssd_tc_relay.cu: a block's warps on successive cells, the state handed from warp to warp): arg2
+// its warps (2, 4), arg3 the products (0 bf16, 1 split). Device time.
+void BM_CudaSsdTcPrefillRelay(benchmark::State& state) {
+  cuda::SsdTcWay w;
+  w.relay = static_cast<int>(state.range(2));
+  w.products = static_cast<cuda::SsdTcProducts>(state.range(3));
+  tc_prefill(state, w, true);
+}
+BENCHMARK(BM_CudaSsdTcPrefillRelay)
+    ->ArgsProduct({{1, 2, 8}, {16}, {2, 4}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -43,34 +43,16 @@
 #include "kernels_cuda/ssd_copy_lanes.cuh"
 #include "kernels_cuda/ssd_device.cuh"
 #include "kernels_cuda/ssd_tc.h"
+#include "kernels_cuda/ssd_tc_cells.cuh"
+#include "kernels_cuda/ssd_tc_kernels.h"
 #include "kernels_cuda/ssd_tc_steps.cuh"
-#include "kernels_cuda/ssd_tc_walk.h"
 
 namespace parity::cuda {
 namespace ssd {
 namespace {
 
-// A cell's table (32-bit words): the coef fragment's heads [32 lanes][4] | its rests [32][4] | w [16] |
-// exp(cum) [16] | decay (+3).
-constexpr int kTabWords = kSsdTcTableWords;
-constexpr int kTabHi = 0, kTabLo = 128, kTabW = 256, kTabE = 272, kTabDecay = 288;
-static_assert(kTabWords == kTabDecay + 4 && kTabWords % 4 == 0, "16-byte copies of a table");
-
-constexpr int kRow = kN + 4;  // an fp32 C or B row in a stage (floats; read only by the conversion)
 constexpr int kVS = kN + 8;   // a converted row (bf16): ldmatrix's row addresses, 272 bytes apart, hit distinct banks
 constexpr int kTile = kG * kVS;
-
-// Shared memory: a cell's table and x in one of three stages (read while the cell's products run), its fp32 C
-// and B in one of two (read only by the conversion, the iteration before), its converted tiles in one of two.
-// Stage (floats): table | x [16][XS].  CB (floats): C [16][kRow] | B [16][kRow].
-template <int W>
-struct Stage {
-  static constexpr int XS = 16 * W + 4;  // x row: the fragment reads x[2q..][g] in 32 distinct banks
-  static constexpr int kTab = 0, kX = kTabWords;
-  static constexpr int kFloats = kX + kG * XS;
-  static_assert(kX % 4 == 0 && kFloats % 4 == 0, "16-byte aligned rows");
-};
-constexpr int kC = 0, kB = kG * kRow, kCBFloats = 2 * kG * kRow;
 // Converted tiles a parity: C head, B head (and C rest, B rest for split products).
 template <bool kSplit>
 constexpr int kParts = kSplit ? 4 : 2;
@@ -81,133 +63,7 @@ constexpr int smem_floats() {
 
 using Ctx = WalkCtx;
 
-// ---- the table pass ----------------------------------------------------------------------------
-constexpr int kTableThreads = 128;
-
-__global__ void __launch_bounds__(kTableThreads)
-    table_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
-                 SsdState st, const float* band, uint32_t* tables) {
-  const int task = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid % 32;
-  const CellTask ct = cell_task(g, p, task, h, sh.H);
-  if (!ct.live) return;
-  const CellIn c = first_cell(ct);
-  const RowSource src = source_of(sh, g, p, ct.seq, xbc, ld, dt, st);
-  const int grp = h / sh.heads_per_group();
-  __shared__ float dts[kG], bnd[kG * kG], coef[kG][kG + 1];
-  if (tid < kG) dts[tid] = tid < c.L ? src.dtv(h, c.cs + tid) : 0.0f;
-  for (int e = tid; e < kG * kG; e += kTableThreads) {
-    const int r = e / kG;
-    float v = 0.0f;
-    if (r >= c.j0 && r < c.L) {
-      const int row = src.row0 + static_cast<int>(c.cs + r - src.start);
-      v = band[band_at(row, sh.groups, grp, kG, 0) + e % kG];
-    }
-    bnd[e] = v;
-  }
-  __syncthreads();
-  const float Ah = A[h];
-  const int L = c.L;
-  const float d = lane < L ? cum_term(dts[lane], Ah) : 0.0f;
-  float total;
-  const float cl = warp_cell_cum<kG>(d, L, lane, &total);
-#pragma unroll
-  for (int a = 0; a < kG * kG / kTableThreads; ++a) {
-    const int e = a * kTableThreads + tid, t = e / kG, i = e % kG;
-    const float cti = __shfl_sync(0xffffffffu, cl, t), cii = __shfl_sync(0xffffffffu, cl, i);
-    float v = 0.0f;
-    if (t >= c.j0 && t < L && i <= t) v = row_weight(cti, cii, dts[i]) * bnd[t * kG + (t - i)];
-    coef[t][i] = v;
-  }
-  __syncthreads();
-  uint32_t* out = tables + (static_cast<std::size_t>(task) * sh.H + h) * kTabWords;
-  {  // word tid = lane·4 + r of the m16k16 fragment: rows g (+8 for odd r), columns 2q, 2q+1 (+8 for r ≥ 2)
-    const int fl = tid / 4, r = tid % 4, gg = fl / 4, q = fl % 4;
-    const int row = gg + 8 * (r & 1), col = 2 * q + 8 * (r >> 1);
-    out[kTabHi + tid] = pack(coef[row][col], coef[row][col + 1]);
-    out[kTabLo + tid] = pack_rest(coef[row][col], coef[row][col + 1]);
-  }
-  if (tid < 32) {  // w (lanes 0..15, zero where the cell does not fold), exp(cum) (16..31), the decay
-    const int r = lane & 15;
-    const float cr = __shfl_sync(0xffffffffu, cl, r);
-    float we = 0.0f;
-    if (lane < 16) {
-      if (c.fold && r < L) we = row_weight(total, cr, dts[r]);
-    } else if (r < L) {
-      we = exp_f(cr);
-    }
-    out[kTabW + lane] = __float_as_uint(we);
-    if (lane < 4) out[kTabDecay + lane] = lane == 0 ? __float_as_uint(exp_f(total)) : 0u;
-  }
-}
-
 // ---- the walk ----------------------------------------------------------------------------------
-// Cell c's table and inputs into stage X: x rows < L of this block's columns (zeros past P and for rows ≥ L),
-// C rows j0 .. L-1 (zeros elsewhere), and when the cell folds B rows < L (zeros after).
-template <int WP, int T>
-__device__ void issue(const Ctx& b, const CellIn& c, const float* table, float* X, float* CB) {
-  using St = Stage<WP>;
-  const int tid = threadIdx.x, L = c.L, j0 = c.j0;
-  for (int u = tid; u < kTabWords / 4; u += T) cp16(X + St::kTab + 4 * u, table + 4 * u);
-  const int xend = b.sh.P - b.p0;
-  for (int u = tid; u < kG * 4 * WP; u += T) {
-    const int i = u / (4 * WP), v = u % (4 * WP);
-    float* dst = X + St::kX + i * St::XS + 4 * v;
-    if (i < L) copy4(dst, b.src.x(b.h, c.cs + i) + b.p0, 4 * v, xend);
-    else zero4(dst);
-  }
-  for (int u = tid; u < kG * (kN / 4); u += T) {
-    const int r = u / (kN / 4), v = u % (kN / 4);
-    float* dC = CB + kC + r * kRow + 4 * v;
-    if (r >= j0 && r < L) copy4(dC, b.src.C(b.grp, c.cs + r), 4 * v, kN);
-    else zero4(dC);
-    if (c.fold) {
-      float* dB = CB + kB + r * kRow + 4 * v;
-      if (r < L) copy4(dB, b.src.B(b.grp, c.cs + r), 4 * v, kN);  // ring rows first where the call starts inside
-      else zero4(dB);
-    }
-  }
-}
-
-// A whole cell of the call's own rows (no ring rows, no rows past the call) on 16-byte aligned rows: a
-// warp's copies take consecutive 16-byte units of a row (coalesced), a thread's next copy the same unit
-// RS rows down, so its addresses step by a constant: no per-copy branch, row lookup or index arithmetic.
-template <int WP, int T>
-__device__ __forceinline__ void issue_rows(const float* rowp, int ld, int xoff, int coff, int boff, bool fold,
-                                           const float* table, float* X, float* CB) {
-  using St = Stage<WP>;
-  constexpr int CR = kN / 4;                 // C (B) units a row
-  constexpr int XR = 4 * WP;                 // x units a row
-  constexpr int kTabUnits = kTabWords / 4;
-  static_assert(T % CR == 0 && T % XR == 0 && kG % (T / CR) == 0, "whole rows");
-  const int tid = threadIdx.x;
-#pragma unroll
-  for (int j = 0; j < (kTabUnits + T - 1) / T; ++j) {
-    const int u = tid + j * T;
-    if (u < kTabUnits) cp16(X + St::kTab + 4 * u, table + 4 * u);
-  }
-  {
-    constexpr int RS = T / XR;  // rows a round
-    const int r = tid / XR, v = tid % XR;
-    const float* sx = rowp + static_cast<std::ptrdiff_t>(r) * ld + xoff + 4 * v;
-    const std::ptrdiff_t step = static_cast<std::ptrdiff_t>(RS) * ld;
-    float* dx = X + St::kX + r * St::XS + 4 * v;
-#pragma unroll
-    for (int a = 0; a < (kG + RS - 1) / RS; ++a)
-      if (kG % RS == 0 || r + a * RS < kG) cp16(dx + a * RS * St::XS, sx + a * step);
-  }
-  constexpr int RS = T / CR;
-  const int r = tid / CR, v = tid % CR;
-  const float* sr = rowp + static_cast<std::ptrdiff_t>(r) * ld + 4 * v;
-  const std::ptrdiff_t step = static_cast<std::ptrdiff_t>(RS) * ld;
-  float* dc = CB + kC + r * kRow + 4 * v;
-#pragma unroll
-  for (int a = 0; a < kG / RS; ++a) cp16(dc + a * RS * kRow, sr + coff + a * step);
-  if (fold) {
-#pragma unroll
-    for (int a = 0; a < kG / RS; ++a) cp16(dc + (kB - kC) + a * RS * kRow, sr + boff + a * step);
-  }
-}
-
 // A landed stage's C (and, where the cell folds, B) as bf16 tiles V[part][16][kVS]: parts 0 C head,
 // 1 B head, 2 C rest, 3 B rest. pack / pack_rest (ssd_tc_steps.cuh).
 template <bool kSplit>
@@ -285,9 +141,9 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
   auto issue_cell = [&](const CellIn& x, int kx) {
     if (aligned && x.j0 == 0 && x.L == kG && x.cs >= start) {
       const float* rowp = xbc + static_cast<std::size_t>(b.src.row0 + static_cast<int>(x.cs - start)) * ld;
-      issue_rows<WP, T>(rowp, ld, xoff, coff, boff, x.fold, table(kx), Xb(kx), CBb(kx));
+      issue_rows<WP, T>(rowp, ld, xoff, coff, boff, x.fold, table(kx), Xb(kx), CBb(kx), tid);
     } else {
-      issue<WP, T>(b, x, table(kx), Xb(kx), CBb(kx));
+      issue<WP, T>(b, x, table(kx), Xb(kx), CBb(kx), tid);
     }
   };
   // The copies run a cell ahead of the products (two ahead measured the same): `last` is the latest cell
@@ -537,12 +393,7 @@ void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const floa
 }  // namespace ssd
 
 void ssd_tc_walk(int wp, int ks, bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc,
-                 int ld, const float* dt, const float* A, const float* D, SsdState st, const float* band, float* tables,
-                 float* y, cudaStream_t s) {
-  uint32_t* words = reinterpret_cast<uint32_t*>(tables);
-  ssd::table_kernel<<<dim3(static_cast<unsigned>(p.num_cell_tasks), static_cast<unsigned>(sh.H)),
-                      ssd::kTableThreads, 0, s>>>(sh, g, p, xbc, ld, dt, A, st, band, words);
-  check_launch("ssd tc tables");
+                 int ld, const float* dt, const float* D, SsdState st, const float* tables, float* y, cudaStream_t s) {
   ssd::by_way(wp, ks, sh, [&](auto wpc, auto ksc) {
     constexpr int W = decltype(wpc)::value, K = decltype(ksc)::value;
     if (split) ssd::launch<W, K, true>(sh, g, p, xbc, ld, dt, D, st, tables, y, s);
