@@ -315,19 +315,6 @@ BENCHMARK(BM_CudaSsdTcPrefillWays)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-// The relay (ssd_tc_relay.cu: a block's warps on successive cells, the state handed from warp to warp): arg2
-// its warps (2, 4), arg3 the products (0 bf16, 1 split). Device time.
-void BM_CudaSsdTcPrefillRelay(benchmark::State& state) {
-  cuda::SsdTcWay w;
-  w.relay = static_cast<int>(state.range(2));
-  w.products = static_cast<cuda::SsdTcProducts>(state.range(3));
-  tc_prefill(state, w, true);
-}
-BENCHMARK(BM_CudaSsdTcPrefillRelay)
-    ->ArgsProduct({{1, 2, 8}, {16}, {2, 4}, {0, 1}})
-    ->UseManualTime()
-    ->Unit(benchmark::kMicrosecond);
-
 // The same prefill (exact mode) with the implementation named, device time only: arg2 0 = chosen
 // by size, 1 = the fused walk with its tile chosen by size, 16 / 32 / 64 = the fused walk's tile of p,
 // 116 = the span walk (ssd_span.cu), 232 / 264 = the lane walk (ssd_lanes.cu) with 32 / 64 columns of p

@@ -1,6 +1,6 @@
 // PROTOTYPE: the exact grid's SSD prefill with the cell walk's products on tensor cores (ssd_tc.h says what
 // it computes). This file holds the launches: the band (C·B, fp32, the existing launch), the table pass
-// (ssd_tc_tables.cu), the walk (ssd_tc_walk.cu) or the relay (ssd_tc_relay.cu), and the replay ring.
+// (ssd_tc_tables.cu), the walk (ssd_tc_walk.cu), and the replay ring.
 #include <cstdint>
 #include <string>
 
@@ -60,12 +60,9 @@ SsdTcWay ssd_tc_default_way(const SsdShape& sh, int seqs, SsdTcProducts products
   // at one sequence (bf16 products 177, 1 × 4 184, 4 × 4 213, 4 × 2 197; split 231), 4 × 1 at 8 and 32 with
   // bf16 products (460 and 1,537; 4 × 2 466 and 1,747), 4 × 2 with split products (654 and 2,493; 4 × 1 702
   // and 2,670). A launch shape only: every way gives the same bits.
-  // At one sequence of 32 heads the relay (4 warps) beats the walk: 166 against 174 µs with bf16 products,
-  // 201 against 216 with split products; at two sequences the walk does (docs/performance.md, session 21).
   const long heads = static_cast<long>(seqs) * sh.H;
   SsdTcWay w;
   w.products = products;
-  if (heads <= 32 && sh.P % 16 == 0) w.relay = 4;
   if (heads <= 132) {
     w.warps_p = sh.P % 32 == 0 ? 2 : 1;
     w.warps_n = 4;
@@ -88,15 +85,12 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
     throw Error("CUDA SSD tc: scratch smaller than ssd_tc_scratch_floats()");
   if (p.num_cell_tasks <= 0) return;
   const SsdTcWay d = ssd_tc_default_way(sh, p.num_seqs, way.products);
-  const bool chosen = way.warps_p > 0 || way.warps_n > 0 || way.relay > 0;  // else the default way whole
   const int wp = way.warps_p > 0 ? way.warps_p : d.warps_p, ks = way.warps_n > 0 ? way.warps_n : d.warps_n;
-  const int relay = chosen ? way.relay : d.relay;
   ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
   float* tables = scratch + band_floats(sh, p, g);
   ssd_tc_tables(sh, g, p, xbc, ld_xbc, dt, A, st, scratch, tables, s);
   const bool split = way.products == SsdTcProducts::split;
-  if (relay > 0) ssd_tc_relay(relay, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, y, s);
-  else ssd_tc_walk(wp, ks, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, y, s);
+  ssd_tc_walk(wp, ks, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, y, s);
   if (g.exact) {
     ssd::tc_ring_kernel<<<dim3(p.num_seqs, sh.H), 64, 0, s>>>(sh, g, p, xbc, ld_xbc, dt, st);
     check_launch("ssd tc ring");

@@ -31,9 +31,6 @@ enum class SsdTcProducts {
 struct SsdTcWay {
   int warps_p = 0, warps_n = 0;
   SsdTcProducts products = SsdTcProducts::bf16;
-  // 2 or 4: the relay instead of the walk (ssd_tc_relay.cu: a block of `relay` warps for 16 columns of p, warp w
-  // taking cells w, w + relay, ..., the state handed from warp to warp); warps_p and warps_n are then unused.
-  int relay = 0;
 };
 
 // G = 16, N = 128, P a multiple of 16, H a multiple of groups (the prototype's only shape family).

@@ -1,6 +1,6 @@
 #pragma once
-// A cell of the tensor-core walks in shared memory (ssd_tc_walk.cu, ssd_tc_relay.cu): its coefficient table's
-// layout (formed by ssd_tc_tables.cu) and the copies of a cell's table, x, C and B. Index arithmetic only: which
+// A cell of the tensor-core walk in shared memory (ssd_tc_walk.cu): its coefficient table's layout (formed by
+// ssd_tc_tables.cu) and the copies of a cell's table, x, C and B. Index arithmetic only: which
 // thread copies what changes no value.
 #include <cstddef>
 #include <cstdint>

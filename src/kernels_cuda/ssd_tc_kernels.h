@@ -1,7 +1,6 @@
 #pragma once
 // PROTOTYPE (issue 11): the launches ssd_tc_scan makes between the band and the replay ring (ssd_tc.cu): the
-// table pass (ssd_tc_tables.cu), then one of the tensor-core walks over the cells (ssd_tc_walk.cu: a block's
-// warps on one cell at a time; ssd_tc_relay.cu: a block's warps on successive cells, the state relayed).
+// table pass (ssd_tc_tables.cu), then the tensor-core walk over the cells (ssd_tc_walk.cu).
 #include "kernels_cuda/ops.h"
 
 namespace parity::cuda {
@@ -18,10 +17,5 @@ void ssd_tc_tables(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, con
 void ssd_tc_walk(int warps_p, int warps_n, bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
                  const float* xbc, int ld, const float* dt, const float* D, SsdState st, const float* tables,
                  float* y, cudaStream_t s);
-
-// The relay with `warps` (2 or 4) warps a block of 16 columns of p, warp w taking cells w, w + warps, ...
-void ssd_tc_relay(int warps, bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc,
-                  int ld, const float* dt, const float* D, SsdState st, const float* tables, float* y,
-                  cudaStream_t s);
 
 }  // namespace parity::cuda

@@ -1,8 +1,8 @@
-// PROTOTYPE: the tensor-core walks' table pass (ssd_tc.h): every cell's coefficient table, formed before the
+// PROTOTYPE: the tensor-core walk's table pass (ssd_tc.h): every cell's coefficient table, formed before the
 // walk, one block a (cell task, head): cum (warp_cell_cum), coef[t][i] = row_weight·band already packed as the
 // intra product's m16k16 fragment (bf16 head and rest), w_i, exp(cum_t) and the decay: the fp32 values every
-// other path forms, by the same ssd_device.cuh helpers. The walks copy a cell's table (1,168 bytes) with its
-// inputs, so no shuffle chain or exp runs on their serial chain.
+// other path forms, by the same ssd_device.cuh helpers. The walk copies a cell's table (1,168 bytes) with its
+// inputs, so no shuffle chain or exp runs on its serial chain.
 #include <cstdint>
 
 #include "kernels_cuda/cuda_check.h"

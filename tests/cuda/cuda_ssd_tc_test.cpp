@@ -250,7 +250,7 @@ TEST(CudaSsdTc, WithinToleranceOfTheFp32WalkAtTheModelShape) {
 }
 
 // The walk's bits: the same for every block shape (warps over p and over n: the quarters of C·Sᵀ
-// summed by another warp) and in the relay (2 or 4 warps on successive cells), and (exact mode) for any cut of the sequences into calls, passes shared by
+// summed by another warp), and (exact mode) for any cut of the sequences into calls, passes shared by
 // several sequences, calls starting inside cells (the walk's general copies) and whole cells (its
 // branch-free ones); rows not 16-byte aligned (pad 3: general copies only) and aligned (pad 0); several
 // groups; P of 32 (one or two warps over p).
@@ -274,16 +274,6 @@ TEST(CudaSsdTc, BitsDoNotDependOnTheBlockShapeOrSchedule) {
             EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, {true, way(wp, ks, prod)}), ref))
                 << "H " << sh.H << " P " << sh.P << " groups " << sh.groups << (bf16 ? " bf16" : " fp32") << " "
                 << name(prod) << " warps " << wp << " x " << ks << " schedule " << sname;
-          }
-        // The relay (cells in parallel, the state handed from warp to warp): the walk's bits.
-        for (int relay : {2, 4})
-          for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(slots, T)},
-                                              {"uneven", uneven(slots, T)}}) {
-            cuda::SsdTcWay w = way(0, 0, prod);
-            w.relay = relay;
-            EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, {true, w}), ref))
-                << "H " << sh.H << " P " << sh.P << " groups " << sh.groups << (bf16 ? " bf16" : " fp32") << " "
-                << name(prod) << " relay " << relay << " schedule " << sname;
           }
       }
 }
