@@ -63,23 +63,19 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], const
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// A product's operands as fragments: the bf16 rounding, and with kSplit also what it left out.
-template <bool kSplit>
-struct Frag4 {
-  uint32_t hi[4], lo[kSplit ? 4 : 1];
+// A product's operand as a fragment of R registers: the bf16 rounding, and with kSplit also what it left out.
+template <int R, bool kSplit>
+struct Frag {
+  uint32_t hi[R], lo[kSplit ? R : 1];
   __device__ __forceinline__ void set(int k, float a, float b) {
     hi[k] = pack(a, b);
     if constexpr (kSplit) lo[k] = pack_rest(a, b);
   }
 };
 template <bool kSplit>
-struct Frag2 {
-  uint32_t hi[2], lo[kSplit ? 2 : 1];
-  __device__ __forceinline__ void set(int k, float a, float b) {
-    hi[k] = pack(a, b);
-    if constexpr (kSplit) lo[k] = pack_rest(a, b);
-  }
-};
+using Frag4 = Frag<4, kSplit>;  // the m16k16 operand
+template <bool kSplit>
+using Frag2 = Frag<2, kSplit>;  // the k16n8 operand
 // c += a·b (kSplit: lo·hi and hi·lo first, then hi·hi; lo_b: b has a rest worth multiplying).
 template <bool kSplit>
 __device__ __forceinline__ void product(float (&c)[4], const Frag4<kSplit>& a, const Frag2<kSplit>& b,
