@@ -7,8 +7,8 @@
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ssd_device.cuh"
 #include "kernels_cuda/ssd_tc.h"
-#include "kernels_cuda/ssd_tc_steps.cuh"
 #include "kernels_cuda/ssd_tc_kernels.h"
+#include "kernels_cuda/ssd_tc_steps.cuh"
 
 namespace parity::cuda {
 namespace ssd {

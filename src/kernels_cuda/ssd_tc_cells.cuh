@@ -34,7 +34,8 @@ struct Stage {
 constexpr int kC = 0, kB = kG * kRow, kCBFloats = 2 * kG * kRow;
 
 // Cell c's table and inputs into stage X: x rows < L of this block's columns (zeros past P and for rows ≥ L),
-// C rows j0 .. L-1 (zeros elsewhere), and when the cell folds B rows < L (zeros after).
+// C rows j0 .. L-1 (zeros elsewhere), and when the cell folds B rows < L (zeros after). Zeros where a product
+// would otherwise read stale values: a stale NaN times a zero weight is still NaN inside an mma.
 template <int WP, int T>
 __device__ void issue(const WalkCtx& b, const CellIn& c, const float* table, float* X, float* CB, int tid) {
   using St = Stage<WP>;

@@ -1,5 +1,4 @@
-// PROTOTYPE: the cell walk with its products on tensor cores (ssd_tc.h says what it computes), and the pass
-// that forms its coefficient tables.
+// PROTOTYPE: the cell walk with its products on tensor cores (ssd_tc.h says what it computes).
 //
 // One block per (sequence, head, 16·WP columns of p; P a multiple of 16·WP): WP × KS warps. Warp (pw, ks)
 // owns 16 columns of p and 128 / KS values of n of their state, S[16 p][n] as fp32 mma accumulators: lane (g, q) =
@@ -19,16 +18,15 @@
 //
 // Only the fold and C·Sᵀ depend on the state, so the rest is kept off the walk's serial chain (session 21:
 // the walk that formed these inside it took 1.9× / 1.1× / 1.2× as long at 1 / 8 / 32 × 2048 rows):
-// - A table pass forms every cell's coefficient table before the walk, one block a (cell task, head):
-//   cum (warp_cell_cum), coef[t][i] = row_weight·band already packed as the intra product's m16k16
-//   fragment (bf16 head and rest), w_i, exp(cum_t) and the decay, the fp32 values every other path forms
-//   by the same helpers. The walk copies a cell's table (1,168 bytes) with its inputs: no shuffle chain and
-//   no exp inside the walk.
+// - A table pass (ssd_tc_tables.cu) forms every cell's coefficient table before the walk; the walk copies a
+//   cell's table (1,168 bytes) with its inputs: no shuffle chain and no exp inside the walk.
 // - The walk's block converts a landed cell's C and B to bf16 (head, and rest for split products) once,
 //   beside the cell before's products, for all its warps; each warp reads its fragments by ldmatrix (C as
 //   the m16k16 operand of C·Sᵀ, B transposed as the k16n8 operand of the fold's delta).
-// - Whole cells of the call's own rows are copied without a branch or a row lookup a copy (issue_rows);
-//   the call's first and last cells take the general copies (issue: ring rows, zeros past the call).
+// - Whole cells of the call's own rows are copied without a branch or a row lookup a copy (issue_rows,
+//   ssd_tc_cells.cuh); the call's first and last cells take the general copies (issue: ring rows, zeros past
+//   the call).
+// - The fold runs only where the cell folds, with the state's dtype a constant of its loop.
 // A cell costs one block barrier; its copies run a cell ahead (two ahead measured the same).
 #include <cuda_bf16.h>
 
