@@ -29,6 +29,14 @@ __device__ inline CellIn next_cell(const CellIn& c, int64_t end, int G, bool exa
   return n;
 }
 
+// The cell after x (the k-th of the call's K cells) and whether the walk reaches it: x folds (a cell the call
+// leaves open is the last it touches), it is one of the K, and the call reaches it.
+__device__ inline CellIn cell_after(const CellIn& x, int k, int K, int64_t end, const ScanGrid& g, bool& has) {
+  const CellIn n = next_cell(x, end, g.cell, g.exact);
+  has = x.fold && k + 1 < K && n.live;
+  return n;
+}
+
 __device__ __forceinline__ void wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 }  // namespace

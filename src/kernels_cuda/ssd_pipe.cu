@@ -224,12 +224,7 @@ __global__ void __launch_bounds__(kThreads, MB)
 
   CellIn c = first_cell(cell_task(g, p, t0, h, sh.H));
   if (!c.live) return;
-  // Cell k + 1 of the call, if the walk reaches it (a cell the call leaves open is the last it touches).
-  auto after = [&](const CellIn& x, int k, bool& has) {
-    const CellIn n = next_cell(x, call_end, g.cell, g.exact);
-    has = x.fold && k + 1 < K && n.live;
-    return n;
-  };
+  auto after = [&](const CellIn& x, int k, bool& has) { return cell_after(x, k, K, call_end, g, has); };
   {
     issue_cb(b, c, Qb(0));
     issue_x(b, c, Xb(0));

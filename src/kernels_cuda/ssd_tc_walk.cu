@@ -127,11 +127,7 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
 
   CellIn c = first_cell(cell_task(g, p, t0, h, sh.H));
   if (!c.live) return;
-  auto after = [&](const CellIn& x, int k, bool& has) {
-    const CellIn n = next_cell(x, call_end, g.cell, g.exact);
-    has = x.fold && k + 1 < K && n.live;
-    return n;
-  };
+  auto after = [&](const CellIn& x, int k, bool& has) { return cell_after(x, k, K, call_end, g, has); };
   // Whole cells of the call's own rows take the branch-free copies (issue_rows); the call's first and last
   // cells and rows that are not 16-byte aligned take issue's general ones.
   const bool aligned = (reinterpret_cast<std::uintptr_t>(xbc) & 15) == 0 && ld % 4 == 0;
