@@ -352,6 +352,33 @@ BENCHMARK(BM_CudaSsdPrefillTiles)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// Plain mode's prefill (cells of 256 from each call's start, vLLM's chunk_size) with the implementation
+// named, device time only: arg1 0 = automatic (the chunk scan), 300 = the chunk scan, 1 = the fused walk,
+// -1 = the three-phase kernels. Compare with BM_CudaSsdPrefillTiles/batch/16/0 (exact mode) and with
+// mamba_ssm's chunk scan (bench/cuda/mamba_ssm_reference.py). Counter TFLOPs as BM_CudaSsdPrefillTiles.
+void BM_CudaSsdPrefillPlain(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int batch = static_cast<int>(state.range(0));
+  ScanBench b({false, 256, false}, false, batch, 2048, static_cast<cuda::SsdPrefill>(state.range(1)));
+  b.pass(0);
+  Timer t;
+  double total = 0;
+  for (auto _ : state) {
+    t.start_device();
+    b.run();
+    const double s = t.stop_s();
+    total += s;
+    state.SetIterationTime(s);
+  }
+  state.SetItemsProcessed(state.iterations() * batch * 2048);
+  const double flops = 4.0 * P * N * H * batch * 2048.0 * static_cast<double>(state.iterations());
+  state.counters["TFLOPs"] = total > 0 ? flops / total / 1e12 : 0.0;
+}
+BENCHMARK(BM_CudaSsdPrefillPlain)
+    ->ArgsProduct({{1, 8, 32}, {0, 1, -1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 double copy_bandwidth();
 
 // One decode step's SSM part for `batch` sequences. arg1: 0 plain SSU, else exact cell; arg2: 1 = bf16

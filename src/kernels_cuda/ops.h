@@ -157,8 +157,10 @@ void ssd_dt(const float* dt_raw, int ld, int T, int H, const float* dt_bias, flo
 // A, D [H], the slots' state and (exact) replay ring. Cell tasks in p (seq, k) cover every cell of
 // every multi-row sequence (host: PassPlan); one-row calls take the decode kernels (SSU in plain
 // mode, the exact one-row decode in exact mode), which need N % 4 == 0. scratch holds the C·B band
-// of the multi-row calls, `cell` floats per row and group: at least ssd_scratch_floats(sh, p, g)
-// floats (without the grid: enough for any cell), reused across layers and passes.
+// of the multi-row calls, `cell` floats per row and group, and in plain mode (the chunk scan) every
+// chunk's start state, P·N + 1 floats per cell task and head, as vLLM's chunk states: at least
+// ssd_scratch_floats(sh, p, g) floats (without the grid: enough for any cell), reused across layers
+// and passes.
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g);
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p);
 void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld_xbc,

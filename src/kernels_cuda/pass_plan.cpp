@@ -36,9 +36,9 @@ PassPlan::PassPlan(const std::vector<SeqSpan>& seqs, const ScanGrid& grid, const
       ++num_decode_;
       continue;
     }
-    // Any head's cells over the call: the stagger can add one partial cell at the front, and
-    // n rows touch at most n cells (a one-row call: one).
-    const int k_max = std::min((q.n + grid.cell - 1) / grid.cell + 1, q.n);
+    // Any head's cells over the call: the stagger (exact mode) can add one partial cell at the front,
+    // and n rows touch at most n cells (a one-row call: one).
+    const int k_max = std::min((q.n + grid.cell - 1) / grid.cell + (grid.exact ? 1 : 0), q.n);
     for (int k = 0; k < k_max; ++k, ++num_tasks_) {
       ints_.push_back(s);
       ints_.push_back(k);

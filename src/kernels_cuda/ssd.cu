@@ -111,10 +111,28 @@ int ssd_lanes_resident(int way, const SsdShape& sh) {
 }
 void ssd_span_probe(long long* device_buffer) { ssd::span_probe(device_buffer); }
 
-std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which) {
-  if (which == SsdPrefill::three_phase)
-    return static_cast<std::size_t>(p.num_cell_tasks) * sh.H * (static_cast<std::size_t>(sh.P) * sh.N + 1);
+namespace {
+// Plain mode's automatic choice is the chunk scan.
+SsdPrefill resolved(const ScanGrid& g, SsdPrefill which) {
+  return which == SsdPrefill::automatic && !g.exact ? SsdPrefill::chunked : which;
+}
+std::size_t band_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
   return p.num_cell_tasks > 0 ? static_cast<std::size_t>(p.num_rows) * sh.groups * g.cell : 0;
+}
+std::size_t chain_floats(const SsdShape& sh, const PassSeqs& p) {
+  return static_cast<std::size_t>(p.num_cell_tasks) * sh.H * (static_cast<std::size_t>(sh.P) * sh.N + 1);
+}
+// The chunk scan's CB, rounded up so the states after it stay 16-byte aligned (the chain reads them by float4).
+std::size_t chunk_cb_span(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
+  return (ssd::chunk_cb_floats(sh, p, g) + 63) / 64 * 64;
+}
+}  // namespace
+
+std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which) {
+  which = resolved(g, which);
+  if (which == SsdPrefill::three_phase) return chain_floats(sh, p);
+  if (which == SsdPrefill::chunked) return chunk_cb_span(sh, p, g) + chain_floats(sh, p);
+  return band_floats(sh, p, g);
 }
 
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
@@ -142,11 +160,19 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
   if (sh.H % sh.groups != 0) throw Error("CUDA SSD: heads must divide into groups");
   if (scratch_floats < ssd_scratch_floats(sh, p, g, which))
     throw Error("CUDA SSD: scratch smaller than ssd_scratch_floats()");
-  if (which == SsdPrefill::three_phase) {
-    const ssd::Scratch sc{scratch, scratch + static_cast<std::size_t>(p.num_cell_tasks) * sh.H * sh.P * sh.N};
-    ssd::launch_deltas(sh, g, p, xbc, ld_xbc, dt, A, st, sc, s);
-    ssd::launch_chain(sh, g, p, st, sc, s);
-    ssd::launch_outputs(sh, g, p, xbc, ld_xbc, dt, A, D, st, sc, y, s);
+  which = resolved(g, which);
+  if (which == SsdPrefill::three_phase || which == SsdPrefill::chunked) {
+    if (which == SsdPrefill::chunked && g.exact)
+      throw Error("CUDA SSD: the chunk scan is plain mode's (its sums are not the exact grid's one fold routine)");
+    float* states = which == SsdPrefill::chunked ? scratch + chunk_cb_span(sh, p, g) : scratch;
+    const ssd::Scratch sc{states, states + static_cast<std::size_t>(p.num_cell_tasks) * sh.H * sh.P * sh.N};
+    if (which == SsdPrefill::chunked) {
+      ssd::launch_chunk_scan(sh, g, p, xbc, ld_xbc, dt, A, D, st, sc, scratch, y, s);
+    } else {
+      ssd::launch_deltas(sh, g, p, xbc, ld_xbc, dt, A, st, sc, s);
+      ssd::launch_chain(sh, g, p, st, sc, s);
+      ssd::launch_outputs(sh, g, p, xbc, ld_xbc, dt, A, D, st, sc, y, s);
+    }
   } else {
     const int active = p.num_seqs - p.num_ssu_seqs - p.num_decode_seqs;
     const bool automatic = which == SsdPrefill::automatic;

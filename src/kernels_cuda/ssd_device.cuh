@@ -265,6 +265,13 @@ void launch_outputs(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, co
                     const float* dt, const float* A, const float* D, const SsdState& st, Scratch sc, float* y,
                     cudaStream_t s);
 
+// Plain mode's chunk scan (ssd_chunk.cu): per chunk, CB (cb: chunk_cb_floats, [task][group][cell][cell]),
+// the deltas and decays into sc, launch_chain, then the outputs; every product register-tiled.
+std::size_t chunk_cb_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g);
+void launch_chunk_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
+                       const float* dt, const float* A, const float* D, const SsdState& st, Scratch sc, float* cb,
+                       float* y, cudaStream_t s);
+
 // The fused scan (ssd_band.cu, ssd_walk.cu): the band, then one walk per (sequence, head, tile of
 // tile_p columns of p) that keeps the state on chip. tile_p is 16, 32 or 64 (0: chosen by size).
 void launch_band(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,

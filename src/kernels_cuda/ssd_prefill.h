@@ -10,9 +10,10 @@
 namespace parity::cuda {
 
 enum class SsdPrefill {
-  automatic = 0,  // at G = 16, N = 128, P % 64 == 0 the span walk for one sequence and the pipelined lane
-                  // walk (shape 664) from two on; elsewhere the span walk for a batch too small for the
-                  // walk's blocks to fill the GPU, else the fused walk with its tile chosen by size
+  automatic = 0,  // plain mode: the chunk scan (chunked, below). Exact mode: at G = 16, N = 128, P % 64 == 0
+                  // the span walk for one sequence and the pipelined lane walk (shape 664) from two on;
+                  // elsewhere the span walk for a batch too small for the walk's blocks to fill the GPU,
+                  // else the fused walk with its tile chosen by size
   walk = 1,       // the fused walk with its tile chosen from the batch's size (automatic's choice past
                   // the span walk's batches; the benchmarks time it beside the span walk)
   walk16 = 16,    // the fused walk (ssd_band.cu, ssd_walk.cu), 16, 32 or 64 columns of p per block
@@ -34,6 +35,11 @@ enum class SsdPrefill {
                   // fold in one loop; 64 columns of p a block, three blocks an SM (168 registers)
   pipe64r = 664,  // the same, two blocks an SM (up to 255 registers)
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
+  chunked = 300,     // plain mode only (it throws in exact mode): the chunk scan (ssd_chunk.cu), vLLM's three
+                     // phases at its 256-row chunks with register-tiled products (CB, the chunks' deltas, the
+                     // chain, the outputs). Automatic's choice in plain mode. Its sums run in their own order, so
+                     // its bits are not the walks' (plain mode promises none across schedules); a row still
+                     // depends only on its own chunk's rows and start state.
 };
 
 // The exact one-row decode can ask L2 for the state tile (and x ring) of the block `ahead` head slots

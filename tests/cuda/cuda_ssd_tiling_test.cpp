@@ -245,8 +245,9 @@ void expect_every_tile_matches_three_phase(const std::vector<Case>& cases) {
                     std::any_of(y.begin(), y.end(), [](float v) { return v != 0.0f; }))
             << name(c) << ", schedule " << sname << ", slot " << slot;
       const cuda::SsdShape ssh{c.sh.H, c.sh.P, c.sh.N, c.sh.groups};
-      std::vector<SsdPrefill> ways = {SsdPrefill::walk16, SsdPrefill::walk32, SsdPrefill::walk64, SsdPrefill::walk,
-                                      SsdPrefill::automatic};
+      // Automatic is the chunk scan in plain mode (its own sums: PlainChunkScan* below).
+      std::vector<SsdPrefill> ways = {SsdPrefill::walk16, SsdPrefill::walk32, SsdPrefill::walk64, SsdPrefill::walk};
+      if (c.g.exact) ways.push_back(SsdPrefill::automatic);
       if (cuda::ssd_span_supported(ssh, c.g)) {
         ways.push_back(SsdPrefill::span16);  // bulk copies where rows are aligned (pad 0 or 4), else cp.async
       }
@@ -419,6 +420,121 @@ TEST(CudaSsdTiling, CompanionTheSpanWalkSeesASmallChange) {
     EXPECT_NE(dy.find("(row 37, column 5)"), std::string::npos) << "way " << static_cast<int>(way) << ": " << dy;
     EXPECT_NE(first_difference(want.s32, got.s32, sh.N, "state"), "") << "way " << static_cast<int>(way);
   }
+}
+
+// ---- plain mode's chunk scan (ssd_chunk_outputs.cu) ---------------------------------------------------
+// Its sums run in their own order, so it is held to the three-phase kernels within a tolerance (the same
+// function of the same inputs), and to rule 1 bit for bit: a sequence's rows and state do not depend on
+// the other sequences of its pass or on where its rows sit in it.
+
+// max |got − want| over max |want|, over every slot's outputs (or the states).
+double relative_error(const std::vector<float>& want, const std::vector<float>& got) {
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(got[i] - want[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
+  }
+  return want.size() == got.size() && scale > 0 ? diff / scale : 1.0;
+}
+std::vector<float> widened(const std::vector<uint16_t>& v) {
+  std::vector<float> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const uint32_t u = static_cast<uint32_t>(v[i]) << 16;
+    std::memcpy(&out[i], &u, 4);
+  }
+  return out;
+}
+
+// fp32 state: the two orders of the same fp32 sums (chunks of up to 256 rows) agree to ~1e-6 of the
+// largest output; bf16 state: a fold's result may round to the next bf16 value in one order and not
+// the other (2^-8 of that element), and later rows carry it.
+void expect_chunk_scan_near_three_phase(const std::vector<Case>& cases) {
+  for (const Case& c : cases) {
+    const int one = c.sh.N % 4 == 0 ? 1 : 2, T = rows_of(c);
+    const double tol = c.bf16 ? 1e-2 : 2e-5;
+    for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(T)},
+                                        {"uneven", uneven(T, one)}, {"shared", shared(T, one)}}) {
+      const Result want = run(c.sh, c.g, c.bf16, T, sched, SsdPrefill::three_phase);
+      const Result got = run(c.sh, c.g, c.bf16, T, sched, SsdPrefill::chunked);
+      const Result dflt = run(c.sh, c.g, c.bf16, T, sched, SsdPrefill::automatic);
+      EXPECT_EQ(compare(got, dflt, c.sh), "") << name(c) << ", " << sname << ": automatic is the chunk scan";
+      for (const auto& [slot, y] : want.y) {
+        const double e = relative_error(y, got.y.at(slot));
+        EXPECT_LT(e, tol) << name(c) << ", " << sname << ", slot " << slot;
+        EXPECT_GT(e, 0.0) << name(c) << ", " << sname << ", slot " << slot << ": other sums, other bits expected";
+        std::printf("[chunk scan] %s, %s, slot %d: y %.3g\n", name(c).c_str(), sname, slot, e);
+      }
+      const double es = c.bf16 ? relative_error(widened(want.s16), widened(got.s16)) : relative_error(want.s32, got.s32);
+      EXPECT_LT(es, tol) << name(c) << ", " << sname << ": state";
+      std::printf("[chunk scan] %s, %s: state %.3g\n", name(c).c_str(), sname, es);
+    }
+  }
+}
+
+TEST(CudaSsdTiling, PlainChunkScanAgreesWithThreePhase) {
+  PARITY_REQUIRE_GPU();
+  const Shape m{2, 64, 128, 1}, m0{2, 64, 128, 1, 0};
+  const Shape a{4, 40, 20, 2};   // P = 40: 24 of the 64 columns idle; N = 20: a stage of n cut short
+  const Shape c{2, 72, 136, 2};  // P = 72: a second tile of columns; N = 136: five stages of n
+  const Shape d{6, 16, 32, 3};   // three groups of two heads
+  expect_chunk_scan_near_three_phase({{m, {false, 256, false}, false, 600},
+                                      {m0, {false, 256, false}, true, 600},
+                                      {m, {false, 64, false}, false, 300},
+                                      {a, {false, 23, false}, false, 150},
+                                      {a, {false, 100, false}, true, 150},
+                                      {c, {false, 48, false}, false, 150},
+                                      {c, {false, 256, false}, true, 300},
+                                      {d, {false, 16, false}, false, 150},
+                                      {d, {false, 1, false}, true, 60}});
+}
+
+TEST(CudaSsdTiling, ChunkScanRefusesExactMode) {
+  PARITY_REQUIRE_GPU();
+  const Shape m{2, 64, 128, 1};
+  EXPECT_THROW(run(m, {true, 16, true}, false, 40, whole(40), SsdPrefill::chunked), Error);
+}
+
+// Slot 0 alone in its pass, or beside two other sequences with its rows 37 + T rows further on: the same
+// bits (outputs and final state). The sequences share the slots' buffers in both runs.
+Result slot0_in(const Shape& sh, const cuda::ScanGrid& g, bool bf16, int T, bool crowded) {
+  const Schedule alone = {{{0, 0, T}}, {{1, 0, 37}, {2, 0, T}}};
+  const Schedule beside = {{{1, 0, 37}, {2, 0, T}, {0, 0, T}}};
+  return run(sh, g, bf16, T, crowded ? beside : alone, SsdPrefill::automatic);
+}
+std::vector<float> slot_state(const Result& r, const Shape& sh, int slot) {
+  const std::size_t n = std::size_t(sh.H) * sh.P * sh.N;
+  const std::vector<float> all = r.s32.empty() ? widened(r.s16) : r.s32;
+  return {all.begin() + slot * n, all.begin() + (slot + 1) * n};
+}
+
+TEST(CudaSsdTiling, PlainChunkScanRowsDoNotDependOnTheBatch) {
+  PARITY_REQUIRE_GPU();
+  for (const auto& [sh, bf16] : {std::pair<Shape, bool>{{2, 64, 128, 1}, false}, {{2, 64, 128, 1}, true},
+                                 {{4, 40, 20, 2}, false}}) {
+    const cuda::ScanGrid g{false, 256, false};
+    const int T = test::pick(600, 300);
+    const Result a = slot0_in(sh, g, bf16, T, false), b = slot0_in(sh, g, bf16, T, true);
+    EXPECT_EQ(first_difference(a.y.at(0), b.y.at(0), sh.I(), "y"), "") << "P " << sh.P << (bf16 ? " bf16" : "");
+    EXPECT_EQ(first_difference(slot_state(a, sh, 0), slot_state(b, sh, 0), sh.N, "state"), "");
+  }
+}
+
+// Companion: the same comparison sees plain mode's schedule dependence. Slot 0 cut into two calls at
+// row 37 restarts the chunks there, so the rows from 37 on (and the state) take other bits; the rows
+// before the cut are the same function of the same rows.
+TEST(CudaSsdTiling, CompanionPlainChunkScanRowsDependOnTheCut) {
+  PARITY_REQUIRE_GPU();
+  const Shape sh{2, 64, 128, 1};
+  const cuda::ScanGrid g{false, 256, false};
+  const int T = 300;
+  const Result a = run(sh, g, false, T, {{{0, 0, T}}}, SsdPrefill::automatic);
+  const Result b = run(sh, g, false, T, {{{0, 0, 37}}, {{0, 37, T - 37}}}, SsdPrefill::automatic);
+  const std::string dy = first_difference(a.y.at(0), b.y.at(0), sh.I(), "y");
+  EXPECT_NE(dy, "");
+  const std::vector<float> head(a.y.at(0).begin(), a.y.at(0).begin() + 37 * sh.I());
+  const std::vector<float> head_b(b.y.at(0).begin(), b.y.at(0).begin() + 37 * sh.I());
+  EXPECT_EQ(first_difference(head, head_b, sh.I(), "y before the cut"), "");
+  EXPECT_NE(first_difference(a.s32, b.s32, sh.N, "state"), "");
 }
 
 }  // namespace
