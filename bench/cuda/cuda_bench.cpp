@@ -315,18 +315,11 @@ BENCHMARK(BM_CudaSsdTcPrefillWays)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-// The same prefill (exact mode) with the implementation named, device time only: arg2 0 = chosen
-// by size, 1 = the fused walk with its tile chosen by size, 16 / 32 / 64 = the fused walk's tile of p,
-// 116 = the span walk (ssd_span.cu), 232 / 264 = the lane walk (ssd_lanes.cu) with 32 / 64 columns of p
-// per block and two per lane (464: 264 at two blocks an SM, more registers), 316 / 332 = 16 / 32 columns
-// per block and one per lane, 564 / 664 = the pipelined lane walk (ssd_pipe.cu) at three / two blocks an SM,
-// -1 = the earlier three-phase kernels.
+// Device time of one layer's prefill of batch × 2048 tokens on grid g with `which`.
 // Counter TFLOPs: the scan's main products, 2·2·P·N flops per row and head (C·S_start and the cell's
 // sum), per second; the H200's fp32 FMA peak is about 67 TFLOP/s.
-void BM_CudaSsdPrefillTiles(benchmark::State& state) {
-  if (!have_gpu(state)) return;
-  const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
-  ScanBench b({true, cell, true}, false, batch, 2048, static_cast<cuda::SsdPrefill>(state.range(2)));
+void time_prefill_device(benchmark::State& state, const cuda::ScanGrid& g, int batch, cuda::SsdPrefill which) {
+  ScanBench b(g, false, batch, 2048, which);
   b.pass(0);
   Timer t;
   double total = 0;
@@ -340,6 +333,17 @@ void BM_CudaSsdPrefillTiles(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * batch * 2048);
   const double flops = 4.0 * P * N * H * batch * 2048.0 * static_cast<double>(state.iterations());
   state.counters["TFLOPs"] = total > 0 ? flops / total / 1e12 : 0.0;
+}
+// The same prefill (exact mode) with the implementation named, device time only: arg2 0 = chosen
+// by size, 1 = the fused walk with its tile chosen by size, 16 / 32 / 64 = the fused walk's tile of p,
+// 116 = the span walk (ssd_span.cu), 232 / 264 = the lane walk (ssd_lanes.cu) with 32 / 64 columns of p
+// per block and two per lane (464: 264 at two blocks an SM, more registers), 316 / 332 = 16 / 32 columns
+// per block and one per lane, 564 / 664 = the pipelined lane walk (ssd_pipe.cu) at three / two blocks an SM,
+// -1 = the earlier three-phase kernels.
+void BM_CudaSsdPrefillTiles(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
+  time_prefill_device(state, {true, cell, true}, batch, static_cast<cuda::SsdPrefill>(state.range(2)));
 }
 BENCHMARK(BM_CudaSsdPrefillTiles)
     ->ArgsProduct({{1, 8, 32}, {16, 64}, {0, 16, 32, 64, -1}})
@@ -358,21 +362,8 @@ BENCHMARK(BM_CudaSsdPrefillTiles)
 // mamba_ssm's chunk scan (bench/cuda/mamba_ssm_reference.py). Counter TFLOPs as BM_CudaSsdPrefillTiles.
 void BM_CudaSsdPrefillPlain(benchmark::State& state) {
   if (!have_gpu(state)) return;
-  const int batch = static_cast<int>(state.range(0));
-  ScanBench b({false, 256, false}, false, batch, 2048, static_cast<cuda::SsdPrefill>(state.range(1)));
-  b.pass(0);
-  Timer t;
-  double total = 0;
-  for (auto _ : state) {
-    t.start_device();
-    b.run();
-    const double s = t.stop_s();
-    total += s;
-    state.SetIterationTime(s);
-  }
-  state.SetItemsProcessed(state.iterations() * batch * 2048);
-  const double flops = 4.0 * P * N * H * batch * 2048.0 * static_cast<double>(state.iterations());
-  state.counters["TFLOPs"] = total > 0 ? flops / total / 1e12 : 0.0;
+  time_prefill_device(state, {false, 256, false}, static_cast<int>(state.range(0)),
+                      static_cast<cuda::SsdPrefill>(state.range(1)));
 }
 BENCHMARK(BM_CudaSsdPrefillPlain)
     ->ArgsProduct({{1, 8, 32}, {0, 1, -1}})

@@ -229,15 +229,21 @@ int rows_of(const Case& c) {
   return T;
 }
 
+// The three schedules every case runs: whole, uneven and shared (one-row calls take two rows where the
+// state size is not a multiple of 4, which the one-row decode kernels refuse).
+std::vector<std::pair<const char*, Schedule>> schedules(const Case& c, int T) {
+  const int one = c.sh.N % 4 == 0 ? 1 : 2;
+  return {{"whole", whole(T)}, {"uneven", uneven(T, one)}, {"shared", shared(T, one)}};
+}
+
 // Sanitizer mode also deals the ways out over the three schedules (way w of case i under schedule
 // (w + i) % 3): each way still meets every schedule over a test's cases, at a third of the launches.
 void expect_every_tile_matches_three_phase(const std::vector<Case>& cases) {
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& c = cases[ci];
-    const int one = c.sh.N % 4 == 0 ? 1 : 2, T = rows_of(c);
+    const int T = rows_of(c);
     std::size_t si = 0;
-    for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(T)},
-                                        {"uneven", uneven(T, one)}, {"shared", shared(T, one)}}) {
+    for (const auto& [sname, sched] : schedules(c, T)) {
       const std::size_t schedule_index = si++;
       const Result want = run(c.sh, c.g, c.bf16, T, sched, SsdPrefill::three_phase);
       for (const auto& [slot, y] : want.y)  // the reference is a real scan, not NaNs or zeros equal by accident
@@ -450,10 +456,9 @@ std::vector<float> widened(const std::vector<uint16_t>& v) {
 // the other (2^-8 of that element), and later rows carry it.
 void expect_chunk_scan_near_three_phase(const std::vector<Case>& cases) {
   for (const Case& c : cases) {
-    const int one = c.sh.N % 4 == 0 ? 1 : 2, T = rows_of(c);
+    const int T = rows_of(c);
     const double tol = c.bf16 ? 1e-2 : 2e-5;
-    for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(T)},
-                                        {"uneven", uneven(T, one)}, {"shared", shared(T, one)}}) {
+    for (const auto& [sname, sched] : schedules(c, T)) {
       const Result want = run(c.sh, c.g, c.bf16, T, sched, SsdPrefill::three_phase);
       const Result got = run(c.sh, c.g, c.bf16, T, sched, SsdPrefill::chunked);
       const Result dflt = run(c.sh, c.g, c.bf16, T, sched, SsdPrefill::automatic);
