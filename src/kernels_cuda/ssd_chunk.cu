@@ -192,7 +192,8 @@ __device__ void chunk_cum(const RowSource& src, int h, int64_t cs, int L, float 
   __syncthreads();
 }
 
-__device__ inline float* cb_of(float* cb, const ScanGrid& g, int groups, int task, int grp) {
+template <class F>  // float or const float
+__device__ inline F* cb_of(F* cb, const ScanGrid& g, int groups, int task, int grp) {
   return cb + (static_cast<std::size_t>(task) * groups + grp) * g.cell * g.cell;
 }
 
@@ -307,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     to_b[st][q % RT] = j < jmax && j >= st * kDepth ? exp_f(cum[j] - cum[st * kDepth]) : 0.0f;
   }
   __syncthreads();
-  const Coefficients<RT> coef{cb_of(const_cast<float*>(cb), g, sh.groups, task, grp) + static_cast<std::size_t>(jt) * g.cell,
+  const Coefficients<RT> coef{cb_of(cb, g, sh.groups, task, grp) + static_cast<std::size_t>(jt) * g.cell,
                               g.cell, jt, R, cum, dts, from_b, to_b};
   const DownRows<CT> x{src.x(h, t.c.start) + p0, static_cast<std::size_t>(ld), jmax, P - p0, nullptr};
   const int warp_last_row = jt + kOutTM * kSide / kWarps * (static_cast<int>(threadIdx.x) / 32 + 1) - 1;
