@@ -3,7 +3,9 @@
 // on shapes that hit the tiling's edges — cells not a multiple of the 16-row chunk, P not a multiple
 // of the tile, N not a multiple of 4 or 8 and above 128 (two passes), calls that start inside a cell,
 // staggered heads, several groups, several sequences per pass, an x row stride that is not a multiple
-// of 4 — in exact and plain mode. A companion shows that the comparison sees a small change.
+// of 4 — in exact and plain mode. A companion shows that the comparison sees a small change. Plain mode's
+// chunk scan (ssd_chunk.cu), whose sums have their own order, is held to the same reference within a
+// tolerance and to batch invariance bit for bit (the end of the file).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -428,7 +430,7 @@ TEST(CudaSsdTiling, CompanionTheSpanWalkSeesASmallChange) {
   }
 }
 
-// ---- plain mode's chunk scan (ssd_chunk_outputs.cu) ---------------------------------------------------
+// ---- plain mode's chunk scan (ssd_chunk.cu) ------------------------------------------------------------
 // Its sums run in their own order, so it is held to the three-phase kernels within a tolerance (the same
 // function of the same inputs), and to rule 1 bit for bit: a sequence's rows and state do not depend on
 // the other sequences of its pass or on where its rows sit in it.
