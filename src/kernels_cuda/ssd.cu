@@ -14,8 +14,11 @@
 //         cells) per step, larger blocks and the next rows prefetched; for larger ones at the default
 //         grid (G = 16, N = 128), the lane walk (ssd_lanes.cu) keeps the state in registers instead,
 //         automatic its pipelined form (ssd_pipe.cu: one barrier a cell, coefficients a cell ahead);
-// then (exact) ring: the call's last rows of every head's open cell into the replay ring. One-row
-// calls skip them: plain mode's decode is the SSU update (ssd_ssu.cu), exact mode's the one-row
+// then (exact) ring: the call's last rows of every head's open cell into the replay ring. Plain mode's
+// prefill takes the chunk scan instead (ssd_chunk.cu: vLLM's three phases at its 256-row chunks, every
+// product register-tiled, between them ssd_chain.cu's chain); its sums have their own order, since plain
+// mode promises its bits only across the batch (rule 1), not across schedules or builds. One-row calls
+// skip them: plain mode's decode is the SSU update (ssd_ssu.cu), exact mode's the one-row
 // decode (ssd_decode.cu), which computes the row, folds a completed cell and writes the ring in one
 // launch for the whole batch. Every value is one fixed sequence of fp32 operations (dot products
 // over n ascending, sums over rows ascending, cum as a left-to-right sum); which call, pass or tile
