@@ -5,7 +5,8 @@
 //                                and decay = exp(cum_{L−1}) (ssd_chain.cu then walks the chunks: each chunk's
 //                                start state into scratch, S ← fold(decay, S, delta), the slot's state at the end);
 //   outputs per (chunk, head):   y_t[p] = (exp(cum_t)·Σ_n C_t[n]·S_start[p][n]
-//                                          + Σ_{i≤t} exp(cum_t − cum_i)·dt_i·CB[t][i]·x_i[p]) + D·x_t[p].
+//                                          + Σ_{i≤t} exp(cum_t − cum_i)·dt_i·CB[t][i]·x_i[p]) + D·x_t[p],
+//                                one accumulator a value: the inter sum, scaled, then the intra terms added to it.
 // The walks (ssd_walk.cu, ...) compute a 256-row cell one row at a time, O(cell) work a row on a serial
 // path; here every chunk and head is independent and each product runs at the FMA rate.
 //
