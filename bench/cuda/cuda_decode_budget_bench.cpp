@@ -35,9 +35,10 @@ bool gpu_here(benchmark::State& state) {
 }
 
 // arg0 batch, arg1 0 plain / 1 exact, arg2 the DecodeSkip bits, arg3 the GEMMs' early-start flags (ops.h's
-// GemmEarly and early_start.h's; 35 the default), arg4 the GEMMs doing their neighbours' work: bit 1 in_proj
-// a decode pass's conv (conv_epilogue.h), bit 2 out_proj a one-row pass's gated norm (gated_a.h); 3 the
-// default, 0 session 11's launches. Graphs, fused and programmatic launches on.
+// GemmEarly and early_start.h's; 35 the default), arg4 launches doing their neighbours' work: bit 1 in_proj
+// a decode pass's conv (conv_epilogue.h), bit 2 out_proj a one-row pass's gated norm (gated_a.h), bit 4 the
+// conv the gated norm's silu(z) (ops.h's GateJob); 4 the default, 0 session 11's launches. Graphs, fused
+// and programmatic launches on.
 // Wall time of Model::forward as BM_CudaModelDecode times it; step_us and us_per_layer (step / 64) as
 // counters.
 void BM_CudaDecodeParts(benchmark::State& state) {
@@ -49,6 +50,7 @@ void BM_CudaDecodeParts(benchmark::State& state) {
   cuda::set_gemm_early(static_cast<unsigned>(state.range(3)));
   cuda::set_conv_epilogue((state.range(4) & 1) != 0);
   cuda::set_gated_out_proj((state.range(4) & 2) != 0);
+  cuda::set_gate_in_conv((state.range(4) & 4) != 0);
   bench::DecodeRun run = bench::prepare_decode(m, exact, batch);
   cache::ModelCache& mc = run.mc;
   model::ForwardBatch& d = run.d;
@@ -72,6 +74,7 @@ void BM_CudaDecodeParts(benchmark::State& state) {
   cuda::set_gemm_early(cuda::kGemmEarlyDefault);
   cuda::set_conv_epilogue(cuda::kConvEpilogueDefault);
   cuda::set_gated_out_proj(cuda::kGatedOutProjDefault);
+  cuda::set_gate_in_conv(true);
 }
 // Session 11's step (the conv in its own launch), plain batch 1: everything; each launch left out; each
 // launch alone (every other bit: 126 = the norm alone, 125 in_proj, 123 the conv, 119 the SSM step, 111
@@ -91,6 +94,15 @@ BENCHMARK(BM_CudaDecodeParts)
 // 939 = 427 + the rest of each mma.sync block's weights asked of L2 before its wait. gemmfuse 0..3: the
 // conv's and the gated norm's own launches, in_proj doing the conv (up to 8 rows), out_proj doing the norm
 // (one row), both (at 64 rows the same launches every way).
+// The gate's silu in the conv's launch (4; 0, the norm's own exps, is registered below for 1 and 64
+// rows), the budget rows of the gated norm with it (111 the norm alone, 16 the step without it).
+BENCHMARK(BM_CudaDecodeParts)
+    ->ArgsProduct({{1, 64, 256}, {0, 1}, {0}, {35}, {4}})
+    ->ArgsProduct({{256}, {0, 1}, {0}, {35}, {0}})
+    ->ArgsProduct({{1}, {0}, {16, 111}, {35}, {4}})
+    ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CudaDecodeParts)
     ->ArgsProduct({{1}, {0, 1}, {0}, {35}, {0, 1, 2, 3}})
     ->ArgsProduct({{64}, {0, 1}, {0}, {35}, {0, 3}})

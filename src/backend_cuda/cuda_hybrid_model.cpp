@@ -303,7 +303,7 @@ void CudaHybridModel::forward_graph(const model::ForwardBatch& b, cache::ModelCa
   const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, ap.tables.stride,
                      fuse_, cuda::programmatic_launch(), cuda::gemm_early(),
                      cuda::programmatic_exact_decode_mode(), cuda::conv_epilogue(),
-                     cuda::gated_out_proj(), 0};
+                     cuda::gated_out_proj(), cuda::gate_in_conv(), 0};
   const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
     const DeviceProbe none(nullptr, b, st);
     enqueue_layers(sc, ps, tokens, bucket, ds, grid, ap, none, st);

@@ -148,7 +148,7 @@ void CudaMamba2Model::forward_graph(const model::ForwardBatch& b, DeviceState& d
   const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, 0,
                      fuse_, cuda::programmatic_launch(), cuda::gemm_early(),
                      cuda::programmatic_exact_decode_mode(), cuda::conv_epilogue(),
-                     cuda::gated_out_proj(), skip_};
+                     cuda::gated_out_proj(), cuda::gate_in_conv(), skip_};
   const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
     const DeviceProbe none(nullptr, b, st);
     enqueue_layers(sc, ps, tokens, bucket, ds, grid, none, st);

@@ -45,6 +45,7 @@ void CudaMambaMixer::reserve(MambaScratch& sc, int T) const {
   sc.y.resize(t * cfg_.intermediate_size);
   sc.g.resize(t * cfg_.intermediate_size);
   sc.g16.resize(t * cfg_.intermediate_size);
+  sc.gate.resize(t * cfg_.intermediate_size);
 }
 
 void CudaMambaMixer::reserve_scan(MambaScratch& sc, const cuda::PassSeqs& ps, const cuda::ScanGrid& grid) const {
@@ -86,9 +87,14 @@ void CudaMambaMixer::enqueue(int layer, const float* x, const uint16_t* x16, int
   p.probe(nm.in_proj, sc.zx.data(), T, proj, proj);
   p.probe(nm.dt, sc.zx.data() + I + conv, T, H, proj);
   mark(p.profile, StepPart::MambaConv, st);
+  // A decode pass's gated norm runs one block a row: the conv's launch evaluates its silu(z) instead
+  // (GateJob; the same floats), unless the conv runs elsewhere or is left out.
+  const bool gate_done = p.fuse && p.ps.one_row_each && cuda::gate_in_conv() && !conv_done && !(p.skip & kSkipConv);
+  const cuda::GateJob gate{sc.zx.data(), proj, I, sc.gate.data()};
   if (!(p.skip & kSkipConv) && !conv_done)
     cuda::conv1d(sc.zx.data() + I, proj, conv, L.conv_w.data(), L.conv_b.size() ? L.conv_b.data() : nullptr,
-                 c.conv_kernel, p.ds.conv_state(layer), p.ps, !probe_conv, sc.xbc.data(), st, p.fuse ? &dt : nullptr);
+                 c.conv_kernel, p.ds.conv_state(layer), p.ps, !probe_conv, sc.xbc.data(), st, p.fuse ? &dt : nullptr,
+                 gate_done ? &gate : nullptr);
   if (probe_conv) {
     p.probe(nm.conv1d, sc.xbc.data(), T, conv, conv);
     cuda::silu_inplace(sc.xbc.data(), static_cast<std::size_t>(T) * conv, st);
@@ -112,9 +118,9 @@ void CudaMambaMixer::enqueue(int layer, const float* x, const uint16_t* x16, int
   }
   if (!norm_done) {
     if (!(p.skip & kSkipGatedNorm))
-      cuda::gated_rmsnorm(sc.y.data(), sc.zx.data(), proj, T, I, I / c.n_groups, L.gate_norm.data(),
-                          static_cast<float>(c.layer_norm_epsilon), c.norm_before_gate, sc.g.data(), st,
-                          g16 ? sc.g16.data() : nullptr);
+      cuda::gated_rmsnorm(sc.y.data(), gate_done ? sc.gate.data() : sc.zx.data(), gate_done ? I : proj, T, I,
+                          I / c.n_groups, L.gate_norm.data(), static_cast<float>(c.layer_norm_epsilon),
+                          c.norm_before_gate, sc.g.data(), st, g16 ? sc.g16.data() : nullptr, gate_done);
     p.probe(nm.norm, sc.g.data(), T, I, I);
     mark(p.profile, StepPart::MambaGemm, st);
     if (!(p.skip & kSkipOutProj))

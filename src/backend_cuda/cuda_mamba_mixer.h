@@ -34,6 +34,7 @@ inline constexpr int kCudaPlainCell = cuda::kMaxCell;
 // The mixer's activations for a pass, reused by every mixer layer and every pass (they only grow).
 struct MambaScratch {
   cuda::DeviceBuffer<float> zx, xbc, dt, y, g;
+  cuda::DeviceBuffer<float> gate;  // silu(z) from the conv's launch (decode passes: cuda::gate_in_conv)
   cuda::DeviceBuffer<uint16_t> g16;  // g's bf16 copy for out_proj (fused passes)
   cuda::DeviceBuffer<float> scan;  // the SSD's scratch, sized per pass from its cell tasks
 };

@@ -64,12 +64,13 @@ struct GraphKey {
   int programmatic_decode = 0;  // cuda::programmatic_exact_decode_mode() when captured
   bool conv_epilogue = false;   // cuda::conv_epilogue() when captured (in_proj doing a decode pass's conv)
   bool gated_out = false;       // cuda::gated_out_proj() when captured (out_proj doing a row's gated norm)
+  bool gate_in_conv = true;     // cuda::gate_in_conv() when captured (the conv evaluating the gate's silu)
   unsigned skip = 0;            // the launches left out (set_decode_skip: benchmarks only)
   bool operator<(const GraphKey& o) const {
     return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride, fuse, programmatic, gemm_early,
-                    programmatic_decode, conv_epilogue, gated_out, skip) <
+                    programmatic_decode, conv_epilogue, gated_out, gate_in_conv, skip) <
            std::tie(o.bucket, o.exact, o.cell, o.stagger, o.cell_tasks, o.kv_stride, o.fuse, o.programmatic,
-                    o.gemm_early, o.programmatic_decode, o.conv_epilogue, o.gated_out, o.skip);
+                    o.gemm_early, o.programmatic_decode, o.conv_epilogue, o.gated_out, o.gate_in_conv, o.skip);
   }
 };
 

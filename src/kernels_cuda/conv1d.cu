@@ -3,12 +3,16 @@
 // fmaf — the order of kernels/conv1d.cpp, so prefill and decode (and the CPU) agree bit for bit.
 //
 // The launch also does what would otherwise be launches of a few µs each around it in a decode step
-// (issue 11): ssd_dt's dt for the pass's rows (one more block per row), and, when every sequence has
-// one row, the state's advance (the thread that read a channel's window is then its only reader). The
-// per-element code is shared with the unfused paths, so the bits are theirs.
+// (issue 11): ssd_dt's dt for the pass's rows (one more block per row), the gated norm's silu(z) (its
+// blocks after dt's), and, when every sequence has one row, the state's advance (the thread that read a
+// channel's window is then its only reader). The per-element code is shared with the unfused paths, so
+// the bits are theirs.
+#include <atomic>
+
 #include "kernels/math.h"
 #include "kernels_cuda/conv_row.cuh"
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/norm_row.cuh"
 #include "kernels_cuda/ops.h"
 #include "kernels_cuda/programmatic_launch.cuh"
 
@@ -45,7 +49,8 @@ __device__ void advance_state(const float* in, int ld, int ch, int K, float* st,
 // is conv_at's: bias, then fmaf over the taps in ascending order.
 constexpr int kHeldTaps = 8;
 
-// Blocks (row, y): y < cblocks cover the channels; y == cblocks (when dt.dt is set) the row's dt.
+// Blocks (row, y): y < cblocks cover the channels; y == cblocks (when dt.dt is set) the row's dt; the
+// gate's blocks (when gate.out is set) follow, kThreads factors silu(z) each.
 // advance: every sequence has one row, so the thread of (row, c) advances the state after its read.
 // state_first (ops.h's kGemmEarlyConvState): the pass's metadata and the carried state's part of the
 // window are read before the wait as well. No kernel of the pass writes them after the pass's first
@@ -57,7 +62,7 @@ constexpr int kHeldTaps = 8;
 // runs the instantiation without them at full occupancy (conv1d() takes it only for one-row passes).
 template <bool StateFirst>
 __global__ void conv_kernel(const float* in, int ld, int ch, const float* w, const float* bias, int K, float* state,
-                            PassSeqs p, bool silu, float* out, int cblocks, DtJob dt, bool advance,
+                            PassSeqs p, bool silu, float* out, int cblocks, DtJob dt, GateJob gate, bool advance,
                             bool release_first) {
   const int r = blockIdx.x;
   const int c = blockIdx.y * kThreads + threadIdx.x;
@@ -91,10 +96,18 @@ __global__ void conv_kernel(const float* in, int ld, int ch, const float* w, con
   // Launched programmatically (launch_after_prior); then plain mode's SSU may start loading its state
   // (early_start.h's kGemmEarlyMixerChain: before this wait).
   wait_and_release(release_first);
-  if (static_cast<int>(blockIdx.y) == cblocks) {
+  const int dtb = dt.dt ? 1 : 0;
+  if (dtb && static_cast<int>(blockIdx.y) == cblocks) {
     for (int h = threadIdx.x; h < dt.H; h += kThreads)
       dt.dt[static_cast<std::size_t>(r) * dt.H + h] =
           dt_value(dt.raw[static_cast<std::size_t>(r) * dt.ld + h], dt.bias[h], dt.lo, dt.hi);
+    return;
+  }
+  if (static_cast<int>(blockIdx.y) >= cblocks + dtb) {
+    const int i = (static_cast<int>(blockIdx.y) - cblocks - dtb) * kThreads + threadIdx.x;
+    if (i < gate.width)
+      gate.out[static_cast<std::size_t>(r) * gate.width + i] =
+          norm_row::gate_factor(gate.z[static_cast<std::size_t>(r) * gate.ld + i], false);
     return;
   }
   if (!channel) return;
@@ -130,21 +143,28 @@ __global__ void conv_state_kernel(const float* in, int ld, int ch, int K, float*
   if (c < ch) advance_state(in, ld, ch, K, st, p.row0[s], p.n[s], c);
 }
 
+std::atomic<bool> gate_in_conv_on{true};
+
 }  // namespace
 
+bool gate_in_conv() { return gate_in_conv_on.load(); }
+void set_gate_in_conv(bool on) { gate_in_conv_on.store(on); }
+
 void conv1d(const float* in, int ld_in, int ch, const float* w, const float* bias, int K, float* conv_state,
-            const PassSeqs& p, bool silu, float* out, cudaStream_t s, const DtJob* dt) {
+            const PassSeqs& p, bool silu, float* out, cudaStream_t s, const DtJob* dt, const GateJob* gate) {
   if (p.num_rows <= 0) return;
   if (K < 1) throw Error("conv1d: kernel size must be at least 1");
   const int cblocks = (ch + kThreads - 1) / kThreads;
   const DtJob job = dt ? *dt : DtJob{};
+  const GateJob gj = gate ? *gate : GateJob{};
   const bool advance = K > 1 && p.one_row_each;
-  const unsigned yblocks = static_cast<unsigned>(cblocks + (job.dt ? 1 : 0));
+  const unsigned yblocks =
+      static_cast<unsigned>(cblocks + (job.dt ? 1 : 0) + (gj.out ? (gj.width + kThreads - 1) / kThreads : 0));
   // The early state reads only where they can pay: one-row (decode) passes, with the GEMMs' early start on.
   const bool state_first = advance && (gemm_early_flags() & kGemmEarlyConvState) != 0;
   const bool release_first = (gemm_early_flags() & kGemmEarlyMixerChain) != 0;
   launch_after_prior(state_first ? conv_kernel<true> : conv_kernel<false>, dim3(p.num_rows, yblocks), dim3(kThreads), 0,
-                     s, "conv1d", in, ld_in, ch, w, bias, K, conv_state, p, silu, out, cblocks, job, advance,
+                     s, "conv1d", in, ld_in, ch, w, bias, K, conv_state, p, silu, out, cblocks, job, gj, advance,
                      release_first);
   if (K > 1 && !advance) {
     conv_state_kernel<<<dim3(p.num_seqs, cblocks), kThreads, 0, s>>>(in, ld_in, ch, K, conv_state, p);

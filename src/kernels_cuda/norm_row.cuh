@@ -24,10 +24,11 @@ __device__ inline float inv_rms(float s, int n, float eps) { return 1.0f / sqrtf
 // rounds each half as __float2bfloat16_rn does), as raw bits.
 __device__ inline uint16_t bf16_bits(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
 __device__ inline float scaled_by(float v, float r, float w) { return (v * r) * w; }
-__device__ inline float gate(float y, float z) { return y * kernels::silu_f(z); }
-__device__ inline float gated_scaled_by(float y, float r, float w, float z) {
-  return scaled_by(y, r, w) * kernels::silu_f(z);
-}
+// The gate's factor silu(z). A decode pass's conv launch may have evaluated it already (ops.h's
+// GateJob: then `activated`, and z holds silu(z)): the same float either way, so the same bits.
+__device__ inline float gate_factor(float z, bool activated) { return activated ? z : kernels::silu_f(z); }
+__device__ inline float gate(float y, float s) { return y * s; }
+__device__ inline float gated_scaled_by(float y, float r, float w, float s) { return scaled_by(y, r, w) * s; }
 
 // The weights thread threadIdx.x scales by (0 past the group): loaded by the caller before its wait
 // (no kernel writes them).
@@ -39,10 +40,10 @@ __device__ inline void load_held_weights(const float* w, int group, float (&wk)[
 
 // The gated RMSNorm of one group (y, z: its first elements; group <= kHeldMaxWidth), held form:
 // out(i, value) for each of thread threadIdx.x's elements i. Every thread of a kRowThreads-thread
-// block calls it (block_sum's barriers).
+// block calls it (block_sum's barriers). activated: z holds silu(z) (gate_factor).
 template <class Out>
 __device__ inline void gated_norm_held(const float* y, const float* z, int group, const float (&wk)[kHeld], float eps,
-                                       bool norm_before_gate, Out out) {
+                                       bool norm_before_gate, Out out, bool activated = false) {
   const int t = threadIdx.x;
   float v[kHeld], zk[kHeld];
 #pragma unroll
@@ -51,6 +52,9 @@ __device__ inline void gated_norm_held(const float* y, const float* z, int group
     v[k] = i < group ? y[i] : 0.0f;
     zk[k] = i < group ? z[i] : 0.0f;
   }
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k)
+    if (t + k * kRowThreads < group) zk[k] = gate_factor(zk[k], activated);
   if (!norm_before_gate) {
 #pragma unroll
     for (int k = 0; k < kHeld; ++k)

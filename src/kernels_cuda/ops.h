@@ -34,9 +34,11 @@ struct ResidualAdd {
 void add_rmsnorm(float* x, const ResidualAdd& add, int rows, int dim, const float* w, float eps, float* out,
                  uint16_t* out16, cudaStream_t s);
 // Mamba2's gated RMSNorm per group (kernels/norm.h semantics); z has row stride ldz. out16 (not
-// null): out's bf16 copy as well, as add_rmsnorm writes it.
+// null): out's bf16 copy as well, as add_rmsnorm writes it. z_activated: z holds silu(z) already
+// (conv1d's GateJob), so the norm's one block a row multiplies by it instead of evaluating the exps.
 void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, int group, const float* w, float eps,
-                   bool norm_before_gate, float* out, cudaStream_t s, uint16_t* out16 = nullptr);
+                   bool norm_before_gate, float* out, cudaStream_t s, uint16_t* out16 = nullptr,
+                   bool z_activated = false);
 // The norms keep a thread's elements in registers for rows up to 6144 wide and loop over memory for
 // wider ones (the same operations in the same order). Tests force the loop form for every width
 // (true) to compare the two; false restores the default.
@@ -106,13 +108,27 @@ struct DtJob {
   float* dt = nullptr;
 };
 
+// The gated norm's gate factors silu(z) [T][width] from z (row stride ld), for conv1d to evaluate in
+// its own launch: a decode pass's gated norm runs one block a row, and its exps were most of its time
+// on a step's critical path (docs/cuda.md, "A decode step's launches").
+struct GateJob {
+  const float* z = nullptr;
+  int ld = 0, width = 0;
+  float* out = nullptr;
+};
+
 // Causal depthwise conv1d over each sequence's rows, continuing from the slot's conv state
 // [slots][K-1][ch] (the last K-1 inputs), which is then advanced. w [ch][K]; silu fused if asked.
-// dt (not null): ssd_dt's dt for the pass's rows as well, in the same launch. A pass of one-row
-// sequences (p.one_row_each: decode) advances the state in the same launch too; others take a
-// second one. Every output has the bits of the separate launches (the same per-element code).
+// dt (not null): ssd_dt's dt for the pass's rows as well, in the same launch; gate (not null): its
+// silu(z) too. A pass of one-row sequences (p.one_row_each: decode) advances the state in the same
+// launch too; others take a second one. Every output has the bits of the separate launches (the same
+// per-element code).
 void conv1d(const float* in, int ld_in, int ch, const float* w, const float* bias, int K, float* conv_state,
-            const PassSeqs& p, bool silu, float* out, cudaStream_t s, const DtJob* dt = nullptr);
+            const PassSeqs& p, bool silu, float* out, cudaStream_t s, const DtJob* dt = nullptr,
+            const GateJob* gate = nullptr);
+// Whether a decode pass's conv launch evaluates the gated norm's silu(z) (GateJob); graphs record it.
+bool gate_in_conv();
+void set_gate_in_conv(bool on);
 
 // ---- SSD / SSU -------------------------------------------------------------------------------
 struct SsdShape {

@@ -25,6 +25,7 @@ namespace {
 
 using norm_row::bf16_bits;
 using norm_row::gate;
+using norm_row::gate_factor;
 using norm_row::gated_scaled_by;
 using norm_row::inv_rms;
 using norm_row::kHeld;
@@ -133,15 +134,16 @@ __device__ GatedRow gated_row(const float* y, const float* z, int ldz, int dim, 
 }
 
 __global__ void gated_rmsnorm_kernel(const float* y, const float* z, int ldz, int dim, int group, const float* w,
-                                     float eps, bool norm_before_gate, float* out, uint16_t* out16, bool release_first) {
+                                     float eps, bool norm_before_gate, float* out, uint16_t* out16, bool release_first,
+                                     bool activated) {
   wait_and_release(release_first);  // launched programmatically (launch_after_prior)
   const GatedRow g = gated_row(y, z, ldz, dim, group, w, out, out16);
   if (norm_before_gate) {
     const float r = inv_rms(sumsq(g.y, group), group, eps);
     for (int i = threadIdx.x; i < group; i += kRowThreads)
-      store(g.o, g.o16, i, gated_scaled_by(g.y[i], r, g.w[i], g.z[i]));
+      store(g.o, g.o16, i, gated_scaled_by(g.y[i], r, g.w[i], gate_factor(g.z[i], activated)));
   } else {
-    for (int i = threadIdx.x; i < group; i += kRowThreads) g.o[i] = gate(g.y[i], g.z[i]);
+    for (int i = threadIdx.x; i < group; i += kRowThreads) g.o[i] = gate(g.y[i], gate_factor(g.z[i], activated));
     __syncthreads();
     const float r = inv_rms(sumsq(g.o, group), group, eps);
     for (int i = threadIdx.x; i < group; i += kRowThreads) store(g.o, g.o16, i, scaled_by(g.o[i], r, g.w[i]));
@@ -151,13 +153,13 @@ __global__ void gated_rmsnorm_kernel(const float* y, const float* z, int ldz, in
 // The held form of gated_rmsnorm_kernel (group <= kHeldMaxWidth).
 __global__ void gated_rmsnorm_held_kernel(const float* y, const float* z, int ldz, int dim, int group, const float* w,
                                           float eps, bool norm_before_gate, float* out, uint16_t* out16,
-                                          bool release_first) {
+                                          bool release_first, bool activated) {
   const GatedRow g = gated_row(y, z, ldz, dim, group, w, out, out16);
   float wk[kHeld];
   norm_row::load_held_weights(g.w, group, wk);  // before the wait: no kernel writes them
   wait_and_release(release_first);              // launched programmatically (launch_after_prior)
-  norm_row::gated_norm_held(g.y, g.z, group, wk, eps, norm_before_gate,
-                            [&](int i, float v) { store(g.o, g.o16, i, v); });
+  norm_row::gated_norm_held(
+      g.y, g.z, group, wk, eps, norm_before_gate, [&](int i, float v) { store(g.o, g.o16, i, v); }, activated);
 }
 
 __global__ void add_kernel(float* x, const float* y, std::size_t n) {
@@ -234,12 +236,12 @@ void add_rmsnorm(float* x, const ResidualAdd& add, int rows, int dim, const floa
 }
 
 void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, int group, const float* w, float eps,
-                   bool norm_before_gate, float* out, cudaStream_t s, uint16_t* out16) {
+                   bool norm_before_gate, float* out, cudaStream_t s, uint16_t* out16, bool z_activated) {
   if (rows <= 0) return;
   if (group <= 0 || dim % group != 0) throw Error("gated_rmsnorm: group does not divide the width");
   launch_after_prior(held(group) ? gated_rmsnorm_held_kernel : gated_rmsnorm_kernel, dim3(rows, dim / group),
                      dim3(kRowThreads), 0, s, "gated_rmsnorm", y, z, ldz, dim, group, w, eps, norm_before_gate, out,
-                     out16, release_first(rows));
+                     out16, release_first(rows), z_activated);
 }
 
 void add_inplace(float* x, const float* y, std::size_t n, cudaStream_t s) {

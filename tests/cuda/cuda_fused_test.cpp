@@ -1,7 +1,8 @@
 // The fused launches of a decode step (issue 11) against the launches they replace, bit for bit on
 // random inputs: add_rmsnorm against add_inplace / add_scaled_inplace + rmsnorm + the GEMM's bf16
 // pre-pass; gated_rmsnorm's and swiglu's bf16 copies against the pre-pass; conv1d with dt and the state's advance
-// in one launch against conv1d's two launches + ssd_dt; gemm_rounded against gemm. Each has a
+// in one launch against conv1d's two launches + ssd_dt; the gate's silu from the conv's launch against the
+// gated norm's own; gemm_rounded against gemm. Each has a
 // companion showing the comparison sees a changed input.
 #include <cmath>
 #include <cstdio>
@@ -145,6 +146,55 @@ TEST(CudaFused, GatedNormBf16CopyIsThePrepassBitForBit) {
     EXPECT_EQ(compare_gated(9, 4096, 1024, before, false), "") << "norm_before_gate " << before;
   }
   EXPECT_NE(compare_gated(3, 5120, 5120, false, true), "") << "companion: a changed element of y must show";
+}
+
+// The gate's silu(z) evaluated by the conv's launch (GateJob) and handed to gated_rmsnorm as activated
+// factors, against gated_rmsnorm on z itself: fp32 output and bf16 copy bit for bit, held and loop
+// forms. `reactivate` (the companion) hands the factors over as raw z, so silu runs twice.
+std::string compare_gate_in_conv(int rows, int dim, int group, bool before, bool loop_form, bool reactivate) {
+  const int ch = 96, K = 4, ld = dim + ch;  // in rows: [z | xBC], as the mixer's
+  const std::size_t n = static_cast<std::size_t>(rows) * dim;
+  const std::vector<float> in = test::uniform(static_cast<std::size_t>(rows) * ld, 71, -4.0f, 4.0f);
+  const std::vector<float> y = test::uniform(n, 72, -2.0f, 2.0f), w = test::uniform(dim, 73, 0.5f, 1.5f);
+  const std::vector<float> cw = test::uniform(static_cast<std::size_t>(ch) * K, 74);
+  std::vector<cuda::SeqSpan> spans;
+  for (int r = 0; r < rows; ++r) spans.push_back({r, 40, 1});
+  cuda::DeviceBuffer<float> din, dy, dw, dcw, st(static_cast<std::size_t>(rows) * (K - 1) * ch),
+      xbc(static_cast<std::size_t>(rows) * ch), gate(n), o0(n), o1(n);
+  cuda::DeviceBuffer<uint16_t> h0(n), h1(n);
+  din.upload(in);
+  dy.upload(y);
+  dw.upload(w);
+  dcw.upload(cw);
+  st.zero();
+  cuda::DeviceBuffer<int32_t> ints;
+  cuda::DeviceBuffer<int64_t> starts;
+  const cuda::PassSeqs p = cuda::PassPlan(spans, cuda::ScanGrid{}).upload(ints, starts);
+  const cuda::GateJob job{din.data(), ld, dim, gate.data()};
+  cuda::conv1d(din.data() + dim, ld, ch, dcw.data(), nullptr, K, st.data(), p, true, xbc.data(), nullptr, nullptr,
+               &job);
+  cuda::norms_force_loop_form(loop_form);
+  cuda::gated_rmsnorm(dy.data(), din.data(), ld, rows, dim, group, dw.data(), 1e-5f, before, o0.data(), nullptr,
+                      h0.data());
+  cuda::gated_rmsnorm(dy.data(), gate.data(), dim, rows, dim, group, dw.data(), 1e-5f, before, o1.data(), nullptr,
+                      h1.data(), !reactivate);
+  cuda::norms_force_loop_form(false);
+  cuda::cuda_check(cudaDeviceSynchronize(), "gate in conv");
+  const std::string f = test::bit_difference(down(o1, n).data(), down(o0, n).data(), n, dim);
+  const std::string h = bits16_difference(h1.download(n), h0.download(n), dim);
+  return f.empty() && h.empty() ? "" : "fp32: " + f + "; bf16: " + h;
+}
+
+TEST(CudaFused, GateEvaluatedByTheConvGivesTheGatedNormsBits) {
+  PARITY_REQUIRE_GPU();
+  for (bool before : {false, true})
+    for (bool loop_form : {false, true}) {
+      const std::string what = "norm_before_gate " + std::to_string(before) + ", loop form " + std::to_string(loop_form);
+      EXPECT_EQ(compare_gate_in_conv(1, 5120, 5120, before, loop_form, false), "") << what;
+      EXPECT_EQ(compare_gate_in_conv(7, 4096, 1024, before, loop_form, false), "") << what;
+    }
+  EXPECT_NE(compare_gate_in_conv(2, 5120, 5120, false, false, true), "")
+      << "companion: factors read as raw z (silu twice) must change the output";
 }
 
 // swiglu's bf16 copy (the hybrid's shared MLP: shared_out reads it) is the pre-pass of its output.
