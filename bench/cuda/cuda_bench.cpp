@@ -933,9 +933,10 @@ BENCHMARK(BM_CudaCopy)->UseManualTime()->Unit(benchmark::kMicrosecond);
 // End to end on builtin:mamba2-2.7b (loaded once): arg0 batch, arg1 0 = plain, 1 = exact, arg2 1 =
 // CUDA graphs (the default), 0 = eager (--enforce-eager), arg3 1 = the fused launches (the default),
 // 0 = every step in its own launch (set_fuse_kernels), arg4 1 = programmatic launches of the small
-// kernels (the default), 0 = ordinary launches (set_programmatic_launch), 2 = programmatic launches
-// with exact mode's one-row decode among them (set_programmatic_exact_decode; 3: without its L2 requests
-// before the wait); the same bits every way.
+// kernels (the default; exact mode's one-row decode among them up to 16 sequences), 0 = ordinary
+// launches (set_programmatic_launch), 2..4 = exact mode's one-row decode as
+// set_programmatic_exact_decode_mode(arg4 − 1): 2 programmatic with its L2 requests before the wait, 3
+// without, 4 by batch (the default, as 1); the same bits every way.
 // A decode step of `batch` sequences (after a 16-token prefill each), wall time of Model::forward
 // (its logits copy synchronises), CPU launch overhead included: what graphs remove. The first decode
 // step (the graph's capture) is not timed.
@@ -950,7 +951,8 @@ void BM_CudaModelDecode(benchmark::State& state) {
   backend_cuda::set_fuse_kernels(m, state.range(3) != 0);
   cuda::set_programmatic_launch(state.range(4) != 0);
   cuda::set_gemm_early(static_cast<unsigned>(state.range(5)));
-  cuda::set_programmatic_exact_decode(state.range(4) >= 2, state.range(4) == 2);
+  cuda::set_programmatic_exact_decode_mode(state.range(4) >= 2 ? static_cast<int>(state.range(4)) - 1
+                                                                : state.range(4) == 1 ? cuda::kProgrammaticDecodeAuto : 0);
   bench::DecodeRun run = bench::prepare_decode(m, exact, batch);
   cache::ModelCache& mc = run.mc;
   model::ForwardBatch& d = run.d;
@@ -983,7 +985,7 @@ void BM_CudaModelDecode(benchmark::State& state) {
   backend_cuda::set_fuse_kernels(m, true);
   cuda::set_programmatic_launch(true);
   cuda::set_gemm_early(cuda::kGemmEarlyDefault);
-  cuda::set_programmatic_exact_decode(false);
+  cuda::set_programmatic_exact_decode_mode(cuda::kProgrammaticDecodeAuto);
 }
 // gemm: the decode GEMMs' early-start flags (ops.h's GemmEarly; 35 = weights + release + conv state, the
 // default).
@@ -994,8 +996,8 @@ BENCHMARK(BM_CudaModelDecode)
     ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
-// The exact decode kernel launched programmatically too (pdl:2, pdl:3 without its L2 requests), graphs
-// on; pdl:1 (the default: every small kernel but it) is in the registrations above and below.
+// The exact decode kernel launched programmatically at every batch (pdl:2, pdl:3 without its L2
+// requests), graphs on; pdl:1 (the default) is in the registrations above and below.
 BENCHMARK(BM_CudaModelDecode)
     ->ArgsProduct({{1, 64, 256}, {1}, {1}, {1}, {2, 3}, {cuda::kGemmEarlyDefault}})
     ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})

@@ -250,13 +250,19 @@ void with_l2_prefetch(const void* next, std::size_t bytes, const std::function<v
 constexpr unsigned kGemmEarlyDefault = kGemmEarlyWeights | kGemmEarlyRelease | kGemmEarlyConvState;
 unsigned gemm_early();
 void set_gemm_early(unsigned flags);
-// Whether exact mode's one-row decode (ssd_decode.cu) is one of them (it then also asks L2 for its
-// state tile and replay rings before it waits for the conv). Needs programmatic_launch(); off by
-// default until measured; graphs record it too.
+// Whether exact mode's one-row decode (ssd_decode.cu) is one of them. Needs programmatic_launch();
+// graphs record the mode. By mode:
+//   0: an ordinary launch;
+//   1: programmatic; before its wait for the conv it reads the pass's metadata and asks L2 for its
+//      state tile and its head's replay rings;
+//   2: programmatic, the metadata only;
+//   3 (the default): 1 for passes of up to 16 sequences, 0 above (measured: a batch-1 step 3 % faster,
+//      batch 64 and 256 even or slower; docs/performance.md, session 23).
+inline constexpr int kProgrammaticDecodeAuto = 3;
 bool programmatic_exact_decode();
-// l2_requests: before its wait, ask L2 for the state tile and the rings (measured on: b256 slower).
-void set_programmatic_exact_decode(bool on, bool l2_requests = true);
-int programmatic_exact_decode_mode();  // 0 off, 1 with the L2 requests, 2 without (graphs key on it)
+void set_programmatic_exact_decode(bool on, bool l2_requests = true);  // modes 0, 1, 2
+void set_programmatic_exact_decode_mode(int mode);
+int programmatic_exact_decode_mode();
 // Keeps stream s busy for about `microseconds` (benchmarks: the timed launches queue behind it).
 void busy_wait(double microseconds, cudaStream_t s);
 

@@ -21,6 +21,7 @@
 // cells (more rows to replay) to the lightest: the last blocks to start are short ones and the
 // step does not end on a folding block (heavy_first_head; launch order only, no bits depend on it).
 #include <atomic>
+#include <string>
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/launch_support.h"
@@ -330,7 +331,12 @@ DecodeKernel kernel_of(int flags) {
 
 std::atomic<int> forced_ahead{0}, forced_way{0}, forced_pad{0};
 std::atomic<unsigned long long*> probe_buffer{nullptr};
-std::atomic<int> programmatic_decode{0};  // 0 ordinary launch, 1 programmatic with L2 requests, 2 without
+// ops.h's modes: 0 ordinary launch, 1 programmatic with L2 requests, 2 without, 3 (the default) 1 for
+// passes of up to kProgrammaticDecodeSeqs sequences, else 0.
+std::atomic<int> programmatic_decode{kProgrammaticDecodeAuto};
+// Session 23 (H200, mamba2-2.7b, BM_CudaModelDecode pdl:1 vs pdl:2, two calls): batch 1 −2.6 % and
+// −3.2 % a step; batch 64 ±0 and +0.8 %, batch 256 ±0 (session 11: +3-5 % at 64).
+constexpr int kProgrammaticDecodeSeqs = 16;
 
 // Blocks of `kernel` with `smem` bytes the whole device holds at once.
 int resident_blocks(DecodeKernel kernel, std::size_t smem) { return blocks_per_sm(kernel, kStepThreads, smem) * sm_count(); }
@@ -362,7 +368,8 @@ void launch_decode(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, con
   int ahead = forced > 0 ? forced : forced < 0 ? (resident_blocks(kernel, smem) + columns - 1) / columns : 0;
   if (ahead >= sh.H) ahead = 0;  // every block resident at once (or nothing that far)
   const dim3 grid(static_cast<unsigned>(columns), static_cast<unsigned>(sh.H));
-  const int pdl = programmatic_launch() ? programmatic_decode.load() : 0;
+  int pdl = programmatic_launch() ? programmatic_decode.load() : 0;
+  if (pdl == kProgrammaticDecodeAuto) pdl = p.num_seqs <= kProgrammaticDecodeSeqs ? 1 : 0;
   if (pdl != 0) {
     launch_after_prior(kernel, grid, dim3(kStepThreads), smem, s, "ssd decode", sh, g, p, xbc, ld, dt, A, D, st, tp,
                        tiles, ahead, pdl, probe, y);
@@ -382,6 +389,11 @@ void ssd_decode_probe(unsigned long long* device_buffer) { ssd::probe_buffer.sto
 bool programmatic_exact_decode() { return ssd::programmatic_decode.load() != 0; }
 void set_programmatic_exact_decode(bool on, bool l2_requests) {
   ssd::programmatic_decode.store(on ? (l2_requests ? 1 : 2) : 0);
+}
+void set_programmatic_exact_decode_mode(int mode) {
+  if (mode < 0 || mode > kProgrammaticDecodeAuto)
+    throw Error("set_programmatic_exact_decode_mode: mode " + std::to_string(mode) + " is not 0..3");
+  ssd::programmatic_decode.store(mode);
 }
 int programmatic_exact_decode_mode() { return ssd::programmatic_decode.load(); }
 }  // namespace parity::cuda

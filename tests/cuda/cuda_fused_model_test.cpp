@@ -189,9 +189,10 @@ TEST(CudaFusedModel, GemmsDoingTheConvAndTheNormGiveTheLogitsOfTheirLaunches) {
   cuda::set_gated_out_proj(cuda::kGatedOutProjDefault);
 }
 
-// Exact mode's one-row decode launched programmatically too (set_programmatic_exact_decode: it asks L2
-// for its state and rings, then waits for the conv): the same logits as launched the ordinary way, eager
-// and through graphs (a graph records the setting). Companion: the comparison sees one changed token.
+// Exact mode's one-row decode launched programmatically too (set_programmatic_exact_decode_mode 1: it
+// asks L2 for its state and rings, then waits for the conv; 2: it only waits; 3, the default: 1 for
+// small batches): the same logits as launched the ordinary way, eager and through graphs (a graph
+// records the setting). Companion: the comparison sees one changed token.
 // Sanitizer mode: builtin:tiny alone (the decode step is the Mamba mixer's), graphs with three rows and
 // eager with one.
 TEST(CudaFusedModel, ExactDecodeProgrammaticGivesTheSameLogits) {
@@ -214,12 +215,16 @@ TEST(CudaFusedModel, ExactDecodeProgrammaticGivesTheSameLogits) {
       const std::vector<float> poked = run_schedule(*m, true, batch, nullptr, batch - 1);
       cuda::set_programmatic_exact_decode(true, false);  // without the L2 requests before the wait
       const std::vector<float> plain_wait = run_schedule(*m, true, batch, nullptr);
-      cuda::set_programmatic_exact_decode(false);
+      cuda::set_programmatic_exact_decode_mode(cuda::kProgrammaticDecodeAuto);  // 1 up to 16 sequences
+      const std::vector<float> automatic = run_schedule(*m, true, batch, nullptr);
+      cuda::set_programmatic_exact_decode_mode(cuda::kProgrammaticDecodeAuto);
       const std::string what = std::string(spec) + (eager ? " eager" : " graphs") + " batch " + std::to_string(batch);
       EXPECT_EQ(test::bit_difference(got.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
           << what << " (row r: prefill rows first, then step k's batch)";
       EXPECT_EQ(test::bit_difference(plain_wait.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
           << what << " without the L2 requests";
+      EXPECT_EQ(test::bit_difference(automatic.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
+          << what << " by batch (the default)";
       EXPECT_NE(test::bit_difference(poked.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
           << what << ": companion (a changed decode token)";
     }

@@ -288,7 +288,7 @@ TEST(CudaSsdStep, ExactDecodeProgrammaticEqualsSingleShot) {
       check_exact(kShapes[1], 16, bf16, {0});
     }
   }
-  cuda::set_programmatic_exact_decode(false);
+  cuda::set_programmatic_exact_decode_mode(cuda::kProgrammaticDecodeAuto);
 }
 
 // The check above can fail: the single shot on another grid gives other rows.
