@@ -110,8 +110,8 @@ void CudaMambaMixer::enqueue(int layer, const float* x, const uint16_t* x16, int
   // One row: out_proj's blocks may run the norm themselves (gated_a.h: the same bits, one launch fewer).
   bool norm_done = false;
   if (g16 && T == 1 && c.n_groups == 1 && !L.out_proj.fp32 && !(p.skip & (kSkipGatedNorm | kSkipOutProj))) {
-    const cuda::GatedA a{sc.y.data(), sc.zx.data(), L.gate_norm.data(), I, static_cast<float>(c.layer_norm_epsilon),
-                         c.norm_before_gate};
+    const cuda::GatedA a{sc.y.data(), gate_done ? sc.gate.data() : sc.zx.data(), L.gate_norm.data(), I,
+                         static_cast<float>(c.layer_norm_epsilon), c.norm_before_gate, gate_done};
     mark(p.profile, StepPart::MambaGemm, st);
     norm_done = cuda::gemm_bf16_gated_row(a, I, L.out_proj.bf16.data(), hidden,
                                           L.out_proj_bias.size() ? L.out_proj_bias.data() : nullptr, out, st);

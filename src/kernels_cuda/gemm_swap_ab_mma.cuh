@@ -128,8 +128,9 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
     uint16_t* row16 = reinterpret_cast<uint16_t*>(base);
     for (int i = 2 * K + static_cast<int>(threadIdx.x) * 4; i < gated_region_bytes(K); i += kGatedThreads * 4)
       *reinterpret_cast<unsigned*>(base + i) = 0u;  // the slack and the zero row (2K is a multiple of 64)
-    norm_row::gated_norm_held(ga.y, ga.z, ga.group, wk, ga.eps, ga.norm_before_gate,
-                              [&](int i, float v) { row16[i] = norm_row::bf16_bits(v); });
+    norm_row::gated_norm_held(
+        ga.y, ga.z, ga.group, wk, ga.eps, ga.norm_before_gate, [&](int i, float v) { row16[i] = norm_row::bf16_bits(v); },
+        ga.z_activated);
     __syncthreads();  // the row is on chip before any consumer reads it
     if (warp == kProducer) {
       if (lane == 0) produce_w_rest<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, kboxes, n0, first);
