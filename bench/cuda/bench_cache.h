@@ -1,15 +1,19 @@
 #pragma once
-// The cache a GPU benchmark runs on: `slots` sequences with the mode's default numerics (grid, state dtype),
-// and, when kv_tokens > 0, paged KV blocks of 16 for kv_tokens tokens per sequence.
+// The cache a GPU benchmark runs on: `slots` sequences with the mode's default numerics (grid, state dtype;
+// `ssm_dtype` overrides the latter), and, when kv_tokens > 0, paged KV blocks of 16 for kv_tokens tokens per
+// sequence.
 #include <cstdint>
+#include <optional>
 
 #include "cache/model_cache.h"
 #include "model/model.h"
 
 namespace parity::bench {
 
-inline cache::ModelCache bench_cache(const model::Model& m, bool exact, int slots, int64_t kv_tokens = 0) {
-  const cache::Numerics num = model::default_numerics(m, exact ? model::ScanMode::Exact : model::ScanMode::Plain);
+inline cache::ModelCache bench_cache(const model::Model& m, bool exact, int slots, int64_t kv_tokens = 0,
+                                     std::optional<DType> ssm_dtype = std::nullopt) {
+  cache::Numerics num = model::default_numerics(m, exact ? model::ScanMode::Exact : model::ScanMode::Plain);
+  if (ssm_dtype) num.ssm_dtype = *ssm_dtype;
   cache::ModelCacheOptions o;
   o.mamba.num_slots = slots;
   o.mamba.exact = num.exact;

@@ -13,8 +13,8 @@ model::Model& mamba2_2p7b() {
   return *m;
 }
 
-DecodeRun prepare_decode(model::Model& m, bool exact, int batch) {
-  DecodeRun r{bench_cache(m, exact, batch), {}, std::vector<float>(std::size_t(batch) * m.vocab_size()),
+DecodeRun prepare_decode(model::Model& m, bool exact, int batch, std::optional<DType> ssm_dtype) {
+  DecodeRun r{bench_cache(m, exact, batch, 0, ssm_dtype), {}, std::vector<float>(std::size_t(batch) * m.vocab_size()),
               exact ? model::ScanMode::Exact : model::ScanMode::Plain, 16};
   model::ForwardBatch b;
   for (int s = 0; s < batch; ++s) {

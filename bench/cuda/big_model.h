@@ -3,6 +3,7 @@
 // (the end-to-end decode and prefill in cuda_bench.cpp, the decode step's parts in
 // cuda_decode_budget_bench.cpp): one copy of its 5.4 GB of weights.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "cache/model_cache.h"
@@ -14,7 +15,7 @@ model::Model& mamba2_2p7b();
 
 // A decode batch ready to time: `batch` sequences prefilled with 16 tokens each, then one decode step run
 // untimed (it captures the bucket's graph when graphs are on). The timed loop moves every sequence's start
-// to `pos` and advances it.
+// to `pos` and advances it. The state dtype is the mode's default unless `ssm_dtype` says otherwise.
 struct DecodeRun {
   cache::ModelCache mc;
   model::ForwardBatch d;
@@ -22,6 +23,6 @@ struct DecodeRun {
   model::ScanMode mode;
   int64_t pos;
 };
-DecodeRun prepare_decode(model::Model& m, bool exact, int batch);
+DecodeRun prepare_decode(model::Model& m, bool exact, int batch, std::optional<DType> ssm_dtype = std::nullopt);
 
 }  // namespace parity::bench

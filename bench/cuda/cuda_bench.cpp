@@ -1033,6 +1033,30 @@ BENCHMARK(BM_CudaModelDecode)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
+// Exact against plain at the same state dtype (issue 10's comparison; BM_CudaModelDecode runs each mode's
+// default: plain bf16, exact fp32): arg0 batch, arg1 0 plain / 1 exact, arg2 0 fp32 / 1 bf16 state. Default
+// launches, graphs on; wall time of Model::forward as BM_CudaModelDecode.
+void BM_CudaModelDecodeStateDtype(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  model::Model& m = big_model();
+  const int batch = static_cast<int>(state.range(0));
+  bench::DecodeRun run =
+      bench::prepare_decode(m, state.range(1) != 0, batch, state.range(2) != 0 ? DType::BF16 : DType::F32);
+  for (auto _ : state) {
+    for (auto& q : run.d.seqs) q.start = run.pos;
+    const auto t0 = std::chrono::steady_clock::now();
+    m.forward(run.d, run.mc, run.mode, run.logits.data());
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    ++run.pos;
+  }
+  state.SetItemsProcessed(state.iterations() * batch);  // tokens
+}
+BENCHMARK(BM_CudaModelDecodeStateDtype)
+    ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}})
+    ->ArgNames({"batch", "exact", "bf16"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
 // Prefill of 8 × 2048 tokens on builtin:mamba2-2.7b (arg: 0 plain, 1 exact), last-row logits only.
 void BM_CudaModelPrefill(benchmark::State& state) {
   if (!have_gpu(state)) return;
