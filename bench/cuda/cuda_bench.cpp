@@ -27,6 +27,7 @@
 #include "kernels_cuda/pass_plan.h"
 #include "kernels_cuda/ssd_prefill.h"
 #include "kernels_cuda/ssd_tc.h"
+#include "kernels_cuda/stream_floor.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "bench_cache.h"
@@ -723,6 +724,70 @@ BENCHMARK(BM_CudaGemmChain)
     ->ArgsProduct({{1, 64}, {0, 1}, {0, 3, 7, 67}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+
+// A batch-1 decode step of mamba2-2.7b with the work taken out (stream_floor.h: issue 11's decode target
+// against what the launch structure alone costs): per layer `small` empty launches (1: the norm before
+// in_proj; 4: the norm, and the conv, the SSM step and the gated norm between the GEMMs, as a plain step
+// launches them) and the two GEMMs' weight reads (in_proj 54 MB, out_proj 26 MB, each layer its own
+// bytes), then the final norm and lm_head's 257 MB: one CUDA graph, every launch programmatic. arg0
+// small (0, 1, 4), arg1 early (1: the reads start before the wait, as the GEMMs' rings do). x_floor: the
+// step over its bytes at copy_bandwidth(), the floor BM_CudaModelDecode's decode target is measured
+// against (1.3 the target).
+void BM_CudaStreamFloor(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  constexpr int kLayers = 64;
+  const int small = static_cast<int>(state.range(0));
+  const bool early = state.range(1) != 0;
+  auto bytes_of = [](int shape) { return 2 * std::size_t(kGemmShapes[shape][0]) * kGemmShapes[shape][1]; };
+  const std::size_t in_b = bytes_of(0), out_b = bytes_of(1), head_b = bytes_of(2);
+  const std::size_t total = kLayers * (in_b + out_b) + head_b;
+  static cuda::DeviceBuffer<uint8_t> weights(total);  // 5.4 GB, once per process (contents do not matter)
+  cuda::DeviceBuffer<unsigned> sink(1);
+  cudaStream_t s = nullptr;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  {
+    const cuda::GraphExec g = cuda::capture_graph(s, [&] {
+      const uint8_t* w = weights.data();
+      for (int l = 0; l < kLayers; ++l) {
+        if (small >= 1) cuda::empty_step(s);
+        cuda::stream_read(w, in_b, early, sink.data(), s);
+        w += in_b;
+        for (int i = 1; i < small; ++i) cuda::empty_step(s);
+        cuda::stream_read(w, out_b, early, sink.data(), s);
+        w += out_b;
+      }
+      if (small >= 1) cuda::empty_step(s);
+      cuda::stream_read(w, head_b, early, sink.data(), s);
+    });
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    g.launch(s);  // warm-up
+    double sum = 0;
+    for (auto _ : state) {
+      cuda::busy_wait(50, s);  // the graph's launch queues behind it: device time only
+      cudaEventRecord(a, s);
+      g.launch(s);
+      cudaEventRecord(b, s);
+      cudaEventSynchronize(b);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, a, b);
+      state.SetIterationTime(ms / 1000.0);
+      sum += ms / 1000.0;
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    const double step = sum / static_cast<double>(std::max<int64_t>(1, state.iterations()));
+    state.counters["x_floor"] = step / (static_cast<double>(total) / copy_bandwidth());
+    state.counters["TBps"] = static_cast<double>(total) / step / 1e12;
+  }
+  cudaStreamDestroy(s);
+}
+BENCHMARK(BM_CudaStreamFloor)
+    ->ArgsProduct({{0, 1, 4}, {0, 1}})
+    ->ArgNames({"small", "early"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 // The few-rows kernel's variants side by side (arg0 M, arg1 shape, arg2 variant of
 // gemm_skinny_variants(), the label names it; arg3 1 = L2 flushed before each pass, as in a decode
