@@ -13,8 +13,10 @@ model::Model& mamba2_2p7b() {
   return *m;
 }
 
-DecodeRun prepare_decode(model::Model& m, bool exact, int batch, std::optional<DType> ssm_dtype) {
-  DecodeRun r{bench_cache(m, exact, batch, 0, ssm_dtype), {}, std::vector<float>(std::size_t(batch) * m.vocab_size()),
+DecodeRun prepare_decode(model::Model& m, bool exact, int batch, std::optional<DType> ssm_dtype, bool pinned) {
+  const std::size_t n = std::size_t(batch) * m.vocab_size();
+  DecodeRun r{bench_cache(m, exact, batch, 0, ssm_dtype), {},
+              pinned ? m.host_floats(n) : model::HostFloats(new float[n](), [](float* p) { delete[] p; }),
               exact ? model::ScanMode::Exact : model::ScanMode::Plain, 16};
   model::ForwardBatch b;
   for (int s = 0; s < batch; ++s) {
@@ -23,13 +25,13 @@ DecodeRun prepare_decode(model::Model& m, bool exact, int batch, std::optional<D
     b.seqs.push_back({s, 0, 16});
     b.logit_rows.push_back(s * 16 + 15);
   }
-  m.forward(b, r.mc, r.mode, r.logits.data());
+  m.forward(b, r.mc, r.mode, r.logits.get());
   for (int s = 0; s < batch; ++s) {
     r.d.tokens.push_back(s + 1);
     r.d.seqs.push_back({s, r.pos, 1});
     r.d.logit_rows.push_back(s);
   }
-  m.forward(r.d, r.mc, r.mode, r.logits.data());  // warm-up: captures the bucket's graph
+  m.forward(r.d, r.mc, r.mode, r.logits.get());  // warm-up: captures the bucket's graph
   ++r.pos;
   return r;
 }

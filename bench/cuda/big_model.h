@@ -19,10 +19,12 @@ model::Model& mamba2_2p7b();
 struct DecodeRun {
   cache::ModelCache mc;
   model::ForwardBatch d;
-  std::vector<float> logits;
+  model::HostFloats logits;  // the model's host memory (page-locked) unless prepared with pinned = false
   model::ScanMode mode;
   int64_t pos;
 };
-DecodeRun prepare_decode(model::Model& m, bool exact, int batch, std::optional<DType> ssm_dtype = std::nullopt);
+// pinned = false: the logits in ordinary (pageable, pre-faulted) memory, as before session 24.
+DecodeRun prepare_decode(model::Model& m, bool exact, int batch, std::optional<DType> ssm_dtype = std::nullopt,
+                         bool pinned = true);
 
 }  // namespace parity::bench

@@ -1021,14 +1021,14 @@ void BM_CudaModelDecode(benchmark::State& state) {
   bench::DecodeRun run = bench::prepare_decode(m, exact, batch);
   cache::ModelCache& mc = run.mc;
   model::ForwardBatch& d = run.d;
-  std::vector<float>& logits = run.logits;
+  float* const logits = run.logits.get();
   const model::ScanMode mode = run.mode;
   int64_t& pos = run.pos;
   const int64_t replays0 = backend_cuda::cuda_graph_stats(m).replays;
   for (auto _ : state) {
     for (auto& q : d.seqs) q.start = pos;
     const auto t0 = std::chrono::steady_clock::now();
-    m.forward(d, mc, mode, logits.data());
+    m.forward(d, mc, mode, logits);
     state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     ++pos;
   }
@@ -1042,7 +1042,7 @@ void BM_CudaModelDecode(benchmark::State& state) {
   backend_cuda::set_step_profile(m, &prof);
   for (int k = 0; k < 5; ++k, ++pos) {
     for (auto& q : d.seqs) q.start = pos;
-    m.forward(d, mc, mode, logits.data());
+    m.forward(d, mc, mode, logits);
   }
   backend_cuda::set_step_profile(m, nullptr);
   bench::report_step_shares(state, prof);
@@ -1110,7 +1110,7 @@ void BM_CudaModelDecodeStateDtype(benchmark::State& state) {
   for (auto _ : state) {
     for (auto& q : run.d.seqs) q.start = run.pos;
     const auto t0 = std::chrono::steady_clock::now();
-    m.forward(run.d, run.mc, run.mode, run.logits.data());
+    m.forward(run.d, run.mc, run.mode, run.logits.get());
     state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     ++run.pos;
   }
@@ -1119,6 +1119,29 @@ void BM_CudaModelDecodeStateDtype(benchmark::State& state) {
 BENCHMARK(BM_CudaModelDecodeStateDtype)
     ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}})
     ->ArgNames({"batch", "exact", "bf16"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// Session 24: the logits' copy to the host, into the model's page-locked memory (Model::host_floats, what
+// the engine and the benchmarks above use) or ordinary pre-faulted memory (before): arg0 batch, arg1 0
+// plain / 1 exact, arg2 1 page-locked / 0 pageable. Default launches, graphs on; wall time of forward().
+void BM_CudaModelDecodeLogits(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  model::Model& m = big_model();
+  const int batch = static_cast<int>(state.range(0));
+  bench::DecodeRun run = bench::prepare_decode(m, state.range(1) != 0, batch, std::nullopt, state.range(2) != 0);
+  for (auto _ : state) {
+    for (auto& q : run.d.seqs) q.start = run.pos;
+    const auto t0 = std::chrono::steady_clock::now();
+    m.forward(run.d, run.mc, run.mode, run.logits.get());
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    ++run.pos;
+  }
+  state.SetItemsProcessed(state.iterations() * batch);  // tokens
+}
+BENCHMARK(BM_CudaModelDecodeLogits)
+    ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}})
+    ->ArgNames({"batch", "exact", "pinned"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

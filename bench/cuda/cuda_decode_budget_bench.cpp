@@ -54,14 +54,14 @@ void BM_CudaDecodeParts(benchmark::State& state) {
   bench::DecodeRun run = bench::prepare_decode(m, exact, batch);
   cache::ModelCache& mc = run.mc;
   model::ForwardBatch& d = run.d;
-  std::vector<float>& logits = run.logits;
+  float* const logits = run.logits.get();
   const model::ScanMode mode = run.mode;
   int64_t& pos = run.pos;
   double total = 0;
   for (auto _ : state) {
     for (auto& q : d.seqs) q.start = pos;
     const auto t0 = std::chrono::steady_clock::now();
-    m.forward(d, mc, mode, logits.data());
+    m.forward(d, mc, mode, logits);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     state.SetIterationTime(s);
     total += s;
@@ -101,6 +101,17 @@ BENCHMARK(BM_CudaDecodeParts)
     ->ArgsProduct({{1}, {0, 1}, {0}, {35}, {6}})
     ->ArgsProduct({{256}, {0, 1}, {0}, {35}, {0}})
     ->ArgsProduct({{1}, {0}, {16, 111}, {35}, {4}})
+    ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+// Session 24: the same budget at 64 and 256 sequences (the default launches, gemmfuse 4): where the
+// tokens/s of a large batch go.
+BENCHMARK(BM_CudaDecodeParts)
+    ->ArgsProduct({{64, 256},
+                   {0, 1},
+                   {0, 1, 2, 4, 8, 16, 32, 64, 126, 125, 123, 119, 111, 95, 63, 127},
+                   {cuda::kGemmEarlyDefault},
+                   {4}})
     ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

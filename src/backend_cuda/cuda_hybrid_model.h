@@ -22,6 +22,7 @@
 #include "backend_cuda/device_probe.h"
 #include "backend_cuda/device_state.h"
 #include "backend_cuda/device_weight.h"
+#include "backend_cuda/host_logits.h"
 #include "backend_cuda/pass_inputs.h"
 #include "backend_cuda/step_profile.h"
 #include "io/granite_config.h"
@@ -62,6 +63,7 @@ class CudaHybridModel : public model::Model {
   int default_exact_cell() const override;
   const char* device() const override { return "cuda"; }
   std::optional<model::DeviceMemory> device_memory() const override { return query_device_memory(rank_.device); }
+  model::HostFloats host_floats(std::size_t n) const override { return pinned_host_floats(n); }
 
   const CudaGraphStats& graph_stats() const { return run_->graphs.stats(); }
   void set_enforce_eager(bool eager) { enforce_eager_ = eager; }

@@ -200,13 +200,18 @@ std::vector<StepOutput> Engine::step() {
   const model::ForwardBatch& batch = pass.batch;
   const std::vector<PackedPass::RowUse>& uses = pass.uses;
   const int V = model_.vocab_size();
-  std::vector<float> logits(batch.logit_rows.size() * static_cast<std::size_t>(V));
-  model_.forward(batch, *cache_, cfg_.mode, logits.data(), hooks_);
+  const std::size_t floats = batch.logit_rows.size() * static_cast<std::size_t>(V);
+  if (floats > logits_floats_) {  // whole 16 rows: a batch that grows by a row does not take new memory
+    logits_floats_ = (batch.logit_rows.size() + 15) / 16 * 16 * static_cast<std::size_t>(V);
+    logits_ = model_.host_floats(logits_floats_);
+  }
+  float* logits = logits_.get();
+  model_.forward(batch, *cache_, cfg_.mode, logits, hooks_);
 
   // Each request's rows, in position order (the runner packs a chunk's rows in order).
   std::map<const Request*, std::vector<std::pair<int64_t, const float*>>> rows;
   for (std::size_t u = 0; u < uses.size(); ++u)
-    rows[uses[u].req].push_back({uses[u].pos, logits.data() + u * static_cast<std::size_t>(V)});
+    rows[uses[u].req].push_back({uses[u].pos, logits + u * static_cast<std::size_t>(V)});
 
   std::map<uint64_t, StepOutput> outs;
   for (std::size_t i = 0; i < chunks.size(); ++i) {

@@ -24,6 +24,10 @@ std::unique_ptr<Model> load_model(const Checkpoint& ck, const ModelOptions& opts
   throw Error(ck.origin + ": architecture '" + arch + "' is not supported (supported: " + all + ")");
 }
 
+HostFloats Model::host_floats(std::size_t n) const {
+  return HostFloats(new float[n], [](float* p) { delete[] p; });
+}
+
 cache::Numerics stamp_backend(const Model& m, cache::Numerics n) {
   n.device = m.device();
   n.tensor_parallel = m.cache_spec().tensor_parallel;

@@ -65,6 +65,8 @@ class TensorParallelModel : public Model {
   // caches' share of it is conservative (each rank holds 1/tp of them).
   std::optional<DeviceMemory> device_memory() const override { return ranks_[0]->device_memory(); }
   std::string placement() const override { return placement_; }
+  // Rank 0's: the ranks' logits reach the caller through rank 0's device.
+  HostFloats host_floats(std::size_t n) const override { return ranks_[0]->host_floats(n); }
 
  private:
   explicit TensorParallelModel(int tp) : collective_(tp), workers_(tp) {}

@@ -4,6 +4,9 @@
 // and probe points (capture sees the tensor, a replacement changes the logits).
 #include <cmath>
 #include <filesystem>
+#include <vector>
+
+#include <cuda_runtime_api.h>
 
 #include "backend_cuda/backend.h"
 #include "common/error.h"
@@ -123,6 +126,39 @@ TEST(CudaModel, ProbesCaptureAndReplaceOnTheGpu) {
   rep.zero = true;
   const std::vector<float> changed = model::score_all_rows(*m, toks, model::ScanMode::Exact, &rep);
   EXPECT_FALSE(test::same_bits(base.data(), changed.data(), base.size()));
+}
+
+// A CUDA model's host memory for logits (Model::host_floats, what the engine passes to forward) is
+// page-locked, so the logits' copy is a DMA; the same logits land there as in ordinary memory. Companion:
+// ordinary memory is not page-locked (the check can tell them apart).
+TEST(CudaModel, LogitsLandInPageLockedHostMemory) {
+  PARITY_REQUIRE_GPU();
+  for (const char* spec : {"builtin:tiny", "builtin:tiny-hybrid"}) {
+    auto m = gpu_model(spec);
+    const int V = m->vocab_size();
+    const std::vector<int32_t> toks = {1, 5, 9, 2, 7, 3};
+    model::HostFloats pinned = m->host_floats(toks.size() * static_cast<std::size_t>(V));
+    cudaPointerAttributes a{};
+    ASSERT_EQ(cudaPointerGetAttributes(&a, pinned.get()), cudaSuccess);
+    EXPECT_EQ(a.type, cudaMemoryTypeHost) << spec;
+    std::vector<float> plain(toks.size() * static_cast<std::size_t>(V));
+    cudaPointerAttributes b{};
+    ASSERT_EQ(cudaPointerGetAttributes(&b, plain.data()), cudaSuccess);
+    EXPECT_EQ(b.type, cudaMemoryTypeUnregistered) << "companion: a std::vector is pageable";
+    for (float* out : {pinned.get(), plain.data()}) {
+      cache::ModelCacheOptions o;
+      o.kv_num_blocks = 4;  // the hybrid's attention layers
+      cache::ModelCache mc(m->cache_spec(), o);
+      const int slot = mc.allocate();
+      ASSERT_TRUE(mc.reserve(slot, static_cast<int64_t>(toks.size())));
+      model::ForwardBatch fb;
+      fb.tokens = toks;
+      fb.seqs = {{slot, 0, static_cast<int>(toks.size())}};
+      for (int r = 0; r < static_cast<int>(toks.size()); ++r) fb.logit_rows.push_back(r);
+      m->forward(fb, mc, model::ScanMode::Plain, out);
+    }
+    EXPECT_TRUE(test::same_bits(pinned.get(), plain.data(), plain.size())) << spec;
+  }
 }
 
 // Hybrids load as CudaHybridModel (tests/cuda/cuda_hybrid_model_test.cpp); an exact grid larger
