@@ -664,6 +664,30 @@ BENCHMARK(BM_CudaGemm)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// Replays graph g on s once to warm up, then once per iteration behind a busy kernel (the launch queues
+// behind it: device time only, CUDA events); each iteration's time is the state's. Returns the mean, s.
+double time_graph(benchmark::State& state, const cuda::GraphExec& g, cudaStream_t s) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  g.launch(s);  // warm-up
+  double total = 0;
+  for (auto _ : state) {
+    cuda::busy_wait(50, s);
+    cudaEventRecord(a, s);
+    g.launch(s);
+    cudaEventRecord(b, s);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    state.SetIterationTime(ms / 1000.0);
+    total += ms / 1000.0;
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return total / static_cast<double>(std::max<int64_t>(1, state.iterations()));
+}
+
 // A decode step's pattern, norm then GEMM, eight times over (arg0 M, arg1 shape, arg2 the GEMMs'
 // early-start flags, ops.h's GemmEarly: 0 = main's ordinary launches): add_rmsnorm writes the bf16 copy
 // the next GEMM reads (gemm_rounded, as the mixer calls in_proj and out_proj), each GEMM with weights of
@@ -695,25 +719,7 @@ void BM_CudaGemmChain(benchmark::State& state) {
                            c.data(), Nn, s, Nn);
       }
     });
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    g.launch(s);  // warm-up
-    double total = 0;
-    for (auto _ : state) {
-      cuda::busy_wait(50, s);  // the graph's launch queues behind it: device time only
-      cudaEventRecord(a, s);
-      g.launch(s);
-      cudaEventRecord(b, s);
-      cudaEventSynchronize(b);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, a, b);
-      state.SetIterationTime(ms / 1000.0);
-      total += ms / 1000.0;
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    const double pair = total / static_cast<double>(std::max<int64_t>(1, state.iterations())) / kPairs;
+    const double pair = time_graph(state, g, s) / kPairs;
     state.counters["us_per_pair"] = pair * 1e6;
     state.counters["x_floor"] = pair / (2.0 * static_cast<double>(wn) / copy_bandwidth());
   }
@@ -759,25 +765,7 @@ void BM_CudaStreamFloor(benchmark::State& state) {
       if (small >= 1) cuda::empty_step(s);
       cuda::stream_read(w, head_b, early, sink.data(), s);
     });
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    g.launch(s);  // warm-up
-    double sum = 0;
-    for (auto _ : state) {
-      cuda::busy_wait(50, s);  // the graph's launch queues behind it: device time only
-      cudaEventRecord(a, s);
-      g.launch(s);
-      cudaEventRecord(b, s);
-      cudaEventSynchronize(b);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, a, b);
-      state.SetIterationTime(ms / 1000.0);
-      sum += ms / 1000.0;
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    const double step = sum / static_cast<double>(std::max<int64_t>(1, state.iterations()));
+    const double step = time_graph(state, g, s);
     state.counters["x_floor"] = step / (static_cast<double>(total) / copy_bandwidth());
     state.counters["TBps"] = static_cast<double>(total) / step / 1e12;
   }
@@ -1098,6 +1086,18 @@ BENCHMARK(BM_CudaModelDecode)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
+// One decode step of run's batch a iteration, wall time of Model::forward (as BM_CudaModelDecode times it).
+void time_decode_steps(benchmark::State& state, model::Model& m, bench::DecodeRun& run, int batch) {
+  for (auto _ : state) {
+    for (auto& q : run.d.seqs) q.start = run.pos;
+    const auto t0 = std::chrono::steady_clock::now();
+    m.forward(run.d, run.mc, run.mode, run.logits.get());
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    ++run.pos;
+  }
+  state.SetItemsProcessed(state.iterations() * batch);  // tokens
+}
+
 // Exact against plain at the same state dtype (issue 10's comparison; BM_CudaModelDecode runs each mode's
 // default: plain bf16, exact fp32): arg0 batch, arg1 0 plain / 1 exact, arg2 0 fp32 / 1 bf16 state. Default
 // launches, graphs on; wall time of Model::forward as BM_CudaModelDecode.
@@ -1107,14 +1107,7 @@ void BM_CudaModelDecodeStateDtype(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
   bench::DecodeRun run =
       bench::prepare_decode(m, state.range(1) != 0, batch, state.range(2) != 0 ? DType::BF16 : DType::F32);
-  for (auto _ : state) {
-    for (auto& q : run.d.seqs) q.start = run.pos;
-    const auto t0 = std::chrono::steady_clock::now();
-    m.forward(run.d, run.mc, run.mode, run.logits.get());
-    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    ++run.pos;
-  }
-  state.SetItemsProcessed(state.iterations() * batch);  // tokens
+  time_decode_steps(state, m, run, batch);
 }
 BENCHMARK(BM_CudaModelDecodeStateDtype)
     ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}})
@@ -1130,14 +1123,7 @@ void BM_CudaModelDecodeLogits(benchmark::State& state) {
   model::Model& m = big_model();
   const int batch = static_cast<int>(state.range(0));
   bench::DecodeRun run = bench::prepare_decode(m, state.range(1) != 0, batch, std::nullopt, state.range(2) != 0);
-  for (auto _ : state) {
-    for (auto& q : run.d.seqs) q.start = run.pos;
-    const auto t0 = std::chrono::steady_clock::now();
-    m.forward(run.d, run.mc, run.mode, run.logits.get());
-    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    ++run.pos;
-  }
-  state.SetItemsProcessed(state.iterations() * batch);  // tokens
+  time_decode_steps(state, m, run, batch);
 }
 BENCHMARK(BM_CudaModelDecodeLogits)
     ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1}})
