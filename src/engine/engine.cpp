@@ -200,12 +200,7 @@ std::vector<StepOutput> Engine::step() {
   const model::ForwardBatch& batch = pass.batch;
   const std::vector<PackedPass::RowUse>& uses = pass.uses;
   const int V = model_.vocab_size();
-  const std::size_t floats = batch.logit_rows.size() * static_cast<std::size_t>(V);
-  if (floats > logits_floats_) {  // whole 16 rows: a batch that grows by a row does not take new memory
-    logits_floats_ = (batch.logit_rows.size() + 15) / 16 * 16 * static_cast<std::size_t>(V);
-    logits_ = model_.host_floats(logits_floats_);
-  }
-  float* logits = logits_.get();
+  float* logits = logits_.rows(model_, batch.logit_rows.size());
   model_.forward(batch, *cache_, cfg_.mode, logits, hooks_);
 
   // Each request's rows, in position order (the runner packs a chunk's rows in order).

@@ -145,9 +145,7 @@ class Engine {
   FinishListener finish_listener_;
   uint64_t next_id_ = 1;
   int64_t step_ = 0;
-  // The pass's logits, reused every step (the model's host memory: page-locked for a GPU backend).
-  model::HostFloats logits_{nullptr, [](float*) {}};
-  std::size_t logits_floats_ = 0;
+  model::LogitsBuffer logits_;  // the pass's logits (the model's host memory: page-locked on a GPU)
 };
 
 }  // namespace parity::engine

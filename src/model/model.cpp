@@ -28,6 +28,15 @@ HostFloats Model::host_floats(std::size_t n) const {
   return HostFloats(new float[n], [](float* p) { delete[] p; });
 }
 
+float* LogitsBuffer::rows(const Model& m, std::size_t rows) {
+  const std::size_t V = static_cast<std::size_t>(m.vocab_size());
+  if (rows * V > floats_) {
+    floats_ = (rows + 15) / 16 * 16 * V;
+    mem_ = m.host_floats(floats_);
+  }
+  return mem_.get();
+}
+
 cache::Numerics stamp_backend(const Model& m, cache::Numerics n) {
   n.device = m.device();
   n.tensor_parallel = m.cache_spec().tensor_parallel;

@@ -62,6 +62,17 @@ class Model {
   virtual HostFloats host_floats(std::size_t n) const;
 };
 
+// A pass's logits memory from Model::host_floats, reused across passes: grows in whole 16 rows, so a
+// batch that grows by a row does not take new (page-locked) memory.
+class LogitsBuffer {
+ public:
+  float* rows(const Model& m, std::size_t rows);
+
+ private:
+  HostFloats mem_{nullptr, [](float*) {}};
+  std::size_t floats_ = 0;
+};
+
 std::vector<std::string> supported_architectures();
 
 // Builds the model config.json names; throws parity::Error naming an unsupported architecture.

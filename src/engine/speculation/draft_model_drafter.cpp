@@ -71,17 +71,16 @@ void DraftModelDrafter::propose(std::vector<DraftQuery>& queries) {
     s.fed.assign(q.tokens->begin(), q.tokens->end());
     live.push_back(&q);
   }
-  std::vector<float> logits;
   while (!b.seqs.empty()) {
-    logits.resize(b.logit_rows.size() * static_cast<std::size_t>(V));
-    m_.forward(b, *cache_, model::ScanMode::Plain, logits.data());
+    float* logits = logits_.rows(m_, b.logit_rows.size());
+    m_.forward(b, *cache_, model::ScanMode::Plain, logits);
     // Next pass: each live query feeds the draft it just got, unless it has enough.
     model::ForwardBatch next;
     std::vector<DraftQuery*> still;
     for (std::size_t i = 0; i < live.size(); ++i) {
       DraftQuery& q = *live[i];
       Seq& s = seqs_[q.request];
-      const int32_t d = sample_token(logits.data() + i * static_cast<std::size_t>(V), V, greedy, 0);
+      const int32_t d = sample_token(logits + i * static_cast<std::size_t>(V), V, greedy, 0);
       q.drafts.push_back(d);
       if (static_cast<int>(q.drafts.size()) >= q.room) continue;
       if (q.drafts.size() == 1) {  // the drafts fed from here on may be rejected: keep the way back

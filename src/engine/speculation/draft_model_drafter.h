@@ -38,6 +38,7 @@ class DraftModelDrafter : public Drafter {
   const model::Model& m_;
   std::unique_ptr<cache::ModelCache> cache_;
   std::map<uint64_t, Seq> seqs_;
+  model::LogitsBuffer logits_;  // a draft pass's logits, reused (page-locked when the draft model is on a GPU)
 };
 
 }  // namespace parity::engine
