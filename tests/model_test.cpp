@@ -76,6 +76,24 @@ TEST(Model, BuiltinIsDeterministic) {
 }
 
 // A sequence alone and packed between two others gives the same bits, in both modes.
+// The engine's logits memory (model::LogitsBuffer over Model::host_floats): the same memory while the
+// batch fits its whole 16 rows, more when it outgrows them, and every row of it writable (the sanitizer
+// build would flag a short buffer).
+TEST(Model, LogitsBufferIsReusedUntilTheBatchOutgrowsIt) {
+  auto m = model::load_model(model::open_checkpoint("builtin:tiny"));
+  const std::size_t V = static_cast<std::size_t>(m->vocab_size());
+  model::LogitsBuffer buf;
+  float* three = buf.rows(*m, 3);
+  ASSERT_NE(three, nullptr);
+  EXPECT_EQ(buf.rows(*m, 16), three) << "16 rows fit the first allocation";
+  EXPECT_EQ(buf.rows(*m, 1), three);
+  float* more = buf.rows(*m, 17);
+  ASSERT_NE(more, nullptr);
+  for (std::size_t i = 0; i < 32 * V; ++i) more[i] = static_cast<float>(i % 7);  // 17 rows round up to 32
+  EXPECT_EQ(more[32 * V - 1], static_cast<float>((32 * V - 1) % 7));
+  EXPECT_EQ(buf.rows(*m, 32), more);
+}
+
 TEST(Model, PackingInvariance) {
   auto m = model::load_model(model::open_checkpoint("builtin:tiny-g2"));
   std::mt19937 rng(3);
