@@ -129,8 +129,9 @@ TEST(CudaModel, ProbesCaptureAndReplaceOnTheGpu) {
 }
 
 // A CUDA model's host memory for logits (Model::host_floats, what the engine passes to forward) is
-// page-locked, so the logits' copy is a DMA; the same logits land there as in ordinary memory. Companion:
-// ordinary memory is not page-locked (the check can tell them apart).
+// page-locked, so the logits' copy is a DMA; the same logits land there as in ordinary memory. Companions:
+// ordinary memory is not page-locked (the check can tell them apart), and one changed token changes the
+// logits the comparison holds equal.
 TEST(CudaModel, LogitsLandInPageLockedHostMemory) {
   PARITY_REQUIRE_GPU();
   for (const char* spec : {"builtin:tiny", "builtin:tiny-hybrid"}) {
@@ -145,19 +146,25 @@ TEST(CudaModel, LogitsLandInPageLockedHostMemory) {
     cudaPointerAttributes b{};
     ASSERT_EQ(cudaPointerGetAttributes(&b, plain.data()), cudaSuccess);
     EXPECT_EQ(b.type, cudaMemoryTypeUnregistered) << "companion: a std::vector is pageable";
-    for (float* out : {pinned.get(), plain.data()}) {
+    auto run = [&](const std::vector<int32_t>& tokens, float* out) {
       cache::ModelCacheOptions o;
       o.kv_num_blocks = 4;  // the hybrid's attention layers
       cache::ModelCache mc(m->cache_spec(), o);
       const int slot = mc.allocate();
-      ASSERT_TRUE(mc.reserve(slot, static_cast<int64_t>(toks.size())));
+      ASSERT_TRUE(mc.reserve(slot, static_cast<int64_t>(tokens.size())));
       model::ForwardBatch fb;
-      fb.tokens = toks;
-      fb.seqs = {{slot, 0, static_cast<int>(toks.size())}};
-      for (int r = 0; r < static_cast<int>(toks.size()); ++r) fb.logit_rows.push_back(r);
+      fb.tokens = tokens;
+      fb.seqs = {{slot, 0, static_cast<int>(tokens.size())}};
+      for (int r = 0; r < static_cast<int>(tokens.size()); ++r) fb.logit_rows.push_back(r);
       m->forward(fb, mc, model::ScanMode::Plain, out);
-    }
+    };
+    run(toks, pinned.get());
+    run(toks, plain.data());
     EXPECT_TRUE(test::same_bits(pinned.get(), plain.data(), plain.size())) << spec;
+    std::vector<int32_t> poked = toks;
+    poked[2] += 1;
+    run(poked, plain.data());
+    EXPECT_FALSE(test::same_bits(pinned.get(), plain.data(), plain.size())) << spec << ": companion, a changed token";
   }
 }
 
