@@ -30,6 +30,7 @@
 #include "common/aligned.h"
 #include "decode_timing.h"
 #include "kernels/isa.h"
+#include "kernels/prefetch_plan.h"
 #include "kernels/ssd.h"
 #include "kernels/ssd_grid.h"
 #include "kernels/ssd_internal.h"
@@ -127,16 +128,16 @@ void exact_kernels(Batch& b, int64_t pos) {
 // The traffic alone, as integer words: XOR is associative, so the compiler vectorises the loops
 // freely and they run at the memory's pace. `zero` is 0 at run time: every store writes back what
 // it read, and the compiler can drop neither the loads nor the stores. With g_ask_ahead each
-// 64-byte line asks for the lines ahead as the kernels do (kPrefetchBytes into L1 and, for a bf16
-// state, kFarPrefetchBytes into the outer caches). On the Zen 5 that made the bf16
+// 64-byte line asks for the lines ahead as the kernels do (the active prefetch plan's near distance
+// into L1 and, for a bf16 state, its far one into the outer caches). On the Zen 5 that made the bf16
 // and fp32 read loops faster and the fp32 in-place copy slower, so a floor is the faster of the two
 // ways, timed side by side (floor_ms).
 bool g_ask_ahead = false;
 inline void ask_ahead(const void* line, bool far) {
   if (!g_ask_ahead) return;
   const char* c = static_cast<const char*>(line);
-  _mm_prefetch(c + kernels::ssd_detail::kPrefetchBytes, _MM_HINT_T0);
-  if (far) _mm_prefetch(c + kernels::ssd_detail::kFarPrefetchBytes, _MM_HINT_T2);
+  if (const int near = kernels::state_prefetch_near()) _mm_prefetch(c + near, _MM_HINT_T0);
+  if (far && kernels::state_prefetch_far()) _mm_prefetch(c + kernels::state_prefetch_far(), _MM_HINT_T2);
 }
 uint32_t read_floats(const float* p, std::size_t n, bool far = false) {
   const uint32_t* w = reinterpret_cast<const uint32_t*>(p);

@@ -12,16 +12,15 @@
 #include <cstddef>
 
 #include "kernels/gemm_internal.h"
+#include "kernels/prefetch_plan.h"
 
 namespace parity::kernels::detail {
 
 namespace {
 
-// Each panel is its own sequential stream (four at once at one row). On one Zen 5 core the hardware
-// prefetchers alone kept a one-row pass at ~75 % of the read bandwidth; asking for the line 2 KB ahead
-// in every stream took M = 1 and 16 passes 4-18 % faster (bf16 and fp32; 512, 1024 and 4096 bytes measured
-// no better). A prefetch moves no arithmetic: the bits are the same.
-constexpr std::size_t kStreamAheadBytes = 2048;
+// Each panel is its own sequential stream (four at once at one row). Whether asking for each stream's
+// line `ahead` bytes on helps depends on the machine (kernels/prefetch_plan.h: 2 KiB on Zen 5, none
+// on Zen 4). A prefetch moves no arithmetic: the bits are the same.
 
 template <DType DT>
 struct Panel;
@@ -68,7 +67,7 @@ inline __mmask16 lane_mask(int valid) {
 template <int MR, int NP, DType DT>
 __attribute__((always_inline)) inline void micro(const float* a, int lda, const uint8_t* w, std::size_t pstride,
                                                   int K, const float* bias, float* c, int ldc, int ncols,
-                                                  const uint8_t* pf) {
+                                                  const uint8_t* pf, std::size_t ahead) {
   using P = Panel<DT>;
   __m512 acc[MR][NP][2];
 #pragma GCC unroll 8
@@ -85,11 +84,13 @@ __attribute__((always_inline)) inline void micro(const float* a, int lda, const 
     const uint8_t* wk = w + static_cast<std::size_t>(k) * P::kRowBytes;
 #pragma GCC unroll 8
     for (int q = 0; q < NP; ++q) P::load(wk + q * pstride, wv[q][0], wv[q][1]);
+    if (ahead) {
 #pragma GCC unroll 8
-    for (int q = 0; q < NP; ++q) {
-      const char* ahead = reinterpret_cast<const char*>(wk + q * pstride + kStreamAheadBytes);
-      _mm_prefetch(ahead, _MM_HINT_T0);
-      if constexpr (P::kRowBytes > 64) _mm_prefetch(ahead + 64, _MM_HINT_T0);
+      for (int q = 0; q < NP; ++q) {
+        const char* line = reinterpret_cast<const char*>(wk + q * pstride + ahead);
+        _mm_prefetch(line, _MM_HINT_T0);
+        if constexpr (P::kRowBytes > 64) _mm_prefetch(line + 64, _MM_HINT_T0);
+      }
     }
     if (pf) {
       const char* f = reinterpret_cast<const char*>(pf + static_cast<std::size_t>(k) * P::kRowBytes);
@@ -140,14 +141,14 @@ __attribute__((always_inline)) inline void micro(const float* a, int lda, const 
 // fit in the 32 zmm registers without spilling, then narrower ones for the rest.
 template <int MR, DType DT>
 inline void rows_over_panels(const float* a, int lda, const PackedWeight& w, const float* bias, float* c, int ldc,
-                             int p, int np, bool prefetch_next) {
+                             int p, int np, bool prefetch_next, std::size_t ahead) {
   const std::size_t ps = static_cast<std::size_t>(w.k) * Panel<DT>::kRowBytes;
   const uint8_t* base = w.data.data();
   auto call = [&]<int NP>(int q) {
     const int col = (p + q) * kNr;
     const uint8_t* pf = prefetch_next ? base + static_cast<std::size_t>(p + q + 4) * ps : nullptr;
     micro<MR, NP, DT>(a, lda, base + static_cast<std::size_t>(p + q) * ps, ps, w.k, bias ? bias + col : nullptr,
-                      c + col, ldc, w.n - col, pf);
+                      c + col, ldc, w.n - col, pf, ahead);
   };
   int q = 0;
   if constexpr (MR <= 2) {  // 3 rows × 4 panels would need 8 weight registers on top of 24 accumulators
@@ -169,6 +170,7 @@ void tile(const float* a, int lda, const PackedWeight& w, const float* bias, flo
   // groups crowd the L2) it lost a little, so it is limited to groups of at most 400 KB of 16-bit
   // weights. A single row block streams anyway and gains nothing from it.
   constexpr bool kNarrow = DT != DType::F32;
+  const std::size_t ahead = static_cast<std::size_t>(gemm_prefetch_ahead());
   const bool prefetch = kNarrow && m1 - m0 > 5 && static_cast<std::size_t>(w.k) * 4 * Panel<DT>::kRowBytes <= 400 * 1024;
   for (int p = p0; p < p1; p += 4) {
     const int np = std::min(4, p1 - p);
@@ -176,17 +178,17 @@ void tile(const float* a, int lda, const PackedWeight& w, const float* bias, flo
     int i = m0;
     for (; i + 6 <= m1; i += 6) {
       rows_over_panels<6, DT>(a + static_cast<std::size_t>(i) * lda, lda, w, bias,
-                              c + static_cast<std::size_t>(i) * ldc, ldc, p, np, next && i == m0);
+                              c + static_cast<std::size_t>(i) * ldc, ldc, p, np, next && i == m0, ahead);
     }
     const float* ai = a + static_cast<std::size_t>(i) * lda;
     float* ci = c + static_cast<std::size_t>(i) * ldc;
     const bool pf = next && i == m0;
     switch (m1 - i) {
-      case 1: rows_over_panels<1, DT>(ai, lda, w, bias, ci, ldc, p, np, pf); break;
-      case 2: rows_over_panels<2, DT>(ai, lda, w, bias, ci, ldc, p, np, pf); break;
-      case 3: rows_over_panels<3, DT>(ai, lda, w, bias, ci, ldc, p, np, pf); break;
-      case 4: rows_over_panels<4, DT>(ai, lda, w, bias, ci, ldc, p, np, pf); break;
-      case 5: rows_over_panels<5, DT>(ai, lda, w, bias, ci, ldc, p, np, pf); break;
+      case 1: rows_over_panels<1, DT>(ai, lda, w, bias, ci, ldc, p, np, pf, ahead); break;
+      case 2: rows_over_panels<2, DT>(ai, lda, w, bias, ci, ldc, p, np, pf, ahead); break;
+      case 3: rows_over_panels<3, DT>(ai, lda, w, bias, ci, ldc, p, np, pf, ahead); break;
+      case 4: rows_over_panels<4, DT>(ai, lda, w, bias, ci, ldc, p, np, pf, ahead); break;
+      case 5: rows_over_panels<5, DT>(ai, lda, w, bias, ci, ldc, p, np, pf, ahead); break;
       default: break;
     }
   }

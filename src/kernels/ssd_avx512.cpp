@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "kernels/prefetch_plan.h"
 #include "kernels/ssd_internal.h"
 
 namespace parity::kernels::ssd_detail {
@@ -212,31 +213,33 @@ inline float dot16_one(const T* a, const float* b, int N) {
   return reduce16(dot16_lanes(a, b, N));
 }
 
-// Software prefetch at decode (kPrefetchBytes / kFarPrefetchBytes, ssd_internal.h). The state of a
-// head is read once, from memory (or, at batch 1, from L3); the hardware prefetchers restart at
-// every 4 KiB page and pause during the work between heads, so each row read asks for the lines
-// kPrefetchBytes ahead into L1, and a bf16 state also kFarPrefetchBytes ahead into the outer caches
-// (_MM_HINT_T2: more lines in flight than the L1 fill buffers hold). The stream runs on into the next
-// head's state, contiguous in the cache. The distances are the machine's: 768 / 2048 were best on the
-// Intel Xeon (session 11: 4 KiB and more lost there); on the AMD Zen 5 (session 16, DecodeSsmVsFloor
-// and ExactOverheadChunkMean, 1 thread, ten pairs built side by side and alternated) 8192 / 16384
-// took exact fp32's SSM part from ~1.2-1.3x its floor to ~1.0x and the whole step's exact/plain from
-// 1.02-1.14 to 0.98-1.02 (fp32) and 1.02-1.10 to 1.02-1.07 (bf16), plain no slower. The bits do not
-// depend on them: prefetches only.
+// Software prefetch at decode (kernels/prefetch_plan.h: the distances are the machine's). The state
+// of a head is read once, from memory (or, at batch 1, from L3); on the Intel Xeon and the Zen 5 the
+// hardware prefetchers restart at every 4 KiB page and pause during the work between heads, so each
+// row read asks for the lines `near` bytes ahead into L1, and a bf16 state also `far` bytes ahead
+// into the outer caches (_MM_HINT_T2: more lines in flight than the L1 fill buffers hold). The
+// stream runs on into the next head's state, contiguous in the cache. Zen 5 (session 16): 8192 /
+// 16384 took exact fp32's SSM part from ~1.2-1.3x its floor to ~1.0x and the whole step's
+// exact/plain from 1.02-1.14 to 0.98-1.02 (fp32); Xeon (session 11): 768 / 2048; Zen 4 (session
+// 25): none, both modes faster without. The bits do not depend on them: prefetches only.
 template <class T>
 inline void prefetch_ahead(const T* row, int N) {
-  const char* b = reinterpret_cast<const char*>(row) + kPrefetchBytes;
+  const int near = state_prefetch_near();
+  if (near == 0) return;
+  const char* b = reinterpret_cast<const char*>(row) + near;
   for (int64_t o = 0; o < int64_t(N) * int64_t(sizeof(T)); o += 64) _mm_prefetch(b + o, _MM_HINT_T0);
 }
 // prefetch_ahead of `bytes` contiguous bytes at `at` and, for a bf16 state, the far request too,
 // unrolled: per-row prefetch loops cost a fifth of a decode row's instructions.
 template <class T>
 inline void prefetch_span(const T* at, int64_t bytes) {
+  const int near = state_prefetch_near(), far = sizeof(T) == sizeof(uint16_t) ? state_prefetch_far() : 0;
+  if (near == 0 && far == 0) return;
   const char* b = reinterpret_cast<const char*>(at);
   #pragma GCC unroll 8
   for (int64_t o = 0; o < bytes; o += 64) {
-    _mm_prefetch(b + kPrefetchBytes + o, _MM_HINT_T0);
-    if constexpr (sizeof(T) == sizeof(uint16_t)) _mm_prefetch(b + kFarPrefetchBytes + o, _MM_HINT_T2);
+    if (near) _mm_prefetch(b + near + o, _MM_HINT_T0);
+    if (far) _mm_prefetch(b + far + o, _MM_HINT_T2);
   }
 }
 

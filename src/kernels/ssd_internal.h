@@ -44,11 +44,6 @@ namespace parity::kernels::ssd_detail {
 
 inline constexpr int kDotLanes = 16;
 
-// Decode's software prefetch distances in bytes: L1 (kPrefetchBytes) and, for a bf16 state, the outer
-// caches (kFarPrefetchBytes). Measured per machine (ssd_avx512.cpp says how); the decode benchmark's
-// floor loops ask for the same lines.
-inline constexpr int kPrefetchBytes = 8192;
-inline constexpr int kFarPrefetchBytes = 16384;
 
 // Decay factors below e^-60 (~1e-26) are taken as exactly 0. Without the floor, fast heads
 // produce decays and products in the subnormal range for a band of (t, s) pairs in every chunk,

@@ -1,0 +1,72 @@
+#include "kernels/prefetch_plan.h"
+
+#include <cpuid.h>
+
+#include <cstring>
+
+namespace parity::kernels {
+
+namespace {
+
+constexpr PrefetchPlan kPlans[] = {
+    {"zen5", 2048, 8192, 16384},
+    {"zen4", 0, 0, 0},
+    {"xeon", 0, 768, 2048},
+};
+constexpr int kPlanCount = static_cast<int>(sizeof(kPlans) / sizeof(kPlans[0]));
+constexpr int kZen5 = 0, kZen4 = 1, kXeon = 2;
+
+int detect_plan() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return kZen5;
+  char vendor[13] = {};
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return kZen5;
+  const unsigned base = (a >> 8) & 0xF, ext = (a >> 20) & 0xFF;
+  const unsigned family = base == 0xF ? base + ext : base;
+  if (std::strcmp(vendor, "GenuineIntel") == 0) return kXeon;
+  if (std::strcmp(vendor, "AuthenticAMD") == 0 && family == 0x19) return kZen4;  // Zen 3 has no AVX-512
+  return kZen5;
+}
+
+const int g_detected = detect_plan();
+// Which plan is active: an index into kPlans, or -1 for distances set by hand.
+std::atomic<int> g_active{g_detected};
+
+}  // namespace
+
+namespace prefetch_detail {
+std::atomic<int> g_gemm_ahead{kPlans[g_detected].gemm_ahead};
+std::atomic<int> g_state_near{kPlans[g_detected].state_near};
+std::atomic<int> g_state_far{kPlans[g_detected].state_far};
+}  // namespace prefetch_detail
+
+const PrefetchPlan* prefetch_plans(int* count) {
+  *count = kPlanCount;
+  return kPlans;
+}
+
+const PrefetchPlan& detected_prefetch_plan() { return kPlans[g_detected]; }
+
+PrefetchPlan active_prefetch_plan() {
+  const int i = g_active.load(std::memory_order_relaxed);
+  return {i >= 0 ? kPlans[i].name : "custom", gemm_prefetch_ahead(), state_prefetch_near(), state_prefetch_far()};
+}
+
+void set_prefetch_plan(const PrefetchPlan& plan) {
+  int known = -1;
+  for (int i = 0; i < kPlanCount; ++i)
+    if (plan.gemm_ahead == kPlans[i].gemm_ahead && plan.state_near == kPlans[i].state_near &&
+        plan.state_far == kPlans[i].state_far)
+      known = i;
+  prefetch_detail::g_gemm_ahead.store(plan.gemm_ahead > 0 ? plan.gemm_ahead : 0, std::memory_order_relaxed);
+  prefetch_detail::g_state_near.store(plan.state_near > 0 ? plan.state_near : 0, std::memory_order_relaxed);
+  prefetch_detail::g_state_far.store(plan.state_far > 0 ? plan.state_far : 0, std::memory_order_relaxed);
+  g_active.store(known, std::memory_order_relaxed);
+}
+
+void clear_prefetch_plan() { set_prefetch_plan(kPlans[g_detected]); }
+
+}  // namespace parity::kernels
