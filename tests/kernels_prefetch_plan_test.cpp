@@ -47,11 +47,13 @@ TEST(PrefetchPlan, TheDetectedPlanIsActiveAndSwitchingBackRestoresIt) {
     EXPECT_EQ(kernels::gemm_prefetch_ahead(), p.gemm_ahead);
     EXPECT_EQ(kernels::state_prefetch_near(), p.state_near);
     EXPECT_EQ(kernels::state_prefetch_far(), p.state_far);
+    EXPECT_EQ(kernels::fold_prefetch_next(), p.fold_next);
   }
-  kernels::set_prefetch_plan({"mine", 4096, 1024, -5});
+  kernels::set_prefetch_plan({"mine", 4096, 1024, -5, 7});
   EXPECT_STREQ(kernels::active_prefetch_plan().name, "custom");
   EXPECT_EQ(kernels::state_prefetch_near(), 1024);
   EXPECT_EQ(kernels::state_prefetch_far(), 0) << "a negative distance means none";
+  EXPECT_EQ(kernels::fold_prefetch_next(), 0) << "neither L1 (1) nor L2 (2) means none";
   kernels::clear_prefetch_plan();
   EXPECT_STREQ(kernels::active_prefetch_plan().name, d.name);
   EXPECT_EQ(kernels::gemm_prefetch_ahead(), d.gemm_ahead);

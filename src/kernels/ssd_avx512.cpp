@@ -541,9 +541,13 @@ struct FoldPrefetch {
   const char* at = nullptr;
   const char* end = nullptr;
   int per_tile = 0, quota = 0;
+  bool l2 = false;  // into L2 rather than L1 (the prefetch plan's fold_next)
   void one() {
     if (at >= end) return;
-    _mm_prefetch(at, _MM_HINT_T0);
+    if (l2)
+      _mm_prefetch(at, _MM_HINT_T1);
+    else
+      _mm_prefetch(at, _MM_HINT_T0);
     at += 64;
   }
 };
@@ -551,7 +555,9 @@ struct FoldPrefetch {
 // k.pf_next's lines spread evenly over a fold of `tiles` register tiles.
 inline FoldPrefetch fold_prefetch(const HeadChunk& k, int tiles) {
   FoldPrefetch pf;
-  if (k.pf_next && k.pf_bytes > 0) {
+  const int where = fold_prefetch_next();
+  if (k.pf_next && k.pf_bytes > 0 && where != 0) {
+    pf.l2 = where == 2;
     const int64_t lines = (k.pf_bytes + 63) / 64;
     pf.at = static_cast<const char*>(k.pf_next);
     pf.end = pf.at + lines * 64;
