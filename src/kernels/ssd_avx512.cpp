@@ -243,6 +243,17 @@ inline void prefetch_span(const T* at, int64_t bytes) {
   }
 }
 
+// dot16_lanes at N = kCachedDotN (every Mamba2 checkpoint's state size) with c already in registers:
+// one load per FMA instead of two (on the Zen 4 a 512-bit load takes both load ports). The same
+// chain, so the same bits.
+constexpr int kCachedDotN = 128;
+inline __m512 dot16_lanes_cached(const float* a, const __m512* cv) {
+  __m512 acc = _mm512_setzero_ps();
+  #pragma GCC unroll 16
+  for (int v = 0; v < kCachedDotN / kW; ++v) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + kW * v), cv[v], acc);
+  return acc;
+}
+
 // dot16_lanes of four rows lda apart against one c, side by side: four independent chains where
 // one row alone waits on its FMA latency at every step. Each row's chain is dot16_lanes' own.
 template <class T>
@@ -277,6 +288,10 @@ inline void dot16_lanes4(const T* a, int64_t lda, const float* c, int N, __m512*
 // measured slower); the 16 rows' lanes then fold together.
 template <class T>
 void dots_rows(const T* S, int P, int N, const float* c, float* out) {
+  __m512 cv[kCachedDotN / kW] = {};
+  if (N == kCachedDotN)
+    #pragma GCC unroll 16
+    for (int v = 0; v < kCachedDotN / kW; ++v) cv[v] = _mm512_loadu_ps(c + kW * v);
   int p = 0;
   for (; p + 16 <= P; p += 16) {
     __m512 acc[16];
@@ -286,6 +301,12 @@ void dots_rows(const T* S, int P, int N, const float* c, float* out) {
         const T* rows = S + int64_t(p + i) * N;
         prefetch_span(rows, int64_t(4) * N * int64_t(sizeof(T)));  // four rows, contiguous
         dot16_lanes4(rows, N, c, N, acc + i);
+      }
+    } else if (N == kCachedDotN) {
+      #pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        prefetch_span(S + int64_t(p + i) * N, int64_t(N) * int64_t(sizeof(T)));
+        acc[i] = dot16_lanes_cached(S + int64_t(p + i) * N, cv);
       }
     } else {
       #pragma GCC unroll 16
@@ -873,10 +894,23 @@ void ssu_head_avx512(int P, int N, const float* x, float dt, float A, float D, c
                      float* S, float* y) {
   const __m512 decay = _mm512_set1_ps(exp_one(dt * A));
   // The state row is updated and immediately read back for its dot, while still in L1.
+  // At N = kCachedDotN, B stays in registers for every row: one load per FMA (on the Zen 4 a
+  // 512-bit load takes both load ports).
+  __m512 bv[kCachedDotN / kW] = {};
+  const bool cached = N == kCachedDotN;
+  if (cached)
+    #pragma GCC unroll 16
+    for (int v = 0; v < kCachedDotN / kW; ++v) bv[v] = _mm512_loadu_ps(B + kW * v);
   auto update_row = [&](int p) {
     const __m512 u = _mm512_set1_ps(dt * x[p]);
     float* Sp = S + int64_t(p) * N;
     prefetch_span(Sp, int64_t(N) * int64_t(sizeof(float)));
+    if (cached) {
+      #pragma GCC unroll 16
+      for (int v = 0; v < kCachedDotN / kW; ++v)
+        _mm512_storeu_ps(Sp + kW * v, _mm512_fmadd_ps(u, bv[v], _mm512_mul_ps(decay, _mm512_loadu_ps(Sp + kW * v))));
+      return;
+    }
     for (int k = 0; k < N; k += kW) {
       const __mmask16 m = tail_mask(N - k);
       const __m512 s = _mm512_fmadd_ps(u, _mm512_maskz_loadu_ps(m, B + k), _mm512_mul_ps(decay, _mm512_maskz_loadu_ps(m, Sp + k)));
