@@ -30,7 +30,7 @@
 #include "common/aligned.h"
 #include "decode_timing.h"
 #include "kernels/isa.h"
-#include "kernels/prefetch_plan.h"
+#include "kernels/stream_plan.h"
 #include "kernels/ssd.h"
 #include "kernels/ssd_grid.h"
 #include "kernels/ssd_internal.h"
@@ -128,7 +128,7 @@ void exact_kernels(Batch& b, int64_t pos) {
 // The traffic alone, as integer words: XOR is associative, so the compiler vectorises the loops
 // freely and they run at the memory's pace. `zero` is 0 at run time: every store writes back what
 // it read, and the compiler can drop neither the loads nor the stores. With g_ask_ahead each
-// 64-byte line asks for the lines ahead as the kernels do (the active prefetch plan's near distance
+// 64-byte line asks for the lines ahead as the kernels do (the active stream plan's near distance
 // into L1 and, for a bf16 state, its far one into the outer caches). On the Zen 5 that made the bf16
 // and fp32 read loops faster and the fp32 in-place copy slower, so a floor is the faster of the two
 // ways, timed side by side (floor_ms).

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "isa_test_support.h"
 #include "kernels/ssd_grid.h"
+#include "kernels/stream_plan.h"
 #include "ssd_test_support.h"
 
 namespace parity::kernels {
@@ -309,6 +310,32 @@ TEST(KernelsSsdGrid, DecodeSharedCbEqualsScalarTwin) {
       EXPECT_TRUE(same_run(run_schedule(pr, g, bf16, token_by_token(1, pr.n)), scalar))
           << "cell " << c.cell << " groups " << c.shape.ngroups << (bf16 ? " bf16" : " f32");
     }
+}
+
+// The stream plans (kernels/stream_plan.h) change how the decode streams the state (prefetches,
+// bf16 rows one or four at a time, c in registers at dstate 128), never an operation: token-by-token
+// decode at mamba2-130m's head shape gives the scalar twin's bits under every plan. (The companion
+// below shows the comparison sees a one-element change.)
+TEST(KernelsSsdGrid, EveryStreamPlanDecodesTheScalarTwinsBits) {
+  if (!cpu_has(Isa::Avx512)) return;  // the plans only steer the AVX-512 kernels (recorded by cpu_has)
+  int count = 0;
+  const StreamPlan* plans = stream_plans(&count);
+  const Problem pr = make_problem(kLarge, 40, 31);
+  const ExactGrid g = grid_of(kLarge, 8, true);
+  for (bool bf16 : {false, true}) {
+    GridRun scalar;
+    {
+      IsaGuard ig(Isa::Portable);
+      scalar = run_schedule(pr, g, bf16, token_by_token(1, pr.n));
+    }
+    IsaGuard ig(Isa::Avx512);
+    for (int i = 0; i < count; ++i) {
+      set_stream_plan(plans[i]);
+      EXPECT_TRUE(same_run(run_schedule(pr, g, bf16, token_by_token(1, pr.n)), scalar))
+          << plans[i].name << (bf16 ? " bf16" : " f32");
+    }
+    clear_stream_plan();
+  }
 }
 
 // Companion: the comparison above sees one decode step whose C differs in one element (so one

@@ -12,14 +12,14 @@
 #include <cstddef>
 
 #include "kernels/gemm_internal.h"
-#include "kernels/prefetch_plan.h"
+#include "kernels/stream_plan.h"
 
 namespace parity::kernels::detail {
 
 namespace {
 
 // Each panel is its own sequential stream (four at once at one row). Whether asking for each stream's
-// line `ahead` bytes on helps depends on the machine (kernels/prefetch_plan.h: 2 KiB on Zen 5, none
+// line `ahead` bytes on helps depends on the machine (kernels/stream_plan.h: 2 KiB on Zen 5, none
 // on Zen 4). A prefetch moves no arithmetic: the bits are the same.
 
 template <DType DT>

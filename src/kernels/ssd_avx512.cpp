@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "kernels/prefetch_plan.h"
+#include "kernels/stream_plan.h"
 #include "kernels/ssd_internal.h"
 
 namespace parity::kernels::ssd_detail {
@@ -213,7 +213,7 @@ inline float dot16_one(const T* a, const float* b, int N) {
   return reduce16(dot16_lanes(a, b, N));
 }
 
-// Software prefetch at decode (kernels/prefetch_plan.h: the distances are the machine's). The state
+// Software prefetch at decode (kernels/stream_plan.h: the distances are the machine's). The state
 // of a head is read once, from memory (or, at batch 1, from L3); on the Intel Xeon and the Zen 5 the
 // hardware prefetchers restart at every 4 KiB page and pause during the work between heads, so each
 // row read asks for the lines `near` bytes ahead into L1, and a bf16 state also `far` bytes ahead
@@ -247,10 +247,11 @@ inline void prefetch_span(const T* at, int64_t bytes) {
 // one load per FMA instead of two (on the Zen 4 a 512-bit load takes both load ports). The same
 // chain, so the same bits.
 constexpr int kCachedDotN = 128;
-inline __m512 dot16_lanes_cached(const float* a, const __m512* cv) {
+template <class T>
+inline __m512 dot16_lanes_cached(const T* a, const __m512* cv) {
   __m512 acc = _mm512_setzero_ps();
   #pragma GCC unroll 16
-  for (int v = 0; v < kCachedDotN / kW; ++v) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + kW * v), cv[v], acc);
+  for (int v = 0; v < kCachedDotN / kW; ++v) acc = _mm512_fmadd_ps(load_state(a + kW * v), cv[v], acc);
   return acc;
 }
 
@@ -284,18 +285,20 @@ inline void dot16_lanes4(const T* a, int64_t lda, const float* c, int N, __m512*
 
 // out[p] = dot16(S[p][:], c) for p < P (S rows of N values). S is the fp32 state or the bf16 one
 // (widened in registers). The state streams through memory in order: an fp32 state one row after
-// the other, a bf16 one four adjacent rows at a time (four dot chains side by side; for fp32 that
-// measured slower); the 16 rows' lanes then fold together.
+// the other, a bf16 one four adjacent rows at a time (four dot chains side by side) where the stream
+// plan says so (Zen 5; on the Zen 4 one row at a time, c in registers, was 10-14 % faster; fp32 rows
+// four at a time measured slower on both); the 16 rows' lanes then fold together.
 template <class T>
 void dots_rows(const T* S, int P, int N, const float* c, float* out) {
   __m512 cv[kCachedDotN / kW] = {};
   if (N == kCachedDotN)
     #pragma GCC unroll 16
     for (int v = 0; v < kCachedDotN / kW; ++v) cv[v] = _mm512_loadu_ps(c + kW * v);
+  const bool one_row = sizeof(T) == sizeof(float) || bf16_dot_rows() == 1;
   int p = 0;
   for (; p + 16 <= P; p += 16) {
     __m512 acc[16];
-    if constexpr (sizeof(T) == sizeof(uint16_t)) {
+    if (sizeof(T) == sizeof(uint16_t) && !(one_row && N == kCachedDotN)) {
       #pragma GCC unroll 4
       for (int i = 0; i < 16; i += 4) {
         const T* rows = S + int64_t(p + i) * N;
@@ -562,7 +565,7 @@ struct FoldPrefetch {
   const char* at = nullptr;
   const char* end = nullptr;
   int per_tile = 0, quota = 0;
-  bool l2 = false;  // into L2 rather than L1 (the prefetch plan's fold_next)
+  bool l2 = false;  // into L2 rather than L1 (the stream plan's fold_next)
   void one() {
     if (at >= end) return;
     if (l2)

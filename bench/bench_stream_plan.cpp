@@ -1,13 +1,13 @@
-// The prefetch plans of kernels/prefetch_plan.h side by side on this machine: every iteration runs
+// The stream plans of kernels/stream_plan.h side by side on this machine: every iteration runs
 // the same work once under each plan, the plans taking turns at going first, so that load from
 // other processes hits them alike. Counters: each plan's mean time (ms) and its time over the
 // detected plan's ("<plan>/detected"); the label names the detected plan.
 //
-//   OMP_NUM_THREADS=1 build/parity_bench --benchmark_filter=PrefetchPlan --benchmark_min_time=2
+//   OMP_NUM_THREADS=1 build/parity_bench --benchmark_filter=StreamPlan --benchmark_min_time=2
 //
-// BM_PrefetchPlanDecode  one decode step of builtin:mamba2-130m (batch, exact, bf16 state), the
+// BM_StreamPlanDecode  one decode step of builtin:mamba2-130m (batch, exact, bf16 state), the
 //                        position cycling through the chunk as BM_ExactOverheadChunkMean does.
-// BM_PrefetchPlanGemm    one M = 1 GEMM on a mamba2-130m shape, bf16 weights (many copies, so that
+// BM_StreamPlanGemm    one M = 1 GEMM on a mamba2-130m shape, bf16 weights (many copies, so that
 //                        every call reads its weights from memory, as a decode step does).
 #include <benchmark/benchmark.h>
 
@@ -20,15 +20,15 @@
 #include "common/dtype.h"
 #include "decode_timing.h"
 #include "kernels/gemm.h"
-#include "kernels/prefetch_plan.h"
+#include "kernels/stream_plan.h"
 
 using namespace parity;
 
 namespace {
 
-std::vector<kernels::PrefetchPlan> plans() {
+std::vector<kernels::StreamPlan> plans() {
   int n = 0;
-  const kernels::PrefetchPlan* p = kernels::prefetch_plans(&n);
+  const kernels::StreamPlan* p = kernels::stream_plans(&n);
   return {p, p + n};
 }
 
@@ -36,20 +36,20 @@ std::vector<kernels::PrefetchPlan> plans() {
 template <class Work>
 void compare_plans(benchmark::State& st, Work&& work) {
   const auto ps = plans();
-  const std::string detected = kernels::detected_prefetch_plan().name;
+  const std::string detected = kernels::detected_stream_plan().name;
   std::vector<double> sum(ps.size(), 0.0);
   std::size_t first = 0;
   int64_t iters = 0;
   for (auto _ : st) {
     for (std::size_t j = 0; j < ps.size(); ++j) {
       const std::size_t i = (first + j) % ps.size();
-      kernels::set_prefetch_plan(ps[i]);
+      kernels::set_stream_plan(ps[i]);
       sum[i] += work(iters);
     }
     first = (first + 1) % ps.size();
     ++iters;
   }
-  kernels::clear_prefetch_plan();
+  kernels::clear_stream_plan();
   double base = 0.0;
   for (std::size_t i = 0; i < ps.size(); ++i)
     if (detected == ps[i].name) base = sum[i];
@@ -60,7 +60,7 @@ void compare_plans(benchmark::State& st, Work&& work) {
   st.SetLabel("detected " + detected);
 }
 
-void BM_PrefetchPlanDecode(benchmark::State& st) {
+void BM_StreamPlanDecode(benchmark::State& st) {
   const auto& m = bench::m130();
   const int batch = static_cast<int>(st.range(0));
   const bool exact = st.range(1) != 0;
@@ -72,13 +72,13 @@ void BM_PrefetchPlanDecode(benchmark::State& st) {
     return bench::time_decode_step(m, run, cs + (it * 37) % cs, logits.data());
   });
 }
-BENCHMARK(BM_PrefetchPlanDecode)
+BENCHMARK(BM_StreamPlanDecode)
     ->ArgNames({"batch", "exact", "bf16"})
     ->ArgsProduct({{1, 8}, {0, 1}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-void BM_PrefetchPlanGemm(benchmark::State& st) {
+void BM_StreamPlanGemm(benchmark::State& st) {
   const int k = static_cast<int>(st.range(0)), n = static_cast<int>(st.range(1));
   std::vector<uint16_t> raw(static_cast<std::size_t>(n) * k);
   std::mt19937 rng(7);
@@ -97,7 +97,7 @@ void BM_PrefetchPlanGemm(benchmark::State& st) {
     return bench::now_ms() - t0;
   });
 }
-BENCHMARK(BM_PrefetchPlanGemm)
+BENCHMARK(BM_StreamPlanGemm)
     ->ArgNames({"K", "N"})
     ->Args({768, 3352})
     ->Args({1536, 768})

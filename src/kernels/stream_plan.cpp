@@ -1,4 +1,4 @@
-#include "kernels/prefetch_plan.h"
+#include "kernels/stream_plan.h"
 
 #include <cpuid.h>
 
@@ -8,10 +8,10 @@ namespace parity::kernels {
 
 namespace {
 
-constexpr PrefetchPlan kPlans[] = {
-    {"zen5", 2048, 8192, 16384, 1},
-    {"zen4", 0, 0, 0, 2},
-    {"xeon", 0, 768, 2048, 1},
+constexpr StreamPlan kPlans[] = {
+    {"zen5", 2048, 8192, 16384, 1, 4},
+    {"zen4", 0, 0, 0, 2, 1},
+    {"xeon", 0, 768, 2048, 1, 4},
 };
 constexpr int kPlanCount = static_cast<int>(sizeof(kPlans) / sizeof(kPlans[0]));
 constexpr int kZen5 = 0, kZen4 = 1, kXeon = 2;
@@ -37,40 +37,43 @@ std::atomic<int> g_active{g_detected};
 
 }  // namespace
 
-namespace prefetch_detail {
+namespace stream_detail {
 std::atomic<int> g_gemm_ahead{kPlans[g_detected].gemm_ahead};
 std::atomic<int> g_state_near{kPlans[g_detected].state_near};
 std::atomic<int> g_state_far{kPlans[g_detected].state_far};
 std::atomic<int> g_fold_next{kPlans[g_detected].fold_next};
-}  // namespace prefetch_detail
+std::atomic<int> g_bf16_dot_rows{kPlans[g_detected].bf16_dot_rows};
+}  // namespace stream_detail
 
-const PrefetchPlan* prefetch_plans(int* count) {
+const StreamPlan* stream_plans(int* count) {
   *count = kPlanCount;
   return kPlans;
 }
 
-const PrefetchPlan& detected_prefetch_plan() { return kPlans[g_detected]; }
+const StreamPlan& detected_stream_plan() { return kPlans[g_detected]; }
 
-PrefetchPlan active_prefetch_plan() {
+StreamPlan active_stream_plan() {
   const int i = g_active.load(std::memory_order_relaxed);
   return {i >= 0 ? kPlans[i].name : "custom", gemm_prefetch_ahead(), state_prefetch_near(), state_prefetch_far(),
-          fold_prefetch_next()};
+          fold_prefetch_next(), bf16_dot_rows()};
 }
 
-void set_prefetch_plan(const PrefetchPlan& plan) {
+void set_stream_plan(const StreamPlan& plan) {
   int known = -1;
   for (int i = 0; i < kPlanCount; ++i)
     if (plan.gemm_ahead == kPlans[i].gemm_ahead && plan.state_near == kPlans[i].state_near &&
-        plan.state_far == kPlans[i].state_far && plan.fold_next == kPlans[i].fold_next)
+        plan.state_far == kPlans[i].state_far && plan.fold_next == kPlans[i].fold_next &&
+        plan.bf16_dot_rows == kPlans[i].bf16_dot_rows)
       known = i;
-  prefetch_detail::g_gemm_ahead.store(plan.gemm_ahead > 0 ? plan.gemm_ahead : 0, std::memory_order_relaxed);
-  prefetch_detail::g_state_near.store(plan.state_near > 0 ? plan.state_near : 0, std::memory_order_relaxed);
-  prefetch_detail::g_state_far.store(plan.state_far > 0 ? plan.state_far : 0, std::memory_order_relaxed);
-  prefetch_detail::g_fold_next.store(plan.fold_next == 1 || plan.fold_next == 2 ? plan.fold_next : 0,
+  stream_detail::g_gemm_ahead.store(plan.gemm_ahead > 0 ? plan.gemm_ahead : 0, std::memory_order_relaxed);
+  stream_detail::g_state_near.store(plan.state_near > 0 ? plan.state_near : 0, std::memory_order_relaxed);
+  stream_detail::g_state_far.store(plan.state_far > 0 ? plan.state_far : 0, std::memory_order_relaxed);
+  stream_detail::g_fold_next.store(plan.fold_next == 1 || plan.fold_next == 2 ? plan.fold_next : 0,
                                      std::memory_order_relaxed);
+  stream_detail::g_bf16_dot_rows.store(plan.bf16_dot_rows == 1 ? 1 : 4, std::memory_order_relaxed);
   g_active.store(known, std::memory_order_relaxed);
 }
 
-void clear_prefetch_plan() { set_prefetch_plan(kPlans[g_detected]); }
+void clear_stream_plan() { set_stream_plan(kPlans[g_detected]); }
 
 }  // namespace parity::kernels

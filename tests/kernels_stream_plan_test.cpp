@@ -1,4 +1,4 @@
-// The prefetch plans (kernels/prefetch_plan.h): which one this CPU gets, switching between them, and
+// The stream plans (kernels/stream_plan.h): which one this CPU gets, switching between them, and
 // that none of them changes a bit of a decode (the GEMM's few-rows path and both modes' decode
 // kernels are where the plans ask for memory ahead).
 #include <gtest/gtest.h>
@@ -13,49 +13,51 @@
 #include "engine/engine.h"
 #include "kernels/gemm.h"
 #include "kernels/isa.h"
-#include "kernels/prefetch_plan.h"
+#include "kernels/stream_plan.h"
 #include "test_support.h"
 
 using namespace parity;
 
 namespace {
 
-std::vector<kernels::PrefetchPlan> all_plans() {
+std::vector<kernels::StreamPlan> all_plans() {
   int n = 0;
-  const kernels::PrefetchPlan* p = kernels::prefetch_plans(&n);
+  const kernels::StreamPlan* p = kernels::stream_plans(&n);
   return {p, p + n};
 }
 
 // Restores the detected plan whatever a test does.
 struct PlanScope {
-  ~PlanScope() { kernels::clear_prefetch_plan(); }
+  ~PlanScope() { kernels::clear_stream_plan(); }
 };
 
-TEST(PrefetchPlan, TheDetectedPlanIsActiveAndSwitchingBackRestoresIt) {
+TEST(StreamPlan, TheDetectedPlanIsActiveAndSwitchingBackRestoresIt) {
   PlanScope scope;
   const auto plans = all_plans();
   ASSERT_EQ(plans.size(), 3u);
-  const kernels::PrefetchPlan& d = kernels::detected_prefetch_plan();
+  const kernels::StreamPlan& d = kernels::detected_stream_plan();
   bool listed = false;
   for (const auto& p : plans) listed |= std::strcmp(p.name, d.name) == 0;
   EXPECT_TRUE(listed) << d.name;
-  std::fprintf(stderr, "[ measured ] this CPU's prefetch plan: %s\n", d.name);
-  EXPECT_STREQ(kernels::active_prefetch_plan().name, d.name);
+  std::fprintf(stderr, "[ measured ] this CPU's stream plan: %s\n", d.name);
+  EXPECT_STREQ(kernels::active_stream_plan().name, d.name);
   for (const auto& p : plans) {
-    kernels::set_prefetch_plan(p);
-    EXPECT_STREQ(kernels::active_prefetch_plan().name, p.name);
+    kernels::set_stream_plan(p);
+    EXPECT_STREQ(kernels::active_stream_plan().name, p.name);
     EXPECT_EQ(kernels::gemm_prefetch_ahead(), p.gemm_ahead);
     EXPECT_EQ(kernels::state_prefetch_near(), p.state_near);
     EXPECT_EQ(kernels::state_prefetch_far(), p.state_far);
     EXPECT_EQ(kernels::fold_prefetch_next(), p.fold_next);
+    EXPECT_EQ(kernels::bf16_dot_rows(), p.bf16_dot_rows);
   }
-  kernels::set_prefetch_plan({"mine", 4096, 1024, -5, 7});
-  EXPECT_STREQ(kernels::active_prefetch_plan().name, "custom");
+  kernels::set_stream_plan({"mine", 4096, 1024, -5, 7, 3});
+  EXPECT_STREQ(kernels::active_stream_plan().name, "custom");
   EXPECT_EQ(kernels::state_prefetch_near(), 1024);
   EXPECT_EQ(kernels::state_prefetch_far(), 0) << "a negative distance means none";
   EXPECT_EQ(kernels::fold_prefetch_next(), 0) << "neither L1 (1) nor L2 (2) means none";
-  kernels::clear_prefetch_plan();
-  EXPECT_STREQ(kernels::active_prefetch_plan().name, d.name);
+  EXPECT_EQ(kernels::bf16_dot_rows(), 4) << "rows side by side: 1, or else 4";
+  kernels::clear_stream_plan();
+  EXPECT_STREQ(kernels::active_stream_plan().name, d.name);
   EXPECT_EQ(kernels::gemm_prefetch_ahead(), d.gemm_ahead);
 }
 
@@ -89,17 +91,17 @@ std::size_t mismatches(const std::map<uint64_t, engine::RequestResult>& a,
   return bad;
 }
 
-TEST(PrefetchPlan, EveryPlanDecodesTheSameBits) {
+TEST(StreamPlan, EveryPlanDecodesTheSameBits) {
   PlanScope scope;
   for (auto mode : {model::ScanMode::Plain, model::ScanMode::Exact}) {
     for (DType state : {DType::F32, DType::BF16}) {
-      kernels::clear_prefetch_plan();
+      kernels::clear_stream_plan();
       const auto want = decode(mode, state, 3);
       std::size_t rows = 0;
       for (const auto& [id, r] : want) rows += r.logit_rows.size();
       ASSERT_EQ(rows, 3u * 2 * test::tiny_model().chunk_size() + 10 + 13 + 16);
       for (const auto& p : all_plans()) {
-        kernels::set_prefetch_plan(p);
+        kernels::set_stream_plan(p);
         EXPECT_EQ(mismatches(decode(mode, state, 3), want), 0u)
             << p.name << (mode == model::ScanMode::Exact ? " exact " : " plain ") << dtype_name(state);
       }
@@ -108,7 +110,7 @@ TEST(PrefetchPlan, EveryPlanDecodesTheSameBits) {
 }
 
 // The companion: the comparison above does see a difference where there is one (another first token).
-TEST(PrefetchPlan, TheDecodeComparisonSeesAChangedToken) {
+TEST(StreamPlan, TheDecodeComparisonSeesAChangedToken) {
   PlanScope scope;
   EXPECT_GT(mismatches(decode(model::ScanMode::Exact, DType::F32, 3), decode(model::ScanMode::Exact, DType::F32, 4)),
             0u);
@@ -116,7 +118,7 @@ TEST(PrefetchPlan, TheDecodeComparisonSeesAChangedToken) {
 
 // The GEMM's few-rows path (where the weight-panel streams are prefetched) at 1..6 rows, with a
 // partial last panel: the same bits under every plan.
-TEST(PrefetchPlan, EveryPlanGivesTheSameGemmBits) {
+TEST(StreamPlan, EveryPlanGivesTheSameGemmBits) {
   PlanScope scope;
   const int k = 768, n = 200;
   std::mt19937 rng(5);
@@ -126,11 +128,11 @@ TEST(PrefetchPlan, EveryPlanGivesTheSameGemmBits) {
   const kernels::PackedWeight pw = kernels::pack_weight(w.data(), DType::BF16, n, k);
   const std::vector<float> a = test::random_floats(std::size_t(6) * k, 9);
   for (int m = 1; m <= 6; ++m) {
-    kernels::clear_prefetch_plan();
+    kernels::clear_stream_plan();
     std::vector<float> want(std::size_t(m) * n), got(want.size());
     kernels::gemm(a.data(), m, k, pw, nullptr, want.data(), n);
     for (const auto& p : all_plans()) {
-      kernels::set_prefetch_plan(p);
+      kernels::set_stream_plan(p);
       kernels::gemm(a.data(), m, k, pw, nullptr, got.data(), n);
       EXPECT_EQ(test::count_bit_mismatches(got.data(), want.data(), got.size()), 0u) << p.name << " m=" << m;
     }
