@@ -2,6 +2,7 @@
 
 #include <cpuid.h>
 
+#include <atomic>
 #include <cstring>
 
 namespace parity::kernels {
@@ -38,11 +39,11 @@ std::atomic<int> g_active{g_detected};
 }  // namespace
 
 namespace stream_detail {
-std::atomic<int> g_gemm_ahead{kPlans[g_detected].gemm_ahead};
-std::atomic<int> g_state_near{kPlans[g_detected].state_near};
-std::atomic<int> g_state_far{kPlans[g_detected].state_far};
-std::atomic<int> g_fold_next{kPlans[g_detected].fold_next};
-std::atomic<int> g_bf16_dot_rows{kPlans[g_detected].bf16_dot_rows};
+int g_gemm_ahead = kPlans[g_detected].gemm_ahead;
+int g_state_near = kPlans[g_detected].state_near;
+int g_state_far = kPlans[g_detected].state_far;
+int g_fold_next = kPlans[g_detected].fold_next;
+int g_bf16_dot_rows = kPlans[g_detected].bf16_dot_rows;
 }  // namespace stream_detail
 
 const StreamPlan* stream_plans(int* count) {
@@ -65,12 +66,12 @@ void set_stream_plan(const StreamPlan& plan) {
         plan.state_far == kPlans[i].state_far && plan.fold_next == kPlans[i].fold_next &&
         plan.bf16_dot_rows == kPlans[i].bf16_dot_rows)
       known = i;
-  stream_detail::g_gemm_ahead.store(plan.gemm_ahead > 0 ? plan.gemm_ahead : 0, std::memory_order_relaxed);
-  stream_detail::g_state_near.store(plan.state_near > 0 ? plan.state_near : 0, std::memory_order_relaxed);
-  stream_detail::g_state_far.store(plan.state_far > 0 ? plan.state_far : 0, std::memory_order_relaxed);
-  stream_detail::g_fold_next.store(plan.fold_next == 1 || plan.fold_next == 2 ? plan.fold_next : 0,
-                                     std::memory_order_relaxed);
-  stream_detail::g_bf16_dot_rows.store(plan.bf16_dot_rows == 1 ? 1 : 4, std::memory_order_relaxed);
+  __atomic_store_n(&stream_detail::g_gemm_ahead, plan.gemm_ahead > 0 ? plan.gemm_ahead : 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&stream_detail::g_state_near, plan.state_near > 0 ? plan.state_near : 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&stream_detail::g_state_far, plan.state_far > 0 ? plan.state_far : 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&stream_detail::g_fold_next, plan.fold_next == 1 || plan.fold_next == 2 ? plan.fold_next : 0,
+                                     __ATOMIC_RELAXED);
+  __atomic_store_n(&stream_detail::g_bf16_dot_rows, plan.bf16_dot_rows == 1 ? 1 : 4, __ATOMIC_RELAXED);
   g_active.store(known, std::memory_order_relaxed);
 }
 

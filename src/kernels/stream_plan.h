@@ -19,8 +19,6 @@
 //    GEMM streams were not prefetched then.
 // No plan moves an operation: every element sees the same sequence, so every plan gives the same
 // bits (tests/kernels_stream_plan_test.cpp).
-#include <atomic>
-
 namespace parity::kernels {
 
 struct StreamPlan {
@@ -43,15 +41,17 @@ StreamPlan active_stream_plan();
 void set_stream_plan(const StreamPlan& plan);
 void clear_stream_plan();
 
-// The active plan's distances, read by the kernels once per row or per call (inline: a state row
-// is a few dozen instructions).
+// The active plan's values, read by the kernels once per row or per call (inline: a state row is a
+// few dozen instructions; static, because the ISA files call them: docs/numerics.md).
 namespace stream_detail {
-extern std::atomic<int> g_gemm_ahead, g_state_near, g_state_far, g_fold_next, g_bf16_dot_rows;
+// Plain ints read and written with the atomic builtins: no std::atomic member (an inline function
+// with external linkage) in the ISA files.
+extern int g_gemm_ahead, g_state_near, g_state_far, g_fold_next, g_bf16_dot_rows;
 }
-inline int gemm_prefetch_ahead() { return stream_detail::g_gemm_ahead.load(std::memory_order_relaxed); }
-inline int state_prefetch_near() { return stream_detail::g_state_near.load(std::memory_order_relaxed); }
-inline int state_prefetch_far() { return stream_detail::g_state_far.load(std::memory_order_relaxed); }
-inline int fold_prefetch_next() { return stream_detail::g_fold_next.load(std::memory_order_relaxed); }
-inline int bf16_dot_rows() { return stream_detail::g_bf16_dot_rows.load(std::memory_order_relaxed); }
+static inline int gemm_prefetch_ahead() { return __atomic_load_n(&stream_detail::g_gemm_ahead, __ATOMIC_RELAXED); }
+static inline int state_prefetch_near() { return __atomic_load_n(&stream_detail::g_state_near, __ATOMIC_RELAXED); }
+static inline int state_prefetch_far() { return __atomic_load_n(&stream_detail::g_state_far, __ATOMIC_RELAXED); }
+static inline int fold_prefetch_next() { return __atomic_load_n(&stream_detail::g_fold_next, __ATOMIC_RELAXED); }
+static inline int bf16_dot_rows() { return __atomic_load_n(&stream_detail::g_bf16_dot_rows, __ATOMIC_RELAXED); }
 
 }  // namespace parity::kernels
