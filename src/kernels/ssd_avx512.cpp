@@ -220,8 +220,9 @@ inline float dot16_one(const T* a, const float* b, int N) {
 // into the outer caches (_MM_HINT_T2: more lines in flight than the L1 fill buffers hold). The
 // stream runs on into the next head's state, contiguous in the cache. Zen 5 (session 16): 8192 /
 // 16384 took exact fp32's SSM part from ~1.2-1.3x its floor to ~1.0x and the whole step's
-// exact/plain from 1.02-1.14 to 0.98-1.02 (fp32); Xeon (session 11): 768 / 2048; Zen 4 (session
-// 25): none, both modes faster without. The bits do not depend on them: prefetches only.
+// exact/plain from 1.02-1.14 to 0.98-1.02 (fp32), and an Emerald Rapids Xeon is faster with them
+// than with session 11's Xeon's 768 / 2048; Zen 4 (session 25): none, both modes faster without.
+// The bits do not depend on them: prefetches only.
 template <class T>
 inline void prefetch_ahead(const T* row, int N) {
   const int near = state_prefetch_near();

@@ -12,10 +12,9 @@ namespace {
 constexpr StreamPlan kPlans[] = {
     {"zen5", 2048, 8192, 16384, 1, 4},
     {"zen4", 0, 0, 0, 2, 1},
-    {"xeon", 0, 768, 2048, 1, 4},
 };
 constexpr int kPlanCount = static_cast<int>(sizeof(kPlans) / sizeof(kPlans[0]));
-constexpr int kZen5 = 0, kZen4 = 1, kXeon = 2;
+constexpr int kZen5 = 0, kZen4 = 1;
 
 int detect_plan() {
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -27,9 +26,8 @@ int detect_plan() {
   if (!__get_cpuid(1, &a, &b, &c, &d)) return kZen5;
   const unsigned base = (a >> 8) & 0xF, ext = (a >> 20) & 0xFF;
   const unsigned family = base == 0xF ? base + ext : base;
-  if (std::strcmp(vendor, "GenuineIntel") == 0) return kXeon;
   if (std::strcmp(vendor, "AuthenticAMD") == 0 && family == 0x19) return kZen4;  // Zen 3 has no AVX-512
-  return kZen5;
+  return kZen5;  // Zen 5, Intel, anything else
 }
 
 const int g_detected = detect_plan();

@@ -15,8 +15,10 @@
 //    next head's state asked for during an exact-mode fold went into L2 there 1.5 % faster (a 32 KiB
 //    L1 holds one head's fp32 state, which the fold itself is streaming through), and bf16 state
 //    dots one row at a time were 10-14 % faster than four (four streams 512 bytes apart);
-//  - Intel Xeon (session 11): the state 768 B / 2 KiB ahead was best, 4 KiB and more lost; the
-//    GEMM streams were not prefetched then.
+//  - Intel Xeon: session 11's Xeon was best with the state 768 B / 2 KiB ahead, but on the device
+//    machines' Emerald Rapids host (session 25, BM_StreamPlanDecode) Zen 5's plan made a batch-1
+//    step and the lm_head GEMM 13 % faster than those distances with unprefetched GEMM streams, so
+//    Intel CPUs (and any CPU no plan was measured on) get Zen 5's.
 // No plan moves an operation: every element sees the same sequence, so every plan gives the same
 // bits (tests/kernels_stream_plan_test.cpp).
 namespace parity::kernels {
@@ -32,7 +34,7 @@ struct StreamPlan {
 
 // Every measured plan, the detected machine's among them.
 const StreamPlan* stream_plans(int* count);
-// The plan for this CPU: by vendor and family, Zen 5's for a CPU no plan was measured on.
+// The plan for this CPU: Zen 4's on an AMD family 0x19 CPU, Zen 5's on every other.
 const StreamPlan& detected_stream_plan();
 
 // The plan the kernels use now (the detected one unless set). Setting it is for benchmarks that
