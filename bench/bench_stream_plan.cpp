@@ -26,16 +26,10 @@ using namespace parity;
 
 namespace {
 
-std::vector<kernels::StreamPlan> plans() {
-  int n = 0;
-  const kernels::StreamPlan* p = kernels::stream_plans(&n);
-  return {p, p + n};
-}
-
 // Runs `work` under every plan in every iteration (rotating which goes first) and reports the means.
 template <class Work>
 void compare_plans(benchmark::State& st, Work&& work) {
-  const auto ps = plans();
+  const auto ps = kernels::stream_plans();
   const std::string detected = kernels::detected_stream_plan().name;
   std::vector<double> sum(ps.size(), 0.0);
   std::size_t first = 0;

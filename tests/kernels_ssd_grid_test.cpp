@@ -318,8 +318,6 @@ TEST(KernelsSsdGrid, DecodeSharedCbEqualsScalarTwin) {
 // below shows the comparison sees a one-element change.)
 TEST(KernelsSsdGrid, EveryStreamPlanDecodesTheScalarTwinsBits) {
   if (!cpu_has(Isa::Avx512)) return;  // the plans only steer the AVX-512 kernels (recorded by cpu_has)
-  int count = 0;
-  const StreamPlan* plans = stream_plans(&count);
   const Problem pr = make_problem(kLarge, 40, 31);
   const ExactGrid g = grid_of(kLarge, 8, true);
   for (bool bf16 : {false, true}) {
@@ -329,10 +327,10 @@ TEST(KernelsSsdGrid, EveryStreamPlanDecodesTheScalarTwinsBits) {
       scalar = run_schedule(pr, g, bf16, token_by_token(1, pr.n));
     }
     IsaGuard ig(Isa::Avx512);
-    for (int i = 0; i < count; ++i) {
-      set_stream_plan(plans[i]);
+    for (const StreamPlan& plan : stream_plans()) {
+      set_stream_plan(plan);
       EXPECT_TRUE(same_run(run_schedule(pr, g, bf16, token_by_token(1, pr.n)), scalar))
-          << plans[i].name << (bf16 ? " bf16" : " f32");
+          << plan.name << (bf16 ? " bf16" : " f32");
     }
     clear_stream_plan();
   }

@@ -20,12 +20,6 @@ using namespace parity;
 
 namespace {
 
-std::vector<kernels::StreamPlan> all_plans() {
-  int n = 0;
-  const kernels::StreamPlan* p = kernels::stream_plans(&n);
-  return {p, p + n};
-}
-
 // Restores the detected plan whatever a test does.
 struct PlanScope {
   ~PlanScope() { kernels::clear_stream_plan(); }
@@ -33,7 +27,7 @@ struct PlanScope {
 
 TEST(StreamPlan, TheDetectedPlanIsActiveAndSwitchingBackRestoresIt) {
   PlanScope scope;
-  const auto plans = all_plans();
+  const auto plans = kernels::stream_plans();
   ASSERT_EQ(plans.size(), 2u);
   const kernels::StreamPlan& d = kernels::detected_stream_plan();
   bool listed = false;
@@ -100,7 +94,7 @@ TEST(StreamPlan, EveryPlanDecodesTheSameBits) {
       std::size_t rows = 0;
       for (const auto& [id, r] : want) rows += r.logit_rows.size();
       ASSERT_EQ(rows, 3u * 2 * test::tiny_model().chunk_size() + 10 + 13 + 16);
-      for (const auto& p : all_plans()) {
+      for (const auto& p : kernels::stream_plans()) {
         kernels::set_stream_plan(p);
         EXPECT_EQ(mismatches(decode(mode, state, 3), want), 0u)
             << p.name << (mode == model::ScanMode::Exact ? " exact " : " plain ") << dtype_name(state);
@@ -131,7 +125,7 @@ TEST(StreamPlan, EveryPlanGivesTheSameGemmBits) {
     kernels::clear_stream_plan();
     std::vector<float> want(std::size_t(m) * n), got(want.size());
     kernels::gemm(a.data(), m, k, pw, nullptr, want.data(), n);
-    for (const auto& p : all_plans()) {
+    for (const auto& p : kernels::stream_plans()) {
       kernels::set_stream_plan(p);
       kernels::gemm(a.data(), m, k, pw, nullptr, got.data(), n);
       EXPECT_EQ(test::count_bit_mismatches(got.data(), want.data(), got.size()), 0u) << p.name << " m=" << m;

@@ -44,10 +44,7 @@ int g_fold_next = kPlans[g_detected].fold_next;
 int g_bf16_dot_rows = kPlans[g_detected].bf16_dot_rows;
 }  // namespace stream_detail
 
-const StreamPlan* stream_plans(int* count) {
-  *count = kPlanCount;
-  return kPlans;
-}
+std::span<const StreamPlan> stream_plans() { return {kPlans, static_cast<std::size_t>(kPlanCount)}; }
 
 const StreamPlan& detected_stream_plan() { return kPlans[g_detected]; }
 

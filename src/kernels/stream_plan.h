@@ -21,6 +21,8 @@
 //    Intel CPUs (and any CPU no plan was measured on) get Zen 5's.
 // No plan moves an operation: every element sees the same sequence, so every plan gives the same
 // bits (tests/kernels_stream_plan_test.cpp).
+#include <span>
+
 namespace parity::kernels {
 
 struct StreamPlan {
@@ -33,7 +35,7 @@ struct StreamPlan {
 };
 
 // Every measured plan, the detected machine's among them.
-const StreamPlan* stream_plans(int* count);
+std::span<const StreamPlan> stream_plans();
 // The plan for this CPU: Zen 4's on an AMD family 0x19 CPU, Zen 5's on every other.
 const StreamPlan& detected_stream_plan();
 
