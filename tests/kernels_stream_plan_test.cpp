@@ -133,4 +133,22 @@ TEST(StreamPlan, EveryPlanGivesTheSameGemmBits) {
   }
 }
 
+// The companion: the GEMM comparison above sees one changed input value (row 2's outputs differ, the
+// other rows' do not).
+TEST(StreamPlan, TheGemmComparisonSeesAChangedInput) {
+  const int k = 768, n = 200, m = 4;
+  std::vector<uint16_t> w(static_cast<std::size_t>(n) * k);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  for (auto& v : w) v = f32_to_bf16(nd(rng));
+  const kernels::PackedWeight pw = kernels::pack_weight(w.data(), DType::BF16, n, k);
+  std::vector<float> a = test::random_floats(std::size_t(m) * k, 9), want(std::size_t(m) * n), got(want.size());
+  kernels::gemm(a.data(), m, k, pw, nullptr, want.data(), n);
+  a[std::size_t(2) * k + 100] += 0.25f;
+  kernels::gemm(a.data(), m, k, pw, nullptr, got.data(), n);
+  EXPECT_GT(test::count_bit_mismatches(got.data() + 2 * n, want.data() + 2 * n, n), 0u);
+  EXPECT_EQ(test::count_bit_mismatches(got.data(), want.data(), 2 * n), 0u);
+  EXPECT_EQ(test::count_bit_mismatches(got.data() + 3 * n, want.data() + 3 * n, n), 0u);
+}
+
 }  // namespace
