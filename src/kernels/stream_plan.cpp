@@ -31,7 +31,7 @@ int detect_plan() {
 }
 
 const int g_detected = detect_plan();
-// Which plan is active: an index into kPlans, or -1 for distances set by hand.
+// Which plan is active: an index into kPlans, or -1 for values set by hand.
 std::atomic<int> g_active{g_detected};
 
 }  // namespace
@@ -64,8 +64,8 @@ void set_stream_plan(const StreamPlan& plan) {
   __atomic_store_n(&stream_detail::g_gemm_ahead, plan.gemm_ahead > 0 ? plan.gemm_ahead : 0, __ATOMIC_RELAXED);
   __atomic_store_n(&stream_detail::g_state_near, plan.state_near > 0 ? plan.state_near : 0, __ATOMIC_RELAXED);
   __atomic_store_n(&stream_detail::g_state_far, plan.state_far > 0 ? plan.state_far : 0, __ATOMIC_RELAXED);
-  __atomic_store_n(&stream_detail::g_fold_next, plan.fold_next == 1 || plan.fold_next == 2 ? plan.fold_next : 0,
-                                     __ATOMIC_RELAXED);
+  const int fold_next = plan.fold_next == 1 || plan.fold_next == 2 ? plan.fold_next : 0;
+  __atomic_store_n(&stream_detail::g_fold_next, fold_next, __ATOMIC_RELAXED);
   __atomic_store_n(&stream_detail::g_bf16_dot_rows, plan.bf16_dot_rows == 1 ? 1 : 4, __ATOMIC_RELAXED);
   g_active.store(known, std::memory_order_relaxed);
 }
