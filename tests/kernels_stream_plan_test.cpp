@@ -112,14 +112,21 @@ TEST(StreamPlan, TheDecodeComparisonSeesAChangedToken) {
 
 // The GEMM's few-rows path (where the weight-panel streams are prefetched) at 1..6 rows, with a
 // partial last panel: the same bits under every plan.
-TEST(StreamPlan, EveryPlanGivesTheSameGemmBits) {
-  PlanScope scope;
-  const int k = 768, n = 200;
+constexpr int kGemmK = 768, kGemmN = 200;
+
+// Random bf16 weights of kGemmN x kGemmK, packed.
+kernels::PackedWeight gemm_weight() {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 0.05f);
-  std::vector<uint16_t> w(static_cast<std::size_t>(n) * k);
+  std::vector<uint16_t> w(static_cast<std::size_t>(kGemmN) * kGemmK);
   for (auto& v : w) v = f32_to_bf16(nd(rng));
-  const kernels::PackedWeight pw = kernels::pack_weight(w.data(), DType::BF16, n, k);
+  return kernels::pack_weight(w.data(), DType::BF16, kGemmN, kGemmK);
+}
+
+TEST(StreamPlan, EveryPlanGivesTheSameGemmBits) {
+  PlanScope scope;
+  const int k = kGemmK, n = kGemmN;
+  const kernels::PackedWeight pw = gemm_weight();
   const std::vector<float> a = test::random_floats(std::size_t(6) * k, 9);
   for (int m = 1; m <= 6; ++m) {
     kernels::clear_stream_plan();
@@ -136,12 +143,8 @@ TEST(StreamPlan, EveryPlanGivesTheSameGemmBits) {
 // The companion: the GEMM comparison above sees one changed input value (row 2's outputs differ, the
 // other rows' do not).
 TEST(StreamPlan, TheGemmComparisonSeesAChangedInput) {
-  const int k = 768, n = 200, m = 4;
-  std::vector<uint16_t> w(static_cast<std::size_t>(n) * k);
-  std::mt19937 rng(5);
-  std::normal_distribution<float> nd(0.0f, 0.05f);
-  for (auto& v : w) v = f32_to_bf16(nd(rng));
-  const kernels::PackedWeight pw = kernels::pack_weight(w.data(), DType::BF16, n, k);
+  const int k = kGemmK, n = kGemmN, m = 4;
+  const kernels::PackedWeight pw = gemm_weight();
   std::vector<float> a = test::random_floats(std::size_t(m) * k, 9), want(std::size_t(m) * n), got(want.size());
   kernels::gemm(a.data(), m, k, pw, nullptr, want.data(), n);
   a[std::size_t(2) * k + 100] += 0.25f;
