@@ -25,6 +25,7 @@
 #include "kernels_cuda/graph.h"
 #include "kernels_cuda/ops.h"
 #include "kernels_cuda/pass_plan.h"
+#include "kernels_cuda/persistent_floor.h"
 #include "kernels_cuda/ssd_prefill.h"
 #include "kernels_cuda/ssd_tc.h"
 #include "kernels_cuda/stream_floor.h"
@@ -739,21 +740,28 @@ BENCHMARK(BM_CudaGemmChain)
 // small (0, 1, 4), arg1 early (1: the reads start before the wait, as the GEMMs' rings do). x_floor: the
 // step over its bytes at copy_bandwidth(), the floor BM_CudaModelDecode's decode target is measured
 // against (1.3 the target).
+// mamba2-2.7b's decode weights as the floors read them: per layer in_proj then out_proj, then lm_head
+// (5.4 GB, allocated once per process; the contents do not matter).
+constexpr int kFloorLayers = 64;
+std::size_t floor_bytes(int shape) { return 2 * std::size_t(kGemmShapes[shape][0]) * kGemmShapes[shape][1]; }
+const uint8_t* floor_weights() {
+  static cuda::DeviceBuffer<uint8_t> weights(kFloorLayers * (floor_bytes(0) + floor_bytes(1)) + floor_bytes(2));
+  return weights.data();
+}
+
 void BM_CudaStreamFloor(benchmark::State& state) {
   if (!have_gpu(state)) return;
-  constexpr int kLayers = 64;
+  constexpr int kLayers = kFloorLayers;
   const int small = static_cast<int>(state.range(0));
   const bool early = state.range(1) != 0;
-  auto bytes_of = [](int shape) { return 2 * std::size_t(kGemmShapes[shape][0]) * kGemmShapes[shape][1]; };
-  const std::size_t in_b = bytes_of(0), out_b = bytes_of(1), head_b = bytes_of(2);
+  const std::size_t in_b = floor_bytes(0), out_b = floor_bytes(1), head_b = floor_bytes(2);
   const std::size_t total = kLayers * (in_b + out_b) + head_b;
-  static cuda::DeviceBuffer<uint8_t> weights(total);  // 5.4 GB, once per process (contents do not matter)
   cuda::DeviceBuffer<unsigned> sink(1);
   cudaStream_t s = nullptr;
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   {
     const cuda::GraphExec g = cuda::capture_graph(s, [&] {
-      const uint8_t* w = weights.data();
+      const uint8_t* w = floor_weights();
       for (int l = 0; l < kLayers; ++l) {
         if (small >= 1) cuda::empty_step(s);
         cuda::stream_read(w, in_b, early, sink.data(), s);
@@ -774,6 +782,64 @@ void BM_CudaStreamFloor(benchmark::State& state) {
 BENCHMARK(BM_CudaStreamFloor)
     ->ArgsProduct({{0, 1, 4}, {0, 1}})
     ->ArgNames({"small", "early"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// The same weights read by one persistent kernel (persistent_floor.h): arg0 the small work's latency
+// on the critical path (0 none; 1 the estimates below, 2 twice them; out_proj's chain stays 3.9), arg1 out_proj's weights copied into shared
+// memory ahead of its phase, arg2 MB of the next in_proj asked of L2 during out_proj's phase. The
+// estimates, µs a layer at batch 1: the SSM step 1.5 (the SSU kernel alone is ~3 with its launch),
+// the gated norm 1.0 and the layer norm 0.7 (each block normalising the whole row itself), out_proj's
+// chain of 320 dependent tensor-core steps 3.9 (BM_CudaMmaChain) once its weights are on chip; without
+// the copy out_proj's time is its read. x_floor as BM_CudaStreamFloor's.
+void BM_CudaPersistentFloor(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  cuda::PersistentFloorStep st;
+  st.in_bytes = floor_bytes(0);
+  st.out_bytes = floor_bytes(1);
+  st.head_bytes = floor_bytes(2);
+  st.layers = kFloorLayers;
+  const float scale = static_cast<float>(state.range(0));
+  st.ssm_us = 1.5f * scale;
+  st.gated_norm_us = 1.0f * scale;
+  st.norm_us = 0.7f * scale;
+  st.out_in_smem = state.range(1) != 0;
+  st.out_chain_us = st.out_in_smem ? 3.9f * (scale > 0 ? 1.f : 0.f) : 0.f;
+  st.next_l2_bytes = static_cast<std::size_t>(state.range(2)) << 20;
+  const std::size_t total = kFloorLayers * (st.in_bytes + st.out_bytes) + st.head_bytes;
+  const uint8_t* w = floor_weights();
+  cuda::DeviceBuffer<unsigned> scratch(2);
+  if (!cuda::persistent_floor_step(w, st, scratch.data(), scratch.data() + 1, nullptr)) {  // warm-up
+    state.SkipWithError("the device cannot hold one such block on every SM");
+    return;
+  }
+  Timer t;
+  double sum = 0;
+  for (auto _ : state) {
+    t.start_device();  // the step's time includes zeroing the barrier count (one memset node)
+    cuda::persistent_floor_step(w, st, scratch.data(), scratch.data() + 1, nullptr);
+    const double s = t.stop_s();
+    state.SetIterationTime(s);
+    sum += s;
+  }
+  if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) {
+    state.SkipWithError(cudaGetErrorString(err));
+    return;
+  }
+  const double step = sum / static_cast<double>(std::max<int64_t>(1, state.iterations()));
+  state.counters["x_floor"] = step / (static_cast<double>(total) / copy_bandwidth());
+  state.counters["TBps"] = static_cast<double>(total) / step / 1e12;
+}
+BENCHMARK(BM_CudaPersistentFloor)
+    ->Args({0, 0, 0})
+    ->Args({1, 0, 0})
+    ->Args({1, 1, 0})
+    ->Args({1, 1, 16})
+    ->Args({1, 1, 24})
+    ->Args({0, 1, 24})
+    ->Args({2, 0, 0})
+    ->Args({2, 1, 24})
+    ->ArgNames({"work", "out_smem", "next_l2_mb"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
