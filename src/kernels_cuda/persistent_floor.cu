@@ -6,6 +6,7 @@
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/launch_support.h"
 #include "kernels_cuda/ptx.cuh"
+#include "kernels_cuda/weight_read.cuh"
 
 namespace parity::cuda {
 namespace {
@@ -47,24 +48,10 @@ __device__ void grid_barrier(unsigned* count, unsigned& target) {
   __syncthreads();
 }
 
-// This block's share of n 16-byte words at p, kUnroll loads in flight a thread (stream_floor's read).
+// This block's share of n 16-byte words at p (the blocks split them into contiguous slices).
 __device__ unsigned read_share(const uint4* p, std::size_t n) {
   const std::size_t share = n / gridDim.x;
-  p += share * blockIdx.x;
-  unsigned h = 0;
-  std::size_t i = threadIdx.x;
-  for (; i + (kUnroll - 1) * kThreads < share; i += kUnroll * kThreads) {
-    uint4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = __ldcs(p + i + u * kThreads);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) h ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  for (; i < share; i += kThreads) {
-    const uint4 v = __ldcs(p + i);
-    h ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  return h;
+  return read_words<kUnroll>(p + share * blockIdx.x, share, threadIdx.x, kThreads);
 }
 
 __global__ void __launch_bounds__(kThreads, 1)

@@ -5,6 +5,7 @@
 
 #include "kernels_cuda/launch_support.h"
 #include "kernels_cuda/programmatic_launch.cuh"
+#include "kernels_cuda/weight_read.cuh"
 
 namespace parity::cuda {
 namespace {
@@ -15,22 +16,10 @@ __global__ void __launch_bounds__(kThreads) stream_read_kernel(const uint4* __re
                                                                 unsigned* sink) {
   if (early) release_next_kernel();
   else wait_and_release(false);
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * kThreads;
-  std::size_t i = static_cast<std::size_t>(blockIdx.x) * kThreads + threadIdx.x;
-  unsigned h = 0;
   // kUnroll independent 16-byte loads a thread in flight: ~17 MB over the device, well above what
   // its read rate times the memory latency needs.
-  for (; i + (kUnroll - 1) * stride < n; i += kUnroll * stride) {
-    uint4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = __ldcs(p + i + u * stride);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) h ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  for (; i < n; i += stride) {
-    const uint4 v = __ldcs(p + i);
-    h ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
+  const unsigned h = read_words<kUnroll>(p, n, static_cast<std::size_t>(blockIdx.x) * kThreads + threadIdx.x,
+                                         static_cast<std::size_t>(gridDim.x) * kThreads);
   if (early) wait_for_prior_kernel();
   if (h == 0x9e3779b9u) *sink = h;  // keeps the reads; a hit (one thread in 2^32) writes a value nobody reads
 }
