@@ -732,14 +732,6 @@ BENCHMARK(BM_CudaGemmChain)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-// A batch-1 decode step of mamba2-2.7b with the work taken out (stream_floor.h: issue 11's decode target
-// against what the launch structure alone costs): per layer `small` empty launches (1: the norm before
-// in_proj; 4: the norm, and the conv, the SSM step and the gated norm between the GEMMs, as a plain step
-// launches them) and the two GEMMs' weight reads (in_proj 54 MB, out_proj 26 MB, each layer its own
-// bytes), then the final norm and lm_head's 257 MB: one CUDA graph, every launch programmatic. arg0
-// small (0, 1, 4), arg1 early (1: the reads start before the wait, as the GEMMs' rings do). x_floor: the
-// step over its bytes at copy_bandwidth(), the floor BM_CudaModelDecode's decode target is measured
-// against (1.3 the target).
 // mamba2-2.7b's decode weights as the floors read them: per layer in_proj then out_proj, then lm_head
 // (5.4 GB, allocated once per process; the contents do not matter).
 constexpr int kFloorLayers = 64;
@@ -749,6 +741,14 @@ const uint8_t* floor_weights() {
   return weights.data();
 }
 
+// A batch-1 decode step of mamba2-2.7b with the work taken out (stream_floor.h: issue 11's decode target
+// against what the launch structure alone costs): per layer `small` empty launches (1: the norm before
+// in_proj; 4: the norm, and the conv, the SSM step and the gated norm between the GEMMs, as a plain step
+// launches them) and the two GEMMs' weight reads (in_proj 54 MB, out_proj 26 MB, each layer its own
+// bytes), then the final norm and lm_head's 257 MB: one CUDA graph, every launch programmatic. arg0
+// small (0, 1, 4), arg1 early (1: the reads start before the wait, as the GEMMs' rings do). x_floor: the
+// step over its bytes at copy_bandwidth(), the floor BM_CudaModelDecode's decode target is measured
+// against (1.3 the target).
 void BM_CudaStreamFloor(benchmark::State& state) {
   if (!have_gpu(state)) return;
   constexpr int kLayers = kFloorLayers;
@@ -786,12 +786,13 @@ BENCHMARK(BM_CudaStreamFloor)
     ->Unit(benchmark::kMillisecond);
 
 // The same weights read by one persistent kernel (persistent_floor.h): arg0 the small work's latency
-// on the critical path (0 none; 1 the estimates below, 2 twice them; out_proj's chain stays 3.9), arg1 out_proj's weights copied into shared
-// memory ahead of its phase, arg2 MB of the next in_proj asked of L2 during out_proj's phase. The
-// estimates, µs a layer at batch 1: the SSM step 1.5 (the SSU kernel alone is ~3 with its launch),
-// the gated norm 1.0 and the layer norm 0.7 (each block normalising the whole row itself), out_proj's
-// chain of 320 dependent tensor-core steps 3.9 (BM_CudaMmaChain) once its weights are on chip; without
-// the copy out_proj's time is its read. x_floor as BM_CudaStreamFloor's.
+// on the critical path (0 none; 1 the estimates below; 2 twice them, out_proj's chain staying 3.9),
+// arg1 out_proj's weights copied into shared memory ahead of its phase, arg2 MB of the next in_proj
+// asked of L2 during out_proj's phase. The estimates, µs a layer at batch 1: the SSM step 1.5 (the
+// SSU kernel alone is ~3 with its launch), the gated norm 1.0 and the layer norm 0.7 (each block
+// normalising the whole row itself), out_proj's chain of 320 dependent tensor-core steps 3.9
+// (BM_CudaMmaChain) once its weights are on chip; without the copy out_proj's time is its read.
+// x_floor as BM_CudaStreamFloor's.
 void BM_CudaPersistentFloor(benchmark::State& state) {
   if (!have_gpu(state)) return;
   cuda::PersistentFloorStep st;
@@ -804,7 +805,7 @@ void BM_CudaPersistentFloor(benchmark::State& state) {
   st.gated_norm_us = 1.0f * scale;
   st.norm_us = 0.7f * scale;
   st.out_in_smem = state.range(1) != 0;
-  st.out_chain_us = st.out_in_smem ? 3.9f * (scale > 0 ? 1.f : 0.f) : 0.f;
+  st.out_chain_us = st.out_in_smem && scale > 0 ? 3.9f : 0.f;
   st.next_l2_bytes = static_cast<std::size_t>(state.range(2)) << 20;
   const std::size_t total = kFloorLayers * (st.in_bytes + st.out_bytes) + st.head_bytes;
   const uint8_t* w = floor_weights();
