@@ -132,8 +132,9 @@ bool persistent_floor_step(const void* weights, const PersistentFloorStep& step,
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  cuda_check(cudaLaunchKernelEx(&cfg, persistent_step_kernel, static_cast<const uint8_t*>(weights), step, barrier, sink),
-             "persistent_step");
+  cuda_check(
+      cudaLaunchKernelEx(&cfg, persistent_step_kernel, static_cast<const uint8_t*>(weights), step, barrier, sink),
+      "persistent_step");
   return true;
 }
 
