@@ -1,4 +1,5 @@
-// AVX-512 SSD scan and SSU step. Every output element goes through exactly the scalar sequence of
+// AVX-512 SSD scan on the exact grid (and plain mode's chunked scan through the same row and fold
+// routines; the SSU step is ssu_avx512.cpp). Every output element goes through exactly the scalar sequence of
 // ssd_internal.h; vectors only run many such sequences side by side (across head_dim in the row
 // routine, across d_state in the fold, across dot products in the 16-lane dots), so the bits equal
 // the scalar twin's. Compiled with AVX-512 flags: call only after active_isa() says so.
@@ -11,250 +12,13 @@
 
 #include <cstdint>
 
-#include "kernels/stream_plan.h"
+#include "kernels/ssd_avx512_lanes.h"
 #include "kernels/ssd_internal.h"
+#include "kernels/stream_plan.h"
 
 namespace parity::kernels::ssd_detail {
 
 namespace {
-
-constexpr int kW = 16;
-
-// Local on purpose: std::min and friends are external inline templates (see ssd_internal.h).
-inline int imin(int a, int b) { return a < b ? a : b; }
-
-inline __mmask16 tail_mask(int count) {
-  return count >= kW ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << count) - 1u);
-}
-inline __mmask16 lane_mask_signed(int count) { return count <= 0 ? static_cast<__mmask16>(0) : tail_mask(count); }
-
-// exp_f of math.h lane by lane: same clamps, same rounding of n, same FMAs, same two-step scaling.
-inline __m512 exp16(__m512 x) {
-  using namespace mathc;
-  const __m512 vmax = _mm512_set1_ps(kExpMax), vmin = _mm512_set1_ps(kExpMin);
-  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  const __mmask16 big = _mm512_cmp_ps_mask(x, vmax, _CMP_GT_OQ);
-  const __mmask16 small = _mm512_cmp_ps_mask(x, vmin, _CMP_LT_OQ);
-  // Out-of-range lanes are overwritten below; clamping keeps their integer scale in range.
-  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, vmin), vmax);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), xc);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
-  __m512 p = _mm512_set1_ps(kE7);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kE6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kE5));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kE4));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kE3));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kE2));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  // C's n / 2 truncates toward zero; n * 0.5 is exact, so truncating it gives the same n1.
-  const __m512 n1 = _mm512_roundscale_ps(_mm512_mul_ps(n, _mm512_set1_ps(0.5f)), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  const __m512 n2 = _mm512_sub_ps(n, n1);
-  const __m512i bias = _mm512_set1_epi32(127);
-  const __m512 f1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n1), bias), 23));
-  const __m512 f2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n2), bias), 23));
-  __m512 e = _mm512_mul_ps(_mm512_mul_ps(p, f1), f2);
-  e = _mm512_mask_mov_ps(e, big, _mm512_set1_ps(INFINITY));
-  e = _mm512_mask_mov_ps(e, small, _mm512_setzero_ps());
-  return _mm512_mask_mov_ps(e, nan, x);
-}
-
-// decay_f of ssd_internal.h lane by lane.
-inline __m512 decay16(__m512 a) {
-  const __mmask16 below = _mm512_cmp_ps_mask(a, _mm512_set1_ps(kDecayFloor), _CMP_LT_OQ);
-  return _mm512_mask_mov_ps(exp16(a), below, _mm512_setzero_ps());
-}
-
-// Folds 16 lane accumulators to 16 dot results with the tree of ssd_internal.h (lane j + lane j+h
-// for h = 8, 4, 2, 1), four tree levels shared by all 16 through shuffles. Result lane i holds
-// the dot of acc[i].
-inline __m512 reduce16x16(const __m512* acc) {
-  __m512 l1[8], l2[4], l3[2];
-  #pragma GCC unroll 16
-  for (int i = 0; i < 8; ++i) {  // lanes 0..7: acc[2i] j + j+8; lanes 8..15: acc[2i+1]
-    const __m512 lo = _mm512_shuffle_f32x4(acc[2 * i], acc[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512 hi = _mm512_shuffle_f32x4(acc[2 * i], acc[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2));
-    l1[i] = _mm512_add_ps(lo, hi);
-  }
-  #pragma GCC unroll 16
-  for (int i = 0; i < 4; ++i) {  // 128-bit quad q holds acc[4i+q], lanes j + j+4
-    const __m512 lo = _mm512_shuffle_f32x4(l1[2 * i], l1[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0));
-    const __m512 hi = _mm512_shuffle_f32x4(l1[2 * i], l1[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1));
-    l2[i] = _mm512_add_ps(lo, hi);
-  }
-  #pragma GCC unroll 16
-  for (int i = 0; i < 2; ++i) {  // quad q: lanes 0,1 from acc[8i+q], lanes 2,3 from acc[8i+4+q]
-    const __m512 lo = _mm512_shuffle_ps(l2[2 * i], l2[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512 hi = _mm512_shuffle_ps(l2[2 * i], l2[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2));
-    l3[i] = _mm512_add_ps(lo, hi);
-  }
-  const __m512 lo = _mm512_shuffle_ps(l3[0], l3[1], _MM_SHUFFLE(2, 0, 2, 0));
-  const __m512 hi = _mm512_shuffle_ps(l3[0], l3[1], _MM_SHUFFLE(3, 1, 3, 1));
-  const __m512 z = _mm512_add_ps(lo, hi);  // lane 4q + m holds acc[q + 4m]
-  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  return _mm512_permutexvar_ps(idx, z);
-}
-
-inline float reduce16(__m512 a) {
-  const __m256 l1 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
-  const __m128 l2 = _mm_add_ps(_mm256_castps256_ps128(l1), _mm256_extractf128_ps(l1, 1));
-  const __m128 l3 = _mm_add_ps(l2, _mm_movehl_ps(l2, l2));
-  const __m128 l4 = _mm_add_ss(l3, _mm_shuffle_ps(l3, l3, 1));
-  return _mm_cvtss_f32(l4);
-}
-
-// bf16 → fp32 (exact: a shift) and fp32 → bf16 with common/dtype.h's rounding: nearest-even on
-// the integer image, NaNs kept quiet NaNs.
-inline __m512 widen_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
-
-// The rounded value in the high 16 bits of each lane, for a lane that is not NaN: the integer
-// image plus 0x7fff plus the lsb of the kept half (f32_to_bf16's u + 0x7fff + ((u >> 16) & 1)).
-inline __m512i round_hi_bf16(__m512 f) {
-  const __m512i u = _mm512_castps_si512(f);
-  const __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
-  const __m512i t = _mm512_add_epi32(u, _mm512_set1_epi32(0x7fff));
-  return _mm512_mask_add_epi32(t, odd, t, _mm512_set1_epi32(1));
-}
-// round_hi_bf16 with NaN lanes replaced by the quiet NaN (u >> 16) | 0x40 (in the high half).
-inline __m512i round_hi_bf16_nan(__m512 f) {
-  const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
-  return _mm512_mask_or_epi32(round_hi_bf16(f), nan, _mm512_castps_si512(f), _mm512_set1_epi32(0x400000));
-}
-// The high halves of a (words 0..15) and b (words 16..31): one shuffle for 32 values.
-inline __m512i pack_hi16(__m512i a, __m512i b) {
-  alignas(64) static const uint16_t kOdd[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
-                                                33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
-  return _mm512_permutex2var_epi16(a, _mm512_load_si512(kOdd), b);
-}
-
-
-// A state vector as fp32: an fp32 state is loaded, a bf16 one widened in registers (exact).
-inline __m512 load_state(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load_state(const uint16_t* p) {
-  return widen_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-inline __m512 maskz_load_state(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
-inline __m512 maskz_load_state(__mmask16 m, const uint16_t* p) { return widen_bf16(_mm256_maskz_loadu_epi16(m, p)); }
-
-// 32 values rounded to bf16 (a: words 0..15, b: words 16..31) with f32_to_bf16's bits. kHw uses
-// AVX512-BF16's vcvtne2ps2bf16 (one instruction for 32 values instead of about eight integer
-// operations per 16): it rounds to nearest even on the integer image and quiets NaNs as
-// f32_to_bf16 does, but flushes subnormal inputs to a signed zero, so a pair holding a subnormal
-// takes the integer sequence instead. Call kHw only when the CPU has AVX512-BF16
-// (kernels::avx512_bf16_active()).
-template <bool kHw>
-inline __m512i narrow32(__m512 a, __m512 b) {
-  if constexpr (kHw) {
-    constexpr int kSubnormal = 0x20;  // vfpclassps category
-    if (__builtin_expect((_mm512_fpclass_ps_mask(a, kSubnormal) | _mm512_fpclass_ps_mask(b, kSubnormal)) == 0, 1))
-      return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
-  }
-  return pack_hi16(round_hi_bf16_nan(a), round_hi_bf16_nan(b));
-}
-
-// Stores NV vectors of one state row, the lanes of m[v] of vector v, at p: fp32 as is, bf16
-// rounded by pairs of vectors through narrow32.
-template <int NV, bool kHw>
-inline void store_state_row(float* p, const __mmask16* m, const __m512* v) {
-  #pragma GCC unroll 16
-  for (int i = 0; i < NV; ++i) _mm512_mask_storeu_ps(p + kW * i, m[i], v[i]);
-}
-template <int NV, bool kHw>
-inline void store_state_row(uint16_t* p, const __mmask16* m, const __m512* v) {
-  #pragma GCC unroll 16
-  for (int i = 0; i < NV; i += 2) {
-    const bool pair = i + 1 < NV;
-    const __m512i w = narrow32<kHw>(v[i], pair ? v[i + 1] : _mm512_setzero_ps());
-    const __mmask32 sm = static_cast<__mmask32>(m[i]) | (pair ? static_cast<__mmask32>(m[i + 1]) << 16 : 0u);
-    _mm512_mask_storeu_epi16(p + kW * i, sm, w);
-  }
-}
-
-// out[i] = dot16(rows[i], c) for i < 16.
-template <class T>
-inline void dot16x16(const T* const* rows, const float* c, int N, float* out) {
-  __m512 acc[16];
-  #pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
-  int k = 0;
-  for (; k + kW <= N; k += kW) {
-    const __m512 cv = _mm512_loadu_ps(c + k);
-    #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(load_state(rows[i] + k), cv, acc[i]);
-  }
-  if (k < N) {  // absent lanes keep their sum untouched, as in the scalar loop
-    const __mmask16 m = tail_mask(N - k);
-    const __m512 cv = _mm512_maskz_loadu_ps(m, c + k);
-    #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) {
-      acc[i] = _mm512_mask3_fmadd_ps(maskz_load_state(m, rows[i] + k), cv, acc[i], m);
-    }
-  }
-  _mm512_storeu_ps(out, reduce16x16(acc));
-}
-
-// The 16 lane accumulators of dot16(a, c) before the fold tree.
-template <class T>
-inline __m512 dot16_lanes(const T* a, const float* c, int N) {
-  __m512 acc = _mm512_setzero_ps();
-  int k = 0;
-  for (; k + kW <= N; k += kW) acc = _mm512_fmadd_ps(load_state(a + k), _mm512_loadu_ps(c + k), acc);
-  if (k < N) {
-    const __mmask16 m = tail_mask(N - k);
-    acc = _mm512_mask3_fmadd_ps(maskz_load_state(m, a + k), _mm512_maskz_loadu_ps(m, c + k), acc, m);
-  }
-  return acc;
-}
-
-template <class T>
-inline float dot16_one(const T* a, const float* b, int N) {
-  return reduce16(dot16_lanes(a, b, N));
-}
-
-// Software prefetch at decode (kernels/stream_plan.h: the distances are the machine's). The state
-// of a head is read once, from memory (or, at batch 1, from L3); on the Intel Xeon and the Zen 5 the
-// hardware prefetchers restart at every 4 KiB page and pause during the work between heads, so each
-// row read asks for the lines `near` bytes ahead into L1, and a bf16 state also `far` bytes ahead
-// into the outer caches (_MM_HINT_T2: more lines in flight than the L1 fill buffers hold). The
-// stream runs on into the next head's state, contiguous in the cache. Zen 5 (session 16): 8192 /
-// 16384 took exact fp32's SSM part from ~1.2-1.3x its floor to ~1.0x and the whole step's
-// exact/plain from 1.02-1.14 to 0.98-1.02 (fp32), and an Emerald Rapids Xeon is faster with them
-// than with session 11's Xeon's 768 / 2048; Zen 4 (session 25): none, both modes faster without.
-// The bits do not depend on them: prefetches only.
-template <class T>
-inline void prefetch_ahead(const T* row, int N) {
-  const int near = state_prefetch_near();
-  if (near == 0) return;
-  const char* b = reinterpret_cast<const char*>(row) + near;
-  for (int64_t o = 0; o < int64_t(N) * int64_t(sizeof(T)); o += 64) _mm_prefetch(b + o, _MM_HINT_T0);
-}
-// prefetch_ahead of `bytes` contiguous bytes at `at` and, for a bf16 state, the far request too,
-// unrolled: per-row prefetch loops cost a fifth of a decode row's instructions.
-template <class T>
-inline void prefetch_span(const T* at, int64_t bytes) {
-  const int near = state_prefetch_near(), far = sizeof(T) == sizeof(uint16_t) ? state_prefetch_far() : 0;
-  if (near == 0 && far == 0) return;
-  const char* b = reinterpret_cast<const char*>(at);
-  #pragma GCC unroll 8
-  for (int64_t o = 0; o < bytes; o += 64) {
-    if (near) _mm_prefetch(b + near + o, _MM_HINT_T0);
-    if (far) _mm_prefetch(b + far + o, _MM_HINT_T2);
-  }
-}
-
-// dot16_lanes at N = kCachedDotN (every Mamba2 checkpoint's state size) with c already in registers:
-// one load per FMA instead of two (on the Zen 4 a 512-bit load takes both load ports). The same
-// chain, so the same bits.
-constexpr int kCachedDotN = 128;
-template <class T>
-inline __m512 dot16_lanes_cached(const T* a, const __m512* cv) {
-  __m512 acc = _mm512_setzero_ps();
-  #pragma GCC unroll 16
-  for (int v = 0; v < kCachedDotN / kW; ++v) acc = _mm512_fmadd_ps(load_state(a + kW * v), cv[v], acc);
-  return acc;
-}
 
 // dot16_lanes of four rows lda apart against one c, side by side: four independent chains where
 // one row alone waits on its FMA latency at every step. Each row's chain is dot16_lanes' own.
@@ -378,13 +142,6 @@ inline void state_dots4(const HeadChunk& k, const float* const* c, float* const*
     dots_rows4(k.Sb, k.P, k.N, c, out);
 }
 
-// decay_f and exp_f for one value, through the vector code (same bits; see the note on
-// external inline functions in ssd_internal.h).
-inline float decay_one(float a) { return _mm_cvtss_f32(_mm512_castps512_ps128(decay16(_mm512_set1_ps(a)))); }
-inline float exp_one(float a) { return _mm_cvtss_f32(_mm512_castps512_ps128(exp16(_mm512_set1_ps(a)))); }
-inline float fma_one(float a, float b, float c) {
-  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
-}
 
 // The row routine, in three block sizes that share every per-element step: 1 row (decode),
 // 4 rows (shared loads of x_s in the intra sum, interleaved decay chains), 16 rows (decay chains,
@@ -676,7 +433,7 @@ void fold_factors(const HeadChunk& k, float* e, float* u) {
   }
   e[Lc] = acc;
   for (int s = 0; s <= Lc; s += kW) {
-    const __mmask16 m = tail_mask(Lc + 1 - s), mdt = lane_mask_signed(Lc - s);
+    const __mmask16 m = tail_mask(Lc + 1 - s), mdt = lane_mask(Lc - s);
     const __m512 d = decay16(_mm512_maskz_loadu_ps(m, e + s));
     _mm512_mask_storeu_ps(e + s, m, _mm512_mask_mul_ps(d, mdt, d, _mm512_maskz_loadu_ps(mdt, k.dtc + s)));
   }
@@ -863,7 +620,7 @@ void head_rows_avx512(const HeadChunk& k, int t_lo) {
 
 void round_bf16_avx512(const float* in, uint16_t* out, int n, Bf16Rounding how) {
   for (int i = 0; i < n; i += 2 * kW) {
-    const __mmask16 m[2] = {tail_mask(n - i), lane_mask_signed(n - i - kW)};
+    const __mmask16 m[2] = {tail_mask(n - i), lane_mask(n - i - kW)};
     const __m512 v[2] = {_mm512_maskz_loadu_ps(m[0], in + i), _mm512_maskz_loadu_ps(m[1], in + i + kW)};
     if (how == Bf16Rounding::Integer) {
       store_state_row<2, false>(out + i, m, v);
@@ -892,192 +649,6 @@ void row_and_fold_bf16_avx512(const HeadChunk& k, int t, uint16_t* state, bool h
     row_and_fold<true>(k, t, state);
   else
     row_and_fold<false>(k, t, state);
-}
-
-void ssu_head_avx512(int P, int N, const float* x, float dt, float A, float D, const float* B, const float* C,
-                     float* S, float* y) {
-  const __m512 decay = _mm512_set1_ps(exp_one(dt * A));
-  // The state row is updated and immediately read back for its dot, while still in L1.
-  // At N = kCachedDotN, B stays in registers for every row: one load per FMA (on the Zen 4 a
-  // 512-bit load takes both load ports).
-  __m512 bv[kCachedDotN / kW] = {};
-  const bool cached = N == kCachedDotN;
-  if (cached)
-    #pragma GCC unroll 16
-    for (int v = 0; v < kCachedDotN / kW; ++v) bv[v] = _mm512_loadu_ps(B + kW * v);
-  auto update_row = [&](int p) {
-    const __m512 u = _mm512_set1_ps(dt * x[p]);
-    float* Sp = S + int64_t(p) * N;
-    prefetch_span(Sp, int64_t(N) * int64_t(sizeof(float)));
-    if (cached) {
-      #pragma GCC unroll 16
-      for (int v = 0; v < kCachedDotN / kW; ++v)
-        _mm512_storeu_ps(Sp + kW * v, _mm512_fmadd_ps(u, bv[v], _mm512_mul_ps(decay, _mm512_loadu_ps(Sp + kW * v))));
-      return;
-    }
-    for (int k = 0; k < N; k += kW) {
-      const __mmask16 m = tail_mask(N - k);
-      const __m512 s = _mm512_fmadd_ps(u, _mm512_maskz_loadu_ps(m, B + k), _mm512_mul_ps(decay, _mm512_maskz_loadu_ps(m, Sp + k)));
-      _mm512_mask_storeu_ps(Sp + k, m, s);
-    }
-  };
-  int p = 0;
-  for (; p + 16 <= P; p += 16) {
-    const float* rows[16];
-    for (int i = 0; i < 16; ++i) {
-      update_row(p + i);
-      rows[i] = S + int64_t(p + i) * N;
-    }
-    alignas(64) float dots[16];
-    dot16x16(rows, C, N, dots);
-    for (int i = 0; i < 16; ++i) y[p + i] = fma_one(D, x[p + i], dots[i]);
-  }
-  for (; p < P; ++p) {
-    update_row(p);
-    y[p] = fma_one(D, x[p], dot16_one(S + int64_t(p) * N, C, N));
-  }
-}
-
-namespace {
-
-inline __mmask16 lane_mask(int count) {
-  return count <= 0 ? static_cast<__mmask16>(0) : tail_mask(count);
-}
-
-// Columns k .. k+16*NV-1 of one bf16 state row (rem of them present when kTail): widened, updated
-// (s = fma(u, B, decay * S)), the unrounded s accumulated into the row's dot16 lanes (acc, lane j
-// takes n = j, j+16, ... in increasing n), then rounded and stored. A NaN in s makes its acc lane
-// NaN, so the per-lane NaN handling runs only when acc shows one. kHw: rounded by narrow32's
-// vcvtne2ps2bf16 (the same bits; at batch 1 the state sits in L3 and the integer rounding's ~8
-// operations per 16 values were what bound the step).
-template <bool kHw, int NV, bool kTail>
-inline void ssu_bf16_cols(uint16_t* Sp, const float* B, const float* C, __m512 u, __m512 decay, int rem,
-                          __m512& acc) {
-  __mmask16 m[NV];
-  __m512 sv[NV];
-  #pragma GCC unroll 16
-  for (int v = 0; v < NV; ++v) {
-    m[v] = kTail ? lane_mask(rem - kW * v) : static_cast<__mmask16>(0xFFFF);
-    const __m512 old = widen_bf16(kTail ? _mm256_maskz_loadu_epi16(m[v], Sp + kW * v)
-                                        : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(Sp + kW * v)));
-    const __m512 bv = kTail ? _mm512_maskz_loadu_ps(m[v], B + kW * v) : _mm512_loadu_ps(B + kW * v);
-    sv[v] = _mm512_fmadd_ps(u, bv, _mm512_mul_ps(decay, old));
-    if (kTail)
-      acc = _mm512_mask3_fmadd_ps(sv[v], _mm512_maskz_loadu_ps(m[v], C + kW * v), acc, m[v]);
-    else
-      acc = _mm512_fmadd_ps(sv[v], _mm512_loadu_ps(C + kW * v), acc);
-  }
-  if constexpr (kHw && !kTail && NV % 2 == 0) {
-    // A whole block: one subnormal test for all NV vectors (narrow32 tests by pairs; a pair without
-    // a subnormal gets the same bits either way), so the common case is NV/2 conversions and stores.
-    constexpr int kSubnormal = 0x20;  // vfpclassps category
-    __mmask16 sub = 0;
-    #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) sub |= _mm512_fpclass_ps_mask(sv[v], kSubnormal);
-    if (__builtin_expect(sub == 0, 1)) {
-      #pragma GCC unroll 16
-      for (int v = 0; v < NV; v += 2)
-        _mm512_storeu_si512(Sp + kW * v, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(sv[v + 1], sv[v])));
-      return;
-    }
-  }
-  const bool nan = !kHw && _mm512_cmp_ps_mask(acc, acc, _CMP_UNORD_Q) != 0;
-  #pragma GCC unroll 16
-  for (int v = 0; v < NV; v += 2) {
-    const int v1 = v + 1 < NV ? v + 1 : v;
-    __m512i packed;
-    if constexpr (kHw) {
-      packed = narrow32<true>(sv[v], sv[v1]);
-    } else {
-      const __m512i t0 = nan ? round_hi_bf16_nan(sv[v]) : round_hi_bf16(sv[v]);
-      const __m512i t1 = nan ? round_hi_bf16_nan(sv[v1]) : round_hi_bf16(sv[v1]);
-      packed = pack_hi16(t0, t1);
-    }
-    if (kTail || v1 == v) {
-      const __mmask32 sm = static_cast<__mmask32>(m[v]) | (v1 != v ? static_cast<__mmask32>(m[v1]) << 16 : 0u);
-      _mm512_mask_storeu_epi16(Sp + kW * v, sm, packed);
-    } else {
-      _mm512_storeu_si512(Sp + kW * v, packed);
-    }
-  }
-}
-
-// One row of ssu_head_bf16_avx512; returns its dot16 lanes against C.
-template <bool kHw>
-inline __m512 ssu_bf16_row(uint16_t* Sp, int N, const float* B, const float* C, __m512 u, __m512 decay) {
-  __m512 acc = _mm512_setzero_ps();
-  int k = 0;
-  for (; k + 8 * kW <= N; k += 8 * kW) {
-    prefetch_span(Sp + k, 8 * kW * int64_t(sizeof(uint16_t)));
-    ssu_bf16_cols<kHw, 8, false>(Sp + k, B + k, C + k, u, decay, 8 * kW, acc);
-  }
-  if (k < N) prefetch_span(Sp + k, (N - k) * int64_t(sizeof(uint16_t)));
-  const int rem = N - k;
-  switch ((rem + kW - 1) / kW) {
-    case 0: break;
-    case 1: ssu_bf16_cols<kHw, 1, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
-    case 2: ssu_bf16_cols<kHw, 2, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
-    case 3: ssu_bf16_cols<kHw, 3, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
-    case 4: ssu_bf16_cols<kHw, 4, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
-    case 5: ssu_bf16_cols<kHw, 5, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
-    case 6: ssu_bf16_cols<kHw, 6, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
-    case 7: ssu_bf16_cols<kHw, 7, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
-    default: ssu_bf16_cols<kHw, 8, true>(Sp + k, B + k, C + k, u, decay, rem, acc); break;
-  }
-  return acc;
-}
-
-// Two adjacent rows of ssu_head_bf16_avx512 side by side (N a multiple of 128): each row's values
-// and its dot lanes follow ssu_bf16_row's sequence; the two dot chains overlap instead of one row
-// waiting on its own FMA latency.
-template <bool kHw>
-inline void ssu_bf16_row2(uint16_t* Sp, int N, const float* B, const float* C, __m512 u0, __m512 u1,
-                          __m512 decay, __m512& acc0, __m512& acc1) {
-  acc0 = _mm512_setzero_ps();
-  acc1 = _mm512_setzero_ps();
-  uint16_t* Sq = Sp + N;
-  for (int k = 0; k < N; k += 8 * kW) {
-    prefetch_span(Sp + k, 8 * kW * int64_t(sizeof(uint16_t)));
-    prefetch_span(Sq + k, 8 * kW * int64_t(sizeof(uint16_t)));
-    ssu_bf16_cols<kHw, 8, false>(Sp + k, B + k, C + k, u0, decay, 8 * kW, acc0);
-    ssu_bf16_cols<kHw, 8, false>(Sq + k, B + k, C + k, u1, decay, 8 * kW, acc1);
-  }
-}
-
-template <bool kHw>
-void ssu_head_bf16(int P, int N, const float* x, float dt, float A, float D, const float* B, const float* C,
-                   uint16_t* S, float* y) {
-  const __m512 decay = _mm512_set1_ps(exp_one(dt * A));
-  // Each state row is widened, updated and stored rounded in one pass; its dot reads the
-  // unrounded update from registers (as when the update runs on an fp32 copy).
-  int p = 0;
-  for (; p + 16 <= P; p += 16) {
-    __m512 acc[16];
-    if (N % (8 * kW) == 0) {
-      #pragma GCC unroll 1
-      for (int i = 0; i < 16; i += 2)
-        ssu_bf16_row2<kHw>(S + int64_t(p + i) * N, N, B, C, _mm512_set1_ps(dt * x[p + i]),
-                           _mm512_set1_ps(dt * x[p + i + 1]), decay, acc[i], acc[i + 1]);
-    } else {
-      #pragma GCC unroll 1
-      for (int i = 0; i < 16; ++i)
-        acc[i] = ssu_bf16_row<kHw>(S + int64_t(p + i) * N, N, B, C, _mm512_set1_ps(dt * x[p + i]), decay);
-    }
-    const __m512 xv = _mm512_loadu_ps(x + p);
-    _mm512_storeu_ps(y + p, _mm512_fmadd_ps(_mm512_set1_ps(D), xv, reduce16x16(acc)));
-  }
-  for (; p < P; ++p)
-    y[p] = fma_one(D, x[p], reduce16(ssu_bf16_row<kHw>(S + int64_t(p) * N, N, B, C, _mm512_set1_ps(dt * x[p]), decay)));
-}
-
-}  // namespace
-
-void ssu_head_bf16_avx512(int P, int N, const float* x, float dt, float A, float D, const float* B, const float* C,
-                          uint16_t* S, float* y, bool hw) {
-  if (hw)
-    ssu_head_bf16<true>(P, N, x, dt, A, D, B, C, S, y);
-  else
-    ssu_head_bf16<false>(P, N, x, dt, A, D, B, C, S, y);
 }
 
 }  // namespace parity::kernels::ssd_detail
