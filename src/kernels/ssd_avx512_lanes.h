@@ -11,6 +11,7 @@
 
 #include "kernels/ssd_internal.h"  // the scalar sequences and their constants
 #include "kernels/stream_plan.h"
+#include "kernels/vmath_avx512.h"
 
 namespace parity::kernels::ssd_detail {
 namespace {
@@ -26,38 +27,9 @@ inline __mmask16 tail_mask(int count) {
 // tail_mask for a count that may be zero or negative (no lanes).
 inline __mmask16 lane_mask(int count) { return count <= 0 ? static_cast<__mmask16>(0) : tail_mask(count); }
 
-// exp_f of math.h lane by lane: same clamps, same rounding of n, same FMAs, same two-step scaling.
-inline __m512 exp16(__m512 x) {
-  using namespace mathc;
-  const __m512 vmax = _mm512_set1_ps(kExpMax), vmin = _mm512_set1_ps(kExpMin);
-  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  const __mmask16 big = _mm512_cmp_ps_mask(x, vmax, _CMP_GT_OQ);
-  const __mmask16 small = _mm512_cmp_ps_mask(x, vmin, _CMP_LT_OQ);
-  // Out-of-range lanes are overwritten below; clamping keeps their integer scale in range.
-  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, vmin), vmax);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), xc);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
-  __m512 p = _mm512_set1_ps(kE7);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kE6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kE5));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kE4));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kE3));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kE2));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  // C's n / 2 truncates toward zero; n * 0.5 is exact, so truncating it gives the same n1.
-  const __m512 n1 = _mm512_roundscale_ps(_mm512_mul_ps(n, _mm512_set1_ps(0.5f)), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  const __m512 n2 = _mm512_sub_ps(n, n1);
-  const __m512i bias = _mm512_set1_epi32(127);
-  const __m512 f1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n1), bias), 23));
-  const __m512 f2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n2), bias), 23));
-  __m512 e = _mm512_mul_ps(_mm512_mul_ps(p, f1), f2);
-  e = _mm512_mask_mov_ps(e, big, _mm512_set1_ps(INFINITY));
-  e = _mm512_mask_mov_ps(e, small, _mm512_setzero_ps());
-  return _mm512_mask_mov_ps(e, nan, x);
-}
+// exp_f of math.h lane by lane (vmath_avx512.h's twin: the same clamps, rounding of n, FMAs and
+// two-step scaling).
+inline __m512 exp16(__m512 x) { return v512::exp(x); }
 
 // decay_f of ssd_internal.h lane by lane.
 inline __m512 decay16(__m512 a) {
