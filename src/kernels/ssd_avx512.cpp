@@ -1,8 +1,9 @@
-// AVX-512 SSD scan on the exact grid (and plain mode's chunked scan through the same row and fold
-// routines; the SSU step is ssu_avx512.cpp). Every output element goes through exactly the scalar sequence of
-// ssd_internal.h; vectors only run many such sequences side by side (across head_dim in the row
-// routine, across d_state in the fold, across dot products in the 16-lane dots), so the bits equal
-// the scalar twin's. Compiled with AVX-512 flags: call only after active_isa() says so.
+// AVX-512 SSD scan: the row, fold and state-dot routines of every scan (exact mode's grid and its
+// decode, plain mode's chunk grid); plain mode's SSU step is ssu_avx512.cpp. Every output element
+// goes through exactly the scalar sequence of ssd_internal.h; vectors only run many such sequences
+// side by side (across head_dim in the row routine, across d_state in the fold, across dot products
+// in the 16-lane dots), so the bits equal the scalar twin's. Compiled with AVX-512 flags: call only
+// after active_isa() says so.
 #include <immintrin.h>
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its flow analysis reports
