@@ -27,14 +27,10 @@ inline __mmask16 tail_mask(int count) {
 // tail_mask for a count that may be zero or negative (no lanes).
 inline __mmask16 lane_mask(int count) { return count <= 0 ? static_cast<__mmask16>(0) : tail_mask(count); }
 
-// exp_f of math.h lane by lane (vmath_avx512.h's twin: the same clamps, rounding of n, FMAs and
-// two-step scaling).
-inline __m512 exp16(__m512 x) { return v512::exp(x); }
-
-// decay_f of ssd_internal.h lane by lane.
+// decay_f of ssd_internal.h lane by lane (exp_f's lanes: vmath_avx512.h).
 inline __m512 decay16(__m512 a) {
   const __mmask16 below = _mm512_cmp_ps_mask(a, _mm512_set1_ps(kDecayFloor), _CMP_LT_OQ);
-  return _mm512_mask_mov_ps(exp16(a), below, _mm512_setzero_ps());
+  return _mm512_mask_mov_ps(v512::exp(a), below, _mm512_setzero_ps());
 }
 
 // Folds 16 lane accumulators to 16 dot results with the tree of ssd_internal.h (lane j + lane j+h
@@ -230,7 +226,7 @@ inline __m512 dot16_lanes_cached(const T* a, const __m512* cv) {
 // decay_f and exp_f for one value, through the vector code (same bits; see the note on
 // external inline functions in ssd_internal.h).
 inline float decay_one(float a) { return _mm_cvtss_f32(_mm512_castps512_ps128(decay16(_mm512_set1_ps(a)))); }
-inline float exp_one(float a) { return _mm_cvtss_f32(_mm512_castps512_ps128(exp16(_mm512_set1_ps(a)))); }
+inline float exp_one(float a) { return _mm_cvtss_f32(_mm512_castps512_ps128(v512::exp(_mm512_set1_ps(a)))); }
 inline float fma_one(float a, float b, float c) {
   return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
 }
