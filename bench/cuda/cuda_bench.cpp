@@ -25,6 +25,7 @@
 #include "kernels_cuda/graph.h"
 #include "kernels_cuda/ops.h"
 #include "kernels_cuda/pass_plan.h"
+#include "kernels_cuda/persistent_decode.h"
 #include "kernels_cuda/persistent_floor.h"
 #include "kernels_cuda/ssd_prefill.h"
 #include "kernels_cuda/ssd_tc.h"
@@ -1123,6 +1124,42 @@ BENCHMARK(BM_CudaModelDecode)
     ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
+// The persistent decode step (persistent_decode.h) against the launches it replaces, batch 1, plain
+// mode (the step's only pass), graphs on, fp32 / bf16 state: arg persistent 0 = the launches, 1 = the
+// step. x_floor: the step over the weights' read time (BM_CudaStreamFloor's bytes at copy_bandwidth());
+// persistent: the share of timed steps that took it (0 where the device cannot run it).
+void BM_CudaPersistentDecode(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  model::Model& m = big_model();
+  const bool on = state.range(0) != 0;
+  const DType dt = state.range(1) != 0 ? DType::BF16 : DType::F32;
+  cuda::set_persistent_decode(on);
+  backend_cuda::set_enforce_eager(m, false);
+  bench::DecodeRun run = bench::prepare_decode(m, false, 1, dt);
+  const int64_t taken0 = backend_cuda::cuda_graph_stats(m).persistent_replays;
+  double total = 0;
+  for (auto _ : state) {
+    run.d.seqs[0].start = run.pos;
+    const auto t0 = std::chrono::steady_clock::now();
+    m.forward(run.d, run.mc, run.mode, run.logits.get());
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(t);
+    total += t;
+    ++run.pos;
+  }
+  const double iters = static_cast<double>(std::max<int64_t>(1, state.iterations()));
+  const std::size_t bytes = kFloorLayers * (floor_bytes(0) + floor_bytes(1)) + floor_bytes(2);
+  state.counters["x_floor"] = total / iters / (static_cast<double>(bytes) / copy_bandwidth());
+  state.counters["persistent"] = static_cast<double>(backend_cuda::cuda_graph_stats(m).persistent_replays - taken0) /
+                                 iters;
+  cuda::set_persistent_decode(cuda::kPersistentDecodeDefault);
+}
+BENCHMARK(BM_CudaPersistentDecode)
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->ArgNames({"persistent", "bf16"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
 // What the fused and the programmatic launches each save (issue 11): graphs on, one or both off (and
 // with them the GEMMs' early start, which needs programmatic launches).
 BENCHMARK(BM_CudaModelDecode)

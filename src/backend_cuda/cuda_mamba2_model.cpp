@@ -145,19 +145,78 @@ void CudaMamba2Model::forward_graph(const model::ForwardBatch& b, DeviceState& d
   mixer_.reserve_scan(sc.mamba, ps, grid);
   const int32_t* tokens = sc.in.ints.data() + plan.tokens_offset();
   const GraphEpoch epoch{ds.id, run.graph_rows, {sc.in.ints.data(), sc.in.starts.data(), sc.mamba.scan.data()}};
+  const bool persistent = bucket == 1 && takes_persistent(ds, grid);
   const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, 0,
                      fuse_, cuda::programmatic_launch(), cuda::gemm_early(),
                      cuda::programmatic_exact_decode_mode(), cuda::conv_epilogue(),
-                     cuda::gated_out_proj(), cuda::gate_in_conv(), skip_};
+                     cuda::gated_out_proj(), cuda::gate_in_conv(), skip_, persistent};
   const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
     const DeviceProbe none(nullptr, b, st);
-    enqueue_layers(sc, ps, tokens, bucket, ds, grid, none, st);
+    if (persistent) enqueue_persistent(sc, ps, tokens, ds, st);
+    else enqueue_layers(sc, ps, tokens, bucket, ds, grid, none, st);
     if (!(skip_ & kSkipHead)) head_.enqueue(embed_, sc.resid.data(), bucket, sc.head, none, st);
   });
   g.launch(st);
   run.graphs.note_replay();
+  if (persistent) run.graphs.note_persistent();
   copy_logit_rows(sc.head.logits.data(), cfg_.vocab_size, b.logit_rows, logits, st);
   run.stream.sync("forward (CUDA graph)");
+}
+
+cuda::PersistentDecodeShape CudaMamba2Model::persistent_shape(const DeviceState& ds) const {
+  cuda::PersistentDecodeShape s;
+  s.layers = cfg_.num_hidden_layers;
+  s.hidden = cfg_.hidden_size;
+  s.heads = cfg_.num_heads;
+  s.head_dim = cfg_.head_dim;
+  s.state = cfg_.state_size;
+  s.groups = cfg_.n_groups;
+  s.conv_kernel = cfg_.conv_kernel;
+  s.eps = static_cast<float>(cfg_.layer_norm_epsilon);
+  s.dt_lo = static_cast<float>(cfg_.time_step_min_limit);
+  s.dt_hi = static_cast<float>(cfg_.time_step_max_limit);
+  s.norm_before_gate = cfg_.norm_before_gate;
+  s.bf16_state = ds.bf16;
+  return s;
+}
+
+bool CudaMamba2Model::takes_persistent(DeviceState& ds, const cuda::ScanGrid& grid) const {
+  if (!cuda::persistent_decode() || grid.exact || rank_.size != 1 || !fuse_ || skip_ != 0 || !mixer_.bf16_weights())
+    return false;
+  Run& run = *run_;
+  if (!run.persistent_made || run.persistent_state != ds.id) {
+    run.persistent_unfit = cuda::persistent_decode_unfit(persistent_shape(ds));
+    if (run.persistent_unfit.empty()) {
+      std::vector<cuda::PersistentMambaLayer> table;
+      for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+        table.push_back(mixer_.persistent_layer(l, ds));
+        table.back().norm_w = norms_[static_cast<std::size_t>(l)].data();
+      }
+      run.persistent_table.upload(table);
+      run.persistent_barrier.resize(1);
+    }
+    run.persistent_made = true;
+    run.persistent_state = ds.id;
+  }
+  return run.persistent_unfit.empty();
+}
+
+void CudaMamba2Model::enqueue_persistent(Scratch& sc, const cuda::PassSeqs& ps, const int32_t* tokens,
+                                         const DeviceState& ds, cudaStream_t st) const {
+  Run& run = *run_;
+  embed_rows(embed_, tokens, 1, cfg_.hidden_size, sc.resid.data(), st);
+  cuda::PersistentDecode job;
+  job.shape = persistent_shape(ds);
+  job.layers = run.persistent_table.data();
+  job.ps = ps;
+  job.resid = sc.resid.data();
+  job.zx = sc.mamba.zx.data();
+  job.xbc = sc.mamba.xbc.data();
+  job.dt = sc.mamba.dt.data();
+  job.y = sc.mamba.y.data();
+  job.out = sc.out.data();
+  job.barrier = run.persistent_barrier.data();
+  cuda::persistent_decode_step(job, st);
 }
 
 void CudaMamba2Model::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, const int32_t* tokens, int T,

@@ -78,6 +78,13 @@ class CudaMamba2Model : public model::Model {
     Scratch eager, graph;
     int graph_rows = 0;  // the bucket the graph set is sized for
     DecodeGraphs graphs;
+    // The persistent decode step (kernels_cuda/persistent_decode.h): its layer table for the cache
+    // state it was made for, or why that state's shape cannot take it, and its grid barrier's counter.
+    cuda::DeviceBuffer<cuda::PersistentMambaLayer> persistent_table;
+    bool persistent_made = false;
+    uint64_t persistent_state = 0;  // DeviceState::id of the table
+    std::string persistent_unfit;   // empty: the step runs that shape
+    cuda::DeviceBuffer<unsigned> persistent_barrier;
   };
 
   // Every activation of a T-row pass with R logit rows (the SSD scratch depends on the pass's cell
@@ -90,6 +97,14 @@ class CudaMamba2Model : public model::Model {
                      model::ProbeHooks* hooks) const;
   void forward_graph(const model::ForwardBatch& b, DeviceState& ds, const cuda::ScanGrid& grid, int bucket,
                      float* logits) const;
+  // Whether a batch-1 decode pass on ds in this grid takes the persistent step: switched on
+  // (cuda::set_persistent_decode), plain mode, one rank, bf16 weights, the fused launches, nothing
+  // skipped, a shape it runs. Makes the step's layer table for ds on first use.
+  bool takes_persistent(DeviceState& ds, const cuda::ScanGrid& grid) const;
+  // The embedding of the pass's one token and every layer as one persistent kernel, into sc.resid.
+  void enqueue_persistent(Scratch& sc, const cuda::PassSeqs& ps, const int32_t* tokens, const DeviceState& ds,
+                          cudaStream_t st) const;
+  cuda::PersistentDecodeShape persistent_shape(const DeviceState& ds) const;
   static std::unique_ptr<CudaMamba2Model> build(const model::Checkpoint& ck, const io::Mamba2Config& c,
                                                 const CudaModelOptions& opt);
 

@@ -52,6 +52,24 @@ void CudaMambaMixer::reserve_scan(MambaScratch& sc, const cuda::PassSeqs& ps, co
   sc.scan.resize(cuda::ssd_scratch_floats(shape(), ps, grid));
 }
 
+cuda::PersistentMambaLayer CudaMambaMixer::persistent_layer(int layer, DeviceState& ds) const {
+  const Layer& L = layers_[static_cast<std::size_t>(layer)];
+  cuda::PersistentMambaLayer p;
+  p.in_w = L.in_proj.bf16.data();
+  p.in_b = L.in_proj_bias.size() ? L.in_proj_bias.data() : nullptr;
+  p.conv_w = L.conv_w.data();
+  p.conv_b = L.conv_b.size() ? L.conv_b.data() : nullptr;
+  p.conv_state = ds.conv_state(layer);
+  p.dt_bias = L.dt_bias.data();
+  p.A = L.A.data();
+  p.D = L.D.data();
+  p.ssd = ds.ssd(layer);
+  p.gate_w = L.gate_norm.data();
+  p.out_w = L.out_proj.bf16.data();
+  p.out_b = L.out_proj_bias.size() ? L.out_proj_bias.data() : nullptr;
+  return p;
+}
+
 void CudaMambaMixer::enqueue(int layer, const float* x, const uint16_t* x16, int T, float* out,
                              const MambaPass& p) const {
   const io::Mamba2Config& c = cfg_;

@@ -20,6 +20,7 @@
 #include "io/hf_config.h"
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/ops.h"
+#include "kernels_cuda/persistent_decode.h"
 #include "model/checkpoint.h"
 #include "model/mamba2_mixer.h"
 #include "model/probe.h"
@@ -80,6 +81,11 @@ class CudaMambaMixer {
   // (add_rmsnorm's out16) for in_proj to read, or null. Leaves the profile in StepPart::MambaGemm: the
   // caller marks what comes next.
   void enqueue(int layer, const float* x, const uint16_t* x16, int T, float* out, const MambaPass& p) const;
+
+  // Layer `layer` as the persistent decode step reads it (its weights and ds's state of the layer; the
+  // block's norm weight is the model's). Only for bf16 weights (bf16_weights()).
+  cuda::PersistentMambaLayer persistent_layer(int layer, DeviceState& ds) const;
+  bool bf16_weights() const { return !fp32_; }
 
  private:
   struct Layer {

@@ -66,11 +66,13 @@ struct GraphKey {
   bool gated_out = false;       // cuda::gated_out_proj() when captured (out_proj doing a row's gated norm)
   bool gate_in_conv = true;     // cuda::gate_in_conv() when captured (the conv evaluating the gate's silu)
   unsigned skip = 0;            // the launches left out (set_decode_skip: benchmarks only)
+  bool persistent = false;      // the layers as one persistent kernel (cuda::persistent_decode, batch 1 plain)
   bool operator<(const GraphKey& o) const {
     return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride, fuse, programmatic, gemm_early,
-                    programmatic_decode, conv_epilogue, gated_out, gate_in_conv, skip) <
+                    programmatic_decode, conv_epilogue, gated_out, gate_in_conv, skip, persistent) <
            std::tie(o.bucket, o.exact, o.cell, o.stagger, o.cell_tasks, o.kv_stride, o.fuse, o.programmatic,
-                    o.gemm_early, o.programmatic_decode, o.conv_epilogue, o.gated_out, o.gate_in_conv, o.skip);
+                    o.gemm_early, o.programmatic_decode, o.conv_epilogue, o.gated_out, o.gate_in_conv, o.skip,
+                    o.persistent);
   }
 };
 
@@ -88,6 +90,7 @@ struct CudaGraphStats {
   int64_t captures = 0;      // graphs recorded and instantiated
   int64_t replays = 0;       // passes run by a graph launch
   int64_t eager_passes = 0;  // passes launched kernel by kernel
+  int64_t persistent_replays = 0;  // replays of a graph whose layers are the persistent decode step
 };
 
 class DecodeGraphs {
@@ -98,6 +101,7 @@ class DecodeGraphs {
                              const std::function<void()>& enqueue);
   void note_eager() { ++stats_.eager_passes; }
   void note_replay() { ++stats_.replays; }
+  void note_persistent() { ++stats_.persistent_replays; }
   const CudaGraphStats& stats() const { return stats_; }
 
  private:

@@ -38,6 +38,27 @@ __device__ inline void load_held_weights(const float* w, int group, float (&wk)[
   for (int k = 0; k < kHeld; ++k) wk[k] = t + k * kRowThreads < group ? w[t + k * kRowThreads] : 0.0f;
 }
 
+// The RMSNorm of one row held in registers (dim <= kHeldMaxWidth; v: thread threadIdx.x's elements,
+// the residual add done): rows.cu's rmsnorm_held_kernel and the persistent decode step
+// (persistent_decode.cu). out(i, value) for each of the thread's elements. Every thread of a
+// kRowThreads-thread block calls it (block_sum's barriers).
+template <class Out>
+__device__ inline void rms_norm_held(float (&v)[kHeld], const float (&wk)[kHeld], int dim, float eps, Out out) {
+  const int t = threadIdx.x;
+  float a = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k)
+    if (t + k * kRowThreads < dim) a = fmaf(v[k], v[k], a);
+  __shared__ float scratch[kRowThreads / 32];
+  const float r = inv_rms(block_sum<kRowThreads>(a, scratch), dim, eps);
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k)
+    if (t + k * kRowThreads < dim) v[k] = scaled_by(v[k], r, wk[k]);
+#pragma unroll
+  for (int k = 0; k < kHeld; ++k)
+    if (t + k * kRowThreads < dim) out(t + k * kRowThreads, v[k]);
+}
+
 // The gated RMSNorm of one group (y, z: its first elements; group <= kHeldMaxWidth), held form:
 // out(i, value) for each of thread threadIdx.x's elements i. Every thread of a kRowThreads-thread
 // block calls it (block_sum's barriers). activated: z holds silu(z) (gate_factor).

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/grid_barrier.cuh"
 #include "kernels_cuda/launch_support.h"
 #include "kernels_cuda/ptx.cuh"
 #include "kernels_cuda/weight_read.cuh"
@@ -28,22 +29,6 @@ __device__ void busy(float us) {
     const unsigned long long t0 = now_ns(), ns = static_cast<unsigned long long>(us * 1000.f);
     while (now_ns() - t0 < ns) {
     }
-  }
-  __syncthreads();
-}
-
-// Every block arrives once; returns when all have. The count only grows (zeroed before the launch),
-// so `target` is the number of arrivals this barrier waits for.
-__device__ void grid_barrier(unsigned* count, unsigned& target) {
-  __syncthreads();
-  target += gridDim.x;
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(count, 1u);
-    unsigned v = 0;
-    do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
-    } while (v < target);
   }
   __syncthreads();
 }

@@ -106,18 +106,7 @@ __global__ void rmsnorm_held_kernel(float* x, const float* add, const float* add
     for (int k = 0; k < kHeld; ++k)
       if (t + k * kRowThreads < dim) x[off + t + k * kRowThreads] = v[k];
   }
-  float a = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kHeld; ++k)
-    if (t + k * kRowThreads < dim) a = fmaf(v[k], v[k], a);
-  __shared__ float scratch[kRowThreads / 32];
-  const float r = inv_rms(block_sum<kRowThreads>(a, scratch), dim, eps);
-#pragma unroll
-  for (int k = 0; k < kHeld; ++k)
-    if (t + k * kRowThreads < dim) v[k] = scaled_by(v[k], r, wk[k]);
-#pragma unroll
-  for (int k = 0; k < kHeld; ++k)
-    if (t + k * kRowThreads < dim) store(out + off, out16 ? out16 + off : nullptr, t + k * kRowThreads, v[k]);
+  norm_row::rms_norm_held(v, wk, dim, eps, [&](int i, float o) { store(out + off, out16 ? out16 + off : nullptr, i, o); });
 }
 
 struct GatedRow {

@@ -8,24 +8,10 @@
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/programmatic_launch.cuh"
 #include "kernels_cuda/smem_limit.h"
-#include "kernels_cuda/ssd_tile.cuh"
+#include "kernels_cuda/ssu_tile.cuh"
 
 namespace parity::cuda::ssd {
 namespace {
-
-struct SsuLayout {
-  std::size_t S, C, B, x, total;  // floats; S is the tile (fp32 or bf16 rows)
-};
-__host__ __device__ inline SsuLayout ssu_layout(const SsdShape& sh, int tp, bool bf16) {
-  Carve c;
-  SsuLayout l{};
-  l.S = c.take(tile_floats(tp, sh.N, bf16));
-  l.C = c.take(sh.N);
-  l.B = c.take(sh.N);
-  l.x = c.take(tp);
-  l.total = c.at;
-  return l;
-}
 
 // Grid: x = sequence · tiles + p-tile, y = head.
 __global__ void __launch_bounds__(kStepThreads) ssu_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc,
@@ -39,7 +25,6 @@ __global__ void __launch_bounds__(kStepThreads) ssu_kernel(SsdShape sh, ScanGrid
   const int64_t start = p.start[seq];
   if (!uses_ssu(g, start, n_rows)) return;
   const Tile t = tile_of(sh, slot, h, TP, z);
-  const int grp = h / sh.heads_per_group(), N = sh.N;
   const bool bf16 = st.state_f32 == nullptr;
   const SsuLayout lo = ssu_layout(sh, TP, bf16);
 
@@ -49,41 +34,20 @@ __global__ void __launch_bounds__(kStepThreads) ssu_kernel(SsdShape sh, ScanGrid
   uint16_t* raw = reinterpret_cast<uint16_t*>(smem + lo.S);
 
   const float* row = xbc + static_cast<std::size_t>(row0) * ld;
-  const int I = sh.H * sh.P, GN = sh.groups * N;
   stage_state(st, t, S, raw);
   // Launched programmatically: the state (this layer's, written by an earlier pass) is on its way
   // while the conv before this kernel finishes; its outputs (x, B, C, dt) are read after the wait.
   // (early_start.h's kGemmEarlyMixerChain: the gated norm may be scheduled before this wait.)
   wait_and_release(release_first);
-  stage_vec(Cs, row + I + GN + grp * N, N);
-  stage_vec(Bs, row + I + grp * N, N);
-  stage_vec(xs, row + h * sh.P + t.p0, t.tp);
+  ssu_stage_inputs(sh, t, h, row, Cs, Bs, xs);
   cp_async_commit();
   const float d = dt[static_cast<std::size_t>(row0) * sh.H + h];
   const float dA = exp_f(d * A[h]);
   const float Dh = Dskip[h];
   cp_async_wait<0>();
   __syncthreads();
-
-  // Four consecutive columns of one row per piece: updated on chip (for the dots) and in the state.
-  for (Walk w(N / 4); w.r < t.tp; w.next()) {
-    const int r = w.r, n = 4 * w.c;
-    const float dx = d * xs[r];
-    const float4 old = tile_load4(t, S, raw, bf16, r, n);
-    const float4 b = *reinterpret_cast<const float4*>(Bs + n);
-    float v[4] = {fmaf(dA, old.x, dx * b.x), fmaf(dA, old.y, dx * b.y), fmaf(dA, old.z, dx * b.z),
-                  fmaf(dA, old.w, dx * b.w)};
-    if (bf16) {
-      for (int k = 0; k < 4; ++k) v[k] = round_bf16(v[k]);
-      *reinterpret_cast<uint2*>(raw + r * t.Nb + n) = pack_bf16x4(v);
-    } else {
-      *reinterpret_cast<float4*>(S + r * t.Np + n) = make_float4(v[0], v[1], v[2], v[3]);
-    }
-    store4(st, t, r * N + n, v);
-  }
-  __syncthreads();
-  float* yrow = y + static_cast<std::size_t>(row0) * I + static_cast<std::size_t>(h) * sh.P + t.p0;
-  tile_dots(Cs, t, S, raw, bf16, [&](int r, float dot) { yrow[r] = dot + Dh * xs[r]; });
+  float* yrow = y + static_cast<std::size_t>(row0) * sh.H * sh.P + static_cast<std::size_t>(h) * sh.P + t.p0;
+  ssu_tile_step(st, t, S, raw, Cs, Bs, xs, d, dA, Dh, yrow, [] { __syncthreads(); });
 }
 
 }  // namespace

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "cache/model_cache.h"
+#include "common/dtype.h"
 #include "model/model.h"
 #include "model/probe.h"
 
@@ -24,6 +26,7 @@ struct Schedule {
   int step_base = 100;
   int poke_seq = -1, poke_step = 1;  // that step's token of that sequence moved by one (a companion's change)
   bool reverse_odd_steps = false;    // odd steps ask for the logit rows in reverse order
+  std::optional<DType> state_dtype;  // the SSM state's dtype (none: the mode's default)
 };
 
 // A (mode, batch) pair a model-level test runs, with the indices of the test's variants (flag sets,
@@ -70,7 +73,7 @@ inline ScheduleRun run_schedule(const model::Model& m, bool exact, const Schedul
   o.mamba.num_slots = batch;
   o.mamba.exact = num.exact;
   o.mamba.grid = num.grid;
-  o.mamba.ssm_dtype = num.ssm_dtype;
+  o.mamba.ssm_dtype = sc.state_dtype.value_or(num.ssm_dtype);
   o.kv_block_size = 16;
   o.kv_num_blocks = batch * ((max_len + 15) / 16);
   cache::ModelCache mc(m.cache_spec(), o);

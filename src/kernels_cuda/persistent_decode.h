@@ -1,0 +1,77 @@
+#pragma once
+// A batch-1 plain decode step of a Mamba2 model as one persistent kernel (issue 11's decode target:
+// within 1.3x of the weights' read time; the chain of launches costs 1.21x with nothing computed,
+// docs/performance.md "Session 24"). One cooperative launch, one block an SM, walks the layers:
+//   1. every block adds the residual and normalises the whole row itself (the same per-element code
+//      and block_sum tree as add_rmsnorm), into its own bf16 copy of in_proj's input;
+//   2. in_proj: each block owns a run of 16-column tasks, its weights streamed through a ring of bulk
+//      copies, k16 tensor-core steps ascending into one accumulator (the GEMM's bits), the owner of a
+//      conv channel or a head's dt column doing the conv and dt in its epilogue (conv_row.cuh);
+//      grid barrier;
+//   3. the SSM step: a head per block, ssu_tile.cuh (the SSU kernel's code); grid barrier;
+//   4. every block runs the gated norm of the whole row (norm_row.cuh) into out_proj's bf16 input,
+//      then its out_proj tasks; grid barrier.
+// The producer warp asks for the next GEMM's first ring of weights as soon as the ring is free, so
+// the weights stream while the norms and the SSM step run. After the last layer, block 0 writes the
+// residual row; the final norm and lm_head stay launches of their own.
+// Bits: each value is computed by the code the launches run, in the same order: a batch-1 decode
+// through this step gives the logits of the chain of launches bit for bit (CudaPersistentDecode
+// tests). Plain mode, one sequence, bf16 weights, one rank; anything else takes the launches.
+#include <cstdint>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels_cuda/ops.h"
+
+namespace parity::cuda {
+
+// One Mamba2 block as the step reads it (device pointers).
+struct PersistentMambaLayer {
+  const float* norm_w = nullptr;    // the block's RMSNorm before the mixer [hidden]
+  const uint16_t* in_w = nullptr;   // in_proj [proj][hidden], bf16
+  const float* in_b = nullptr;      // [proj] or null
+  const float* conv_w = nullptr;    // [conv][K]
+  const float* conv_b = nullptr;    // [conv] or null
+  float* conv_state = nullptr;      // [slots][K-1][conv]
+  const float* dt_bias = nullptr;   // [H]
+  const float* A = nullptr;         // -exp(A_log) [H]
+  const float* D = nullptr;         // [H]
+  SsdState ssd;                     // the layer's state, fp32 or bf16
+  const float* gate_w = nullptr;    // the gated norm's weight [I]
+  const uint16_t* out_w = nullptr;  // out_proj [hidden][I], bf16
+  const float* out_b = nullptr;     // [hidden] or null
+};
+
+struct PersistentDecodeShape {
+  int layers = 0, hidden = 0, heads = 0, head_dim = 0, state = 0, groups = 1, conv_kernel = 0;
+  float eps = 0.0f, dt_lo = 0.0f, dt_hi = 0.0f;  // layer_norm_epsilon, the time-step limits
+  bool norm_before_gate = false;
+  bool bf16_state = false;
+  PARITY_HD int inner() const { return heads * head_dim; }
+  PARITY_HD int conv() const { return inner() + 2 * groups * state; }
+  PARITY_HD int proj() const { return inner() + conv() + heads; }
+};
+
+struct PersistentDecode {
+  PersistentDecodeShape shape;
+  const PersistentMambaLayer* layers = nullptr;  // device, [layers]
+  PassSeqs ps;  // one sequence of one row: its slot, and row_seq for the conv's state
+  float* resid = nullptr;  // [hidden]: the embedded row in, the residual stream after the last layer out
+  float *zx = nullptr, *xbc = nullptr, *dt = nullptr, *y = nullptr, *out = nullptr;  // [proj] [conv] [H] [I] [hidden]
+  unsigned* barrier = nullptr;  // one device unsigned, zeroed by the launcher
+};
+
+// Empty when the step can run this shape on the current device; otherwise why not (the caller then
+// takes the launches).
+std::string persistent_decode_unfit(const PersistentDecodeShape& s);
+// Queues the step on s (a memset of the barrier and one cooperative launch; capturable into a graph).
+void persistent_decode_step(const PersistentDecode& job, cudaStream_t s);
+
+// Off by default until measured on the H200 (it was written in a session without a device: docs/cuda.md,
+// "A persistent decode step"); tests and benchmarks switch it on (a model's graphs record it).
+inline constexpr bool kPersistentDecodeDefault = false;
+bool persistent_decode();
+void set_persistent_decode(bool on);
+
+}  // namespace parity::cuda

@@ -1,0 +1,131 @@
+// The persistent decode step (kernels_cuda/persistent_decode.h): a batch-1 plain decode replayed from a
+// graph whose layers are one persistent kernel gives every row the bits of the chain of launches run
+// eagerly, on builtin:tiny, builtin:tiny-g2 (two groups, biases) and builtin:mamba2-130m, with an fp32
+// and a bf16 state; the step is really taken (the replay counter). Companions: a changed token shows in
+// the step's rows (the comparison can fail), and passes the step does not run (exact mode, more than one
+// sequence) take the launches.
+#include <string>
+#include <vector>
+
+#include "backend_cuda/backend.h"
+#include "backend_cuda/decode_graphs.h"
+#include "kernels_cuda/persistent_decode.h"
+#include "model/checkpoint.h"
+#include "model/model.h"
+#include "tests/cuda/gpu_test_support.h"
+#include "tests/cuda/model_schedule.h"
+
+namespace parity {
+namespace {
+
+std::unique_ptr<model::Model> gpu_model(const std::string& spec) {
+  return backend_cuda::load_model(model::open_checkpoint(spec), {});
+}
+
+// Switches the step on for a test's scope.
+struct PersistentOn {
+  PersistentOn() { cuda::set_persistent_decode(true); }
+  ~PersistentOn() { cuda::set_persistent_decode(cuda::kPersistentDecodeDefault); }
+};
+
+const int kSteps = test::pick(12, 2);
+
+test::ScheduleRun run(const model::Model& m, bool exact, int batch, DType state, int poke_seq = -1) {
+  test::Schedule sc;
+  sc.batch = batch;
+  sc.steps = kSteps;
+  sc.prompt_len = [](int s) { return 7 + 5 * s; };
+  sc.token = [](int seq, int i, int V) { return static_cast<int32_t>((seq * 41 + i * 13 + 5) % V); };
+  sc.poke_seq = poke_seq;
+  sc.poke_step = 1;
+  sc.state_dtype = state;
+  return test::run_schedule(m, exact, sc);
+}
+
+int rows_differing(const test::ScheduleRun& a, const test::ScheduleRun& b, int batch, int V) {
+  int bad = 0;
+  for (int k = 0; k < kSteps; ++k)
+    for (int s = 0; s < batch; ++s)
+      bad += !test::same_bits(a.row(k, s, V), b.row(k, s, V), static_cast<std::size_t>(V));
+  return bad;
+}
+
+TEST(CudaPersistentDecode, PlainBatch1StepsEqualTheLaunchesBitForBit) {
+  PARITY_REQUIRE_GPU();
+  for (const char* spec : test::sweep<const char*>({"builtin:tiny", "builtin:tiny-g2", "builtin:mamba2-130m"},
+                                                   {"builtin:tiny-g2"})) {
+    auto m = gpu_model(spec);
+    const int V = m->vocab_size();
+    for (DType state : {DType::F32, DType::BF16}) {
+      const std::string what = std::string(spec) + (state == DType::F32 ? " fp32 state" : " bf16 state");
+      backend_cuda::set_enforce_eager(*m, true);
+      const test::ScheduleRun eager = run(*m, false, 1, state);
+      backend_cuda::set_enforce_eager(*m, false);
+      const PersistentOn on;
+      const backend_cuda::CudaGraphStats s0 = backend_cuda::cuda_graph_stats(*m);
+      const test::ScheduleRun step = run(*m, false, 1, state);
+      const backend_cuda::CudaGraphStats s1 = backend_cuda::cuda_graph_stats(*m);
+      EXPECT_EQ(s1.persistent_replays - s0.persistent_replays, kSteps) << what << ": every step should take it";
+      EXPECT_EQ(rows_differing(eager, step, 1, V), 0) << what << ": decode rows whose bits differ from the launches'";
+    }
+  }
+}
+
+// Companion: the comparison above sees a change. A token moved by one at step 1 leaves step 0's row
+// alone and changes every row after it.
+TEST(CudaPersistentDecode, AChangedTokenShowsInTheStepsRows) {
+  PARITY_REQUIRE_GPU();
+  auto m = gpu_model("builtin:tiny");
+  const int V = m->vocab_size();
+  const PersistentOn on;
+  const test::ScheduleRun a = run(*m, false, 1, DType::F32);
+  const test::ScheduleRun b = run(*m, false, 1, DType::F32, /*poke_seq=*/0);
+  for (int k = 0; k < kSteps; ++k) {
+    const bool same = test::same_bits(a.row(k, 0, V), b.row(k, 0, V), static_cast<std::size_t>(V));
+    if (k >= 1) EXPECT_FALSE(same) << "step " << k << ": the changed token left no trace";
+    else EXPECT_TRUE(same) << "step 0 came before the change";
+  }
+}
+
+// Exact mode and batches above one take the launches (the step runs plain batch-1 passes only), with
+// their own bits unchanged by the switch.
+TEST(CudaPersistentDecode, OtherPassesTakeTheLaunches) {
+  PARITY_REQUIRE_GPU();
+  auto m = gpu_model("builtin:tiny");
+  const int V = m->vocab_size();
+  for (const auto& [exact, batch] : std::vector<std::pair<bool, int>>{{true, 1}, {false, 3}}) {
+    const std::string what = std::string(exact ? "exact" : "plain") + " batch " + std::to_string(batch);
+    const test::ScheduleRun off = run(*m, exact, batch, DType::F32);
+    const PersistentOn on;
+    const backend_cuda::CudaGraphStats s0 = backend_cuda::cuda_graph_stats(*m);
+    const test::ScheduleRun with = run(*m, exact, batch, DType::F32);
+    const backend_cuda::CudaGraphStats s1 = backend_cuda::cuda_graph_stats(*m);
+    EXPECT_EQ(s1.persistent_replays, s0.persistent_replays) << what;
+    EXPECT_EQ(s1.replays - s0.replays, kSteps) << what << ": still replayed from graphs";
+    EXPECT_EQ(rows_differing(off, with, batch, V), 0) << what;
+  }
+}
+
+// Shapes the step cannot run are named before anything touches the device.
+TEST(CudaPersistentDecode, UnfitShapesSayWhy) {
+  cuda::PersistentDecodeShape s;
+  s.layers = 2;
+  s.hidden = 64;
+  s.heads = 4;
+  s.head_dim = 32;
+  s.state = 16;
+  s.conv_kernel = 4;
+  EXPECT_NE(cuda::persistent_decode_unfit(cuda::PersistentDecodeShape{}), "");
+  cuda::PersistentDecodeShape k = s;
+  k.conv_kernel = 5;
+  EXPECT_EQ(cuda::persistent_decode_unfit(k), "conv kernel outside 2..4");
+  cuda::PersistentDecodeShape h = s;
+  h.hidden = 72;
+  EXPECT_EQ(cuda::persistent_decode_unfit(h), "in_proj's or out_proj's K is not a multiple of 16");
+  cuda::PersistentDecodeShape w = s;
+  w.hidden = 8192;
+  EXPECT_EQ(cuda::persistent_decode_unfit(w), "hidden size above the held norm's width");
+}
+
+}  // namespace
+}  // namespace parity
