@@ -29,6 +29,18 @@ fi
 for m in builtin:tiny builtin:mamba2-130m tests/data/mamba2_g1 tests/data/mamba2_g2 builtin:tiny-hybrid tests/data/granite_hybrid builtin:granite-h-bench; do
   step "$dir/parity" verify "$m" --device cuda
 done
+# The persistent decode step (off by default: kernels_cuda/persistent_decode.h) end to end: verify with it
+# on, and a batch-1 plain generation whose tokens must be the launches' (the bits: CudaPersistentDecode).
+step env PARITY_CUDA_PERSISTENT_DECODE=next-l2 "$dir/parity" verify builtin:mamba2-130m --device cuda
+same_generation() {
+  local a b
+  a=$("$dir/parity" generate builtin:mamba2-130m --device cuda --prompt 11,22,33 --max-tokens 48) || return 1
+  b=$(PARITY_CUDA_PERSISTENT_DECODE=next-l2 "$dir/parity" generate builtin:mamba2-130m --device cuda \
+        --prompt 11,22,33 --max-tokens 48) || return 1
+  echo "$b"
+  [ "$a" = "$b" ] || { echo "the persistent step's generation differs from the launches': $a"; return 1; }
+}
+step same_generation
 for m in builtin:tiny-hybrid tests/data/granite_hybrid; do  # the MoE's other router-override pattern
   step "$dir/parity" verify "$m" --device cuda --moe-routing fused
 done
@@ -41,6 +53,7 @@ done
 default_filter='BM_CudaGemm/(1|16|64|4096)/|BM_CudaMoeGroupedGemm|BM_CudaMoe/|BM_CudaDecodeSsm/(1|64|256)/(0|16)/'
 default_filter+='|BM_CudaSsdPrefill/(1|8|32)/(16|32|64|256)/|BM_CudaModelDecode/batch:(1|64|256)/exact:[01]/graphs:1/fused:1/pdl:1/gemm:(0|35)/'
 default_filter+='|BM_CudaModelPrefill|BM_CudaHybridPrefill/8/2048|BM_CudaHybridDecode/batch:(1|64|256)/exact:[01]/model:1/graphs:1'
+default_filter+='|BM_CudaStreamFloor/small:1/early:1|BM_CudaPersistentFloor|BM_CudaPersistentDecode'
 step "$dir/parity_gpu_bench" --benchmark_min_time=0.05 --benchmark_filter="${PARITY_GPU_BENCH_FILTER:-$default_filter}"
 if python3 -c 'import torch' 2>/dev/null; then step python3 bench/cuda/cublas_reference.py  # cuBLAS beside ours
 else echo "PyTorch not found: cublas_reference.py (the cuBLAS baseline) not run"; fi

@@ -1,6 +1,8 @@
 #include "backend_cuda/backend.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include <cuda_runtime_api.h>
 
@@ -14,6 +16,7 @@
 #include "io/hf_config.h"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ops.h"
+#include "kernels_cuda/persistent_decode.h"
 #include "model/tensor_parallel_model.h"
 
 namespace parity::backend_cuda {
@@ -39,7 +42,24 @@ model::DeviceMemory query_device_memory(int device) {
   return {free, total};
 }
 
+namespace {
+
+// PARITY_CUDA_PERSISTENT_DECODE=off|ring|next-l2 (kernels_cuda/persistent_decode.h) switches the batch-1
+// persistent decode step for the process; unset leaves the mode as it is (off unless a caller set it).
+void persistent_mode_from_env() {
+  const char* v = std::getenv("PARITY_CUDA_PERSISTENT_DECODE");
+  if (!v) return;
+  const std::string s = v;
+  if (s == "off") cuda::set_persistent_decode(cuda::kPersistentOff);
+  else if (s == "ring") cuda::set_persistent_decode(cuda::kPersistentRing);
+  else if (s == "next-l2") cuda::set_persistent_decode(cuda::kPersistentNextL2);
+  else throw Error("PARITY_CUDA_PERSISTENT_DECODE must be off, ring or next-l2, not '" + s + "'");
+}
+
+}  // namespace
+
 std::unique_ptr<model::Model> load_model(const model::Checkpoint& ck, const CudaModelOptions& opt) {
+  persistent_mode_from_env();
   // Mamba2 has no experts: the MoE routing pattern does not apply (as on the CPU).
   if (io::architecture_of(ck.config) == "GraniteMoeHybridForCausalLM") return CudaHybridModel::load(ck, opt);
   return CudaMamba2Model::load(ck, opt);
@@ -48,6 +68,7 @@ std::unique_ptr<model::Model> load_model(const model::Checkpoint& ck, const Cuda
 std::unique_ptr<model::Model> load_model(const model::Checkpoint& ck, int tensor_parallel_size,
                                          const CudaModelOptions& opt) {
   if (tensor_parallel_size == 1) return load_model(ck, opt);
+  persistent_mode_from_env();  // refuses a bad value here too (the ranks' passes never take the step)
   return load_tensor_parallel(ck, tensor_parallel_size, opt);
 }
 

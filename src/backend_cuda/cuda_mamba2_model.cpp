@@ -145,7 +145,7 @@ void CudaMamba2Model::forward_graph(const model::ForwardBatch& b, DeviceState& d
   mixer_.reserve_scan(sc.mamba, ps, grid);
   const int32_t* tokens = sc.in.ints.data() + plan.tokens_offset();
   const GraphEpoch epoch{ds.id, run.graph_rows, {sc.in.ints.data(), sc.in.starts.data(), sc.mamba.scan.data()}};
-  const bool persistent = bucket == 1 && takes_persistent(ds, grid);
+  const int persistent = bucket == 1 && takes_persistent(ds, grid) ? cuda::persistent_decode() : cuda::kPersistentOff;
   const GraphKey key{bucket, grid.exact, grid.cell, grid.stagger, ps.num_cell_tasks, 0,
                      fuse_, cuda::programmatic_launch(), cuda::gemm_early(),
                      cuda::programmatic_exact_decode_mode(), cuda::conv_epilogue(),
@@ -181,7 +181,7 @@ cuda::PersistentDecodeShape CudaMamba2Model::persistent_shape(const DeviceState&
 }
 
 bool CudaMamba2Model::takes_persistent(DeviceState& ds, const cuda::ScanGrid& grid) const {
-  if (!cuda::persistent_decode() || grid.exact || rank_.size != 1 || !fuse_ || skip_ != 0 || !mixer_.bf16_weights())
+  if (cuda::persistent_decode() == cuda::kPersistentOff || grid.exact || rank_.size != 1 || !fuse_ || skip_ != 0 || !mixer_.bf16_weights())
     return false;
   Run& run = *run_;
   if (!run.persistent_made || run.persistent_state != ds.id) {
@@ -191,6 +191,7 @@ bool CudaMamba2Model::takes_persistent(DeviceState& ds, const cuda::ScanGrid& gr
       for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
         table.push_back(mixer_.persistent_layer(l, ds));
         table.back().norm_w = norms_[static_cast<std::size_t>(l)].data();
+        cuda::persistent_layer_maps(table.back(), persistent_shape(ds));
       }
       run.persistent_table.upload(table);
       run.persistent_barrier.resize(1);
@@ -216,6 +217,7 @@ void CudaMamba2Model::enqueue_persistent(Scratch& sc, const cuda::PassSeqs& ps, 
   job.y = sc.mamba.y.data();
   job.out = sc.out.data();
   job.barrier = run.persistent_barrier.data();
+  job.next_l2 = cuda::persistent_decode() == cuda::kPersistentNextL2;
   cuda::persistent_decode_step(job, st);
 }
 

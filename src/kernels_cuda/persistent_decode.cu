@@ -5,7 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
-#include <set>
+#include <map>
 
 #include "kernels_cuda/conv_row.cuh"
 #include "kernels_cuda/cuda_check.h"
@@ -14,6 +14,7 @@
 #include "kernels_cuda/norm_row.cuh"
 #include "kernels_cuda/ptx.cuh"
 #include "kernels_cuda/ssu_tile.cuh"
+#include "kernels_cuda/tensor_map.h"
 
 namespace parity::cuda {
 namespace {
@@ -26,14 +27,14 @@ constexpr int kConsumers = kWarps - 1;  // warps 0..6: one 16-column task each
 constexpr int kProducer = kWarps - 1;   // warp 7, lane 0: the weights' bulk copies
 constexpr int kSsuThreads = ssd::kStepThreads;  // warps 0..3 run a head's state update
 static_assert(kSsuThreads % 32 == 0 && kSsuThreads < kThreads, "the SSU's threads are whole warps, not the block");
-// A stage holds one task's 16 weight rows, kBoxK deep. Rows are padded to an odd number of 16-byte
-// units' worth of banks (kBoxK·2 + 16 bytes), so the 8 rows one ldmatrix phase reads fall in distinct banks.
-constexpr int kBoxK = 128;
-constexpr int kRowPitch = 2 * kBoxK + 16;
-constexpr int kStageBytes = 16 * kRowPitch;
-constexpr int kStages = 24;
-constexpr int kRingBytes = kStages * kStageBytes;
+// The weights come as TMA boxes of 64 values of K (128 bytes, the 128-byte swizzle) by the block's
+// 16·tasks rows: a stage is 2 KiB a task. The ring's stages are as many as fit, up to kMaxStages.
+constexpr int kBoxK = 64;
+constexpr int kTaskBoxBytes = 16 * kBoxK * 2;
+constexpr int kMaxStages = 48;
 constexpr int kMaxSmem = 227 * 1024;
+constexpr int kStaticReserve = 2048;  // the static shared memory: barriers, the norms' scratch
+constexpr int kMaxRing = 200 * 1024;
 
 __host__ __device__ constexpr std::size_t round_up(std::size_t v, std::size_t m) { return (v + m - 1) / m * m; }
 
@@ -43,97 +44,119 @@ __host__ __device__ inline int ssu_rows(const PersistentDecodeShape& s) {
   return s.head_dim < fit ? s.head_dim : fit;
 }
 
-// Dynamic shared memory: the ring, A's bf16 row (in_proj's or out_proj's input), the residual row,
-// the SSU's tile and vectors (bytes from the start, each on 128).
+// Dynamic shared memory (bytes from its 1024-aligned start): A's bf16 row (in_proj's or out_proj's
+// input), the residual row, the SSU's tile and vectors, then the ring, as large as the rest leaves.
 struct Layout {
-  std::size_t arow, resid, ssu, total;
+  std::size_t arow, resid, ssu, ring, ring_bytes, total;
 };
 __host__ __device__ inline Layout layout_of(const PersistentDecodeShape& s) {
   Layout l{};
-  l.arow = kRingBytes;
   const int widest = s.hidden > s.inner() ? s.hidden : s.inner();
-  l.resid = l.arow + round_up(2 * static_cast<std::size_t>(widest), 128);
+  l.arow = 0;
+  l.resid = round_up(2 * static_cast<std::size_t>(widest), 128);
   l.ssu = l.resid + round_up(4 * static_cast<std::size_t>(s.hidden), 128);
   const SsdShape sh{s.heads, s.head_dim, s.state, s.groups};
-  l.total = l.ssu + ssd::ssu_layout(sh, ssu_rows(s), s.bf16_state).total * sizeof(float);
+  l.ring = round_up(l.ssu + ssd::ssu_layout(sh, ssu_rows(s), s.bf16_state).total * sizeof(float), 1024);
+  const std::size_t room = kMaxSmem - kStaticReserve - 1024;  // 1024: the start's alignment
+  l.ring_bytes = room > l.ring ? (room - l.ring) / 1024 * 1024 : 0;
+  if (l.ring_bytes > kMaxRing) l.ring_bytes = kMaxRing;
+  l.total = 1024 + l.ring + l.ring_bytes;
   return l;
 }
 
-// A GEMM's share of one block: tasks [t0, t0 + nt) of 16 output columns each, the blocks splitting
-// the tasks in contiguous runs. Unit i of the share is task i % nt's box i / nt (kBoxK deep): the
-// ring carries the share's units in that order, so the block's warps walk K side by side.
+// The blocks split a GEMM's 16-column tasks in contiguous runs: block b owns tasks
+// [b·tasks/grid, (b+1)·tasks/grid), `few` or few + 1 of them.
+__host__ __device__ inline int tasks_of(int N) { return (N + 15) / 16; }
+
+// A GEMM's share of this block: its tasks' rows n0 .. n0 + 16·nt, streamed box by box (box b: K
+// values 64b ..) through the ring's S stages of 2 KiB a task.
 struct GemmShare {
-  const uint16_t* w;  // [N][K]
-  int N, K, n0, nt, boxes;
-  __device__ unsigned units() const { return static_cast<unsigned>(nt * boxes); }
+  const CUtensorMap* map;
+  int N, K, n0, nt, boxes, S, stage_bytes;
 };
-__device__ inline GemmShare share_of(const uint16_t* w, int N, int K) {
-  const int tasks = (N + 15) / 16;
-  const int t0 = static_cast<int>(blockIdx.x) * tasks / static_cast<int>(gridDim.x);
-  const int t1 = (static_cast<int>(blockIdx.x) + 1) * tasks / static_cast<int>(gridDim.x);
-  return {w, N, K, 16 * t0, t1 - t0, (K + kBoxK - 1) / kBoxK};
+__device__ inline GemmShare share_of(const CUtensorMap (&maps)[2], int N, int K, std::size_t ring_bytes) {
+  const int tasks = tasks_of(N), grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+  const int t0 = b * tasks / grid, t1 = (b + 1) * tasks / grid, few = tasks / grid;
+  GemmShare g;
+  g.nt = t1 - t0;
+  g.map = &maps[g.nt == few ? 0 : 1];
+  g.N = N;
+  g.K = K;
+  g.n0 = 16 * t0;
+  g.boxes = (K + kBoxK - 1) / kBoxK;
+  g.stage_bytes = kTaskBoxBytes * (g.nt > 0 ? g.nt : 1);
+  const int fit = static_cast<int>(ring_bytes) / g.stage_bytes;
+  g.S = fit < kMaxStages ? fit : kMaxStages;
+  return g;
 }
 
-// The ring: stage s holds units s, s + kStages, ... of the kernel's running count (`base` numbers
-// the units of the GEMMs before this one), full[s] completing when a unit's bytes have landed,
-// empty[s] when its warp's 32 lanes have read it.
-struct Ring {
-  unsigned char* stages;
-  u64* full;
-  u64* empty;
-};
+// The ring's barriers, made afresh for each GEMM by thread 0 while no copy or arrival is pending on
+// them (the previous GEMM's boxes all read, a block-wide barrier since): full[s] completes when a box
+// has landed, empty[s] when the share's nt warps (every lane) have read it. A __syncthreads must follow.
+__device__ inline void ring_reset(std::uint64_t* full, std::uint64_t* empty, int nt, bool first) {
+  for (int s = 0; s < kMaxStages; ++s) {
+    if (!first) {
+      ptx::mbar_inval(&full[s]);
+      ptx::mbar_inval(&empty[s]);
+    }
+    ptx::mbar_init(&full[s], 1);
+    ptx::mbar_init(&empty[s], 32u * static_cast<unsigned>(nt > 0 ? nt : 1));
+  }
+  ptx::mbar_init_fence();
+}
 
-// The producer (one thread): units [from, to) of the share into the ring, each waiting for its
-// stage's previous unit to have been read. Called with the ring free for the first kStages units
-// of a GEMM (the previous GEMM's units all read), it never waits there: the weights stream while
-// the block does other work.
-__device__ void produce(const Ring& r, const GemmShare& g, unsigned base, unsigned from, unsigned to) {
-  for (unsigned i = from; i < to; ++i) {
-    const unsigned u = base + i, s = u % kStages;
-    const int b = static_cast<int>(i) / g.nt, t = static_cast<int>(i) - b * g.nt;
-    if (u >= kStages) ptx::mbar_wait(&r.empty[s], ((u / kStages) - 1) & 1u);
-    const int n = g.n0 + 16 * t, rows = min(16, g.N - n), k0 = b * kBoxK, kb = min(kBoxK, g.K - k0);
-    ptx::mbar_arrive_expect_tx(&r.full[s], static_cast<unsigned>(rows * kb * 2));
-    unsigned char* st = r.stages + static_cast<std::size_t>(s) * kStageBytes;
-    for (int row = 0; row < rows; ++row)
-      ptx::bulk_copy(st + row * kRowPitch, g.w + static_cast<std::size_t>(n + row) * g.K + k0,
-                     static_cast<unsigned>(kb * 2), &r.full[s]);
+// The producer (one thread): boxes [from, to) of the share, each waiting for its stage's previous box
+// to have been read. Called with from = 0 right after ring_reset, it never waits for the first S: the
+// weights stream while the block does other work.
+__device__ void produce(unsigned ring, std::uint64_t* full, std::uint64_t* empty, const GemmShare& g, int from, int to) {
+  for (int b = from; b < to; ++b) {
+    const int s = b % g.S;
+    if (b >= g.S) ptx::mbar_wait(&empty[s], static_cast<unsigned>((b / g.S) - 1) & 1u);
+    ptx::mbar_arrive_expect_tx(&full[s], static_cast<unsigned>(g.stage_bytes));
+    ptx::tma_load_3d(ring + static_cast<unsigned>(s * g.stage_bytes), g.map, kBoxK * b, g.n0, 0, &full[s]);
   }
 }
-__device__ inline unsigned first_ring(const GemmShare& g) { return min(g.units(), static_cast<unsigned>(kStages)); }
+__device__ inline int first_ring(const GemmShare& g) { return g.nt > 0 ? min(g.boxes, g.S) : 0; }
 
-// Consumer warp `warp` (< g.nt): its task's 16 columns over K, k16 steps ascending into one fp32
-// accumulator per output from zero, as every GEMM of gemm() runs them; A's one row is `arow` (bf16,
-// on chip; the n8 tile's other columns are zero). Lanes with q = 0 hold columns n and n + 8 of row 0.
-// out(n, value) for the task's columns below N, value = the sum (+ bias[n]).
+// Consumer warp `warp` (< g.nt): its 16 columns over K, k16 steps ascending into one fp32 accumulator
+// per output from zero, as every GEMM of gemm() runs them (gemm_swap_ab_mma.cuh reads its fragments
+// the same way); A's one row is `arow` (bf16, on chip; the n8 tile's other columns are zero). Lanes
+// with q = 0 hold columns n and n + 8 of row 0: out(h, n, value) for those below N, value = the sum
+// (+ bias[n]). A 32-deep last box runs its two real steps only (a step on zeros could turn a -0 into +0).
 template <class Out>
-__device__ void consume(const Ring& r, const GemmShare& g, unsigned base, const uint16_t* arow, const float* bias,
-                        int warp, int lane, Out out) {
+__device__ void consume(unsigned ring, std::uint64_t* full, std::uint64_t* empty, const GemmShare& g,
+                        const uint16_t* arow, const float* bias, int warp, int lane, Out out) {
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const int gq = lane / 4, q = lane % 4;
-  for (int b = 0; b < g.boxes; ++b) {
-    const unsigned u = base + static_cast<unsigned>(b * g.nt + warp), s = u % kStages;
-    const int k0 = b * kBoxK, steps = min(kBoxK, g.K - k0) / 16;
-    ptx::mbar_wait(&r.full[s], (u / kStages) & 1u);
-    const unsigned st = ptx::smem_addr(r.stages + static_cast<std::size_t>(s) * kStageBytes);
-    // ldmatrix: lanes 0-15 address rows 0-15 at k chunk 2kk, lanes 16-31 the same rows at 2kk + 1
-    // (registers a0..a3: rows g, g + 8 at k 2q.., then at 2q + 8..).
-    unsigned a[kBoxK / 16][4];
+  const int gq = lane / 4, q = lane % 4, wr = 16 * warp + lane % 16;
+  unsigned a[2][4][4];  // two boxes' fragments: box b's while box b + 1's are read
+  // Box b's m16k16 fragments (rows g, g + 8 at k 2q.., then at 2q + 8..; ldmatrix lanes 0-15 address the
+  // warp's 16 rows at chunk 2kk, lanes 16-31 at 2kk + 1, in the 128-byte swizzle), then the stage's release.
+  auto load = [&](unsigned (&f)[4][4], int b) {
+    const int s = b % g.S;
+    ptx::mbar_wait(&full[s], static_cast<unsigned>(b / g.S) & 1u);
+    const unsigned st = ring + static_cast<unsigned>(s * g.stage_bytes);
 #pragma unroll
-    for (int kk = 0; kk < kBoxK / 16; ++kk)
-      if (kk < steps) ptx::ldmatrix_x4(st + (lane % 16) * kRowPitch + ((2 * kk + lane / 16) << 4), a[kk]);
-    // The fragments are in registers: the stage may be refilled (each lane's arrival orders its reads
-    // before the bulk copy's writes).
+    for (int kk = 0; kk < 4; ++kk) ptx::ldmatrix_x4(st + wr * 128 + (((2 * kk + lane / 16) ^ (wr & 7)) << 4), f[kk]);
     ptx::fence_proxy_async();
-    ptx::mbar_arrive(&r.empty[s]);
-#pragma unroll
-    for (int kk = 0; kk < kBoxK / 16; ++kk) {
-      if (kk >= steps) break;
-      // B's k16n8 fragment: column g, rows 2q, 2q + 1 and 2q + 8, 2q + 9: A's row for g = 0, else zero.
-      const int k = k0 + 16 * kk + 2 * q;
-      const unsigned bf[2] = {gq == 0 ? *reinterpret_cast<const unsigned*>(arow + k) : 0u,
-                              gq == 0 ? *reinterpret_cast<const unsigned*>(arow + k + 8) : 0u};
-      ptx::mma_bf16(acc, a[kk], bf);
+    ptx::mbar_arrive(&empty[s]);
+  };
+  auto step = [&](const unsigned (&f)[4], int k) {
+    // B's k16n8 fragment: column g, rows 2q, 2q + 1 and 2q + 8, 2q + 9: A's row for g = 0, else zero.
+    const unsigned bf[2] = {gq == 0 ? *reinterpret_cast<const unsigned*>(arow + k + 2 * q) : 0u,
+                            gq == 0 ? *reinterpret_cast<const unsigned*>(arow + k + 8 + 2 * q) : 0u};
+    ptx::mma_bf16(acc, f, bf);
+  };
+  load(a[0], 0);
+  for (int b = 0; b < g.boxes; ++b) {
+    unsigned (&cur)[4][4] = a[b & 1];
+    const int k0 = kBoxK * b;
+    step(cur[0], k0);
+    if (b + 1 < g.boxes) load(a[(b + 1) & 1], b + 1);  // while step 0's result is pending
+    const bool four = g.K - k0 >= kBoxK;
+    step(cur[1], k0 + 16);
+    if (four) {
+      step(cur[2], k0 + 32);
+      step(cur[3], k0 + 48);
     }
   }
   if (q != 0) return;
@@ -148,39 +171,37 @@ __device__ void consume(const Ring& r, const GemmShare& g, unsigned base, const 
 __device__ inline void ssu_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(kSsuThreads) : "memory"); }
 
 __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __grid_constant__ PersistentDecode job) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ u64 full[kStages], empty[kStages];
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ u64 full[kMaxStages], empty[kMaxStages];
   const PersistentDecodeShape& sh = job.shape;
   const Layout lo = layout_of(sh);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int t = static_cast<int>(threadIdx.x);
   const int D = sh.hidden, I = sh.inner(), H = sh.heads, conv = sh.conv(), proj = sh.proj();
-  const Ring ring{smem, full, empty};
+  // The 128-byte swizzle repeats every 1024 bytes: the regions start on 1024 from here.
+  const unsigned base = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (base - ptx::smem_addr(smem_raw));
   uint16_t* arow = reinterpret_cast<uint16_t*>(smem + lo.arow);
   float* resid = reinterpret_cast<float*>(smem + lo.resid);
   float* ssm = reinterpret_cast<float*>(smem + lo.ssu);
-  if (t == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      ptx::mbar_init(&full[s], 1);    // the producer's expect_tx arrival
-      ptx::mbar_init(&empty[s], 32);  // the reading warp's lanes
-    }
-    ptx::mbar_init_fence();
-  }
+  const unsigned ring = base + static_cast<unsigned>(lo.ring);
   for (int i = t; i < D; i += kThreads) resid[i] = job.resid[i];
-  __syncthreads();
 
   const int slot = job.ps.slot[0];
   const SsdShape ssh{H, sh.head_dim, sh.state, sh.groups};
   const int TP = ssu_rows(sh), tiles = (sh.head_dim + TP - 1) / TP;
   const ssd::SsuLayout sl = ssd::ssu_layout(ssh, TP, sh.bf16_state);
-  unsigned target = 0, base = 0;
+  unsigned target = 0;
 
   for (int l = 0; l < sh.layers; ++l) {
     const PersistentMambaLayer& L = job.layers[l];
-    const GemmShare in = share_of(L.in_w, proj, D), out = share_of(L.out_w, D, I);
-    // The previous GEMM's units are all read (a grid barrier since): in_proj's first ring streams
-    // while the block normalises.
-    if (warp == kProducer && lane == 0) produce(ring, in, base, 0, first_ring(in));
+    const GemmShare in = share_of(L.in_maps, proj, D, lo.ring_bytes);
+    const GemmShare out = share_of(L.out_maps, D, I, lo.ring_bytes);
+    // The previous GEMM's boxes are all read (a grid barrier since): the ring is made afresh for
+    // in_proj, whose first ring of weights then streams while the block normalises.
+    if (t == 0) ring_reset(full, empty, in.nt, l == 0);
+    __syncthreads();
+    if (warp == kProducer && lane == 0) produce(ring, full, empty, in, 0, first_ring(in));
 
     // 1. The residual add (the previous layer's out_proj row) and the block's RMSNorm: add_rmsnorm's
     // held form, thread t owning elements t, t + 256, ...; the bf16 copy is in_proj's input.
@@ -202,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
 
     // 2. in_proj; the owners of conv channels and dt columns do the conv and dt (conv_epilogue.h).
     if (warp == kProducer) {
-      if (lane == 0) produce(ring, in, base, first_ring(in), in.units());
+      if (lane == 0) produce(ring, full, empty, in, first_ring(in), in.nt > 0 ? in.boxes : 0);
     } else if (warp < in.nt) {
       ConvEpilogue ep;
       ep.col0 = I;
@@ -222,16 +243,17 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
 #pragma unroll
         for (int h = 0; h < 2; ++h) conv_column_load(ep, 1, 0, in.n0 + 16 * warp + lane / 4 + 8 * h, cc[h]);
       }
-      consume(ring, in, base, arow, L.in_b, warp, lane, [&](int h, int n, float v) {
+      consume(ring, full, empty, in, arow, L.in_b, warp, lane, [&](int h, int n, float v) {
         job.zx[n] = v;
         conv_column_store(ep, cc[h], 0, 0, v);
       });
     }
-    base += in.units();
     grid_barrier(job.barrier, target);  // the SSM step reads every channel's conv output and dt
 
     // 3. The SSM step, a head a block (ssd_ssu.cu's code); out_proj's first ring streams meanwhile.
-    if (warp == kProducer && lane == 0) produce(ring, out, base, 0, first_ring(out));
+    if (t == 0) ring_reset(full, empty, out.nt, false);
+    __syncthreads();
+    if (warp == kProducer && lane == 0) produce(ring, full, empty, out, 0, first_ring(out));
     if (t < kSsuThreads) {
       float *S = ssm + sl.S, *Cs = ssm + sl.C, *Bs = ssm + sl.B, *xs = ssm + sl.x;
       uint16_t* raw = reinterpret_cast<uint16_t*>(ssm + sl.S);
@@ -269,11 +291,18 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
       __syncthreads();
     }
     if (warp == kProducer) {
-      if (lane == 0) produce(ring, out, base, first_ring(out), out.units());
+      if (lane == 0) {
+        produce(ring, full, empty, out, first_ring(out), out.nt > 0 ? out.boxes : 0);
+        if (job.next_l2 && l + 1 < sh.layers) {
+          // The next in_proj's first ring, asked of L2 while out_proj's chain runs and the barrier
+          // passes (its copies into the ring start only after the next ring_reset).
+          const GemmShare next = share_of(job.layers[l + 1].in_maps, proj, D, lo.ring_bytes);
+          for (int b = 0; b < first_ring(next); ++b) ptx::tma_prefetch_l2_3d(next.map, kBoxK * b, next.n0, 0);
+        }
+      }
     } else if (warp < out.nt) {
-      consume(ring, out, base, arow, L.out_b, warp, lane, [&](int, int n, float v) { job.out[n] = v; });
+      consume(ring, full, empty, out, arow, L.out_b, warp, lane, [&](int, int n, float v) { job.out[n] = v; });
     }
-    base += out.units();
     grid_barrier(job.barrier, target);  // the next layer's norm reads the whole row
   }
   // The last layer's residual add (add_inplace's x + y), for the final norm.
@@ -281,29 +310,31 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
     for (int i = t; i < D; i += kThreads) job.resid[i] = resid[i] + job.out[i];
 }
 
-std::atomic<bool> persistent_on{kPersistentDecodeDefault};
+std::atomic<int> persistent_mode{kPersistentDecodeDefault};
 
-// The kernel's shared-memory limit, raised once per device (outside any capture in progress).
+// The kernel's shared-memory limit on the current device, raised when a larger layout asks (never
+// lowered: a graph captured for a larger model still launches with its size), outside any capture.
 void allow_smem(std::size_t bytes) {
   static std::mutex mu;
-  static std::set<std::pair<int, std::size_t>> done;
+  static std::map<int, std::size_t> have;
   int dev = 0;
   cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
   const std::lock_guard<std::mutex> lock(mu);
-  if (done.count({dev, bytes})) return;
+  std::size_t& h = have[dev];
+  if (h >= bytes) return;
   outside_capture(
       [&] {
         return cudaFuncSetAttribute(persistent_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(bytes));
       },
       "persistent decode: shared memory limit");
-  done.insert({dev, bytes});
+  h = bytes;
 }
 
 }  // namespace
 
-bool persistent_decode() { return persistent_on.load(); }
-void set_persistent_decode(bool on) { persistent_on.store(on); }
+int persistent_decode() { return persistent_mode.load(); }
+void set_persistent_decode(int mode) { persistent_mode.store(mode); }
 
 std::string persistent_decode_unfit(const PersistentDecodeShape& s) {
   if (s.layers <= 0 || s.hidden <= 0 || s.heads <= 0 || s.head_dim <= 0 || s.state <= 0 || s.groups <= 0)
@@ -316,13 +347,28 @@ std::string persistent_decode_unfit(const PersistentDecodeShape& s) {
   if (s.conv_kernel < 2 || s.conv_kernel > kConvEpilogueTaps) return "conv kernel outside 2..4";
   if (s.state % 4 != 0 || s.state > ssd::kMaxTileFloats) return "state size not a multiple of 4";
   const int sms = sm_count();
-  for (int n : {s.proj(), s.hidden})
-    if (((n + 15) / 16 + sms - 1) / sms > kConsumers) return "more 16-column tasks per SM than consumer warps";
-  const std::size_t smem = layout_of(s).total;
+  const Layout lo = layout_of(s);
+  for (int n : {s.proj(), s.hidden}) {
+    const int most = (tasks_of(n) + sms - 1) / sms;
+    if (most > kConsumers) return "more 16-column tasks per SM than consumer warps";
+    if (lo.ring_bytes < 2 * static_cast<std::size_t>(kTaskBoxBytes) * most) return "no room for two stages of weights";
+  }
+  const std::size_t smem = lo.total;
   if (smem > static_cast<std::size_t>(kMaxSmem)) return "shared memory above the SM's";
   allow_smem(smem);
   if (blocks_per_sm(persistent_decode_kernel, kThreads, smem) < 1) return "no block fits on an SM";
   return {};
+}
+
+void persistent_layer_maps(PersistentMambaLayer& l, const PersistentDecodeShape& s) {
+  const int sms = sm_count();
+  // Box rows: 16 columns a task, for blocks of `few` and of few + 1 tasks (a box needs one row at least).
+  auto maps = [&](const uint16_t* w, int N, int K, CUtensorMap (&m)[2]) {
+    const int few = tasks_of(N) / sms;
+    for (int i = 0; i < 2; ++i) m[i] = bf16_rows_tensor_map(w, K, N, 1, 0, 16 * std::max(1, few + i));
+  };
+  maps(l.in_w, s.proj(), s.hidden, l.in_maps);
+  maps(l.out_w, s.hidden, s.inner(), l.out_maps);
 }
 
 void persistent_decode_step(const PersistentDecode& job, cudaStream_t s) {

@@ -20,14 +20,17 @@
 #include <cstdint>
 #include <string>
 
+#include <cuda.h>  // CUtensorMap
 #include <cuda_runtime_api.h>
 
 #include "kernels_cuda/ops.h"
 
 namespace parity::cuda {
 
-// One Mamba2 block as the step reads it (device pointers).
+// One Mamba2 block as the step reads it (device pointers), with the tensor maps its blocks stream the two
+// GEMMs' weights through: [0] for a block of the fewer tasks, [1] the more (persistent_layer_maps).
 struct PersistentMambaLayer {
+  CUtensorMap in_maps[2], out_maps[2];
   const float* norm_w = nullptr;    // the block's RMSNorm before the mixer [hidden]
   const uint16_t* in_w = nullptr;   // in_proj [proj][hidden], bf16
   const float* in_b = nullptr;      // [proj] or null
@@ -60,18 +63,27 @@ struct PersistentDecode {
   float* resid = nullptr;  // [hidden]: the embedded row in, the residual stream after the last layer out
   float *zx = nullptr, *xbc = nullptr, *dt = nullptr, *y = nullptr, *out = nullptr;  // [proj] [conv] [H] [I] [hidden]
   unsigned* barrier = nullptr;  // one device unsigned, zeroed by the launcher
+  bool next_l2 = false;         // kPersistentNextL2
 };
 
+// Encodes l's tensor maps from l.in_w and l.out_w for this shape on the current device: boxes of 64
+// values of K by the 16-column tasks a block owns (the blocks split a GEMM's tasks in contiguous runs of
+// two lengths).
+void persistent_layer_maps(PersistentMambaLayer& l, const PersistentDecodeShape& s);
 // Empty when the step can run this shape on the current device; otherwise why not (the caller then
 // takes the launches).
 std::string persistent_decode_unfit(const PersistentDecodeShape& s);
 // Queues the step on s (a memset of the barrier and one cooperative launch; capturable into a graph).
 void persistent_decode_step(const PersistentDecode& job, cudaStream_t s);
 
-// Off by default until measured on the H200 (it was written in a session without a device: docs/cuda.md,
-// "A persistent decode step"); tests and benchmarks switch it on (a model's graphs record it).
-inline constexpr bool kPersistentDecodeDefault = false;
-bool persistent_decode();
-void set_persistent_decode(bool on);
+// Whether batch-1 plain decode passes take the step: kPersistentOff (the launches), kPersistentRing,
+// kPersistentNextL2 (also asks L2 for the next layer's first ring of in_proj weights once out_proj's
+// boxes are all requested, so that DRAM is busy across the layer boundary). Off by default until measured
+// on the H200 (written in a session without a device: docs/cuda.md, "A persistent decode step"); tests
+// and benchmarks switch it on (a model's graphs record the mode).
+enum PersistentMode : int { kPersistentOff = 0, kPersistentRing = 1, kPersistentNextL2 = 2 };
+inline constexpr int kPersistentDecodeDefault = kPersistentOff;
+int persistent_decode();
+void set_persistent_decode(int mode);
 
 }  // namespace parity::cuda

@@ -30,6 +30,10 @@ __device__ __forceinline__ void cp_async_arrive(std::uint64_t* bar) {
 __device__ __forceinline__ void mbar_init(std::uint64_t* bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
 }
+// Ends a barrier's life so that its word may be initialised again (no arrival or copy pending on it).
+__device__ __forceinline__ void mbar_inval(std::uint64_t* bar) {
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
 // Makes initialised barriers visible to the asynchronous (bulk copy) unit; a __syncthreads must follow.
 __device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 

@@ -4,6 +4,8 @@
 // and a bf16 state; the step is really taken (the replay counter). Companions: a changed token shows in
 // the step's rows (the comparison can fail), and passes the step does not run (exact mode, more than one
 // sequence) take the launches.
+#include <cstdlib>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -22,9 +24,9 @@ std::unique_ptr<model::Model> gpu_model(const std::string& spec) {
   return backend_cuda::load_model(model::open_checkpoint(spec), {});
 }
 
-// Switches the step on for a test's scope.
+// Switches the step on for a test's scope (by default with its L2 requests: the mode that does the most).
 struct PersistentOn {
-  PersistentOn() { cuda::set_persistent_decode(true); }
+  explicit PersistentOn(int mode = cuda::kPersistentNextL2) { cuda::set_persistent_decode(mode); }
   ~PersistentOn() { cuda::set_persistent_decode(cuda::kPersistentDecodeDefault); }
 };
 
@@ -56,17 +58,22 @@ TEST(CudaPersistentDecode, PlainBatch1StepsEqualTheLaunchesBitForBit) {
                                                    {"builtin:tiny-g2"})) {
     auto m = gpu_model(spec);
     const int V = m->vocab_size();
-    for (DType state : {DType::F32, DType::BF16}) {
-      const std::string what = std::string(spec) + (state == DType::F32 ? " fp32 state" : " bf16 state");
+    for (bool bf16 : test::bf16_sweep(0)) {
+      const DType state = bf16 ? DType::BF16 : DType::F32;
       backend_cuda::set_enforce_eager(*m, true);
       const test::ScheduleRun eager = run(*m, false, 1, state);
       backend_cuda::set_enforce_eager(*m, false);
-      const PersistentOn on;
-      const backend_cuda::CudaGraphStats s0 = backend_cuda::cuda_graph_stats(*m);
-      const test::ScheduleRun step = run(*m, false, 1, state);
-      const backend_cuda::CudaGraphStats s1 = backend_cuda::cuda_graph_stats(*m);
-      EXPECT_EQ(s1.persistent_replays - s0.persistent_replays, kSteps) << what << ": every step should take it";
-      EXPECT_EQ(rows_differing(eager, step, 1, V), 0) << what << ": decode rows whose bits differ from the launches'";
+      for (int mode : test::sweep<int>({cuda::kPersistentRing, cuda::kPersistentNextL2}, {cuda::kPersistentNextL2})) {
+        const std::string what =
+            std::string(spec) + (bf16 ? " bf16 state" : " fp32 state") + " mode " + std::to_string(mode);
+        const PersistentOn on(mode);
+        const backend_cuda::CudaGraphStats s0 = backend_cuda::cuda_graph_stats(*m);
+        const test::ScheduleRun step = run(*m, false, 1, state);
+        const backend_cuda::CudaGraphStats s1 = backend_cuda::cuda_graph_stats(*m);
+        EXPECT_EQ(s1.persistent_replays - s0.persistent_replays, kSteps) << what << ": every step should take it";
+        EXPECT_EQ(rows_differing(eager, step, 1, V), 0) << what << ": decode rows whose bits differ from the launches'";
+        EXPECT_TRUE(test::same_bits(eager.prefill.data(), step.prefill.data(), eager.prefill.size())) << what;
+      }
     }
   }
 }
@@ -104,6 +111,28 @@ TEST(CudaPersistentDecode, OtherPassesTakeTheLaunches) {
     EXPECT_EQ(s1.replays - s0.replays, kSteps) << what << ": still replayed from graphs";
     EXPECT_EQ(rows_differing(off, with, batch, V), 0) << what;
   }
+}
+
+// The environment's switch: a bad value is refused by name before any device is touched; a good one sets
+// the mode.
+TEST(CudaPersistentDecode, TheEnvironmentSwitchIsCheckedAndTaken) {
+  ::setenv("PARITY_CUDA_PERSISTENT_DECODE", "sideways", 1);
+  try {
+    gpu_model("builtin:tiny");
+    ADD_FAILURE() << "a bad PARITY_CUDA_PERSISTENT_DECODE was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("PARITY_CUDA_PERSISTENT_DECODE must be off, ring or next-l2, not 'sideways'"),
+              std::string::npos)
+        << e.what();
+  }
+  ::setenv("PARITY_CUDA_PERSISTENT_DECODE", "ring", 1);
+  try {
+    gpu_model("builtin:tiny");  // without a device it throws after taking the mode
+  } catch (const std::exception&) {
+  }
+  EXPECT_EQ(cuda::persistent_decode(), cuda::kPersistentRing);
+  ::unsetenv("PARITY_CUDA_PERSISTENT_DECODE");
+  cuda::set_persistent_decode(cuda::kPersistentDecodeDefault);
 }
 
 // Shapes the step cannot run are named before anything touches the device.
