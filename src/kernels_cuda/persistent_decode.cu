@@ -107,8 +107,9 @@ __device__ inline void ring_reset(std::uint64_t* full, std::uint64_t* empty, int
 
 // The producer (one thread): boxes [from, to) of the share, each waiting for its stage's previous box
 // to have been read. Called with from = 0 right after ring_reset, it never waits for the first S: the
-// weights stream while the block does other work.
+// weights stream while the block does other work. The maps live in global memory (the layer table).
 __device__ void produce(unsigned ring, std::uint64_t* full, std::uint64_t* empty, const GemmShare& g, int from, int to) {
+  if (from == 0 && to > 0) ptx::fence_tensormap_acquire(g.map);
   for (int b = from; b < to; ++b) {
     const int s = b % g.S;
     if (b >= g.S) ptx::mbar_wait(&empty[s], static_cast<unsigned>((b / g.S) - 1) & 1u);
@@ -128,15 +129,17 @@ __device__ void consume(unsigned ring, std::uint64_t* full, std::uint64_t* empty
                         const uint16_t* arow, const float* bias, int warp, int lane, Out out) {
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   const int gq = lane / 4, q = lane % 4, wr = 16 * warp + lane % 16;
-  unsigned a[2][4][4];  // two boxes' fragments: box b's while box b + 1's are read
-  // Box b's m16k16 fragments (rows g, g + 8 at k 2q.., then at 2q + 8..; ldmatrix lanes 0-15 address the
-  // warp's 16 rows at chunk 2kk, lanes 16-31 at 2kk + 1, in the 128-byte swizzle), then the stage's release.
-  auto load = [&](unsigned (&f)[4][4], int b) {
+  struct Frag {
+    unsigned a[4][4];  // a box's four m16k16 fragments
+  };
+  // Box b's fragments (rows g, g + 8 at k 2q.., then at 2q + 8..; ldmatrix lanes 0-15 address the warp's
+  // 16 rows at chunk 2kk, lanes 16-31 at 2kk + 1, in the 128-byte swizzle), then the stage's release.
+  auto load = [&](Frag& f, int b) {
     const int s = b % g.S;
     ptx::mbar_wait(&full[s], static_cast<unsigned>(b / g.S) & 1u);
     const unsigned st = ring + static_cast<unsigned>(s * g.stage_bytes);
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) ptx::ldmatrix_x4(st + wr * 128 + (((2 * kk + lane / 16) ^ (wr & 7)) << 4), f[kk]);
+    for (int kk = 0; kk < 4; ++kk) ptx::ldmatrix_x4(st + wr * 128 + (((2 * kk + lane / 16) ^ (wr & 7)) << 4), f.a[kk]);
     ptx::fence_proxy_async();
     ptx::mbar_arrive(&empty[s]);
   };
@@ -146,18 +149,24 @@ __device__ void consume(unsigned ring, std::uint64_t* full, std::uint64_t* empty
                             gq == 0 ? *reinterpret_cast<const unsigned*>(arow + k + 8 + 2 * q) : 0u};
     ptx::mma_bf16(acc, f, bf);
   };
-  load(a[0], 0);
-  for (int b = 0; b < g.boxes; ++b) {
-    unsigned (&cur)[4][4] = a[b & 1];
+  // Box b from cur: step 0, then box b + 1's fragments into nxt (read while step 0's result is pending),
+  // then steps 1..3. The two fragment sets take turns (the loop is unrolled by two: no copy, no
+  // dynamically indexed registers).
+  auto box = [&](const Frag& cur, Frag& nxt, int b) {
     const int k0 = kBoxK * b;
-    step(cur[0], k0);
-    if (b + 1 < g.boxes) load(a[(b + 1) & 1], b + 1);  // while step 0's result is pending
-    const bool four = g.K - k0 >= kBoxK;
-    step(cur[1], k0 + 16);
-    if (four) {
-      step(cur[2], k0 + 32);
-      step(cur[3], k0 + 48);
+    step(cur.a[0], k0);
+    if (b + 1 < g.boxes) load(nxt, b + 1);
+    step(cur.a[1], k0 + 16);
+    if (g.K - k0 >= kBoxK) {
+      step(cur.a[2], k0 + 32);
+      step(cur.a[3], k0 + 48);
     }
+  };
+  Frag f0, f1;
+  load(f0, 0);
+  for (int b = 0; b < g.boxes; b += 2) {
+    box(f0, f1, b);
+    if (b + 1 < g.boxes) box(f1, f0, b + 1);
   }
   if (q != 0) return;
 #pragma unroll
@@ -297,6 +306,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
           // The next in_proj's first ring, asked of L2 while out_proj's chain runs and the barrier
           // passes (its copies into the ring start only after the next ring_reset).
           const GemmShare next = share_of(job.layers[l + 1].in_maps, proj, D, lo.ring_bytes);
+          if (first_ring(next) > 0) ptx::fence_tensormap_acquire(next.map);
           for (int b = 0; b < first_ring(next); ++b) ptx::tma_prefetch_l2_3d(next.map, kBoxK * b, next.n0, 0);
         }
       }

@@ -121,6 +121,12 @@ __device__ __forceinline__ void tma_prefetch_l2_3d(const void* map, int c0, int 
                : "memory");
 }
 
+// Orders what the generic proxy wrote of a tensor map in global memory (the host's copy before the
+// launch) before the TMA unit reads it: once per map, before its first copy.
+__device__ __forceinline__ void fence_tensormap_acquire(const void* map) {
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(map) : "memory");
+}
+
 // Fetches a tensor map (a kernel's __grid_constant__ parameter) into the TMA unit's descriptor cache
 // ahead of its first use.
 __device__ __forceinline__ void prefetch_tensor_map(const void* map) {
