@@ -30,17 +30,18 @@ for m in builtin:tiny builtin:mamba2-130m tests/data/mamba2_g1 tests/data/mamba2
   step "$dir/parity" verify "$m" --device cuda
 done
 # The persistent decode step (off by default: kernels_cuda/persistent_decode.h) end to end: verify with it
-# on, and a batch-1 plain generation whose tokens must be the launches' (the bits: CudaPersistentDecode).
+# on, and batch-1 generations (plain, exact) whose tokens must be the launches' (the bits: CudaPersistentDecode).
 step env PARITY_CUDA_PERSISTENT_DECODE=next-l2 "$dir/parity" verify builtin:mamba2-130m --device cuda
-same_generation() {
+same_generation() {  # [--exact]
   local a b
-  a=$("$dir/parity" generate builtin:mamba2-130m --device cuda --prompt 11,22,33 --max-tokens 48) || return 1
+  a=$("$dir/parity" generate builtin:mamba2-130m --device cuda --prompt 11,22,33 --max-tokens 48 "$@") || return 1
   b=$(PARITY_CUDA_PERSISTENT_DECODE=next-l2 "$dir/parity" generate builtin:mamba2-130m --device cuda \
-        --prompt 11,22,33 --max-tokens 48) || return 1
+        --prompt 11,22,33 --max-tokens 48 "$@") || return 1
   echo "$b"
   [ "$a" = "$b" ] || { echo "the persistent step's generation differs from the launches': $a"; return 1; }
 }
 step same_generation
+step same_generation --exact
 for m in builtin:tiny-hybrid tests/data/granite_hybrid; do  # the MoE's other router-override pattern
   step "$dir/parity" verify "$m" --device cuda --moe-routing fused
 done

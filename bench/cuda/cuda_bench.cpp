@@ -1124,17 +1124,18 @@ BENCHMARK(BM_CudaModelDecode)
     ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
-// The persistent decode step (persistent_decode.h) against the launches it replaces, batch 1, plain
-// mode (the step's only pass), graphs on, fp32 / bf16 state: arg persistent = cuda::PersistentMode (0 the
-// launches, 1 the step, 2 the step asking L2 for the next in_proj's first ring). x_floor: the step over the weights' read time (BM_CudaStreamFloor's bytes at copy_bandwidth());
+// The persistent decode step (persistent_decode.h) against the launches it replaces, batch 1, graphs on,
+// plain or exact mode, fp32 / bf16 state: arg persistent = cuda::PersistentMode (0 the launches, 1 the
+// step, 2 the step asking L2 for the next in_proj's first ring). x_floor: the step over the weights' read time (BM_CudaStreamFloor's bytes at copy_bandwidth());
 // persistent: the share of timed steps that took it (0 where the device cannot run it).
 void BM_CudaPersistentDecode(benchmark::State& state) {
   if (!have_gpu(state)) return;
   model::Model& m = big_model();
-  const DType dt = state.range(1) != 0 ? DType::BF16 : DType::F32;
+  const bool exact = state.range(1) != 0;
+  const DType dt = state.range(2) != 0 ? DType::BF16 : DType::F32;
   cuda::set_persistent_decode(static_cast<int>(state.range(0)));
   backend_cuda::set_enforce_eager(m, false);
-  bench::DecodeRun run = bench::prepare_decode(m, false, 1, dt);
+  bench::DecodeRun run = bench::prepare_decode(m, exact, 1, dt);
   const int64_t taken0 = backend_cuda::cuda_graph_stats(m).persistent_replays;
   double total = 0;
   for (auto _ : state) {
@@ -1154,8 +1155,8 @@ void BM_CudaPersistentDecode(benchmark::State& state) {
   cuda::set_persistent_decode(cuda::kPersistentDecodeDefault);
 }
 BENCHMARK(BM_CudaPersistentDecode)
-    ->ArgsProduct({{0, 1, 2}, {0, 1}})
-    ->ArgNames({"persistent", "bf16"})
+    ->ArgsProduct({{0, 1, 2}, {0, 1}, {0, 1}})
+    ->ArgNames({"persistent", "exact", "bf16"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -152,7 +152,7 @@ void CudaMamba2Model::forward_graph(const model::ForwardBatch& b, DeviceState& d
                      cuda::gated_out_proj(), cuda::gate_in_conv(), skip_, persistent};
   const cuda::GraphExec& g = run.graphs.get(epoch, key, st, [&] {
     const DeviceProbe none(nullptr, b, st);
-    if (persistent) enqueue_persistent(sc, ps, tokens, ds, st);
+    if (persistent) enqueue_persistent(sc, ps, grid, tokens, ds, st);
     else enqueue_layers(sc, ps, tokens, bucket, ds, grid, none, st);
     if (!(skip_ & kSkipHead)) head_.enqueue(embed_, sc.resid.data(), bucket, sc.head, none, st);
   });
@@ -177,12 +177,16 @@ cuda::PersistentDecodeShape CudaMamba2Model::persistent_shape(const DeviceState&
   s.dt_hi = static_cast<float>(cfg_.time_step_max_limit);
   s.norm_before_gate = cfg_.norm_before_gate;
   s.bf16_state = ds.bf16;
+  s.exact = ds.exact;
+  s.cell = ds.cell;
   return s;
 }
 
 bool CudaMamba2Model::takes_persistent(DeviceState& ds, const cuda::ScanGrid& grid) const {
-  if (cuda::persistent_decode() == cuda::kPersistentOff || grid.exact || rank_.size != 1 || !fuse_ || skip_ != 0 || !mixer_.bf16_weights())
+  if (cuda::persistent_decode() == cuda::kPersistentOff || rank_.size != 1 || !fuse_ || skip_ != 0 ||
+      !mixer_.bf16_weights())
     return false;
+  if (grid.exact != ds.exact || (grid.exact && grid.cell != ds.cell)) return false;  // the table's grid
   Run& run = *run_;
   if (!run.persistent_made || run.persistent_state != ds.id) {
     run.persistent_unfit = cuda::persistent_decode_unfit(persistent_shape(ds));
@@ -202,14 +206,15 @@ bool CudaMamba2Model::takes_persistent(DeviceState& ds, const cuda::ScanGrid& gr
   return run.persistent_unfit.empty();
 }
 
-void CudaMamba2Model::enqueue_persistent(Scratch& sc, const cuda::PassSeqs& ps, const int32_t* tokens,
-                                         const DeviceState& ds, cudaStream_t st) const {
+void CudaMamba2Model::enqueue_persistent(Scratch& sc, const cuda::PassSeqs& ps, const cuda::ScanGrid& grid,
+                                         const int32_t* tokens, const DeviceState& ds, cudaStream_t st) const {
   Run& run = *run_;
   embed_rows(embed_, tokens, 1, cfg_.hidden_size, sc.resid.data(), st);
   cuda::PersistentDecode job;
   job.shape = persistent_shape(ds);
   job.layers = run.persistent_table.data();
   job.ps = ps;
+  job.grid = grid;
   job.resid = sc.resid.data();
   job.zx = sc.mamba.zx.data();
   job.xbc = sc.mamba.xbc.data();

@@ -98,12 +98,12 @@ class CudaMamba2Model : public model::Model {
   void forward_graph(const model::ForwardBatch& b, DeviceState& ds, const cuda::ScanGrid& grid, int bucket,
                      float* logits) const;
   // Whether a batch-1 decode pass on ds in this grid takes the persistent step: switched on
-  // (cuda::set_persistent_decode), plain mode, one rank, bf16 weights, the fused launches, nothing
-  // skipped, a shape it runs. Makes the step's layer table for ds on first use.
+  // (cuda::set_persistent_decode), one rank, bf16 weights, the fused launches, nothing skipped, a shape
+  // it runs (plain or exact). Makes the step's layer table for ds on first use.
   bool takes_persistent(DeviceState& ds, const cuda::ScanGrid& grid) const;
   // The embedding of the pass's one token and every layer as one persistent kernel, into sc.resid.
-  void enqueue_persistent(Scratch& sc, const cuda::PassSeqs& ps, const int32_t* tokens, const DeviceState& ds,
-                          cudaStream_t st) const;
+  void enqueue_persistent(Scratch& sc, const cuda::PassSeqs& ps, const cuda::ScanGrid& grid, const int32_t* tokens,
+                          const DeviceState& ds, cudaStream_t st) const;
   cuda::PersistentDecodeShape persistent_shape(const DeviceState& ds) const;
   static std::unique_ptr<CudaMamba2Model> build(const model::Checkpoint& ck, const io::Mamba2Config& c,
                                                 const CudaModelOptions& opt);

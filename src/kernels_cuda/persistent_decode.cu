@@ -1,4 +1,4 @@
-// persistent_decode.h: a batch-1 plain decode step as one persistent kernel.
+// persistent_decode.h: a batch-1 decode step as one persistent kernel.
 #include "kernels_cuda/persistent_decode.h"
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include "kernels_cuda/launch_support.h"
 #include "kernels_cuda/norm_row.cuh"
 #include "kernels_cuda/ptx.cuh"
+#include "kernels_cuda/ssd_decode_tile.cuh"
 #include "kernels_cuda/ssu_tile.cuh"
 #include "kernels_cuda/tensor_map.h"
 
@@ -38,10 +39,18 @@ constexpr int kMaxRing = 200 * 1024;
 
 __host__ __device__ constexpr std::size_t round_up(std::size_t v, std::size_t m) { return (v + m - 1) / m * m; }
 
-// The state tile a head's update stages at once: the whole head when it fits (P rows of N).
+// The state tile a head's update stages at once: the whole head when it fits (P rows of N; the
+// exact decode's thread p forms row p's sums, so at most kStepThreads rows).
 __host__ __device__ inline int ssu_rows(const PersistentDecodeShape& s) {
-  const int fit = ssd::kMaxTileFloats / s.state;
+  int fit = ssd::kMaxTileFloats / s.state;
+  if (fit > ssd::kStepThreads) fit = ssd::kStepThreads;
   return s.head_dim < fit ? s.head_dim : fit;
+}
+// Floats of the SSM step's shared memory: the SSU's, or the exact decode's (its replay stages too).
+__host__ __device__ inline std::size_t ssm_floats(const PersistentDecodeShape& s) {
+  const SsdShape sh{s.heads, s.head_dim, s.state, s.groups};
+  return s.exact ? ssd::decode_layout(sh, s.cell, ssu_rows(s), s.bf16_state).total
+                 : ssd::ssu_layout(sh, ssu_rows(s), s.bf16_state).total;
 }
 
 // Dynamic shared memory (bytes from its 1024-aligned start): A's bf16 row (in_proj's or out_proj's
@@ -55,8 +64,7 @@ __host__ __device__ inline Layout layout_of(const PersistentDecodeShape& s) {
   l.arow = 0;
   l.resid = round_up(2 * static_cast<std::size_t>(widest), 128);
   l.ssu = l.resid + round_up(4 * static_cast<std::size_t>(s.hidden), 128);
-  const SsdShape sh{s.heads, s.head_dim, s.state, s.groups};
-  l.ring = round_up(l.ssu + ssd::ssu_layout(sh, ssu_rows(s), s.bf16_state).total * sizeof(float), 1024);
+  l.ring = round_up(l.ssu + ssm_floats(s) * sizeof(float), 1024);
   const std::size_t room = kMaxSmem - kStaticReserve - 1024;  // 1024: the start's alignment
   l.ring_bytes = room > l.ring ? (room - l.ring) / 1024 * 1024 : 0;
   if (l.ring_bytes > kMaxRing) l.ring_bytes = kMaxRing;
@@ -176,8 +184,138 @@ __device__ void consume(unsigned ring, std::uint64_t* full, std::uint64_t* empty
   }
 }
 
+// The kernel's phases, each a function of its own (not inlined): a phase's registers are its own, so
+// the largest phase (the held norms' 48-72 values a thread, the GEMM's two fragment sets) sets the
+// kernel's count instead of all of them at once, and the GEMM's loop does not spill.
+
+// 1. The residual add (the previous layer's out_proj row, none before layer 0) and the layer's RMSNorm,
+// every block the whole row: add_rmsnorm's held form, thread t owning elements t, t + 256, ...; the bf16
+// copy is in_proj's input. Every thread of the block.
+__device__ __noinline__ void add_norm_phase(const PersistentDecode& job, const PersistentMambaLayer& L, bool add,
+                                            float* resid, uint16_t* arow) {
+  const int t = static_cast<int>(threadIdx.x), D = job.shape.hidden;
+  float v[norm_row::kHeld], wk[norm_row::kHeld];
+#pragma unroll
+  for (int k = 0; k < norm_row::kHeld; ++k) {
+    const int i = t + k * kThreads;
+    wk[k] = i < D ? L.norm_w[i] : 0.0f;
+    v[k] = i < D ? resid[i] : 0.0f;
+    if (add && i < D) {
+      v[k] = v[k] + job.out[i];  // add_rmsnorm's residual_add(x, y, 1, false)
+      resid[i] = v[k];
+    }
+  }
+  norm_row::rms_norm_held(v, wk, D, job.shape.eps, [&](int i, float o) { arow[i] = norm_row::bf16_bits(o); });
+}
+
+// 2. in_proj, consumer warp `warp` of the block's share: the owners of conv channels and dt columns do
+// the conv and dt in the epilogue (conv_epilogue.h, conv_row.cuh).
+__device__ __noinline__ void in_proj_phase(const PersistentDecode& job, const PersistentMambaLayer& L, unsigned ring,
+                                           u64* full, u64* empty, const GemmShare& in, const uint16_t* arow, int warp,
+                                           int lane) {
+  const PersistentDecodeShape& sh = job.shape;
+  ConvEpilogue ep;
+  ep.col0 = sh.inner();
+  ep.ch = sh.conv();
+  ep.K = sh.conv_kernel;
+  ep.w = L.conv_w;
+  ep.bias = L.conv_b;
+  ep.state = L.conv_state;
+  ep.slot = job.ps.slot;
+  ep.row_seq = job.ps.row_seq;
+  ep.silu = true;
+  ep.out = job.xbc;
+  ep.dt_col0 = sh.inner() + sh.conv();
+  ep.dt = DtJob{nullptr, 0, sh.heads, L.dt_bias, sh.dt_lo, sh.dt_hi, job.dt};
+  ConvColumn cc[2];
+  if (lane % 4 == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) conv_column_load(ep, 1, 0, in.n0 + 16 * warp + lane / 4 + 8 * h, cc[h]);
+  }
+  consume(ring, full, empty, in, arow, L.in_b, warp, lane, [&](int h, int n, float v) {
+    job.zx[n] = v;
+    conv_column_store(ep, cc[h], 0, 0, v);
+  });
+}
+
 // Threads 0..kSsuThreads-1 of the block; the others pass by.
 __device__ inline void ssu_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(kSsuThreads) : "memory"); }
+
+// 3. The SSM step of this block's heads (h = block, block + grid, ...): exact mode's one-row decode
+// (ssd_decode.cu's code: its replay rows, its fold, row t into the ring) or plain mode's SSU (ssd_ssu.cu's).
+// Threads 0..kSsuThreads-1.
+__device__ __noinline__ void ssm_phase(const PersistentDecode& job, const PersistentMambaLayer& L, float* ssm) {
+  const PersistentDecodeShape& sh = job.shape;
+  const SsdShape ssh{sh.heads, sh.head_dim, sh.state, sh.groups};
+  const int TP = ssu_rows(sh), tiles = (sh.head_dim + TP - 1) / TP, conv = sh.conv();
+  const int slot = job.ps.slot[0];
+  const int64_t start = job.ps.start[0];
+  if (sh.exact) {
+    const int tmod = static_cast<int>(start % sh.cell);
+    ssd::NoDecodeHooks none;
+    for (int h = static_cast<int>(blockIdx.x); h < sh.heads; h += static_cast<int>(gridDim.x))
+      for (int z = 0; z < tiles; ++z) {
+        ssd::decode_tile<ssd::kDefaultF32>(ssh, job.grid, slot, 0, start, tmod, h, z, TP, job.xbc, conv, job.dt, L.A,
+                                           L.D, L.ssd, job.y, ssm, ssu_sync, none);
+        ssu_sync();  // the tile's outputs are written before the next one lands on its shared memory
+      }
+    return;
+  }
+  const ssd::SsuLayout sl = ssd::ssu_layout(ssh, TP, sh.bf16_state);
+  float *S = ssm + sl.S, *Cs = ssm + sl.C, *Bs = ssm + sl.B, *xs = ssm + sl.x;
+  uint16_t* raw = reinterpret_cast<uint16_t*>(ssm + sl.S);
+  for (int h = static_cast<int>(blockIdx.x); h < sh.heads; h += static_cast<int>(gridDim.x)) {
+    const float d = job.dt[h];
+    const float dA = kernels::exp_f(d * L.A[h]);
+    const float Dh = L.D[h];
+    for (int z = 0; z < tiles; ++z) {
+      const ssd::Tile tile = ssd::tile_of(ssh, slot, h, TP, z);
+      ssd::stage_state(L.ssd, tile, S, raw);
+      ssd::ssu_stage_inputs(ssh, tile, h, job.xbc, Cs, Bs, xs);
+      ssd::cp_async_commit();
+      ssd::cp_async_wait<0>();
+      ssu_sync();
+      ssd::ssu_tile_step(L.ssd, tile, S, raw, Cs, Bs, xs, d, dA, Dh,
+                         job.y + static_cast<std::size_t>(h) * sh.head_dim + tile.p0, ssu_sync);
+      ssu_sync();  // the dots have read the tile before the next one lands on it
+    }
+  }
+}
+
+// 4a. The gated norm of the whole row (gated_rmsnorm's held form, group by group) into out_proj's bf16
+// input. Every thread of the block.
+__device__ __noinline__ void gated_norm_phase(const PersistentDecode& job, const PersistentMambaLayer& L,
+                                              uint16_t* arow) {
+  const PersistentDecodeShape& sh = job.shape;
+  const int group = sh.inner() / sh.groups;
+  for (int gi = 0; gi < sh.groups; ++gi) {
+    float wk[norm_row::kHeld];
+    norm_row::load_held_weights(L.gate_w + static_cast<std::size_t>(gi) * group, group, wk);
+    uint16_t* dst = arow + static_cast<std::size_t>(gi) * group;
+    norm_row::gated_norm_held(job.y + static_cast<std::size_t>(gi) * group, job.zx + static_cast<std::size_t>(gi) * group,
+                              group, wk, sh.eps, sh.norm_before_gate,
+                              [&](int i, float o) { dst[i] = norm_row::bf16_bits(o); });
+  }
+}
+
+// 4b. out_proj, consumer warp `warp` of the block's share.
+__device__ __noinline__ void out_proj_phase(const PersistentDecode& job, const PersistentMambaLayer& L, unsigned ring,
+                                            u64* full, u64* empty, const GemmShare& out, const uint16_t* arow,
+                                            int warp, int lane) {
+  consume(ring, full, empty, out, arow, L.out_b, warp, lane, [&](int, int n, float v) { job.out[n] = v; });
+}
+
+// The producer's part of out_proj's phase: the rest of its boxes, then (kPersistentNextL2) the next
+// in_proj's first ring asked of L2 while out_proj's chain runs and the barrier passes (its copies into
+// the ring start only after the next ring_reset).
+__device__ __noinline__ void out_proj_producer(const PersistentDecode& job, int l, unsigned ring, u64* full,
+                                               u64* empty, const GemmShare& out, std::size_t ring_bytes) {
+  produce(ring, full, empty, out, first_ring(out), out.nt > 0 ? out.boxes : 0);
+  if (!job.next_l2 || l + 1 >= job.shape.layers) return;
+  const GemmShare next = share_of(job.layers[l + 1].in_maps, job.shape.proj(), job.shape.hidden, ring_bytes);
+  if (first_ring(next) > 0) ptx::fence_tensormap_acquire(next.map);
+  for (int b = 0; b < first_ring(next); ++b) ptx::tma_prefetch_l2_3d(next.map, kBoxK * b, next.n0, 0);
+}
 
 __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __grid_constant__ PersistentDecode job) {
   extern __shared__ unsigned char smem_raw[];
@@ -185,8 +323,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
   const PersistentDecodeShape& sh = job.shape;
   const Layout lo = layout_of(sh);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int t = static_cast<int>(threadIdx.x);
-  const int D = sh.hidden, I = sh.inner(), H = sh.heads, conv = sh.conv(), proj = sh.proj();
+  const int t = static_cast<int>(threadIdx.x), D = sh.hidden, I = sh.inner(), proj = sh.proj();
   // The 128-byte swizzle repeats every 1024 bytes: the regions start on 1024 from here.
   const unsigned base = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
   unsigned char* smem = smem_raw + (base - ptx::smem_addr(smem_raw));
@@ -195,11 +332,6 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
   float* ssm = reinterpret_cast<float*>(smem + lo.ssu);
   const unsigned ring = base + static_cast<unsigned>(lo.ring);
   for (int i = t; i < D; i += kThreads) resid[i] = job.resid[i];
-
-  const int slot = job.ps.slot[0];
-  const SsdShape ssh{H, sh.head_dim, sh.state, sh.groups};
-  const int TP = ssu_rows(sh), tiles = (sh.head_dim + TP - 1) / TP;
-  const ssd::SsuLayout sl = ssd::ssu_layout(ssh, TP, sh.bf16_state);
   unsigned target = 0;
 
   for (int l = 0; l < sh.layers; ++l) {
@@ -211,107 +343,28 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
     if (t == 0) ring_reset(full, empty, in.nt, l == 0);
     __syncthreads();
     if (warp == kProducer && lane == 0) produce(ring, full, empty, in, 0, first_ring(in));
-
-    // 1. The residual add (the previous layer's out_proj row) and the block's RMSNorm: add_rmsnorm's
-    // held form, thread t owning elements t, t + 256, ...; the bf16 copy is in_proj's input.
-    {
-      float v[norm_row::kHeld], wk[norm_row::kHeld];
-#pragma unroll
-      for (int k = 0; k < norm_row::kHeld; ++k) {
-        const int i = t + k * kThreads;
-        wk[k] = i < D ? L.norm_w[i] : 0.0f;
-        v[k] = i < D ? resid[i] : 0.0f;
-        if (l > 0 && i < D) {
-          v[k] = v[k] + job.out[i];  // add_rmsnorm's residual_add(x, y, 1, false)
-          resid[i] = v[k];
-        }
-      }
-      norm_row::rms_norm_held(v, wk, D, sh.eps, [&](int i, float o) { arow[i] = norm_row::bf16_bits(o); });
-      __syncthreads();  // A's row on chip before a consumer reads it
-    }
-
-    // 2. in_proj; the owners of conv channels and dt columns do the conv and dt (conv_epilogue.h).
+    add_norm_phase(job, L, l > 0, resid, arow);
+    __syncthreads();  // A's row on chip before a consumer reads it
     if (warp == kProducer) {
       if (lane == 0) produce(ring, full, empty, in, first_ring(in), in.nt > 0 ? in.boxes : 0);
     } else if (warp < in.nt) {
-      ConvEpilogue ep;
-      ep.col0 = I;
-      ep.ch = conv;
-      ep.K = sh.conv_kernel;
-      ep.w = L.conv_w;
-      ep.bias = L.conv_b;
-      ep.state = L.conv_state;
-      ep.slot = job.ps.slot;
-      ep.row_seq = job.ps.row_seq;
-      ep.silu = true;
-      ep.out = job.xbc;
-      ep.dt_col0 = I + conv;
-      ep.dt = DtJob{nullptr, 0, H, L.dt_bias, sh.dt_lo, sh.dt_hi, job.dt};
-      ConvColumn cc[2];
-      if (lane % 4 == 0) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) conv_column_load(ep, 1, 0, in.n0 + 16 * warp + lane / 4 + 8 * h, cc[h]);
-      }
-      consume(ring, full, empty, in, arow, L.in_b, warp, lane, [&](int h, int n, float v) {
-        job.zx[n] = v;
-        conv_column_store(ep, cc[h], 0, 0, v);
-      });
+      in_proj_phase(job, L, ring, full, empty, in, arow, warp, lane);
     }
     grid_barrier(job.barrier, target);  // the SSM step reads every channel's conv output and dt
 
-    // 3. The SSM step, a head a block (ssd_ssu.cu's code); out_proj's first ring streams meanwhile.
+    // out_proj's ring, whose first boxes stream during the SSM step and the gated norm.
     if (t == 0) ring_reset(full, empty, out.nt, false);
     __syncthreads();
     if (warp == kProducer && lane == 0) produce(ring, full, empty, out, 0, first_ring(out));
-    if (t < kSsuThreads) {
-      float *S = ssm + sl.S, *Cs = ssm + sl.C, *Bs = ssm + sl.B, *xs = ssm + sl.x;
-      uint16_t* raw = reinterpret_cast<uint16_t*>(ssm + sl.S);
-      for (int h = static_cast<int>(blockIdx.x); h < H; h += static_cast<int>(gridDim.x)) {
-        const float d = job.dt[h];
-        const float dA = kernels::exp_f(d * L.A[h]);
-        const float Dh = L.D[h];
-        for (int z = 0; z < tiles; ++z) {
-          const ssd::Tile tile = ssd::tile_of(ssh, slot, h, TP, z);
-          ssd::stage_state(L.ssd, tile, S, raw);
-          ssd::ssu_stage_inputs(ssh, tile, h, job.xbc, Cs, Bs, xs);
-          ssd::cp_async_commit();
-          ssd::cp_async_wait<0>();
-          ssu_sync();
-          ssd::ssu_tile_step(L.ssd, tile, S, raw, Cs, Bs, xs, d, dA, Dh,
-                             job.y + static_cast<std::size_t>(h) * sh.head_dim + tile.p0, ssu_sync);
-          ssu_sync();  // the dots have read the tile before the next one lands on it
-        }
-      }
-    }
+    if (t < kSsuThreads) ssm_phase(job, L, ssm);
     grid_barrier(job.barrier, target);  // the gated norm reads every head's output
 
-    // 4. The gated norm of the whole row (gated_rmsnorm's held form, group by group), into out_proj's
-    // bf16 input, then out_proj.
-    {
-      const int group = I / sh.groups;
-      for (int gi = 0; gi < sh.groups; ++gi) {
-        float wk[norm_row::kHeld];
-        norm_row::load_held_weights(L.gate_w + static_cast<std::size_t>(gi) * group, group, wk);
-        uint16_t* dst = arow + static_cast<std::size_t>(gi) * group;
-        norm_row::gated_norm_held(job.y + static_cast<std::size_t>(gi) * group,
-                                  job.zx + static_cast<std::size_t>(gi) * group, group, wk, sh.eps,
-                                  sh.norm_before_gate, [&](int i, float o) { dst[i] = norm_row::bf16_bits(o); });
-      }
-      __syncthreads();
-    }
+    gated_norm_phase(job, L, arow);
+    __syncthreads();  // out_proj's A row on chip
     if (warp == kProducer) {
-      if (lane == 0) {
-        produce(ring, full, empty, out, first_ring(out), out.nt > 0 ? out.boxes : 0);
-        if (job.next_l2 && l + 1 < sh.layers) {
-          // The next in_proj's first ring, asked of L2 while out_proj's chain runs and the barrier
-          // passes (its copies into the ring start only after the next ring_reset).
-          const GemmShare next = share_of(job.layers[l + 1].in_maps, proj, D, lo.ring_bytes);
-          if (first_ring(next) > 0) ptx::fence_tensormap_acquire(next.map);
-          for (int b = 0; b < first_ring(next); ++b) ptx::tma_prefetch_l2_3d(next.map, kBoxK * b, next.n0, 0);
-        }
-      }
+      if (lane == 0) out_proj_producer(job, l, ring, full, empty, out, lo.ring_bytes);
     } else if (warp < out.nt) {
-      consume(ring, full, empty, out, arow, L.out_b, warp, lane, [&](int, int n, float v) { job.out[n] = v; });
+      out_proj_phase(job, L, ring, full, empty, out, arow, warp, lane);
     }
     grid_barrier(job.barrier, target);  // the next layer's norm reads the whole row
   }
@@ -356,6 +409,7 @@ std::string persistent_decode_unfit(const PersistentDecodeShape& s) {
   if (s.heads % s.groups != 0) return "heads not a multiple of the groups";
   if (s.conv_kernel < 2 || s.conv_kernel > kConvEpilogueTaps) return "conv kernel outside 2..4";
   if (s.state % 4 != 0 || s.state > ssd::kMaxTileFloats) return "state size not a multiple of 4";
+  if (s.exact && (s.cell < 1 || s.cell > kMaxCell)) return "an exact cell outside 1..256";
   const int sms = sm_count();
   const Layout lo = layout_of(s);
   for (int n : {s.proj(), s.hidden}) {

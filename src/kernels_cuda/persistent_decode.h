@@ -1,5 +1,5 @@
 #pragma once
-// A batch-1 plain decode step of a Mamba2 model as one persistent kernel (issue 11's decode target:
+// A batch-1 decode step of a Mamba2 model as one persistent kernel (issue 11's decode target:
 // within 1.3x of the weights' read time; the chain of launches costs 1.21x with nothing computed,
 // docs/performance.md "Session 24"). One cooperative launch, one block an SM, walks the layers:
 //   1. every block adds the residual and normalises the whole row itself (the same per-element code
@@ -8,7 +8,8 @@
 //      copies, k16 tensor-core steps ascending into one accumulator (the GEMM's bits), the owner of a
 //      conv channel or a head's dt column doing the conv and dt in its epilogue (conv_row.cuh);
 //      grid barrier;
-//   3. the SSM step: a head per block, ssu_tile.cuh (the SSU kernel's code); grid barrier;
+//   3. the SSM step: a head per block, plain mode's SSU (ssu_tile.cuh) or exact mode's one-row decode
+//      with its replay rows and fold (ssd_decode_tile.cuh), the launches' code; grid barrier;
 //   4. every block runs the gated norm of the whole row (norm_row.cuh) into out_proj's bf16 input,
 //      then its out_proj tasks; grid barrier.
 // The producer warp asks for the next GEMM's first ring of weights as soon as the ring is free, so
@@ -16,7 +17,7 @@
 // residual row; the final norm and lm_head stay launches of their own.
 // Bits: each value is computed by the code the launches run, in the same order: a batch-1 decode
 // through this step gives the logits of the chain of launches bit for bit (CudaPersistentDecode
-// tests). Plain mode, one sequence, bf16 weights, one rank; anything else takes the launches.
+// tests). One sequence, bf16 weights, one rank, plain or exact mode; anything else takes the launches.
 #include <cstdint>
 #include <string>
 
@@ -51,6 +52,8 @@ struct PersistentDecodeShape {
   float eps = 0.0f, dt_lo = 0.0f, dt_hi = 0.0f;  // layer_norm_epsilon, the time-step limits
   bool norm_before_gate = false;
   bool bf16_state = false;
+  bool exact = false;  // exact mode's one-row decode (its cell of `cell` rows) instead of plain's SSU
+  int cell = 0;
   PARITY_HD int inner() const { return heads * head_dim; }
   PARITY_HD int conv() const { return inner() + 2 * groups * state; }
   PARITY_HD int proj() const { return inner() + conv() + heads; }
@@ -59,7 +62,8 @@ struct PersistentDecodeShape {
 struct PersistentDecode {
   PersistentDecodeShape shape;
   const PersistentMambaLayer* layers = nullptr;  // device, [layers]
-  PassSeqs ps;  // one sequence of one row: its slot, and row_seq for the conv's state
+  PassSeqs ps;     // one sequence of one row: its slot and position, and row_seq for the conv's state
+  ScanGrid grid;   // the pass's grid (exact: the cell and the heads' stagger)
   float* resid = nullptr;  // [hidden]: the embedded row in, the residual stream after the last layer out
   float *zx = nullptr, *xbc = nullptr, *dt = nullptr, *y = nullptr, *out = nullptr;  // [proj] [conv] [H] [I] [hidden]
   unsigned* barrier = nullptr;  // one device unsigned, zeroed by the launcher

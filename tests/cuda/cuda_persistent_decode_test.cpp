@@ -1,12 +1,14 @@
-// The persistent decode step (kernels_cuda/persistent_decode.h): a batch-1 plain decode replayed from a
-// graph whose layers are one persistent kernel gives every row the bits of the chain of launches run
-// eagerly, on builtin:tiny, builtin:tiny-g2 (two groups, biases) and builtin:mamba2-130m, with an fp32
-// and a bf16 state; the step is really taken (the replay counter). Companions: a changed token shows in
-// the step's rows (the comparison can fail), and passes the step does not run (exact mode, more than one
-// sequence) take the launches.
+// The persistent decode step (kernels_cuda/persistent_decode.h): a batch-1 decode replayed from a graph
+// whose layers are one persistent kernel gives every row the bits of the chain of launches run eagerly,
+// on builtin:tiny, builtin:tiny-g2 (two groups, biases) and builtin:mamba2-130m, plain and exact, with an
+// fp32 and a bf16 state; the step is really taken (the replay counter); exact mode's rows equal a
+// single-shot prefill's. Companions: plain mode's rows differ from its prefill, a changed token shows in
+// the step's rows (the comparison can fail), and passes the step does not run (more than one sequence,
+// fp32 weights) take the launches.
 #include <cstdlib>
 #include <exception>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend_cuda/backend.h"
@@ -52,29 +54,53 @@ int rows_differing(const test::ScheduleRun& a, const test::ScheduleRun& b, int b
   return bad;
 }
 
-TEST(CudaPersistentDecode, PlainBatch1StepsEqualTheLaunchesBitForBit) {
+TEST(CudaPersistentDecode, Batch1StepsEqualTheLaunchesBitForBit) {
   PARITY_REQUIRE_GPU();
   for (const char* spec : test::sweep<const char*>({"builtin:tiny", "builtin:tiny-g2", "builtin:mamba2-130m"},
                                                    {"builtin:tiny-g2"})) {
     auto m = gpu_model(spec);
     const int V = m->vocab_size();
-    for (bool bf16 : test::bf16_sweep(0)) {
-      const DType state = bf16 ? DType::BF16 : DType::F32;
-      backend_cuda::set_enforce_eager(*m, true);
-      const test::ScheduleRun eager = run(*m, false, 1, state);
-      backend_cuda::set_enforce_eager(*m, false);
-      for (int mode : test::sweep<int>({cuda::kPersistentRing, cuda::kPersistentNextL2}, {cuda::kPersistentNextL2})) {
-        const std::string what =
-            std::string(spec) + (bf16 ? " bf16 state" : " fp32 state") + " mode " + std::to_string(mode);
-        const PersistentOn on(mode);
-        const backend_cuda::CudaGraphStats s0 = backend_cuda::cuda_graph_stats(*m);
-        const test::ScheduleRun step = run(*m, false, 1, state);
-        const backend_cuda::CudaGraphStats s1 = backend_cuda::cuda_graph_stats(*m);
-        EXPECT_EQ(s1.persistent_replays - s0.persistent_replays, kSteps) << what << ": every step should take it";
-        EXPECT_EQ(rows_differing(eager, step, 1, V), 0) << what << ": decode rows whose bits differ from the launches'";
-        EXPECT_TRUE(test::same_bits(eager.prefill.data(), step.prefill.data(), eager.prefill.size())) << what;
+    int i = 0;
+    for (bool exact : {false, true})
+      for (bool bf16 : test::bf16_sweep(i++)) {
+        const DType state = bf16 ? DType::BF16 : DType::F32;
+        backend_cuda::set_enforce_eager(*m, true);
+        const test::ScheduleRun eager = run(*m, exact, 1, state);
+        backend_cuda::set_enforce_eager(*m, false);
+        for (int mode : test::sweep<int>({cuda::kPersistentRing, cuda::kPersistentNextL2}, {cuda::kPersistentNextL2})) {
+          const std::string what = std::string(spec) + (exact ? " exact" : " plain") + (bf16 ? " bf16" : " fp32") +
+                                   " state, mode " + std::to_string(mode);
+          const PersistentOn on(mode);
+          const backend_cuda::CudaGraphStats s0 = backend_cuda::cuda_graph_stats(*m);
+          const test::ScheduleRun step = run(*m, exact, 1, state);
+          const backend_cuda::CudaGraphStats s1 = backend_cuda::cuda_graph_stats(*m);
+          EXPECT_EQ(s1.persistent_replays - s0.persistent_replays, kSteps) << what << ": every step should take it";
+          EXPECT_EQ(rows_differing(eager, step, 1, V), 0) << what << ": decode rows whose bits differ from the launches'";
+          EXPECT_TRUE(test::same_bits(eager.prefill.data(), step.prefill.data(), eager.prefill.size())) << what;
+        }
       }
+  }
+}
+
+// Exact mode's promise through the step: its decode rows are the single-shot prefill's rows at their
+// positions (the steps cross cell boundaries: 12 steps from a 7-token prompt on the GPU's 16-row cell,
+// every head's fold at its own row). Plain mode is the companion: its decode rows differ from its prefill.
+TEST(CudaPersistentDecode, ExactStepsEqualASingleShotPrefillAndPlainOnesDoNot) {
+  PARITY_REQUIRE_GPU();
+  auto m = gpu_model("builtin:tiny");
+  const int V = m->vocab_size();
+  const PersistentOn on;
+  for (bool exact : {true, false}) {
+    const model::ScanMode mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
+    const test::ScheduleRun g = run(*m, exact, 1, DType::F32);
+    const std::vector<float> ref = model::score_all_rows(*m, g.fed[0], model::default_numerics(*m, mode));
+    int bad = 0;
+    for (int k = 0; k < kSteps; ++k) {
+      const std::size_t pos = static_cast<std::size_t>(g.prompt_len[0] + k);
+      bad += !test::same_bits(g.row(k, 0, V), ref.data() + pos * V, static_cast<std::size_t>(V));
     }
+    if (exact) EXPECT_EQ(bad, 0) << "exact rows differing from the prefill, of " << kSteps;
+    else EXPECT_GT(bad, 0) << "companion: plain mode's decode rows should differ from its prefill";
   }
 }
 
@@ -94,14 +120,18 @@ TEST(CudaPersistentDecode, AChangedTokenShowsInTheStepsRows) {
   }
 }
 
-// Exact mode and batches above one take the launches (the step runs plain batch-1 passes only), with
-// their own bits unchanged by the switch.
+// Batches above one and fp32 weights (--dtype float32) take the launches (the step multiplies bf16 weights
+// for one sequence), with their own bits unchanged by the switch.
 TEST(CudaPersistentDecode, OtherPassesTakeTheLaunches) {
   PARITY_REQUIRE_GPU();
-  auto m = gpu_model("builtin:tiny");
-  const int V = m->vocab_size();
-  for (const auto& [exact, batch] : std::vector<std::pair<bool, int>>{{true, 1}, {false, 3}}) {
-    const std::string what = std::string(exact ? "exact" : "plain") + " batch " + std::to_string(batch);
+  backend_cuda::CudaModelOptions fp32;
+  fp32.fp32 = true;
+  for (const auto& [exact, batch, f32] : std::vector<std::tuple<bool, int, bool>>{{true, 3, false}, {false, 3, false},
+                                                                                 {true, 1, true}, {false, 1, true}}) {
+    auto m = backend_cuda::load_model(model::open_checkpoint("builtin:tiny"), f32 ? fp32 : backend_cuda::CudaModelOptions{});
+    const int V = m->vocab_size();
+    const std::string what = std::string(exact ? "exact" : "plain") + " batch " + std::to_string(batch) +
+                             (f32 ? " fp32 weights" : "");
     const test::ScheduleRun off = run(*m, exact, batch, DType::F32);
     const PersistentOn on;
     const backend_cuda::CudaGraphStats s0 = backend_cuda::cuda_graph_stats(*m);
