@@ -402,7 +402,9 @@ void set_persistent_decode(int mode) { persistent_mode.store(mode); }
 std::string persistent_decode_unfit(const PersistentDecodeShape& s) {
   if (s.layers <= 0 || s.hidden <= 0 || s.heads <= 0 || s.head_dim <= 0 || s.state <= 0 || s.groups <= 0)
     return "an empty shape";
-  if (s.hidden % 16 != 0 || s.inner() % 16 != 0) return "in_proj's or out_proj's K is not a multiple of 16";
+  // gemm()'s tensor-core kernels take K in multiples of 32 (a 32-deep last box runs two steps); other K
+  // take the WMMA tiles.
+  if (s.hidden % 32 != 0 || s.inner() % 32 != 0) return "in_proj's or out_proj's K is not a multiple of 32";
   if (s.hidden > norm_row::kHeldMaxWidth) return "hidden size above the held norm's width";
   if (s.inner() % s.groups != 0 || s.inner() / s.groups > norm_row::kHeldMaxWidth)
     return "a gated-norm group above the held norm's width";

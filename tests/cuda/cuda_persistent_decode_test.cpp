@@ -179,8 +179,8 @@ TEST(CudaPersistentDecode, UnfitShapesSayWhy) {
   k.conv_kernel = 5;
   EXPECT_EQ(cuda::persistent_decode_unfit(k), "conv kernel outside 2..4");
   cuda::PersistentDecodeShape h = s;
-  h.hidden = 72;
-  EXPECT_EQ(cuda::persistent_decode_unfit(h), "in_proj's or out_proj's K is not a multiple of 16");
+  h.hidden = 80;
+  EXPECT_EQ(cuda::persistent_decode_unfit(h), "in_proj's or out_proj's K is not a multiple of 32");
   cuda::PersistentDecodeShape w = s;
   w.hidden = 8192;
   EXPECT_EQ(cuda::persistent_decode_unfit(w), "hidden size above the held norm's width");
