@@ -38,19 +38,26 @@ __device__ inline void load_held_weights(const float* w, int group, float (&wk)[
   for (int k = 0; k < kHeld; ++k) wk[k] = t + k * kRowThreads < group ? w[t + k * kRowThreads] : 0.0f;
 }
 
-// The RMSNorm of one row held in registers (dim <= kHeldMaxWidth; v: thread threadIdx.x's elements,
-// the residual add done): rows.cu's rmsnorm_held_kernel and the persistent decode step
-// (persistent_decode.cu). out(i, value) for each of the thread's elements. Every thread of a
-// kRowThreads-thread block calls it (block_sum's barriers).
-template <class Out>
-__device__ inline void rms_norm_held(float (&v)[kHeld], const float (&wk)[kHeld], int dim, float eps, Out out) {
+// 1 / rms of a row (or group) of `dim` values held in registers, thread threadIdx.x's elements v[k]
+// at t + k·kRowThreads: fmaf(v, v, a) over k ascending, then block_sum's tree, then inv_rms. Every
+// thread of a kRowThreads-thread block calls it (block_sum's barriers).
+__device__ inline float held_inv_rms(const float (&v)[kHeld], int dim, float eps) {
   const int t = threadIdx.x;
   float a = 0.0f;
 #pragma unroll
   for (int k = 0; k < kHeld; ++k)
     if (t + k * kRowThreads < dim) a = fmaf(v[k], v[k], a);
   __shared__ float scratch[kRowThreads / 32];
-  const float r = inv_rms(block_sum<kRowThreads>(a, scratch), dim, eps);
+  return inv_rms(block_sum<kRowThreads>(a, scratch), dim, eps);
+}
+
+// The RMSNorm of one row held in registers (dim <= kHeldMaxWidth; v: thread threadIdx.x's elements,
+// the residual add done): rows.cu's rmsnorm_held_kernel and the persistent decode step
+// (persistent_decode.cu). out(i, value) for each of the thread's elements.
+template <class Out>
+__device__ inline void rms_norm_held(float (&v)[kHeld], const float (&wk)[kHeld], int dim, float eps, Out out) {
+  const int t = threadIdx.x;
+  const float r = held_inv_rms(v, dim, eps);
 #pragma unroll
   for (int k = 0; k < kHeld; ++k)
     if (t + k * kRowThreads < dim) v[k] = scaled_by(v[k], r, wk[k]);
@@ -81,12 +88,7 @@ __device__ inline void gated_norm_held(const float* y, const float* z, int group
     for (int k = 0; k < kHeld; ++k)
       if (t + k * kRowThreads < group) v[k] = gate(v[k], zk[k]);
   }
-  float a = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kHeld; ++k)
-    if (t + k * kRowThreads < group) a = fmaf(v[k], v[k], a);
-  __shared__ float scratch[kRowThreads / 32];
-  const float r = inv_rms(block_sum<kRowThreads>(a, scratch), group, eps);
+  const float r = held_inv_rms(v, group, eps);
 #pragma unroll
   for (int k = 0; k < kHeld; ++k)
     if (t + k * kRowThreads < group)
