@@ -66,7 +66,7 @@ struct GraphKey {
   bool gated_out = false;       // cuda::gated_out_proj() when captured (out_proj doing a row's gated norm)
   bool gate_in_conv = true;     // cuda::gate_in_conv() when captured (the conv evaluating the gate's silu)
   unsigned skip = 0;            // the launches left out (set_decode_skip: benchmarks only)
-  int persistent = 0;  // the layers as one persistent kernel (cuda::persistent_decode()'s mode; batch 1 plain)
+  int persistent = 0;  // the layers as one persistent kernel (cuda::persistent_decode()'s mode; batch 1)
   bool operator<(const GraphKey& o) const {
     return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride, fuse, programmatic, gemm_early,
                     programmatic_decode, conv_epilogue, gated_out, gate_in_conv, skip, persistent) <

@@ -116,7 +116,8 @@ __device__ inline void ring_reset(std::uint64_t* full, std::uint64_t* empty, int
 // The producer (one thread): boxes [from, to) of the share, each waiting for its stage's previous box
 // to have been read. Called with from = 0 right after ring_reset, it never waits for the first S: the
 // weights stream while the block does other work. The maps live in global memory (the layer table).
-__device__ void produce(unsigned ring, std::uint64_t* full, std::uint64_t* empty, const GemmShare& g, int from, int to) {
+__device__ void produce(unsigned ring, std::uint64_t* full, std::uint64_t* empty, const GemmShare& g, int from,
+                        int to) {
   if (from == 0 && to > 0) ptx::fence_tensormap_acquire(g.map);
   for (int b = from; b < to; ++b) {
     const int s = b % g.S;
@@ -292,8 +293,8 @@ __device__ __noinline__ void gated_norm_phase(const PersistentDecode& job, const
     float wk[norm_row::kHeld];
     norm_row::load_held_weights(L.gate_w + static_cast<std::size_t>(gi) * group, group, wk);
     uint16_t* dst = arow + static_cast<std::size_t>(gi) * group;
-    norm_row::gated_norm_held(job.y + static_cast<std::size_t>(gi) * group, job.zx + static_cast<std::size_t>(gi) * group,
-                              group, wk, sh.eps, sh.norm_before_gate,
+    const std::size_t at = static_cast<std::size_t>(gi) * group;
+    norm_row::gated_norm_held(job.y + at, job.zx + at, group, wk, sh.eps, sh.norm_before_gate,
                               [&](int i, float o) { dst[i] = norm_row::bf16_bits(o); });
   }
 }

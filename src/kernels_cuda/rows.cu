@@ -106,7 +106,8 @@ __global__ void rmsnorm_held_kernel(float* x, const float* add, const float* add
     for (int k = 0; k < kHeld; ++k)
       if (t + k * kRowThreads < dim) x[off + t + k * kRowThreads] = v[k];
   }
-  norm_row::rms_norm_held(v, wk, dim, eps, [&](int i, float o) { store(out + off, out16 ? out16 + off : nullptr, i, o); });
+  norm_row::rms_norm_held(v, wk, dim, eps,
+                          [&](int i, float o) { store(out + off, out16 ? out16 + off : nullptr, i, o); });
 }
 
 struct GatedRow {

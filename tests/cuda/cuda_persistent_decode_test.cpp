@@ -75,7 +75,7 @@ TEST(CudaPersistentDecode, Batch1StepsEqualTheLaunchesBitForBit) {
           const test::ScheduleRun step = run(*m, exact, 1, state);
           const backend_cuda::CudaGraphStats s1 = backend_cuda::cuda_graph_stats(*m);
           EXPECT_EQ(s1.persistent_replays - s0.persistent_replays, kSteps) << what << ": every step should take it";
-          EXPECT_EQ(rows_differing(eager, step, 1, V), 0) << what << ": decode rows whose bits differ from the launches'";
+          EXPECT_EQ(rows_differing(eager, step, 1, V), 0) << what << ": rows whose bits differ from the launches'";
           EXPECT_TRUE(test::same_bits(eager.prefill.data(), step.prefill.data(), eager.prefill.size())) << what;
         }
       }
@@ -128,7 +128,8 @@ TEST(CudaPersistentDecode, OtherPassesTakeTheLaunches) {
   fp32.fp32 = true;
   for (const auto& [exact, batch, f32] : std::vector<std::tuple<bool, int, bool>>{{true, 3, false}, {false, 3, false},
                                                                                  {true, 1, true}, {false, 1, true}}) {
-    auto m = backend_cuda::load_model(model::open_checkpoint("builtin:tiny"), f32 ? fp32 : backend_cuda::CudaModelOptions{});
+    auto m = backend_cuda::load_model(model::open_checkpoint("builtin:tiny"),
+                                      f32 ? fp32 : backend_cuda::CudaModelOptions{});
     const int V = m->vocab_size();
     const std::string what = std::string(exact ? "exact" : "plain") + " batch " + std::to_string(batch) +
                              (f32 ? " fp32 weights" : "");
