@@ -290,10 +290,10 @@ __device__ __noinline__ void gated_norm_phase(const PersistentDecode& job, const
   const PersistentDecodeShape& sh = job.shape;
   const int group = sh.inner() / sh.groups;
   for (int gi = 0; gi < sh.groups; ++gi) {
-    float wk[norm_row::kHeld];
-    norm_row::load_held_weights(L.gate_w + static_cast<std::size_t>(gi) * group, group, wk);
-    uint16_t* dst = arow + static_cast<std::size_t>(gi) * group;
     const std::size_t at = static_cast<std::size_t>(gi) * group;
+    float wk[norm_row::kHeld];
+    norm_row::load_held_weights(L.gate_w + at, group, wk);
+    uint16_t* dst = arow + at;
     norm_row::gated_norm_held(job.y + at, job.zx + at, group, wk, sh.eps, sh.norm_before_gate,
                               [&](int i, float o) { dst[i] = norm_row::bf16_bits(o); });
   }
