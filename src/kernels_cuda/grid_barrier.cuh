@@ -5,7 +5,28 @@
 // count of gridDim.x per barrier passed) is the number of arrivals this one waits for. The pattern
 // of cooperative groups' grid sync: the block's writes, then one thread's release fence and
 // arrival; that thread's acquire of the count, then the block's reads.
+//
+// A wait that has not ended after kHangNs ends the kernel instead (trap: the launch fails with an
+// error the host sees) rather than holding the GPU: a step takes milliseconds, and a kernel that never
+// ran on a device before should fail a test, not hang the machine's session.
 namespace parity::cuda {
+
+constexpr unsigned long long kHangNs = 2'000'000'000ull;
+
+__device__ __forceinline__ unsigned long long global_timer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Spins until done() says yes, trapping after kHangNs.
+template <class Done>
+__device__ __forceinline__ void spin_or_trap(Done done) {
+  if (done()) return;
+  const unsigned long long t0 = global_timer_ns();
+  while (!done())
+    if (global_timer_ns() - t0 > kHangNs) __trap();
+}
 
 __device__ __forceinline__ void grid_barrier(unsigned* count, unsigned& target) {
   __syncthreads();
@@ -13,10 +34,12 @@ __device__ __forceinline__ void grid_barrier(unsigned* count, unsigned& target) 
   if (threadIdx.x == 0) {
     __threadfence();
     atomicAdd(count, 1u);
-    unsigned v = 0;
-    do {
+    const unsigned want = target;
+    spin_or_trap([&] {
+      unsigned v;
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
-    } while (v < target);
+      return v >= want;
+    });
     __threadfence();
   }
   __syncthreads();

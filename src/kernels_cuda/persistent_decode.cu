@@ -113,6 +113,11 @@ __device__ inline void ring_reset(std::uint64_t* full, std::uint64_t* empty, int
   ptx::mbar_init_fence();
 }
 
+// The ring's waits (grid_barrier.cuh's bound: a trap, not a hang).
+__device__ inline void wait_or_trap(std::uint64_t* bar, unsigned parity) {
+  spin_or_trap([&] { return ptx::mbar_test(bar, parity); });
+}
+
 // The producer (one thread): boxes [from, to) of the share, each waiting for its stage's previous box
 // to have been read. Called with from = 0 right after ring_reset, it never waits for the first S: the
 // weights stream while the block does other work. The maps live in global memory (the layer table).
@@ -121,7 +126,7 @@ __device__ void produce(unsigned ring, std::uint64_t* full, std::uint64_t* empty
   if (from == 0 && to > 0) ptx::fence_tensormap_acquire(g.map);
   for (int b = from; b < to; ++b) {
     const int s = b % g.S;
-    if (b >= g.S) ptx::mbar_wait(&empty[s], static_cast<unsigned>((b / g.S) - 1) & 1u);
+    if (b >= g.S) wait_or_trap(&empty[s], static_cast<unsigned>((b / g.S) - 1) & 1u);
     ptx::mbar_arrive_expect_tx(&full[s], static_cast<unsigned>(g.stage_bytes));
     ptx::tma_load_3d(ring + static_cast<unsigned>(s * g.stage_bytes), g.map, kBoxK * b, g.n0, 0, &full[s]);
   }
@@ -145,7 +150,7 @@ __device__ void consume(unsigned ring, std::uint64_t* full, std::uint64_t* empty
   // 16 rows at chunk 2kk, lanes 16-31 at 2kk + 1, in the 128-byte swizzle), then the stage's release.
   auto load = [&](Frag& f, int b) {
     const int s = b % g.S;
-    ptx::mbar_wait(&full[s], static_cast<unsigned>(b / g.S) & 1u);
+    wait_or_trap(&full[s], static_cast<unsigned>(b / g.S) & 1u);
     const unsigned st = ring + static_cast<unsigned>(s * g.stage_bytes);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) ptx::ldmatrix_x4(st + wr * 128 + (((2 * kk + lane / 16) ^ (wr & 7)) << 4), f.a[kk]);

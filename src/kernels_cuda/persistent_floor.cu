@@ -15,19 +15,13 @@ namespace {
 constexpr int kThreads = 512, kUnroll = 8;
 constexpr unsigned kMaxSmemBytes = 220 * 1024;
 
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 // A piece of latency-bound work: thread 0 busy for `us` while the block waits, as the block doing an
 // SSM step or a norm would keep the others waiting at the barrier after it.
 __device__ void busy(float us) {
   if (us <= 0.f) return;
   if (threadIdx.x == 0) {
-    const unsigned long long t0 = now_ns(), ns = static_cast<unsigned long long>(us * 1000.f);
-    while (now_ns() - t0 < ns) {
+    const unsigned long long t0 = global_timer_ns(), ns = static_cast<unsigned long long>(us * 1000.f);
+    while (global_timer_ns() - t0 < ns) {
     }
   }
   __syncthreads();
