@@ -92,7 +92,9 @@ TEST(CudaPersistentDecode, ExactStepsEqualASingleShotPrefillAndPlainOnesDoNot) {
   const PersistentOn on;
   for (bool exact : {true, false}) {
     const model::ScanMode mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
+    const int64_t taken = backend_cuda::cuda_graph_stats(*m).persistent_replays;
     const test::ScheduleRun g = run(*m, exact, 1, DType::F32);
+    EXPECT_EQ(backend_cuda::cuda_graph_stats(*m).persistent_replays - taken, kSteps) << (exact ? "exact" : "plain");
     const std::vector<float> ref = model::score_all_rows(*m, g.fed[0], model::default_numerics(*m, mode));
     int bad = 0;
     for (int k = 0; k < kSteps; ++k) {
@@ -111,8 +113,10 @@ TEST(CudaPersistentDecode, AChangedTokenShowsInTheStepsRows) {
   auto m = gpu_model("builtin:tiny");
   const int V = m->vocab_size();
   const PersistentOn on;
+  const int64_t taken = backend_cuda::cuda_graph_stats(*m).persistent_replays;
   const test::ScheduleRun a = run(*m, false, 1, DType::F32);
   const test::ScheduleRun b = run(*m, false, 1, DType::F32, /*poke_seq=*/0);
+  EXPECT_EQ(backend_cuda::cuda_graph_stats(*m).persistent_replays - taken, 2 * kSteps);
   for (int k = 0; k < kSteps; ++k) {
     const bool same = test::same_bits(a.row(k, 0, V), b.row(k, 0, V), static_cast<std::size_t>(V));
     if (k >= 1) EXPECT_FALSE(same) << "step " << k << ": the changed token left no trace";
