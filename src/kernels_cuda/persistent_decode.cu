@@ -358,10 +358,15 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
     }
     grid_barrier(job.barrier, target);  // the SSM step reads every channel's conv output and dt
 
-    // out_proj's ring, whose first boxes stream during the SSM step and the gated norm.
+    // out_proj's ring, whose first boxes stream during the SSM step and the gated norm (kPersistentNextL2:
+    // the rest asked of L2 meanwhile, so that out_proj's phase reads L2 while its chain runs).
     if (t == 0) ring_reset(full, empty, out.nt, false);
     __syncthreads();
-    if (warp == kProducer && lane == 0) produce(ring, full, empty, out, 0, first_ring(out));
+    if (warp == kProducer && lane == 0) {
+      produce(ring, full, empty, out, 0, first_ring(out));
+      if (job.next_l2 && out.nt > 0)
+        for (int b = first_ring(out); b < out.boxes; ++b) ptx::tma_prefetch_l2_3d(out.map, kBoxK * b, out.n0, 0);
+    }
     if (t < kSsuThreads) ssm_phase(job, L, ssm);
     grid_barrier(job.barrier, target);  // the gated norm reads every head's output
 

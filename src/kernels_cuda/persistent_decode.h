@@ -67,7 +67,7 @@ struct PersistentDecode {
   float* resid = nullptr;  // [hidden]: the embedded row in, the residual stream after the last layer out
   float *zx = nullptr, *xbc = nullptr, *dt = nullptr, *y = nullptr, *out = nullptr;  // [proj] [conv] [H] [I] [hidden]
   unsigned* barrier = nullptr;  // one device unsigned, zeroed by the launcher
-  bool next_l2 = false;         // kPersistentNextL2
+  bool next_l2 = false;         // kPersistentNextL2's L2 requests
 };
 
 // Encodes l's tensor maps from l.in_w and l.out_w for this shape on the current device: boxes of 64
@@ -80,9 +80,10 @@ std::string persistent_decode_unfit(const PersistentDecodeShape& s);
 // Queues the step on s (a memset of the barrier and one cooperative launch; capturable into a graph).
 void persistent_decode_step(const PersistentDecode& job, cudaStream_t s);
 
-// Whether batch-1 plain decode passes take the step: kPersistentOff (the launches), kPersistentRing,
-// kPersistentNextL2 (also asks L2 for the next layer's first ring of in_proj weights once out_proj's
-// boxes are all requested, so that DRAM is busy across the layer boundary). Off by default until measured
+// Whether batch-1 decode passes take the step: kPersistentOff (the launches), kPersistentRing,
+// kPersistentNextL2 (also asks L2 for the rest of out_proj's weights during the SSM step, and for the
+// next layer's first ring of in_proj weights once out_proj's are all requested: DRAM stays busy while
+// out_proj's chain runs and across the layer boundary). Off by default until measured
 // on the H200 (written in a session without a device: docs/cuda.md, "A persistent decode step"); tests
 // and benchmarks switch it on (a model's graphs record the mode).
 enum PersistentMode : int { kPersistentOff = 0, kPersistentRing = 1, kPersistentNextL2 = 2 };
