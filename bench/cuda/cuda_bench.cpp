@@ -1126,7 +1126,8 @@ BENCHMARK(BM_CudaModelDecode)
     ->Unit(benchmark::kMillisecond);
 // The persistent decode step (persistent_decode.h) against the launches it replaces, batch 1, graphs on,
 // plain or exact mode, fp32 / bf16 state: arg persistent = cuda::PersistentMode (0 the launches, 1 the
-// step, 2 the step with its L2 requests: out_proj's weights past the ring, the next in_proj's first ring). x_floor: the step over the weights' read time (BM_CudaStreamFloor's bytes at copy_bandwidth());
+// step, 2 the step with its L2 requests: out_proj's weights past the ring, the next in_proj's first
+// ring). x_floor: the step over the weights' read time (BM_CudaStreamFloor's bytes at copy_bandwidth());
 // persistent: the share of timed steps that took it (0 where the device cannot run it).
 void BM_CudaPersistentDecode(benchmark::State& state) {
   if (!have_gpu(state)) return;
