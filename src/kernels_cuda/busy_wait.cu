@@ -3,19 +3,14 @@
 // alone (not the host's launch overhead, which a CUDA graph removes in the models' decode).
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ops.h"
+#include "kernels_cuda/ptx.cuh"
 
 namespace parity::cuda {
 namespace {
 
-__device__ inline unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 __global__ void busy_wait_kernel(unsigned long long ns) {
-  const unsigned long long t0 = global_ns();
-  while (global_ns() - t0 < ns) __nanosleep(1000);
+  const unsigned long long t0 = ptx::global_timer_ns();
+  while (ptx::global_timer_ns() - t0 < ns) __nanosleep(1000);
 }
 
 }  // namespace

@@ -9,23 +9,19 @@
 // A wait that has not ended after kHangNs ends the kernel instead (trap: the launch fails with an
 // error the host sees) rather than holding the GPU: a step takes milliseconds, and a kernel that never
 // ran on a device before should fail a test, not hang the machine's session.
+#include "kernels_cuda/ptx.cuh"
+
 namespace parity::cuda {
 
 constexpr unsigned long long kHangNs = 2'000'000'000ull;
-
-__device__ __forceinline__ unsigned long long global_timer_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 // Spins until done() says yes, trapping after kHangNs.
 template <class Done>
 __device__ __forceinline__ void spin_or_trap(Done done) {
   if (done()) return;
-  const unsigned long long t0 = global_timer_ns();
+  const unsigned long long t0 = ptx::global_timer_ns();
   while (!done())
-    if (global_timer_ns() - t0 > kHangNs) __trap();
+    if (ptx::global_timer_ns() - t0 > kHangNs) __trap();
 }
 
 __device__ __forceinline__ void grid_barrier(unsigned* count, unsigned& target) {

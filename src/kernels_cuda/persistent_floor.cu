@@ -20,8 +20,8 @@ constexpr unsigned kMaxSmemBytes = 220 * 1024;
 __device__ void busy(float us) {
   if (us <= 0.f) return;
   if (threadIdx.x == 0) {
-    const unsigned long long t0 = global_timer_ns(), ns = static_cast<unsigned long long>(us * 1000.f);
-    while (global_timer_ns() - t0 < ns) {
+    const unsigned long long t0 = ptx::global_timer_ns(), ns = static_cast<unsigned long long>(us * 1000.f);
+    while (ptx::global_timer_ns() - t0 < ns) {
     }
   }
   __syncthreads();

@@ -10,6 +10,13 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
+// The GPU's nanosecond clock (%globaltimer): the same on every SM, for waits measured in time.
+__device__ __forceinline__ unsigned long long global_timer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 // ---- cp.async: 16 bytes per thread, L2 only --------------------------------------------------
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid = true) {
   const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled

@@ -26,6 +26,7 @@
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/launch_support.h"
 #include "kernels_cuda/programmatic_launch.cuh"
+#include "kernels_cuda/ptx.cuh"
 #include "kernels_cuda/smem_limit.h"
 #include "kernels_cuda/ssd_decode_tile.cuh"
 #include "kernels_cuda/ssd_prefill.h"
@@ -39,11 +40,6 @@ namespace {
 // coefficients, intra sums), the state's arrival (its first group), the dots done, the end; then
 // smid | fold << 16 | j << 20 and the tile rows.
 constexpr int kProbeValues = 10;
-__device__ inline unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
-}
 __device__ inline unsigned smid() {
   unsigned r;
   asm volatile("mov.u32 %0, %smid;" : "=r"(r));
@@ -74,7 +70,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   long long c0 = 0;
   unsigned long long g0 = 0;
   if constexpr (kP) {
-    g0 = global_ns();
+    g0 = ptx::global_timer_ns();
     c0 = clock64();
   }
   const int seq = static_cast<int>(blockIdx.x) / tiles, z = static_cast<int>(blockIdx.x) - seq * tiles;
@@ -126,7 +122,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
           unsigned long long* o =
               probe + (static_cast<std::size_t>(blockIdx.y) * gridDim.x + blockIdx.x) * kProbeValues;
           o[0] = g0;
-          o[1] = global_ns();
+          o[1] = ptx::global_timer_ns();
           for (int k = 0; k < 6; ++k) o[2 + k] = static_cast<unsigned long long>(ck[k]);
           o[8] = smid() | (fold ? 1u << 16 : 0u) | (static_cast<unsigned>(j) << 20);
           o[9] = static_cast<unsigned long long>(tp);

@@ -5,6 +5,7 @@
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/programmatic_launch.cuh"
+#include "kernels_cuda/ptx.cuh"
 
 namespace parity::test {
 namespace {
@@ -13,11 +14,11 @@ __global__ void late_write_kernel(const float* src, float* a, uint16_t* a16, std
                                   const unsigned* done, unsigned expect) {
   cuda::release_next_kernel();
   if (threadIdx.x == 0) {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    const unsigned long long t0 = cuda::ptx::global_timer_ns();
+    unsigned long long t;
     do {
       __nanosleep(1000);
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      t = cuda::ptx::global_timer_ns();
       if (done && *reinterpret_cast<const volatile unsigned*>(done) >= expect) break;
     } while (t - t0 < ns);
   }
