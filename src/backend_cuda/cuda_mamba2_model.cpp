@@ -189,13 +189,14 @@ bool CudaMamba2Model::takes_persistent(DeviceState& ds, const cuda::ScanGrid& gr
   if (grid.exact != ds.exact || (grid.exact && grid.cell != ds.cell)) return false;  // the table's grid
   Run& run = *run_;
   if (!run.persistent_made || run.persistent_state != ds.id) {
-    run.persistent_unfit = cuda::persistent_decode_unfit(persistent_shape(ds));
+    const cuda::PersistentDecodeShape shape = persistent_shape(ds);
+    run.persistent_unfit = cuda::persistent_decode_unfit(shape);
     if (run.persistent_unfit.empty()) {
       std::vector<cuda::PersistentMambaLayer> table;
       for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
         table.push_back(mixer_.persistent_layer(l, ds));
         table.back().norm_w = norms_[static_cast<std::size_t>(l)].data();
-        cuda::persistent_layer_maps(table.back(), persistent_shape(ds));
+        cuda::persistent_layer_maps(table.back(), shape);
       }
       run.persistent_table.upload(table);
       run.persistent_barrier.resize(1);
