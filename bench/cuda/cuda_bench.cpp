@@ -758,11 +758,12 @@ void BM_CudaStreamFloor(benchmark::State& state) {
   const std::size_t in_b = floor_bytes(0), out_b = floor_bytes(1), head_b = floor_bytes(2);
   const std::size_t total = kLayers * (in_b + out_b) + head_b;
   cuda::DeviceBuffer<unsigned> sink(1);
+  const uint8_t* weights = floor_weights();  // allocated on first use: not inside the capture
   cudaStream_t s = nullptr;
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   {
     const cuda::GraphExec g = cuda::capture_graph(s, [&] {
-      const uint8_t* w = floor_weights();
+      const uint8_t* w = weights;
       for (int l = 0; l < kLayers; ++l) {
         if (small >= 1) cuda::empty_step(s);
         cuda::stream_read(w, in_b, early, sink.data(), s);
@@ -1134,7 +1135,8 @@ void BM_CudaPersistentDecode(benchmark::State& state) {
   model::Model& m = big_model();
   const bool exact = state.range(1) != 0;
   const DType dt = state.range(2) != 0 ? DType::BF16 : DType::F32;
-  cuda::set_persistent_decode(static_cast<int>(state.range(0)));
+  const bool trace = state.range(3) != 0;
+  cuda::set_persistent_decode(static_cast<int>(state.range(0)) | (trace ? cuda::kPersistentTrace : 0));
   backend_cuda::set_enforce_eager(m, false);
   bench::DecodeRun run = bench::prepare_decode(m, exact, 1, dt);
   const int64_t taken0 = backend_cuda::cuda_graph_stats(m).persistent_replays;
@@ -1153,11 +1155,20 @@ void BM_CudaPersistentDecode(benchmark::State& state) {
   state.counters["x_floor"] = total / iters / (static_cast<double>(bytes) / copy_bandwidth());
   state.counters["persistent"] = static_cast<double>(backend_cuda::cuda_graph_stats(m).persistent_replays - taken0) /
                                  iters;
+  if (trace) {  // µs a layer: each phase's mean over the blocks, and its span (first block in, last out)
+    const cuda::PersistentTrace tr = cuda::persistent_trace_read(m.cache_spec().num_mamba_layers);
+    const char* names[] = {"norm", "in_proj", "bar1", "ssm", "bar2", "gnorm", "out_proj", "bar3"};
+    for (int p = 0; p + 1 < cuda::kTracePoints; ++p) {
+      state.counters[names[p]] = tr.mean_us[p];
+      state.counters[std::string("span_") + names[p]] = tr.slowest_us[p];
+    }
+  }
   cuda::set_persistent_decode(cuda::kPersistentDecodeDefault);
 }
 BENCHMARK(BM_CudaPersistentDecode)
-    ->ArgsProduct({{0, 1, 2}, {0, 1}, {0, 1}})
-    ->ArgNames({"persistent", "exact", "bf16"})
+    ->ArgsProduct({{0, 1, 2}, {0, 1}, {0, 1}, {0}})
+    ->ArgsProduct({{1, 2}, {0, 1}, {1}, {1}})  // where the step's time goes (the trace's clock reads)
+    ->ArgNames({"persistent", "exact", "bf16", "trace"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

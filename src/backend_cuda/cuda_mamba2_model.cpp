@@ -204,6 +204,8 @@ bool CudaMamba2Model::takes_persistent(DeviceState& ds, const cuda::ScanGrid& gr
     run.persistent_made = true;
     run.persistent_state = ds.id;
   }
+  if (run.persistent_unfit.empty() && (cuda::persistent_decode() & cuda::kPersistentTrace))
+    cuda::persistent_trace_buffer(cfg_.num_hidden_layers);  // allocated here, not in the graph's capture
   return run.persistent_unfit.empty();
 }
 
@@ -223,7 +225,9 @@ void CudaMamba2Model::enqueue_persistent(Scratch& sc, const cuda::PassSeqs& ps, 
   job.y = sc.mamba.y.data();
   job.out = sc.out.data();
   job.barrier = run.persistent_barrier.data();
-  job.next_l2 = cuda::persistent_decode() == cuda::kPersistentNextL2;
+  const int mode = cuda::persistent_decode();
+  job.next_l2 = (mode & ~cuda::kPersistentTrace) == cuda::kPersistentNextL2;
+  if (mode & cuda::kPersistentTrace) job.trace = cuda::persistent_trace_buffer(cfg_.num_hidden_layers);
   cuda::persistent_decode_step(job, st);
 }
 

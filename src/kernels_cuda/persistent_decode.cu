@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <mutex>
 #include <map>
+#include <vector>
 
 #include "kernels_cuda/conv_row.cuh"
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/grid_barrier.cuh"
 #include "kernels_cuda/launch_support.h"
 #include "kernels_cuda/norm_row.cuh"
@@ -339,8 +341,13 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
   const unsigned ring = base + static_cast<unsigned>(lo.ring);
   for (int i = t; i < D; i += kThreads) resid[i] = job.resid[i];
   unsigned target = 0;
+  int l = 0;
+  auto mark = [&](int point) {
+    if (job.trace && t == 0)
+      job.trace[(static_cast<std::size_t>(l) * kTracePoints + point) * gridDim.x + blockIdx.x] = ptx::global_timer_ns();
+  };
 
-  for (int l = 0; l < sh.layers; ++l) {
+  for (; l < sh.layers; ++l) {
     const PersistentMambaLayer& L = job.layers[l];
     const GemmShare in = share_of(L.in_maps, proj, D, lo.ring_bytes);
     const GemmShare out = share_of(L.out_maps, D, I, lo.ring_bytes);
@@ -348,15 +355,20 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
     // in_proj, whose first ring of weights then streams while the block normalises.
     if (t == 0) ring_reset(full, empty, in.nt, l == 0);
     __syncthreads();
+    mark(0);
     if (warp == kProducer && lane == 0) produce(ring, full, empty, in, 0, first_ring(in));
     add_norm_phase(job, L, l > 0, resid, arow);
     __syncthreads();  // A's row on chip before a consumer reads it
+    mark(1);
     if (warp == kProducer) {
       if (lane == 0) produce(ring, full, empty, in, first_ring(in), in.nt > 0 ? in.boxes : 0);
     } else if (warp < in.nt) {
       in_proj_phase(job, L, ring, full, empty, in, arow, warp, lane);
     }
-    grid_barrier(job.barrier, target);  // the SSM step reads every channel's conv output and dt
+    if (job.trace) __syncthreads();
+    mark(2);
+    grid_barrier(job.barrier, target);
+    mark(3);  // the SSM step reads every channel's conv output and dt
 
     // out_proj's ring, whose first boxes stream during the SSM step and the gated norm (kPersistentNextL2:
     // the rest asked of L2 meanwhile, so that out_proj's phase reads L2 while its chain runs).
@@ -368,16 +380,23 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
         for (int b = first_ring(out); b < out.boxes; ++b) ptx::tma_prefetch_l2_3d(out.map, kBoxK * b, out.n0, 0);
     }
     if (t < kSsuThreads) ssm_phase(job, L, ssm);
+    if (job.trace) __syncthreads();
+    mark(4);
     grid_barrier(job.barrier, target);  // the gated norm reads every head's output
+    mark(5);
 
     gated_norm_phase(job, L, arow);
     __syncthreads();  // out_proj's A row on chip
+    mark(6);
     if (warp == kProducer) {
       if (lane == 0) out_proj_producer(job, l, ring, full, empty, out, lo.ring_bytes);
     } else if (warp < out.nt) {
       out_proj_phase(job, L, ring, full, empty, out, arow, warp, lane);
     }
+    if (job.trace) __syncthreads();
+    mark(7);
     grid_barrier(job.barrier, target);  // the next layer's norm reads the whole row
+    mark(8);
   }
   // The last layer's residual add (add_inplace's x + y), for the final norm.
   if (blockIdx.x == 0)
@@ -409,6 +428,39 @@ void allow_smem(std::size_t bytes) {
 
 int persistent_decode() { return persistent_mode.load(); }
 void set_persistent_decode(int mode) { persistent_mode.store(mode); }
+
+namespace {
+DeviceBuffer<unsigned long long>& trace_store() {
+  static DeviceBuffer<unsigned long long> b;
+  return b;
+}
+}  // namespace
+
+unsigned long long* persistent_trace_buffer(int layers) {
+  DeviceBuffer<unsigned long long>& b = trace_store();
+  const std::size_t n = static_cast<std::size_t>(layers) * kTracePoints * static_cast<std::size_t>(sm_count());
+  if (b.size() < n) b = DeviceBuffer<unsigned long long>(n);
+  return b.data();
+}
+
+PersistentTrace persistent_trace_read(int layers) {
+  const int grid = sm_count();
+  const std::vector<unsigned long long> v = trace_store().download(trace_store().size());
+  PersistentTrace r;
+  if (v.size() < static_cast<std::size_t>(layers) * kTracePoints * static_cast<std::size_t>(grid)) return r;
+  auto at = [&](int l, int p, int b) { return v[(static_cast<std::size_t>(l) * kTracePoints + p) * grid + b]; };
+  for (int l = 0; l < layers; ++l)
+    for (int p = 0; p + 1 < kTracePoints; ++p) {
+      unsigned long long first = ~0ull, last = 0;
+      for (int b = 0; b < grid; ++b) {
+        r.mean_us[p] += static_cast<double>(at(l, p + 1, b) - at(l, p, b)) / 1e3 / grid / layers;
+        first = std::min(first, at(l, p, b));
+        last = std::max(last, at(l, p + 1, b));
+      }
+      r.slowest_us[p] += static_cast<double>(last - first) / 1e3 / layers;
+    }
+  return r;
+}
 
 std::string persistent_decode_unfit(const PersistentDecodeShape& s) {
   if (s.layers <= 0 || s.hidden <= 0 || s.heads <= 0 || s.head_dim <= 0 || s.state <= 0 || s.groups <= 0)

@@ -68,6 +68,9 @@ struct PersistentDecode {
   float *zx = nullptr, *xbc = nullptr, *dt = nullptr, *y = nullptr, *out = nullptr;  // [proj] [conv] [H] [I] [hidden]
   unsigned* barrier = nullptr;  // one device unsigned, zeroed by the launcher
   bool next_l2 = false;         // kPersistentNextL2's L2 requests
+  // kPersistentTrace: each block's thread 0 writes the clock at the step's kTracePoints points a layer,
+  // [layer][point][block] (ns); null otherwise.
+  unsigned long long* trace = nullptr;
 };
 
 // Encodes l's tensor maps from l.in_w and l.out_w for this shape on the current device: boxes of 64
@@ -88,7 +91,21 @@ void persistent_decode_step(const PersistentDecode& job, cudaStream_t s);
 // and benchmarks switch it on (a model's graphs record the mode).
 enum PersistentMode : int { kPersistentOff = 0, kPersistentRing = 1, kPersistentNextL2 = 2 };
 inline constexpr int kPersistentDecodeDefault = kPersistentOff;
+// Or'd into a mode (benchmarks only): the step also records where its time goes (PersistentTrace).
+inline constexpr int kPersistentTrace = 8;
 int persistent_decode();
 void set_persistent_decode(int mode);
+
+// The traced steps' phases, in µs a layer: the mean over layers and blocks of each phase's length, and
+// the mean over layers of its span (the first block in to the last block out). Phases: the residual add and norm,
+// in_proj, the first barrier, the SSM step, the second barrier, the gated norm, out_proj, the third
+// barrier. persistent_trace_buffer() is the device buffer a traced step writes (grown when a pass first
+// takes a traced step, outside its capture); persistent_trace_read() reads the last step's.
+inline constexpr int kTracePoints = 9;
+unsigned long long* persistent_trace_buffer(int layers);
+struct PersistentTrace {
+  double mean_us[kTracePoints - 1] = {}, slowest_us[kTracePoints - 1] = {};
+};
+PersistentTrace persistent_trace_read(int layers);
 
 }  // namespace parity::cuda
