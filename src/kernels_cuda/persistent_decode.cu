@@ -34,7 +34,8 @@ static_assert(kSsuThreads % 32 == 0 && kSsuThreads < kThreads, "the SSU's thread
 // 16·tasks rows: a stage is 2 KiB a task. The ring's stages are as many as fit, up to kMaxStages.
 constexpr int kBoxK = 64;
 constexpr int kTaskBoxBytes = 16 * kBoxK * 2;
-constexpr int kMaxStages = 48;
+constexpr int kMaxStages = 96;  // out_proj's whole share at one task a block (80 boxes of 2 KiB)
+static_assert(kMaxStages <= kThreads, "ring_reset: a thread a stage");
 constexpr int kMaxSmem = 227 * 1024;
 constexpr int kStaticReserve = 2048;  // the static shared memory: barriers, the norms' scratch
 constexpr int kMaxRing = 200 * 1024;
@@ -100,18 +101,19 @@ __device__ inline GemmShare share_of(const CUtensorMap (&maps)[2], int N, int K,
   return g;
 }
 
-// The ring's barriers, made afresh for each GEMM by thread 0 while no copy or arrival is pending on
-// them (the previous GEMM's boxes all read, a block-wide barrier since): full[s] completes when a box
-// has landed, empty[s] when the share's nt warps (every lane) have read it. A __syncthreads must follow.
+// The ring's barriers, made afresh for each GEMM (thread s < kMaxStages its stage s's pair) while no
+// copy or arrival is pending on them (the previous GEMM's boxes all read, a block-wide barrier since):
+// full[s] completes when a box has landed, empty[s] when the share's nt warps have read it (lane 0 of
+// each). A __syncthreads must follow.
 __device__ inline void ring_reset(std::uint64_t* full, std::uint64_t* empty, int nt, bool first) {
-  for (int s = 0; s < kMaxStages; ++s) {
-    if (!first) {
-      ptx::mbar_inval(&full[s]);
-      ptx::mbar_inval(&empty[s]);
-    }
-    ptx::mbar_init(&full[s], 1);
-    ptx::mbar_init(&empty[s], 32u * static_cast<unsigned>(nt > 0 ? nt : 1));
+  const int s = static_cast<int>(threadIdx.x);
+  if (s >= kMaxStages) return;
+  if (!first) {
+    ptx::mbar_inval(&full[s]);
+    ptx::mbar_inval(&empty[s]);
   }
+  ptx::mbar_init(&full[s], 1);
+  ptx::mbar_init(&empty[s], static_cast<unsigned>(nt > 0 ? nt : 1));
   ptx::mbar_init_fence();
 }
 
@@ -124,13 +126,53 @@ __device__ inline void wait_or_trap(std::uint64_t* bar, unsigned parity) {
 // to have been read. Called with from = 0 right after ring_reset, it never waits for the first S: the
 // weights stream while the block does other work. The maps live in global memory (the layer table).
 __device__ void produce(unsigned ring, std::uint64_t* full, std::uint64_t* empty, const GemmShare& g, int from,
-                        int to) {
+                        int to, bool evict_first) {
   if (from == 0 && to > 0) ptx::fence_tensormap_acquire(g.map);
+  const std::uint64_t pol = evict_first ? ptx::l2_evict_first() : 0;
   for (int b = from; b < to; ++b) {
     const int s = b % g.S;
     if (b >= g.S) wait_or_trap(&empty[s], static_cast<unsigned>((b / g.S) - 1) & 1u);
     ptx::mbar_arrive_expect_tx(&full[s], static_cast<unsigned>(g.stage_bytes));
-    ptx::tma_load_3d(ring + static_cast<unsigned>(s * g.stage_bytes), g.map, kBoxK * b, g.n0, 0, &full[s]);
+    const unsigned dst = ring + static_cast<unsigned>(s * g.stage_bytes);
+    if (evict_first) ptx::tma_load_3d_hint(dst, g.map, kBoxK * b, g.n0, 0, &full[s], pol);
+    else ptx::tma_load_3d(dst, g.map, kBoxK * b, g.n0, 0, &full[s]);
+  }
+}
+
+// Asks L2 to keep [p, p + bytes) (trimmed inward to 16-byte ends: a hint, never past the span).
+__device__ inline void keep_in_l2(const void* p, std::size_t bytes, std::uint64_t pol) {
+  if (!p) return;
+  const std::uintptr_t a = (reinterpret_cast<std::uintptr_t>(p) + 15) & ~std::uintptr_t{15};
+  const std::uintptr_t e = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~std::uintptr_t{15};
+  if (e > a) ptx::bulk_prefetch_l2(reinterpret_cast<const void*>(a), static_cast<unsigned>(e - a), pol);
+}
+// This block's slice of an array every block reads (any block's request serves all).
+__device__ inline void keep_slice_in_l2(const void* p, std::size_t bytes, std::uint64_t pol) {
+  const std::size_t per = round_up((bytes + gridDim.x - 1) / gridDim.x, 16), at = per * blockIdx.x;
+  if (p && at < bytes) keep_in_l2(static_cast<const char*>(p) + at, bytes - at < per ? bytes - at : per, pol);
+}
+// kPersistentSmallL2 at a layer's start, before its weights' copies: the block's heads' state (and
+// exact mode's replay rows) for the SSM step, a slice of the gated norm's weights, A, D.
+__device__ void keep_layer_in_l2(const PersistentDecode& job, const PersistentMambaLayer& L) {
+  const PersistentDecodeShape& sh = job.shape;
+  const std::uint64_t pol = ptx::l2_evict_last();
+  const std::size_t slot = static_cast<std::size_t>(job.ps.slot[0]), pn = static_cast<std::size_t>(sh.head_dim) * sh.state;
+  for (int h = static_cast<int>(blockIdx.x); h < sh.heads; h += static_cast<int>(gridDim.x)) {
+    const std::size_t at = (slot * sh.heads + h) * pn;
+    if (L.ssd.state_f32) keep_in_l2(L.ssd.state_f32 + at, pn * 4, pol);
+    else keep_in_l2(L.ssd.state_bf16 + at, pn * 2, pol);
+    if (sh.exact) keep_in_l2(L.ssd.ring_x + (slot * sh.heads + h) * sh.cell * sh.head_dim,
+                             static_cast<std::size_t>(sh.cell) * sh.head_dim * 4, pol);
+  }
+  if (sh.exact) {
+    keep_slice_in_l2(L.ssd.ring_dt + slot * sh.heads * sh.cell, static_cast<std::size_t>(sh.heads) * sh.cell * 4, pol);
+    keep_slice_in_l2(L.ssd.ring_B + slot * sh.groups * sh.cell * sh.state,
+                     static_cast<std::size_t>(sh.groups) * sh.cell * sh.state * 4, pol);
+  }
+  keep_slice_in_l2(L.gate_w, static_cast<std::size_t>(sh.inner()) * 4, pol);
+  if (blockIdx.x == 0) {
+    keep_in_l2(L.A, static_cast<std::size_t>(sh.heads) * 4, pol);
+    keep_in_l2(L.D, static_cast<std::size_t>(sh.heads) * 4, pol);
   }
 }
 __device__ inline int first_ring(const GemmShare& g) { return g.nt > 0 ? min(g.boxes, g.S) : 0; }
@@ -156,8 +198,10 @@ __device__ void consume(unsigned ring, std::uint64_t* full, std::uint64_t* empty
     const unsigned st = ring + static_cast<unsigned>(s * g.stage_bytes);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) ptx::ldmatrix_x4(st + wr * 128 + (((2 * kk + lane / 16) ^ (wr & 7)) << 4), f.a[kk]);
-    ptx::fence_proxy_async();
-    ptx::mbar_arrive(&empty[s]);
+    // The fragments are read: the stage may be refilled (the arrival orders the warp's reads before the
+    // next bulk copy, as the GEMMs' consumers release theirs).
+    __syncwarp();
+    ptx::mbar_arrive_lane0(&empty[s], lane);
   };
   auto step = [&](const unsigned (&f)[4], int k) {
     // B's k16n8 fragment: column g, rows 2q, 2q + 1 and 2q + 8, 2q + 9: A's row for g = 0, else zero.
@@ -318,7 +362,9 @@ __device__ __noinline__ void out_proj_phase(const PersistentDecode& job, const P
 // the ring start only after the next ring_reset).
 __device__ __noinline__ void out_proj_producer(const PersistentDecode& job, int l, unsigned ring, u64* full,
                                                u64* empty, const GemmShare& out, std::size_t ring_bytes) {
-  produce(ring, full, empty, out, first_ring(out), out.nt > 0 ? out.boxes : 0);
+  produce(ring, full, empty, out, first_ring(out), out.nt > 0 ? out.boxes : 0, job.weights_evict_first);
+  if (job.small_l2 && l + 1 < job.shape.layers)
+    keep_slice_in_l2(job.layers[l + 1].norm_w, static_cast<std::size_t>(job.shape.hidden) * 4, ptx::l2_evict_last());
   if (!job.next_l2 || l + 1 >= job.shape.layers) return;
   const GemmShare next = share_of(job.layers[l + 1].in_maps, job.shape.proj(), job.shape.hidden, ring_bytes);
   if (first_ring(next) > 0) ptx::fence_tensormap_acquire(next.map);
@@ -353,15 +399,18 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
     const GemmShare out = share_of(L.out_maps, D, I, lo.ring_bytes);
     // The previous GEMM's boxes are all read (a grid barrier since): the ring is made afresh for
     // in_proj, whose first ring of weights then streams while the block normalises.
-    if (t == 0) ring_reset(full, empty, in.nt, l == 0);
+    ring_reset(full, empty, in.nt, l == 0);
     __syncthreads();
     mark(0);
-    if (warp == kProducer && lane == 0) produce(ring, full, empty, in, 0, first_ring(in));
+    if (warp == kProducer && lane == 0) {
+      if (job.small_l2) keep_layer_in_l2(job, L);
+      produce(ring, full, empty, in, 0, first_ring(in), job.weights_evict_first);
+    }
     add_norm_phase(job, L, l > 0, resid, arow);
     __syncthreads();  // A's row on chip before a consumer reads it
     mark(1);
     if (warp == kProducer) {
-      if (lane == 0) produce(ring, full, empty, in, first_ring(in), in.nt > 0 ? in.boxes : 0);
+      if (lane == 0) produce(ring, full, empty, in, first_ring(in), in.nt > 0 ? in.boxes : 0, job.weights_evict_first);
     } else if (warp < in.nt) {
       in_proj_phase(job, L, ring, full, empty, in, arow, warp, lane);
     }
@@ -372,10 +421,10 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
 
     // out_proj's ring, whose first boxes stream during the SSM step and the gated norm (kPersistentNextL2:
     // the rest asked of L2 meanwhile, so that out_proj's phase reads L2 while its chain runs).
-    if (t == 0) ring_reset(full, empty, out.nt, false);
+    ring_reset(full, empty, out.nt, false);
     __syncthreads();
     if (warp == kProducer && lane == 0) {
-      produce(ring, full, empty, out, 0, first_ring(out));
+      produce(ring, full, empty, out, 0, first_ring(out), job.weights_evict_first);
       if (job.next_l2 && out.nt > 0)
         for (int b = first_ring(out); b < out.boxes; ++b) ptx::tma_prefetch_l2_3d(out.map, kBoxK * b, out.n0, 0);
     }

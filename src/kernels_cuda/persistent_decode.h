@@ -68,6 +68,8 @@ struct PersistentDecode {
   float *zx = nullptr, *xbc = nullptr, *dt = nullptr, *y = nullptr, *out = nullptr;  // [proj] [conv] [H] [I] [hidden]
   unsigned* barrier = nullptr;  // one device unsigned, zeroed by the launcher
   bool next_l2 = false;         // kPersistentNextL2's L2 requests
+  bool small_l2 = false;        // kPersistentSmallL2
+  bool weights_evict_first = false;  // kPersistentEvictFirst
   // kPersistentTrace: each block's thread 0 writes the clock at the step's kTracePoints points a layer,
   // [layer][point][block] (ns); null otherwise.
   unsigned long long* trace = nullptr;
@@ -91,8 +93,14 @@ void persistent_decode_step(const PersistentDecode& job, cudaStream_t s);
 // and benchmarks switch it on (a model's graphs record the mode).
 enum PersistentMode : int { kPersistentOff = 0, kPersistentRing = 1, kPersistentNextL2 = 2 };
 inline constexpr int kPersistentDecodeDefault = kPersistentOff;
-// Or'd into a mode (benchmarks only): the step also records where its time goes (PersistentTrace).
+// Or'd into a mode (benchmarks only): the step also records where its time goes (PersistentTrace);
+// kPersistentSmallL2: each block asks L2 (to keep) for its share of the layer's SSM state and small
+// parameters before the weights' copies queue ahead of them, and for the next layer's norm weights
+// during out_proj; kPersistentEvictFirst: the weights' copies ask L2 to evict them first.
 inline constexpr int kPersistentTrace = 8;
+inline constexpr int kPersistentSmallL2 = 16;
+inline constexpr int kPersistentEvictFirst = 32;
+inline constexpr int kPersistentFlags = kPersistentTrace | kPersistentSmallL2 | kPersistentEvictFirst;
 int persistent_decode();
 void set_persistent_decode(int mode);
 

@@ -120,6 +120,33 @@ __device__ __forceinline__ void tma_load_3d(unsigned dst, const void* map, int c
       : "memory");
 }
 
+// L2 eviction policies for the cache-hinted copies below: evict_first for data read once (weights
+// streamed past), evict_last for small data read soon after (a step's state and parameters).
+__device__ __forceinline__ std::uint64_t l2_evict_first() {
+  std::uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ std::uint64_t l2_evict_last() {
+  std::uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+// tma_load_3d with an L2 policy.
+__device__ __forceinline__ void tma_load_3d_hint(unsigned dst, const void* map, int c0, int c1, int c2,
+                                                 std::uint64_t* bar, std::uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, "
+      "%4}], [%5], %6;\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+// Asks L2 for `bytes` (a multiple of 16, 16-byte aligned) at gmem, kept by `policy`.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* gmem, unsigned bytes, std::uint64_t policy) {
+  asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(gmem), "r"(bytes), "l"(policy)
+               : "memory");
+}
+
 // Asks L2 for the box at (c0, c1, c2) of the tensor `map` describes (no shared memory, no barrier):
 // a later tma_load_3d of it then reads L2 instead of DRAM.
 __device__ __forceinline__ void tma_prefetch_l2_3d(const void* map, int c0, int c1, int c2) {
