@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "kernels_cuda/ptx.cuh"
+#include "kernels_cuda/ring_cursor.h"
 
 namespace parity::cuda::gemv {
 
@@ -81,18 +82,6 @@ __device__ __forceinline__ void store_pair(const Out& o, int m, int n, int end, 
     if (has1) crow[n + 1] = o.add ? crow[n + 1] + v1 : v1;
   }
 }
-
-// The ring's stage cursor: stage s of `stages`, and the parity of the round it is in.
-struct Cursor {
-  int s = 0;
-  unsigned phase = 0;
-  __device__ __forceinline__ void next(int stages) {
-    if (++s == stages) {
-      s = 0;
-      phase ^= 1u;
-    }
-  }
-};
 
 // The producer (lane 0 of the last warp): for each pass and 64-deep box of K in order, waits until
 // the consumers released the stage's previous round, then copies the pass's W box (pass_rows rows

@@ -15,6 +15,7 @@
 #include "kernels_cuda/launch_support.h"
 #include "kernels_cuda/norm_row.cuh"
 #include "kernels_cuda/ptx.cuh"
+#include "kernels_cuda/ring_cursor.h"
 #include "kernels_cuda/ssd_decode_tile.cuh"
 #include "kernels_cuda/ssu_tile.cuh"
 #include "kernels_cuda/tensor_map.h"
@@ -125,17 +126,20 @@ __device__ inline void wait_or_trap(std::uint64_t* bar, unsigned parity) {
 // The producer (one thread): boxes [from, to) of the share, each waiting for its stage's previous box
 // to have been read. Called with from = 0 right after ring_reset, it never waits for the first S: the
 // weights stream while the block does other work. The maps live in global memory (the layer table).
-__device__ void produce(unsigned ring, std::uint64_t* full, std::uint64_t* empty, const GemmShare& g, int from,
+// The share comes by value, as to every phase below: a share behind a reference lives in local memory,
+// and each barrier's "memory" clobber reloads its fields on the loop's path.
+__device__ void produce(unsigned ring, std::uint64_t* full, std::uint64_t* empty, const GemmShare g, int from,
                         int to, bool evict_first) {
   if (from == 0 && to > 0) ptx::fence_tensormap_acquire(g.map);
   const std::uint64_t pol = evict_first ? ptx::l2_evict_first() : 0;
-  for (int b = from; b < to; ++b) {
-    const int s = b % g.S;
-    if (b >= g.S) wait_or_trap(&empty[s], static_cast<unsigned>((b / g.S) - 1) & 1u);
-    ptx::mbar_arrive_expect_tx(&full[s], static_cast<unsigned>(g.stage_bytes));
-    const unsigned dst = ring + static_cast<unsigned>(s * g.stage_bytes);
-    if (evict_first) ptx::tma_load_3d_hint(dst, g.map, kBoxK * b, g.n0, 0, &full[s], pol);
-    else ptx::tma_load_3d(dst, g.map, kBoxK * b, g.n0, 0, &full[s]);
+  Cursor c = Cursor::at(from, g.S);
+  for (int b = from; b < to; ++b, c.next(g.S)) {
+    // Box b - S's release: the previous round's phase.
+    if (b >= g.S) wait_or_trap(&empty[c.s], c.phase ^ 1u);
+    ptx::mbar_arrive_expect_tx(&full[c.s], static_cast<unsigned>(g.stage_bytes));
+    const unsigned dst = ring + static_cast<unsigned>(c.s * g.stage_bytes);
+    if (evict_first) ptx::tma_load_3d_hint(dst, g.map, kBoxK * b, g.n0, 0, &full[c.s], pol);
+    else ptx::tma_load_3d(dst, g.map, kBoxK * b, g.n0, 0, &full[c.s]);
   }
 }
 
@@ -183,43 +187,50 @@ __device__ inline int first_ring(const GemmShare& g) { return g.nt > 0 ? min(g.b
 // with q = 0 hold columns n and n + 8 of row 0: out(h, n, value) for those below N, value = the sum
 // (+ bias[n]). A 32-deep last box runs its two real steps only (a step on zeros could turn a -0 into +0).
 template <class Out>
-__device__ void consume(unsigned ring, std::uint64_t* full, std::uint64_t* empty, const GemmShare& g,
+__device__ void consume(unsigned ring, std::uint64_t* full, std::uint64_t* empty, const GemmShare g,
                         const uint16_t* arow, const float* bias, int warp, int lane, Out out) {
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   const int gq = lane / 4, q = lane % 4, wr = 16 * warp + lane % 16;
   struct Frag {
     unsigned a[4][4];  // a box's four m16k16 fragments
+    unsigned b[4][2];  // its four k16n8 B fragments (A's row)
   };
-  // Box b's fragments (rows g, g + 8 at k 2q.., then at 2q + 8..; ldmatrix lanes 0-15 address the warp's
-  // 16 rows at chunk 2kk, lanes 16-31 at 2kk + 1, in the 128-byte swizzle), then the stage's release.
+  // Box b's fragments, then the stage's release. A (W's rows g, g + 8 at k 2q.., then at 2q + 8..):
+  // ldmatrix lanes 0-15 address the warp's 16 rows at chunk 2kk, lanes 16-31 at 2kk + 1, in the 128-byte
+  // swizzle. B (column g, rows 2q, 2q + 1 and 2q + 8, 2q + 9): A's row for g = 0, else zero; read here, a
+  // box ahead, so that no step waits on a shared load (a 32-deep last box's steps 2 and 3 never run).
+  Cursor c;  // box b's stage and phase: the boxes are loaded in order
   auto load = [&](Frag& f, int b) {
-    const int s = b % g.S;
-    wait_or_trap(&full[s], static_cast<unsigned>(b / g.S) & 1u);
-    const unsigned st = ring + static_cast<unsigned>(s * g.stage_bytes);
+    wait_or_trap(&full[c.s], c.phase);
+    const unsigned st = ring + static_cast<unsigned>(c.s * g.stage_bytes);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) ptx::ldmatrix_x4(st + wr * 128 + (((2 * kk + lane / 16) ^ (wr & 7)) << 4), f.a[kk]);
+    const int k0 = kBoxK * b;
+    const bool deep = g.K - k0 >= kBoxK;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const bool real = gq == 0 && (kk < 2 || deep);
+      const uint16_t* at = arow + k0 + 16 * kk + 2 * q;
+      f.b[kk][0] = real ? *reinterpret_cast<const unsigned*>(at) : 0u;
+      f.b[kk][1] = real ? *reinterpret_cast<const unsigned*>(at + 8) : 0u;
+    }
     // The fragments are read: the stage may be refilled (the arrival orders the warp's reads before the
     // next bulk copy, as the GEMMs' consumers release theirs).
     __syncwarp();
-    ptx::mbar_arrive_lane0(&empty[s], lane);
+    ptx::mbar_arrive_lane0(&empty[c.s], lane);
+    c.next(g.S);
   };
-  auto step = [&](const unsigned (&f)[4], int k) {
-    // B's k16n8 fragment: column g, rows 2q, 2q + 1 and 2q + 8, 2q + 9: A's row for g = 0, else zero.
-    const unsigned bf[2] = {gq == 0 ? *reinterpret_cast<const unsigned*>(arow + k + 2 * q) : 0u,
-                            gq == 0 ? *reinterpret_cast<const unsigned*>(arow + k + 8 + 2 * q) : 0u};
-    ptx::mma_bf16(acc, f, bf);
-  };
+  auto step = [&](const Frag& f, int kk) { ptx::mma_bf16(acc, f.a[kk], f.b[kk]); };
   // Box b from cur: step 0, then box b + 1's fragments into nxt (read while step 0's result is pending),
   // then steps 1..3. The two fragment sets take turns (the loop is unrolled by two: no copy, no
   // dynamically indexed registers).
   auto box = [&](const Frag& cur, Frag& nxt, int b) {
-    const int k0 = kBoxK * b;
-    step(cur.a[0], k0);
+    step(cur, 0);
     if (b + 1 < g.boxes) load(nxt, b + 1);
-    step(cur.a[1], k0 + 16);
-    if (g.K - k0 >= kBoxK) {
-      step(cur.a[2], k0 + 32);
-      step(cur.a[3], k0 + 48);
+    step(cur, 1);
+    if (g.K - kBoxK * b >= kBoxK) {
+      step(cur, 2);
+      step(cur, 3);
     }
   };
   Frag f0, f1;
@@ -243,29 +254,43 @@ __device__ void consume(unsigned ring, std::uint64_t* full, std::uint64_t* empty
 // 1. The residual add (the previous layer's out_proj row, none before layer 0) and the layer's RMSNorm,
 // every block the whole row: add_rmsnorm's held form, thread t owning elements t, t + 256, ...; the bf16
 // copy is in_proj's input. Every thread of the block.
+// Every load is issued before the first store: a store to resid between two loads would hold each
+// load (and the reload of the pointer it goes through) until the one before had returned, one L2 round
+// trip after another behind the weights' copies.
 __device__ __noinline__ void add_norm_phase(const PersistentDecode& job, const PersistentMambaLayer& L, bool add,
                                             float* resid, uint16_t* arow) {
   const int t = static_cast<int>(threadIdx.x), D = job.shape.hidden;
-  float v[norm_row::kHeld], wk[norm_row::kHeld];
+  const float eps = job.shape.eps;
+  const float* w = L.norm_w;
+  const float* prev = add ? job.out : nullptr;
+  float v[norm_row::kHeld], wk[norm_row::kHeld], o[norm_row::kHeld];
 #pragma unroll
   for (int k = 0; k < norm_row::kHeld; ++k) {
     const int i = t + k * kThreads;
-    wk[k] = i < D ? L.norm_w[i] : 0.0f;
+    wk[k] = i < D ? w[i] : 0.0f;
     v[k] = i < D ? resid[i] : 0.0f;
-    if (add && i < D) {
-      v[k] = v[k] + job.out[i];  // add_rmsnorm's residual_add(x, y, 1, false)
-      resid[i] = v[k];
+    o[k] = prev && i < D ? prev[i] : 0.0f;
+  }
+  if (prev) {
+#pragma unroll
+    for (int k = 0; k < norm_row::kHeld; ++k) {
+      const int i = t + k * kThreads;
+      if (i < D) {
+        v[k] = v[k] + o[k];  // add_rmsnorm's residual_add(x, y, 1, false)
+        resid[i] = v[k];
+      }
     }
   }
-  norm_row::rms_norm_held(v, wk, D, job.shape.eps, [&](int i, float o) { arow[i] = norm_row::bf16_bits(o); });
+  norm_row::rms_norm_held(v, wk, D, eps, [&](int i, float x) { arow[i] = norm_row::bf16_bits(x); });
 }
 
 // 2. in_proj, consumer warp `warp` of the block's share: the owners of conv channels and dt columns do
 // the conv and dt in the epilogue (conv_epilogue.h, conv_row.cuh).
 __device__ __noinline__ void in_proj_phase(const PersistentDecode& job, const PersistentMambaLayer& L, unsigned ring,
-                                           u64* full, u64* empty, const GemmShare& in, const uint16_t* arow, int warp,
+                                           u64* full, u64* empty, const GemmShare in, const uint16_t* arow, int warp,
                                            int lane) {
-  const PersistentDecodeShape& sh = job.shape;
+  const PersistentDecodeShape sh = job.shape;
+  float* zx = job.zx;
   ConvEpilogue ep;
   ep.col0 = sh.inner();
   ep.ch = sh.conv();
@@ -285,7 +310,7 @@ __device__ __noinline__ void in_proj_phase(const PersistentDecode& job, const Pe
     for (int h = 0; h < 2; ++h) conv_column_load(ep, 1, 0, in.n0 + 16 * warp + lane / 4 + 8 * h, cc[h]);
   }
   consume(ring, full, empty, in, arow, L.in_b, warp, lane, [&](int h, int n, float v) {
-    job.zx[n] = v;
+    zx[n] = v;
     conv_column_store(ep, cc[h], 0, 0, v);
   });
 }
@@ -295,20 +320,26 @@ __device__ inline void ssu_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(kSsuT
 
 // 3. The SSM step of this block's heads (h = block, block + grid, ...): exact mode's one-row decode
 // (ssd_decode.cu's code: its replay rows, its fold, row t into the ring) or plain mode's SSU (ssd_ssu.cu's).
-// Threads 0..kSsuThreads-1.
+// Threads 0..kSsuThreads-1. What it reads of the job and the layer table is copied into registers first:
+// the tile code's stores to shared memory would otherwise reload each pointer (from the table in global
+// memory) between one load and the next, and so serialise the loads.
 __device__ __noinline__ void ssm_phase(const PersistentDecode& job, const PersistentMambaLayer& L, float* ssm) {
-  const PersistentDecodeShape& sh = job.shape;
+  const PersistentDecodeShape sh = job.shape;
+  const SsdState st = L.ssd;
+  const float *A = L.A, *Dskip = L.D, *xbc = job.xbc, *dt = job.dt;
+  float* y = job.y;
   const SsdShape ssh{sh.heads, sh.head_dim, sh.state, sh.groups};
   const int TP = ssu_rows(sh), tiles = (sh.head_dim + TP - 1) / TP, conv = sh.conv();
   const int slot = job.ps.slot[0];
   const int64_t start = job.ps.start[0];
   if (sh.exact) {
+    const ScanGrid grid = job.grid;
     const int tmod = static_cast<int>(start % sh.cell);
     ssd::NoDecodeHooks none;
     for (int h = static_cast<int>(blockIdx.x); h < sh.heads; h += static_cast<int>(gridDim.x))
       for (int z = 0; z < tiles; ++z) {
-        ssd::decode_tile<ssd::kDefaultF32>(ssh, job.grid, slot, 0, start, tmod, h, z, TP, job.xbc, conv, job.dt, L.A,
-                                           L.D, L.ssd, job.y, ssm, ssu_sync, none);
+        ssd::decode_tile<ssd::kDefaultF32>(ssh, grid, slot, 0, start, tmod, h, z, TP, xbc, conv, dt, A, Dskip, st,
+                                           y, ssm, ssu_sync, none);
         ssu_sync();  // the tile's outputs are written before the next one lands on its shared memory
       }
     return;
@@ -317,18 +348,18 @@ __device__ __noinline__ void ssm_phase(const PersistentDecode& job, const Persis
   float *S = ssm + sl.S, *Cs = ssm + sl.C, *Bs = ssm + sl.B, *xs = ssm + sl.x;
   uint16_t* raw = reinterpret_cast<uint16_t*>(ssm + sl.S);
   for (int h = static_cast<int>(blockIdx.x); h < sh.heads; h += static_cast<int>(gridDim.x)) {
-    const float d = job.dt[h];
-    const float dA = kernels::exp_f(d * L.A[h]);
-    const float Dh = L.D[h];
+    const float d = dt[h];
+    const float dA = kernels::exp_f(d * A[h]);
+    const float Dh = Dskip[h];
     for (int z = 0; z < tiles; ++z) {
       const ssd::Tile tile = ssd::tile_of(ssh, slot, h, TP, z);
-      ssd::stage_state(L.ssd, tile, S, raw);
-      ssd::ssu_stage_inputs(ssh, tile, h, job.xbc, Cs, Bs, xs);
+      ssd::stage_state(st, tile, S, raw);
+      ssd::ssu_stage_inputs(ssh, tile, h, xbc, Cs, Bs, xs);
       ssd::cp_async_commit();
       ssd::cp_async_wait<0>();
       ssu_sync();
-      ssd::ssu_tile_step(L.ssd, tile, S, raw, Cs, Bs, xs, d, dA, Dh,
-                         job.y + static_cast<std::size_t>(h) * sh.head_dim + tile.p0, ssu_sync);
+      ssd::ssu_tile_step(st, tile, S, raw, Cs, Bs, xs, d, dA, Dh, y + static_cast<std::size_t>(h) * sh.head_dim + tile.p0,
+                         ssu_sync);
       ssu_sync();  // the dots have read the tile before the next one lands on it
     }
   }
@@ -338,30 +369,32 @@ __device__ __noinline__ void ssm_phase(const PersistentDecode& job, const Persis
 // input. Every thread of the block.
 __device__ __noinline__ void gated_norm_phase(const PersistentDecode& job, const PersistentMambaLayer& L,
                                               uint16_t* arow) {
-  const PersistentDecodeShape& sh = job.shape;
+  const PersistentDecodeShape sh = job.shape;
+  const float *w = L.gate_w, *y = job.y, *zx = job.zx;
   const int group = sh.inner() / sh.groups;
   for (int gi = 0; gi < sh.groups; ++gi) {
     const std::size_t at = static_cast<std::size_t>(gi) * group;
     float wk[norm_row::kHeld];
-    norm_row::load_held_weights(L.gate_w + at, group, wk);
+    norm_row::load_held_weights(w + at, group, wk);
     uint16_t* dst = arow + at;
-    norm_row::gated_norm_held(job.y + at, job.zx + at, group, wk, sh.eps, sh.norm_before_gate,
+    norm_row::gated_norm_held(y + at, zx + at, group, wk, sh.eps, sh.norm_before_gate,
                               [&](int i, float o) { dst[i] = norm_row::bf16_bits(o); });
   }
 }
 
 // 4b. out_proj, consumer warp `warp` of the block's share.
 __device__ __noinline__ void out_proj_phase(const PersistentDecode& job, const PersistentMambaLayer& L, unsigned ring,
-                                            u64* full, u64* empty, const GemmShare& out, const uint16_t* arow,
+                                            u64* full, u64* empty, const GemmShare out, const uint16_t* arow,
                                             int warp, int lane) {
-  consume(ring, full, empty, out, arow, L.out_b, warp, lane, [&](int, int n, float v) { job.out[n] = v; });
+  float* o = job.out;
+  consume(ring, full, empty, out, arow, L.out_b, warp, lane, [&](int, int n, float v) { o[n] = v; });
 }
 
 // The producer's part of out_proj's phase: the rest of its boxes, then (kPersistentNextL2) the next
 // in_proj's first ring asked of L2 while out_proj's chain runs and the barrier passes (its copies into
 // the ring start only after the next ring_reset).
 __device__ __noinline__ void out_proj_producer(const PersistentDecode& job, int l, unsigned ring, u64* full,
-                                               u64* empty, const GemmShare& out, std::size_t ring_bytes) {
+                                               u64* empty, const GemmShare out, std::size_t ring_bytes) {
   produce(ring, full, empty, out, first_ring(out), out.nt > 0 ? out.boxes : 0, job.weights_evict_first);
   if (job.small_l2 && l + 1 < job.shape.layers)
     keep_slice_in_l2(job.layers[l + 1].norm_w, static_cast<std::size_t>(job.shape.hidden) * 4, ptx::l2_evict_last());
