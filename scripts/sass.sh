@@ -60,21 +60,28 @@ import struct, sys
 d = bytearray(open(sys.argv[1], 'rb').read()); d[8] = 7; struct.pack_into('<I', d, 0x30, 0x5a055a)
 open(sys.argv[1], 'wb').write(d)" "$out/k.cubin"
 fi
-"$dump" -sass "$out/k.cubin" | grep -E '^\s+/\*[0-9a-f]{4,}\*/' | sed -E 's#^\s+/\*([0-9a-f]+)\*/\s+#\1 #; s#\s*/\* 0x[0-9a-f]+ \*/\s*$##; s#\s*;$##' \
-  > "$out/k.s" || true
+"$dump" -sass "$out/k.cubin" > "$out/k.raw"
+# One instruction a line, "address instruction", each kernel under a "kernel NAME" line.
+sed -nE 's#^\s+Function : (.*)$#kernel \1#p; /^\s+\/\*[0-9a-f]{4,}\*\//{s#^\s+/\*([0-9a-f]+)\*/\s+#\1 #; s#\s*/\* 0x[0-9a-f]+ \*/\s*$##; s#\s*;$##; p}' \
+  "$out/k.raw" > "$out/k.s"
 if [ "$mode" != "--stats" ]; then cat "$out/k.s"; exit 0; fi
 python3 - "$out/k.s" <<'EOF'
 import re, sys
-lines = [l.split(None, 1) for l in open(sys.argv[1]) if l.strip()]
-ins = [(int(a, 16), t) for a, t in (x for x in lines if len(x) == 2)]
-starts = sorted({0} | {int(m.group(1), 16) for _, t in ins for m in [re.search(r"CALL\.REL\.NOINC (0x[0-9a-f]+)", t)] if m})
-def name(a):
-    return "kernel" if a == 0 else "fn@0x%x" % a
-print("%-12s %6s %5s %5s %7s %5s %5s" % ("function", "instr", "LDL", "STL", "LD/LDG", "IDIV", "HMMA"))
-for i, s in enumerate(starts):
-    e = starts[i + 1] if i + 1 < len(starts) else 1 << 62
-    body = [t for a, t in ins if s <= a < e]
-    op = lambda p: sum(1 for t in body if re.match(r"(@!?U?P\w+ )?" + p, t))
-    print("%-12s %6d %5d %5d %7d %5d %5d" % (name(s), len(body), op(r"LDL"), op(r"STL"), op(r"LD(G)?\.E"),
-          op(r"I2F\.RP"), op(r"HMMA")))
+kernels, cur = [], None
+for line in open(sys.argv[1]):
+    a, _, t = line.rstrip("\n").partition(" ")
+    if a == "kernel":
+        cur = (t, [])
+        kernels.append(cur)
+    elif cur is not None and t:
+        cur[1].append((int(a, 16), t.strip()))
+print("%6s %5s %5s %7s %5s %5s  %s" % ("instr", "LDL", "STL", "LD/LDG", "IDIV", "HMMA", "kernel (then its noinline functions)"))
+for name, ins in kernels:
+    starts = sorted({0} | {int(m.group(1), 16) for _, t in ins for m in [re.search(r"CALL\.REL\.NOINC (0x[0-9a-f]+)", t)] if m})
+    for i, s in enumerate(starts):
+        e = starts[i + 1] if i + 1 < len(starts) else 1 << 62
+        body = [t for a, t in ins if s <= a < e]
+        op = lambda p: sum(1 for t in body if re.match(r"(@!?U?P\w+ )?" + p, t))
+        print("%6d %5d %5d %7d %5d %5d  %s" % (len(body), op(r"LDL"), op(r"STL"), op(r"LD(G)?\.E"), op(r"I2F\.RP"),
+              op(r"HMMA"), name[:100] if s == 0 else "  fn@0x%x" % s))
 EOF

@@ -3,8 +3,10 @@
 // persistent kernels (persistent_floor.cu, persistent_decode.cu). One device counter, zeroed before
 // the launch, only grows: each block arrives once per barrier, and `target` (a block's running
 // count of gridDim.x per barrier passed) is the number of arrivals this one waits for. The pattern
-// of cooperative groups' grid sync: the block's writes, then one thread's release fence and
-// arrival; that thread's acquire of the count, then the block's reads.
+// of cooperative groups' grid sync: the block's writes, then one thread's arrival with release
+// semantics; that thread's acquire of the count, then the block's reads (__syncthreads carries both
+// to the block). No separate fences: __threadfence is fence.sc (MEMBAR.SC.GPU), and the former form
+// ran two of them a barrier around a returning atomic, where the release and the acquire suffice.
 //
 // A wait that has not ended after kHangNs ends the kernel instead (trap: the launch fails with an
 // error the host sees) rather than holding the GPU: a step takes milliseconds, and a kernel that never
@@ -28,15 +30,13 @@ __device__ __forceinline__ void grid_barrier(unsigned* count, unsigned& target) 
   __syncthreads();
   target += gridDim.x;
   if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(count, 1u);
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(count), "r"(1u) : "memory");
     const unsigned want = target;
     spin_or_trap([&] {
       unsigned v;
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
       return v >= want;
     });
-    __threadfence();
   }
   __syncthreads();
 }
