@@ -67,7 +67,11 @@ TEST(CudaPersistentDecode, Batch1StepsEqualTheLaunchesBitForBit) {
         backend_cuda::set_enforce_eager(*m, true);
         const test::ScheduleRun eager = run(*m, exact, 1, state);
         backend_cuda::set_enforce_eager(*m, false);
-        for (int mode : test::sweep<int>({cuda::kPersistentRing, cuda::kPersistentNextL2}, {cuda::kPersistentNextL2})) {
+        // The flags' L2 hints and trace take other instructions and addresses, never other values.
+        constexpr int kAllFlags = cuda::kPersistentNextL2 | cuda::kPersistentSmallL2 | cuda::kPersistentEvictFirst |
+                                  cuda::kPersistentTrace;
+        for (int mode : test::sweep<int>({cuda::kPersistentRing, cuda::kPersistentNextL2, kAllFlags},
+                                         {cuda::kPersistentNextL2})) {
           const std::string what = std::string(spec) + (exact ? " exact" : " plain") + (bf16 ? " bf16" : " fp32") +
                                    " state, mode " + std::to_string(mode);
           const PersistentOn on(mode);
