@@ -349,9 +349,36 @@ inline FoldPrefetch fold_prefetch(const HeadChunk& k, int tiles) {
   return pf;
 }
 
-// The fold on a PB x 16*NV tile of the state held in registers, rows s_begin..s_end-1 in order:
-// acc = fma(u_s[p], B_s, acc), the scalar sequence element by element. E (non-null in the first
-// s-tile) scales the boundary values as they are loaded.
+// The fold's rank-1 updates of rows s_begin..s_end-1 in order into a PB x 16*NV tile held in registers
+// (acc = fma(u_s[p], B_s, acc), the scalar sequence element by element), then the tile's stores; the
+// prefetch quota issues a line a row and what is left after the stores.
+template <int PB, int NV, bool kHw, class TD>
+inline void fold_rows_and_store(const HeadChunk& k, const float* u, int ldu, TD* dst, int p0, int n0, int s_begin,
+                                int s_end, const __mmask16 (&m)[NV], __m512 (&acc)[PB][NV], FoldPrefetch& pf) {
+  for (int s = s_begin; s < s_end; ++s) {
+    const float* bs = k.Bg + s * k.ldb + n0;
+    __m512 bv[NV];
+    #pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_maskz_loadu_ps(m[v], bs + kW * v);
+    if (pf.quota > 0) {
+      pf.one();
+      --pf.quota;
+    }
+    const float* us = u + int64_t(s) * ldu + p0;
+    #pragma GCC unroll 16
+    for (int i = 0; i < PB; ++i) {
+      const __m512 ub = _mm512_set1_ps(us[i]);
+      #pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(ub, bv[v], acc[i][v]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int i = 0; i < PB; ++i) store_state_row<NV, kHw>(dst + int64_t(p0 + i) * k.N + n0, m, acc[i]);
+  for (; pf.quota > 0; --pf.quota) pf.one();
+}
+
+// The fold on a PB x 16*NV tile of the state held in registers, rows s_begin..s_end-1 in order
+// (fold_rows_and_store). E (non-null in the first s-tile) scales the boundary values as they are loaded.
 template <int PB, int NV, bool kHw, class TS, class TD>
 void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* E, const TS* src, TD* dst, int p0,
                int n0, int s_begin, int s_end, FoldPrefetch& pf) {
@@ -373,26 +400,7 @@ void fold_tile(const HeadChunk& k, const float* u, int ldu, const float* E, cons
       for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_mul_ps(ev, acc[i][v]);
     }
   }
-  for (int s = s_begin; s < s_end; ++s) {
-    const float* bs = k.Bg + s * k.ldb + n0;
-    __m512 bv[NV];
-    #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_maskz_loadu_ps(m[v], bs + kW * v);
-    if (pf.quota > 0) {
-      pf.one();
-      --pf.quota;
-    }
-    const float* us = u + int64_t(s) * ldu + p0;
-    #pragma GCC unroll 16
-    for (int i = 0; i < PB; ++i) {
-      const __m512 ub = _mm512_set1_ps(us[i]);
-      #pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(ub, bv[v], acc[i][v]);
-    }
-  }
-  #pragma GCC unroll 16
-  for (int i = 0; i < PB; ++i) store_state_row<NV, kHw>(dst + int64_t(p0 + i) * k.N + n0, m, acc[i]);
-  for (; pf.quota > 0; --pf.quota) pf.one();
+  fold_rows_and_store<PB, NV, kHw>(k, u, ldu, dst, p0, n0, s_begin, s_end, m, acc, pf);
 }
 
 template <int PB, bool kHw, class TS, class TD>
@@ -508,26 +516,7 @@ void fold_dot_tile(const HeadChunk& k, const float* u, int ldu, const float* E, 
     }
     lanes[i] = d;
   }
-  for (int s = 0; s < k.Lc; ++s) {
-    const float* bs = k.Bg + s * k.ldb + n0;
-    __m512 bv[NV];
-    #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_maskz_loadu_ps(m[v], bs + kW * v);
-    if (pf.quota > 0) {
-      pf.one();
-      --pf.quota;
-    }
-    const float* us = u + int64_t(s) * ldu + p0;
-    #pragma GCC unroll 16
-    for (int i = 0; i < PB; ++i) {
-      const __m512 ub = _mm512_set1_ps(us[i]);
-      #pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(ub, bv[v], acc[i][v]);
-    }
-  }
-  #pragma GCC unroll 16
-  for (int i = 0; i < PB; ++i) store_state_row<NV, kHw>(dst + int64_t(p0 + i) * k.N + n0, m, acc[i]);
-  for (; pf.quota > 0; --pf.quota) pf.one();
+  fold_rows_and_store<PB, NV, kHw>(k, u, ldu, dst, p0, n0, 0, k.Lc, m, acc, pf);
 }
 
 template <int PB, bool kHw, class TS, class TD>
