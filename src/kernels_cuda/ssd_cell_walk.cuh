@@ -39,5 +39,38 @@ __device__ inline CellIn cell_after(const CellIn& x, int k, int K, int64_t end, 
 
 __device__ __forceinline__ void wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
+// Benchmarks only (kOn, a probe buffer set): thread 0 of the first block sums its clock cycles per step of
+// the walk (mark(i) closes step i) and counts the cells (cell()); write() stores the kSteps sums, then the
+// count. Off, it holds nothing and does nothing.
+template <bool kOn, int kSteps>
+struct CellProbe {
+  __device__ CellProbe(const long long*, int) {}
+  __device__ void mark(int) {}
+  __device__ void cell() {}
+  __device__ void write(long long*) const {}
+};
+template <int kSteps>
+struct CellProbe<true, kSteps> {
+  bool timing;
+  long long steps[kSteps] = {}, tick = 0, cells = 0;
+  __device__ CellProbe(const long long* probe, int tid) {
+    timing = probe != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && tid == 0;
+    if (timing) tick = clock64();
+  }
+  __device__ void mark(int i) {
+    if (!timing) return;
+    const long long now = clock64();
+    steps[i] += now - tick;
+    tick = now;
+  }
+  __device__ void cell() { ++cells; }
+  __device__ void write(long long* probe) const {
+    if (!timing) return;
+#pragma unroll
+    for (int i = 0; i < kSteps; ++i) probe[i] = steps[i];
+    probe[kSteps] = cells;
+  }
+};
+
 }  // namespace
 }  // namespace parity::cuda::ssd

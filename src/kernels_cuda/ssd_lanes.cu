@@ -199,15 +199,8 @@ __global__ void __launch_bounds__(kThreadsOf<PT, PP>, MB)
   const int q = lane & 3, wc = PP * (lane >> 2), pl = kWc * warp + wc;
   const std::size_t sbase = (static_cast<std::size_t>(b.src.slot) * sh.H + h) * P * N;
 
-  // Benchmarks only (probe set): thread 0 of the first block sums its clock cycles per step.
-  const bool timing = kProbe && probe != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && tid == 0;
-  long long steps[kProbeSteps] = {0, 0, 0, 0, 0}, tick = timing ? clock64() : 0, cells = 0;
-  auto mark = [&](int i) {
-    if (!timing) return;
-    const long long now = clock64();
-    steps[i] += now - tick;
-    tick = now;
-  };
+  CellProbe<kProbe, kProbeSteps> probed(probe, tid);  // benchmarks only
+  auto mark = [&](int i) { probed.mark(i); };
 
   CellIn c = first_cell(cell_task(g, p, t0, h, sh.H));
   if (!c.live) return;
@@ -237,7 +230,7 @@ __global__ void __launch_bounds__(kThreadsOf<PT, PP>, MB)
     wait_all();
     __syncthreads();  // the cell's copies landed; every reader of the previous cell is done
     mark(0);
-    ++cells;
+    probed.cell();
 
     // 1. C and B by quarter; cum (every warp: lane i keeps cum_i, the left-to-right sum of cum_scan);
     //    the coefficients, w and the decay.
@@ -397,11 +390,7 @@ __global__ void __launch_bounds__(kThreadsOf<PT, PP>, MB)
     if (!more || !nxt.live) break;  // a cell the call leaves open (exact) is the last it touches
     c = nxt;
   }
-  if (kProbe && timing) {
-#pragma unroll
-    for (int i = 0; i < kProbeSteps; ++i) probe[i] = steps[i];
-    probe[kProbeSteps] = cells;
-  }
+  probed.write(probe);
   if (!folded) return;  // the slot keeps its state
 #pragma unroll
   for (int a = 0; a < PP; ++a) {

@@ -212,15 +212,8 @@ __global__ void __launch_bounds__(kThreads, MB)
   const int q = lane & 3, wc = 2 * (lane >> 2), pl = kWc * warp + wc;
   const std::size_t sbase = (static_cast<std::size_t>(b.src.slot) * sh.H + h) * P * N;
 
-  // Benchmarks only (probe set): thread 0 of the first block sums its clock cycles per step.
-  const bool timing = kProbe && probe != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && tid == 0;
-  long long steps[kProbeSteps] = {0, 0, 0, 0, 0}, tick = timing ? clock64() : 0, cells = 0;
-  auto mark = [&](int i) {
-    if (!timing) return;
-    const long long now = clock64();
-    steps[i] += now - tick;
-    tick = now;
-  };
+  CellProbe<kProbe, kProbeSteps> probed(probe, tid);  // benchmarks only
+  auto mark = [&](int i) { probed.mark(i); };
 
   CellIn c = first_cell(cell_task(g, p, t0, h, sh.H));
   if (!c.live) return;
@@ -262,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, MB)
     wait_all();
     __syncthreads();  // cell k's C and B and cell k+1's x landed, cell k's coefficients formed; cell k−1's readers done
     mark(0);
-    ++cells;
+    probed.cell();
     if (has1) issue_cb(b, c1, Qb(k + 1));
     if (has2) issue_x(b, c2, Xb(k + 2));
     commit();
@@ -437,11 +430,7 @@ __global__ void __launch_bounds__(kThreads, MB)
     if (!has1) break;
     c = c1;
   }
-  if (kProbe && timing) {
-#pragma unroll
-    for (int i = 0; i < kProbeSteps; ++i) probe[i] = steps[i];
-    probe[kProbeSteps] = cells;
-  }
+  probed.write(probe);
   if (!folded) return;  // the slot keeps its state
 #pragma unroll
   for (int a = 0; a < 2; ++a) {
