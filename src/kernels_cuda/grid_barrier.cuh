@@ -26,8 +26,21 @@ __device__ __forceinline__ void spin_or_trap(Done done) {
     if (ptx::global_timer_ns() - t0 > kHangNs) __trap();
 }
 
-__device__ __forceinline__ void grid_barrier(unsigned* count, unsigned& target) {
-  __syncthreads();
+struct WholeBlock {
+  __device__ void operator()() const { __syncthreads(); }
+};
+struct Nothing {
+  __device__ void operator()() const {}
+};
+
+// `before` gathers the threads whose writes the barrier publishes (the whole block by default) and
+// `after` releases the threads that read what other blocks wrote; `passed` runs on thread 0 once every
+// block has arrived, before `after` (the persistent decode step tells its producer warp, which is in
+// `after` only, to stop its copies there).
+template <class Before = WholeBlock, class After = WholeBlock, class Passed = Nothing>
+__device__ __forceinline__ void grid_barrier(unsigned* count, unsigned& target, Before before = {}, After after = {},
+                                             Passed passed = {}) {
+  before();
   target += gridDim.x;
   if (threadIdx.x == 0) {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(count), "r"(1u) : "memory");
@@ -37,8 +50,9 @@ __device__ __forceinline__ void grid_barrier(unsigned* count, unsigned& target) 
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
       return v >= want;
     });
+    passed();
   }
-  __syncthreads();
+  after();
 }
 
 }  // namespace parity::cuda

@@ -102,6 +102,8 @@ __device__ inline GemmShare share_of(const CUtensorMap (&maps)[2], int N, int K,
   return g;
 }
 
+__device__ inline int first_ring(const GemmShare& g) { return g.nt > 0 ? min(g.boxes, g.S) : 0; }
+
 // The ring's barriers, made afresh for each GEMM (thread s < kMaxStages its stage s's pair) while no
 // copy or arrival is pending on them (the previous GEMM's boxes all read, a block-wide barrier since):
 // full[s] completes when a box has landed, empty[s] when the share's nt warps have read it (lane 0 of
@@ -128,6 +130,13 @@ __device__ inline void wait_or_trap(std::uint64_t* bar, unsigned parity) {
 // weights stream while the block does other work. The maps live in global memory (the layer table).
 // The share comes by value, as to every phase below: a share behind a reference lives in local memory,
 // and each barrier's "memory" clobber reloads its fields on the loop's path.
+__device__ inline void issue_box(unsigned ring, std::uint64_t* full, const GemmShare& g, Cursor c, int b,
+                                 bool evict_first, std::uint64_t pol) {
+  ptx::mbar_arrive_expect_tx(&full[c.s], static_cast<unsigned>(g.stage_bytes));
+  const unsigned dst = ring + static_cast<unsigned>(c.s * g.stage_bytes);
+  if (evict_first) ptx::tma_load_3d_hint(dst, g.map, kBoxK * b, g.n0, 0, &full[c.s], pol);
+  else ptx::tma_load_3d(dst, g.map, kBoxK * b, g.n0, 0, &full[c.s]);
+}
 __device__ void produce(unsigned ring, std::uint64_t* full, std::uint64_t* empty, const GemmShare g, int from,
                         int to, bool evict_first) {
   if (from == 0 && to > 0) ptx::fence_tensormap_acquire(g.map);
@@ -136,11 +145,21 @@ __device__ void produce(unsigned ring, std::uint64_t* full, std::uint64_t* empty
   for (int b = from; b < to; ++b, c.next(g.S)) {
     // Box b - S's release: the previous round's phase.
     if (b >= g.S) wait_or_trap(&empty[c.s], c.phase ^ 1u);
-    ptx::mbar_arrive_expect_tx(&full[c.s], static_cast<unsigned>(g.stage_bytes));
-    const unsigned dst = ring + static_cast<unsigned>(c.s * g.stage_bytes);
-    if (evict_first) ptx::tma_load_3d_hint(dst, g.map, kBoxK * b, g.n0, 0, &full[c.s], pol);
-    else ptx::tma_load_3d(dst, g.map, kBoxK * b, g.n0, 0, &full[c.s]);
+    issue_box(ring, full, g, c, b, evict_first, pol);
   }
+}
+// The producer while the block waits at a grid barrier (or runs the SSM step, which its warp takes no
+// part in): the share's first ring from box 0, until thread 0 has seen barrier `k` pass (`passed` > k)
+// or the ring is full. A bulk copy's issue waits while the SM's copy queue is full, so boxes are asked
+// for one at a time, looking at the barrier between them. Returns the boxes asked for.
+__device__ int produce_until(unsigned ring, std::uint64_t* full, const GemmShare g, bool evict_first,
+                             const volatile unsigned* passed, unsigned k) {
+  const int to = first_ring(g);
+  if (to > 0) ptx::fence_tensormap_acquire(g.map);
+  const std::uint64_t pol = evict_first ? ptx::l2_evict_first() : 0;
+  int b = 0;
+  for (Cursor c; b < to && *passed <= k; ++b, c.next(g.S)) issue_box(ring, full, g, c, b, evict_first, pol);
+  return b;
 }
 
 // Asks L2 to keep [p, p + bytes) (trimmed inward to 16-byte ends: a hint, never past the span).
@@ -179,7 +198,6 @@ __device__ void keep_layer_in_l2(const PersistentDecode& job, const PersistentMa
     keep_in_l2(L.D, static_cast<std::size_t>(sh.heads) * 4, pol);
   }
 }
-__device__ inline int first_ring(const GemmShare& g) { return g.nt > 0 ? min(g.boxes, g.S) : 0; }
 
 // Consumer warp `warp` (< g.nt): its 16 columns over K, k16 steps ascending into one fp32 accumulator
 // per output from zero, as every GEMM of gemm() runs them (gemm_swap_ab_mma.cuh reads its fragments
@@ -309,8 +327,11 @@ __device__ __noinline__ void in_proj_phase(const PersistentDecode& job, const Pe
 #pragma unroll
     for (int h = 0; h < 2; ++h) conv_column_load(ep, 1, 0, in.n0 + 16 * warp + lane / 4 + 8 * h, cc[h]);
   }
+  // The z columns keep silu(z), the gated norm's factor (the launches evaluate it in the conv's launch,
+  // ops.h's GateJob: the same function of the same float): its exps leave the gated norm's path.
+  const int I = sh.inner();
   consume(ring, full, empty, in, arow, L.in_b, warp, lane, [&](int h, int n, float v) {
-    zx[n] = v;
+    zx[n] = n < I ? norm_row::gate_factor(v, false) : v;
     conv_column_store(ep, cc[h], 0, 0, v);
   });
 }
@@ -365,8 +386,8 @@ __device__ __noinline__ void ssm_phase(const PersistentDecode& job, const Persis
   }
 }
 
-// 4a. The gated norm of the whole row (gated_rmsnorm's held form, group by group) into out_proj's bf16
-// input. Every thread of the block.
+// 4a. The gated norm of the whole row (gated_rmsnorm's held form, group by group; z is silu(z) already)
+// into out_proj's bf16 input. Every thread of the block.
 __device__ __noinline__ void gated_norm_phase(const PersistentDecode& job, const PersistentMambaLayer& L,
                                               uint16_t* arow) {
   const PersistentDecodeShape sh = job.shape;
@@ -377,8 +398,9 @@ __device__ __noinline__ void gated_norm_phase(const PersistentDecode& job, const
     float wk[norm_row::kHeld];
     norm_row::load_held_weights(w + at, group, wk);
     uint16_t* dst = arow + at;
-    norm_row::gated_norm_held(y + at, zx + at, group, wk, sh.eps, sh.norm_before_gate,
-                              [&](int i, float o) { dst[i] = norm_row::bf16_bits(o); });
+    norm_row::gated_norm_held(
+        y + at, zx + at, group, wk, sh.eps, sh.norm_before_gate, [&](int i, float o) { dst[i] = norm_row::bf16_bits(o); },
+        /*activated=*/true);
   }
 }
 
@@ -390,12 +412,13 @@ __device__ __noinline__ void out_proj_phase(const PersistentDecode& job, const P
   consume(ring, full, empty, out, arow, L.out_b, warp, lane, [&](int, int n, float v) { o[n] = v; });
 }
 
-// The producer's part of out_proj's phase: the rest of its boxes, then (kPersistentNextL2) the next
-// in_proj's first ring asked of L2 while out_proj's chain runs and the barrier passes (its copies into
-// the ring start only after the next ring_reset).
+// The producer's part of out_proj's phase: the boxes not asked for during the SSM step, then
+// (kPersistentSmallL2) the next layer's norm weights asked of L2, and (kPersistentNextL2) the next
+// in_proj's first ring asked of L2 while out_proj's chain runs (its copies into the ring start at the
+// grid barrier after it).
 __device__ __noinline__ void out_proj_producer(const PersistentDecode& job, int l, unsigned ring, u64* full,
-                                               u64* empty, const GemmShare out, std::size_t ring_bytes) {
-  produce(ring, full, empty, out, first_ring(out), out.nt > 0 ? out.boxes : 0, job.weights_evict_first);
+                                               u64* empty, const GemmShare out, int from, std::size_t ring_bytes) {
+  produce(ring, full, empty, out, from, out.nt > 0 ? out.boxes : 0, job.weights_evict_first);
   if (job.small_l2 && l + 1 < job.shape.layers)
     keep_slice_in_l2(job.layers[l + 1].norm_w, static_cast<std::size_t>(job.shape.hidden) * 4, ptx::l2_evict_last());
   if (!job.next_l2 || l + 1 >= job.shape.layers) return;
@@ -404,13 +427,19 @@ __device__ __noinline__ void out_proj_producer(const PersistentDecode& job, int 
   for (int b = 0; b < first_ring(next); ++b) ptx::tma_prefetch_l2_3d(next.map, kBoxK * b, next.n0, 0);
 }
 
+// Warps 0..6 (named barrier 2): every warp but the producer's, at the grid barriers the producer spends
+// asking for weights.
+__device__ inline void others_sync() { asm volatile("bar.sync 2, %0;\n" ::"n"(kThreads - 32) : "memory"); }
+
 __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __grid_constant__ PersistentDecode job) {
   extern __shared__ unsigned char smem_raw[];
   __shared__ u64 full[kMaxStages], empty[kMaxStages];
+  __shared__ unsigned passed;  // the grid barriers thread 0 has seen pass (the producer's stop)
   const PersistentDecodeShape& sh = job.shape;
   const Layout lo = layout_of(sh);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int t = static_cast<int>(threadIdx.x), D = sh.hidden, I = sh.inner(), proj = sh.proj();
+  const bool producer = warp == kProducer && lane == 0;
   // The 128-byte swizzle repeats every 1024 bytes: the regions start on 1024 from here.
   const unsigned base = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
   unsigned char* smem = smem_raw + (base - ptx::smem_addr(smem_raw));
@@ -418,66 +447,90 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
   float* resid = reinterpret_cast<float*>(smem + lo.resid);
   float* ssm = reinterpret_cast<float*>(smem + lo.ssu);
   const unsigned ring = base + static_cast<unsigned>(lo.ring);
+  volatile unsigned* stop = &passed;
   for (int i = t; i < D; i += kThreads) resid[i] = job.resid[i];
-  unsigned target = 0;
-  int l = 0;
+  if (t == 0) *stop = 0;
+  unsigned target = 0, k = 0;  // k: the grid barriers passed (thread 0 writes k + 1 to `passed` at each)
+  int l = 0, asked = 0;        // asked: the producer's boxes of the ring's GEMM asked for so far
   auto mark = [&](int point) {
     if (job.trace && t == 0)
       job.trace[(static_cast<std::size_t>(l) * kTracePoints + point) * gridDim.x + blockIdx.x] = ptx::global_timer_ns();
   };
+  // A grid barrier at which the producer asks for `next`'s first ring until the barrier has passed
+  // (after: the whole block) or, at the barrier before the SSM step, until the one after it has
+  // (after: the others; the producer's warp takes no part in the SSM step).
+  auto barrier_streaming = [&](const GemmShare& next, bool to_the_next_barrier) {
+    const unsigned until = to_the_next_barrier ? k + 1 : k;
+    if (producer) asked = produce_until(ring, full, next, job.weights_evict_first, stop, until);
+    const unsigned mine = k;
+    auto say = [&] { *stop = mine + 1; };
+    if (to_the_next_barrier) {
+      if (warp != kProducer) grid_barrier(job.barrier, target, Nothing{}, others_sync, say);
+    } else {
+      grid_barrier(job.barrier, target, Nothing{}, WholeBlock{}, say);
+    }
+    ++k;
+  };
+  // The first layer's in_proj ring.
+  ring_reset(full, empty, share_of(job.layers[0].in_maps, proj, D, lo.ring_bytes).nt, true);
+  __syncthreads();
 
   for (; l < sh.layers; ++l) {
     const PersistentMambaLayer& L = job.layers[l];
     const GemmShare in = share_of(L.in_maps, proj, D, lo.ring_bytes);
     const GemmShare out = share_of(L.out_maps, D, I, lo.ring_bytes);
-    // The previous GEMM's boxes are all read (a grid barrier since): the ring is made afresh for
-    // in_proj, whose first ring of weights then streams while the block normalises.
-    ring_reset(full, empty, in.nt, l == 0);
-    __syncthreads();
     mark(0);
-    if (warp == kProducer && lane == 0) {
-      if (job.small_l2) keep_layer_in_l2(job, L);
-      produce(ring, full, empty, in, 0, first_ring(in), job.weights_evict_first);
-    }
+    // 1. The norm (the whole block, the producer's lane too), then in_proj: the boxes not yet asked for
+    // stream while the consumers read the first.
+    if (producer && l == 0 && job.small_l2) keep_layer_in_l2(job, L);
     add_norm_phase(job, L, l > 0, resid, arow);
     __syncthreads();  // A's row on chip before a consumer reads it
     mark(1);
     if (warp == kProducer) {
-      if (lane == 0) produce(ring, full, empty, in, first_ring(in), in.nt > 0 ? in.boxes : 0, job.weights_evict_first);
+      if (lane == 0) produce(ring, full, empty, in, asked, in.nt > 0 ? in.boxes : 0, job.weights_evict_first);
     } else if (warp < in.nt) {
       in_proj_phase(job, L, ring, full, empty, in, arow, warp, lane);
     }
-    if (job.trace) __syncthreads();
+    // 2. The block's in_proj boxes all read and asked for: the ring is made afresh for out_proj, whose
+    // first ring streams through the grid barrier and the SSM step.
+    __syncthreads();
     mark(2);
-    grid_barrier(job.barrier, target);
-    mark(3);  // the SSM step reads every channel's conv output and dt
-
-    // out_proj's ring, whose first boxes stream during the SSM step and the gated norm (kPersistentNextL2:
-    // the rest asked of L2 meanwhile, so that out_proj's phase reads L2 while its chain runs).
     ring_reset(full, empty, out.nt, false);
     __syncthreads();
-    if (warp == kProducer && lane == 0) {
-      produce(ring, full, empty, out, 0, first_ring(out), job.weights_evict_first);
-      if (job.next_l2 && out.nt > 0)
-        for (int b = first_ring(out); b < out.boxes; ++b) ptx::tma_prefetch_l2_3d(out.map, kBoxK * b, out.n0, 0);
+    if (warp == kProducer) {
+      barrier_streaming(out, true);  // the SSM step reads every channel's conv output and dt
+    } else {
+      barrier_streaming(out, true);
+      mark(3);
+      if (t < kSsuThreads) ssm_phase(job, L, ssm);
+      if (job.trace) others_sync();
+      mark(4);
     }
-    if (t < kSsuThreads) ssm_phase(job, L, ssm);
-    if (job.trace) __syncthreads();
-    mark(4);
-    grid_barrier(job.barrier, target);  // the gated norm reads every head's output
+    // 3. The gated norm reads every head's output: the others' writes gathered, then the whole block.
+    grid_barrier(job.barrier, target, [&] { if (warp != kProducer) others_sync(); }, WholeBlock{},
+                 [&] { *stop = k + 1; });
+    ++k;
     mark(5);
-
     gated_norm_phase(job, L, arow);
     __syncthreads();  // out_proj's A row on chip
     mark(6);
     if (warp == kProducer) {
-      if (lane == 0) out_proj_producer(job, l, ring, full, empty, out, lo.ring_bytes);
+      if (lane == 0) out_proj_producer(job, l, ring, full, empty, out, asked, lo.ring_bytes);
     } else if (warp < out.nt) {
       out_proj_phase(job, L, ring, full, empty, out, arow, warp, lane);
     }
-    if (job.trace) __syncthreads();
+    // 4. The next layer's norm reads the whole row. Its in_proj ring streams through the barrier.
+    __syncthreads();
     mark(7);
-    grid_barrier(job.barrier, target);  // the next layer's norm reads the whole row
+    if (l + 1 < sh.layers) {
+      const GemmShare next = share_of(job.layers[l + 1].in_maps, proj, D, lo.ring_bytes);
+      ring_reset(full, empty, next.nt, false);
+      __syncthreads();
+      if (producer && job.small_l2) keep_layer_in_l2(job, job.layers[l + 1]);
+      barrier_streaming(next, false);
+    } else {
+      grid_barrier(job.barrier, target, Nothing{}, WholeBlock{});
+    }
     mark(8);
   }
   // The last layer's residual add (add_inplace's x + y), for the final norm.
