@@ -70,6 +70,7 @@ struct PersistentDecode {
   bool next_l2 = false;         // kPersistentNextL2's L2 requests
   bool small_l2 = false;        // kPersistentSmallL2
   bool weights_evict_first = false;  // kPersistentEvictFirst
+  bool late_release = false;         // kPersistentLateRelease
   // kPersistentTrace: each block's thread 0 writes the clock at the step's kTracePoints points a layer,
   // [layer][point][block] (ns); null otherwise.
   unsigned long long* trace = nullptr;
@@ -96,11 +97,15 @@ inline constexpr int kPersistentDecodeDefault = kPersistentOff;
 // Or'd into a mode (benchmarks only): the step also records where its time goes (PersistentTrace);
 // kPersistentSmallL2: each block asks L2 (to keep) for its share of the layer's SSM state and small
 // parameters before the weights' copies queue ahead of them, and for the next layer's norm weights
-// during out_proj; kPersistentEvictFirst: the weights' copies ask L2 to evict them first.
+// during out_proj; kPersistentEvictFirst: the weights' copies ask L2 to evict them first;
+// kPersistentLateRelease: a GEMM consumer frees a box's stage after the box's first step, not right
+// after reading it (the arrival orders only loads that have long landed).
 inline constexpr int kPersistentTrace = 8;
 inline constexpr int kPersistentSmallL2 = 16;
 inline constexpr int kPersistentEvictFirst = 32;
-inline constexpr int kPersistentFlags = kPersistentTrace | kPersistentSmallL2 | kPersistentEvictFirst;
+inline constexpr int kPersistentLateRelease = 64;
+inline constexpr int kPersistentFlags =
+    kPersistentTrace | kPersistentSmallL2 | kPersistentEvictFirst | kPersistentLateRelease;
 int persistent_decode();
 void set_persistent_decode(int mode);
 
