@@ -153,8 +153,8 @@ __device__ void produce(unsigned ring, std::uint64_t* full, std::uint64_t* empty
 // or the ring is full. A bulk copy's issue waits while the SM's copy queue is full, so boxes are asked
 // for one at a time, looking at the barrier between them. Returns the boxes asked for.
 __device__ int produce_until(unsigned ring, std::uint64_t* full, const GemmShare g, bool evict_first,
-                             const volatile unsigned* passed, unsigned k) {
-  const int to = first_ring(g);
+                             const volatile unsigned* passed, unsigned k, int cap) {
+  const int to = cap > 0 && cap < first_ring(g) ? cap : first_ring(g);
   if (to > 0) ptx::fence_tensormap_acquire(g.map);
   const std::uint64_t pol = evict_first ? ptx::l2_evict_first() : 0;
   int b = 0;
@@ -204,10 +204,7 @@ __device__ void keep_layer_in_l2(const PersistentDecode& job, const PersistentMa
 // the same way); A's one row is `arow` (bf16, on chip; the n8 tile's other columns are zero). Lanes
 // with q = 0 hold columns n and n + 8 of row 0: out(h, n, value) for those below N, value = the sum
 // (+ bias[n]). A 32-deep last box runs its two real steps only (a step on zeros could turn a -0 into +0).
-// kLate (kPersistentLateRelease): box b's stage is freed after box b's first step instead of right after
-// its fragments are read, so that the arrival (a release: it orders the warp's earlier reads of the
-// stage) never waits on the reads it follows; its fragments were read a box earlier.
-template <bool kLate, class Out>
+template <class Out>
 __device__ void consume(unsigned ring, std::uint64_t* full, std::uint64_t* empty, const GemmShare g,
                         const uint16_t* arow, const float* bias, int warp, int lane, Out out) {
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -220,8 +217,7 @@ __device__ void consume(unsigned ring, std::uint64_t* full, std::uint64_t* empty
   // ldmatrix lanes 0-15 address the warp's 16 rows at chunk 2kk, lanes 16-31 at 2kk + 1, in the 128-byte
   // swizzle. B (column g, rows 2q, 2q + 1 and 2q + 8, 2q + 9): A's row for g = 0, else zero; read here, a
   // box ahead, so that no step waits on a shared load (a 32-deep last box's steps 2 and 3 never run).
-  Cursor c;     // box b's stage and phase: the boxes are loaded in order
-  Cursor done;  // kLate: the next box whose stage is freed
+  Cursor c;  // box b's stage and phase: the boxes are loaded in order
   auto load = [&](Frag& f, int b) {
     wait_or_trap(&full[c.s], c.phase);
     const unsigned st = ring + static_cast<unsigned>(c.s * g.stage_bytes);
@@ -238,16 +234,9 @@ __device__ void consume(unsigned ring, std::uint64_t* full, std::uint64_t* empty
     }
     // The fragments are read: the stage may be refilled (the arrival orders the warp's reads before the
     // next bulk copy, as the GEMMs' consumers release theirs).
-    if constexpr (!kLate) {
-      __syncwarp();
-      ptx::mbar_arrive_lane0(&empty[c.s], lane);
-    }
-    c.next(g.S);
-  };
-  auto release_late = [&] {
     __syncwarp();
-    ptx::mbar_arrive_lane0(&empty[done.s], lane);
-    done.next(g.S);
+    ptx::mbar_arrive_lane0(&empty[c.s], lane);
+    c.next(g.S);
   };
   auto step = [&](const Frag& f, int kk) { ptx::mma_bf16(acc, f.a[kk], f.b[kk]); };
   // Box b from cur: step 0, then box b + 1's fragments into nxt (read while step 0's result is pending),
@@ -255,7 +244,6 @@ __device__ void consume(unsigned ring, std::uint64_t* full, std::uint64_t* empty
   // dynamically indexed registers).
   auto box = [&](const Frag& cur, Frag& nxt, int b) {
     step(cur, 0);
-    if constexpr (kLate) release_late();
     if (b + 1 < g.boxes) load(nxt, b + 1);
     step(cur, 1);
     if (g.K - kBoxK * b >= kBoxK) {
@@ -316,7 +304,6 @@ __device__ __noinline__ void add_norm_phase(const PersistentDecode& job, const P
 
 // 2. in_proj, consumer warp `warp` of the block's share: the owners of conv channels and dt columns do
 // the conv and dt in the epilogue (conv_epilogue.h, conv_row.cuh).
-template <bool kLate>
 __device__ __noinline__ void in_proj_phase(const PersistentDecode& job, const PersistentMambaLayer& L, unsigned ring,
                                            u64* full, u64* empty, const GemmShare in, const uint16_t* arow, int warp,
                                            int lane) {
@@ -343,11 +330,10 @@ __device__ __noinline__ void in_proj_phase(const PersistentDecode& job, const Pe
   // The z columns keep silu(z), the gated norm's factor (the launches evaluate it in the conv's launch,
   // ops.h's GateJob: the same function of the same float): its exps leave the gated norm's path.
   const int I = sh.inner();
-  auto store = [&](int h, int n, float v) {
+  consume(ring, full, empty, in, arow, L.in_b, warp, lane, [&](int h, int n, float v) {
     zx[n] = n < I ? norm_row::gate_factor(v, false) : v;
     conv_column_store(ep, cc[h], 0, 0, v);
-  };
-  consume<kLate>(ring, full, empty, in, arow, L.in_b, warp, lane, store);
+  });
 }
 
 // Threads 0..kSsuThreads-1 of the block; the others pass by.
@@ -419,13 +405,11 @@ __device__ __noinline__ void gated_norm_phase(const PersistentDecode& job, const
 }
 
 // 4b. out_proj, consumer warp `warp` of the block's share.
-template <bool kLate>
 __device__ __noinline__ void out_proj_phase(const PersistentDecode& job, const PersistentMambaLayer& L, unsigned ring,
                                             u64* full, u64* empty, const GemmShare out, const uint16_t* arow,
                                             int warp, int lane) {
   float* o = job.out;
-  auto store = [&](int, int n, float v) { o[n] = v; };
-  consume<kLate>(ring, full, empty, out, arow, L.out_b, warp, lane, store);
+  consume(ring, full, empty, out, arow, L.out_b, warp, lane, [&](int, int n, float v) { o[n] = v; });
 }
 
 // The producer's part of out_proj's phase: the boxes not asked for during the SSM step, then
@@ -447,9 +431,6 @@ __device__ __noinline__ void out_proj_producer(const PersistentDecode& job, int 
 // asking for weights.
 __device__ inline void others_sync() { asm volatile("bar.sync 2, %0;\n" ::"n"(kThreads - 32) : "memory"); }
 
-// kLate: kPersistentLateRelease (a kernel of its own: a second call site of each GEMM phase would raise the
-// registers live across the calls, and the phases would spill).
-template <bool kLate>
 __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __grid_constant__ PersistentDecode job) {
   extern __shared__ unsigned char smem_raw[];
   __shared__ u64 full[kMaxStages], empty[kMaxStages];
@@ -480,7 +461,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
   // (after: the others; the producer's warp takes no part in the SSM step).
   auto barrier_streaming = [&](const GemmShare& next, bool to_the_next_barrier) {
     const unsigned until = to_the_next_barrier ? k + 1 : k;
-    if (producer) asked = produce_until(ring, full, next, job.weights_evict_first, stop, until);
+    if (producer) asked = produce_until(ring, full, next, job.weights_evict_first, stop, until, job.lead_cap);
     const unsigned mine = k;
     auto say = [&] { *stop = mine + 1; };
     if (to_the_next_barrier) {
@@ -508,7 +489,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
     if (warp == kProducer) {
       if (lane == 0) produce(ring, full, empty, in, asked, in.nt > 0 ? in.boxes : 0, job.weights_evict_first);
     } else if (warp < in.nt) {
-      in_proj_phase<kLate>(job, L, ring, full, empty, in, arow, warp, lane);
+      in_proj_phase(job, L, ring, full, empty, in, arow, warp, lane);
     }
     // 2. The block's in_proj boxes all read and asked for: the ring is made afresh for out_proj, whose
     // first ring streams through the grid barrier and the SSM step.
@@ -536,7 +517,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
     if (warp == kProducer) {
       if (lane == 0) out_proj_producer(job, l, ring, full, empty, out, asked, lo.ring_bytes);
     } else if (warp < out.nt) {
-      out_proj_phase<kLate>(job, L, ring, full, empty, out, arow, warp, lane);
+      out_proj_phase(job, L, ring, full, empty, out, arow, warp, lane);
     }
     // 4. The next layer's norm reads the whole row. Its in_proj ring streams through the barrier.
     __syncthreads();
@@ -569,12 +550,12 @@ void allow_smem(std::size_t bytes) {
   const std::lock_guard<std::mutex> lock(mu);
   std::size_t& h = have[dev];
   if (h >= bytes) return;
-  for (auto* kernel : {persistent_decode_kernel<false>, persistent_decode_kernel<true>})
-    outside_capture(
-        [&] {
-          return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-        },
-        "persistent decode: shared memory limit");
+  outside_capture(
+      [&] {
+        return cudaFuncSetAttribute(persistent_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(bytes));
+      },
+      "persistent decode: shared memory limit");
   h = bytes;
 }
 
@@ -639,8 +620,7 @@ std::string persistent_decode_unfit(const PersistentDecodeShape& s) {
   const std::size_t smem = lo.total;
   if (smem > static_cast<std::size_t>(kMaxSmem)) return "shared memory above the SM's";
   allow_smem(smem);
-  for (auto* kernel : {persistent_decode_kernel<false>, persistent_decode_kernel<true>})
-    if (blocks_per_sm(kernel, kThreads, smem) < 1) return "no block fits on an SM";
+  if (blocks_per_sm(persistent_decode_kernel, kThreads, smem) < 1) return "no block fits on an SM";
   return {};
 }
 
@@ -669,9 +649,7 @@ void persistent_decode_step(const PersistentDecode& job, cudaStream_t s) {
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  cuda_check(cudaLaunchKernelEx(&cfg, job.late_release ? persistent_decode_kernel<true> : persistent_decode_kernel<false>,
-                                job),
-             "persistent decode");
+  cuda_check(cudaLaunchKernelEx(&cfg, persistent_decode_kernel, job), "persistent decode");
 }
 
 }  // namespace parity::cuda

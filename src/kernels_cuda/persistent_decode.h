@@ -70,7 +70,7 @@ struct PersistentDecode {
   bool next_l2 = false;         // kPersistentNextL2's L2 requests
   bool small_l2 = false;        // kPersistentSmallL2
   bool weights_evict_first = false;  // kPersistentEvictFirst
-  bool late_release = false;         // kPersistentLateRelease
+  int lead_cap = 0;                  // persistent_lead_cap(mode)
   // kPersistentTrace: each block's thread 0 writes the clock at the step's kTracePoints points a layer,
   // [layer][point][block] (ns); null otherwise.
   unsigned long long* trace = nullptr;
@@ -97,15 +97,17 @@ inline constexpr int kPersistentDecodeDefault = kPersistentOff;
 // Or'd into a mode (benchmarks only): the step also records where its time goes (PersistentTrace);
 // kPersistentSmallL2: each block asks L2 (to keep) for its share of the layer's SSM state and small
 // parameters before the weights' copies queue ahead of them, and for the next layer's norm weights
-// during out_proj; kPersistentEvictFirst: the weights' copies ask L2 to evict them first;
-// kPersistentLateRelease: a GEMM consumer frees a box's stage after the box's first step, not right
-// after reading it (the arrival orders only loads that have long landed).
+// during out_proj; kPersistentEvictFirst: the weights' copies ask L2 to evict them first.
 inline constexpr int kPersistentTrace = 8;
 inline constexpr int kPersistentSmallL2 = 16;
 inline constexpr int kPersistentEvictFirst = 32;
-inline constexpr int kPersistentLateRelease = 64;
-inline constexpr int kPersistentFlags =
-    kPersistentTrace | kPersistentSmallL2 | kPersistentEvictFirst | kPersistentLateRelease;
+inline constexpr int kPersistentFlags = kPersistentTrace | kPersistentSmallL2 | kPersistentEvictFirst;
+// Or'd into a mode as c << kPersistentLeadShift (benchmarks): at a grid barrier the producer asks for at
+// most c boxes of the next GEMM (0: its whole first ring). A copy's issue waits while the SM's copy queue
+// is full, and the block waits at the barrier for the producer's lane (the norms need its warp).
+inline constexpr int kPersistentLeadShift = 8;
+inline int persistent_lead_cap(int mode) { return mode >> kPersistentLeadShift; }
+inline int persistent_mode_of(int mode) { return mode & ((1 << kPersistentLeadShift) - 1) & ~kPersistentFlags; }
 int persistent_decode();
 void set_persistent_decode(int mode);
 
