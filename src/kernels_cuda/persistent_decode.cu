@@ -199,6 +199,9 @@ __device__ void keep_layer_in_l2(const PersistentDecode& job, const PersistentMa
   }
 }
 
+// 16 zero bytes: the rows of the n8 tile's columns 1..7 for the B fragments' ldmatrix (below).
+__shared__ alignas(16) unsigned zero_row[4];
+
 // Consumer warp `warp` (< g.nt): its 16 columns over K, k16 steps ascending into one fp32 accumulator
 // per output from zero, as every GEMM of gemm() runs them (gemm_swap_ab_mma.cuh reads its fragments
 // the same way); A's one row is `arow` (bf16, on chip; the n8 tile's other columns are zero). Lanes
@@ -211,12 +214,17 @@ __device__ void consume(unsigned ring, std::uint64_t* full, std::uint64_t* empty
   const int gq = lane / 4, q = lane % 4, wr = 16 * warp + lane % 16;
   struct Frag {
     unsigned a[4][4];  // a box's four m16k16 fragments
-    unsigned b[4][2];  // its four k16n8 B fragments (A's row)
+    unsigned b[2][4];  // its four k16n8 B fragments (A's row), two steps' to an ldmatrix
   };
+  // B for steps 2p, 2p + 1 by one ldmatrix.x4: matrix m (lanes 8m..8m+7 give its rows) is step 2p + m / 2's
+  // k half m % 2, whose row 0 is A's row there and rows 1..7 zero_row; so lane (g, q) gets A's values
+  // 2q, 2q + 1 of that half for g = 0 and zeros else, the B fragment the shared loads gave before.
+  const unsigned b_row = lane % 8 == 0 ? ptx::smem_addr(arow) + 2u * (16u * ((lane / 8) / 2) + 8u * ((lane / 8) % 2))
+                                       : 0u;
+  const unsigned zero = ptx::smem_addr(zero_row);
   // Box b's fragments, then the stage's release. A (W's rows g, g + 8 at k 2q.., then at 2q + 8..):
   // ldmatrix lanes 0-15 address the warp's 16 rows at chunk 2kk, lanes 16-31 at 2kk + 1, in the 128-byte
-  // swizzle. B (column g, rows 2q, 2q + 1 and 2q + 8, 2q + 9): A's row for g = 0, else zero; read here, a
-  // box ahead, so that no step waits on a shared load (a 32-deep last box's steps 2 and 3 never run).
+  // swizzle. Read a box ahead, so that no step waits on a shared load.
   Cursor c;  // box b's stage and phase: the boxes are loaded in order
   auto load = [&](Frag& f, int b) {
     wait_or_trap(&full[c.s], c.phase);
@@ -225,20 +233,18 @@ __device__ void consume(unsigned ring, std::uint64_t* full, std::uint64_t* empty
     for (int kk = 0; kk < 4; ++kk) ptx::ldmatrix_x4(st + wr * 128 + (((2 * kk + lane / 16) ^ (wr & 7)) << 4), f.a[kk]);
     const int k0 = kBoxK * b;
     const bool deep = g.K - k0 >= kBoxK;
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const bool real = gq == 0 && (kk < 2 || deep);
-      const uint16_t* at = arow + k0 + 16 * kk + 2 * q;
-      f.b[kk][0] = real ? *reinterpret_cast<const unsigned*>(at) : 0u;
-      f.b[kk][1] = real ? *reinterpret_cast<const unsigned*>(at + 8) : 0u;
-    }
+    ptx::ldmatrix_x4(b_row ? b_row + 2u * static_cast<unsigned>(k0) : zero, f.b[0]);
+    ptx::ldmatrix_x4(b_row && deep ? b_row + 2u * static_cast<unsigned>(k0 + 32) : zero, f.b[1]);
     // The fragments are read: the stage may be refilled (the arrival orders the warp's reads before the
     // next bulk copy, as the GEMMs' consumers release theirs).
     __syncwarp();
     ptx::mbar_arrive_lane0(&empty[c.s], lane);
     c.next(g.S);
   };
-  auto step = [&](const Frag& f, int kk) { ptx::mma_bf16(acc, f.a[kk], f.b[kk]); };
+  auto step = [&](const Frag& f, int kk) {
+    const unsigned b[2] = {f.b[kk / 2][2 * (kk % 2)], f.b[kk / 2][2 * (kk % 2) + 1]};
+    ptx::mma_bf16(acc, f.a[kk], b);
+  };
   // Box b from cur: step 0, then box b + 1's fragments into nxt (read while step 0's result is pending),
   // then steps 1..3. The two fragment sets take turns (the loop is unrolled by two: no copy, no
   // dynamically indexed registers).
@@ -450,6 +456,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
   volatile unsigned* stop = &passed;
   for (int i = t; i < D; i += kThreads) resid[i] = job.resid[i];
   if (t == 0) *stop = 0;
+  if (t < 4) zero_row[t] = 0u;
   unsigned target = 0, k = 0;  // k: the grid barriers passed (thread 0 writes k + 1 to `passed` at each)
   int l = 0, asked = 0;        // asked: the producer's boxes of the ring's GEMM asked for so far
   auto mark = [&](int point) {
