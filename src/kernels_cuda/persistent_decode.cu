@@ -222,15 +222,22 @@ __device__ void consume(unsigned ring, std::uint64_t* full, std::uint64_t* empty
   const unsigned b_row = lane % 8 == 0 ? ptx::smem_addr(arow) + 2u * (16u * ((lane / 8) / 2) + 8u * ((lane / 8) % 2))
                                        : 0u;
   const unsigned zero = ptx::smem_addr(zero_row);
-  // Box b's fragments, then the stage's release. A (W's rows g, g + 8 at k 2q.., then at 2q + 8..):
-  // ldmatrix lanes 0-15 address the warp's 16 rows at chunk 2kk, lanes 16-31 at 2kk + 1, in the 128-byte
-  // swizzle. Read a box ahead, so that no step waits on a shared load.
-  Cursor c;  // box b's stage and phase: the boxes are loaded in order
-  auto load = [&](Frag& f, int b) {
-    wait_or_trap(&full[c.s], c.phase);
-    const unsigned st = ring + static_cast<unsigned>(c.s * g.stage_bytes);
+  // Box b's fragments in three parts, each issued in the shadow of one step of the box before (a step's
+  // result takes ~24 cycles to feed the next, and a box's loads issue in ~90 cycles: back to back they
+  // doubled a box's time). A (W's rows g, g + 8 at k 2q.., then at 2q + 8..): ldmatrix lanes 0-15 address
+  // the warp's 16 rows at chunk 2kk, lanes 16-31 at 2kk + 1, in the 128-byte swizzle.
+  Cursor c;  // the next box's stage and phase: the boxes are loaded in order
+  unsigned st = 0;
+  auto load_a = [&](Frag& f, int kk0) {  // waits for the box's copy first when kk0 = 0
+    if (kk0 == 0) {
+      wait_or_trap(&full[c.s], c.phase);
+      st = ring + static_cast<unsigned>(c.s * g.stage_bytes);
+    }
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) ptx::ldmatrix_x4(st + wr * 128 + (((2 * kk + lane / 16) ^ (wr & 7)) << 4), f.a[kk]);
+    for (int kk = kk0; kk < kk0 + 2; ++kk)
+      ptx::ldmatrix_x4(st + wr * 128 + (((2 * kk + lane / 16) ^ (wr & 7)) << 4), f.a[kk]);
+  };
+  auto load_b = [&](Frag& f, int b) {
     const int k0 = kBoxK * b;
     const bool deep = g.K - k0 >= kBoxK;
     ptx::ldmatrix_x4(b_row ? b_row + 2u * static_cast<unsigned>(k0) : zero, f.b[0]);
@@ -242,15 +249,24 @@ __device__ void consume(unsigned ring, std::uint64_t* full, std::uint64_t* empty
     c.next(g.S);
   };
   auto step = [&](const Frag& f, int kk) {
-    const unsigned b[2] = {f.b[kk / 2][2 * (kk % 2)], f.b[kk / 2][2 * (kk % 2) + 1]};
-    ptx::mma_bf16(acc, f.a[kk], b);
+    const unsigned bf[2] = {f.b[kk / 2][2 * (kk % 2)], f.b[kk / 2][2 * (kk % 2) + 1]};
+    ptx::mma_bf16(acc, f.a[kk], bf);
   };
-  // Box b from cur: step 0, then box b + 1's fragments into nxt (read while step 0's result is pending),
-  // then steps 1..3. The two fragment sets take turns (the loop is unrolled by two: no copy, no
-  // dynamically indexed registers).
+  // Box b (not the last, so 64 deep) from cur, box b + 1's fragments into nxt between its steps. The two
+  // fragment sets take turns (the loop is unrolled by two: no copy, no dynamically indexed registers), and
+  // no branch but the copy's wait sits in the loop: a branch's predicate costs ~13 cycles before it.
   auto box = [&](const Frag& cur, Frag& nxt, int b) {
     step(cur, 0);
-    if (b + 1 < g.boxes) load(nxt, b + 1);
+    load_a(nxt, 0);
+    step(cur, 1);
+    load_a(nxt, 2);
+    step(cur, 2);
+    load_b(nxt, b + 1);
+    step(cur, 3);
+  };
+  // The last box: 32 deep runs its two real steps only.
+  auto last = [&](const Frag& cur, int b) {
+    step(cur, 0);
     step(cur, 1);
     if (g.K - kBoxK * b >= kBoxK) {
       step(cur, 2);
@@ -258,10 +274,19 @@ __device__ void consume(unsigned ring, std::uint64_t* full, std::uint64_t* empty
     }
   };
   Frag f0, f1;
-  load(f0, 0);
-  for (int b = 0; b < g.boxes; b += 2) {
+  load_a(f0, 0);
+  load_a(f0, 2);
+  load_b(f0, 0);
+  int b = 0;
+  for (; b + 2 < g.boxes; b += 2) {
     box(f0, f1, b);
-    if (b + 1 < g.boxes) box(f1, f0, b + 1);
+    box(f1, f0, b + 1);
+  }
+  if (b + 1 < g.boxes) {
+    box(f0, f1, b);
+    last(f1, b + 1);
+  } else {
+    last(f0, b);
   }
   if (q != 0) return;
 #pragma unroll
