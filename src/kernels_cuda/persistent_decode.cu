@@ -529,10 +529,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
     mark(2);
     ring_reset(full, empty, out.nt, false);
     __syncthreads();
-    if (warp == kProducer) {
-      barrier_streaming(out, true);  // the SSM step reads every channel's conv output and dt
-    } else {
-      barrier_streaming(out, true);
+    barrier_streaming(out, true);  // the SSM step reads every channel's conv output and dt
+    if (warp != kProducer) {
       mark(3);
       if (t < kSsuThreads) ssm_phase(job, L, ssm);
       if (job.trace) others_sync();
