@@ -70,7 +70,7 @@ struct PersistentDecode {
   bool next_l2 = false;         // kPersistentNextL2's L2 requests
   bool small_l2 = false;        // kPersistentSmallL2
   bool weights_evict_first = false;  // kPersistentEvictFirst
-  int lead_cap = 0;                  // persistent_lead_cap(mode)
+  int lead_window = 0;               // persistent_lead_window(mode)
   // kPersistentTrace: each block's thread 0 writes the clock at the step's kTracePoints points a layer,
   // [layer][point][block] (ns); null otherwise.
   unsigned long long* trace = nullptr;
@@ -102,12 +102,13 @@ inline constexpr int kPersistentTrace = 8;
 inline constexpr int kPersistentSmallL2 = 16;
 inline constexpr int kPersistentEvictFirst = 32;
 inline constexpr int kPersistentFlags = kPersistentTrace | kPersistentSmallL2 | kPersistentEvictFirst;
-// Or'd into a mode as c << kPersistentLeadShift (benchmarks): at a grid barrier the producer asks for at
-// most c boxes of the next GEMM (0: its whole first ring). A copy's issue waits while the SM's copy queue
-// is full, and the block waits at the barrier for the producer's lane (the norms need its warp).
-inline constexpr int kPersistentLeadShift = 8;
-inline int persistent_lead_cap(int mode) { return mode >> kPersistentLeadShift; }
-inline int persistent_mode_of(int mode) { return mode & ((1 << kPersistentLeadShift) - 1) & ~kPersistentFlags; }
+// Or'd into a mode as c << kPersistentWindowShift (benchmarks): at a grid barrier and through the SSM step the
+// producer keeps at most c · 4 KiB of the next GEMM's copies in flight (at least one box; 0: its whole first
+// ring at once). Every load a block makes, its barrier's polls and the SSM step's reads included, returns
+// behind the bytes already queued for its SM: ~200 KiB at once kept the barriers waiting ~10 µs a layer.
+inline constexpr int kPersistentWindowShift = 8;
+inline int persistent_lead_window(int mode) { return mode >> kPersistentWindowShift; }
+inline int persistent_mode_of(int mode) { return mode & ((1 << kPersistentWindowShift) - 1) & ~kPersistentFlags; }
 int persistent_decode();
 void set_persistent_decode(int mode);
 
