@@ -152,8 +152,8 @@ __device__ void produce(unsigned ring, std::uint64_t* full, std::uint64_t* empty
 // part in): the share's first ring from box 0, until thread 0 has seen barrier `k` pass (`passed` > k)
 // or the ring is full. A bulk copy's issue waits while the SM's copy queue is full, so boxes are asked
 // for one at a time, looking at the barrier between them. With `window` (4 KiB units) only that many
-// bytes are in flight: box b is asked for once box b - w has landed (the barrier's polls and the SSM
-// step's loads return behind what is queued for the SM). Returns the boxes asked for.
+// bytes are in flight: box b is asked for once box b - w has landed (a benchmark knob: no faster, as
+// measured). Returns the boxes asked for.
 __device__ int produce_until(unsigned ring, std::uint64_t* full, const GemmShare g, bool evict_first,
                              const volatile unsigned* passed, unsigned k, int window) {
   const int to = first_ring(g);

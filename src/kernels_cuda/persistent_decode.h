@@ -104,8 +104,8 @@ inline constexpr int kPersistentEvictFirst = 32;
 inline constexpr int kPersistentFlags = kPersistentTrace | kPersistentSmallL2 | kPersistentEvictFirst;
 // Or'd into a mode as c << kPersistentWindowShift (benchmarks): at a grid barrier and through the SSM step the
 // producer keeps at most c · 4 KiB of the next GEMM's copies in flight (at least one box; 0: its whole first
-// ring at once). Every load a block makes, its barrier's polls and the SSM step's reads included, returns
-// behind the bytes already queued for its SM: ~200 KiB at once kept the barriers waiting ~10 µs a layer.
+// ring at once). Written on the guess that a block's barrier polls return behind the bytes queued for its
+// SM; measured (session 31, docs/performance.md) it moves time from the barriers to in_proj, no faster.
 inline constexpr int kPersistentWindowShift = 8;
 inline int persistent_lead_window(int mode) { return mode >> kPersistentWindowShift; }
 inline int persistent_mode_of(int mode) { return mode & ((1 << kPersistentWindowShift) - 1) & ~kPersistentFlags; }
