@@ -1170,9 +1170,6 @@ BENCHMARK(BM_CudaPersistentDecode)
     ->ArgsProduct({{1, 2}, {0, 1}, {1}, {1}})  // where the step's time goes (the trace's clock reads)
     // with kPersistentSmallL2 (16) on ring, and 16, kPersistentEvictFirst (32), both (48) on next-l2
     ->ArgsProduct({{1 | 16, 2 | 16, 2 | 32, 2 | 48}, {0, 1}, {1}, {0, 1}})
-    // at most 16, 32, 64, 128 KiB in flight at a grid barrier (c << kPersistentWindowShift, c · 4 KiB), on
-    // next-l2 with 16 and 32
-    ->ArgsProduct({{50 | (4 << 8), 50 | (8 << 8), 50 | (16 << 8), 50 | (32 << 8)}, {0, 1}, {1}, {0, 1}})
     ->ArgNames({"persistent", "exact", "bf16", "trace"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

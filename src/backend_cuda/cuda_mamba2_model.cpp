@@ -227,7 +227,6 @@ void CudaMamba2Model::enqueue_persistent(Scratch& sc, const cuda::PassSeqs& ps, 
   job.barrier = run.persistent_barrier.data();
   const int mode = cuda::persistent_decode();
   job.next_l2 = cuda::persistent_mode_of(mode) == cuda::kPersistentNextL2;
-  job.lead_window = cuda::persistent_lead_window(mode);
   job.small_l2 = (mode & cuda::kPersistentSmallL2) != 0;
   job.weights_evict_first = (mode & cuda::kPersistentEvictFirst) != 0;
   if (mode & cuda::kPersistentTrace) job.trace = cuda::persistent_trace_buffer(cfg_.num_hidden_layers);

@@ -151,23 +151,14 @@ __device__ void produce(unsigned ring, std::uint64_t* full, std::uint64_t* empty
 // The producer while the block waits at a grid barrier (or runs the SSM step, which its warp takes no
 // part in): the share's first ring from box 0, until thread 0 has seen barrier `k` pass (`passed` > k)
 // or the ring is full. A bulk copy's issue waits while the SM's copy queue is full, so boxes are asked
-// for one at a time, looking at the barrier between them. With `window` (4 KiB units) only that many
-// bytes are in flight: box b is asked for once box b - w has landed (a benchmark knob: no faster, as
-// measured). Returns the boxes asked for.
+// for one at a time, looking at the barrier between them. Returns the boxes asked for.
 __device__ int produce_until(unsigned ring, std::uint64_t* full, const GemmShare g, bool evict_first,
-                             const volatile unsigned* passed, unsigned k, int window) {
+                             const volatile unsigned* passed, unsigned k) {
   const int to = first_ring(g);
   if (to > 0) ptx::fence_tensormap_acquire(g.map);
   const std::uint64_t pol = evict_first ? ptx::l2_evict_first() : 0;
-  const int w = window > 0 ? max(1, window * 4096 / g.stage_bytes) : to;
   int b = 0;
-  for (Cursor c; b < to && *passed <= k; ++b, c.next(g.S)) {
-    // The ring's first round: box b - w is in stage b - w, phase 0.
-    if (b >= w)
-      while (!ptx::mbar_test(&full[b - w], 0u))
-        if (*passed > k) return b;
-    issue_box(ring, full, g, c, b, evict_first, pol);
-  }
+  for (Cursor c; b < to && *passed <= k; ++b, c.next(g.S)) issue_box(ring, full, g, c, b, evict_first, pol);
   return b;
 }
 
@@ -502,7 +493,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
   // (after: the others; the producer's warp takes no part in the SSM step).
   auto barrier_streaming = [&](const GemmShare& next, bool to_the_next_barrier) {
     const unsigned until = to_the_next_barrier ? k + 1 : k;
-    if (producer) asked = produce_until(ring, full, next, job.weights_evict_first, stop, until, job.lead_window);
+    if (producer) asked = produce_until(ring, full, next, job.weights_evict_first, stop, until);
     const unsigned mine = k;
     auto say = [&] { *stop = mine + 1; };
     if (to_the_next_barrier) {

@@ -70,7 +70,6 @@ struct PersistentDecode {
   bool next_l2 = false;         // kPersistentNextL2's L2 requests
   bool small_l2 = false;        // kPersistentSmallL2
   bool weights_evict_first = false;  // kPersistentEvictFirst
-  int lead_window = 0;               // persistent_lead_window(mode)
   // kPersistentTrace: each block's thread 0 writes the clock at the step's kTracePoints points a layer,
   // [layer][point][block] (ns); null otherwise.
   unsigned long long* trace = nullptr;
@@ -102,13 +101,8 @@ inline constexpr int kPersistentTrace = 8;
 inline constexpr int kPersistentSmallL2 = 16;
 inline constexpr int kPersistentEvictFirst = 32;
 inline constexpr int kPersistentFlags = kPersistentTrace | kPersistentSmallL2 | kPersistentEvictFirst;
-// Or'd into a mode as c << kPersistentWindowShift (benchmarks): at a grid barrier and through the SSM step the
-// producer keeps at most c · 4 KiB of the next GEMM's copies in flight (at least one box; 0: its whole first
-// ring at once). Written on the guess that a block's barrier polls return behind the bytes queued for its
-// SM; measured (session 31, docs/performance.md) it moves time from the barriers to in_proj, no faster.
-inline constexpr int kPersistentWindowShift = 8;
-inline int persistent_lead_window(int mode) { return mode >> kPersistentWindowShift; }
-inline int persistent_mode_of(int mode) { return mode & ((1 << kPersistentWindowShift) - 1) & ~kPersistentFlags; }
+// The mode without its flags.
+inline int persistent_mode_of(int mode) { return mode & ~kPersistentFlags; }
 int persistent_decode();
 void set_persistent_decode(int mode);
 

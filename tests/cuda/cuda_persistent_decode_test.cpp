@@ -69,7 +69,7 @@ TEST(CudaPersistentDecode, Batch1StepsEqualTheLaunchesBitForBit) {
         backend_cuda::set_enforce_eager(*m, false);
         // The flags' L2 hints and trace take other instructions and addresses, never other values.
         constexpr int kAllFlags = cuda::kPersistentNextL2 | cuda::kPersistentSmallL2 | cuda::kPersistentEvictFirst |
-                                  cuda::kPersistentTrace | (3 << cuda::kPersistentWindowShift);
+                                  cuda::kPersistentTrace;
         for (int mode : test::sweep<int>({cuda::kPersistentRing, cuda::kPersistentNextL2, kAllFlags},
                                          {cuda::kPersistentNextL2})) {
           const std::string what = std::string(spec) + (exact ? " exact" : " plain") + (bf16 ? " bf16" : " fp32") +
