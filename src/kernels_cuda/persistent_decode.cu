@@ -148,17 +148,23 @@ __device__ void produce(unsigned ring, std::uint64_t* full, std::uint64_t* empty
     issue_box(ring, full, g, c, b, evict_first, pol);
   }
 }
+// The count of grid barriers passed, between thread 0 (which writes it) and the producer's lane (which
+// polls it while it asks for copies): shared-memory atomics, so the store and the polls are ordered
+// accesses (a plain or volatile pair is a data race by the memory model, and racecheck reports it).
+__device__ inline unsigned flag_read(unsigned* f) { return atomicOr(f, 0u); }
+__device__ inline void flag_write(unsigned* f, unsigned v) { atomicExch(f, v); }
+
 // The producer while the block waits at a grid barrier (or runs the SSM step, which its warp takes no
 // part in): the share's first ring from box 0, until thread 0 has seen barrier `k` pass (`passed` > k)
 // or the ring is full. A bulk copy's issue waits while the SM's copy queue is full, so boxes are asked
 // for one at a time, looking at the barrier between them. Returns the boxes asked for.
 __device__ int produce_until(unsigned ring, std::uint64_t* full, const GemmShare g, bool evict_first,
-                             const volatile unsigned* passed, unsigned k) {
+                             unsigned* passed, unsigned k) {
   const int to = first_ring(g);
   if (to > 0) ptx::fence_tensormap_acquire(g.map);
   const std::uint64_t pol = evict_first ? ptx::l2_evict_first() : 0;
   int b = 0;
-  for (Cursor c; b < to && *passed <= k; ++b, c.next(g.S)) issue_box(ring, full, g, c, b, evict_first, pol);
+  for (Cursor c; b < to && flag_read(passed) <= k; ++b, c.next(g.S)) issue_box(ring, full, g, c, b, evict_first, pol);
   return b;
 }
 
@@ -478,9 +484,9 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
   float* resid = reinterpret_cast<float*>(smem + lo.resid);
   float* ssm = reinterpret_cast<float*>(smem + lo.ssu);
   const unsigned ring = base + static_cast<unsigned>(lo.ring);
-  volatile unsigned* stop = &passed;
+  unsigned* stop = &passed;
   for (int i = t; i < D; i += kThreads) resid[i] = job.resid[i];
-  if (t == 0) *stop = 0;
+  if (t == 0) flag_write(stop, 0);
   if (t < 4) zero_row[t] = 0u;
   unsigned target = 0, k = 0;  // k: the grid barriers passed (thread 0 writes k + 1 to `passed` at each)
   int l = 0, asked = 0;        // asked: the producer's boxes of the ring's GEMM asked for so far
@@ -495,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
     const unsigned until = to_the_next_barrier ? k + 1 : k;
     if (producer) asked = produce_until(ring, full, next, job.weights_evict_first, stop, until);
     const unsigned mine = k;
-    auto say = [&] { *stop = mine + 1; };
+    auto say = [&] { flag_write(stop, mine + 1); };
     if (to_the_next_barrier) {
       if (warp != kProducer) grid_barrier(job.barrier, target, Nothing{}, others_sync, say);
     } else {
@@ -538,7 +544,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
     }
     // 3. The gated norm reads every head's output: the others' writes gathered, then the whole block.
     grid_barrier(job.barrier, target, [&] { if (warp != kProducer) others_sync(); }, WholeBlock{},
-                 [&] { *stop = k + 1; });
+                 [&] { flag_write(stop, k + 1); });
     ++k;
     mark(5);
     gated_norm_phase(job, L, arow);
