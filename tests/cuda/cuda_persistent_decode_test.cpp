@@ -13,11 +13,14 @@
 
 #include "backend_cuda/backend.h"
 #include "backend_cuda/decode_graphs.h"
+#include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/persistent_decode.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "tests/cuda/gpu_test_support.h"
 #include "tests/cuda/model_schedule.h"
+#include "tests/cuda/named_barriers.h"
 
 namespace parity {
 namespace {
@@ -198,4 +201,22 @@ TEST(CudaPersistentDecode, UnfitShapesSayWhy) {
 }
 
 }  // namespace
+// The step's block-level barriers alone: threads that skip the partial named barriers (the SSM step's
+// 128 threads, every warp but the producer's) still meet the rest at each block-wide barrier, so every
+// block_sum after them is right, read by the producer's lane. Session 32's racecheck reported hazards
+// in the step's norms between such threads across a block-wide barrier: racecheck over this kernel shows
+// whether the tool reports the pattern itself (docs/performance.md, "Session 32 on the H100").
+TEST(CudaPersistentDecode, BlockSumsAfterSkippedNamedBarriersAreRight) {
+  PARITY_REQUIRE_GPU();
+  const int rounds = test::pick(64, 8), blocks = 8;
+  cuda::DeviceBuffer<float> out(static_cast<std::size_t>(rounds) * blocks);
+  test::skipped_named_barrier_sums(out.data(), rounds, blocks, nullptr);
+  cuda::cuda_check(cudaDeviceSynchronize(), "skipped_named_barrier_sums");
+  const std::vector<float> got = out.download(out.size());
+  for (int r = 0; r < rounds; ++r)
+    for (int b = 0; b < blocks; ++b)
+      ASSERT_EQ(got[static_cast<std::size_t>(r) * blocks + b], 40768.0f + 384.0f * static_cast<float>(r))
+          << "round " << r << " block " << b;
+}
+
 }  // namespace parity
