@@ -200,7 +200,6 @@ TEST(CudaPersistentDecode, UnfitShapesSayWhy) {
   EXPECT_EQ(cuda::persistent_decode_unfit(w), "hidden size above the held norm's width");
 }
 
-}  // namespace
 // The step's block-level barriers alone: threads that skip the partial named barriers (the SSM step's
 // 128 threads, every warp but the producer's) still meet the rest at each block-wide barrier, so every
 // block_sum after them is right, read by the producer's lane. Session 32's racecheck reported hazards
@@ -219,4 +218,5 @@ TEST(CudaPersistentDecode, BlockSumsAfterSkippedNamedBarriersAreRight) {
           << "round " << r << " block " << b;
 }
 
+}  // namespace
 }  // namespace parity
