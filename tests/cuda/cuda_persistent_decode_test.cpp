@@ -205,18 +205,31 @@ TEST(CudaPersistentDecode, UnfitShapesSayWhy) {
 // block_sum after them is right, read by the producer's lane. Session 32's racecheck reported hazards
 // in the step's norms between such threads across a block-wide barrier: racecheck over this kernel shows
 // whether the tool reports the pattern itself (docs/performance.md, "Session 32 on the H100").
-TEST(CudaPersistentDecode, BlockSumsAfterSkippedNamedBarriersAreRight) {
+// The step's barrier patterns alone, each a test of its own so that racecheck can run them one by one
+// (scripts/test-gpu.sh): pattern 3 is the step's; racecheck reports hazards on block_sum's scratch there,
+// though every sum is right in every round (docs/cuda.md, "Racecheck and partial named barriers").
+class CudaPersistentDecodeBarriers : public ::testing::TestWithParam<int> {};
+
+TEST_P(CudaPersistentDecodeBarriers, BlockSumsAreRight) {
   PARITY_REQUIRE_GPU();
-  const int rounds = test::pick(64, 8), blocks = 8;
+  const int pattern = GetParam(), rounds = test::pick(64, 8), blocks = 8;
+  const bool handoff = (pattern & (test::kHalfBlockHandoff | test::kWholeBlockHandoff)) != 0;
   cuda::DeviceBuffer<float> out(static_cast<std::size_t>(rounds) * blocks);
-  test::skipped_named_barrier_sums(out.data(), rounds, blocks, nullptr);
-  cuda::cuda_check(cudaDeviceSynchronize(), "skipped_named_barrier_sums");
+  test::named_barrier_sums(out.data(), rounds, blocks, pattern, nullptr);
+  cuda::cuda_check(cudaDeviceSynchronize(), "named_barrier_sums");
   const std::vector<float> got = out.download(out.size());
-  for (int r = 0; r < rounds; ++r)
+  for (int r = 0; r < rounds; ++r) {
+    const float want = handoff ? 40768.0f + 384.0f * static_cast<float>(r) : 32640.0f + 256.0f * static_cast<float>(r);
     for (int b = 0; b < blocks; ++b)
-      ASSERT_EQ(got[static_cast<std::size_t>(r) * blocks + b], 40768.0f + 384.0f * static_cast<float>(r))
-          << "round " << r << " block " << b;
+      ASSERT_EQ(got[static_cast<std::size_t>(r) * blocks + b], want) << "pattern " << pattern << " round " << r
+                                                                     << " block " << b;
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Patterns, CudaPersistentDecodeBarriers,
+                         ::testing::Values(0, test::kHalfBlockHandoff, test::kSevenWarpBarrier,
+                                           test::kHalfBlockHandoff | test::kSevenWarpBarrier, test::kWholeBlockHandoff,
+                                           test::kWholeBlockHandoff | test::kSevenWarpBarrier));
 
 }  // namespace
 }  // namespace parity
