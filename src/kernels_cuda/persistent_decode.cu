@@ -471,7 +471,7 @@ __device__ inline void others_sync() { asm volatile("bar.sync 2, %0;\n" ::"n"(kT
 __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __grid_constant__ PersistentDecode job) {
   extern __shared__ unsigned char smem_raw[];
   __shared__ u64 full[kMaxStages], empty[kMaxStages];
-  __shared__ unsigned passed;  // the grid barriers thread 0 has seen pass (the producer's stop)
+  __shared__ unsigned passed;  // the grid barriers thread 0 has seen pass: where the producer's asking stops
   const PersistentDecodeShape& sh = job.shape;
   const Layout lo = layout_of(sh);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -484,9 +484,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
   float* resid = reinterpret_cast<float*>(smem + lo.resid);
   float* ssm = reinterpret_cast<float*>(smem + lo.ssu);
   const unsigned ring = base + static_cast<unsigned>(lo.ring);
-  unsigned* stop = &passed;
   for (int i = t; i < D; i += kThreads) resid[i] = job.resid[i];
-  if (t == 0) flag_write(stop, 0);
+  if (t == 0) flag_write(&passed, 0);
   if (t < 4) zero_row[t] = 0u;
   unsigned target = 0, k = 0;  // k: the grid barriers passed (thread 0 writes k + 1 to `passed` at each)
   int l = 0, asked = 0;        // asked: the producer's boxes of the ring's GEMM asked for so far
@@ -499,9 +498,9 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
   // (after: the others; the producer's warp takes no part in the SSM step).
   auto barrier_streaming = [&](const GemmShare& next, bool to_the_next_barrier) {
     const unsigned until = to_the_next_barrier ? k + 1 : k;
-    if (producer) asked = produce_until(ring, full, next, job.weights_evict_first, stop, until);
+    if (producer) asked = produce_until(ring, full, next, job.weights_evict_first, &passed, until);
     const unsigned mine = k;
-    auto say = [&] { flag_write(stop, mine + 1); };
+    auto say = [&] { flag_write(&passed, mine + 1); };
     if (to_the_next_barrier) {
       if (warp != kProducer) grid_barrier(job.barrier, target, Nothing{}, others_sync, say);
     } else {
@@ -544,7 +543,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_decode_kernel(const __
     }
     // 3. The gated norm reads every head's output: the others' writes gathered, then the whole block.
     grid_barrier(job.barrier, target, [&] { if (warp != kProducer) others_sync(); }, WholeBlock{},
-                 [&] { flag_write(stop, k + 1); });
+                 [&] { flag_write(&passed, k + 1); });
     ++k;
     mark(5);
     gated_norm_phase(job, L, arow);
