@@ -17,8 +17,8 @@ tool=${1:?tool} bin=${2:?binary} limit=${3:?seconds per test} par=${4:?parallel}
 filter=${5:-'-CudaGemmEarly.*'}
 export PARITY_GPU_SANITIZE=1
 work=$(mktemp -d)
-# Racecheck reports RAW hazards on shared memory that __syncthreads orders once some
-# of its threads have met at a named barrier of fewer than the block's threads (`bar.sync 1, 128`), though
+# Racecheck reports RAW hazards on shared memory that __syncthreads orders once some of the block's
+# threads have met at a named barrier of fewer than the block's threads (`bar.sync 1, 128`), though
 # the kernel is right: the barrier patterns alone, CudaPersistentDecodeBarriers, reproduce it, their sums
 # right in every round, synccheck clean, and the whole-block patterns (0, 4) racecheck-clean beside them
 # (docs/cuda.md, "Racecheck and partial named barriers"). The persistent decode step (off by default) has

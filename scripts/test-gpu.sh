@@ -21,9 +21,9 @@ elif command -v compute-sanitizer >/dev/null; then
   # Memcheck and racecheck over the whole suite, test by test in sanitizer mode (scripts/sanitize-gpu.sh:
   # a process and a time limit each, sixteen at a time by default, smaller sweeps over the same kernels; the
   # whole suite in one racecheck process took hours). On the H200 (session 14) memcheck takes ~100 s and
-  # racecheck ~380 s, its longest test 305 s; on the H100 (sessions 32-33) the SSD tiling sweeps ran past 300-400 s
-  # beside 15 others (74-146 s two at a time), hence 600 s a test. Nothing else on the GPU meanwhile. CudaGemmEarly stays
-  # out: ~1,150 timed passes with busy-wait kernels; its GEMM paths run under the tools in
+  # racecheck ~380 s, its longest test 305 s; on the H100 (sessions 32-33) the SSD tiling sweeps ran past
+  # 300-400 s beside 15 others (74-146 s two at a time), hence 600 s a test. Nothing else on the GPU meanwhile.
+  # CudaGemmEarly stays out: ~1,150 timed passes with busy-wait kernels; its GEMM paths run under the tools in
   # CudaFusedModel.EarlyGemmStartsGiveTheLogitsOfOrdinaryGemmLaunches.
   for tool in $tools; do
     step scripts/sanitize-gpu.sh "$tool" "$dir/parity_gpu_tests" "${PARITY_SANITIZE_LIMIT:-600}" \

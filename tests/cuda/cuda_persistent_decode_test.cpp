@@ -200,14 +200,11 @@ TEST(CudaPersistentDecode, UnfitShapesSayWhy) {
   EXPECT_EQ(cuda::persistent_decode_unfit(w), "hidden size above the held norm's width");
 }
 
-// The step's block-level barriers alone: threads that skip the partial named barriers (the SSM step's
-// 128 threads, every warp but the producer's) still meet the rest at each block-wide barrier, so every
-// block_sum after them is right, read by the producer's lane. Session 32's racecheck reported hazards
-// in the step's norms between such threads across a block-wide barrier: racecheck over this kernel shows
-// whether the tool reports the pattern itself (docs/performance.md, "Session 32 on the H100").
-// The step's barrier patterns alone, each a test of its own so that racecheck can run them one by one
-// (scripts/test-gpu.sh): pattern 3 is the step's; racecheck reports hazards on block_sum's scratch there,
-// though every sum is right in every round (docs/cuda.md, "Racecheck and partial named barriers").
+// The step's block-level barriers alone (tests/cuda/named_barriers.h), one pattern a test so that racecheck
+// can take them one by one: threads that skip a partial named barrier still meet the rest at each block-wide
+// barrier, so every block_sum after them is right, read by the producer's lane. Racecheck reports hazards on
+// block_sum's scratch in the partial patterns (1, 2, 3: the step's, 6) and none in the whole-block ones
+// (0, 4), though every sum is right (docs/cuda.md, "Racecheck and partial named barriers").
 class CudaPersistentDecodeBarriers : public ::testing::TestWithParam<int> {};
 
 TEST_P(CudaPersistentDecodeBarriers, BlockSumsAreRight) {

@@ -10,10 +10,10 @@ namespace {
 __global__ void named_barrier_kernel(float* out, int rounds, int pattern) {
   __shared__ float scratch[8], handoff[128];
   const int t = static_cast<int>(threadIdx.x), warp = t / 32;
-  const bool handoff_half = (pattern & (kHalfBlockHandoff | kWholeBlockHandoff)) != 0;
+  const bool has_handoff = (pattern & (kHalfBlockHandoff | kWholeBlockHandoff)) != 0;
   for (int r = 0; r < rounds; ++r) {
     float v = static_cast<float>(t + r);
-    if (handoff_half) {
+    if (has_handoff) {
       if (t < 128) handoff[t] = static_cast<float>(t + r);
       if (pattern & kWholeBlockHandoff) {
         asm volatile("bar.sync 1, 256;\n" ::: "memory");
