@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels_cuda/graph.h"
+#include "kernels_cuda/l2_warm.h"
 #include "kernels_cuda/pass_plan.h"
 #include "model/forward_batch.h"
 #include "model/model.h"
@@ -67,12 +68,13 @@ struct GraphKey {
   bool gate_in_conv = true;     // cuda::gate_in_conv() when captured (the conv evaluating the gate's silu)
   unsigned skip = 0;            // the launches left out (set_decode_skip: benchmarks only)
   int persistent = 0;  // the layers as one persistent kernel (cuda::persistent_decode()'s mode; batch 1)
+  unsigned l2_warm = cuda::l2_warm_key();  // out_proj's weights asked of L2 beside the mixer (l2_warm.h)
   bool operator<(const GraphKey& o) const {
     return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride, fuse, programmatic, gemm_early,
-                    programmatic_decode, conv_epilogue, gated_out, gate_in_conv, skip, persistent) <
+                    programmatic_decode, conv_epilogue, gated_out, gate_in_conv, skip, persistent, l2_warm) <
            std::tie(o.bucket, o.exact, o.cell, o.stagger, o.cell_tasks, o.kv_stride, o.fuse, o.programmatic,
                     o.gemm_early, o.programmatic_decode, o.conv_epilogue, o.gated_out, o.gate_in_conv, o.skip,
-                    o.persistent);
+                    o.persistent, o.l2_warm);
   }
 };
 
