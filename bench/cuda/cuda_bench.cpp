@@ -1234,6 +1234,7 @@ BENCHMARK(BM_CudaModelDecodeL2Warm)
     ->ArgsProduct({{1, 8}, {0, 1}, {0}, {0}, {1024}})
     ->ArgsProduct({{1, 8}, {0, 1}, {1}, {0, 2000, 4000}, {1024, 4096}})
     ->ArgsProduct({{1, 8}, {0, 1}, {2}, {0, 2000}, {32768}})
+    ->ArgsProduct({{1, 8}, {0, 1}, {3}, {0}, {1024}})
     ->ArgNames({"batch", "exact", "warm", "delay", "piece"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

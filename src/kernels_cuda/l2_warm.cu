@@ -1,5 +1,6 @@
 #include "kernels_cuda/l2_warm.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "kernels_cuda/cuda_check.h"
@@ -35,10 +36,20 @@ __device__ __forceinline__ void sleep_ns(unsigned long long ns) {
 }
 
 // One thread a row, each row's pieces in order: across the grid, column slices in order.
+// With states: thread g first asks for piece g of the states (32 KiB each, slot by slot).
 __global__ void warm_rows_kernel(const unsigned char* base, int rows, unsigned long long row_bytes, unsigned piece,
-                                 unsigned long long delay_ns) {
+                                 unsigned long long delay_ns, L2WarmStates st) {
   sleep_ns(delay_ns);
   const int r = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (st.base != nullptr) {
+    const unsigned long long per = (st.bytes_a_slot + 32767) / 32768;
+    if (static_cast<unsigned long long>(r) < per * st.seqs) {
+      const unsigned long long k = static_cast<unsigned long long>(r) % per, off = k * 32768ull;
+      const auto* slot = static_cast<const unsigned char*>(st.base) +
+                         static_cast<unsigned long long>(st.slot[r / per]) * st.bytes_a_slot;
+      prefetch_l2(slot + off, static_cast<unsigned>(st.bytes_a_slot - off < 32768ull ? st.bytes_a_slot - off : 32768ull));
+    }
+  }
   if (r >= rows) return;
   const unsigned char* row = base + static_cast<unsigned long long>(r) * row_bytes;
   for (unsigned long long off = 0; off < row_bytes; off += piece)
@@ -78,7 +89,7 @@ unsigned l2_warm_key() {
   return static_cast<unsigned>(mode) | (warm_piece.load() / 16) << 4 | (warm_delay.load() / 64) << 16;
 }
 
-void warm_l2_beside(const L2WarmRows& w, cudaStream_t s) {
+void warm_l2_beside(const L2WarmRows& w, const L2WarmStates& states, cudaStream_t s) {
   const int mode = warm_mode.load();
   Side& sd = side();
   if (mode == 0 || sd.stream == nullptr) return;
@@ -86,8 +97,10 @@ void warm_l2_beside(const L2WarmRows& w, cudaStream_t s) {
   cuda_check(cudaStreamWaitEvent(sd.stream, sd.fork, 0), "cudaStreamWaitEvent");
   const auto* base = static_cast<const unsigned char*>(w.base);
   const unsigned long long delay = warm_delay.load();
-  if (mode == 1) {
-    warm_rows_kernel<<<(w.rows + 31) / 32, 32, 0, sd.stream>>>(base, w.rows, w.row_bytes, warm_piece.load(), delay);
+  if (mode == 1 || mode == 3) {
+    const L2WarmStates st = mode == 3 ? states : L2WarmStates{};
+    const int threads = std::max(w.rows, st.base ? static_cast<int>((st.bytes_a_slot + 32767) / 32768) * st.seqs : 0);
+    warm_rows_kernel<<<(threads + 31) / 32, 32, 0, sd.stream>>>(base, w.rows, w.row_bytes, warm_piece.load(), delay, st);
   } else {
     const unsigned long long bytes = static_cast<unsigned long long>(w.rows) * w.row_bytes;
     const unsigned long long pieces = (bytes + 32767) / 32768;

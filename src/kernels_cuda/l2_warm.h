@@ -19,10 +19,19 @@ struct L2WarmRows {
   std::size_t row_bytes = 0;
 };
 
+// A decode pass's SSM states (mode 3): slot[0..seqs) (device memory) index state [slots][bytes_a_slot].
+struct L2WarmStates {
+  const void* base = nullptr;
+  std::size_t bytes_a_slot = 0;  // a multiple of 16
+  const int* slot = nullptr;
+  int seqs = 0;
+};
+
 // How the side kernel asks (0: not at all, the default):
 //   1: every row's first `piece` bytes, then every row's second, …: the order a swap-AB GEMM's blocks
 //      consume their rows' K boxes;
-//   2: the whole range front to back in 32 KiB pieces (block by block: with_l2_prefetch's order).
+//   2: the whole range front to back in 32 KiB pieces (block by block: with_l2_prefetch's order);
+//   3: the pass's SSM states first (32 KiB pieces), then as 1.
 // delay_ns: the kernel sleeps that long before asking (so that the SSM step's own reads go first).
 // Creates the side stream and events of the current device: call outside a capture.
 void set_l2_warm(int mode, unsigned delay_ns = 0, unsigned piece = 1024);
@@ -32,7 +41,7 @@ unsigned l2_warm_key();
 
 // Forks a branch off s: after what s holds so far, a kernel asks L2 for w. join_l2_warm(s) makes
 // what s queues next wait for that kernel (every fork needs its join before a capture ends).
-void warm_l2_beside(const L2WarmRows& w, cudaStream_t s);
+void warm_l2_beside(const L2WarmRows& w, const L2WarmStates& states, cudaStream_t s);
 void join_l2_warm(cudaStream_t s);
 
 }  // namespace parity::cuda
