@@ -1218,8 +1218,9 @@ void time_decode_steps(benchmark::State& state, model::Model& m, bench::DecodeRu
 }
 
 // out_proj's weights asked of L2 from a side branch of each layer (l2_warm.h) against the default
-// launches (warm 0), graphs on: warm = the mode (1 column slices of 1 KiB, 2 front to back), delay = ns
-// the side kernel sleeps before asking. x_floor: the step over the weights' read time.
+// launches (warm 0), graphs on: warm = the mode (1 column slices of `piece` bytes, 2 front to back in
+// 32 KiB pieces, 3 the pass's SSM states first, then as 1), delay = ns the side kernel sleeps before
+// asking. Written in session 34, when no device was lent: not yet run.
 void BM_CudaModelDecodeL2Warm(benchmark::State& state) {
   if (!have_gpu(state)) return;
   model::Model& m = big_model();

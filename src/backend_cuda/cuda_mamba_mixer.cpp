@@ -103,15 +103,15 @@ void CudaMambaMixer::enqueue(int layer, const float* x, const uint16_t* x16, int
   };
   if (conv_in_gemm) conv_done = cuda::with_conv_epilogue(job, in_proj);
   else if (!(p.skip & kSkipInProj)) in_proj();
-  // A decode pass may ask L2 for out_proj's weights from a side branch while the small kernels run.
-  const bool warm = p.ps.one_row_each && T <= 16 && cuda::l2_warm_mode() != 0 && !L.out_proj.fp32 &&
-                    !(p.skip & kSkipOutProj);
-  if (warm) {
+  // A decode pass may ask L2 for out_proj's weights from a side branch of the step (l2_warm.h: off by
+  // default), so that they arrive while DRAM would idle under the conv, the SSM step and the gated norm.
+  bool warm = false;
+  if (p.ps.one_row_each && T <= 16 && cuda::l2_warm_mode() != 0 && !L.out_proj.fp32 && !(p.skip & kSkipOutProj)) {
     const cuda::SsdState ss = p.ds.ssd(layer);
     const std::size_t per = static_cast<std::size_t>(H) * c.head_dim * c.state_size;
     const cuda::L2WarmStates states{ss.state_f32 ? static_cast<const void*>(ss.state_f32) : ss.state_bf16,
                                     per * (ss.state_f32 ? 4 : 2), p.ps.slot, p.ps.num_seqs};
-    cuda::warm_l2_beside({L.out_proj.bf16.data(), hidden, static_cast<std::size_t>(I) * 2}, states, st);
+    warm = cuda::warm_l2_beside({L.out_proj.bf16.data(), hidden, static_cast<std::size_t>(I) * 2}, states, st);
   }
   p.probe(nm.in_proj, sc.zx.data(), T, proj, proj);
   p.probe(nm.dt, sc.zx.data() + I + conv, T, H, proj);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ptx.cuh"
@@ -89,10 +90,16 @@ unsigned l2_warm_key() {
   return static_cast<unsigned>(mode) | (warm_piece.load() / 16) << 4 | (warm_delay.load() / 64) << 16;
 }
 
-void warm_l2_beside(const L2WarmRows& w, const L2WarmStates& states, cudaStream_t s) {
+bool warm_l2_beside(const L2WarmRows& w, const L2WarmStates& states, cudaStream_t s) {
   const int mode = warm_mode.load();
+  if (mode == 0) return false;
   Side& sd = side();
-  if (mode == 0 || sd.stream == nullptr) return;
+  const auto aligned = [](const void* p, std::size_t bytes) {
+    return reinterpret_cast<std::uintptr_t>(p) % 16 == 0 && bytes % 16 == 0;
+  };
+  if (sd.stream == nullptr || w.rows <= 0 || !aligned(w.base, w.row_bytes) ||
+      (mode == 3 && states.base != nullptr && !aligned(states.base, states.bytes_a_slot)))
+    return false;
   cuda_check(cudaEventRecord(sd.fork, s), "cudaEventRecord");
   cuda_check(cudaStreamWaitEvent(sd.stream, sd.fork, 0), "cudaStreamWaitEvent");
   const auto* base = static_cast<const unsigned char*>(w.base);
@@ -108,11 +115,11 @@ void warm_l2_beside(const L2WarmRows& w, const L2WarmStates& states, cudaStream_
   }
   check_launch("warm_l2");
   cuda_check(cudaEventRecord(sd.join, sd.stream), "cudaEventRecord");
+  return true;
 }
 
 void join_l2_warm(cudaStream_t s) {
   Side& sd = side();
-  if (warm_mode.load() == 0 || sd.stream == nullptr) return;
   cuda_check(cudaStreamWaitEvent(s, sd.join, 0), "cudaStreamWaitEvent");
 }
 

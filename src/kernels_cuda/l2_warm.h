@@ -39,9 +39,11 @@ int l2_warm_mode();
 // The mode, delay and piece in one word (graph keys: a graph records how it was captured).
 unsigned l2_warm_key();
 
-// Forks a branch off s: after what s holds so far, a kernel asks L2 for w. join_l2_warm(s) makes
-// what s queues next wait for that kernel (every fork needs its join before a capture ends).
-void warm_l2_beside(const L2WarmRows& w, const L2WarmStates& states, cudaStream_t s);
+// Forks a branch off s: after what s holds so far, a kernel asks L2 for w (and, mode 3, the states).
+// Returns whether it forked (not when off, or when w or the states are not 16-byte aligned, as the
+// bulk prefetch needs); then join_l2_warm(s) must follow before a capture ends: what s queues after it
+// waits for that kernel.
+bool warm_l2_beside(const L2WarmRows& w, const L2WarmStates& states, cudaStream_t s);
 void join_l2_warm(cudaStream_t s);
 
 }  // namespace parity::cuda
