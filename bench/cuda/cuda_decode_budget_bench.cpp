@@ -37,8 +37,9 @@ bool gpu_here(benchmark::State& state) {
 // arg0 batch, arg1 0 plain / 1 exact, arg2 the DecodeSkip bits, arg3 the GEMMs' early-start flags (ops.h's
 // GemmEarly and early_start.h's; 35 the default), arg4 launches doing their neighbours' work: bit 1 in_proj
 // a decode pass's conv (conv_epilogue.h), bit 2 out_proj a one-row pass's gated norm (gated_a.h), bit 4 the
-// conv the gated norm's silu(z) (ops.h's GateJob); 4 the default, 0 session 11's launches. Graphs, fused
-// and programmatic launches on.
+// conv the gated norm's silu(z) (ops.h's GateJob), bit 8 (with 1 and 4) in_proj's epilogue the silu(z)
+// instead (ConvEpilogue::gate), bit 16 (with 1) the conv epilogue's GEMM on the grouped consumer; 4 the
+// default, 0 session 11's launches. Graphs, fused and programmatic launches on.
 // Wall time of Model::forward as BM_CudaModelDecode times it; step_us and us_per_layer (step / 64) as
 // counters.
 void BM_CudaDecodeParts(benchmark::State& state) {
@@ -51,6 +52,8 @@ void BM_CudaDecodeParts(benchmark::State& state) {
   cuda::set_conv_epilogue((state.range(4) & 1) != 0);
   cuda::set_gated_out_proj((state.range(4) & 2) != 0);
   cuda::set_gate_in_conv((state.range(4) & 4) != 0);
+  cuda::set_gate_in_epilogue((state.range(4) & 8) != 0);
+  cuda::set_conv_epilogue_grouped((state.range(4) & 16) != 0);
   bench::DecodeRun run = bench::prepare_decode(m, exact, batch);
   cache::ModelCache& mc = run.mc;
   model::ForwardBatch& d = run.d;
@@ -75,6 +78,8 @@ void BM_CudaDecodeParts(benchmark::State& state) {
   cuda::set_conv_epilogue(cuda::kConvEpilogueDefault);
   cuda::set_gated_out_proj(cuda::kGatedOutProjDefault);
   cuda::set_gate_in_conv(true);
+  cuda::set_gate_in_epilogue(cuda::kGateInEpilogueDefault);
+  cuda::set_conv_epilogue_grouped(false);
 }
 // Session 11's step (the conv in its own launch), plain batch 1: everything; each launch left out; each
 // launch alone (every other bit: 126 = the norm alone, 125 in_proj, 123 the conv, 119 the SSM step, 111
@@ -101,6 +106,14 @@ BENCHMARK(BM_CudaDecodeParts)
     ->ArgsProduct({{1}, {0, 1}, {0}, {35}, {6}})
     ->ArgsProduct({{256}, {0, 1}, {0}, {35}, {0}})
     ->ArgsProduct({{1}, {0}, {16, 111}, {35}, {4}})
+    ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+// Session 34 (written without a device, not yet run): the conv in in_proj's epilogue with the gate's
+// silu(z) there too (13) and on the grouped consumer (29), against the default (4) and session 12's form
+// (5: the conv in the epilogue, the gate's exps back in the norm).
+BENCHMARK(BM_CudaDecodeParts)
+    ->ArgsProduct({{1, 8}, {0, 1}, {0}, {35}, {4, 5, 13, 21, 29}})
     ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

@@ -92,8 +92,14 @@ void CudaMambaMixer::enqueue(int layer, const float* x, const uint16_t* x16, int
   // epilogue (conv_epilogue.h: the same bits, one launch fewer), unless a probe wants a point between.
   const bool conv_in_gemm = p.fuse && p.ps.one_row_each && !L.in_proj.fp32 && !(p.skip & (kSkipInProj | kSkipConv)) &&
                             !probe_conv && !p.probe.wants(nm.in_proj) && !p.probe.wants(nm.dt);
-  const cuda::ConvEpilogue job{I, conv, c.conv_kernel, L.conv_w.data(), L.conv_b.size() ? L.conv_b.data() : nullptr,
-                               p.ds.conv_state(layer), p.ps.slot, p.ps.row_seq, true, sc.xbc.data(), I + conv, dt};
+  // The gated norm's factors silu(z) come from in_proj's z columns there too (as from the conv's launch).
+  const bool gate_in_gemm = p.fuse && p.ps.one_row_each && cuda::gate_in_conv() && cuda::gate_in_epilogue();
+  cuda::ConvEpilogue job{I, conv, c.conv_kernel, L.conv_w.data(), L.conv_b.size() ? L.conv_b.data() : nullptr,
+                         p.ds.conv_state(layer), p.ps.slot, p.ps.row_seq, true, sc.xbc.data(), I + conv, dt};
+  if (gate_in_gemm) {
+    job.gate = sc.gate.data();
+    job.gate_width = I;
+  }
   bool conv_done = false;
   // in_proj's tail may ask L2 for out_proj's weights (ops.h's kGemmEarlyNextL2): they are read after
   // the conv, the SSD step and the gated norm, none of which needs much of DRAM.
@@ -118,7 +124,8 @@ void CudaMambaMixer::enqueue(int layer, const float* x, const uint16_t* x16, int
   mark(p.profile, StepPart::MambaConv, st);
   // A decode pass's gated norm runs one block a row: the conv's launch evaluates its silu(z) instead
   // (GateJob; the same floats), unless the conv runs elsewhere or is left out.
-  const bool gate_done = p.fuse && p.ps.one_row_each && cuda::gate_in_conv() && !conv_done && !(p.skip & kSkipConv);
+  const bool gate_done = (conv_done && gate_in_gemm) ||
+                         (p.fuse && p.ps.one_row_each && cuda::gate_in_conv() && !conv_done && !(p.skip & kSkipConv));
   const cuda::GateJob gate{sc.zx.data(), proj, I, sc.gate.data()};
   if (!(p.skip & kSkipConv) && !conv_done)
     cuda::conv1d(sc.zx.data() + I, proj, conv, L.conv_w.data(), L.conv_b.size() ? L.conv_b.data() : nullptr,

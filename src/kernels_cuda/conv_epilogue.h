@@ -33,6 +33,10 @@ struct ConvEpilogue {
   float* out = nullptr;  // [rows][ch]
   int dt_col0 = 0;       // in_proj's column of head 0's raw dt
   DtJob dt;              // dt.H, dt.bias, dt.lo, dt.hi, dt.dt ([rows][H]); raw and ld unused
+  // The gated norm's factors silu(z) of in_proj's columns [0, gate_width) (z), as conv1d's GateJob
+  // evaluates them in the conv's launch: [rows][gate_width], or null (the norm evaluates them).
+  float* gate = nullptr;
+  int gate_width = 0;
 };
 
 // While `enqueue` runs on this thread, a gemm() that takes the swap-AB mma.sync kernel for up to 8 rows
@@ -46,5 +50,15 @@ bool with_conv_epilogue(const ConvEpilogue& job, const std::function<void()>& en
 inline constexpr bool kConvEpilogueDefault = false;
 bool conv_epilogue();
 void set_conv_epilogue(bool on);
+// Whether that epilogue also evaluates the gated norm's factors (ConvEpilogue::gate, where gate_in_conv()
+// is on; session 34: written without a device, not yet measured, so off). Graphs record it.
+inline constexpr bool kGateInEpilogueDefault = false;
+bool gate_in_epilogue();
+void set_gate_in_epilogue(bool on);
+// Whether the conv epilogue's GEMM runs the grouped consumer (gemm_swap_ab_group.cuh) the decode GEMMs
+// take without it, instead of the box-by-box one it was written with (session 12 measured it with that,
+// and the step's plain mode slower). Session 34, not yet measured: off. Graphs record it.
+bool conv_epilogue_grouped();
+void set_conv_epilogue_grouped(bool on);
 
 }  // namespace parity::cuda

@@ -3,6 +3,7 @@
 // conv epilogue, conv_epilogue.h): one copy of the arithmetic, so both give the same bits.
 #include "kernels/math.h"
 #include "kernels_cuda/conv_epilogue.h"
+#include "kernels_cuda/norm_row.cuh"
 
 namespace parity::cuda {
 
@@ -19,7 +20,7 @@ __device__ __forceinline__ float conv_held_sum(const float (&wk)[kTaps], const f
 // What in_proj's epilogue needs for one output column n, for the two rows m_first, m_first + 1 a lane
 // holds (NT = 8: rows 2q, 2q + 1 of the n8 tile), read before the GEMM's chain.
 struct ConvColumn {
-  int kind = 0;  // 0: neither, 1: conv channel idx, 2: dt of head idx
+  int kind = 0;  // 0: none, 1: conv channel idx, 2: dt of head idx, 3: gate factor of z column idx
   int idx = 0;
   float w[kConvEpilogueTaps];
   float b = 0.0f;
@@ -49,10 +50,14 @@ __device__ __forceinline__ void conv_column_load(const ConvEpilogue& ep, int M, 
     cc.kind = 2;
     cc.idx = n - ep.dt_col0;
     cc.b = ep.dt.bias[cc.idx];
+  } else if (ep.gate != nullptr && n < ep.gate_width) {
+    cc.kind = 3;
+    cc.idx = n;
   }
 }
 
-// Row m's (the lane's row e) in_proj value v of the column: the channel's output and new state, or dt.
+// Row m's (the lane's row e) in_proj value v of the column: the channel's output and new state, dt, or
+// the gate factor (conv1d's GateJob: the same function of the same float).
 __device__ __forceinline__ void conv_column_store(const ConvEpilogue& ep, ConvColumn& cc, int e, int m, float v) {
   if (cc.kind == 1) {
 #pragma unroll
@@ -65,6 +70,8 @@ __device__ __forceinline__ void conv_column_store(const ConvEpilogue& ep, ConvCo
       if (i + 1 < ep.K) cc.st[e][static_cast<std::size_t>(i) * ep.ch] = cc.win[e][i + 1];
   } else if (cc.kind == 2) {
     ep.dt.dt[static_cast<std::size_t>(m) * ep.dt.H + cc.idx] = dt_value(v, cc.b, ep.dt.lo, ep.dt.hi);
+  } else if (cc.kind == 3) {
+    ep.gate[static_cast<std::size_t>(m) * ep.gate_width + cc.idx] = norm_row::gate_factor(v, false);
   }
 }
 

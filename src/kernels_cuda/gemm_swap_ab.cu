@@ -55,6 +55,8 @@ using namespace swap_ab;
 thread_local const ConvEpilogue* t_conv = nullptr;
 thread_local bool t_conv_taken = false;
 std::atomic<bool> conv_epilogue_on{kConvEpilogueDefault};
+std::atomic<bool> gate_in_epilogue_on{kGateInEpilogueDefault};
+std::atomic<bool> conv_grouped_on{false};
 std::atomic<bool> gated_out_on{kGatedOutProjDefault};
 
 struct Args {
@@ -120,8 +122,13 @@ void launch_mma(const Args& a) {
     const bool conv = NT == 8 && t_conv != nullptr;
     auto* kernel = swap_ab_mma_kernel<CW, NT, BPS, LAG, false, false, false, group_for_rows<NT, GROUP>(),
                                       bar_for_rows<NT, GROUP, SHARED>()>;
+    // The conv epilogue's kernel: box by box (session 12's consumer), or the grouped consumer the GEMM
+    // takes without it (conv_epilogue_grouped(); session 34, not yet measured).
     if constexpr (NT == 8)
-      if (conv) kernel = swap_ab_mma_kernel<CW, NT, BPS, LAG, true>;
+      if (conv)
+        kernel = conv_grouped_on.load() ? swap_ab_mma_kernel<CW, NT, BPS, LAG, true, false, false, group_for_rows<NT, GROUP>(),
+                                                             bar_for_rows<NT, GROUP, SHARED>()>
+                                        : swap_ab_mma_kernel<CW, NT, BPS, LAG, true>;
     const ConvEpilogue ep = conv ? *t_conv : ConvEpilogue{};
     t_conv_taken = t_conv_taken || conv;
     // No L2 prefetch of the next ring here: this ring already holds 10+ boxes, and at one row (session 11,
@@ -295,6 +302,10 @@ bool gated_out_proj() { return gated_out_on.load(); }
 void set_gated_out_proj(bool on) { gated_out_on.store(on); }
 
 bool conv_epilogue() { return conv_epilogue_on.load(); }
+bool gate_in_epilogue() { return gate_in_epilogue_on.load(); }
+void set_gate_in_epilogue(bool on) { gate_in_epilogue_on.store(on); }
+bool conv_epilogue_grouped() { return conv_grouped_on.load(); }
+void set_conv_epilogue_grouped(bool on) { conv_grouped_on.store(on); }
 void set_conv_epilogue(bool on) { conv_epilogue_on.store(on); }
 
 bool gemm_swap_ab_fits(const float* A, int K, int lda, const void* W) { return gemm_mma_fits(A, K, lda, W); }

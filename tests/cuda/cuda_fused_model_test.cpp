@@ -153,41 +153,54 @@ TEST(CudaFusedModel, EarlyGemmStartsGiveTheLogitsOfOrdinaryGemmLaunches) {
 }
 
 // The GEMMs doing the work of the launches beside them in a decode pass: in_proj the conv, SiLU,
-// conv-state advance and dt in its epilogue (conv_epilogue.h, up to 8 sequences), out_proj the gated
-// RMSNorm of a one-row pass (gated_a.h), each alone and both, against the conv's and the norm's own
-// launches: every logit bit for bit, prefill and graph-replayed decode, exact and plain, with a group
+// conv-state advance and dt in its epilogue (conv_epilogue.h, up to 8 sequences), and with it the gated
+// norm's silu(z) factors (ConvEpilogue::gate), on the box-by-box or the grouped consumer; out_proj the
+// gated RMSNorm of a one-row pass (gated_a.h), each alone and together, against the conv's and the norm's
+// own launches: every logit bit for bit, prefill and graph-replayed decode, exact and plain, with a group
 // of two and biases (tiny-g2: out_proj declines its two groups). The companion of the first test shows
 // the comparison sees one changed token. Sanitizer mode: tiny-g2 (the declining out_proj) exact with one
-// row, all three; the hybrid plain with eight rows, the conv in in_proj.
+// row, the conv with its gate on the grouped consumer and norm in out_proj; the hybrid plain with eight
+// rows, the conv in in_proj.
 TEST(CudaFusedModel, GemmsDoingTheConvAndTheNormGiveTheLogitsOfTheirLaunches) {
   PARITY_REQUIRE_GPU();
-  const std::pair<bool, bool> fusions[] = {{true, false}, {false, true}, {true, true}};  // (conv, norm)
+  struct Fusion {
+    bool conv, norm, gate, grouped;
+  };
+  const Fusion fusions[] = {{true, false, false, false}, {false, true, false, false}, {true, true, false, false},
+                            {true, false, true, false},  {true, false, false, true},  {true, true, true, true}};
   for (const char* spec : test::sweep<const char*>({"builtin:tiny", "builtin:tiny-g2", "builtin:tiny-hybrid"},
                                                    {"builtin:tiny-g2", "builtin:tiny-hybrid"})) {
     auto m = backend_cuda::load_model(model::open_checkpoint(spec), {});
     const int V = m->vocab_size();
     const bool g2 = std::string(spec) == "builtin:tiny-g2";
     for (const test::ModeCase& c :
-         test::pick(test::every_mode_case({1, 3, 8}, 3),
-                    g2 ? std::vector<test::ModeCase>{{true, 1, {0, 1, 2}}} : std::vector<test::ModeCase>{{false, 8, {0}}})) {
+         test::pick(test::every_mode_case({1, 3, 8}, static_cast<int>(std::size(fusions))),
+                    g2 ? std::vector<test::ModeCase>{{true, 1, {0, 1, 2, 5}}} : std::vector<test::ModeCase>{{false, 8, {0}}})) {
       const bool exact = c.exact;
       const int batch = c.batch;
       cuda::set_conv_epilogue(false);
       cuda::set_gated_out_proj(false);
+      cuda::set_gate_in_epilogue(false);
+      cuda::set_conv_epilogue_grouped(false);
       const std::vector<float> launches = run_schedule(*m, exact, batch, nullptr);
       for (int v : c.variants) {
-        const auto [conv, norm] = fusions[v];
-        cuda::set_conv_epilogue(conv);
-        cuda::set_gated_out_proj(norm);
+        const Fusion f = fusions[v];
+        cuda::set_conv_epilogue(f.conv);
+        cuda::set_gated_out_proj(f.norm);
+        cuda::set_gate_in_epilogue(f.gate);
+        cuda::set_conv_epilogue_grouped(f.grouped);
         const std::vector<float> got = run_schedule(*m, exact, batch, nullptr);
         EXPECT_EQ(test::bit_difference(got.data(), launches.data(), got.size(), static_cast<std::size_t>(V)), "")
-            << spec << (exact ? " exact" : " plain") << " batch " << batch << (conv ? " conv in in_proj" : "")
-            << (norm ? " norm in out_proj" : "") << " (row r: prefill rows first, then step k's batch)";
+            << spec << (exact ? " exact" : " plain") << " batch " << batch << (f.conv ? " conv in in_proj" : "")
+            << (f.gate ? " with the gate" : "") << (f.grouped ? " grouped" : "") << (f.norm ? " norm in out_proj" : "")
+            << " (row r: prefill rows first, then step k's batch)";
       }
     }
   }
   cuda::set_conv_epilogue(cuda::kConvEpilogueDefault);
   cuda::set_gated_out_proj(cuda::kGatedOutProjDefault);
+  cuda::set_gate_in_epilogue(cuda::kGateInEpilogueDefault);
+  cuda::set_conv_epilogue_grouped(false);
 }
 
 // Exact mode's one-row decode launched programmatically too (set_programmatic_exact_decode_mode 1: it
