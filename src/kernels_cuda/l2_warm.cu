@@ -65,7 +65,6 @@ __global__ void warm_range_kernel(const unsigned char* base, unsigned long long 
   prefetch_l2(base + p, static_cast<unsigned>(bytes - p < 32768ull ? bytes - p : 32768ull));
 }
 
-// One warp a block, so that the requests leave from many SMs' copy engines at once.
 }  // namespace
 
 void set_l2_warm(int mode, unsigned delay_ns, unsigned piece) {
@@ -104,6 +103,8 @@ bool warm_l2_beside(const L2WarmRows& w, const L2WarmStates& states, cudaStream_
   cuda_check(cudaStreamWaitEvent(sd.stream, sd.fork, 0), "cudaStreamWaitEvent");
   const auto* base = static_cast<const unsigned char*>(w.base);
   const unsigned long long delay = warm_delay.load();
+  // One warp a block: the bulk prefetch takes uniform operands, so a warp issues its lanes' requests one
+  // after another; many small blocks spread them over many SMs' copy units.
   if (mode == 1 || mode == 3) {
     const L2WarmStates st = mode == 3 ? states : L2WarmStates{};
     const int threads = std::max(w.rows, st.base ? static_cast<int>((st.bytes_a_slot + 32767) / 32768) * st.seqs : 0);
