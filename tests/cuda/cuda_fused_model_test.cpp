@@ -264,7 +264,7 @@ TEST(CudaFusedModel, L2WarmBesideGivesTheSameLogits) {
         const std::vector<float> without = run_schedule(*m, exact, batch, nullptr);
         const std::string what = std::string(spec) + (eager ? " eager" : " graphs") + (exact ? " exact" : " plain") +
                                  " batch " + std::to_string(batch);
-        for (const int mode : {1, 2}) {
+        for (const int mode : {1, 2, 3}) {
           cuda::set_l2_warm(mode, mode == 1 ? 500u : 0u);
           const std::vector<float> got = run_schedule(*m, exact, batch, nullptr);
           EXPECT_EQ(test::bit_difference(got.data(), without.data(), got.size(), static_cast<std::size_t>(V)), "")
