@@ -124,19 +124,21 @@ void launch_mma(const Args& a) {
                                       bar_for_rows<NT, GROUP, SHARED>()>;
     // The conv epilogue's kernel: box by box (session 12's consumer), or the grouped consumer the GEMM
     // takes without it (conv_epilogue_grouped(); session 34, not yet measured).
+    const bool grouped = conv && conv_grouped_on.load();
     if constexpr (NT == 8)
       if (conv)
-        kernel = conv_grouped_on.load() ? swap_ab_mma_kernel<CW, NT, BPS, LAG, true, false, false, group_for_rows<NT, GROUP>(),
-                                                             bar_for_rows<NT, GROUP, SHARED>()>
-                                        : swap_ab_mma_kernel<CW, NT, BPS, LAG, true>;
+        kernel = grouped ? swap_ab_mma_kernel<CW, NT, BPS, LAG, true, false, false, group_for_rows<NT, GROUP>(),
+                                              bar_for_rows<NT, GROUP, SHARED>()>
+                         : swap_ab_mma_kernel<CW, NT, BPS, LAG, true>;
     const ConvEpilogue ep = conv ? *t_conv : ConvEpilogue{};
     t_conv_taken = t_conv_taken || conv;
     // No L2 prefetch of the next ring here: this ring already holds 10+ boxes, and at one row (session 11,
     // mamba2-2.7b) the step was 1-2 % slower with it; the wgmma kernel's 6-box ring at 64 rows gained 3 %.
     const unsigned early = a.early & ~kEarlyL2;
     // One opt-in record per kernel (the attribute is the kernel's; the two share this launcher).
-    static std::atomic<std::uint64_t> opted{0}, opted_conv{0};
-    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, conv ? opted_conv : opted, true);
+    static std::atomic<std::uint64_t> opted{0}, opted_conv{0}, opted_conv_grouped{0};
+    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes,
+                       grouped ? opted_conv_grouped : conv ? opted_conv : opted, true);
     const CUtensorMap wmap = bf16_rows_tensor_map_cached(a.W, a.K, a.N, Cfg::kCols);
     with_bf16_rows(a.A, a.M, a.K, a.lda, a.s, [&](const void* a16) {
       const CUtensorMap xmap = bf16_rows_tensor_map_cached(a16, a.K, a.M, NT);
