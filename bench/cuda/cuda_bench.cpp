@@ -23,7 +23,6 @@
 #include "kernels_cuda/gemm_swap_ab.h"
 #include "kernels_cuda/gemm_wgmma.h"
 #include "kernels_cuda/graph.h"
-#include "kernels_cuda/l2_warm.h"
 #include "kernels_cuda/ops.h"
 #include "kernels_cuda/pass_plan.h"
 #include "kernels_cuda/persistent_decode.h"
@@ -1216,29 +1215,6 @@ void time_decode_steps(benchmark::State& state, model::Model& m, bench::DecodeRu
   }
   state.SetItemsProcessed(state.iterations() * batch);  // tokens
 }
-
-// out_proj's weights asked of L2 from a side branch of each layer (l2_warm.h) against the default
-// launches (warm 0), graphs on: warm = the mode (1 column slices of `piece` bytes, 2 front to back in
-// 32 KiB pieces, 3 the pass's SSM states first, then as 1), delay = ns the side kernel sleeps before
-// asking. Written in session 34, when no device was lent: not yet run.
-void BM_CudaModelDecodeL2Warm(benchmark::State& state) {
-  if (!have_gpu(state)) return;
-  model::Model& m = big_model();
-  const int batch = static_cast<int>(state.range(0));
-  cuda::set_l2_warm(static_cast<int>(state.range(2)), static_cast<unsigned>(state.range(3)),
-                    static_cast<unsigned>(state.range(4)));
-  bench::DecodeRun run = bench::prepare_decode(m, state.range(1) != 0, batch);
-  time_decode_steps(state, m, run, batch);
-  cuda::set_l2_warm(0);
-}
-BENCHMARK(BM_CudaModelDecodeL2Warm)
-    ->ArgsProduct({{1, 8}, {0, 1}, {0}, {0}, {1024}})
-    ->ArgsProduct({{1, 8}, {0, 1}, {1}, {0, 2000, 4000}, {1024, 4096}})
-    ->ArgsProduct({{1, 8}, {0, 1}, {2}, {0, 2000}, {32768}})
-    ->ArgsProduct({{1, 8}, {0, 1}, {3}, {0}, {1024}})
-    ->ArgNames({"batch", "exact", "warm", "delay", "piece"})
-    ->UseManualTime()
-    ->Unit(benchmark::kMillisecond);
 
 // Exact against plain at the same state dtype (issue 10's comparison; BM_CudaModelDecode runs each mode's
 // default: plain bf16, exact fp32): arg0 batch, arg1 0 plain / 1 exact, arg2 0 fp32 / 1 bf16 state. Default

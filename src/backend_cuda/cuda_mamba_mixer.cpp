@@ -4,7 +4,6 @@
 #include "kernels/math.h"
 #include "kernels_cuda/conv_epilogue.h"
 #include "kernels_cuda/gated_a.h"
-#include "kernels_cuda/l2_warm.h"
 #include "model/weight_loading.h"
 
 namespace parity::backend_cuda {
@@ -109,16 +108,6 @@ void CudaMambaMixer::enqueue(int layer, const float* x, const uint16_t* x16, int
   };
   if (conv_in_gemm) conv_done = cuda::with_conv_epilogue(job, in_proj);
   else if (!(p.skip & kSkipInProj)) in_proj();
-  // A decode pass may ask L2 for out_proj's weights from a side branch of the step (l2_warm.h: off by
-  // default), so that they arrive while DRAM would idle under the conv, the SSM step and the gated norm.
-  bool warm = false;
-  if (p.ps.one_row_each && T <= 16 && cuda::l2_warm_mode() != 0 && !L.out_proj.fp32 && !(p.skip & kSkipOutProj)) {
-    const cuda::SsdState ss = p.ds.ssd(layer);
-    const std::size_t per = static_cast<std::size_t>(H) * c.head_dim * c.state_size;
-    const cuda::L2WarmStates states{ss.state_f32 ? static_cast<const void*>(ss.state_f32) : ss.state_bf16,
-                                    per * (ss.state_f32 ? 4 : 2), p.ps.slot, p.ps.num_seqs};
-    warm = cuda::warm_l2_beside({L.out_proj.bf16.data(), hidden, static_cast<std::size_t>(I) * 2}, states, st);
-  }
   p.probe(nm.in_proj, sc.zx.data(), T, proj, proj);
   p.probe(nm.dt, sc.zx.data() + I + conv, T, H, proj);
   mark(p.profile, StepPart::MambaConv, st);
@@ -149,7 +138,6 @@ void CudaMambaMixer::enqueue(int layer, const float* x, const uint16_t* x16, int
     const cuda::GatedA a{sc.y.data(), gate_done ? sc.gate.data() : sc.zx.data(), L.gate_norm.data(), I,
                          static_cast<float>(c.layer_norm_epsilon), c.norm_before_gate, gate_done};
     mark(p.profile, StepPart::MambaGemm, st);
-    if (warm) cuda::join_l2_warm(st);
     norm_done = cuda::gemm_bf16_gated_row(a, I, L.out_proj.bf16.data(), hidden,
                                           L.out_proj_bias.size() ? L.out_proj_bias.data() : nullptr, out, st);
   }
@@ -160,7 +148,6 @@ void CudaMambaMixer::enqueue(int layer, const float* x, const uint16_t* x16, int
                           c.norm_before_gate, sc.g.data(), st, g16 ? sc.g16.data() : nullptr, gate_done);
     p.probe(nm.norm, sc.g.data(), T, I, I);
     mark(p.profile, StepPart::MambaGemm, st);
-    if (warm && !norm_done) cuda::join_l2_warm(st);
     if (!(p.skip & kSkipOutProj))
       gemm(sc.g.data(), g16 ? sc.g16.data() : nullptr, T, I, L.out_proj, hidden, L.out_proj_bias, out, st);
   }

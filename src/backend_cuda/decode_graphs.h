@@ -21,7 +21,6 @@
 
 #include "kernels_cuda/conv_epilogue.h"
 #include "kernels_cuda/graph.h"
-#include "kernels_cuda/l2_warm.h"
 #include "kernels_cuda/pass_plan.h"
 #include "model/forward_batch.h"
 #include "model/model.h"
@@ -69,17 +68,16 @@ struct GraphKey {
   bool gate_in_conv = true;     // cuda::gate_in_conv() when captured (the conv evaluating the gate's silu)
   unsigned skip = 0;            // the launches left out (set_decode_skip: benchmarks only)
   int persistent = 0;  // the layers as one persistent kernel (cuda::persistent_decode()'s mode; batch 1)
-  unsigned l2_warm = cuda::l2_warm_key();  // out_proj's weights asked of L2 beside the mixer (l2_warm.h)
   // conv_epilogue.h's switches when captured: its gate factors, its grouped consumer
   bool gate_in_epilogue = cuda::gate_in_epilogue();
   bool conv_grouped = cuda::conv_epilogue_grouped();
   bool operator<(const GraphKey& o) const {
     return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride, fuse, programmatic, gemm_early,
-                    programmatic_decode, conv_epilogue, gated_out, gate_in_conv, skip, persistent, l2_warm,
-                    gate_in_epilogue, conv_grouped) <
+                    programmatic_decode, conv_epilogue, gated_out, gate_in_conv, skip, persistent, gate_in_epilogue,
+                    conv_grouped) <
            std::tie(o.bucket, o.exact, o.cell, o.stagger, o.cell_tasks, o.kv_stride, o.fuse, o.programmatic,
                     o.gemm_early, o.programmatic_decode, o.conv_epilogue, o.gated_out, o.gate_in_conv, o.skip,
-                    o.persistent, o.l2_warm, o.gate_in_epilogue, o.conv_grouped);
+                    o.persistent, o.gate_in_epilogue, o.conv_grouped);
   }
 };
 

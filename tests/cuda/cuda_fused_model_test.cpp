@@ -17,7 +17,6 @@
 #include "kernels_cuda/conv_epilogue.h"
 #include "kernels_cuda/early_start.h"
 #include "kernels_cuda/gated_a.h"
-#include "kernels_cuda/l2_warm.h"
 #include "kernels_cuda/ops.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
@@ -241,42 +240,6 @@ TEST(CudaFusedModel, ExactDecodeProgrammaticGivesTheSameLogits) {
           << what << " by batch (the default)";
       EXPECT_NE(test::bit_difference(poked.data(), ordinary.data(), got.size(), static_cast<std::size_t>(V)), "")
           << what << ": companion (a changed decode token)";
-    }
-    backend_cuda::set_enforce_eager(*m, false);
-  }
-}
-
-// out_proj's weights asked of L2 from a side branch of the step (l2_warm.h: a kernel forked after
-// in_proj, joined before out_proj): a hint, so the same logits as without, eager and through graphs
-// (the fork and join captured into the graph beside the programmatic launches), every mode. Companion:
-// the comparison sees one changed token. Sanitizer mode: builtin:tiny, graphs with one row.
-TEST(CudaFusedModel, L2WarmBesideGivesTheSameLogits) {
-  PARITY_REQUIRE_GPU();
-  for (const char* spec : test::sweep<const char*>({"builtin:tiny", "builtin:tiny-hybrid"}, {"builtin:tiny"})) {
-    auto m = backend_cuda::load_model(model::open_checkpoint(spec), {});
-    const int V = m->vocab_size();
-    const std::vector<std::pair<bool, int>> runs = test::pick(
-        std::vector<std::pair<bool, int>>{{false, 1}, {false, 3}, {true, 1}}, std::vector<std::pair<bool, int>>{{false, 1}});
-    for (const auto& [eager, batch] : runs) {
-      for (const bool exact : {false, true}) {
-        backend_cuda::set_enforce_eager(*m, eager);
-        cuda::set_l2_warm(0);
-        const std::vector<float> without = run_schedule(*m, exact, batch, nullptr);
-        const std::string what = std::string(spec) + (eager ? " eager" : " graphs") + (exact ? " exact" : " plain") +
-                                 " batch " + std::to_string(batch);
-        for (const int mode : {1, 2, 3}) {
-          cuda::set_l2_warm(mode, mode == 1 ? 500u : 0u);
-          const std::vector<float> got = run_schedule(*m, exact, batch, nullptr);
-          EXPECT_EQ(test::bit_difference(got.data(), without.data(), got.size(), static_cast<std::size_t>(V)), "")
-              << what << " warm mode " << mode << " (row r: prefill rows first, then step k's batch)";
-          if (mode == 1) {
-            const std::vector<float> poked = run_schedule(*m, exact, batch, nullptr, batch - 1);
-            EXPECT_NE(test::bit_difference(poked.data(), without.data(), got.size(), static_cast<std::size_t>(V)), "")
-                << what << ": companion (a changed decode token)";
-          }
-        }
-        cuda::set_l2_warm(0);
-      }
     }
     backend_cuda::set_enforce_eager(*m, false);
   }
