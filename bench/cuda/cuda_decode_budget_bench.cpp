@@ -109,9 +109,9 @@ BENCHMARK(BM_CudaDecodeParts)
     ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
-// Session 34 (written without a device, not yet run): the conv in in_proj's epilogue with the gate's
-// silu(z) there too (13) and on the grouped consumer (29), against the default (4) and session 12's form
-// (5: the conv in the epilogue, the gate's exps back in the norm).
+// Session 34: the conv in in_proj's epilogue with the gate's silu(z) there too (13), on the grouped
+// consumer (21 without the gate, 29 with it), against the default (4) and session 12's form (5: the conv in
+// the epilogue, the gate's exps back in the norm).
 BENCHMARK(BM_CudaDecodeParts)
     ->ArgsProduct({{1, 8}, {0, 1}, {0}, {35}, {4, 5, 13, 21, 29}})
     ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})

@@ -123,7 +123,7 @@ void launch_mma(const Args& a) {
     auto* kernel = swap_ab_mma_kernel<CW, NT, BPS, LAG, false, false, false, group_for_rows<NT, GROUP>(),
                                       bar_for_rows<NT, GROUP, SHARED>()>;
     // The conv epilogue's kernel: box by box (session 12's consumer), or the grouped consumer the GEMM
-    // takes without it (conv_epilogue_grouped(); session 34, not yet measured).
+    // takes without it (conv_epilogue_grouped()). Each has its own shared-memory opt-in record.
     const bool grouped = conv && conv_grouped_on.load();
     if constexpr (NT == 8)
       if (conv)
