@@ -20,6 +20,7 @@
 #include "big_model.h"
 #include "kernels_cuda/conv_epilogue.h"
 #include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/early_start.h"
 #include "kernels_cuda/gated_a.h"
 #include "kernels_cuda/gemm_swap_ab.h"
 #include "kernels_cuda/mma_chain.h"
@@ -133,6 +134,20 @@ BENCHMARK(BM_CudaDecodeParts)
     ->ArgsProduct({{64}, {0, 1}, {0}, {35}, {0, 3}})
     ->ArgsProduct({{1}, {0, 1}, {0}, {163, 171, 419, 427, 939}, {3, 4}})
     ->ArgsProduct({{64}, {0, 1}, {0}, {171, 427}, {3}})
+    ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+// Session 35: the first rings paced (early_start.h's kGemmEarlyPaced): 427 and 171 with the GEMMs' first
+// ring a barrier unit every P · 64 cycles until the kernel before has completed, P 8 to 160 (427 asks for
+// whole rings at once), beside the default (35) and 427 itself.
+BENCHMARK(BM_CudaDecodeParts)
+    ->ArgsProduct({{1, 8},
+                   {0, 1},
+                   {0},
+                   {35, 427, cuda::gemm_early_with_pace(427, 8), cuda::gemm_early_with_pace(427, 24),
+                    cuda::gemm_early_with_pace(427, 64), cuda::gemm_early_with_pace(427, 160),
+                    cuda::gemm_early_with_pace(171, 24), cuda::gemm_early_with_pace(171, 64)},
+                   {4}})
     ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

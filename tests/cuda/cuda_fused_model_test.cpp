@@ -123,7 +123,8 @@ TEST(CudaFusedModel, EarlyGemmStartsGiveTheLogitsOfOrdinaryGemmLaunches) {
                  L = cuda::kGemmEarlyL2Rest;
   const unsigned sets[] = {W, W | R, W | R | L2, W | R | N, W | R | L2 | N, N, W | R | X, S, W | R | S, W | R | G,
                            W | R | L2 | N | X | S | G, W | R | S | P, W | R | S | P | N, W | R | S | P | C,
-                           W | R | S | P | N | C, W | R | S | P | N | C | L, P | N | C};
+                           W | R | S | P | N | C, W | R | S | P | N | C | L, P | N | C,
+                           cuda::gemm_early_with_pace(W | R | S | P | N | C, 24)};
   const int count = static_cast<int>(std::size(sets));
   // Indices into sets: W | R | L2 | N | X | S | G and P | N | C (exact, one row); S and
   // W | R | S | P | N | C | L (plain, three rows).
