@@ -20,9 +20,7 @@
 #include "big_model.h"
 #include "kernels_cuda/conv_epilogue.h"
 #include "kernels_cuda/device_buffer.h"
-#include "kernels_cuda/early_start.h"
 #include "kernels_cuda/gated_a.h"
-#include "kernels_cuda/gated_norm_tail.h"
 #include "kernels_cuda/gemm_swap_ab.h"
 #include "kernels_cuda/mma_chain.h"
 #include "kernels_cuda/ops.h"
@@ -40,8 +38,7 @@ bool gpu_here(benchmark::State& state) {
 // GemmEarly and early_start.h's; 35 the default), arg4 launches doing their neighbours' work: bit 1 in_proj
 // a decode pass's conv (conv_epilogue.h), bit 2 out_proj a one-row pass's gated norm (gated_a.h), bit 4 the
 // conv the gated norm's silu(z) (ops.h's GateJob), bit 8 (with 1 and 4) in_proj's epilogue the silu(z)
-// instead (ConvEpilogue::gate), bit 16 (with 1) the conv epilogue's GEMM on the grouped consumer, bit 32 plain
-// mode's SSU launch the gated norm (gated_norm_tail.h); 4 the
+// instead (ConvEpilogue::gate), bit 16 (with 1) the conv epilogue's GEMM on the grouped consumer; 4 the
 // default, 0 session 11's launches. Graphs, fused and programmatic launches on.
 // Wall time of Model::forward as BM_CudaModelDecode times it; step_us and us_per_layer (step / 64) as
 // counters.
@@ -57,7 +54,6 @@ void BM_CudaDecodeParts(benchmark::State& state) {
   cuda::set_gate_in_conv((state.range(4) & 4) != 0);
   cuda::set_gate_in_epilogue((state.range(4) & 8) != 0);
   cuda::set_conv_epilogue_grouped((state.range(4) & 16) != 0);
-  cuda::set_gated_norm_tail((state.range(4) & 32) != 0);
   bench::DecodeRun run = bench::prepare_decode(m, exact, batch);
   cache::ModelCache& mc = run.mc;
   model::ForwardBatch& d = run.d;
@@ -84,7 +80,6 @@ void BM_CudaDecodeParts(benchmark::State& state) {
   cuda::set_gate_in_conv(true);
   cuda::set_gate_in_epilogue(cuda::kGateInEpilogueDefault);
   cuda::set_conv_epilogue_grouped(false);
-  cuda::set_gated_norm_tail(cuda::kGatedNormTailDefault);
 }
 // Session 11's step (the conv in its own launch), plain batch 1: everything; each launch left out; each
 // launch alone (every other bit: 126 = the norm alone, 125 in_proj, 123 the conv, 119 the SSM step, 111
@@ -138,29 +133,6 @@ BENCHMARK(BM_CudaDecodeParts)
     ->ArgsProduct({{64}, {0, 1}, {0}, {35}, {0, 3}})
     ->ArgsProduct({{1}, {0, 1}, {0}, {163, 171, 419, 427, 939}, {3, 4}})
     ->ArgsProduct({{64}, {0, 1}, {0}, {171, 427}, {3}})
-    ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
-    ->UseManualTime()
-    ->Unit(benchmark::kMicrosecond);
-// Session 35: the first rings paced (early_start.h's kGemmEarlyPaced): 427 and 171 with the GEMMs' first
-// ring a barrier unit every P · 64 cycles until the kernel before has completed, P 8 to 160 (427 asks for
-// whole rings at once), beside the default (35) and 427 itself.
-BENCHMARK(BM_CudaDecodeParts)
-    ->ArgsProduct({{1, 8},
-                   {0, 1},
-                   {0},
-                   {35, 427, cuda::gemm_early_with_pace(427, 8), cuda::gemm_early_with_pace(427, 24),
-                    cuda::gemm_early_with_pace(427, 64), cuda::gemm_early_with_pace(427, 160),
-                    cuda::gemm_early_with_pace(171, 24), cuda::gemm_early_with_pace(171, 64)},
-                   {4}})
-    ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
-    ->UseManualTime()
-    ->Unit(benchmark::kMicrosecond);
-// Session 35: the SSU's launch doing the gated norm (36) against the default (4), plain mode, and with the
-// conv and the gate in in_proj's epilogue on the grouped consumer (61 against 29); exact mode (its decode
-// kernel keeps the norm's launch) as the control.
-BENCHMARK(BM_CudaDecodeParts)
-    ->ArgsProduct({{1, 8}, {0}, {0}, {35}, {4, 36, 29, 61}})
-    ->ArgsProduct({{1}, {1}, {0}, {35}, {4, 36}})
     ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);

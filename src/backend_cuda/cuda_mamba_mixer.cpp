@@ -4,7 +4,6 @@
 #include "kernels/math.h"
 #include "kernels_cuda/conv_epilogue.h"
 #include "kernels_cuda/gated_a.h"
-#include "kernels_cuda/gated_norm_tail.h"
 #include "model/weight_loading.h"
 
 namespace parity::backend_cuda {
@@ -47,12 +46,6 @@ void CudaMambaMixer::reserve(MambaScratch& sc, int T) const {
   sc.g.resize(t * cfg_.intermediate_size);
   sc.g16.resize(t * cfg_.intermediate_size);
   sc.gate.resize(t * cfg_.intermediate_size);
-  // Zero once when (re)allocated; the SSU's tail sets each count back to zero after its pass.
-  if (sc.tail_counts.size() < t) {
-    sc.tail_counts.resize(t);
-    sc.tail_counts.zero();
-    cuda::cuda_check(cudaStreamSynchronize(cudaStreamLegacy), "zeroing the gated norm tail's counts");
-  }
 }
 
 void CudaMambaMixer::reserve_scan(MambaScratch& sc, const cuda::PassSeqs& ps, const cuda::ScanGrid& grid) const {
@@ -133,31 +126,15 @@ void CudaMambaMixer::enqueue(int layer, const float* x, const uint16_t* x16, int
   }
   mark(p.profile, StepPart::MambaSsd, st);
   if (!p.fuse) cuda::ssd_dt(dt.raw, dt.ld, T, H, dt.bias, dt_lo, dt_hi, dt.dt, st);
+  if (!(p.skip & kSkipSsm))
+    cuda::ssd_scan(shape(), p.grid, p.ps, sc.xbc.data(), conv, sc.dt.data(), L.A.data(), L.D.data(),
+                   p.ds.ssd(layer), sc.scan.data(), sc.scan.size(), sc.y.data(), st);
+  mark(p.profile, StepPart::MambaNorm, st);
   // out_proj reads the norm's bf16 copy unless the norm point may replace the fp32 tensor.
   const bool g16 = p.fuse && !p.probe.wants(nm.norm);
-  // A decode pass's gated norm may run in the SSU's launch (gated_norm_tail.h: the same bits, one launch
-  // fewer), unless a probe wants a point between or either is left out.
-  cuda::GatedNormTail tail;
-  tail.a = cuda::GatedA{sc.y.data(), gate_done ? sc.gate.data() : sc.zx.data(), L.gate_norm.data(), I / c.n_groups,
-                        static_cast<float>(c.layer_norm_epsilon), c.norm_before_gate, gate_done};
-  tail.ldz = gate_done ? I : proj;
-  tail.dim = I;
-  tail.out = sc.g.data();
-  tail.out16 = g16 ? sc.g16.data() : nullptr;
-  tail.counts = sc.tail_counts.data();
-  const bool try_tail = g16 && p.ps.one_row_each && cuda::gated_norm_tail() &&
-                        !(p.skip & (kSkipSsm | kSkipGatedNorm));
-  bool norm_in_ssu = false;
-  auto scan = [&] {
-    cuda::ssd_scan(shape(), p.grid, p.ps, sc.xbc.data(), conv, sc.dt.data(), L.A.data(), L.D.data(), p.ds.ssd(layer),
-                   sc.scan.data(), sc.scan.size(), sc.y.data(), st);
-  };
-  if (try_tail) norm_in_ssu = cuda::with_gated_norm_tail(tail, scan);
-  else if (!(p.skip & kSkipSsm)) scan();
-  mark(p.profile, StepPart::MambaNorm, st);
   // One row: out_proj's blocks may run the norm themselves (gated_a.h: the same bits, one launch fewer).
   bool norm_done = false;
-  if (!norm_in_ssu && g16 && T == 1 && c.n_groups == 1 && !L.out_proj.fp32 && !(p.skip & (kSkipGatedNorm | kSkipOutProj))) {
+  if (g16 && T == 1 && c.n_groups == 1 && !L.out_proj.fp32 && !(p.skip & (kSkipGatedNorm | kSkipOutProj))) {
     const cuda::GatedA a{sc.y.data(), gate_done ? sc.gate.data() : sc.zx.data(), L.gate_norm.data(), I,
                          static_cast<float>(c.layer_norm_epsilon), c.norm_before_gate, gate_done};
     mark(p.profile, StepPart::MambaGemm, st);
@@ -165,7 +142,7 @@ void CudaMambaMixer::enqueue(int layer, const float* x, const uint16_t* x16, int
                                           L.out_proj_bias.size() ? L.out_proj_bias.data() : nullptr, out, st);
   }
   if (!norm_done) {
-    if (!norm_in_ssu && !(p.skip & kSkipGatedNorm))
+    if (!(p.skip & kSkipGatedNorm))
       cuda::gated_rmsnorm(sc.y.data(), gate_done ? sc.gate.data() : sc.zx.data(), gate_done ? I : proj, T, I,
                           I / c.n_groups, L.gate_norm.data(), static_cast<float>(c.layer_norm_epsilon),
                           c.norm_before_gate, sc.g.data(), st, g16 ? sc.g16.data() : nullptr, gate_done);

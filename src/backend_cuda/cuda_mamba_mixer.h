@@ -38,7 +38,6 @@ struct MambaScratch {
   cuda::DeviceBuffer<float> gate;  // silu(z) from the conv's launch (decode passes: cuda::gate_in_conv)
   cuda::DeviceBuffer<uint16_t> g16;  // g's bf16 copy for out_proj (fused passes)
   cuda::DeviceBuffer<float> scan;  // the SSD's scratch, sized per pass from its cell tasks
-  cuda::DeviceBuffer<int> tail_counts;  // gated_norm_tail.h's per-sequence counts: zero between passes
 };
 
 // What a mixer layer needs of the pass it runs in (the same for every layer of the pass).

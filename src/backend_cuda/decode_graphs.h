@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "kernels_cuda/conv_epilogue.h"
-#include "kernels_cuda/gated_norm_tail.h"
 #include "kernels_cuda/graph.h"
 #include "kernels_cuda/pass_plan.h"
 #include "model/forward_batch.h"
@@ -72,14 +71,13 @@ struct GraphKey {
   // conv_epilogue.h's switches when captured: its gate factors, its grouped consumer
   bool gate_in_epilogue = cuda::gate_in_epilogue();
   bool conv_grouped = cuda::conv_epilogue_grouped();
-  bool gated_norm_tail = cuda::gated_norm_tail();  // gated_norm_tail.h: the SSU's launch doing the gated norm
   bool operator<(const GraphKey& o) const {
     return std::tie(bucket, exact, cell, stagger, cell_tasks, kv_stride, fuse, programmatic, gemm_early,
                     programmatic_decode, conv_epilogue, gated_out, gate_in_conv, skip, persistent, gate_in_epilogue,
-                    conv_grouped, gated_norm_tail) <
+                    conv_grouped) <
            std::tie(o.bucket, o.exact, o.cell, o.stagger, o.cell_tasks, o.kv_stride, o.fuse, o.programmatic,
                     o.gemm_early, o.programmatic_decode, o.conv_epilogue, o.gated_out, o.gate_in_conv, o.skip,
-                    o.persistent, o.gate_in_epilogue, o.conv_grouped, o.gated_norm_tail);
+                    o.persistent, o.gate_in_epilogue, o.conv_grouped);
   }
 };
 

@@ -16,16 +16,5 @@ inline constexpr unsigned kGemmEarlyMixerChain = 256u;
 // The swap-AB mma.sync kernel's blocks ask L2, before their wait, for every weight box of theirs past
 // the ring (the ring itself goes to shared memory under kGemmEarlyWeights).
 inline constexpr unsigned kGemmEarlyL2Rest = 512u;
-// The swap-AB mma.sync kernel's first ring, requested before the wait (kGemmEarlyWeights), paced: one
-// barrier unit of weight boxes every `pace` cycles until the kernel before has completed, then the rest
-// at once. Why: with the kernels scheduled early (427) each GEMM's blocks asked for their whole first ring
-// at once, megabytes queued ahead of the small kernels' own reads, and the step was 17 % slower (session
-// 23); a paced ring keeps few bytes queued. The pace sits in the flags' top 16 bits, in units of
-// kGemmEarlyPaceUnit SM cycles (gemm_early_with_pace). Implies the consumers' park (kGemmEarlyPark).
-inline constexpr unsigned kGemmEarlyPaced = 2048u;
-inline constexpr int kGemmEarlyPaceShift = 16, kGemmEarlyPaceUnit = 64;
-constexpr unsigned gemm_early_with_pace(unsigned flags, unsigned pace_units) {
-  return (flags & 0xffffu) | kGemmEarlyPaced | (pace_units << kGemmEarlyPaceShift);
-}
 
 }  // namespace parity::cuda

@@ -69,9 +69,8 @@ __device__ inline void rms_norm_held(float (&v)[kHeld], const float (&wk)[kHeld]
 // The gated RMSNorm of one group (y, z: its first elements; group <= kHeldMaxWidth), held form:
 // out(i, value) for each of thread threadIdx.x's elements i. Every thread of a kRowThreads-thread
 // block calls it (block_sum's barriers). activated: z holds silu(z) (gate_factor).
-// Row: const float* or anything indexed like one (the SSU's tail reads other blocks' y through L2).
-template <class Out, class Row = const float*>
-__device__ inline void gated_norm_held(Row y, const float* z, int group, const float (&wk)[kHeld], float eps,
+template <class Out>
+__device__ inline void gated_norm_held(const float* y, const float* z, int group, const float (&wk)[kHeld], float eps,
                                        bool norm_before_gate, Out out, bool activated = false) {
   const int t = threadIdx.x;
   float v[kHeld], zk[kHeld];

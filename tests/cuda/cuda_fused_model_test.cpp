@@ -17,7 +17,6 @@
 #include "kernels_cuda/conv_epilogue.h"
 #include "kernels_cuda/early_start.h"
 #include "kernels_cuda/gated_a.h"
-#include "kernels_cuda/gated_norm_tail.h"
 #include "kernels_cuda/ops.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
@@ -124,8 +123,7 @@ TEST(CudaFusedModel, EarlyGemmStartsGiveTheLogitsOfOrdinaryGemmLaunches) {
                  L = cuda::kGemmEarlyL2Rest;
   const unsigned sets[] = {W, W | R, W | R | L2, W | R | N, W | R | L2 | N, N, W | R | X, S, W | R | S, W | R | G,
                            W | R | L2 | N | X | S | G, W | R | S | P, W | R | S | P | N, W | R | S | P | C,
-                           W | R | S | P | N | C, W | R | S | P | N | C | L, P | N | C,
-                           cuda::gemm_early_with_pace(W | R | S | P | N | C, 24)};
+                           W | R | S | P | N | C, W | R | S | P | N | C | L, P | N | C};
   const int count = static_cast<int>(std::size(sets));
   // Indices into sets: W | R | L2 | N | X | S | G and P | N | C (exact, one row); S and
   // W | R | S | P | N | C | L (plain, three rows).
@@ -165,14 +163,10 @@ TEST(CudaFusedModel, EarlyGemmStartsGiveTheLogitsOfOrdinaryGemmLaunches) {
 TEST(CudaFusedModel, GemmsDoingTheConvAndTheNormGiveTheLogitsOfTheirLaunches) {
   PARITY_REQUIRE_GPU();
   struct Fusion {
-    bool conv, norm, gate, grouped, tail = false;
+    bool conv, norm, gate, grouped;
   };
-  // The last three: the SSU's launch doing the gated norm (gated_norm_tail.h; plain decode), alone, with the
-  // conv in in_proj and the gate in its epilogue, and before out_proj's own norm (which it then replaces).
   const Fusion fusions[] = {{true, false, false, false}, {false, true, false, false}, {true, true, false, false},
-                            {true, false, true, false},  {true, false, false, true},  {true, true, true, true},
-                            {false, false, false, false, true}, {true, false, true, false, true},
-                            {false, true, false, false, true}};
+                            {true, false, true, false},  {true, false, false, true},  {true, true, true, true}};
   for (const char* spec : test::sweep<const char*>({"builtin:tiny", "builtin:tiny-g2", "builtin:tiny-hybrid"},
                                                    {"builtin:tiny-g2", "builtin:tiny-hybrid"})) {
     auto m = backend_cuda::load_model(model::open_checkpoint(spec), {});
@@ -180,15 +174,13 @@ TEST(CudaFusedModel, GemmsDoingTheConvAndTheNormGiveTheLogitsOfTheirLaunches) {
     const bool g2 = std::string(spec) == "builtin:tiny-g2";
     for (const test::ModeCase& c :
          test::pick(test::every_mode_case({1, 3, 8}, static_cast<int>(std::size(fusions))),
-                    g2 ? std::vector<test::ModeCase>{{true, 1, {0, 1, 2, 5}}, {false, 3, {6}}}
-                       : std::vector<test::ModeCase>{{false, 8, {0, 7}}})) {
+                    g2 ? std::vector<test::ModeCase>{{true, 1, {0, 1, 2, 5}}} : std::vector<test::ModeCase>{{false, 8, {0}}})) {
       const bool exact = c.exact;
       const int batch = c.batch;
       cuda::set_conv_epilogue(false);
       cuda::set_gated_out_proj(false);
       cuda::set_gate_in_epilogue(false);
       cuda::set_conv_epilogue_grouped(false);
-      cuda::set_gated_norm_tail(false);
       const std::vector<float> launches = run_schedule(*m, exact, batch, nullptr);
       for (int v : c.variants) {
         const Fusion f = fusions[v];
@@ -196,12 +188,10 @@ TEST(CudaFusedModel, GemmsDoingTheConvAndTheNormGiveTheLogitsOfTheirLaunches) {
         cuda::set_gated_out_proj(f.norm);
         cuda::set_gate_in_epilogue(f.gate);
         cuda::set_conv_epilogue_grouped(f.grouped);
-        cuda::set_gated_norm_tail(f.tail);
         const std::vector<float> got = run_schedule(*m, exact, batch, nullptr);
         EXPECT_EQ(test::bit_difference(got.data(), launches.data(), got.size(), static_cast<std::size_t>(V)), "")
             << spec << (exact ? " exact" : " plain") << " batch " << batch << (f.conv ? " conv in in_proj" : "")
             << (f.gate ? " with the gate" : "") << (f.grouped ? " grouped" : "") << (f.norm ? " norm in out_proj" : "")
-            << (f.tail ? " norm in the SSU's launch" : "")
             << " (row r: prefill rows first, then step k's batch)";
       }
     }
@@ -210,7 +200,6 @@ TEST(CudaFusedModel, GemmsDoingTheConvAndTheNormGiveTheLogitsOfTheirLaunches) {
   cuda::set_gated_out_proj(cuda::kGatedOutProjDefault);
   cuda::set_gate_in_epilogue(cuda::kGateInEpilogueDefault);
   cuda::set_conv_epilogue_grouped(false);
-  cuda::set_gated_norm_tail(cuda::kGatedNormTailDefault);
 }
 
 // Exact mode's one-row decode launched programmatically too (set_programmatic_exact_decode_mode 1: it
