@@ -136,6 +136,17 @@ BENCHMARK(BM_CudaDecodeParts)
     ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+// Session 35: the budget of today's default launches (gemmfuse 4: the gate's silu in the conv's launch) at one
+// row, plain and exact, every launch left out and each alone (the list of session 11's budget above).
+BENCHMARK(BM_CudaDecodeParts)
+    ->ArgsProduct({{1},
+                   {0, 1},
+                   {0, 1, 2, 4, 8, 16, 32, 64, 126, 125, 123, 119, 111, 95, 63, 127},
+                   {cuda::kGemmEarlyDefault},
+                   {4}})
+    ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 // Session 13: 1059 = 35 + kGemmMmaBoxByBox (gemm_swap_ab.h): session 12's box-by-box mma.sync consumer
 // instead of the grouped one: everything, and out_proj / in_proj alone (skip 95 / 125; gemm:35's rows are
 // registered above).
