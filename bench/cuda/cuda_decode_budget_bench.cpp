@@ -117,10 +117,10 @@ BENCHMARK(BM_CudaDecodeParts)
     ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
-// Session 24: the same budget at 64 and 256 sequences (the default launches, gemmfuse 4): where the
-// tokens/s of a large batch go.
+// Sessions 24 and 35: the same budget with the default launches (gemmfuse 4) at 64 and 256 sequences (where
+// the tokens/s of a large batch go) and at one (today's batch-1 step, plain and exact).
 BENCHMARK(BM_CudaDecodeParts)
-    ->ArgsProduct({{64, 256},
+    ->ArgsProduct({{1, 64, 256},
                    {0, 1},
                    {0, 1, 2, 4, 8, 16, 32, 64, 126, 125, 123, 119, 111, 95, 63, 127},
                    {cuda::kGemmEarlyDefault},
@@ -133,17 +133,6 @@ BENCHMARK(BM_CudaDecodeParts)
     ->ArgsProduct({{64}, {0, 1}, {0}, {35}, {0, 3}})
     ->ArgsProduct({{1}, {0, 1}, {0}, {163, 171, 419, 427, 939}, {3, 4}})
     ->ArgsProduct({{64}, {0, 1}, {0}, {171, 427}, {3}})
-    ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
-    ->UseManualTime()
-    ->Unit(benchmark::kMicrosecond);
-// Session 35: the budget of today's default launches (gemmfuse 4: the gate's silu in the conv's launch) at one
-// row, plain and exact, every launch left out and each alone (the list of session 11's budget above).
-BENCHMARK(BM_CudaDecodeParts)
-    ->ArgsProduct({{1},
-                   {0, 1},
-                   {0, 1, 2, 4, 8, 16, 32, 64, 126, 125, 123, 119, 111, 95, 63, 127},
-                   {cuda::kGemmEarlyDefault},
-                   {4}})
     ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
