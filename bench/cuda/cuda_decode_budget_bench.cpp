@@ -12,12 +12,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "backend_cuda/backend.h"
 #include "backend_cuda/decode_graphs.h"
 #include "bench_cache.h"
 #include "big_model.h"
+#include "kernel_timeline.h"
 #include "kernels_cuda/conv_epilogue.h"
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/gated_a.h"
@@ -34,6 +38,25 @@ bool gpu_here(benchmark::State& state) {
   return false;
 }
 
+// The GEMMs' early-start flags (ops.h's GemmEarly and early_start.h's; 35 the default) and which launches
+// do their neighbours' work (gemmfuse, BM_CudaDecodeParts below); restore_launches() puts the defaults back.
+void set_launches(unsigned gemm, int fuse) {
+  cuda::set_gemm_early(gemm);
+  cuda::set_conv_epilogue((fuse & 1) != 0);
+  cuda::set_gated_out_proj((fuse & 2) != 0);
+  cuda::set_gate_in_conv((fuse & 4) != 0);
+  cuda::set_gate_in_epilogue((fuse & 8) != 0);
+  cuda::set_conv_epilogue_grouped((fuse & 16) != 0);
+}
+void restore_launches() {
+  cuda::set_gemm_early(cuda::kGemmEarlyDefault);
+  cuda::set_conv_epilogue(cuda::kConvEpilogueDefault);
+  cuda::set_gated_out_proj(cuda::kGatedOutProjDefault);
+  cuda::set_gate_in_conv(true);
+  cuda::set_gate_in_epilogue(cuda::kGateInEpilogueDefault);
+  cuda::set_conv_epilogue_grouped(false);
+}
+
 // arg0 batch, arg1 0 plain / 1 exact, arg2 the DecodeSkip bits, arg3 the GEMMs' early-start flags (ops.h's
 // GemmEarly and early_start.h's; 35 the default), arg4 launches doing their neighbours' work: bit 1 in_proj
 // a decode pass's conv (conv_epilogue.h), bit 2 out_proj a one-row pass's gated norm (gated_a.h), bit 4 the
@@ -48,12 +71,7 @@ void BM_CudaDecodeParts(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
   const bool exact = state.range(1) != 0;
   backend_cuda::set_decode_skip(m, static_cast<unsigned>(state.range(2)));
-  cuda::set_gemm_early(static_cast<unsigned>(state.range(3)));
-  cuda::set_conv_epilogue((state.range(4) & 1) != 0);
-  cuda::set_gated_out_proj((state.range(4) & 2) != 0);
-  cuda::set_gate_in_conv((state.range(4) & 4) != 0);
-  cuda::set_gate_in_epilogue((state.range(4) & 8) != 0);
-  cuda::set_conv_epilogue_grouped((state.range(4) & 16) != 0);
+  set_launches(static_cast<unsigned>(state.range(3)), static_cast<int>(state.range(4)));
   bench::DecodeRun run = bench::prepare_decode(m, exact, batch);
   cache::ModelCache& mc = run.mc;
   model::ForwardBatch& d = run.d;
@@ -74,12 +92,7 @@ void BM_CudaDecodeParts(benchmark::State& state) {
   state.counters["step_us"] = step * 1e6;
   state.counters["us_per_layer"] = step * 1e6 / 64;
   backend_cuda::set_decode_skip(m, 0);
-  cuda::set_gemm_early(cuda::kGemmEarlyDefault);
-  cuda::set_conv_epilogue(cuda::kConvEpilogueDefault);
-  cuda::set_gated_out_proj(cuda::kGatedOutProjDefault);
-  cuda::set_gate_in_conv(true);
-  cuda::set_gate_in_epilogue(cuda::kGateInEpilogueDefault);
-  cuda::set_conv_epilogue_grouped(false);
+  restore_launches();
 }
 // Session 11's step (the conv in its own launch), plain batch 1: everything; each launch left out; each
 // launch alone (every other bit: 126 = the norm alone, 125 in_proj, 123 the conv, 119 the SSM step, 111
@@ -136,6 +149,13 @@ BENCHMARK(BM_CudaDecodeParts)
     ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+// Session 36: out_proj scheduled once in_proj has completed (early_start.h): 6179 = 35 + the SSM step's and
+// the gated norm's release before their wait (2048 + 4096), 6307 = 6179 + park (128), against 35.
+BENCHMARK(BM_CudaDecodeParts)
+    ->ArgsProduct({{1, 8}, {0, 1}, {0}, {35, 6179, 6307}, {4}})
+    ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 // Session 13: 1059 = 35 + kGemmMmaBoxByBox (gemm_swap_ab.h): session 12's box-by-box mma.sync consumer
 // instead of the grouped one: everything, and out_proj / in_proj alone (skip 95 / 125; gemm:35's rows are
 // registered above).
@@ -143,6 +163,67 @@ BENCHMARK(BM_CudaDecodeParts)
     ->ArgsProduct({{1}, {0, 1}, {0, 95, 125}, {1059}, {0}})
     ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
     ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The step untouched, read kernel by kernel (kernel_timeline.h): arg0 batch, arg1 0 plain / 1 exact, arg2
+// and arg3 as BM_CudaDecodeParts's gemm and gemmfuse. The timed loop is BM_CudaDecodeParts's (step_us);
+// then kTraced more steps run with CUPTI's kernel records on (traced_step_us: first start to last end).
+// Each kernel's share of the step's path, its life and its lead go to stderr and, where
+// PARITY_TIMELINE_DIR names a folder, to a CSV there named after the benchmark's arguments.
+void BM_CudaDecodeTimeline(benchmark::State& state) {
+  if (!gpu_here(state)) return;
+  constexpr int kTraced = 20;  // steps; mamba2-2.7b has 64 layers (us_per_layer above)
+  model::Model& m = bench::mamba2_2p7b();
+  const int batch = static_cast<int>(state.range(0));
+  const bool exact = state.range(1) != 0;
+  set_launches(static_cast<unsigned>(state.range(2)), static_cast<int>(state.range(3)));
+  bench::DecodeRun run = bench::prepare_decode(m, exact, batch);
+  double total = 0;
+  auto step = [&] {
+    for (auto& q : run.d.seqs) q.start = run.pos;
+    m.forward(run.d, run.mc, run.mode, run.logits.get());
+    ++run.pos;
+  };
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(s);
+    total += s;
+  }
+  state.counters["step_us"] = total * 1e6 / static_cast<double>(std::max<int64_t>(1, state.iterations()));
+  std::string why;
+  if (bench::kernel_timeline_start(&why)) {
+    for (int i = 0; i < kTraced; ++i) step();
+    const bench::KernelTimeline t = bench::kernel_timeline_finish(kTraced, 64);
+    if (t.available) {
+      state.counters["traced_step_us"] = t.step_us;
+      state.counters["kernels"] = t.kernels_per_step;
+      const std::string name = "timeline-b" + std::to_string(batch) + (exact ? "-exact" : "-plain") + "-g" +
+                               std::to_string(state.range(2)) + "-f" + std::to_string(state.range(3));
+      const std::string csv = bench::kernel_timeline_csv(t);
+      std::fprintf(stderr, "%s (%d steps, %d kernels a step, %.1f us a step)\n%s", name.c_str(), t.steps,
+                   t.kernels_per_step, t.step_us, csv.c_str());
+      if (const char* dir = std::getenv("PARITY_TIMELINE_DIR")) {
+        if (std::FILE* f = std::fopen((std::string(dir) + "/" + name + ".csv").c_str(), "w")) {
+          std::fputs(csv.c_str(), f);
+          std::fclose(f);
+        }
+      }
+    } else {
+      state.SetLabel("no timeline: " + t.why);
+    }
+  } else {
+    state.SetLabel("no timeline: " + why);
+  }
+  restore_launches();
+}
+BENCHMARK(BM_CudaDecodeTimeline)
+    ->ArgsProduct({{1}, {0, 1}, {cuda::kGemmEarlyDefault, 427, 6179, 6307}, {4}})
+    ->ArgsProduct({{64}, {0, 1}, {cuda::kGemmEarlyDefault}, {4}})
+    ->ArgNames({"batch", "exact", "gemm", "gemmfuse"})
+    ->UseManualTime()
+    ->Iterations(50)
     ->Unit(benchmark::kMicrosecond);
 
 // arg0 the way (mma_chain.h's MmaChainWay), arg1 chains a block (warps for mma.sync, warpgroups for

@@ -16,5 +16,14 @@ inline constexpr unsigned kGemmEarlyMixerChain = 256u;
 // The swap-AB mma.sync kernel's blocks ask L2, before their wait, for every weight box of theirs past
 // the ring (the ring itself goes to shared memory under kGemmEarlyWeights).
 inline constexpr unsigned kGemmEarlyL2Rest = 512u;
+// Session 36: the SSM step (plain mode's SSU, exact mode's decode when launched programmatically) lets the
+// next kernel be scheduled before its own wait; the conv does not (kGemmEarlyMixerChain moves both). With
+// kGemmEarlyGatedNormFirst as well, out_proj is scheduled once in_proj has completed and the conv passes
+// its wait, so its first ring is requested during the conv and the SSM step instead of during the norm
+// alone, while no block of in_proj is still waiting for an SM (gemm 427's loss).
+inline constexpr unsigned kGemmEarlySsmFirst = 2048u;
+// The gated norm lets out_proj be scheduled before its own wait at every row count (kGemmEarlyNorms with
+// kGemmEarlyPark moves every norm, the input norm's in_proj included).
+inline constexpr unsigned kGemmEarlyGatedNormFirst = 4096u;
 
 }  // namespace parity::cuda

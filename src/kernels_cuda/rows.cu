@@ -231,7 +231,7 @@ void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, i
   if (group <= 0 || dim % group != 0) throw Error("gated_rmsnorm: group does not divide the width");
   launch_after_prior(held(group) ? gated_rmsnorm_held_kernel : gated_rmsnorm_kernel, dim3(rows, dim / group),
                      dim3(kRowThreads), 0, s, "gated_rmsnorm", y, z, ldz, dim, group, w, eps, norm_before_gate, out,
-                     out16, release_first(rows), z_activated);
+                     out16, release_first(rows) || (gemm_early_flags() & kGemmEarlyGatedNormFirst) != 0, z_activated);
 }
 
 void add_inplace(float* x, const float* y, std::size_t n, cudaStream_t s) {

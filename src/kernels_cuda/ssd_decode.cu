@@ -59,7 +59,8 @@ __device__ inline unsigned smid() {
 // Launched programmatically (launch_after_prior, when programmatic_exact_decode()): before the wait
 // for the kernel before it (the conv, which writes this row's x, B, C and dt) a block only reads the
 // pass's metadata and asks L2 for what earlier passes wrote (its state tile, its head's x ring, its
-// group's B ring); every copy is issued after the wait.
+// group's B ring); every copy is issued after the wait. pdl: 1 that, 2 the metadata only; | 4 the next
+// kernel released before the wait (early_start.h's kGemmEarlySsmFirst), else after it.
 template <int kF>
 __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc,
                                                               int ld, const float* dt, const float* A,
@@ -91,13 +92,12 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
     long long ck[6];
     unsigned long long* probe;
     __device__ void before_copies(const SsdState& st, const Tile& t, std::size_t xbase, std::size_t bbase) {
-      if (pdl == 1) {
+      if ((pdl & 3) == 1) {
         if (tid == 0) prefetch_state_l2(st, t);
         if (tid == 32 && z == 0) prefetch_ring_l2(st.ring_x + xbase * sh.P, g.cell * sh.P);
         if (tid == 64 && z == 0) prefetch_ring_l2(st.ring_B + bbase * sh.N, g.cell * sh.N);
       }
-      wait_for_prior_kernel();
-      release_next_kernel();
+      wait_and_release((pdl & 4) != 0);  // 4: early_start.h's kGemmEarlySsmFirst
       st_ = st;
     }
     // The state tile (and, once per head, the x ring) of the block `ahead` launch slots later: the
@@ -195,6 +195,7 @@ void launch_decode(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, con
   const dim3 grid(static_cast<unsigned>(columns), static_cast<unsigned>(sh.H));
   int pdl = programmatic_launch() ? programmatic_decode.load() : 0;
   if (pdl == kProgrammaticDecodeAuto) pdl = p.num_seqs <= kProgrammaticDecodeSeqs ? 1 : 0;
+  if (pdl != 0 && (gemm_early_flags() & kGemmEarlySsmFirst) != 0) pdl |= 4;
   if (pdl != 0) {
     launch_after_prior(kernel, grid, dim3(kStepThreads), smem, s, "ssd decode", sh, g, p, xbc, ld, dt, A, D, st, tp,
                        tiles, ahead, pdl, probe, y);

@@ -60,7 +60,7 @@ void launch_ssu(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const 
   const int tiles = (sh.P + tp - 1) / tp;
   launch_after_prior(ssu_kernel, dim3(static_cast<unsigned>(p.num_seqs * tiles), static_cast<unsigned>(sh.H)),
                      dim3(kStepThreads), smem, s, "ssd ssu", sh, g, p, xbc, ld, dt, A, D, st, tp, tiles, y,
-                     (gemm_early_flags() & kGemmEarlyMixerChain) != 0);
+                     (gemm_early_flags() & (kGemmEarlyMixerChain | kGemmEarlySsmFirst)) != 0);
 }
 
 }  // namespace parity::cuda::ssd

@@ -110,24 +110,26 @@ TEST(CudaFusedModel, FusedLaunchesGiveTheUnfusedLogitsBitForBit) {
 // boxes requested before the wait, the L2 prefetch, the early release, the norms' release before their
 // wait, in_proj's tail prefetching out_proj's weights, the conv's state read before its wait, the lagged
 // mma.sync consumer; early_start.h's parked consumers, the norms' early release at every row count, the
-// conv's and SSU's release before their wait, the rest of the weights to L2) against the GEMMs' ordinary launches (flags 0), fused and programmatic launches on: every logit
+// conv's and SSU's release before their wait, the rest of the weights to L2, the SSM step's and the gated
+// norm's release before their wait) against the GEMMs' ordinary launches (flags 0), fused and programmatic launches on: every logit
 // bit for bit, prefill and graph-replayed decode, exact and plain. The companion of the test above shows
-// the comparison sees one changed token. Sanitizer mode: every flag, in the two sets that hold them all,
-// the parked consumers and norms without the weights' early start, and the conv's state read alone, over
-// two (mode, batch) pairs.
+// the comparison sees one changed token. Sanitizer mode: every flag, in the two sets that hold all but the
+// last two and the two that hold those, the parked consumers and norms without the weights' early start,
+// and the conv's state read alone, over two (mode, batch) pairs.
 TEST(CudaFusedModel, EarlyGemmStartsGiveTheLogitsOfOrdinaryGemmLaunches) {
   PARITY_REQUIRE_GPU();
   const unsigned W = cuda::kGemmEarlyWeights, R = cuda::kGemmEarlyRelease, L2 = cuda::kGemmEarlyL2,
                  N = cuda::kGemmEarlyNorms, X = cuda::kGemmEarlyNextL2, S = cuda::kGemmEarlyConvState,
                  G = cuda::kGemmMmaLag, P = cuda::kGemmEarlyPark, C = cuda::kGemmEarlyMixerChain,
-                 L = cuda::kGemmEarlyL2Rest;
+                 L = cuda::kGemmEarlyL2Rest, F = cuda::kGemmEarlySsmFirst, Q = cuda::kGemmEarlyGatedNormFirst;
   const unsigned sets[] = {W, W | R, W | R | L2, W | R | N, W | R | L2 | N, N, W | R | X, S, W | R | S, W | R | G,
                            W | R | L2 | N | X | S | G, W | R | S | P, W | R | S | P | N, W | R | S | P | C,
-                           W | R | S | P | N | C, W | R | S | P | N | C | L, P | N | C};
+                           W | R | S | P | N | C, W | R | S | P | N | C | L, P | N | C, W | R | S | F | Q,
+                           W | R | S | P | F | Q, F | Q};
   const int count = static_cast<int>(std::size(sets));
-  // Indices into sets: W | R | L2 | N | X | S | G and P | N | C (exact, one row); S and
-  // W | R | S | P | N | C | L (plain, three rows).
-  const std::vector<test::ModeCase> few = {{true, 1, {10, 16}}, {false, 3, {7, 15}}};
+  // Indices into sets: W | R | L2 | N | X | S | G, P | N | C and W | R | S | P | F | Q (exact, one row); S,
+  // W | R | S | P | N | C | L and W | R | S | F | Q (plain, three rows).
+  const std::vector<test::ModeCase> few = {{true, 1, {10, 16, 18}}, {false, 3, {7, 15, 17}}};
   cuda::set_programmatic_launch(true);
   for (const char* spec : kModels) {
     auto m = backend_cuda::load_model(model::open_checkpoint(spec), {});
