@@ -21,9 +21,9 @@ inline constexpr unsigned kGemmEarlyL2Rest = 512u;
 // kGemmEarlyGatedNormFirst as well, out_proj is scheduled once in_proj has completed and the conv passes
 // its wait, so its first ring is requested during the conv and the SSM step instead of during the norm
 // alone, while no block of in_proj is still waiting for an SM (gemm 427's loss).
-inline constexpr unsigned kGemmEarlySsmFirst = 2048u;
+inline constexpr unsigned kGemmEarlySsmFirst = 16384u;
 // The gated norm lets out_proj be scheduled before its own wait at every row count (kGemmEarlyNorms with
 // kGemmEarlyPark moves every norm, the input norm's in_proj included).
-inline constexpr unsigned kGemmEarlyGatedNormFirst = 4096u;
+inline constexpr unsigned kGemmEarlyGatedNormFirst = 32768u;
 
 }  // namespace parity::cuda

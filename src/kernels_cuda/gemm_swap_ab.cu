@@ -222,10 +222,12 @@ const Variant kVariants[] = {
     mma_variant<2, 1, false, 4>("mma-c32-1blk-g4"),
     mma_variant<2, 4, false, 2, true>("mma-c32-4blk-g2s"),
     mma_variant<2, 2, false, 4, true>("mma-c32-2blk-g4s"),
+    mma_variant<2, 1, false, 4, true>("mma-c32-1blk-g4s"),
+    mma_variant<1, 2, false, 4, true>("mma-c16-2blk-g4s"),
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 constexpr int kC64TwoBlocks = 1, kC128 = 2, kMmaC32 = 4, kMmaC32Lag = 5, kMmaC32G2Shared = 9,
-              kMmaC32G4TwoBlocksShared = 10;
+              kMmaC32G4TwoBlocksShared = 10, kMmaC32G4OneBlockShared = 11, kMmaC16G4TwoBlocksShared = 12;
 
 // The default variant, from the shapes alone (the table above): up to 16 rows mma-c32-4blk (the
 // fastest on out_proj and lm_head, within 4 % of c128-2blk on in_proj); up to 64 c64-2blk (the
@@ -240,7 +242,12 @@ int default_variant(int M, int N, unsigned flags) {
   if (M <= 16) {
     if (flags & kGemmMmaLag) return kMmaC32Lag;
     if (flags & kGemmMmaBoxByBox) return kMmaC32;
-    return (N + 31) / 32 <= sm_count() ? kMmaC32G4TwoBlocksShared : kMmaC32G2Shared;
+    if ((N + 31) / 32 <= sm_count()) {
+      if (flags & kGemmMmaOutProjRing) return kMmaC32G4OneBlockShared;
+      if (flags & kGemmMmaOutProjNarrow) return kMmaC16G4TwoBlocksShared;
+      return kMmaC32G4TwoBlocksShared;
+    }
+    return kMmaC32G2Shared;
   }
   if (M <= 64) return kC64TwoBlocks;
   return (N + 127) / 128 >= sm_count() / 2 ? kC128 : kC64TwoBlocks;
