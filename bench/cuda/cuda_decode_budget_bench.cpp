@@ -152,9 +152,10 @@ BENCHMARK(BM_CudaDecodeParts)
 // Session 36: out_proj scheduled once in_proj has completed (early_start.h): 49187 = 35 + the SSM step's
 // and the gated norm's release before their wait (16384 + 32768), 49315 = 49187 + park (128); with
 // out_proj's wider rings (gemm_swap_ab.h: 4096 one block an SM, 8192 16-column blocks): 53283, 57379, and
-// 4131 the wide ring alone; against 35.
+// 4131 the wide ring alone; 32803 = 35 + the gated norm's early release alone (out_proj scheduled when the
+// SSM step's wait returns, its state already read), 36899 with the wide ring; against 35.
 BENCHMARK(BM_CudaDecodeParts)
-    ->ArgsProduct({{1, 8}, {0, 1}, {0}, {35, 49187, 49315, 53283, 57379, 4131}, {4}})
+    ->ArgsProduct({{1, 8}, {0, 1}, {0}, {35, 49187, 49315, 53283, 57379, 4131, 32803, 36899}, {4}})
     ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
@@ -221,7 +222,7 @@ void BM_CudaDecodeTimeline(benchmark::State& state) {
   restore_launches();
 }
 BENCHMARK(BM_CudaDecodeTimeline)
-    ->ArgsProduct({{1}, {0, 1}, {cuda::kGemmEarlyDefault, 427, 49187, 53283}, {4}})
+    ->ArgsProduct({{1}, {0, 1}, {cuda::kGemmEarlyDefault, 427, 49187, 53283, 32803, 36899}, {4}})
     ->ArgsProduct({{64}, {0, 1}, {cuda::kGemmEarlyDefault}, {4}})
     ->ArgNames({"batch", "exact", "gemm", "gemmfuse"})
     ->UseManualTime()

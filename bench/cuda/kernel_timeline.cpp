@@ -50,11 +50,11 @@ std::string short_name(const std::string& mangled) {
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> d(abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status), std::free);
   std::string s = status == 0 && d ? std::string(d.get()) : mangled;
-  if (const auto p = s.find('('); p != std::string::npos) s.resize(p);
   if (s.rfind("void ", 0) == 0) s.erase(0, 5);
   for (const std::string drop : {"parity::cuda::", "(anonymous namespace)::"}) {
     for (auto p = s.find(drop); p != std::string::npos; p = s.find(drop)) s.erase(p, drop.size());
   }
+  if (const auto p = s.find('('); p != std::string::npos) s.resize(p);
   if (s.size() > 96) s.resize(96);
   return s;
 }
@@ -99,9 +99,12 @@ KernelTimeline kernel_timeline_finish(int steps, int layers) {
   for (int i = 0; i < per; ++i) ++count[names[i] = short_name(r[static_cast<std::size_t>(i)].name)];
   std::vector<std::string> keys(static_cast<std::size_t>(per));
   std::map<std::string, int> seen;
+  // A name launched at least once a layer has c / layers turns (in_proj, out_proj); its launches past
+  // turns × layers (the head after the layers' GEMMs) and a name launched fewer times (the embedding,
+  // the first and last norms) are keyed one by one.
   for (int i = 0; i < per; ++i) {
-    const int c = count[names[i]], turns = c >= layers && c % layers == 0 ? c / layers : c;
-    keys[i] = names[i] + "#" + std::to_string(seen[names[i]]++ % turns);
+    const int c = count[names[i]], turns = c >= layers ? c / layers : 0, n = seen[names[i]]++;
+    keys[i] = names[i] + (n < turns * layers ? "#" + std::to_string(n % turns) : "@" + std::to_string(n));
   }
   std::map<std::string, std::size_t> row_of;
   for (int i = 0; i < per; ++i) {

@@ -9,7 +9,8 @@
 // ahead of it ended it started: > 0 for a programmatic launch that began early) and its share of the
 // step's path, end_i − end_(i−1): a kernel waits for the one before it to complete, so the step's length
 // is the sum of these shares. Kernels are keyed by name and by their turn among that name's launches in
-// a layer (in_proj and out_proj are one kernel with two turns).
+// a layer (in_proj and out_proj are one kernel with two turns: #0, #1), a launch outside the turns by
+// its count (@n).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,7 +18,7 @@
 namespace parity::bench {
 
 struct KernelTimelineRow {
-  std::string key;        // demangled name (cut), then '#' and the turn in a layer
+  std::string key;        // demangled name (cut), then '#' and the turn in a layer or '@' and the count
   int first_index = 0;    // where the key first runs in a step
   int per_step = 0;       // launches a step
   double path_us = 0;     // its share of a step's path, summed over the step's launches
