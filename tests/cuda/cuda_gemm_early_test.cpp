@@ -46,7 +46,9 @@ const unsigned kFlagSets[] = {0u,
                               kW | kR | kL2 | kNorms | kNext | kLag,
                               kW | kR | kPark,
                               kW | kR | kPark | kRest,
-                              kW | kR | kL2 | kNorms | kPark | kRest | kLag};
+                              kW | kR | kL2 | kNorms | kPark | kRest | kLag,
+                              cuda::gemm_early_with_pace(kW | kR | kNorms, 1),
+                              cuda::gemm_early_with_pace(kW | kR | kPark, 4000)};
 
 std::string flags_name(unsigned f) {
   if (f == 0) return "off";
@@ -59,6 +61,7 @@ std::string flags_name(unsigned f) {
   if (f & kLag) s += "lag+";
   if (f & kPark) s += "park+";
   if (f & kRest) s += "l2-rest+";
+  if (f & cuda::kGemmEarlyPaced) s += "paced-" + std::to_string(f >> cuda::kGemmEarlyPaceShift) + "+";
   s.pop_back();
   return s;
 }
