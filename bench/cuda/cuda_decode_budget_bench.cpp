@@ -24,7 +24,6 @@
 #include "kernel_timeline.h"
 #include "kernels_cuda/conv_epilogue.h"
 #include "kernels_cuda/device_buffer.h"
-#include "kernels_cuda/early_start.h"
 #include "kernels_cuda/gated_a.h"
 #include "kernels_cuda/gemm_swap_ab.h"
 #include "kernels_cuda/mma_chain.h"
@@ -160,19 +159,6 @@ BENCHMARK(BM_CudaDecodeParts)
     ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
-// Session 36: the default schedule with the GEMMs' first rings paced (early_start.h's kGemmEarlyPaced: a
-// unit every P · 64 cycles until the kernel before completes; implies park) at P 8, 24, 64, 160, against 35
-// and 163 (35 + park).
-BENCHMARK(BM_CudaDecodeParts)
-    ->ArgsProduct({{1, 8},
-                   {0, 1},
-                   {0},
-                   {35, 163, cuda::gemm_early_with_pace(35, 8), cuda::gemm_early_with_pace(35, 24),
-                    cuda::gemm_early_with_pace(35, 64), cuda::gemm_early_with_pace(35, 160)},
-                   {4}})
-    ->ArgNames({"batch", "exact", "skip", "gemm", "gemmfuse"})
-    ->UseManualTime()
-    ->Unit(benchmark::kMicrosecond);
 // Session 13: 1059 = 35 + kGemmMmaBoxByBox (gemm_swap_ab.h): session 12's box-by-box mma.sync consumer
 // instead of the grouped one: everything, and out_proj / in_proj alone (skip 95 / 125; gemm:35's rows are
 // registered above).
@@ -237,11 +223,7 @@ void BM_CudaDecodeTimeline(benchmark::State& state) {
   restore_launches();
 }
 BENCHMARK(BM_CudaDecodeTimeline)
-    ->ArgsProduct({{1},
-                   {0, 1},
-                   {cuda::kGemmEarlyDefault, 34, 427, 49187, 53283, 32803, 36899, 163,
-                    cuda::gemm_early_with_pace(35, 24), cuda::gemm_early_with_pace(35, 64)},
-                   {4}})
+    ->ArgsProduct({{1}, {0, 1}, {cuda::kGemmEarlyDefault, 34, 427, 49187, 53283, 32803, 36899}, {4}})
     ->ArgsProduct({{64}, {0, 1}, {cuda::kGemmEarlyDefault}, {4}})
     ->ArgNames({"batch", "exact", "gemm", "gemmfuse"})
     ->UseManualTime()

@@ -25,19 +25,5 @@ inline constexpr unsigned kGemmEarlySsmFirst = 16384u;
 // The gated norm lets out_proj be scheduled before its own wait at every row count (kGemmEarlyNorms with
 // kGemmEarlyPark moves every norm, the input norm's in_proj included).
 inline constexpr unsigned kGemmEarlyGatedNormFirst = 32768u;
-// The swap-AB mma.sync kernel's first ring, requested before the wait (kGemmEarlyWeights), paced: one
-// barrier unit of weight boxes every `pace` cycles until the kernel before has completed, then the rest
-// at once. Why: with the kernels scheduled early (427) each GEMM's blocks asked for their whole first ring
-// at once, megabytes queued ahead of the small kernels' own reads, and the step was 17 % slower (session
-// 23); a paced ring keeps few bytes queued. The pace sits in the flags' top 16 bits, in units of
-// kGemmEarlyPaceUnit SM cycles (gemm_early_with_pace). Implies the consumers' park (kGemmEarlyPark).
-// Session 35 measured it under 427 only (lost); session 36 brings it back for the default schedule, where
-// the step's timeline shows the input norm's share of the path 4 µs longer with in_proj's whole first ring
-// requested beside it (2.5 µs without the early ring, 6.4 with it).
-inline constexpr unsigned kGemmEarlyPaced = 2048u;
-inline constexpr int kGemmEarlyPaceShift = 16, kGemmEarlyPaceUnit = 64;
-constexpr unsigned gemm_early_with_pace(unsigned flags, unsigned pace_units) {
-  return (flags & 0xffffu) | kGemmEarlyPaced | (pace_units << kGemmEarlyPaceShift);
-}
 
 }  // namespace parity::cuda

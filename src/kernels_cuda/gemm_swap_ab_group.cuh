@@ -43,8 +43,7 @@ namespace parity::cuda::swap_ab {
 template <int S, int BAR, int kStageBytes, int kWBytes>
 __device__ __forceinline__ void produce_units(unsigned ring, std::uint64_t* full, std::uint64_t* empty,
                                               const CUtensorMap* wmap, const CUtensorMap* xmap, int kboxes, int n0,
-                                              int m0, unsigned early, const NextL2& next,
-                                              const volatile int* go = nullptr) {
+                                              int m0, unsigned early, const NextL2& next) {
   static_assert(S % BAR == 0, "a unit's stages are contiguous");
   constexpr int SU = S / BAR;
   ptx::prefetch_tensor_map(wmap);
@@ -55,10 +54,7 @@ __device__ __forceinline__ void produce_units(unsigned ring, std::uint64_t* full
   if (early != 0) {
     if (early & kEarlyWeights) {
       first = units < SU ? units : SU;
-      const long long pace = go != nullptr ? pace_cycles(early) : 0, t0 = clock64();
       for (int u = 0; u < first; ++u) {
-        if (pace > 0)
-          while (*go == 0 && clock64() - t0 < u * pace) __nanosleep(32);
         ptx::mbar_arrive_expect_tx(&full[u], static_cast<unsigned>(boxes_of(u) * kStageBytes));
         for (int i = 0; i < boxes_of(u); ++i) {
           const int b = u * BAR + i;

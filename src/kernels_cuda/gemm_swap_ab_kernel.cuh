@@ -41,12 +41,6 @@ struct Config {
 constexpr unsigned kEarlyWeights = 1u, kEarlyRelease = 2u, kEarlyL2 = 4u;
 // early_start.h's: the consumers wait for the kernel before first; the rest of the block's weight boxes to L2.
 constexpr unsigned kEarlyPark = 128u, kEarlyL2Rest = 512u;
-// early_start.h's kGemmEarlyPaced: the first ring's W boxes a unit every (early >> 16) · 64 cycles until
-// the consumers have seen the wait return (`go`), then the rest at once.
-constexpr unsigned kEarlyPaced = 2048u;
-__device__ __forceinline__ long long pace_cycles(unsigned early) {
-  return (early & kEarlyPaced) ? static_cast<long long>(early >> 16) * 64 : 0;
-}
 
 // The producer (one thread): box b of K into stage b % S once the consumers released the stage's
 // last round: W's box (the block's rows from n0) at the stage's start, A's (rows from m0) kWBytes

@@ -101,7 +101,6 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
   constexpr int S = Cfg::kStages / BAR * BAR, T = NT / 8;
   extern __shared__ unsigned char smem_raw[];
   __shared__ u64 full[S], empty[S];
-  __shared__ int go;  // kEarlyPaced: the kernel before has completed (set by consumer warp 0)
   const unsigned ring = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n0 = blockIdx.x * Cfg::kCols, m0 = blockIdx.y * NT;
@@ -113,7 +112,6 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
       ptx::mbar_init(&empty[s], CW);  // one arrival per consumer warp
     }
     ptx::mbar_init_fence();
-    go = 0;
   }
   __syncthreads();
   // GNORM: A's row (and the zero row) after the ring.
@@ -142,8 +140,7 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
   } else if (warp == CW) {
     if (lane == 0) {
       if constexpr (BAR > 1)
-        produce_units<S, BAR, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0, early, next,
-                                                              &go);
+        produce_units<S, BAR, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0, early, next);
       else
         produce<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0, early, next);
     }
@@ -152,10 +149,7 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
 
   // Parked until the kernel before has completed (its ring cannot fill before: A's boxes come after the
   // producer's wait).
-  if (early & (kEarlyPark | kEarlyPaced)) {
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-    if ((early & kEarlyPaced) && warp == 0 && lane == 0) *static_cast<volatile int*>(&go) = 1;
-  }
+  if (early & kEarlyPark) asm volatile("griddepcontrol.wait;\n" ::: "memory");
   // A box's operands. a[kk]: m16n8k16's A fragment of step kk (this warp's 16 W rows); b[kk][j]: the
   // B fragment of step kk for n8 tile j (A's rows 8j..8j+7).
   struct Frag {

@@ -112,7 +112,7 @@ TEST(CudaFusedModel, FusedLaunchesGiveTheUnfusedLogitsBitForBit) {
 // wait, in_proj's tail prefetching out_proj's weights, the conv's state read before its wait, the lagged
 // mma.sync consumer; early_start.h's parked consumers, the norms' early release at every row count, the
 // conv's and SSU's release before their wait, the rest of the weights to L2, the SSM step's and the gated
-// norm's release before their wait, out_proj's two wider rings, the first rings paced) against the GEMMs' ordinary launches (flags 0), fused and programmatic launches on: every logit
+// norm's release before their wait, out_proj's two wider rings) against the GEMMs' ordinary launches (flags 0), fused and programmatic launches on: every logit
 // bit for bit, prefill and graph-replayed decode, exact and plain. The companion of the test above shows
 // the comparison sees one changed token. Sanitizer mode: every flag, in the two sets that hold all but the
 // last two and the two that hold those, the parked consumers and norms without the weights' early start,
@@ -127,8 +127,7 @@ TEST(CudaFusedModel, EarlyGemmStartsGiveTheLogitsOfOrdinaryGemmLaunches) {
                            W | R | L2 | N | X | S | G, W | R | S | P, W | R | S | P | N, W | R | S | P | C,
                            W | R | S | P | N | C, W | R | S | P | N | C | L, P | N | C, W | R | S | F | Q,
                            W | R | S | P | F | Q, F | Q, W | R | S | F | Q | cuda::kGemmMmaOutProjRing,
-                           W | R | S | cuda::kGemmMmaOutProjNarrow, cuda::gemm_early_with_pace(W | R | S | P | N | C, 24),
-                           cuda::gemm_early_with_pace(W | R | S, 64)};
+                           W | R | S | cuda::kGemmMmaOutProjNarrow};
   const int count = static_cast<int>(std::size(sets));
   // Indices into sets: W | R | L2 | N | X | S | G, P | N | C and W | R | S | P | F | Q (exact, one row); S,
   // W | R | S | P | N | C | L and W | R | S | F | Q (plain, three rows).

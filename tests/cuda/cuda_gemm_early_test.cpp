@@ -46,9 +46,7 @@ const unsigned kFlagSets[] = {0u,
                               kW | kR | kL2 | kNorms | kNext | kLag,
                               kW | kR | kPark,
                               kW | kR | kPark | kRest,
-                              kW | kR | kL2 | kNorms | kPark | kRest | kLag,
-                              cuda::gemm_early_with_pace(kW | kR | kNorms, 1),
-                              cuda::gemm_early_with_pace(kW | kR | kPark, 4000)};
+                              kW | kR | kL2 | kNorms | kPark | kRest | kLag};
 
 std::string flags_name(unsigned f) {
   if (f == 0) return "off";
@@ -61,7 +59,6 @@ std::string flags_name(unsigned f) {
   if (f & kLag) s += "lag+";
   if (f & kPark) s += "park+";
   if (f & kRest) s += "l2-rest+";
-  if (f & cuda::kGemmEarlyPaced) s += "paced-" + std::to_string(f >> cuda::kGemmEarlyPaceShift) + "+";
   s.pop_back();
   return s;
 }
