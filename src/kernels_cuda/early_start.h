@@ -20,7 +20,9 @@ inline constexpr unsigned kGemmEarlyL2Rest = 512u;
 // next kernel be scheduled before its own wait; the conv does not (kGemmEarlyMixerChain moves both). With
 // kGemmEarlyGatedNormFirst as well, out_proj is scheduled once in_proj has completed and the conv passes
 // its wait, so its first ring is requested during the conv and the SSM step instead of during the norm
-// alone, while no block of in_proj is still waiting for an SM (gemm 427's loss).
+// alone, while no block of in_proj is still waiting for an SM (gemm 427's loss). Measured (H100, batch 1):
+// the SSM step's share of the path grows by what out_proj's shrinks or more, exact 2-3 % slower a step;
+// off (docs/performance.md, "Session 36").
 inline constexpr unsigned kGemmEarlySsmFirst = 16384u;
 // The gated norm lets out_proj be scheduled before its own wait at every row count (kGemmEarlyNorms with
 // kGemmEarlyPark moves every norm, the input norm's in_proj included).

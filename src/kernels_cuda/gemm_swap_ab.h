@@ -15,11 +15,12 @@ constexpr int kSwapAbMaxRows = 256;
 // or wait and a release every box) instead of the grouped one (gemm_swap_ab_group.cuh: one barrier pair
 // a group of boxes). The same bits either way; benchmarks compare them (gemm:1059 = 35 + 1024).
 inline constexpr unsigned kGemmMmaBoxByBox = 1024u;
-// Session 35: out_proj's share of the bytes in flight (within 1 % of the default then; session 36 measures
-// them with out_proj scheduled earlier, early_start.h's kGemmEarlySsmFirst and kGemmEarlyGatedNormFirst). Up to 16 rows, where the blocks are no more than the
+// Session 35: out_proj's share of the bytes in flight. Up to 16 rows, where the blocks are no more than the
 // SMs (out_proj at mamba2-2.7b: 80 blocks of 32 columns, 80 KiB of weights in flight each), gemm() takes
 // mma-c32-1blk-g4s (one block an SM, a 40-stage ring: 160 KiB each) with kGemmMmaOutProjRing, or
-// mma-c16-2blk-g4s (16 columns a block: 160 blocks, 72 KiB each) with kGemmMmaOutProjNarrow.
+// mma-c16-2blk-g4s (16 columns a block: 160 blocks, 72 KiB each) with kGemmMmaOutProjNarrow. Off: within 1 %
+// of the default at batch 1 (session 35), and 2-4 % slower exact with out_proj scheduled during the SSM step
+// (session 36, early_start.h's kGemmEarlySsmFirst and kGemmEarlyGatedNormFirst).
 inline constexpr unsigned kGemmMmaOutProjRing = 4096u, kGemmMmaOutProjNarrow = 8192u;
 
 // Whether gemm_bf16_swap_ab can take these operands: gemm_mma_fits's (K a multiple of 32, A rows

@@ -114,9 +114,9 @@ TEST(CudaFusedModel, FusedLaunchesGiveTheUnfusedLogitsBitForBit) {
 // conv's and SSU's release before their wait, the rest of the weights to L2, the SSM step's and the gated
 // norm's release before their wait, out_proj's two wider rings) against the GEMMs' ordinary launches (flags 0), fused and programmatic launches on: every logit
 // bit for bit, prefill and graph-replayed decode, exact and plain. The companion of the test above shows
-// the comparison sees one changed token. Sanitizer mode: every flag, in the two sets that hold all but the
-// last two and the two that hold those, the parked consumers and norms without the weights' early start,
-// and the conv's state read alone, over two (mode, batch) pairs.
+// the comparison sees one changed token. Sanitizer mode: the two sets that hold every flag before session
+// 36's, two with the SSM step's and the gated norm's release, the parked consumers and norms without the
+// weights' early start, and the conv's state read alone, over two (mode, batch) pairs.
 TEST(CudaFusedModel, EarlyGemmStartsGiveTheLogitsOfOrdinaryGemmLaunches) {
   PARITY_REQUIRE_GPU();
   const unsigned W = cuda::kGemmEarlyWeights, R = cuda::kGemmEarlyRelease, L2 = cuda::kGemmEarlyL2,
