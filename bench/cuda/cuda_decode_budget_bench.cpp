@@ -170,7 +170,9 @@ BENCHMARK(BM_CudaDecodeParts)
 
 // The step untouched, read kernel by kernel (kernel_timeline.h): arg0 batch, arg1 0 plain / 1 exact, arg2
 // and arg3 as BM_CudaDecodeParts's gemm and gemmfuse (34: the default less the weights' early request, so
-// each small kernel's share is its own). The timed loop is BM_CudaDecodeParts's (step_us);
+// each small kernel's share is its own), arg4 BM_CudaDecodeParts's skip bits (0: untouched; 4, the conv's
+// launch left out: what the SSM step costs right after in_proj, as a conv done in its launch would have
+// it; the logits are then wrong). The timed loop is BM_CudaDecodeParts's (step_us);
 // then kTraced more steps run with CUPTI's kernel records on (traced_step_us: first start to last end).
 // Each kernel's share of the step's path, its life and its lead go to stderr and, where
 // PARITY_TIMELINE_DIR names a folder, to a CSV there named after the benchmark's arguments.
@@ -181,6 +183,7 @@ void BM_CudaDecodeTimeline(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
   const bool exact = state.range(1) != 0;
   set_launches(static_cast<unsigned>(state.range(2)), static_cast<int>(state.range(3)));
+  backend_cuda::set_decode_skip(m, static_cast<unsigned>(state.range(4)));
   bench::DecodeRun run = bench::prepare_decode(m, exact, batch);
   double total = 0;
   auto step = [&] {
@@ -204,7 +207,8 @@ void BM_CudaDecodeTimeline(benchmark::State& state) {
       state.counters["traced_step_us"] = t.step_us;
       state.counters["kernels"] = t.kernels_per_step;
       const std::string name = "timeline-b" + std::to_string(batch) + (exact ? "-exact" : "-plain") + "-g" +
-                               std::to_string(state.range(2)) + "-f" + std::to_string(state.range(3));
+                               std::to_string(state.range(2)) + "-f" + std::to_string(state.range(3)) +
+                               (state.range(4) != 0 ? "-s" + std::to_string(state.range(4)) : "");
       const std::string csv = bench::kernel_timeline_csv(t);
       std::fprintf(stderr, "%s (%d steps, %d kernels a step, %.1f us a step)\n%s", name.c_str(), t.steps,
                    t.kernels_per_step, t.step_us, csv.c_str());
@@ -220,12 +224,14 @@ void BM_CudaDecodeTimeline(benchmark::State& state) {
   } else {
     state.SetLabel("no timeline: " + why);
   }
+  backend_cuda::set_decode_skip(m, 0);
   restore_launches();
 }
 BENCHMARK(BM_CudaDecodeTimeline)
-    ->ArgsProduct({{1}, {0, 1}, {cuda::kGemmEarlyDefault, 34, 427, 49187, 53283, 32803, 36899}, {4}})
-    ->ArgsProduct({{64}, {0, 1}, {cuda::kGemmEarlyDefault}, {4}})
-    ->ArgNames({"batch", "exact", "gemm", "gemmfuse"})
+    ->ArgsProduct({{1}, {0, 1}, {cuda::kGemmEarlyDefault, 34, 427, 49187, 53283, 32803, 36899}, {4}, {0}})
+    ->ArgsProduct({{1}, {0, 1}, {cuda::kGemmEarlyDefault, 34}, {4}, {4}})
+    ->ArgsProduct({{64}, {0, 1}, {cuda::kGemmEarlyDefault}, {4}, {0}})
+    ->ArgNames({"batch", "exact", "gemm", "gemmfuse", "skip"})
     ->UseManualTime()
     ->Iterations(50)
     ->Unit(benchmark::kMicrosecond);
