@@ -57,6 +57,28 @@ void restore_launches() {
   cuda::set_conv_epilogue_grouped(false);
 }
 
+// One decode step of the prepared batch at the next position.
+void decode_step(model::Model& m, bench::DecodeRun& run) {
+  for (auto& q : run.d.seqs) q.start = run.pos;
+  m.forward(run.d, run.mc, run.mode, run.logits.get());
+  ++run.pos;
+}
+// The benchmark's loop over decode steps, each timed from the host as BM_CudaModelDecode times it (wall time of
+// Model::forward); returns the mean step in seconds.
+double timed_steps(benchmark::State& state, model::Model& m, bench::DecodeRun& run) {
+  double total = 0;
+  for (auto _ : state) {
+    for (auto& q : run.d.seqs) q.start = run.pos;
+    const auto t0 = std::chrono::steady_clock::now();
+    m.forward(run.d, run.mc, run.mode, run.logits.get());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(s);
+    total += s;
+    ++run.pos;
+  }
+  return total / static_cast<double>(std::max<int64_t>(1, state.iterations()));
+}
+
 // arg0 batch, arg1 0 plain / 1 exact, arg2 the DecodeSkip bits, arg3 the GEMMs' early-start flags (ops.h's
 // GemmEarly and early_start.h's; 35 the default), arg4 launches doing their neighbours' work: bit 1 in_proj
 // a decode pass's conv (conv_epilogue.h), bit 2 out_proj a one-row pass's gated norm (gated_a.h), bit 4 the
@@ -73,22 +95,7 @@ void BM_CudaDecodeParts(benchmark::State& state) {
   backend_cuda::set_decode_skip(m, static_cast<unsigned>(state.range(2)));
   set_launches(static_cast<unsigned>(state.range(3)), static_cast<int>(state.range(4)));
   bench::DecodeRun run = bench::prepare_decode(m, exact, batch);
-  cache::ModelCache& mc = run.mc;
-  model::ForwardBatch& d = run.d;
-  float* const logits = run.logits.get();
-  const model::ScanMode mode = run.mode;
-  int64_t& pos = run.pos;
-  double total = 0;
-  for (auto _ : state) {
-    for (auto& q : d.seqs) q.start = pos;
-    const auto t0 = std::chrono::steady_clock::now();
-    m.forward(d, mc, mode, logits);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    state.SetIterationTime(s);
-    total += s;
-    ++pos;
-  }
-  const double step = total / static_cast<double>(std::max<int64_t>(1, state.iterations()));
+  const double step = timed_steps(state, m, run);
   state.counters["step_us"] = step * 1e6;
   state.counters["us_per_layer"] = step * 1e6 / 64;
   backend_cuda::set_decode_skip(m, 0);
@@ -185,23 +192,10 @@ void BM_CudaDecodeTimeline(benchmark::State& state) {
   set_launches(static_cast<unsigned>(state.range(2)), static_cast<int>(state.range(3)));
   backend_cuda::set_decode_skip(m, static_cast<unsigned>(state.range(4)));
   bench::DecodeRun run = bench::prepare_decode(m, exact, batch);
-  double total = 0;
-  auto step = [&] {
-    for (auto& q : run.d.seqs) q.start = run.pos;
-    m.forward(run.d, run.mc, run.mode, run.logits.get());
-    ++run.pos;
-  };
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    step();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    state.SetIterationTime(s);
-    total += s;
-  }
-  state.counters["step_us"] = total * 1e6 / static_cast<double>(std::max<int64_t>(1, state.iterations()));
+  state.counters["step_us"] = timed_steps(state, m, run) * 1e6;
   std::string why;
   if (bench::kernel_timeline_start(&why)) {
-    for (int i = 0; i < kTraced; ++i) step();
+    for (int i = 0; i < kTraced; ++i) decode_step(m, run);
     const bench::KernelTimeline t = bench::kernel_timeline_finish(kTraced, 64);
     if (t.available) {
       state.counters["traced_step_us"] = t.step_us;
