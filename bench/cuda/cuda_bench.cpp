@@ -922,6 +922,35 @@ void BM_CudaGemmSwapAb(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaGemmSwapAb)
     ->ArgsProduct({{1, 8, 16, 64, 256}, {0, 1, 2}, {-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 16, 17}, {0, 1}})
+    // Session 38: 17-32 rows on out_proj, c64-2blk against the mma.sync variants (10 the default since).
+    ->ArgsProduct({{24, 32}, {1}, {1, 10, 11, 12}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The swap-AB kernel's row tiles (session 38): arg0 M, arg1 shape, arg2 variant (-1 the default), arg3 the
+// rows a block computes (0: gemm()'s choice under the early flags, M's own tile unless kGemmRowTileSplit;
+// 8..256: that tile), L2 flushed before each pass.
+// The label names the variant, the tile and the grid's blocks.
+void BM_CudaGemmSwapAbRows(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int M = static_cast<int>(state.range(0)), variant = static_cast<int>(state.range(2));
+  const int tile = static_cast<int>(state.range(3));
+  if (variant >= cuda::gemm_swap_ab_variants()) return state.SkipWithError("no such variant");
+  if (tile > 0 && (tile >= 2 * M || (variant >= 4 && tile > 32)))
+    return state.SkipWithError("a tile past M's, or past the mma.sync kernel's 32 rows");
+  GemmPass g(M, static_cast<int>(state.range(1)));
+  state.SetLabel(std::string(variant < 0 ? "default" : cuda::gemm_swap_ab_variant_name(variant)) + " rows " +
+                 (tile == 0 ? std::string("auto") : std::to_string(tile)));
+  time_gemm(
+      state, g,
+      [&] {
+        cuda::gemm_bf16_swap_ab(g.a.data(), g.M, g.K, g.K, g.w, g.Nn, nullptr, g.c.data(), g.Nn, nullptr, variant, -1,
+                                tile);
+      },
+      true);
+}
+BENCHMARK(BM_CudaGemmSwapAbRows)
+    ->ArgsProduct({{32, 64, 128, 256}, {0, 1, 2}, {-1, 1, 2, 10, 12}, {0, 8, 16, 32, 64, 128, 256}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -1200,6 +1229,16 @@ BENCHMARK(BM_CudaModelDecode)
 // box-by-box mma.sync consumer instead of the grouped one (the default's rows above: gemm:35).
 BENCHMARK(BM_CudaModelDecode)
     ->ArgsProduct({{1}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault | cuda::kGemmMmaBoxByBox}})
+    ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+// Session 38: 16777251 = 35 + kGemmRowTileSplit (gemm_swap_ab.h): a decode GEMM's rows split into row tiles
+// while its grid has fewer blocks than the SMs (out_proj's 40 blocks at 64 and 256 rows), against gemm:35.
+BENCHMARK(BM_CudaModelDecode)
+    ->ArgsProduct({{32, 64, 256}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault | cuda::kGemmRowTileSplit}})
+    ->ArgsProduct({{24, 32}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault}})
+    // 33554467 = 35 + kGemmWgmmaFrom17Rows: out_proj from 17 to 32 rows on c64-2blk (before session 38).
+    ->ArgsProduct({{24, 32}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault | cuda::kGemmWgmmaFrom17Rows}})
     ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

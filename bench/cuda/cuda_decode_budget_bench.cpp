@@ -225,6 +225,12 @@ BENCHMARK(BM_CudaDecodeTimeline)
     ->ArgsProduct({{1}, {0, 1}, {cuda::kGemmEarlyDefault, 34, 427, 49187, 53283, 32803, 36899}, {4}, {0}})
     ->ArgsProduct({{1}, {0, 1}, {cuda::kGemmEarlyDefault, 34}, {4}, {4}})
     ->ArgsProduct({{64}, {0, 1}, {cuda::kGemmEarlyDefault}, {4}, {0}})
+    // Session 38: the decode GEMMs' rows split into row tiles (gemm_swap_ab.h's kGemmRowTileSplit).
+    ->ArgsProduct({{64, 256}, {0, 1}, {cuda::kGemmEarlyDefault | cuda::kGemmRowTileSplit}, {4}, {0}})
+    ->ArgsProduct({{256}, {0, 1}, {cuda::kGemmEarlyDefault}, {4}, {0}})
+    // out_proj from 17 to 32 rows on the mma.sync kernel's 32-column blocks (the default) or on c64-2blk.
+    ->ArgsProduct(
+        {{32}, {0, 1}, {cuda::kGemmEarlyDefault, cuda::kGemmEarlyDefault | cuda::kGemmWgmmaFrom17Rows}, {4}, {0}})
     ->ArgNames({"batch", "exact", "gemm", "gemmfuse", "skip"})
     ->UseManualTime()
     ->Iterations(50)

@@ -92,7 +92,7 @@ void launch(const Args& a) {
   const CUtensorMap wmap = bf16_rows_tensor_map_cached(a.W, a.K, a.N, Cfg::kCols);
   with_bf16_rows(a.A, a.M, a.K, a.lda, a.s, [&](const void* a16) {
     const CUtensorMap xmap = bf16_rows_tensor_map_cached(a16, a.K, a.M, NT);
-    const dim3 grid(static_cast<unsigned>((a.N + Cfg::kCols - 1) / Cfg::kCols), static_cast<unsigned>((a.M + NT - 1) / NT));
+    const dim3 grid = block_grid(a.M, NT, a.N, Cfg::kCols);
     launch_programmatic_if(a.early != 0, kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, a.s, "gemm_bf16_swap_ab",
                            wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc, a.early, a.next);
   });
@@ -142,8 +142,7 @@ void launch_mma(const Args& a) {
     const CUtensorMap wmap = bf16_rows_tensor_map_cached(a.W, a.K, a.N, Cfg::kCols);
     with_bf16_rows(a.A, a.M, a.K, a.lda, a.s, [&](const void* a16) {
       const CUtensorMap xmap = bf16_rows_tensor_map_cached(a16, a.K, a.M, NT);
-      const dim3 grid(static_cast<unsigned>((a.N + Cfg::kCols - 1) / Cfg::kCols),
-                      static_cast<unsigned>((a.M + NT - 1) / NT));
+      const dim3 grid = block_grid(a.M, NT, a.N, Cfg::kCols);
       launch_programmatic_if(a.early != 0, kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, a.s,
                              "gemm_bf16_swap_ab", wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc, early, a.next, ep,
                              static_cast<long long*>(nullptr), GatedA{});
@@ -155,12 +154,15 @@ using LaunchFn = void (*)(const Args&);
 struct Variant {
   const char* name;
   LaunchFn by_rows[kRowTileCount];  // by row_tile_index
+  int cols;                         // a block's columns (the mma.sync ones' above 32 rows: c64-2blk's 64)
+  int columns_at(int tile_index) const { return cols < 64 && kRowTiles[tile_index] > 32 ? 64 : cols; }
 };
 template <int CWG, int BPS>
 constexpr Variant variant(const char* name) {
   return {name,
           {launch<CWG, 8, BPS>, launch<CWG, 16, BPS>, launch<CWG, 32, BPS>, launch<CWG, 64, BPS>, launch<CWG, 128, BPS>,
-           launch<CWG, 256, BPS>}};
+           launch<CWG, 256, BPS>},
+          64 * CWG};
 }
 
 template <int CW, int BPS, bool LAG = false, int GROUP = 0, bool SHARED = false>
@@ -168,7 +170,8 @@ constexpr Variant mma_variant(const char* name) {
   return {name,
           {launch_mma<CW, 8, BPS, LAG, GROUP, SHARED>, launch_mma<CW, 16, BPS, LAG, GROUP, SHARED>,
            launch_mma<CW, 32, BPS, LAG, GROUP, SHARED>, launch_mma<CW, 64, BPS, LAG, GROUP, SHARED>,
-           launch_mma<CW, 128, BPS, LAG, GROUP, SHARED>, launch_mma<CW, 256, BPS, LAG, GROUP, SHARED>}};
+           launch_mma<CW, 128, BPS, LAG, GROUP, SHARED>, launch_mma<CW, 256, BPS, LAG, GROUP, SHARED>},
+          16 * CW};
 }
 
 // Columns per block (64: one consumer warpgroup; 128: two, sharing A's boxes) and blocks per SM
@@ -238,6 +241,8 @@ constexpr int kC64TwoBlocks = 1, kC128 = 2, kMmaC32 = 4, kMmaC32Lag = 5, kMmaC32
 // the blocks (32 columns each) are no more than the SMs (out_proj: one block an SM whatever the variant
 // allows; 14 % faster alone, the step 9.6 % at batch 1), mma-c32-4blk-g2s where they are more (in_proj's
 // 331 blocks stay resident at four an SM; even with mma-c32-4blk); kGemmMmaBoxByBox takes mma-c32-4blk.
+// Session 38: up to 32 rows mma-c32-2blk-g4s (box by box above 16) where its blocks are no more than the
+// SMs: out_proj's 80 blocks against c64-2blk's 40 (gemm_swap_ab.h's kGemmWgmmaFrom17Rows says what it gained).
 int default_variant(int M, int N, unsigned flags) {
   if (M <= 16) {
     if (flags & kGemmMmaLag) return kMmaC32Lag;
@@ -249,8 +254,29 @@ int default_variant(int M, int N, unsigned flags) {
     }
     return kMmaC32G2Shared;
   }
+  if (M <= 32 && (flags & kGemmWgmmaFrom17Rows) == 0 && (N + 31) / 32 <= sm_count()) return kMmaC32G4TwoBlocksShared;
   if (M <= 64) return kC64TwoBlocks;
   return (N + 127) / 128 >= sm_count() / 2 ? kC128 : kC64TwoBlocks;
+}
+
+// The rows a pass computes (an index into kRowTiles): one row tile over M, so a GEMM with few columns has
+// as few blocks at 256 rows as at one (out_proj, 2560 columns: 40 blocks of c64-2blk on 132 SMs; in a
+// decode step 2-2.5× its weights' read time at 64 rows, session 36). With kGemmRowTileSplit (session 38,
+// off), from 17 rows on the tile is halved (not below kMinSplitRows) while the grid has fewer blocks than
+// the SMs; the blocks of one column range, launched side by side (block_grid), read the same weights, the
+// later ones from L2. Measured on the H100: out_proj alone 10-20 % faster at 128 and 256 rows, no faster at
+// 64; in_proj slower split; a decode step at 32, 64 and 256 sequences even, exact at 64 3 % slower. The row
+// tile decides which rows a block's chain runs on, never a chain's steps: the same bits (CudaGemmSwapAb's
+// row tile test).
+constexpr int kMinSplitRows = 16;
+int row_tile_for(int M, int N, const Variant& v, unsigned flags) {
+  int ti = row_tile_index(M);
+  if (M <= kMinSplitRows || (flags & kGemmRowTileSplit) == 0) return ti;
+  auto blocks = [&](int i) {
+    return static_cast<long>((N + v.columns_at(i) - 1) / v.columns_at(i)) * ((M + kRowTiles[i] - 1) / kRowTiles[i]);
+  };
+  while (ti > 0 && kRowTiles[ti] > kMinSplitRows && blocks(ti) < sm_count()) --ti;
+  return ti;
 }
 
 // The weights with_l2_prefetch names on this thread (null: none).
@@ -297,7 +323,7 @@ bool gemm_bf16_gated_row(const GatedA& a, int K, const void* W, int N, const flo
   static std::atomic<std::uint64_t> opted{0}, opted_lag{0};
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kMaxSmem, lag ? opted_lag : opted, true);
   const CUtensorMap wmap = bf16_rows_tensor_map_cached(W, K, N, Cfg::kCols);
-  const dim3 grid(static_cast<unsigned>((N + Cfg::kCols - 1) / Cfg::kCols), 1);
+  const dim3 grid = block_grid(1, 8, N, Cfg::kCols);
   // The producer requests its ring before the wait whatever the flags (the weights are no kernel's
   // output); the L2 hints are the ring kernel's and stay off.
   launch_programmatic_if(flags != 0, kernel, grid, dim3(kGatedThreads), Cfg::kSmemBytes + gated_region_bytes(K), s,
@@ -320,14 +346,21 @@ void set_conv_epilogue(bool on) { conv_epilogue_on.store(on); }
 bool gemm_swap_ab_fits(const float* A, int K, int lda, const void* W) { return gemm_mma_fits(A, K, lda, W); }
 
 void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
-                       cudaStream_t s, int variant, int early) {
+                       cudaStream_t s, int variant, int early, int row_tile) {
   if (M <= 0 || N <= 0) return;
   if (variant >= kVariantCount) throw Error("gemm_bf16_swap_ab: no such variant");
   if (!gemm_swap_ab_fits(A, K, lda, W)) throw Error("gemm_bf16_swap_ab: unsupported operands");
   const unsigned flags = early < 0 ? gemm_early_flags() : static_cast<unsigned>(early);
   const Variant& v = kVariants[variant < 0 ? default_variant(M, N, flags) : variant];
+  int ti = row_tile_for(M, N, v, flags);
+  if (row_tile > 0) {
+    const int forced = row_tile_index(row_tile);
+    if (kRowTiles[forced] != row_tile) throw Error("gemm_bf16_swap_ab: a row tile is 8, 16, 32, 64, 128 or 256 rows");
+    ti = std::min(forced, row_tile_index(M));
+  }
   const NextL2 next = flags & kGemmEarlyNextL2 ? t_next : NextL2{nullptr, 0};
-  v.by_rows[row_tile_index(M)](Args{A, M, K, lda, W, N, bias, C, ldc, s, flags & ~kGemmMmaBoxByBox, next});
+  const unsigned kernel_flags = flags & ~(kGemmMmaBoxByBox | kGemmRowTileSplit | kGemmWgmmaFrom17Rows);
+  v.by_rows[ti](Args{A, M, K, lda, W, N, bias, C, ldc, s, kernel_flags, next});
   check_launch("gemm_bf16_swap_ab");
 }
 
@@ -342,7 +375,7 @@ void launch_probe(const float* A, int M, int K, int lda, const void* W, int N, f
   const CUtensorMap wmap = bf16_rows_tensor_map_cached(W, K, N, Cfg::kCols);
   with_bf16_rows(A, M, K, lda, s, [&](const void* a16) {
     const CUtensorMap xmap = bf16_rows_tensor_map_cached(a16, K, M, 8);
-    const dim3 grid(static_cast<unsigned>((N + Cfg::kCols - 1) / Cfg::kCols), 1);
+    const dim3 grid = block_grid(M, 8, N, Cfg::kCols);
     launch_programmatic_if(false, kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, s, "gemm_bf16_swap_ab_probe", wmap,
                            xmap, M, K, N, static_cast<const float*>(nullptr), C, ldc, 0u, NextL2{nullptr, 0},
                            ConvEpilogue{}, probe, GatedA{});

@@ -22,6 +22,16 @@ inline constexpr unsigned kGemmMmaBoxByBox = 1024u;
 // of the default at batch 1 (session 35), and 2-4 % slower exact with out_proj scheduled during the SSM step
 // (session 36, early_start.h's kGemmEarlySsmFirst and kGemmEarlyGatedNormFirst).
 inline constexpr unsigned kGemmMmaOutProjRing = 4096u, kGemmMmaOutProjNarrow = 8192u;
+// Session 38: from 17 rows on, gemm() splits a pass's rows into smaller row tiles while its grid has fewer
+// blocks than the SMs (gemm_swap_ab.cu's row_tile_for). Off: out_proj alone gained 10-20 % at 128 and 256
+// rows, a decode step at 32, 64 and 256 sequences nothing, and exact mode at 64 lost 3 % (docs/performance.md,
+// "Session 38"); without it a pass is one row tile over M, as before.
+inline constexpr unsigned kGemmRowTileSplit = 1u << 24;
+// Session 38: from 17 to 32 rows, where 32-column blocks are no more than the SMs (out_proj), gemm() takes
+// mma-c32-2blk-g4s (80 blocks at mamba2-2.7b's out_proj, box by box at 32 rows) instead of c64-2blk (40
+// blocks): out_proj's share of a decode step 19.8 -> 17.3 µs a layer at 32 sequences, the step 1.3-2.0 %
+// shorter at 24 and 32 (H100). This flag takes c64-2blk there, as before, to measure against.
+inline constexpr unsigned kGemmWgmmaFrom17Rows = 1u << 25;
 
 // Whether gemm_bf16_swap_ab can take these operands: gemm_mma_fits's (K a multiple of 32, A rows
 // 16-byte vectors, W 16-byte aligned) and the tensor maps' (K a multiple of 8: implied).
@@ -32,9 +42,11 @@ bool gemm_swap_ab_fits(const float* A, int K, int lda, const void* W);
 // (with_bf16_rows, gemm_mma.h). variant < 0: the default; else one of gemm_swap_ab_variants()
 // (tests and benchmarks compare them; all give the same bits). early: ops.h's GemmEarly flags, not 0
 // launching it programmatically after the kernel before it (< 0: gemm_early() while
-// programmatic_launch() is on, else 0).
+// programmatic_launch() is on, else 0). row_tile: the rows a block computes (8, 16, ..., 256; more than
+// M's own tile takes M's); 0 the default (M's own tile; kGemmRowTileSplit: row_tile_for). Neither changes a
+// bit.
 void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
-                       cudaStream_t s, int variant = -1, int early = -1);
+                       cudaStream_t s, int variant = -1, int early = -1, int row_tile = 0);
 
 // Benchmarks (BM_CudaGemmSwapAbProbe): the mma.sync kernel (two warps of 16 columns a block) at 1..8 rows,
 // ordinary launch, no bias, each consumer warp's clock counts into probe (gemm_swap_ab_mma.cuh's PROBE:

@@ -63,6 +63,16 @@ struct NextL2 {
   unsigned long long bytes;  // a multiple of 16
 };
 
+// A block's place in the grid: (row tile, column block), the row tiles fastest. The blocks of one column
+// range read the same weights; launched side by side, the later ones find them in L2 while the first's
+// copies are still in flight (session 38: with the column blocks fastest, a pass split into row tiles read
+// every weight from DRAM once a tile). The place decides which outputs a block computes, not how.
+__host__ __forceinline__ dim3 block_grid(int M, int NT, int N, int cols) {
+  return dim3(static_cast<unsigned>((M + NT - 1) / NT), static_cast<unsigned>((N + cols - 1) / cols));
+}
+__device__ __forceinline__ int column_block() { return static_cast<int>(blockIdx.y); }
+__device__ __forceinline__ int row_tile() { return static_cast<int>(blockIdx.x); }
+
 __device__ __forceinline__ void prefetch_share_l2(const NextL2& n) {
   if (n.next == nullptr || n.bytes == 0) return;
   const unsigned long long blocks = static_cast<unsigned long long>(gridDim.x) * gridDim.y,
@@ -121,7 +131,7 @@ __global__ void __launch_bounds__(Config<CWG, NT, BPS>::kThreads, BPS)
   // 1024-byte aligned: the 128-byte swizzle repeats every 8 rows of 128 bytes from such an address.
   const unsigned ring = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n0 = blockIdx.x * Cfg::kCols, m0 = blockIdx.y * NT;
+  const int n0 = column_block() * Cfg::kCols, m0 = row_tile() * NT;
   const int kboxes = (K + 63) / 64;
 
   if (threadIdx.x == 0) {

@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
   __shared__ u64 full[S], empty[S];
   const unsigned ring = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n0 = blockIdx.x * Cfg::kCols, m0 = blockIdx.y * NT;
+  const int n0 = column_block() * Cfg::kCols, m0 = row_tile() * NT;
   const int kboxes = (K + 63) / 64, whole = K / 64;  // K is a multiple of 32
 
   if (threadIdx.x == 0) {
@@ -274,7 +274,8 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
     long long t_end;
     asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(t_end) : "r"(u));
     if (lane == 0) {
-      long long* o = probe + (static_cast<std::size_t>(blockIdx.y) * gridDim.x * CW + blockIdx.x * CW + warp) * kProbeFields;
+      const std::size_t block = static_cast<std::size_t>(row_tile()) * gridDim.y + column_block();
+      long long* o = probe + (block * CW + warp) * kProbeFields;
       o[0] = t_first - t_start;
       o[1] = t_end - t_start;
       o[2] = t_wait;

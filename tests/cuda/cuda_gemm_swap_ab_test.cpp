@@ -14,6 +14,7 @@
 #include "kernels_cuda/gemm_mma.h"
 #include "kernels_cuda/gemm_skinny.h"
 #include "kernels_cuda/gemm_swap_ab.h"
+#include "kernels_cuda/ops.h"
 #include "tests/cuda/decode_gemm_problem.h"
 #include "tests/cuda/gpu_test_support.h"
 
@@ -28,9 +29,10 @@ using test::kZeroRow;
 // The shared problem (decode_gemm_problem.h) with this file's kernels beside the reference.
 struct Problem : test::GemmProblem {
   explicit Problem(Shape s, uint64_t seed = 50) : GemmProblem(s, kMaxRows, seed) {}
-  std::vector<float> swap(int M, bool with_bias, int variant) {
+  std::vector<float> swap(int M, bool with_bias, int variant, int row_tile = 0) {
     c.zero();
-    cuda::gemm_bf16_swap_ab(a.data(), M, sh.K, sh.K, w.data(), sh.N, b(with_bias), c.data(), sh.ldc, nullptr, variant);
+    cuda::gemm_bf16_swap_ab(a.data(), M, sh.K, sh.K, w.data(), sh.N, b(with_bias), c.data(), sh.ldc, nullptr, variant,
+                            -1, row_tile);
     return c.download(out(M));
   }
   std::vector<float> skinny(int M, bool with_bias) {
@@ -113,6 +115,45 @@ TEST(CudaGemmSwapAb, ModelShapesGiveTheMmaTileBits) {
                                  << d;
         }
       }
+  }
+}
+
+// A pass's rows split into smaller row tiles give every row the bits of one tile over M: each variant at
+// every tile up to M's own, M on and past the tiles' edges, out_proj's N (where kGemmRowTileSplit splits)
+// and a ragged N with an odd ldc; kGemmRowTileSplit's own choice too (with kGemmWgmmaFrom17Rows's
+// variant). Sanitizer mode: two row counts, the default variant and c64-2blk.
+TEST(CudaGemmSwapAb, EveryRowTileGivesTheMmaTileBits) {
+  PARITY_REQUIRE_GPU();
+  const std::vector<int> rows = test::sweep({17, 33, 64, 100, 256, 300}, {33, 100});
+  const std::vector<int> variants = test::sanitizing() ? std::vector<int>{-1, 1} : [] {
+    std::vector<int> all;
+    for (int v = -1; v < cuda::gemm_swap_ab_variants(); ++v) all.push_back(v);
+    return all;
+  }();
+  for (const Shape& sh : test::sweep<Shape>({{2560, 2560, 2560}, {96, 200, 203}}, {{96, 200, 203}})) {
+    Problem pr(sh, 110);
+    for (int M : rows) {
+      const bool with_bias = M % 2 == 0;
+      const std::vector<float> ref = pr.mma(M, with_bias);
+      for (int v : variants)
+        for (int tile : {0, 8, 16, 32, 64, 128, 256}) {
+          if (tile >= 2 * M) continue;
+          const std::vector<float> got = pr.swap(M, with_bias, v, tile);
+          const std::string d = test::bit_difference(got.data(), ref.data(), got.size(), std::size_t(sh.ldc));
+          const std::string name = v < 0 ? "default" : cuda::gemm_swap_ab_variant_name(v);
+          ASSERT_TRUE(d.empty()) << where(sh, M, with_bias, "variant " + name + " row tile " + std::to_string(tile))
+                                 << d;
+        }
+      const std::vector<float> split = [&] {
+        pr.c.zero();
+        const unsigned flags = cuda::kGemmRowTileSplit | cuda::kGemmWgmmaFrom17Rows | cuda::kGemmEarlyDefault;
+        cuda::gemm_bf16_swap_ab(pr.a.data(), M, sh.K, sh.K, pr.w.data(), sh.N, pr.b(with_bias), pr.c.data(), sh.ldc,
+                                nullptr, -1, static_cast<int>(flags));
+        return pr.c.download(pr.out(M));
+      }();
+      ASSERT_TRUE(test::bit_difference(split.data(), ref.data(), split.size(), std::size_t(sh.ldc)).empty())
+          << where(sh, M, with_bias, "kGemmRowTileSplit's row tiles");
+    }
   }
 }
 
