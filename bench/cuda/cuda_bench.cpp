@@ -1239,6 +1239,9 @@ BENCHMARK(BM_CudaModelDecode)
     ->ArgsProduct({{24, 32}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault}})
     // 33554467 = 35 + kGemmWgmmaFrom17Rows: out_proj from 17 to 32 rows on c64-2blk (before session 38).
     ->ArgsProduct({{24, 32}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault | cuda::kGemmWgmmaFrom17Rows}})
+    // 67108899 = 35 + kGemmMmaTo64Rows: out_proj from 33 to 64 rows on it too, two row tiles of 32.
+    ->ArgsProduct(
+        {{48, 64}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault, cuda::kGemmEarlyDefault | cuda::kGemmMmaTo64Rows}})
     ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

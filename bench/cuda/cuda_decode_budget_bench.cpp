@@ -231,6 +231,8 @@ BENCHMARK(BM_CudaDecodeTimeline)
     // out_proj from 17 to 32 rows on the mma.sync kernel's 32-column blocks (the default) or on c64-2blk.
     ->ArgsProduct(
         {{32}, {0, 1}, {cuda::kGemmEarlyDefault, cuda::kGemmEarlyDefault | cuda::kGemmWgmmaFrom17Rows}, {4}, {0}})
+    // and from 33 to 64 rows, two row tiles of 32 (kGemmMmaTo64Rows), against the default's 64-row rows above.
+    ->ArgsProduct({{64}, {0, 1}, {cuda::kGemmEarlyDefault | cuda::kGemmMmaTo64Rows}, {4}, {0}})
     ->ArgNames({"batch", "exact", "gemm", "gemmfuse", "skip"})
     ->UseManualTime()
     ->Iterations(50)

@@ -254,7 +254,9 @@ int default_variant(int M, int N, unsigned flags) {
     }
     return kMmaC32G2Shared;
   }
-  if (M <= 32 && (flags & kGemmWgmmaFrom17Rows) == 0 && (N + 31) / 32 <= sm_count()) return kMmaC32G4TwoBlocksShared;
+  if ((M <= 32 || (M <= 64 && (flags & kGemmMmaTo64Rows) != 0)) && (flags & kGemmWgmmaFrom17Rows) == 0 &&
+      (N + 31) / 32 <= sm_count())
+    return kMmaC32G4TwoBlocksShared;
   if (M <= 64) return kC64TwoBlocks;
   return (N + 127) / 128 >= sm_count() / 2 ? kC128 : kC64TwoBlocks;
 }
@@ -271,6 +273,7 @@ int default_variant(int M, int N, unsigned flags) {
 constexpr int kMinSplitRows = 16;
 int row_tile_for(int M, int N, const Variant& v, unsigned flags) {
   int ti = row_tile_index(M);
+  if ((flags & kGemmMmaTo64Rows) != 0 && v.cols < 64 && M > 32 && M <= 64) return row_tile_index(32);
   if (M <= kMinSplitRows || (flags & kGemmRowTileSplit) == 0) return ti;
   auto blocks = [&](int i) {
     return static_cast<long>((N + v.columns_at(i) - 1) / v.columns_at(i)) * ((M + kRowTiles[i] - 1) / kRowTiles[i]);
@@ -359,7 +362,8 @@ void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int
     ti = std::min(forced, row_tile_index(M));
   }
   const NextL2 next = flags & kGemmEarlyNextL2 ? t_next : NextL2{nullptr, 0};
-  const unsigned kernel_flags = flags & ~(kGemmMmaBoxByBox | kGemmRowTileSplit | kGemmWgmmaFrom17Rows);
+  const unsigned kernel_flags =
+      flags & ~(kGemmMmaBoxByBox | kGemmRowTileSplit | kGemmWgmmaFrom17Rows | kGemmMmaTo64Rows);
   v.by_rows[ti](Args{A, M, K, lda, W, N, bias, C, ldc, s, kernel_flags, next});
   check_launch("gemm_bf16_swap_ab");
 }

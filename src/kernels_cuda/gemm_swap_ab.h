@@ -32,6 +32,9 @@ inline constexpr unsigned kGemmRowTileSplit = 1u << 24;
 // blocks): out_proj's share of a decode step 19.8 -> 17.3 µs a layer at 32 sequences, the step 1.3-2.0 %
 // shorter at 24 and 32 (H100). This flag takes c64-2blk there, as before, to measure against.
 inline constexpr unsigned kGemmWgmmaFrom17Rows = 1u << 25;
+// Session 38: from 33 to 64 rows too, in two row tiles of 32 side by side (160 blocks at out_proj). Off: a
+// decode step at 48 and 64 sequences 0.4-0.6 % shorter plain, 2-2.7 % longer exact (H100).
+inline constexpr unsigned kGemmMmaTo64Rows = 1u << 26;
 
 // Whether gemm_bf16_swap_ab can take these operands: gemm_mma_fits's (K a multiple of 32, A rows
 // 16-byte vectors, W 16-byte aligned) and the tensor maps' (K a multiple of 8: implied).
