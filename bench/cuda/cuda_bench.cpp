@@ -928,8 +928,8 @@ BENCHMARK(BM_CudaGemmSwapAb)
     ->Unit(benchmark::kMicrosecond);
 
 // The swap-AB kernel's row tiles (session 38): arg0 M, arg1 shape, arg2 variant (-1 the default), arg3 the
-// rows a block computes (0: gemm()'s choice under the early flags, M's own tile unless kGemmRowTileSplit;
-// 8..256: that tile), L2 flushed before each pass.
+// rows a block computes (0: gemm()'s choice under the early flags, gemm_swap_ab.cu's row_tile_for; 8..256:
+// that tile), L2 flushed before each pass.
 // The label names the variant, the tile and the grid's blocks.
 void BM_CudaGemmSwapAbRows(benchmark::State& state) {
   if (!have_gpu(state)) return;

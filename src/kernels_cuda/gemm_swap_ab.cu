@@ -241,8 +241,9 @@ constexpr int kC64TwoBlocks = 1, kC128 = 2, kMmaC32 = 4, kMmaC32Lag = 5, kMmaC32
 // the blocks (32 columns each) are no more than the SMs (out_proj: one block an SM whatever the variant
 // allows; 14 % faster alone, the step 9.6 % at batch 1), mma-c32-4blk-g2s where they are more (in_proj's
 // 331 blocks stay resident at four an SM; even with mma-c32-4blk); kGemmMmaBoxByBox takes mma-c32-4blk.
-// Session 38: up to 32 rows mma-c32-2blk-g4s (box by box above 16) where its blocks are no more than the
-// SMs: out_proj's 80 blocks against c64-2blk's 40 (gemm_swap_ab.h's kGemmWgmmaFrom17Rows says what it gained).
+// Session 38: up to 32 rows mma-c32-2blk-g4s where its blocks are no more than the SMs, in row tiles of 16
+// (row_tile_for): out_proj's 160 blocks against c64-2blk's 40 (gemm_swap_ab.h's kGemmWgmmaFrom17Rows says
+// what it gained).
 int default_variant(int M, int N, unsigned flags) {
   if (M <= 16) {
     if (flags & kGemmMmaLag) return kMmaC32Lag;
@@ -263,18 +264,21 @@ int default_variant(int M, int N, unsigned flags) {
 
 // The rows a pass computes (an index into kRowTiles): one row tile over M, so a GEMM with few columns has
 // as few blocks at 256 rows as at one (out_proj, 2560 columns: 40 blocks of c64-2blk on 132 SMs; in a
-// decode step 2-2.5× its weights' read time at 64 rows, session 36). With kGemmRowTileSplit (session 38,
-// off), from 17 rows on the tile is halved (not below kMinSplitRows) while the grid has fewer blocks than
-// the SMs; the blocks of one column range, launched side by side (block_grid), read the same weights, the
-// later ones from L2. Measured on the H100: out_proj alone 10-20 % faster at 128 and 256 rows, no faster at
-// 64; in_proj slower split; a decode step at 32, 64 and 256 sequences even, exact at 64 3 % slower. The row
-// tile decides which rows a block's chain runs on, never a chain's steps: the same bits (CudaGemmSwapAb's
-// row tile test).
+// decode step 2-2.5× its weights' read time at 64 rows, session 36). Split (session 38): from 17 rows on
+// the tile is halved (not below kMinSplitRows) while the grid has fewer blocks than the SMs; the blocks of
+// one column range, launched side by side (block_grid), read the same weights, the later ones from L2.
+// By default only the mma.sync variants' passes of 17-32 rows split (out_proj: two row tiles of 16 on the
+// grouped consumer, 160 blocks; a decode step at 32 sequences 2.1 % shorter plain, 3.3 % exact than one
+// tile of 32, H100); kGemmRowTileSplit splits every pass: out_proj alone 10-20 % faster at 128 and 256
+// rows, no faster at 64, in_proj slower; a decode step at 32, 64 and 256 sequences even, exact at 64 3 %
+// slower. The row tile decides which rows a block's chain runs on, never a chain's steps: the same bits
+// (CudaGemmSwapAb's row tile test).
 constexpr int kMinSplitRows = 16;
 int row_tile_for(int M, int N, const Variant& v, unsigned flags) {
   int ti = row_tile_index(M);
   if ((flags & kGemmMmaTo64Rows) != 0 && v.cols < 64 && M > 32 && M <= 64) return row_tile_index(32);
-  if (M <= kMinSplitRows || (flags & kGemmRowTileSplit) == 0) return ti;
+  const bool mma_to_32 = v.cols < 64 && M <= 32;  // the default since session 38 (above)
+  if (M <= kMinSplitRows || ((flags & kGemmRowTileSplit) == 0 && !mma_to_32)) return ti;
   auto blocks = [&](int i) {
     return static_cast<long>((N + v.columns_at(i) - 1) / v.columns_at(i)) * ((M + kRowTiles[i] - 1) / kRowTiles[i]);
   };

@@ -22,15 +22,17 @@ inline constexpr unsigned kGemmMmaBoxByBox = 1024u;
 // of the default at batch 1 (session 35), and 2-4 % slower exact with out_proj scheduled during the SSM step
 // (session 36, early_start.h's kGemmEarlySsmFirst and kGemmEarlyGatedNormFirst).
 inline constexpr unsigned kGemmMmaOutProjRing = 4096u, kGemmMmaOutProjNarrow = 8192u;
-// Session 38: from 17 rows on, gemm() splits a pass's rows into smaller row tiles while its grid has fewer
-// blocks than the SMs (gemm_swap_ab.cu's row_tile_for). Off: out_proj alone gained 10-20 % at 128 and 256
-// rows, a decode step at 32, 64 and 256 sequences nothing, and exact mode at 64 lost 3 % (docs/performance.md,
-// "Session 38"); without it a pass is one row tile over M, as before.
+// Session 38: from 17 rows on, gemm() splits every pass's rows into smaller row tiles while its grid has
+// fewer blocks than the SMs (gemm_swap_ab.cu's row_tile_for; by default only the mma.sync variants' passes
+// of up to 32 rows split). Off: out_proj alone gained 10-20 % at 128 and 256 rows, a decode step at 64 and
+// 256 sequences nothing, and exact mode at 64 lost 3 % (docs/performance.md, "Session 38").
 inline constexpr unsigned kGemmRowTileSplit = 1u << 24;
 // Session 38: from 17 to 32 rows, where 32-column blocks are no more than the SMs (out_proj), gemm() takes
-// mma-c32-2blk-g4s (80 blocks at mamba2-2.7b's out_proj, box by box at 32 rows) instead of c64-2blk (40
-// blocks): out_proj's share of a decode step 19.8 -> 17.3 µs a layer at 32 sequences, the step 1.3-2.0 %
-// shorter at 24 and 32 (H100). This flag takes c64-2blk there, as before, to measure against.
+// mma-c32-2blk-g4s in row tiles of 16 (160 blocks at mamba2-2.7b's out_proj, the grouped consumer) instead
+// of c64-2blk (40 blocks). On the H100, in one tile of 32 rows (80 blocks): out_proj's share of a decode
+// step 19.8 -> 17.3 µs a layer at 32 sequences, the step 1.3-2.2 % shorter at 24 and 32; two tiles of 16
+// took the step at 32 a further 2.1 % (plain) and 3.3 % (exact). This flag takes c64-2blk there, as before,
+// to measure against.
 inline constexpr unsigned kGemmWgmmaFrom17Rows = 1u << 25;
 // Session 38: from 33 to 64 rows too, in two row tiles of 32 side by side (160 blocks at out_proj). Off: a
 // decode step at 48 and 64 sequences 0.4-0.6 % shorter plain, 2-2.7 % longer exact (H100).
@@ -46,8 +48,8 @@ bool gemm_swap_ab_fits(const float* A, int K, int lda, const void* W);
 // (tests and benchmarks compare them; all give the same bits). early: ops.h's GemmEarly flags, not 0
 // launching it programmatically after the kernel before it (< 0: gemm_early() while
 // programmatic_launch() is on, else 0). row_tile: the rows a block computes (8, 16, ..., 256; more than
-// M's own tile takes M's); 0 the default (M's own tile; kGemmRowTileSplit: row_tile_for). Neither changes a
-// bit.
+// M's own tile takes M's); 0 the default (row_tile_for: M's own tile but where a pass splits). Neither
+// changes a bit.
 void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int N, const float* bias, float* C, int ldc,
                        cudaStream_t s, int variant = -1, int early = -1, int row_tile = 0);
 
