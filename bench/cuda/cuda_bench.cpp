@@ -929,8 +929,7 @@ BENCHMARK(BM_CudaGemmSwapAb)
 
 // The swap-AB kernel's row tiles (session 38): arg0 M, arg1 shape, arg2 variant (-1 the default), arg3 the
 // rows a block computes (0: gemm()'s choice under the early flags, gemm_swap_ab.cu's row_tile_for; 8..256:
-// that tile), L2 flushed before each pass.
-// The label names the variant, the tile and the grid's blocks.
+// that tile), L2 flushed before each pass. The label names the variant and the tile.
 void BM_CudaGemmSwapAbRows(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const int M = static_cast<int>(state.range(0)), variant = static_cast<int>(state.range(2));
