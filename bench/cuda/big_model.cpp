@@ -1,5 +1,7 @@
 #include "big_model.h"
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
 
 #include "backend_cuda/backend.h"
@@ -34,6 +36,20 @@ DecodeRun prepare_decode(model::Model& m, bool exact, int batch, std::optional<D
   m.forward(r.d, r.mc, r.mode, r.logits.get());  // warm-up: captures the bucket's graph
   ++r.pos;
   return r;
+}
+
+double time_decode_steps(benchmark::State& state, model::Model& m, DecodeRun& run) {
+  double total = 0;
+  for (auto _ : state) {
+    for (auto& q : run.d.seqs) q.start = run.pos;
+    const auto t0 = std::chrono::steady_clock::now();
+    m.forward(run.d, run.mc, run.mode, run.logits.get());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(s);
+    total += s;
+    ++run.pos;
+  }
+  return total / static_cast<double>(std::max<int64_t>(1, state.iterations()));
 }
 
 }  // namespace parity::bench

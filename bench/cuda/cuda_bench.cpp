@@ -1110,13 +1110,7 @@ void BM_CudaModelDecode(benchmark::State& state) {
   const model::ScanMode mode = run.mode;
   int64_t& pos = run.pos;
   const int64_t replays0 = backend_cuda::cuda_graph_stats(m).replays;
-  for (auto _ : state) {
-    for (auto& q : d.seqs) q.start = pos;
-    const auto t0 = std::chrono::steady_clock::now();
-    m.forward(d, mc, mode, logits);
-    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    ++pos;
-  }
+  bench::time_decode_steps(state, m, run);
   state.SetItemsProcessed(state.iterations() * batch);  // tokens
   // The share of timed steps that replayed a graph (1 with graphs on, 0 eager): the path is the one asked for.
   state.counters["graph"] = static_cast<double>(backend_cuda::cuda_graph_stats(m).replays - replays0) /
@@ -1168,19 +1162,10 @@ void BM_CudaPersistentDecode(benchmark::State& state) {
   backend_cuda::set_enforce_eager(m, false);
   bench::DecodeRun run = bench::prepare_decode(m, exact, 1, dt);
   const int64_t taken0 = backend_cuda::cuda_graph_stats(m).persistent_replays;
-  double total = 0;
-  for (auto _ : state) {
-    run.d.seqs[0].start = run.pos;
-    const auto t0 = std::chrono::steady_clock::now();
-    m.forward(run.d, run.mc, run.mode, run.logits.get());
-    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    state.SetIterationTime(t);
-    total += t;
-    ++run.pos;
-  }
+  const double step = bench::time_decode_steps(state, m, run);
   const double iters = static_cast<double>(std::max<int64_t>(1, state.iterations()));
   const std::size_t bytes = kFloorLayers * (floor_bytes(0) + floor_bytes(1)) + floor_bytes(2);
-  state.counters["x_floor"] = total / iters / (static_cast<double>(bytes) / copy_bandwidth());
+  state.counters["x_floor"] = step / (static_cast<double>(bytes) / copy_bandwidth());
   state.counters["persistent"] = static_cast<double>(backend_cuda::cuda_graph_stats(m).persistent_replays - taken0) /
                                  iters;
   if (trace) {  // µs a layer: each phase's mean over the blocks, and its span (first block in, last out)
@@ -1247,13 +1232,7 @@ BENCHMARK(BM_CudaModelDecode)
 
 // One decode step of run's batch a iteration, wall time of Model::forward (as BM_CudaModelDecode times it).
 void time_decode_steps(benchmark::State& state, model::Model& m, bench::DecodeRun& run, int batch) {
-  for (auto _ : state) {
-    for (auto& q : run.d.seqs) q.start = run.pos;
-    const auto t0 = std::chrono::steady_clock::now();
-    m.forward(run.d, run.mc, run.mode, run.logits.get());
-    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    ++run.pos;
-  }
+  bench::time_decode_steps(state, m, run);
   state.SetItemsProcessed(state.iterations() * batch);  // tokens
 }
 

@@ -11,7 +11,6 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -63,21 +62,6 @@ void decode_step(model::Model& m, bench::DecodeRun& run) {
   m.forward(run.d, run.mc, run.mode, run.logits.get());
   ++run.pos;
 }
-// The benchmark's loop over decode steps, each timed from the host as BM_CudaModelDecode times it (wall time of
-// Model::forward); returns the mean step in seconds.
-double timed_steps(benchmark::State& state, model::Model& m, bench::DecodeRun& run) {
-  double total = 0;
-  for (auto _ : state) {
-    for (auto& q : run.d.seqs) q.start = run.pos;
-    const auto t0 = std::chrono::steady_clock::now();
-    m.forward(run.d, run.mc, run.mode, run.logits.get());
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    state.SetIterationTime(s);
-    total += s;
-    ++run.pos;
-  }
-  return total / static_cast<double>(std::max<int64_t>(1, state.iterations()));
-}
 
 // arg0 batch, arg1 0 plain / 1 exact, arg2 the DecodeSkip bits, arg3 the GEMMs' early-start flags (ops.h's
 // GemmEarly and early_start.h's; 35 the default), arg4 launches doing their neighbours' work: bit 1 in_proj
@@ -95,7 +79,7 @@ void BM_CudaDecodeParts(benchmark::State& state) {
   backend_cuda::set_decode_skip(m, static_cast<unsigned>(state.range(2)));
   set_launches(static_cast<unsigned>(state.range(3)), static_cast<int>(state.range(4)));
   bench::DecodeRun run = bench::prepare_decode(m, exact, batch);
-  const double step = timed_steps(state, m, run);
+  const double step = bench::time_decode_steps(state, m, run);
   state.counters["step_us"] = step * 1e6;
   state.counters["us_per_layer"] = step * 1e6 / 64;
   backend_cuda::set_decode_skip(m, 0);
@@ -192,7 +176,7 @@ void BM_CudaDecodeTimeline(benchmark::State& state) {
   set_launches(static_cast<unsigned>(state.range(2)), static_cast<int>(state.range(3)));
   backend_cuda::set_decode_skip(m, static_cast<unsigned>(state.range(4)));
   bench::DecodeRun run = bench::prepare_decode(m, exact, batch);
-  state.counters["step_us"] = timed_steps(state, m, run) * 1e6;
+  state.counters["step_us"] = bench::time_decode_steps(state, m, run) * 1e6;
   std::string why;
   if (bench::kernel_timeline_start(&why)) {
     for (int i = 0; i < kTraced; ++i) decode_step(m, run);
