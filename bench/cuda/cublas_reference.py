@@ -52,7 +52,7 @@ def main():
     junk = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     for sid, (n, k) in shapes.items():
         w = (torch.rand(n, k, device="cuda") * 0.1 - 0.05).to(torch.bfloat16)
-        for m in (1, 8, 16, 32, 64, 128, 256):
+        for m in (1, 8, 16, 32, 48, 64, 128, 256):
             a = (torch.rand(m, k, device="cuda") * 2 - 1).to(torch.bfloat16)
             warm_us = timed_device(lambda: torch.nn.functional.linear(a, w))
             cold_us = timed_device(lambda: torch.nn.functional.linear(a, w), flush=lambda: junk.fill_(1))

@@ -953,6 +953,35 @@ BENCHMARK(BM_CudaGemmSwapAbRows)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// gemm() as a decode step calls it (session 39): the norm before it has written A's bf16 copy, so
+// gemm_rounded reads that and launches no pre-pass, as cuBLAS's bf16 A needs none; one launch, L2
+// flushed, device time. cublas_reference.py's cold rows are its baseline (the other GEMM benchmarks
+// include the pre-pass's launch). arg0 M, arg1 shape, arg2 the set_gemm_early word (35 the default;
+// + 1 << 25 c64-2blk from 17 rows, + 1 << 26 two mma.sync row tiles of 32 from 33 to 64 rows).
+void BM_CudaGemmRounded(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  std::vector<float> a = rnd(std::size_t(g.M) * g.K, 9, -1, 1);  // GemmPass's A, whose copy this rounds
+  std::vector<uint16_t> a16(a.size());
+  std::transform(a.begin(), a.end(), a16.begin(), f32_to_bf16);
+  cuda::DeviceBuffer<uint16_t> rounded;
+  rounded.upload(a16);
+  cuda::set_gemm_early(static_cast<unsigned>(state.range(2)));
+  time_gemm(
+      state, g,
+      [&] {
+        cuda::gemm_rounded(g.a.data(), rounded.data(), g.M, g.K, g.K, g.w, cuda::WeightType::BF16, g.Nn, nullptr,
+                           g.c.data(), g.Nn, nullptr, g.Nn);
+      },
+      true);
+  cuda::set_gemm_early(cuda::kGemmEarlyDefault);
+}
+BENCHMARK(BM_CudaGemmRounded)
+    ->ArgsProduct({{1, 8, 16, 32, 48, 64, 128, 256}, {0, 1, 2}, {35}})
+    ->ArgsProduct({{24, 32, 48, 64}, {1}, {35 + (1 << 25), 35 + (1 << 26)}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // The decode kernel (gemm_gemv.cu) beside the path gemm() took for up to 16 rows before it (arg0 M,
 // arg1 shape, arg3 1 = L2 flushed before each pass, as in a decode step; 0 = warm, as cuBLAS's
 // back-to-back reference). arg2: 0..2 the decode kernel's variants (gemm_gemv_variants(); -1 its
