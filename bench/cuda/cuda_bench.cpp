@@ -957,7 +957,8 @@ BENCHMARK(BM_CudaGemmSwapAbRows)
 // gemm_rounded reads that and launches no pre-pass, as cuBLAS's bf16 A needs none; one launch, L2
 // flushed, device time. cublas_reference.py's cold rows are its baseline (the other GEMM benchmarks
 // include the pre-pass's launch). arg0 M, arg1 shape, arg2 the set_gemm_early word (35 the default;
-// + 1 << 25 c64-2blk from 17 rows, + 1 << 26 two mma.sync row tiles of 32 from 33 to 64 rows).
+// + 1 << 25 c64-2blk from 17 rows; from 33 to 64 rows, the mma.sync kernel in row tiles of 32 (+ 1 << 26)
+// or 16 (+ 1 << 27)).
 void BM_CudaGemmRounded(benchmark::State& state) {
   if (!have_gpu(state)) return;
   GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
@@ -978,7 +979,7 @@ void BM_CudaGemmRounded(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaGemmRounded)
     ->ArgsProduct({{1, 8, 16, 32, 48, 64, 128, 256}, {0, 1, 2}, {35}})
-    ->ArgsProduct({{24, 32, 48, 64}, {1}, {35 + (1 << 25), 35 + (1 << 26)}})
+    ->ArgsProduct({{24, 32, 48, 64}, {1}, {35 + (1 << 25), 35 + (1 << 26), 35 + (1 << 27)}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -1255,6 +1256,8 @@ BENCHMARK(BM_CudaModelDecode)
     // 67108899 = 35 + kGemmMmaTo64Rows: out_proj from 33 to 64 rows on it too, two row tiles of 32.
     ->ArgsProduct(
         {{48, 64}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault, cuda::kGemmEarlyDefault | cuda::kGemmMmaTo64Rows}})
+    // 134217763 = 35 + kGemmMmaTo64RowsIn16 (session 39): from 33 to 64 rows in row tiles of 16.
+    ->ArgsProduct({{48, 64}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault | cuda::kGemmMmaTo64RowsIn16}})
     ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

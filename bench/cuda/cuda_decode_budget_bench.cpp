@@ -217,6 +217,8 @@ BENCHMARK(BM_CudaDecodeTimeline)
         {{32}, {0, 1}, {cuda::kGemmEarlyDefault, cuda::kGemmEarlyDefault | cuda::kGemmWgmmaFrom17Rows}, {4}, {0}})
     // and from 33 to 64 rows, two row tiles of 32 (kGemmMmaTo64Rows), against the default's 64-row rows above.
     ->ArgsProduct({{64}, {0, 1}, {cuda::kGemmEarlyDefault | cuda::kGemmMmaTo64Rows}, {4}, {0}})
+    // or row tiles of 16 (session 39, kGemmMmaTo64RowsIn16).
+    ->ArgsProduct({{64}, {0, 1}, {cuda::kGemmEarlyDefault | cuda::kGemmMmaTo64RowsIn16}, {4}, {0}})
     ->ArgNames({"batch", "exact", "gemm", "gemmfuse", "skip"})
     ->UseManualTime()
     ->Iterations(50)

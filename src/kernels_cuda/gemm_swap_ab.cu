@@ -255,7 +255,8 @@ int default_variant(int M, int N, unsigned flags) {
     }
     return kMmaC32G2Shared;
   }
-  if ((M <= 32 || (M <= 64 && (flags & kGemmMmaTo64Rows) != 0)) && (flags & kGemmWgmmaFrom17Rows) == 0 &&
+  if ((M <= 32 || (M <= 64 && (flags & (kGemmMmaTo64Rows | kGemmMmaTo64RowsIn16)) != 0)) &&
+      (flags & kGemmWgmmaFrom17Rows) == 0 &&
       (N + 31) / 32 <= sm_count())
     return kMmaC32G4TwoBlocksShared;
   if (M <= 64) return kC64TwoBlocks;
@@ -276,6 +277,7 @@ int default_variant(int M, int N, unsigned flags) {
 constexpr int kMinSplitRows = 16;
 int row_tile_for(int M, int N, const Variant& v, unsigned flags) {
   int ti = row_tile_index(M);
+  if ((flags & kGemmMmaTo64RowsIn16) != 0 && v.cols < 64 && M > 32 && M <= 64) return row_tile_index(16);
   if ((flags & kGemmMmaTo64Rows) != 0 && v.cols < 64 && M > 32 && M <= 64) return row_tile_index(32);
   const bool mma_to_32 = v.cols < 64 && M <= 32;  // the default since session 38 (above)
   if (M <= kMinSplitRows || ((flags & kGemmRowTileSplit) == 0 && !mma_to_32)) return ti;
@@ -367,7 +369,7 @@ void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int
   }
   const NextL2 next = flags & kGemmEarlyNextL2 ? t_next : NextL2{nullptr, 0};
   const unsigned kernel_flags =
-      flags & ~(kGemmMmaBoxByBox | kGemmRowTileSplit | kGemmWgmmaFrom17Rows | kGemmMmaTo64Rows);
+      flags & ~(kGemmMmaBoxByBox | kGemmRowTileSplit | kGemmWgmmaFrom17Rows | kGemmMmaTo64Rows | kGemmMmaTo64RowsIn16);
   v.by_rows[ti](Args{A, M, K, lda, W, N, bias, C, ldc, s, kernel_flags, next});
   check_launch("gemm_bf16_swap_ab");
 }

@@ -37,6 +37,11 @@ inline constexpr unsigned kGemmWgmmaFrom17Rows = 1u << 25;
 // Session 38: from 33 to 64 rows too, in two row tiles of 32 side by side (160 blocks at out_proj). Off: a
 // decode step at 48 and 64 sequences 0.4-0.6 % shorter plain, 2-2.7 % longer exact (H100).
 inline constexpr unsigned kGemmMmaTo64Rows = 1u << 26;
+// Session 39: from 33 to 64 rows on mma-c32-2blk-g4s in row tiles of 16 (the 17-32-row default's tile: 240
+// and 320 blocks at out_proj, the grouped consumer; the blocks of one column range side by side, the later
+// ones reading the weights from L2). One launch with A pre-rounded and L2 flushed, out_proj at 48 and 64
+// rows took 26.7 and 27.3 µs on c64-2blk and 27.4 in two tiles of 32 beside cuBLAS's 19.7 and 18.7 (H100).
+inline constexpr unsigned kGemmMmaTo64RowsIn16 = 1u << 27;
 
 // Whether gemm_bf16_swap_ab can take these operands: gemm_mma_fits's (K a multiple of 32, A rows
 // 16-byte vectors, W 16-byte aligned) and the tensor maps' (K a multiple of 8: implied).
