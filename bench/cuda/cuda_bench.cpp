@@ -949,7 +949,7 @@ void BM_CudaGemmSwapAbRows(benchmark::State& state) {
       true);
 }
 BENCHMARK(BM_CudaGemmSwapAbRows)
-    ->ArgsProduct({{32, 64, 128, 256}, {0, 1, 2}, {-1, 1, 2, 10, 12}, {0, 8, 16, 32, 64, 128, 256}})
+    ->ArgsProduct({{32, 64, 128, 256}, {0, 1, 2}, {-1, 1, 2, 10, 12, 13}, {0, 8, 16, 32, 64, 128, 256}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -958,7 +958,7 @@ BENCHMARK(BM_CudaGemmSwapAbRows)
 // flushed, device time. cublas_reference.py's cold rows are its baseline (the other GEMM benchmarks
 // include the pre-pass's launch). arg0 M, arg1 shape, arg2 the set_gemm_early word (35 the default;
 // + 1 << 25 c64-2blk from 17 rows; from 33 to 64 rows, the mma.sync kernel in row tiles of 32 (+ 1 << 26)
-// or 16 (+ 1 << 27)).
+// or 16 (+ 1 << 27), or row tiles of 32 as two row warps of 16 (+ 1 << 28)).
 void BM_CudaGemmRounded(benchmark::State& state) {
   if (!have_gpu(state)) return;
   GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
@@ -979,7 +979,7 @@ void BM_CudaGemmRounded(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaGemmRounded)
     ->ArgsProduct({{1, 8, 16, 32, 48, 64, 128, 256}, {0, 1, 2}, {35}})
-    ->ArgsProduct({{24, 32, 48, 64}, {1}, {35 + (1 << 25), 35 + (1 << 26), 35 + (1 << 27)}})
+    ->ArgsProduct({{24, 32, 48, 64}, {1}, {35 + (1 << 25), 35 + (1 << 26), 35 + (1 << 27), 35 + (1 << 28)}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -1258,6 +1258,8 @@ BENCHMARK(BM_CudaModelDecode)
         {{48, 64}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault, cuda::kGemmEarlyDefault | cuda::kGemmMmaTo64Rows}})
     // 134217763 = 35 + kGemmMmaTo64RowsIn16 (session 39): from 33 to 64 rows in row tiles of 16.
     ->ArgsProduct({{48, 64}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault | cuda::kGemmMmaTo64RowsIn16}})
+    // 268435491 = 35 + kGemmMmaRowWarpsTo64Rows (session 39): row tiles of 32 as two row warps of 16.
+    ->ArgsProduct({{48, 64}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault | cuda::kGemmMmaRowWarpsTo64Rows}})
     ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

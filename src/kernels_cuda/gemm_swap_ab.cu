@@ -113,19 +113,20 @@ constexpr int bar_for_rows() {
   return SHARED && group_for_rows<NT, GROUP>() > 0 ? group_for_rows<NT, GROUP>() : 1;
 }
 
-template <int CW, int NT, int BPS, bool LAG, int GROUP = 0, bool SHARED = false>
+// RW: row warps (gemm_swap_ab_mma.cuh), each of NT rows: a block computes NT · RW rows.
+template <int CW, int NT, int BPS, bool LAG, int GROUP = 0, bool SHARED = false, int RW = 1>
 void launch_mma(const Args& a) {
-  if constexpr (NT > 32) {
-    launch<1, NT, 2>(a);
+  if constexpr (NT * RW > 32) {
+    launch<1, NT * RW, 2>(a);
   } else {
-    using Cfg = MmaConfig<CW, NT, BPS>;
-    const bool conv = NT == 8 && t_conv != nullptr;
+    using Cfg = MmaConfig<CW, NT, BPS, RW>;
+    const bool conv = NT == 8 && RW == 1 && t_conv != nullptr;
     auto* kernel = swap_ab_mma_kernel<CW, NT, BPS, LAG, false, false, false, group_for_rows<NT, GROUP>(),
-                                      bar_for_rows<NT, GROUP, SHARED>()>;
+                                      bar_for_rows<NT, GROUP, SHARED>(), RW>;
     // The conv epilogue's kernel: box by box (session 12's consumer), or the grouped consumer the GEMM
     // takes without it (conv_epilogue_grouped()). Each has its own shared-memory opt-in record.
     const bool grouped = conv && conv_grouped_on.load();
-    if constexpr (NT == 8)
+    if constexpr (NT == 8 && RW == 1)
       if (conv)
         kernel = grouped ? swap_ab_mma_kernel<CW, NT, BPS, LAG, true, false, false, group_for_rows<NT, GROUP>(),
                                               bar_for_rows<NT, GROUP, SHARED>()>
@@ -141,8 +142,8 @@ void launch_mma(const Args& a) {
                        grouped ? opted_conv_grouped : conv ? opted_conv : opted, true);
     const CUtensorMap wmap = bf16_rows_tensor_map_cached(a.W, a.K, a.N, Cfg::kCols);
     with_bf16_rows(a.A, a.M, a.K, a.lda, a.s, [&](const void* a16) {
-      const CUtensorMap xmap = bf16_rows_tensor_map_cached(a16, a.K, a.M, NT);
-      const dim3 grid = block_grid(a.M, NT, a.N, Cfg::kCols);
+      const CUtensorMap xmap = bf16_rows_tensor_map_cached(a16, a.K, a.M, Cfg::kRows);
+      const dim3 grid = block_grid(a.M, Cfg::kRows, a.N, Cfg::kCols);
       launch_programmatic_if(a.early != 0, kernel, grid, dim3(Cfg::kThreads), Cfg::kSmemBytes, a.s,
                              "gemm_bf16_swap_ab", wmap, xmap, a.M, a.K, a.N, a.bias, a.C, a.ldc, early, a.next, ep,
                              static_cast<long long*>(nullptr), GatedA{});
@@ -171,6 +172,16 @@ constexpr Variant mma_variant(const char* name) {
           {launch_mma<CW, 8, BPS, LAG, GROUP, SHARED>, launch_mma<CW, 16, BPS, LAG, GROUP, SHARED>,
            launch_mma<CW, 32, BPS, LAG, GROUP, SHARED>, launch_mma<CW, 64, BPS, LAG, GROUP, SHARED>,
            launch_mma<CW, 128, BPS, LAG, GROUP, SHARED>, launch_mma<CW, 256, BPS, LAG, GROUP, SHARED>},
+          16 * CW};
+}
+// Session 39: 32-row tiles as two row warps of 16 (the grouped consumer's rows) sharing each W box; 8 and
+// 16 rows as mma_variant's.
+template <int CW, int BPS, int GROUP, bool SHARED>
+constexpr Variant mma_row_warps_variant(const char* name) {
+  return {name,
+          {launch_mma<CW, 8, BPS, false, GROUP, SHARED>, launch_mma<CW, 16, BPS, false, GROUP, SHARED>,
+           launch_mma<CW, 16, BPS, false, GROUP, SHARED, 2>, launch_mma<CW, 64, BPS, false, GROUP, SHARED>,
+           launch_mma<CW, 128, BPS, false, GROUP, SHARED>, launch_mma<CW, 256, BPS, false, GROUP, SHARED>},
           16 * CW};
 }
 
@@ -227,10 +238,12 @@ const Variant kVariants[] = {
     mma_variant<2, 2, false, 4, true>("mma-c32-2blk-g4s"),
     mma_variant<2, 1, false, 4, true>("mma-c32-1blk-g4s"),
     mma_variant<1, 2, false, 4, true>("mma-c16-2blk-g4s"),
+    mma_row_warps_variant<2, 2, 4, true>("mma-c32-2blk-g4s-rw2"),
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 constexpr int kC64TwoBlocks = 1, kC128 = 2, kMmaC32 = 4, kMmaC32Lag = 5, kMmaC32G2Shared = 9,
-              kMmaC32G4TwoBlocksShared = 10, kMmaC32G4OneBlockShared = 11, kMmaC16G4TwoBlocksShared = 12;
+              kMmaC32G4TwoBlocksShared = 10, kMmaC32G4OneBlockShared = 11, kMmaC16G4TwoBlocksShared = 12,
+              kMmaC32G4RowWarps = 13;
 
 // The default variant, from the shapes alone (the table above): up to 16 rows mma-c32-4blk (the
 // fastest on out_proj and lm_head, within 4 % of c128-2blk on in_proj); up to 64 c64-2blk (the
@@ -255,6 +268,8 @@ int default_variant(int M, int N, unsigned flags) {
     }
     return kMmaC32G2Shared;
   }
+  if (M > 32 && M <= 64 && (flags & kGemmMmaRowWarpsTo64Rows) != 0 && (N + 31) / 32 <= sm_count())
+    return kMmaC32G4RowWarps;
   if ((M <= 32 || (M <= 64 && (flags & (kGemmMmaTo64Rows | kGemmMmaTo64RowsIn16)) != 0)) &&
       (flags & kGemmWgmmaFrom17Rows) == 0 &&
       (N + 31) / 32 <= sm_count())
@@ -278,6 +293,7 @@ constexpr int kMinSplitRows = 16;
 int row_tile_for(int M, int N, const Variant& v, unsigned flags) {
   int ti = row_tile_index(M);
   if ((flags & kGemmMmaTo64RowsIn16) != 0 && v.cols < 64 && M > 32 && M <= 64) return row_tile_index(16);
+  if ((flags & kGemmMmaRowWarpsTo64Rows) != 0 && v.cols < 64 && M > 32 && M <= 64) return row_tile_index(32);
   if ((flags & kGemmMmaTo64Rows) != 0 && v.cols < 64 && M > 32 && M <= 64) return row_tile_index(32);
   const bool mma_to_32 = v.cols < 64 && M <= 32;  // the default since session 38 (above)
   if (M <= kMinSplitRows || ((flags & kGemmRowTileSplit) == 0 && !mma_to_32)) return ti;
@@ -369,7 +385,8 @@ void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int
   }
   const NextL2 next = flags & kGemmEarlyNextL2 ? t_next : NextL2{nullptr, 0};
   const unsigned kernel_flags =
-      flags & ~(kGemmMmaBoxByBox | kGemmRowTileSplit | kGemmWgmmaFrom17Rows | kGemmMmaTo64Rows | kGemmMmaTo64RowsIn16);
+      flags & ~(kGemmMmaBoxByBox | kGemmRowTileSplit | kGemmWgmmaFrom17Rows | kGemmMmaTo64Rows | kGemmMmaTo64RowsIn16 |
+                kGemmMmaRowWarpsTo64Rows);
   v.by_rows[ti](Args{A, M, K, lda, W, N, bias, C, ldc, s, kernel_flags, next});
   check_launch("gemm_bf16_swap_ab");
 }

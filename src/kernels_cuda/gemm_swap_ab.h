@@ -42,6 +42,9 @@ inline constexpr unsigned kGemmMmaTo64Rows = 1u << 26;
 // ones reading the weights from L2). One launch with A pre-rounded and L2 flushed, out_proj at 48 and 64
 // rows took 26.7 and 27.3 µs on c64-2blk and 27.4 in two tiles of 32 beside cuBLAS's 19.7 and 18.7 (H100).
 inline constexpr unsigned kGemmMmaTo64RowsIn16 = 1u << 27;
+// Session 39: from 33 to 64 rows on mma-c32-2blk-g4s-rw2, row tiles of 32 computed by two row warps of 16
+// a column warp that read the same W boxes (160 blocks at out_proj, half the L2 reads of tiles of 16).
+inline constexpr unsigned kGemmMmaRowWarpsTo64Rows = 1u << 28;
 
 // Whether gemm_bf16_swap_ab can take these operands: gemm_mma_fits's (K a multiple of 32, A rows
 // 16-byte vectors, W 16-byte aligned) and the tensor maps' (K a multiple of 8: implied).

@@ -16,14 +16,18 @@ namespace parity::cuda::swap_ab {
 
 constexpr int kMmaMaxStages = 48;
 
-// CW consumer warps (16 output columns each), NT rows of A per block (8, 16 or 32: n8 tiles whose
-// fragments for a whole box stay in registers), BPS blocks per SM.
-template <int CW, int NT, int BPS>
+// CW consumer warps (16 output columns each) for each of RW row warps, NT rows of A a warp (8, 16 or 32:
+// n8 tiles whose fragments for a whole box stay in registers), BPS blocks per SM. A block computes RW · NT
+// rows: its row warps read the same W box (one stream of weights for RW times the rows) and each its own
+// NT rows of A's box.
+template <int CW, int NT, int BPS, int RW = 1>
 struct MmaConfig {
   static constexpr int kCols = 16 * CW;
-  static constexpr int kThreads = 32 * CW + 32;  // the producer warp last
-  static constexpr int kWBytes = kCols * 128;    // a 64-deep box of the block's W rows: 2 KiB a warp
-  static constexpr int kXBytes = NT * 128;       // a 64-deep box of A's rows in bf16
+  static constexpr int kRows = NT * RW;               // a block's rows
+  static constexpr int kWarps = CW * RW;              // consumer warps
+  static constexpr int kThreads = 32 * kWarps + 32;  // the producer warp last
+  static constexpr int kWBytes = kCols * 128;         // a 64-deep box of the block's W rows: 2 KiB a column warp
+  static constexpr int kXBytes = kRows * 128;         // a 64-deep box of the block's rows of A in bf16
   static constexpr int kStageBytes = kWBytes + kXBytes;
   static constexpr int kRing = BPS == 1 ? 200 * 1024 : BPS == 2 ? 108 * 1024 : BPS == 4 ? 52 * 1024 : 24 * 1024;
   // Up to kMmaMaxStages: a block alone on its SM (out_proj's 80 or 160 blocks) keeps its whole ring of
@@ -86,9 +90,12 @@ __device__ __forceinline__ void produce_w_rest(unsigned ring, u64* full, u64* em
 // GROUP > 0 (gemm_swap_ab_group.cuh): the grouped consumer, GROUP boxes a barrier round, a group's
 // fragments read a group ahead (NT = 8 or 16; LAG must be false); BAR = GROUP: one barrier pair a group's
 // stages (the ring then uses a multiple of GROUP stages).
+//
+// RW > 1 (session 39): RW row warps a column warp, warp w = rw · CW + cw; the ring's stages are released
+// once every consumer warp has read them. Each warp runs the RW = 1 chain on its own rows.
 template <int CW, int NT, int BPS, bool LAG = false, bool CONV = false, bool PROBE = false, bool GNORM = false,
-          int GROUP = 0, int BAR = 1>
-__global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>::kThreads, GNORM ? 1 : BPS)
+          int GROUP = 0, int BAR = 1, int RW = 1>
+__global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS, RW>::kThreads, GNORM ? 1 : BPS)
     swap_ab_mma_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, int M,
                        int K, int N, const float* __restrict__ bias, float* __restrict__ C, int ldc, unsigned early,
                        NextL2 next, const __grid_constant__ ConvEpilogue ep, long long* __restrict__ probe,
@@ -97,19 +104,22 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
   static_assert(!GNORM || (NT == 8 && !CONV && !PROBE && CW <= 7), "the norm's row is one n8 tile's row 0");
   static_assert(GROUP == 0 || (!LAG && NT <= 16), "the grouped consumer holds two groups of fragments");
   static_assert(BAR == 1 || (BAR == GROUP && !GNORM), "a barrier pair a group: the grouped consumer, W and A streamed");
-  using Cfg = MmaConfig<CW, NT, BPS>;
+  static_assert(RW == 1 || (!CONV && !PROBE && !GNORM), "row warps: the GEMM alone");
+  using Cfg = MmaConfig<CW, NT, BPS, RW>;
   constexpr int S = Cfg::kStages / BAR * BAR, T = NT / 8;
   extern __shared__ unsigned char smem_raw[];
   __shared__ u64 full[S], empty[S];
   const unsigned ring = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n0 = column_block() * Cfg::kCols, m0 = row_tile() * NT;
+  // This warp's 16 columns (cw) and NT rows (rw) of the block's; the block's rows from mb.
+  const int cw = warp % CW, rw = warp / CW;
+  const int n0 = column_block() * Cfg::kCols, mb = row_tile() * Cfg::kRows, m0 = mb + rw * NT;
   const int kboxes = (K + 63) / 64, whole = K / 64;  // K is a multiple of 32
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
       ptx::mbar_init(&full[s], 1);    // the producer's expect_tx arrival
-      ptx::mbar_init(&empty[s], CW);  // one arrival per consumer warp
+      ptx::mbar_init(&empty[s], Cfg::kWarps);  // one arrival per consumer warp
     }
     ptx::mbar_init_fence();
   }
@@ -137,12 +147,12 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
       return;
     }
     if (warp >= CW) return;
-  } else if (warp == CW) {
+  } else if (warp == Cfg::kWarps) {
     if (lane == 0) {
       if constexpr (BAR > 1)
-        produce_units<S, BAR, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0, early, next);
+        produce_units<S, BAR, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, mb, early, next);
       else
-        produce<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, m0, early, next);
+        produce<S, Cfg::kStageBytes, Cfg::kWBytes>(ring, full, empty, &wmap, &xmap, kboxes, n0, mb, early, next);
     }
     return;
   }
@@ -160,7 +170,7 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
   // 0-15 rows 0-15 of the warp's tile at chunk 2kk, lanes 16-31 the same rows at chunk 2kk + 1
   // (registers a0..a3). A's rows: lanes address row 8j + lane % 8 at chunk 4p + lane / 8 (registers:
   // b0, b1 of step 2p, then of step 2p + 1).
-  const int wr = 16 * warp + lane % 16, xr = lane % 8;
+  const int wr = 16 * cw + lane % 16, xr = lane % 8, xw = rw * NT;  // xw: this warp's first row in A's box
   // Box b's fragments from its stage s = b % S (landed). The grouped consumer's steady state passes s
   // from a running count (no division in its loop).
   auto read_at = [&](Frag& f, int b, int s) {
@@ -173,7 +183,7 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
       for (int p = 0; p < 2; ++p) {
         unsigned r[4];
         if constexpr (GNORM) ptx::ldmatrix_x4((xr == 0 ? arow + b * 128 : zrow) + ((4 * p + lane / 8) << 4), r);
-        else ptx::ldmatrix_x4(xs + (8 * j + xr) * 128 + (((4 * p + lane / 8) ^ xr) << 4), r);
+        else ptx::ldmatrix_x4(xs + (xw + 8 * j + xr) * 128 + (((4 * p + lane / 8) ^ xr) << 4), r);
         f.b[2 * p][j][0] = r[0];
         f.b[2 * p][j][1] = r[1];
         f.b[2 * p + 1][j][0] = r[2];
@@ -197,7 +207,7 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
   ConvColumn conv[2];
   if constexpr (CONV) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) conv_column_load(ep, M, m0 + 2 * (lane % 4), n0 + 16 * warp + lane / 4 + 8 * h, conv[h]);
+    for (int h = 0; h < 2; ++h) conv_column_load(ep, M, m0 + 2 * (lane % 4), n0 + 16 * cw + lane / 4 + 8 * h, conv[h]);
   }
   float acc[T][4];
 #pragma unroll
@@ -286,7 +296,7 @@ __global__ void __launch_bounds__(GNORM ? kGatedThreads : MmaConfig<CW, NT, BPS>
   const int g = lane / 4, q = lane % 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int n = n0 + 16 * warp + g + 8 * h;
+    const int n = n0 + 16 * cw + g + 8 * h;
     if (n >= N) continue;
     const float bn = bias ? bias[n] : 0.0f;
 #pragma unroll
