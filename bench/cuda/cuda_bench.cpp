@@ -958,7 +958,7 @@ BENCHMARK(BM_CudaGemmSwapAbRows)
 // flushed, device time. cublas_reference.py's cold rows are its baseline (the other GEMM benchmarks
 // include the pre-pass's launch). arg0 M, arg1 shape, arg2 the set_gemm_early word (35 the default;
 // + 1 << 25 c64-2blk from 17 rows; from 33 to 64 rows, the mma.sync kernel in row tiles of 32 (+ 1 << 26)
-// or 16 (+ 1 << 27), or row tiles of 32 as two row warps of 16 (+ 1 << 28)).
+// or 16 (+ 1 << 27), or c64-2blk (+ 1 << 28; the default: row tiles of 32 as two row warps of 16)).
 void BM_CudaGemmRounded(benchmark::State& state) {
   if (!have_gpu(state)) return;
   GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
@@ -1258,8 +1258,9 @@ BENCHMARK(BM_CudaModelDecode)
         {{48, 64}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault, cuda::kGemmEarlyDefault | cuda::kGemmMmaTo64Rows}})
     // 134217763 = 35 + kGemmMmaTo64RowsIn16 (session 39): from 33 to 64 rows in row tiles of 16.
     ->ArgsProduct({{48, 64}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault | cuda::kGemmMmaTo64RowsIn16}})
-    // 268435491 = 35 + kGemmMmaRowWarpsTo64Rows (session 39): row tiles of 32 as two row warps of 16.
-    ->ArgsProduct({{48, 64}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault | cuda::kGemmMmaRowWarpsTo64Rows}})
+    // 268435491 = 35 + kGemmWgmmaFrom33Rows: c64-2blk from 33 to 64 rows (before session 39; the default
+    // since: row tiles of 32 as two row warps of 16).
+    ->ArgsProduct({{48, 64}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault | cuda::kGemmWgmmaFrom33Rows}})
     ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

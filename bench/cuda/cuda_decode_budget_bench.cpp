@@ -219,8 +219,8 @@ BENCHMARK(BM_CudaDecodeTimeline)
     ->ArgsProduct({{64}, {0, 1}, {cuda::kGemmEarlyDefault | cuda::kGemmMmaTo64Rows}, {4}, {0}})
     // or row tiles of 16 (session 39, kGemmMmaTo64RowsIn16).
     ->ArgsProduct({{64}, {0, 1}, {cuda::kGemmEarlyDefault | cuda::kGemmMmaTo64RowsIn16}, {4}, {0}})
-    // or row tiles of 32 as two row warps of 16 (session 39, kGemmMmaRowWarpsTo64Rows).
-    ->ArgsProduct({{64}, {0, 1}, {cuda::kGemmEarlyDefault | cuda::kGemmMmaRowWarpsTo64Rows}, {4}, {0}})
+    // or c64-2blk (kGemmWgmmaFrom33Rows: before session 39; the default since, row tiles of 32 as two row warps).
+    ->ArgsProduct({{64}, {0, 1}, {cuda::kGemmEarlyDefault | cuda::kGemmWgmmaFrom33Rows}, {4}, {0}})
     ->ArgNames({"batch", "exact", "gemm", "gemmfuse", "skip"})
     ->UseManualTime()
     ->Iterations(50)

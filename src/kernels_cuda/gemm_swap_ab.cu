@@ -238,7 +238,7 @@ const Variant kVariants[] = {
     mma_variant<2, 2, false, 4, true>("mma-c32-2blk-g4s"),
     mma_variant<2, 1, false, 4, true>("mma-c32-1blk-g4s"),
     mma_variant<1, 2, false, 4, true>("mma-c16-2blk-g4s"),
-    mma_row_warps_variant<2, 2, 4, true>("mma-c32-2blk-g4s-rw2"),
+    mma_row_warps_variant<2, 2, 4, true>("mma-c32-2blk-g4s-rw2"),  // session 39: 32-row tiles as two row warps
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 constexpr int kC64TwoBlocks = 1, kC128 = 2, kMmaC32 = 4, kMmaC32Lag = 5, kMmaC32G2Shared = 9,
@@ -256,7 +256,8 @@ constexpr int kC64TwoBlocks = 1, kC128 = 2, kMmaC32 = 4, kMmaC32Lag = 5, kMmaC32
 // 331 blocks stay resident at four an SM; even with mma-c32-4blk); kGemmMmaBoxByBox takes mma-c32-4blk.
 // Session 38: up to 32 rows mma-c32-2blk-g4s where its blocks are no more than the SMs, in row tiles of 16
 // (row_tile_for): out_proj's 160 blocks against c64-2blk's 40 (gemm_swap_ab.h's kGemmWgmmaFrom17Rows says
-// what it gained).
+// what it gained). Session 39: from 33 to 64 rows there mma-c32-2blk-g4s-rw2, row tiles of 32 as two row warps
+// of 16 sharing each W box (kGemmWgmmaFrom33Rows says what it gained; tiles of 16, 240-320 blocks, lost).
 int default_variant(int M, int N, unsigned flags) {
   if (M <= 16) {
     if (flags & kGemmMmaLag) return kMmaC32Lag;
@@ -268,12 +269,10 @@ int default_variant(int M, int N, unsigned flags) {
     }
     return kMmaC32G2Shared;
   }
-  if (M > 32 && M <= 64 && (flags & kGemmMmaRowWarpsTo64Rows) != 0 && (N + 31) / 32 <= sm_count())
-    return kMmaC32G4RowWarps;
-  if ((M <= 32 || (M <= 64 && (flags & (kGemmMmaTo64Rows | kGemmMmaTo64RowsIn16)) != 0)) &&
-      (flags & kGemmWgmmaFrom17Rows) == 0 &&
-      (N + 31) / 32 <= sm_count())
+  const bool mma_fits = (N + 31) / 32 <= sm_count() && (flags & kGemmWgmmaFrom17Rows) == 0;
+  if (mma_fits && (M <= 32 || (M <= 64 && (flags & (kGemmMmaTo64Rows | kGemmMmaTo64RowsIn16)) != 0)))
     return kMmaC32G4TwoBlocksShared;
+  if (mma_fits && M <= 64 && (flags & kGemmWgmmaFrom33Rows) == 0) return kMmaC32G4RowWarps;
   if (M <= 64) return kC64TwoBlocks;
   return (N + 127) / 128 >= sm_count() / 2 ? kC128 : kC64TwoBlocks;
 }
@@ -293,7 +292,8 @@ constexpr int kMinSplitRows = 16;
 int row_tile_for(int M, int N, const Variant& v, unsigned flags) {
   int ti = row_tile_index(M);
   if ((flags & kGemmMmaTo64RowsIn16) != 0 && v.cols < 64 && M > 32 && M <= 64) return row_tile_index(16);
-  if ((flags & kGemmMmaRowWarpsTo64Rows) != 0 && v.cols < 64 && M > 32 && M <= 64) return row_tile_index(32);
+  // The row warps' variant takes 33-64 rows as row tiles of 32 (its 64-row launch is c64-2blk's).
+  if (&v == &kVariants[kMmaC32G4RowWarps] && M > 32 && M <= 64) return row_tile_index(32);
   if ((flags & kGemmMmaTo64Rows) != 0 && v.cols < 64 && M > 32 && M <= 64) return row_tile_index(32);
   const bool mma_to_32 = v.cols < 64 && M <= 32;  // the default since session 38 (above)
   if (M <= kMinSplitRows || ((flags & kGemmRowTileSplit) == 0 && !mma_to_32)) return ti;
@@ -386,7 +386,7 @@ void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int
   const NextL2 next = flags & kGemmEarlyNextL2 ? t_next : NextL2{nullptr, 0};
   const unsigned kernel_flags =
       flags & ~(kGemmMmaBoxByBox | kGemmRowTileSplit | kGemmWgmmaFrom17Rows | kGemmMmaTo64Rows | kGemmMmaTo64RowsIn16 |
-                kGemmMmaRowWarpsTo64Rows);
+                kGemmWgmmaFrom33Rows);
   v.by_rows[ti](Args{A, M, K, lda, W, N, bias, C, ldc, s, kernel_flags, next});
   check_launch("gemm_bf16_swap_ab");
 }

@@ -35,16 +35,22 @@ inline constexpr unsigned kGemmRowTileSplit = 1u << 24;
 // to measure against.
 inline constexpr unsigned kGemmWgmmaFrom17Rows = 1u << 25;
 // Session 38: from 33 to 64 rows too, in two row tiles of 32 side by side (160 blocks at out_proj). Off: a
-// decode step at 48 and 64 sequences 0.4-0.6 % shorter plain, 2-2.7 % longer exact (H100).
+// decode step at 48 and 64 sequences 0.4-0.6 % shorter plain, 2-2.7 % longer exact (H100) than c64-2blk.
 inline constexpr unsigned kGemmMmaTo64Rows = 1u << 26;
 // Session 39: from 33 to 64 rows on mma-c32-2blk-g4s in row tiles of 16 (the 17-32-row default's tile: 240
 // and 320 blocks at out_proj, the grouped consumer; the blocks of one column range side by side, the later
 // ones reading the weights from L2). One launch with A pre-rounded and L2 flushed, out_proj at 48 and 64
-// rows took 26.7 and 27.3 µs on c64-2blk and 27.4 in two tiles of 32 beside cuBLAS's 19.7 and 18.7 (H100).
+// rows took 26.7 and 27.3 µs on c64-2blk and 27.4 in two tiles of 32 beside cuBLAS's 19.7 and 18.7 (H100);
+// in row tiles of 16, 20.6 and 33.6 (320 blocks: two waves). Off: a decode step at 48 and 64 sequences
+// 5-6 % longer than c64-2blk, plain and exact (H100).
 inline constexpr unsigned kGemmMmaTo64RowsIn16 = 1u << 27;
-// Session 39: from 33 to 64 rows on mma-c32-2blk-g4s-rw2, row tiles of 32 computed by two row warps of 16
-// a column warp that read the same W boxes (160 blocks at out_proj, half the L2 reads of tiles of 16).
-inline constexpr unsigned kGemmMmaRowWarpsTo64Rows = 1u << 28;
+// Session 39: from 33 to 64 rows, where 32-column blocks are no more than the SMs (out_proj), gemm() takes
+// mma-c32-2blk-g4s-rw2: row tiles of 32, each computed by two row warps of 16 a column warp that read the
+// same W boxes (160 blocks at mamba2-2.7b's out_proj, half the L2 reads of tiles of 16). On the H100, one
+// launch, A pre-rounded, L2 flushed: out_proj 26.6 / 27.2 -> 21.9 / 22.0 µs at 48 / 64 rows (cuBLAS 19.4-19.7
+// / 18.4-18.7); a decode step at 48 / 64 sequences 3.4 / 4.1 % shorter plain, 2.3 / 2.9 % exact. This flag
+// takes c64-2blk there, as before; kGemmWgmmaFrom17Rows takes it from 17 to 64 rows.
+inline constexpr unsigned kGemmWgmmaFrom33Rows = 1u << 28;
 
 // Whether gemm_bf16_swap_ab can take these operands: gemm_mma_fits's (K a multiple of 32, A rows
 // 16-byte vectors, W 16-byte aligned) and the tensor maps' (K a multiple of 8: implied).

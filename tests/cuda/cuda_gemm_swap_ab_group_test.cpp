@@ -48,8 +48,8 @@ std::string where(const Shape& sh, int M, bool with_bias, const std::string& wha
 // last row count only.
 void expect_mma_tile_bits(const Shape& sh, const std::vector<int>& rows, uint64_t seed) {
   const std::vector<int> grouped = grouped_variants();
-  ASSERT_EQ(grouped.size(), 7u) << "mma-c32-4blk-g2, mma-c32-2blk-g4, mma-c32-1blk-g4, -4blk-g2s, -2blk-g4s, "
-                                   "-1blk-g4s, mma-c16-2blk-g4s (out_proj's rings)";
+  ASSERT_EQ(grouped.size(), 8u) << "mma-c32-4blk-g2, mma-c32-2blk-g4, mma-c32-1blk-g4, -4blk-g2s, -2blk-g4s, "
+                                   "-1blk-g4s, mma-c16-2blk-g4s (out_proj's rings), mma-c32-2blk-g4s-rw2 (row warps)";
   Problem pr(sh, seed);
   for (int M : rows)
     for (bool with_bias : {false, true}) {
