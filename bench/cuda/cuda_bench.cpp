@@ -956,9 +956,9 @@ BENCHMARK(BM_CudaGemmSwapAbRows)
 // gemm() as a decode step calls it (session 39): the norm before it has written A's bf16 copy, so
 // gemm_rounded reads that and launches no pre-pass, as cuBLAS's bf16 A needs none; one launch, L2
 // flushed, device time. cublas_reference.py's cold rows are its baseline (the other GEMM benchmarks
-// include the pre-pass's launch). arg0 M, arg1 shape, arg2 the set_gemm_early word (35 the default;
-// + 1 << 25 c64-2blk from 17 rows; from 33 to 64 rows, the mma.sync kernel in row tiles of 32 (+ 1 << 26)
-// or 16 (+ 1 << 27), or c64-2blk (+ 1 << 28; the default: row tiles of 32 as two row warps of 16)).
+// include the pre-pass's launch). arg0 M, arg1 shape, arg2 the set_gemm_early word (35 the default; with
+// gemm_swap_ab.h's kGemmWgmmaFrom17Rows, kGemmMmaTo64Rows, kGemmMmaTo64RowsIn16 or kGemmWgmmaFrom33Rows:
+// out_proj's 17-64 rows as before sessions 38 and 39).
 void BM_CudaGemmRounded(benchmark::State& state) {
   if (!have_gpu(state)) return;
   GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
@@ -978,8 +978,12 @@ void BM_CudaGemmRounded(benchmark::State& state) {
   cuda::set_gemm_early(cuda::kGemmEarlyDefault);
 }
 BENCHMARK(BM_CudaGemmRounded)
-    ->ArgsProduct({{1, 8, 16, 32, 48, 64, 128, 256}, {0, 1, 2}, {35}})
-    ->ArgsProduct({{24, 32, 48, 64}, {1}, {35 + (1 << 25), 35 + (1 << 26), 35 + (1 << 27), 35 + (1 << 28)}})
+    ->ArgsProduct({{1, 8, 16, 32, 48, 64, 128, 256}, {0, 1, 2}, {cuda::kGemmEarlyDefault}})
+    ->ArgsProduct({{24, 32, 48, 64},
+                   {1},
+                   {cuda::kGemmEarlyDefault | cuda::kGemmWgmmaFrom17Rows, cuda::kGemmEarlyDefault | cuda::kGemmMmaTo64Rows,
+                    cuda::kGemmEarlyDefault | cuda::kGemmMmaTo64RowsIn16,
+                    cuda::kGemmEarlyDefault | cuda::kGemmWgmmaFrom33Rows}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
