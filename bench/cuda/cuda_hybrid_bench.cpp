@@ -20,7 +20,9 @@
 #include "common/dtype.h"
 #include "kernels_cuda/attention.h"
 #include "kernels_cuda/device_buffer.h"
+#include "kernels_cuda/gemm_swap_ab.h"
 #include "kernels_cuda/moe.h"
+#include "kernels_cuda/ops.h"
 #include "kernels_cuda/pass_plan.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
@@ -227,7 +229,7 @@ double gpu_used_gb(const model::Model& m) {
 constexpr int kProfiledSteps = 5;
 
 // arg0 batch, arg1 0 = plain / 1 = exact, arg2 the model (kHybridModels), arg3 1 = CUDA graphs (the
-// default), 0 = eager (--enforce-eager). `batch` sequences get a 512-token prompt each (prefill_tok_s:
+// default), 0 = eager (--enforce-eager), arg4 the decode GEMMs' set_gemm_early word (ops.h, gemm_swap_ab.h). `batch` sequences get a 512-token prompt each (prefill_tok_s:
 // those batch × 512 tokens in passes of up to kPrefillPassTokens, timed once), then decode steps of
 // one token per sequence (decode_tok_s; the first step, the graph's capture, is not timed). Then
 // kProfiledSteps eager steps with a StepProfile: attn_pct, moe_pct, mlp_pct, mamba_pct (and its
@@ -241,6 +243,7 @@ void BM_CudaHybridDecode(benchmark::State& state) {
   const bool exact = state.range(1) != 0;
   const model::ScanMode mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
   backend_cuda::set_enforce_eager(m, state.range(3) == 0);
+  cuda::set_gemm_early(static_cast<unsigned>(state.range(4)));
   warm_up(m, exact);
   const int64_t steps = 1024;  // >= the iterations and profiled steps below: the reserved KV blocks suffice
   cache::ModelCache mc = bench::bench_cache(m, exact, batch, prompt + steps);
@@ -289,20 +292,24 @@ void BM_CudaHybridDecode(benchmark::State& state) {
   backend_cuda::set_step_profile(m, nullptr);
   bench::report_step_shares(state, prof);
   backend_cuda::set_enforce_eager(m, false);
+  cuda::set_gemm_early(cuda::kGemmEarlyDefault);
 }
 // The table (granite-h-tiny, graphs on, batch 1 / 64 / 256, plain and exact) is the model:1,graphs:1
 // rows; eager rows at 1 and 64 show what graphs save; granite-h-bench at 1 and 64.
 BENCHMARK(BM_CudaHybridDecode)
-    ->ArgsProduct({{1, 64}, {0, 1}, {0}, {0, 1}})
-    ->ArgsProduct({{1, 64}, {0, 1}, {1}, {1, 0}})
-    ->ArgNames({"batch", "exact", "model", "graphs"})
+    ->ArgsProduct({{1, 64}, {0, 1}, {0}, {0, 1}, {cuda::kGemmEarlyDefault}})
+    ->ArgsProduct({{1, 64}, {0, 1}, {1}, {1, 0}, {cuda::kGemmEarlyDefault}})
+    // Session 39: the decode GEMMs' 33-64 rows on c64-2blk, as before the row warps (gemm_swap_ab.h).
+    ->ArgsProduct({{48, 64}, {0, 1}, {0, 1}, {1}, {cuda::kGemmEarlyDefault | cuda::kGemmWgmmaFrom33Rows}})
+    ->ArgsProduct({{48}, {0, 1}, {0, 1}, {1}, {cuda::kGemmEarlyDefault}})
+    ->ArgNames({"batch", "exact", "model", "graphs", "gemm"})
     ->Iterations(100)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 // Batch 256: fewer steps (each is tens of ms; its prefill of 131,072 tokens dominates the row's time).
 BENCHMARK(BM_CudaHybridDecode)
-    ->ArgsProduct({{256}, {0, 1}, {1}, {1}})
-    ->ArgNames({"batch", "exact", "model", "graphs"})
+    ->ArgsProduct({{256}, {0, 1}, {1}, {1}, {cuda::kGemmEarlyDefault}})
+    ->ArgNames({"batch", "exact", "model", "graphs", "gemm"})
     ->Iterations(30)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
