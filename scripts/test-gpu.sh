@@ -64,6 +64,7 @@ first_filter+='|BM_CudaStreamFloor/small:1/early:1|BM_CudaPersistentFloor/work:0
 first_filter+='|BM_CudaDecodeParts/batch:1/exact:[01]/skip:0/gemm:35/gemmfuse:(4|5|13|21|29)/'  # session 34: the conv epilogue's gate
 first_filter+='|BM_CudaDecodeTimeline/batch:1/exact:[01]/gemm:35/gemmfuse:4/skip:0/'  # session 36: each kernel's share of the step's path
 default_filter='BM_CudaGemm/(1|16|64|4096)/|BM_CudaMoeGroupedGemm|BM_CudaMoe/|BM_CudaDecodeSsm/(1|64|256)/(0|16)/'
+default_filter+='|BM_CudaGemmRounded/(1|8|16|32|48|64)/[012]/35/'  # session 39: as a step calls it, beside cuBLAS's cold rows
 default_filter+='|BM_CudaSsdPrefill/(1|8|32)/(16|32|64|256)/|BM_CudaModelPrefill|BM_CudaHybridPrefill/8/2048'
 default_filter+='|BM_CudaHybridDecode/batch:(1|64|256)/exact:[01]/model:1/graphs:1|BM_CudaPersistentFloor|BM_CudaPersistentDecode'
 if [ -n "${PARITY_GPU_BENCH_FILTER:-}" ]; then
