@@ -958,7 +958,7 @@ BENCHMARK(BM_CudaGemmSwapAbRows)
 // flushed, device time. cublas_reference.py's cold rows are its baseline (the other GEMM benchmarks
 // include the pre-pass's launch). arg0 M, arg1 shape, arg2 the set_gemm_early word (35 the default; with
 // gemm_swap_ab.h's kGemmWgmmaFrom17Rows, kGemmMmaTo64Rows, kGemmMmaTo64RowsIn16 or kGemmWgmmaFrom33Rows:
-// out_proj's 17-64 rows as before sessions 38 and 39).
+// out_proj's 17-64 rows as before sessions 38 and 39; kGemmRowWarpsTo128Rows: its 65-128 rows on row warps).
 void BM_CudaGemmRounded(benchmark::State& state) {
   if (!have_gpu(state)) return;
   GemmPass g(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
@@ -984,6 +984,7 @@ BENCHMARK(BM_CudaGemmRounded)
                    {cuda::kGemmEarlyDefault | cuda::kGemmWgmmaFrom17Rows, cuda::kGemmEarlyDefault | cuda::kGemmMmaTo64Rows,
                     cuda::kGemmEarlyDefault | cuda::kGemmMmaTo64RowsIn16,
                     cuda::kGemmEarlyDefault | cuda::kGemmWgmmaFrom33Rows}})
+    ->ArgsProduct({{96, 128}, {1}, {cuda::kGemmEarlyDefault, cuda::kGemmEarlyDefault | cuda::kGemmRowWarpsTo128Rows}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -1265,6 +1266,13 @@ BENCHMARK(BM_CudaModelDecode)
     // 268435491 = 35 + kGemmWgmmaFrom33Rows: c64-2blk from 33 to 64 rows (before session 39; the default
     // since: row tiles of 32 as two row warps of 16).
     ->ArgsProduct({{48, 64}, {0, 1}, {1}, {1}, {1}, {cuda::kGemmEarlyDefault | cuda::kGemmWgmmaFrom33Rows}})
+    // 536870947 = 35 + kGemmRowWarpsTo128Rows (session 39): 65-128 rows on the row warps too.
+    ->ArgsProduct({{96, 128},
+                   {0, 1},
+                   {1},
+                   {1},
+                   {1},
+                   {cuda::kGemmEarlyDefault, cuda::kGemmEarlyDefault | cuda::kGemmRowWarpsTo128Rows}})
     ->ArgNames({"batch", "exact", "graphs", "fused", "pdl", "gemm"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

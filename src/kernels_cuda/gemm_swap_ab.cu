@@ -273,6 +273,7 @@ int default_variant(int M, int N, unsigned flags) {
   if (mma_fits && (M <= 32 || (M <= 64 && (flags & (kGemmMmaTo64Rows | kGemmMmaTo64RowsIn16)) != 0)))
     return kMmaC32G4TwoBlocksShared;
   if (mma_fits && M <= 64 && (flags & kGemmWgmmaFrom33Rows) == 0) return kMmaC32G4RowWarps;
+  if (mma_fits && M <= 128 && (flags & kGemmRowWarpsTo128Rows) != 0) return kMmaC32G4RowWarps;
   if (M <= 64) return kC64TwoBlocks;
   return (N + 127) / 128 >= sm_count() / 2 ? kC128 : kC64TwoBlocks;
 }
@@ -292,8 +293,8 @@ constexpr int kMinSplitRows = 16;
 int row_tile_for(int M, int N, const Variant& v, unsigned flags) {
   int ti = row_tile_index(M);
   if ((flags & kGemmMmaTo64RowsIn16) != 0 && v.cols < 64 && M > 32 && M <= 64) return row_tile_index(16);
-  // The row warps' variant takes 33-64 rows as row tiles of 32 (its 64-row launch is c64-2blk's).
-  if (&v == &kVariants[kMmaC32G4RowWarps] && M > 32 && M <= 64) return row_tile_index(32);
+  // The row warps' variant takes 33-128 rows as row tiles of 32 (its 64- and 128-row launches are c64-2blk's).
+  if (&v == &kVariants[kMmaC32G4RowWarps] && M > 32 && M <= 128) return row_tile_index(32);
   if ((flags & kGemmMmaTo64Rows) != 0 && v.cols < 64 && M > 32 && M <= 64) return row_tile_index(32);
   const bool mma_to_32 = v.cols < 64 && M <= 32;  // the default since session 38 (above)
   if (M <= kMinSplitRows || ((flags & kGemmRowTileSplit) == 0 && !mma_to_32)) return ti;
@@ -386,7 +387,7 @@ void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int
   const NextL2 next = flags & kGemmEarlyNextL2 ? t_next : NextL2{nullptr, 0};
   const unsigned kernel_flags =
       flags & ~(kGemmMmaBoxByBox | kGemmRowTileSplit | kGemmWgmmaFrom17Rows | kGemmMmaTo64Rows | kGemmMmaTo64RowsIn16 |
-                kGemmWgmmaFrom33Rows);
+                kGemmWgmmaFrom33Rows | kGemmRowWarpsTo128Rows);
   v.by_rows[ti](Args{A, M, K, lda, W, N, bias, C, ldc, s, kernel_flags, next});
   check_launch("gemm_bf16_swap_ab");
 }

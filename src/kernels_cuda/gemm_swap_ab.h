@@ -51,6 +51,9 @@ inline constexpr unsigned kGemmMmaTo64RowsIn16 = 1u << 27;
 // / 18.4-18.7); a decode step at 48 / 64 sequences 3.4 / 4.1 % shorter plain, 2.3 / 2.9 % exact. This flag
 // takes c64-2blk there, as before; kGemmWgmmaFrom17Rows takes it from 17 to 64 rows.
 inline constexpr unsigned kGemmWgmmaFrom33Rows = 1u << 28;
+// Session 39: from 65 to 128 rows on the row warps too (out_proj: 240-320 blocks of 32-row tiles, where
+// c64-2blk has 40), off until measured in a step.
+inline constexpr unsigned kGemmRowWarpsTo128Rows = 1u << 29;
 
 // Whether gemm_bf16_swap_ab can take these operands: gemm_mma_fits's (K a multiple of 32, A rows
 // 16-byte vectors, W 16-byte aligned) and the tensor maps' (K a multiple of 8: implied).

@@ -121,7 +121,8 @@ TEST(CudaGemmSwapAb, ModelShapesGiveTheMmaTileBits) {
 // A pass's rows split into smaller row tiles give every row the bits of one tile over M: each variant at
 // every tile up to M's own, M on and past the tiles' edges, out_proj's N (where kGemmRowTileSplit splits)
 // and a ragged N with an odd ldc; the default's own choices under kGemmRowTileSplit (with
-// kGemmWgmmaFrom17Rows's variant), kGemmMmaTo64Rows, kGemmMmaTo64RowsIn16 and kGemmWgmmaFrom33Rows too.
+// kGemmWgmmaFrom17Rows's variant), kGemmMmaTo64Rows, kGemmMmaTo64RowsIn16, kGemmWgmmaFrom33Rows and
+// kGemmRowWarpsTo128Rows too.
 // Sanitizer mode: two row counts, the default variant and c64-2blk.
 TEST(CudaGemmSwapAb, EveryRowTileGivesTheMmaTileBits) {
   PARITY_REQUIRE_GPU();
@@ -146,7 +147,7 @@ TEST(CudaGemmSwapAb, EveryRowTileGivesTheMmaTileBits) {
                                  << d;
         }
       for (unsigned flags : {cuda::kGemmRowTileSplit | cuda::kGemmWgmmaFrom17Rows, cuda::kGemmMmaTo64Rows,
-                             cuda::kGemmMmaTo64RowsIn16, cuda::kGemmWgmmaFrom33Rows}) {
+                             cuda::kGemmMmaTo64RowsIn16, cuda::kGemmWgmmaFrom33Rows, cuda::kGemmRowWarpsTo128Rows}) {
         pr.c.zero();
         cuda::gemm_bf16_swap_ab(pr.a.data(), M, sh.K, sh.K, pr.w.data(), sh.N, pr.b(with_bias), pr.c.data(), sh.ldc,
                                 nullptr, -1, static_cast<int>(flags | cuda::kGemmEarlyDefault));
