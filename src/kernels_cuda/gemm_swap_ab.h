@@ -52,7 +52,8 @@ inline constexpr unsigned kGemmMmaTo64RowsIn16 = 1u << 27;
 // takes c64-2blk there, as before; kGemmWgmmaFrom17Rows takes it from 17 to 64 rows.
 inline constexpr unsigned kGemmWgmmaFrom33Rows = 1u << 28;
 // Session 39: from 65 to 128 rows on the row warps too (out_proj: 240-320 blocks of 32-row tiles, where
-// c64-2blk has 40), off until measured in a step.
+// c64-2blk has 40). Off: alone 35.4 -> 22.6 µs at 96 rows, 36.3 -> 37.0 at 128, but a decode step at 96 and
+// 128 sequences 1 % longer plain and 2-3 % exact (H100).
 inline constexpr unsigned kGemmRowWarpsTo128Rows = 1u << 29;
 
 // Whether gemm_bf16_swap_ab can take these operands: gemm_mma_fits's (K a multiple of 32, A rows
