@@ -385,10 +385,7 @@ void gemm_bf16_swap_ab(const float* A, int M, int K, int lda, const void* W, int
     ti = std::min(forced, row_tile_index(M));
   }
   const NextL2 next = flags & kGemmEarlyNextL2 ? t_next : NextL2{nullptr, 0};
-  const unsigned kernel_flags =
-      flags & ~(kGemmMmaBoxByBox | kGemmRowTileSplit | kGemmWgmmaFrom17Rows | kGemmMmaTo64Rows | kGemmMmaTo64RowsIn16 |
-                kGemmWgmmaFrom33Rows | kGemmRowWarpsTo128Rows);
-  v.by_rows[ti](Args{A, M, K, lda, W, N, bias, C, ldc, s, kernel_flags, next});
+  v.by_rows[ti](Args{A, M, K, lda, W, N, bias, C, ldc, s, flags & ~kGemmChoiceFlags, next});
   check_launch("gemm_bf16_swap_ab");
 }
 

@@ -55,6 +55,11 @@ inline constexpr unsigned kGemmWgmmaFrom33Rows = 1u << 28;
 // c64-2blk has 40). Off: alone 35.4 -> 22.6 µs at 96 rows, 36.3 -> 37.0 at 128, but a decode step at 96 and
 // 128 sequences 1 % longer plain and 2-3 % exact (H100).
 inline constexpr unsigned kGemmRowWarpsTo128Rows = 1u << 29;
+// The flags above that only choose a variant or a row tile: gemm_bf16_swap_ab takes them off the word the
+// kernels get (a new choice flag belongs here, not in the kernels' early-start bits).
+inline constexpr unsigned kGemmChoiceFlags = kGemmMmaBoxByBox | kGemmRowTileSplit | kGemmWgmmaFrom17Rows |
+                                             kGemmMmaTo64Rows | kGemmMmaTo64RowsIn16 | kGemmWgmmaFrom33Rows |
+                                             kGemmRowWarpsTo128Rows;
 
 // Whether gemm_bf16_swap_ab can take these operands: gemm_mma_fits's (K a multiple of 32, A rows
 // 16-byte vectors, W 16-byte aligned) and the tensor maps' (K a multiple of 8: implied).
