@@ -666,6 +666,48 @@ BENCHMARK(BM_CudaGemm)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// A prefill pass's conv launch at mamba2-2.7b's shape (conv channels 5,376 read from in_proj's 10,576
+// columns, K = 4, SiLU, dt of 80 heads in the same launch), then the state's advance: arg0 sequences of
+// 2,048 rows, arg1 1 = row tiles (a thread a channel over 16 rows), 0 = a thread a row and channel.
+// GBps / x_floor: the input's and the output's bytes (read once, written once) at the copy rate.
+void BM_CudaConvPrefill(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int seqs = static_cast<int>(state.range(0)), n = 2048, rows = seqs * n;
+  const int ch = 5376, ld = 10576, K = 4, H = 80, dt_col = ld - H;
+  cuda::DeviceBuffer<float> in, w, bias, dt_bias, st(std::size_t(seqs) * (K - 1) * ch), out(std::size_t(rows) * ch),
+      dt(std::size_t(rows) * H);
+  in.upload(rnd(std::size_t(rows) * ld, 31, -1, 1));
+  w.upload(rnd(std::size_t(ch) * K, 32, -1, 1));
+  bias.upload(rnd(ch, 33, -1, 1));
+  dt_bias.upload(rnd(H, 34, -1, 1));
+  st.zero();
+  std::vector<cuda::SeqSpan> spans;
+  for (int s = 0; s < seqs; ++s) spans.push_back({s, 0, n});
+  cuda::DeviceBuffer<int32_t> ints;
+  cuda::DeviceBuffer<int64_t> starts;
+  const cuda::PassSeqs p = cuda::PassPlan(spans, cuda::ScanGrid{}).upload(ints, starts);
+  const cuda::DtJob job{in.data() + dt_col, ld, H, dt_bias.data(), 0.0f, 1e30f, dt.data()};
+  cuda::set_conv_row_tiles(state.range(1) != 0);
+  auto pass = [&] { cuda::conv1d(in.data(), ld, ch, w.data(), bias.data(), K, st.data(), p, true, out.data(), nullptr, &job); };
+  pass();
+  Timer t;
+  double total = 0;
+  for (auto _ : state) {
+    flush_l2();
+    t.start_device();
+    pass();
+    const double sec = t.stop_s();
+    state.SetIterationTime(sec);
+    total += sec;
+  }
+  cuda::set_conv_row_tiles(true);
+  const double mean = total / static_cast<double>(std::max<int64_t>(1, state.iterations()));
+  const double bytes = 2.0 * rows * ch * sizeof(float);
+  state.counters["GBps"] = bytes / mean / 1e9;
+  state.counters["x_floor"] = mean / (bytes / copy_bandwidth());
+}
+BENCHMARK(BM_CudaConvPrefill)->ArgsProduct({{1, 8}, {0, 1}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+
 // Replays graph g on s once to warm up, then once per iteration behind a busy kernel (the launch queues
 // behind it: device time only, CUDA events); each iteration's time is the state's. Returns the mean, s.
 double time_graph(benchmark::State& state, const cuda::GraphExec& g, cudaStream_t s) {
@@ -1332,6 +1374,7 @@ void BM_CudaModelPrefill(benchmark::State& state) {
   }
   std::vector<float> logits(std::size_t(batch) * m.vocab_size());
   const model::ScanMode mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
+  cuda::set_conv_row_tiles(state.range(1) != 0);
   for (auto _ : state) {
     for (int s = 0; s < batch; ++s) mc.set_position(s, 0);
     const auto t0 = std::chrono::steady_clock::now();
@@ -1345,9 +1388,15 @@ void BM_CudaModelPrefill(benchmark::State& state) {
   for (int s = 0; s < batch; ++s) mc.set_position(s, 0);
   m.forward(b, mc, mode, logits.data());
   backend_cuda::set_step_profile(big_model(), nullptr);
+  cuda::set_conv_row_tiles(true);
   bench::report_step_shares(state, prof);
 }
-BENCHMARK(BM_CudaModelPrefill)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+// arg0 exact, arg1 the conv in row tiles (1, the default) or a thread a row and channel (0).
+BENCHMARK(BM_CudaModelPrefill)
+    ->ArgsProduct({{0, 1}, {1}})
+    ->ArgsProduct({{0, 1}, {0}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace parity

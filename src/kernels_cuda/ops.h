@@ -129,6 +129,10 @@ void conv1d(const float* in, int ld_in, int ch, const float* w, const float* bia
 // Whether a decode pass's conv launch evaluates the gated norm's silu(z) (GateJob); graphs record it.
 bool gate_in_conv();
 void set_gate_in_conv(bool on);
+// Whether a pass of more rows than sequences runs conv1d in row tiles (a thread a channel over 16 rows;
+// K = 4 only) rather than a thread a row and channel: the same bits; off for benchmarks to compare.
+bool conv_row_tiles();
+void set_conv_row_tiles(bool on);
 
 // ---- SSD / SSU -------------------------------------------------------------------------------
 struct SsdShape {

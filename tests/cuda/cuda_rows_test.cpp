@@ -47,6 +47,65 @@ TEST(CudaConv1d, PrefillThenDecodeEqualTheCpuBitForBit) {
   }
 }
 
+// One pass of several sequences, each continuing from its own carried state: the row tiles (16 rows a
+// thread) against the CPU, sequence by sequence, and against the kernel of a thread a row. The lengths
+// put sequence starts inside tiles, windows reaching back into the state (1-3 rows), and a tile cut by
+// the pass's end. `boundaries`: false packs the same rows as one sequence, which must then differ (the
+// companion: the comparison sees a window that crosses a sequence start).
+std::vector<float> conv_pass_on_gpu(const std::vector<float>& in, const std::vector<float>& w,
+                                    const std::vector<float>& bias, const std::vector<float>& state0,
+                                    const std::vector<int>& lens, int ch, int K, bool tiles, bool boundaries,
+                                    std::vector<float>* state_out) {
+  cuda::DeviceBuffer<float> din, dw, db, dstate, dout(in.size());
+  din.upload(in);
+  dw.upload(w);
+  db.upload(bias);
+  dstate.upload(state0);
+  std::vector<cuda::SeqSpan> spans;
+  int rows = 0;
+  for (std::size_t s = 0; s < lens.size(); ++s) {
+    spans.push_back({static_cast<int>(s), 100, lens[s]});
+    rows += lens[s];
+  }
+  if (!boundaries) spans = {{0, 100, rows}};
+  cuda::DeviceBuffer<int32_t> ints;
+  cuda::DeviceBuffer<int64_t> starts;
+  cuda::PassPlan plan(spans, cuda::ScanGrid{});
+  cuda::set_conv_row_tiles(tiles);
+  cuda::conv1d(din.data(), ch, ch, dw.data(), db.data(), K, dstate.data(), plan.upload(ints, starts), true,
+               dout.data(), nullptr);
+  cuda::set_conv_row_tiles(true);
+  if (state_out) *state_out = dstate.download(state0.size());
+  return dout.download(in.size());
+}
+
+TEST(CudaConv1d, RowTilesOverManySequencesEqualTheCpuBitForBit) {
+  PARITY_REQUIRE_GPU();
+  const int K = 4, ch = 300;  // two channel blocks, the second partly empty
+  const std::vector<int> lens = {1, 2, 3, 17, 40, 5, 16};
+  int rows = 0;
+  for (int n : lens) rows += n;
+  const std::vector<float> in = test::uniform(std::size_t(rows) * ch, 21);
+  const std::vector<float> w = test::uniform(std::size_t(ch) * K, 22), bias = test::uniform(ch, 23);
+  const std::vector<float> state0 = test::uniform(lens.size() * (K - 1) * ch, 24);
+  std::vector<float> cpu_out(in.size()), cpu_state = state0;
+  int row = 0;
+  for (std::size_t s = 0; s < lens.size(); ++s) {
+    kernels::conv1d_causal(in.data() + std::size_t(row) * ch, lens[s], ch, w.data(), bias.data(), K,
+                           cpu_state.data() + s * (K - 1) * ch, true, cpu_out.data() + std::size_t(row) * ch);
+    row += lens[s];
+  }
+  std::vector<float> tile_state, row_state;
+  const std::vector<float> tiled = conv_pass_on_gpu(in, w, bias, state0, lens, ch, K, true, true, &tile_state);
+  const std::vector<float> by_row = conv_pass_on_gpu(in, w, bias, state0, lens, ch, K, false, true, &row_state);
+  EXPECT_TRUE(test::same_bits(tiled.data(), cpu_out.data(), cpu_out.size()));
+  EXPECT_TRUE(test::same_bits(by_row.data(), cpu_out.data(), cpu_out.size()));
+  EXPECT_TRUE(test::same_bits(tile_state.data(), cpu_state.data(), cpu_state.size()));
+  EXPECT_TRUE(test::same_bits(row_state.data(), cpu_state.data(), cpu_state.size()));
+  const std::vector<float> one_seq = conv_pass_on_gpu(in, w, bias, state0, lens, ch, K, true, false, nullptr);
+  EXPECT_FALSE(test::same_bits(one_seq.data(), cpu_out.data(), cpu_out.size()));
+}
+
 TEST(CudaNorms, RmsnormAndGatedNormAgreeWithTheCpu) {
   PARITY_REQUIRE_GPU();
   const int rows = 9, dim = 768, group = 192;
