@@ -1375,6 +1375,7 @@ void BM_CudaModelPrefill(benchmark::State& state) {
   std::vector<float> logits(std::size_t(batch) * m.vocab_size());
   const model::ScanMode mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
   cuda::set_conv_row_tiles(state.range(1) != 0);
+  cuda::set_copy_only_norms(state.range(2) != 0);
   for (auto _ : state) {
     for (int s = 0; s < batch; ++s) mc.set_position(s, 0);
     const auto t0 = std::chrono::steady_clock::now();
@@ -1389,12 +1390,15 @@ void BM_CudaModelPrefill(benchmark::State& state) {
   m.forward(b, mc, mode, logits.data());
   backend_cuda::set_step_profile(big_model(), nullptr);
   cuda::set_conv_row_tiles(true);
+  cuda::set_copy_only_norms(true);
   bench::report_step_shares(state, prof);
 }
-// arg0 exact, arg1 the conv in row tiles (1, the default) or a thread a row and channel (0).
+// arg0 exact, arg1 the conv in row tiles (1, the default) or a thread a row and channel (0), arg2 the
+// norms before the GEMMs write only the bf16 copy the GEMMs read (1, the default) or their fp32 output too.
 BENCHMARK(BM_CudaModelPrefill)
-    ->ArgsProduct({{0, 1}, {1}})
-    ->ArgsProduct({{0, 1}, {0}})
+    ->ArgsProduct({{0, 1}, {1}, {1}})
+    ->ArgsProduct({{0, 1}, {1}, {0}})
+    ->ArgsProduct({{0, 1}, {0}, {0}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -254,8 +254,11 @@ void CudaMamba2Model::enqueue_layers(Scratch& sc, const cuda::PassSeqs& ps, cons
     const Names& nm = names_[static_cast<std::size_t>(l)];
     const float* w = norms_[static_cast<std::size_t>(l)].data();
     const bool norm = !(skip_ & kSkipNorm);
+    // A prefill pass's in_proj reads only the bf16 copy: the fp32 output is then not written.
+    const bool copy_only = fuse_ && mixer_.in_proj_reads_copy_only(l, sc.normed.data(), sc.normed16.data(), T);
     if (norm && fuse_)
-      cuda::add_rmsnorm(sc.resid.data(), {pending}, T, D, w, eps, sc.normed.data(), sc.normed16.data(), st);
+      cuda::add_rmsnorm(sc.resid.data(), {pending}, T, D, w, eps, copy_only ? nullptr : sc.normed.data(),
+                        sc.normed16.data(), st);
     else if (norm)
       cuda::rmsnorm(sc.resid.data(), T, D, w, eps, sc.normed.data(), st);
     mixer_.enqueue(l, sc.normed.data(), fuse_ ? sc.normed16.data() : nullptr, T, sc.out.data(), mp);

@@ -70,6 +70,11 @@ cuda::PersistentMambaLayer CudaMambaMixer::persistent_layer(int layer, DeviceSta
   return p;
 }
 
+bool CudaMambaMixer::in_proj_reads_copy_only(int layer, const float* x, const uint16_t* x16, int T) const {
+  const Layer& L = layers_[static_cast<std::size_t>(layer)];
+  return gemm_reads_copy_only(x, x16, T, cfg_.hidden_size, L.in_proj, cfg_.in_proj_dim());
+}
+
 void CudaMambaMixer::enqueue(int layer, const float* x, const uint16_t* x16, int T, float* out,
                              const MambaPass& p) const {
   const io::Mamba2Config& c = cfg_;
@@ -142,10 +147,13 @@ void CudaMambaMixer::enqueue(int layer, const float* x, const uint16_t* x16, int
                                           L.out_proj_bias.size() ? L.out_proj_bias.data() : nullptr, out, st);
   }
   if (!norm_done) {
+    // A prefill pass's out_proj reads only the bf16 copy: the fp32 output is then not written.
+    const bool copy_only = g16 && gemm_reads_copy_only(sc.g.data(), sc.g16.data(), T, I, L.out_proj, hidden);
     if (!(p.skip & kSkipGatedNorm))
       cuda::gated_rmsnorm(sc.y.data(), gate_done ? sc.gate.data() : sc.zx.data(), gate_done ? I : proj, T, I,
                           I / c.n_groups, L.gate_norm.data(), static_cast<float>(c.layer_norm_epsilon),
-                          c.norm_before_gate, sc.g.data(), st, g16 ? sc.g16.data() : nullptr, gate_done);
+                          c.norm_before_gate, copy_only ? nullptr : sc.g.data(), st, g16 ? sc.g16.data() : nullptr,
+                          gate_done);
     p.probe(nm.norm, sc.g.data(), T, I, I);
     mark(p.profile, StepPart::MambaGemm, st);
     if (!(p.skip & kSkipOutProj))

@@ -81,6 +81,9 @@ class CudaMambaMixer {
   // (add_rmsnorm's out16) for in_proj to read, or null. Leaves the profile in StepPart::MambaGemm: the
   // caller marks what comes next.
   void enqueue(int layer, const float* x, const uint16_t* x16, int T, float* out, const MambaPass& p) const;
+  // Whether enqueue's in_proj reads only x16 for a pass of T rows (gemm_reads_copy_only), so the norm
+  // before it may leave x unwritten.
+  bool in_proj_reads_copy_only(int layer, const float* x, const uint16_t* x16, int T) const;
 
   // Layer `layer` as the persistent decode step reads it (its weights and ds's state of the layer; the
   // block's norm weight is the model's). Only for bf16 weights (bf16_weights()).

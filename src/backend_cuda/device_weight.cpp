@@ -42,6 +42,10 @@ void gemm(const float* A, const uint16_t* a16, int M, int K, const DeviceWeight&
                      N, s, cuda::padded_rows(w.rows));
 }
 
+bool gemm_reads_copy_only(const float* A, const uint16_t* a16, int M, int K, const DeviceWeight& w, int N) {
+  return !w.fp32 && cuda::gemm_rounded_reads_copy_only(A, a16, M, K, K, w.bf16.data(), cuda::WeightType::BF16, N);
+}
+
 void wait_for_uploads() { cuda::cuda_check(cudaDeviceSynchronize(), "weights to the device"); }
 
 void embed_rows(const DeviceWeight& table, const int32_t* tokens, int T, int cols, float* out, cudaStream_t s) {

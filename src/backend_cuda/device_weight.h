@@ -34,6 +34,9 @@ void gemm(const float* A, int M, int K, const DeviceWeight& w, int N, const cuda
 // GEMM then reads instead of rounding A itself (cuda::gemm_rounded: the same bits).
 void gemm(const float* A, const uint16_t* a16, int M, int K, const DeviceWeight& w, int N,
           const cuda::DeviceBuffer<float>& bias, float* C, cudaStream_t s);
+// Whether that GEMM reads only a16, never A's fp32 values (cuda::gemm_rounded_reads_copy_only): the norm
+// that writes both may then skip A.
+bool gemm_reads_copy_only(const float* A, const uint16_t* a16, int M, int K, const DeviceWeight& w, int N);
 // Waits until every upload to the current device has landed. DeviceBuffer::upload's cudaMemcpy from pageable
 // memory may return before its copy does, and the models run on non-blocking streams, which are not ordered
 // after it: a model calls this once at the end of its load, so that its first pass reads whole weights.

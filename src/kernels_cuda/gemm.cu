@@ -15,6 +15,7 @@
 // benchmarks) and serves gemm_grouped's few-rows case.
 #include <mma.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include <cuda_bf16.h>
@@ -198,6 +199,22 @@ void gemm(const float* A, int M, int K, int lda, const void* W, WeightType wt, i
     gemm_f32_kernel<<<grid, 256, 0, s>>>(A, M, K, lda, static_cast<const float*>(W), N, bias, C, ldc);
   }
   check_launch("gemm");
+}
+
+namespace {
+std::atomic<bool> copy_only_norms_on{true};
+}  // namespace
+bool copy_only_norms() { return copy_only_norms_on.load(); }
+void set_copy_only_norms(bool on) { copy_only_norms_on.store(on); }
+
+bool gemm_rounded_reads_copy_only(const float* A, const uint16_t* a16, int M, int K, int lda, const void* W,
+                                  WeightType wt, int N) {
+  if (!copy_only_norms()) return false;
+  // gemm()'s choice, as above, answered only for the many-rows tiles (every launch of theirs goes through
+  // with_bf16_rows, which takes the lent copy); any other path may read A's fp32 values.
+  if (a16 == nullptr || reinterpret_cast<std::uintptr_t>(a16) % 16 != 0 || wt != WeightType::BF16) return false;
+  if (gemm_gemv_preferred(M, K, N) && gemm_gemv_fits(A, K, lda, W)) return false;
+  return M > kSwapAbMaxRows && M >= kWgmmaMinRows && gemm_wgmma_fits(A, K, lda, W);
 }
 
 void gemm_rounded(const float* A, const uint16_t* a16, int M, int K, int lda, const void* W, WeightType wt, int N,

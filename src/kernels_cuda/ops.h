@@ -30,11 +30,11 @@ struct ResidualAdd {
 // One launch for add_inplace/add_scaled_inplace(x, add.y) (when add.y is set), then rmsnorm(x) into
 // out, and (out16 not null) out's bf16 copy [rows][dim], rounded to nearest even as the GEMM's
 // pre-pass rounds it (gemm_rounded takes it): x, out and out16 get the bits of the unfused launches.
-// out must not alias x or add.y.
+// out must not alias x or add.y; it may be null when out16 is not (the copy alone).
 void add_rmsnorm(float* x, const ResidualAdd& add, int rows, int dim, const float* w, float eps, float* out,
                  uint16_t* out16, cudaStream_t s);
 // Mamba2's gated RMSNorm per group (kernels/norm.h semantics); z has row stride ldz. out16 (not
-// null): out's bf16 copy as well, as add_rmsnorm writes it. z_activated: z holds silu(z) already
+// null): out's bf16 copy as well, as add_rmsnorm writes it (out may then be null: the copy alone). z_activated: z holds silu(z) already
 // (conv1d's GateJob), so the norm's one block a row multiplies by it instead of evaluating the exps.
 void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, int group, const float* w, float eps,
                    bool norm_before_gate, float* out, cudaStream_t s, uint16_t* out16 = nullptr,
@@ -74,6 +74,14 @@ void gemm(const float* A, int M, int K, int lda, const void* W, WeightType wt, i
 // bits as gemm(A, ...).
 void gemm_rounded(const float* A, const uint16_t* a16, int M, int K, int lda, const void* W, WeightType wt, int N,
                   const float* bias, float* C, int ldc, cudaStream_t s, int w_rows = 0);
+// Whether gemm_rounded with these arguments reads only a16, never A's fp32 values (the many-rows tiles:
+// a prefill pass). The norm before it may then leave its fp32 output unwritten (add_rmsnorm's and
+// gated_rmsnorm's out null), a third of the norm's bytes.
+bool gemm_rounded_reads_copy_only(const float* A, const uint16_t* a16, int M, int K, int lda, const void* W,
+                                  WeightType wt, int N);
+// Off: gemm_rounded_reads_copy_only answers false, so the norms write their fp32 output too (benchmarks).
+bool copy_only_norms();
+void set_copy_only_norms(bool on);
 inline int padded_rows(int n) { return (n + 15) / 16 * 16; }
 // Several GEMMs in one launch (the MoE's experts): group g multiplies rows [offsets[g],
 // offsets[g+1]) of A (device offsets, groups + 1 of them) by the weight at W + g·w_stride elements

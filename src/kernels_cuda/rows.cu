@@ -42,12 +42,18 @@ __global__ void embed_kernel(const uint16_t* table, const int32_t* tokens, int D
   for (int i = threadIdx.x; i < D; i += blockDim.x) dst[i] = bf16_bits_to_float(src[i]);
 }
 
-__device__ float sumsq(const float* x, int n) {
+// Σ v(i)² over i < n: each thread its elements ascending with fmaf, then block_sum's tree.
+template <class Value>
+__device__ float sumsq_of(int n, Value v) {
   float a = 0.0f;
-  for (int i = threadIdx.x; i < n; i += kRowThreads) a = fmaf(x[i], x[i], a);
+  for (int i = threadIdx.x; i < n; i += kRowThreads) {
+    const float x = v(i);
+    a = fmaf(x, x, a);
+  }
   __shared__ float scratch[kRowThreads / 32];
   return block_sum<kRowThreads>(a, scratch);
 }
+__device__ float sumsq(const float* x, int n) { return sumsq_of(n, [&](int i) { return x[i]; }); }
 
 
 // The residual branch's add: add_kernel's x + y, or add_scaled_kernel's x + y·m (product rounded).
@@ -62,7 +68,7 @@ bool held(int width) { return width <= kHeldMaxWidth && !force_loop.load(); }
 
 
 __device__ void store(float* out, uint16_t* out16, int i, float v) {
-  out[i] = v;
+  if (out) out[i] = v;
   if (out16) out16[i] = bf16_bits(v);
 }
 
@@ -82,7 +88,7 @@ __global__ void rmsnorm_kernel(float* x, const float* add, const float* add2, fl
   }
   const float r = inv_rms(sumsq(xr, dim), dim, eps);
   for (int i = threadIdx.x; i < dim; i += kRowThreads)
-    store(out + off, out16 ? out16 + off : nullptr, i, scaled_by(xr[i], r, w[i]));
+    store(out ? out + off : nullptr, out16 ? out16 + off : nullptr, i, scaled_by(xr[i], r, w[i]));
 }
 
 // The held form of rmsnorm_kernel (dim <= kHeldMaxWidth).
@@ -107,7 +113,7 @@ __global__ void rmsnorm_held_kernel(float* x, const float* add, const float* add
       if (t + k * kRowThreads < dim) x[off + t + k * kRowThreads] = v[k];
   }
   norm_row::rms_norm_held(v, wk, dim, eps,
-                          [&](int i, float o) { store(out + off, out16 ? out16 + off : nullptr, i, o); });
+                          [&](int i, float o) { store(out ? out + off : nullptr, out16 ? out16 + off : nullptr, i, o); });
 }
 
 struct GatedRow {
@@ -120,7 +126,7 @@ __device__ GatedRow gated_row(const float* y, const float* z, int ldz, int dim, 
   const int row = blockIdx.x, g = blockIdx.y;
   const std::size_t off = static_cast<std::size_t>(row) * dim + static_cast<std::size_t>(g) * group;
   return {y + off, z + static_cast<std::size_t>(row) * ldz + static_cast<std::size_t>(g) * group,
-          w + static_cast<std::size_t>(g) * group, out + off, out16 ? out16 + off : nullptr};
+          w + static_cast<std::size_t>(g) * group, out ? out + off : nullptr, out16 ? out16 + off : nullptr};
 }
 
 __global__ void gated_rmsnorm_kernel(const float* y, const float* z, int ldz, int dim, int group, const float* w,
@@ -132,11 +138,15 @@ __global__ void gated_rmsnorm_kernel(const float* y, const float* z, int ldz, in
     const float r = inv_rms(sumsq(g.y, group), group, eps);
     for (int i = threadIdx.x; i < group; i += kRowThreads)
       store(g.o, g.o16, i, gated_scaled_by(g.y[i], r, g.w[i], gate_factor(g.z[i], activated)));
-  } else {
+  } else if (g.o) {
     for (int i = threadIdx.x; i < group; i += kRowThreads) g.o[i] = gate(g.y[i], gate_factor(g.z[i], activated));
     __syncthreads();
     const float r = inv_rms(sumsq(g.o, group), group, eps);
     for (int i = threadIdx.x; i < group; i += kRowThreads) store(g.o, g.o16, i, scaled_by(g.o[i], r, g.w[i]));
+  } else {  // the copy alone: the gated values again where out would have held them (the same floats)
+    auto gated = [&](int i) { return gate(g.y[i], gate_factor(g.z[i], activated)); };
+    const float r = inv_rms(sumsq_of(group, gated), group, eps);
+    for (int i = threadIdx.x; i < group; i += kRowThreads) store(nullptr, g.o16, i, scaled_by(gated(i), r, g.w[i]));
   }
 }
 
@@ -221,6 +231,7 @@ void rmsnorm(const float* x, int rows, int dim, const float* w, float eps, float
 void add_rmsnorm(float* x, const ResidualAdd& add, int rows, int dim, const float* w, float eps, float* out,
                  uint16_t* out16, cudaStream_t s) {
   if (rows <= 0) return;
+  if (out == nullptr && out16 == nullptr) throw Error("add_rmsnorm: neither an output nor its bf16 copy");
   launch_after_prior(held(dim) ? rmsnorm_held_kernel : rmsnorm_kernel, dim3(rows), dim3(kRowThreads), 0, s,
                      "add_rmsnorm", x, add.y, add.y2, add.mult, add.scaled, dim, w, eps, out, out16, release_first(rows));
 }
@@ -229,6 +240,7 @@ void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, i
                    bool norm_before_gate, float* out, cudaStream_t s, uint16_t* out16, bool z_activated) {
   if (rows <= 0) return;
   if (group <= 0 || dim % group != 0) throw Error("gated_rmsnorm: group does not divide the width");
+  if (out == nullptr && out16 == nullptr) throw Error("gated_rmsnorm: neither an output nor its bf16 copy");
   launch_after_prior(held(group) ? gated_rmsnorm_held_kernel : gated_rmsnorm_kernel, dim3(rows, dim / group),
                      dim3(kRowThreads), 0, s, "gated_rmsnorm", y, z, ldz, dim, group, w, eps, norm_before_gate, out,
                      out16, release_first(rows) || (gemm_early_flags() & kGemmEarlyGatedNormFirst) != 0, z_activated);

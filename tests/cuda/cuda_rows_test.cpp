@@ -3,6 +3,7 @@
 // (the GPU reduces in a tree of 256 threads, the CPU in 16 lanes).
 #include <cmath>
 
+#include "common/error.h"
 #include "kernels/conv1d.h"
 #include "kernels/norm.h"
 #include "kernels_cuda/device_buffer.h"
@@ -128,6 +129,48 @@ TEST(CudaNorms, RmsnormAndGatedNormAgreeWithTheCpu) {
     cuda::gated_rmsnorm(dx.data(), dz.data(), dim, rows, dim, group, dw.data(), 1e-5f, before, dout.data(), nullptr);
     close(dout.download(x.size()));
   }
+}
+
+// A prefill pass's norms write only the bf16 copy its GEMM reads (out null): the copy, and add_rmsnorm's
+// residual, must have the bits they have beside the fp32 output, in the held form and the loop form, gate
+// before or after the norm. The companion: a different eps changes the copy, so the comparison sees a change.
+std::vector<uint16_t> norm_copy(bool gated, bool before, bool with_out, bool loop, float eps,
+                                std::vector<float>* resid) {
+  const int rows = 5, dim = 768, group = 384;
+  const std::vector<float> x = test::uniform(std::size_t(rows) * dim, 16), y = test::uniform(x.size(), 17),
+                           z = test::uniform(x.size(), 18), w = test::uniform(dim, 19, 0.5f, 1.5f);
+  cuda::DeviceBuffer<float> dx, dy, dz, dw, dout(x.size());
+  cuda::DeviceBuffer<uint16_t> d16(x.size());
+  dx.upload(x);
+  dy.upload(y);
+  dz.upload(z);
+  dw.upload(w);
+  cuda::norms_force_loop_form(loop);
+  if (gated)
+    cuda::gated_rmsnorm(dx.data(), dz.data(), dim, rows, dim, group, dw.data(), eps, before,
+                        with_out ? dout.data() : nullptr, nullptr, d16.data());
+  else
+    cuda::add_rmsnorm(dx.data(), {dy.data()}, rows, dim, dw.data(), eps, with_out ? dout.data() : nullptr, d16.data(),
+                      nullptr);
+  cuda::norms_force_loop_form(false);
+  if (resid) *resid = dx.download(x.size());
+  return d16.download(x.size());
+}
+
+TEST(CudaNorms, TheBf16CopyAloneHasTheBitsOfTheCopyBesideTheOutput) {
+  PARITY_REQUIRE_GPU();
+  for (bool loop : {false, true})
+    for (int kind = 0; kind < 3; ++kind) {  // add_rmsnorm, gated (gate first), gated (norm first)
+      const bool gated = kind > 0, before = kind == 2;
+      std::vector<float> r_both, r_alone;
+      const auto both = norm_copy(gated, before, true, loop, 1e-5f, &r_both);
+      const auto alone = norm_copy(gated, before, false, loop, 1e-5f, &r_alone);
+      EXPECT_EQ(both, alone) << "loop " << loop << " kind " << kind;
+      EXPECT_TRUE(test::same_bits(r_both, r_alone)) << "loop " << loop << " kind " << kind;
+      EXPECT_NE(alone, norm_copy(gated, before, false, loop, 1e-1f, nullptr)) << "loop " << loop << " kind " << kind;
+    }
+  cuda::DeviceBuffer<float> dx(768), dw(768);
+  EXPECT_THROW(cuda::add_rmsnorm(dx.data(), {}, 1, 768, dw.data(), 1e-5f, nullptr, nullptr, nullptr), Error);
 }
 
 }  // namespace
