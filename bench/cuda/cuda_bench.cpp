@@ -688,7 +688,9 @@ void BM_CudaConvPrefill(benchmark::State& state) {
   const cuda::PassSeqs p = cuda::PassPlan(spans, cuda::ScanGrid{}).upload(ints, starts);
   const cuda::DtJob job{in.data() + dt_col, ld, H, dt_bias.data(), 0.0f, 1e30f, dt.data()};
   cuda::set_conv_row_tiles(state.range(1) != 0);
-  auto pass = [&] { cuda::conv1d(in.data(), ld, ch, w.data(), bias.data(), K, st.data(), p, true, out.data(), nullptr, &job); };
+  auto pass = [&] {
+    cuda::conv1d(in.data(), ld, ch, w.data(), bias.data(), K, st.data(), p, true, out.data(), nullptr, &job);
+  };
   pass();
   Timer t;
   double total = 0;

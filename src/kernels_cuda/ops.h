@@ -34,8 +34,9 @@ struct ResidualAdd {
 void add_rmsnorm(float* x, const ResidualAdd& add, int rows, int dim, const float* w, float eps, float* out,
                  uint16_t* out16, cudaStream_t s);
 // Mamba2's gated RMSNorm per group (kernels/norm.h semantics); z has row stride ldz. out16 (not
-// null): out's bf16 copy as well, as add_rmsnorm writes it (out may then be null: the copy alone). z_activated: z holds silu(z) already
-// (conv1d's GateJob), so the norm's one block a row multiplies by it instead of evaluating the exps.
+// null): out's bf16 copy as well, as add_rmsnorm writes it (out may then be null: the copy alone).
+// z_activated: z holds silu(z) already (conv1d's GateJob), so the norm's one block a row multiplies by
+// it instead of evaluating the exps.
 void gated_rmsnorm(const float* y, const float* z, int ldz, int rows, int dim, int group, const float* w, float eps,
                    bool norm_before_gate, float* out, cudaStream_t s, uint16_t* out16 = nullptr,
                    bool z_activated = false);
