@@ -229,7 +229,8 @@ double gpu_used_gb(const model::Model& m) {
 constexpr int kProfiledSteps = 5;
 
 // arg0 batch, arg1 0 = plain / 1 = exact, arg2 the model (kHybridModels), arg3 1 = CUDA graphs (the
-// default), 0 = eager (--enforce-eager), arg4 the decode GEMMs' set_gemm_early word (ops.h, gemm_swap_ab.h). `batch` sequences get a 512-token prompt each (prefill_tok_s:
+// default), 0 = eager (--enforce-eager), arg4 the decode GEMMs' set_gemm_early word (ops.h,
+// gemm_swap_ab.h). `batch` sequences get a 512-token prompt each (prefill_tok_s:
 // those batch × 512 tokens in passes of up to kPrefillPassTokens, timed once), then decode steps of
 // one token per sequence (decode_tok_s; the first step, the graph's capture, is not timed). Then
 // kProfiledSteps eager steps with a StepProfile: attn_pct, moe_pct, mlp_pct, mamba_pct (and its

@@ -44,6 +44,15 @@ __device__ void advance_state(const float* in, int ld, int ch, int K, float* st,
   }
 }
 
+// The launch's side jobs for packed row r: its dt (threads striding over the heads) and gate factor i.
+__device__ void dt_row(const DtJob& dt, std::size_t r) {
+  for (int h = threadIdx.x; h < dt.H; h += blockDim.x)
+    dt.dt[r * dt.H + h] = dt_value(dt.raw[r * dt.ld + h], dt.bias[h], dt.lo, dt.hi);
+}
+__device__ void gate_at(const GateJob& gate, std::size_t r, int i) {
+  gate.out[r * gate.width + i] = norm_row::gate_factor(gate.z[r * gate.ld + i], false);
+}
+
 // Up to this many taps a thread holds its weights and its window in registers: the loads issue
 // together, before the sum, and a one-row call's new state is the window's last K-1 values. The sum
 // is conv_at's: bias, then fmaf over the taps in ascending order.
@@ -98,16 +107,12 @@ __global__ void conv_kernel(const float* in, int ld, int ch, const float* w, con
   wait_and_release(release_first);
   const int dtb = dt.dt ? 1 : 0;
   if (dtb && static_cast<int>(blockIdx.y) == cblocks) {
-    for (int h = threadIdx.x; h < dt.H; h += kThreads)
-      dt.dt[static_cast<std::size_t>(r) * dt.H + h] =
-          dt_value(dt.raw[static_cast<std::size_t>(r) * dt.ld + h], dt.bias[h], dt.lo, dt.hi);
+    dt_row(dt, static_cast<std::size_t>(r));
     return;
   }
   if (static_cast<int>(blockIdx.y) >= cblocks + dtb) {
     const int i = (static_cast<int>(blockIdx.y) - cblocks - dtb) * kThreads + threadIdx.x;
-    if (i < gate.width)
-      gate.out[static_cast<std::size_t>(r) * gate.width + i] =
-          norm_row::gate_factor(gate.z[static_cast<std::size_t>(r) * gate.ld + i], false);
+    if (i < gate.width) gate_at(gate, static_cast<std::size_t>(r), i);
     return;
   }
   if (!channel) return;
@@ -160,20 +165,13 @@ __global__ void conv_tile_kernel(const float* in, int ld, int ch, const float* w
   wait_and_release(false);
   const int dtb = dt.dt ? 1 : 0;
   if (dtb && static_cast<int>(blockIdx.y) == cblocks) {
-    for (int i = 0; i < rows; ++i)
-      for (int h = threadIdx.x; h < dt.H; h += kThreads) {
-        const std::size_t r = static_cast<std::size_t>(r0 + i);
-        dt.dt[r * dt.H + h] = dt_value(dt.raw[r * dt.ld + h], dt.bias[h], dt.lo, dt.hi);
-      }
+    for (int i = 0; i < rows; ++i) dt_row(dt, static_cast<std::size_t>(r0 + i));
     return;
   }
   if (static_cast<int>(blockIdx.y) >= cblocks + dtb) {
     const int g = (static_cast<int>(blockIdx.y) - cblocks - dtb) * kThreads + threadIdx.x;
     if (g < gate.width)
-      for (int i = 0; i < rows; ++i) {
-        const std::size_t r = static_cast<std::size_t>(r0 + i);
-        gate.out[r * gate.width + g] = norm_row::gate_factor(gate.z[r * gate.ld + g], false);
-      }
+      for (int i = 0; i < rows; ++i) gate_at(gate, static_cast<std::size_t>(r0 + i), g);
     return;
   }
   if (!channel) return;

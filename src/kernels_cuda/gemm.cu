@@ -174,47 +174,56 @@ void gemm_grouped(const float* A, int lda, const int32_t* offsets, int groups, i
   check_launch("gemm_grouped");
 }
 
+namespace {
+
+// gemm()'s kernel for these operands: one choice, which gemm_rounded_reads_copy_only asks too.
+enum class GemmPath { Gemv, SwapAb, Wgmma, Mma, Bf16Tiles, F32Tiles };
+
+GemmPath choose_path(const float* A, int M, int K, int lda, const void* W, WeightType wt, int N) {
+  if (wt != WeightType::BF16) return GemmPath::F32Tiles;
+  // Decode rows against a wide W (lm_head): 8-column tiles over every SM, no pre-pass launch, where
+  // they measured faster than swap-AB (gemm_gemv_preferred).
+  if (gemm_gemv_preferred(M, K, N) && gemm_gemv_fits(A, K, lda, W)) return GemmPath::Gemv;
+  // Decode-sized passes: the weights' read bandwidth (wgmma with the weights as its 64-row operand).
+  if (M <= kSwapAbMaxRows && gemm_swap_ab_fits(A, K, lda, W)) return GemmPath::SwapAb;
+  if (M >= kWgmmaMinRows && gemm_wgmma_fits(A, K, lda, W)) return GemmPath::Wgmma;
+  if (gemm_mma_fits(A, K, lda, W)) return GemmPath::Mma;
+  return GemmPath::Bf16Tiles;
+}
+
+std::atomic<bool> copy_only_norms_on{true};
+
+}  // namespace
+
 void gemm(const float* A, int M, int K, int lda, const void* W, WeightType wt, int N, const float* bias, float* C,
           int ldc, cudaStream_t s, int w_rows) {
   if (M <= 0 || N <= 0) return;
   const dim3 grid((N + kBN - 1) / kBN, (M + kBM - 1) / kBM);
-  // Decode rows against a wide W (lm_head): 8-column tiles over every SM, no pre-pass launch, where
-  // they measured faster than swap-AB (gemm_gemv_preferred).
-  if (wt == WeightType::BF16 && gemm_gemv_preferred(M, K, N) && gemm_gemv_fits(A, K, lda, W)) {
-    gemm_bf16_gemv(A, M, K, lda, W, N, bias, C, ldc, s);
-    return;
-  }
-  // Decode-sized passes: the weights' read bandwidth (wgmma with the weights as its 64-row operand).
-  if (wt == WeightType::BF16 && M <= kSwapAbMaxRows && gemm_swap_ab_fits(A, K, lda, W)) {
-    gemm_bf16_swap_ab(A, M, K, lda, W, N, bias, C, ldc, s);
-    return;
-  }
-  if (wt == WeightType::BF16 && M >= kWgmmaMinRows && gemm_wgmma_fits(A, K, lda, W)) {
-    gemm_bf16_wgmma(A, M, K, lda, W, N, bias, C, ldc, s);
-  } else if (wt == WeightType::BF16 && gemm_mma_fits(A, K, lda, W)) {
-    gemm_bf16_mma(A, M, K, lda, W, w_rows > N ? w_rows : N, N, bias, C, ldc, s);
-  } else if (wt == WeightType::BF16) {
-    gemm_bf16_kernel<<<grid, kThreads, 0, s>>>(A, M, K, lda, static_cast<const __nv_bfloat16*>(W), N, bias, C, ldc);
-  } else {
-    gemm_f32_kernel<<<grid, 256, 0, s>>>(A, M, K, lda, static_cast<const float*>(W), N, bias, C, ldc);
+  switch (choose_path(A, M, K, lda, W, wt, N)) {
+    case GemmPath::Gemv: gemm_bf16_gemv(A, M, K, lda, W, N, bias, C, ldc, s); return;
+    case GemmPath::SwapAb: gemm_bf16_swap_ab(A, M, K, lda, W, N, bias, C, ldc, s); return;
+    case GemmPath::Wgmma: gemm_bf16_wgmma(A, M, K, lda, W, N, bias, C, ldc, s); break;
+    case GemmPath::Mma: gemm_bf16_mma(A, M, K, lda, W, w_rows > N ? w_rows : N, N, bias, C, ldc, s); break;
+    case GemmPath::Bf16Tiles:
+      gemm_bf16_kernel<<<grid, kThreads, 0, s>>>(A, M, K, lda, static_cast<const __nv_bfloat16*>(W), N, bias, C, ldc);
+      break;
+    case GemmPath::F32Tiles:
+      gemm_f32_kernel<<<grid, 256, 0, s>>>(A, M, K, lda, static_cast<const float*>(W), N, bias, C, ldc);
+      break;
   }
   check_launch("gemm");
 }
 
-namespace {
-std::atomic<bool> copy_only_norms_on{true};
-}  // namespace
 bool copy_only_norms() { return copy_only_norms_on.load(); }
 void set_copy_only_norms(bool on) { copy_only_norms_on.store(on); }
 
 bool gemm_rounded_reads_copy_only(const float* A, const uint16_t* a16, int M, int K, int lda, const void* W,
                                   WeightType wt, int N) {
-  if (!copy_only_norms()) return false;
-  // gemm()'s choice, as above, answered only for the many-rows tiles (every launch of theirs goes through
-  // with_bf16_rows, which takes the lent copy); any other path may read A's fp32 values.
-  if (a16 == nullptr || reinterpret_cast<std::uintptr_t>(a16) % 16 != 0 || wt != WeightType::BF16) return false;
-  if (gemm_gemv_preferred(M, K, N) && gemm_gemv_fits(A, K, lda, W)) return false;
-  return M > kSwapAbMaxRows && M >= kWgmmaMinRows && gemm_wgmma_fits(A, K, lda, W);
+  if (!copy_only_norms() || M <= 0 || N <= 0) return false;
+  if (a16 == nullptr || reinterpret_cast<std::uintptr_t>(a16) % 16 != 0) return false;  // gemm_rounded's own test
+  // Only the many-rows tiles are vouched for: every launch of theirs goes through with_bf16_rows, which
+  // takes the lent copy; the other kernels may read A's fp32 values.
+  return choose_path(A, M, K, lda, W, wt, N) == GemmPath::Wgmma;
 }
 
 void gemm_rounded(const float* A, const uint16_t* a16, int M, int K, int lda, const void* W, WeightType wt, int N,
