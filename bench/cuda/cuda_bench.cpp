@@ -208,10 +208,11 @@ void BM_CudaSsdLanesProbe(benchmark::State& state) {
     got = probe.download(6);
   }
   const double cells = got[5] > 0 ? static_cast<double>(got[5]) : 1.0;
-  // The pipelined walk (564, 664) times its own steps: wait (copies landed, the barrier), issue (the
-  // next copies), coef (the next cell's coefficients), sums (quarter sums and fold), finish (exchange,
-  // intra sums, outputs).
-  const bool pipe = way == 564 || way == 664;
+  // The pipelined walk (564, 664, 674, 684) times its own steps: wait (copies landed, the barrier), issue (the
+  // next copies; 674, 684: the next coefficient block's too), coef (the next cell's coefficients; none at
+  // 674, 684),
+  // sums (quarter sums and fold), finish (exchange, intra sums, outputs).
+  const bool pipe = way == 564 || way == 664 || way == 674 || way == 684;
   const char* lane_names[5] = {"wait", "coef", "issue", "out", "fold"};
   const char* pipe_names[5] = {"wait", "issue", "coef", "sums", "finish"};
   const char* const* names = pipe ? pipe_names : lane_names;
@@ -223,7 +224,10 @@ void BM_CudaSsdLanesProbe(benchmark::State& state) {
   state.counters["cyc_per_cell"] = total / cells;
   state.counters["blocks_per_sm"] = cuda::ssd_lanes_resident(way, {H, P, N, GR});
 }
-BENCHMARK(BM_CudaSsdLanesProbe)->ArgsProduct({{1, 8, 32}, {16}, {232, 264, 464, 316, 332, 564, 664}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaSsdLanesProbe)
+    ->ArgsProduct({{1, 8, 32}, {16}, {232, 264, 464, 316, 332, 564, 664, 674, 684}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // SSD prefill of batch × 2048 tokens, one call per sequence from position 0, fp32 state.
 // arg1: the cell; arg2: 1 = exact (cells anchored at 0, staggered), 0 = plain (cells from the
@@ -342,7 +346,8 @@ void time_prefill_device(benchmark::State& state, const cuda::ScanGrid& g, int b
 // 116 = the span walk (ssd_span.cu), 232 / 264 = the lane walk (ssd_lanes.cu) with 32 / 64 columns of p
 // per block and two per lane (464: 264 at two blocks an SM, more registers), 316 / 332 = 16 / 32 columns
 // per block and one per lane, 564 / 664 = the pipelined lane walk (ssd_pipe.cu) at three / two blocks an SM,
-// -1 = the earlier three-phase kernels.
+// 674 = 664 with its coefficients from a table pass, 684 = 674 with C and B laid out by quarter before it
+// (the passes' time included), -1 = the earlier three-phase kernels.
 void BM_CudaSsdPrefillTiles(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
@@ -354,7 +359,7 @@ BENCHMARK(BM_CudaSsdPrefillTiles)
     ->ArgsProduct({{1, 2, 8}, {32, 64}, {1, 116}})
     ->ArgsProduct({{32}, {16}, {1, 116}})
     ->ArgsProduct({{2, 4}, {16}, {-1}})
-    ->ArgsProduct({{1, 2, 3, 4, 8, 16, 32}, {16}, {232, 264, 464, 316, 332, 564, 664}})
+    ->ArgsProduct({{1, 2, 3, 4, 8, 16, 32}, {16}, {232, 264, 464, 316, 332, 564, 664, 674, 684}})
     ->ArgsProduct({{16}, {16}, {1, 116}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
@@ -1378,6 +1383,7 @@ void BM_CudaModelPrefill(benchmark::State& state) {
   const model::ScanMode mode = exact ? model::ScanMode::Exact : model::ScanMode::Plain;
   cuda::set_conv_row_tiles(state.range(1) != 0);
   cuda::set_copy_only_norms(state.range(2) != 0);
+  cuda::set_ssd_pipe_auto(static_cast<cuda::SsdPrefill>(state.range(3)));
   for (auto _ : state) {
     for (int s = 0; s < batch; ++s) mc.set_position(s, 0);
     const auto t0 = std::chrono::steady_clock::now();
@@ -1393,14 +1399,18 @@ void BM_CudaModelPrefill(benchmark::State& state) {
   backend_cuda::set_step_profile(big_model(), nullptr);
   cuda::set_conv_row_tiles(true);
   cuda::set_copy_only_norms(true);
+  cuda::set_ssd_pipe_auto(cuda::kSsdPipeDefault);
   bench::report_step_shares(state, prof);
 }
 // arg0 exact, arg1 the conv in row tiles (1, the default) or a thread a row and channel (0), arg2 the
-// norms before the GEMMs write only the bf16 copy the GEMMs read (1, the default) or their fp32 output too.
+// norms before the GEMMs write only the bf16 copy the GEMMs read (1, the default) or their fp32 output too,
+// arg3 exact mode's pipelined scan walk (ssd_prefill.h: 664, 674 its coefficients from a table pass, 684 also
+// C and B laid out by quarter before it; cuda::kSsdPipeDefault is the default).
 BENCHMARK(BM_CudaModelPrefill)
-    ->ArgsProduct({{0, 1}, {1}, {1}})
-    ->ArgsProduct({{0, 1}, {1}, {0}})
-    ->ArgsProduct({{0, 1}, {0}, {0}})
+    ->ArgsProduct({{0, 1}, {1}, {1}, {664}})
+    ->ArgsProduct({{1}, {1}, {1}, {674, 684}})
+    ->ArgsProduct({{0, 1}, {1}, {0}, {664}})
+    ->ArgsProduct({{0, 1}, {0}, {0}, {664}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -129,12 +129,40 @@ std::size_t chain_floats(const SsdShape& sh, const PassSeqs& p) {
 std::size_t chunk_cb_span(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
   return (ssd::chunk_cb_floats(sh, p, g) + 63) / 64 * 64;
 }
+
+std::atomic<int> pipe_auto_way{static_cast<int>(kSsdPipeDefault)};
+
+// The pipelined walk a pass would take: the way named, or automatic's where it may take one (over-counting
+// the one-sequence passes that take the span walk); 0 for none.
+int pipe_way_of(const SsdShape& sh, const ScanGrid& g, SsdPrefill which) {
+  const int way = static_cast<int>(which);
+  if (ssd::pipe_way(way)) return way;
+  return which == SsdPrefill::automatic && g.exact && ssd::lanes_preferred(sh, g) ? pipe_auto_way.load() : 0;
+}
+// Scratch: the band, then (16-byte aligned) 674 and 684's coefficient table, then 684's quarter rows.
+std::size_t table_offset(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
+  return (band_floats(sh, p, g) + 3) / 4 * 4;
+}
+std::size_t quarter_rows_offset(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, int way) {
+  return table_offset(sh, p, g) + (ssd::pipe_uses_table(way) ? ssd::pipe_table_floats(sh, p) : 0);
+}
 }  // namespace
+
+SsdPrefill ssd_pipe_auto() { return static_cast<SsdPrefill>(pipe_auto_way.load()); }
+void set_ssd_pipe_auto(SsdPrefill way) {
+  if (way != SsdPrefill::pipe64r && way != SsdPrefill::pipe64t && way != SsdPrefill::pipe64q)
+    throw Error("set_ssd_pipe_auto: " + std::to_string(static_cast<int>(way)) + " is not 664, 674 or 684");
+  pipe_auto_way.store(static_cast<int>(way));
+}
 
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which) {
   which = resolved(g, which);
   if (which == SsdPrefill::three_phase) return chain_floats(sh, p);
   if (which == SsdPrefill::chunked) return chunk_cb_span(sh, p, g) + chain_floats(sh, p);
+  const int pway = pipe_way_of(sh, g, which);
+  if (p.num_cell_tasks > 0 && (ssd::pipe_uses_table(pway) || ssd::pipe_uses_quarter_rows(pway)))
+    return quarter_rows_offset(sh, p, g, pway) +
+           (ssd::pipe_uses_quarter_rows(pway) ? ssd::pipe_quarter_rows_floats(sh, p) : 0);
   return band_floats(sh, p, g);
 }
 
@@ -145,7 +173,10 @@ std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const Scan
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p) {
   ScanGrid any;
   any.cell = kMaxCell;
-  return ssd_scratch_floats(sh, p, any);
+  ScanGrid exact16;  // the grid that may take the pipelined walk's table and quarter rows
+  exact16.exact = true;
+  exact16.cell = 16;
+  return std::max(ssd_scratch_floats(sh, p, any), ssd_scratch_floats(sh, p, exact16));
 }
 
 void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld_xbc, const float* dt,
@@ -190,10 +221,14 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
     const bool pipe = ssd::pipe_way(way) || (automatic && !span && ssd::lanes_preferred(sh, g));
     const int tile = automatic || which == SsdPrefill::walk || which == SsdPrefill::lanes ? 0 : way;
     ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
-    if (span) ssd::launch_span(sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
-    else if (pipe)
-      ssd::launch_pipe(automatic ? static_cast<int>(SsdPrefill::pipe64r) : way, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch,
-                       y, s);
+    if (span) {
+      ssd::launch_span(sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
+    } else if (pipe) {
+      const int pway = automatic ? pipe_auto_way.load() : way;
+      float* table = ssd::pipe_uses_table(pway) ? scratch + table_offset(sh, p, g) : nullptr;
+      float* qrows = ssd::pipe_uses_quarter_rows(pway) ? scratch + quarter_rows_offset(sh, p, g, pway) : nullptr;
+      ssd::launch_pipe(pway, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, table, qrows, y, s);
+    }
     else if (lanes) ssd::launch_lanes(tile, active, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
     else ssd::launch_walk(tile, active, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
   }

@@ -304,14 +304,22 @@ void launch_lanes(int way, int active_seqs, const SsdShape& sh, const ScanGrid& 
                   const float* band, float* y, cudaStream_t s);
 // The pipelined lane walk (ssd_pipe.cu): the lane walk with one barrier a cell, the coefficients a cell
 // ahead, C and B copied by quarter, the quarter sums and the fold in one loop. way: 564 (three blocks an
-// SM) or 664 (two); pipe_way says whether a way is one of them. Probe: as lanes_probe (wait, next copies
-// issued, next cell's coefficients, quarter sums and fold, exchange and outputs; the cell count).
+// SM), 664 (two), 674 (664 with every cell's coefficients formed by a pass before the walk into `table`,
+// pipe_table_floats of it, which the walk copies with the cell's rows) or 684 (674 with C and B of every
+// row laid out by quarter by a pass before the walk into `qrows`, pipe_quarter_rows_floats of it, so a
+// whole cell's are two contiguous copies); pipe_way says whether a way is one of them. Probe: as
+// lanes_probe (wait, next copies issued, next cell's coefficients, quarter sums and fold, exchange and
+// outputs; the cell count).
 bool pipe_way(int way);
+bool pipe_uses_table(int way);
+bool pipe_uses_quarter_rows(int way);
+std::size_t pipe_table_floats(const SsdShape& sh, const PassSeqs& p);
+std::size_t pipe_quarter_rows_floats(const SsdShape& sh, const PassSeqs& p);
 void pipe_probe(long long* device_buffer);
 int pipe_resident(int way);
 void launch_pipe(int way, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
-                 const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* y,
-                 cudaStream_t s);
+                 const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* table,
+                 float* qrows, float* y, cudaStream_t s);
 void launch_walk(int tile_p, int active_seqs, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
                  const float* xbc, int ld, const float* dt, const float* A, const float* D, const SsdState& st,
                  const float* band, float* y, cudaStream_t s);

@@ -21,6 +21,13 @@
 // i ascending from 0): CudaSsdTiling holds it to them bit for bit. One block per (sequence, head, 64
 // columns of p), 128 threads; shapes (SsdPrefill's pipe values) 564: three blocks an SM (168 registers),
 // 664: two (up to 255). Supported: N a multiple of 4 up to 128, cells of at most 16 rows (lanes_supported).
+//
+// 674 is 664 with the coefficients out of the walk: a table pass before it (one warp a cell task and head,
+// coef_table_kernel) forms every cell's coefficient block, laid out as the walk's coefficient buffer, and
+// the walk copies the next cell's block with its C and B rows instead of forming it between them. The cum's
+// shuffle chain and the exps then leave the walk's per-cell path (the probe: 2.4-2.6k of a cell's
+// 14-17k cycles at 664), for one more 1.4 KB copy a cell. The same helpers on the same floats, so the same
+// bits (CudaSsdTiling).
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
@@ -88,7 +95,19 @@ using Ctx = WalkCtx;
 // Each thread copies one element n of every row (zeros past N); nothing else of Q is written. Lane l of
 // warp w takes n = 4m + q with q = l % 4 and m = 4w + (l / 4) % 4 + 16·(l / 16): the warp's 32 writes
 // of a row, at 4q + m (mod 32) banks, fall in 32 distinct banks.
-__device__ void issue_cb(const Ctx& b, const CellIn& c, float* Q) {
+// kQRows (way 684): a whole cell from quarter_rows_kernel's rows, two contiguous blocks.
+template <bool kQRows>
+__device__ void issue_cb(const Ctx& b, const CellIn& c, float* Q, const float* qrows, int num_rows) {
+  if (kQRows && whole(c)) {
+    const int row = b.src.row0 + static_cast<int>(c.cs - b.src.start);
+    const float* sC = qrows + (static_cast<std::size_t>(b.grp) * num_rows + row) * kRowQ;
+    const float* sB = qrows + (static_cast<std::size_t>(b.sh.groups + b.grp) * num_rows + row) * kRowQ;
+    for (int u = threadIdx.x; u < kG * kRowQ / 4; u += kThreads) {
+      cp16(Q + 4 * u, sC + 4 * u);
+      cp16(Q + kBq + 4 * u, sB + 4 * u);
+    }
+    return;
+  }
   const int l = threadIdx.x % 32, m = 4 * (threadIdx.x / 32) + (l / 4) % 4 + 16 * (l / 16), n = 4 * m + l % 4;
   const bool valid = n < b.sh.N;
   float* dC = Q + (n % 4) * kQS + n / 4;
@@ -115,14 +134,16 @@ __device__ void issue_cb(const Ctx& b, const CellIn& c, float* Q) {
 }
 
 // Cell c's dt and x of every source row and band rows of its output rows into x buffer X (as the lane
-// walk copies them: x rows in units of 4 columns, zeros past P; band row t up to distance t).
+// walk copies them: x rows in units of 4 columns, zeros past P; band row t up to distance t). kTable: the
+// x rows alone (the coefficients, the only readers of dt and the band, come from the table).
+template <bool kTable>
 __device__ void issue_x(const Ctx& b, const CellIn& c, float* X) {
   const int tid = threadIdx.x, G = b.g.cell;
-  if (tid < c.L) cp4(X + kDts + tid, b.src.dtp(b.h, c.cs + tid), true);
+  if (!kTable && tid < c.L) cp4(X + kDts + tid, b.src.dtp(b.h, c.cs + tid), true);
   const int u = tid % (kPT / 4), xend = b.sh.P - b.p0;
   for (int i = tid / (kPT / 4); i < c.L; i += kThreads / (kPT / 4))
     copy4(X + kX + i * kPT + 4 * u, b.src.x(b.h, c.cs + i) + b.p0, 4 * u, xend);
-  if (tid < kG * 4) {
+  if (!kTable && tid < kG * 4) {
     const int t = tid / 4, v = tid % 4;
     if (t >= c.j0 && t < c.L && 4 * v <= t) {
       const int row = b.src.row0 + static_cast<int>(c.cs + t - b.src.start);
@@ -169,6 +190,72 @@ __device__ void coefficients(const CellIn& c, const float* X, float* F, float Ah
   }
 }
 
+// A cell's coefficient block as `coefficients<false>` leaves it in F (kFbuf<false> floats), for the table.
+constexpr int kTableBlock = kFbuf<false>;
+static_assert(kTableBlock % 4 == 0 && kRowQ % 4 == 0, "16-byte copies of a table block and of quarter rows");
+
+// The table pass of way 674: for cell task `blockIdx.x` and head 4·blockIdx.y + warp, the coefficient
+// block of that cell, computed by one warp with coefficients()'s expressions on the same floats (dt from
+// the row source, the band from scratch). Entries coefficients() leaves unwritten are zero here.
+__global__ void __launch_bounds__(kThreads) coef_table_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc,
+                                                             int ld, const float* dt, const float* A, SsdState st,
+                                                             const float* band, float* table) {
+  const int task = blockIdx.x, lane = threadIdx.x % 32, h = 4 * static_cast<int>(blockIdx.y) + threadIdx.x / 32;
+  if (h >= sh.H) return;
+  float* F = table + (static_cast<std::size_t>(task) * sh.H + h) * kTableBlock;
+  const CellTask ct = cell_task(g, p, task, h, sh.H);
+  const CellIn c = first_cell(ct);
+  if (!c.live) {  // a cell the walk never reaches
+    for (int e = lane; e < kTableBlock; e += 32) F[e] = 0.0f;
+    return;
+  }
+  const RowSource src = source_of(sh, g, p, ct.seq, xbc, ld, dt, st);
+  const int L = c.L, j0 = c.j0, grp = h / sh.heads_per_group();
+  const float Ah = A[h];
+  const float dl = lane < L ? src.dtv(h, c.cs + lane) : 0.0f;
+  float total;
+  const float cl = warp_cell_cum<kG>(lane < L ? cum_term(dl, Ah) : 0.0f, L, lane, &total);
+#pragma unroll
+  for (int e0 = 0; e0 < kG * kCS; e0 += 32) {
+    const int e = e0 + lane, t = e / kCS, i = e % kCS, i16 = i % kG;
+    const float cum_t = __shfl_sync(0xffffffffu, cl, t), cum_i = __shfl_sync(0xffffffffu, cl, i16),
+                dt_i = __shfl_sync(0xffffffffu, dl, i16);
+    float v = 0.0f;
+    if (i < kG && t >= j0 && t < L && i <= t) {
+      const int row = src.row0 + static_cast<int>(c.cs + t - src.start);
+      v = row_weight(cum_t, cum_i, dt_i) * band[band_at(row, sh.groups, grp, g.cell, t - i)];
+    }
+    F[kCoef + e] = v;
+  }
+  if (lane < kG) {
+    F[kWts + lane] = lane < L ? row_weight(total, cl, dl) : 0.0f;
+    F[kE + lane] = lane < L ? exp_f(cl) : 0.0f;
+  }
+  if (lane < 4) F[kDecay + lane] = lane == 0 ? exp_f(total) : 0.0f;
+}
+
+// Way 684's pass over the call's rows: C and B of every row and group laid out as issue_cb lays a row
+// in shared memory (element n at [n % 4][n / 4], kQS a quarter, zeros past N and in the pads), at
+// qrows[((k · groups + grp) · rows + row) · kRowQ] for k = 0 (C) and 1 (B). A whole cell's 16 rows are
+// then one contiguous block, which the walk copies by 16-byte copies instead of 4-byte ones. Copies only:
+// no value changes.
+__global__ void __launch_bounds__(kThreads) quarter_rows_kernel(SsdShape sh, PassSeqs p, const float* xbc, int ld,
+                                                               float* qrows) {
+  const int row = blockIdx.x, grp = blockIdx.y, I = sh.H * sh.P, GN = sh.groups * sh.N;
+  const float* src = xbc + static_cast<std::size_t>(row) * ld + I + static_cast<std::size_t>(grp) * sh.N;
+  for (int e = threadIdx.x; e < 2 * kRowQ; e += kThreads) {
+    const int k = e / kRowQ, r = e % kRowQ, q = r / kQS, m = r % kQS, n = 4 * m + q;
+    const float v = m < kNQ && n < sh.N ? src[(k == 0 ? GN : 0) + n] : 0.0f;
+    qrows[((static_cast<std::size_t>(k) * sh.groups + grp) * p.num_rows + row) * kRowQ + r] = v;
+  }
+}
+
+// Cell task `task`'s coefficient block from the table into F (kTableBlock / 4 16-byte copies).
+__device__ __forceinline__ void issue_table(const float* table, int task, int h, int H, float* F) {
+  const float* src = table + (static_cast<std::size_t>(task) * H + h) * kTableBlock;
+  for (int u = threadIdx.x; u < kTableBlock / 4; u += kThreads) cp16(F + 4 * u, src + 4 * u);
+}
+
 __device__ __forceinline__ float2 lds2(const float* p) { return *reinterpret_cast<const float2*>(p); }
 __device__ __forceinline__ float4 lds4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 
@@ -179,12 +266,17 @@ __device__ __forceinline__ void hoist_fence() {
   if constexpr (kTight) asm volatile("" ::: "memory");
 }
 
-template <int MB, bool kProbe>
+// kPre: 0 (564, 664) the walk forms its coefficients and copies C and B itself; 1 (674) the coefficient
+// blocks from the table pass; 2 (684) also whole cells' C and B from quarter_rows_kernel's rows.
+template <int MB, bool kProbe, int kPre>
 __global__ void __launch_bounds__(kThreads, MB)
     pipe_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
-                const float* Dskip, SsdState st, const float* band, float* y, long long* probe) {
+                const float* Dskip, SsdState st, const float* band, const float* table, const float* qrows, float* y,
+                long long* probe) {
   constexpr bool kTight = kThreads * MB > 256;
   constexpr bool kXs = kTight;  // xw in shared memory, the exchange in two halves
+  constexpr bool kTable = kPre >= 1, kQRows = kPre == 2;
+  static_assert(!(kTable && kXs), "the table holds coefficients()'s block without xw");
   // Shared-memory loads of the quarter sums and the delta are kept in runs of this many rows (the
   // compiler would hoist a whole step's 32 float4 loads, 128 registers, and spill).
   constexpr int kFenceRows = kTight ? 4 : 8;
@@ -199,7 +291,8 @@ __global__ void __launch_bounds__(kThreads, MB)
   const Ctx b{sh, g, source_of(sh, g, p, seq, xbc, ld, dt, st), band, h, h / sh.heads_per_group(),
               static_cast<int>(blockIdx.z) * kPT};
   const bool bf16 = st.state_f32 == nullptr;
-  const float Ah = A[h], Dh = Dskip[h];
+  [[maybe_unused]] const float Ah = A[h];  // the coefficients' (not the table's walk)
+  const float Dh = Dskip[h];
   const int64_t call_end = start + p.n[seq];
 
   extern __shared__ __align__(16) float smem[];
@@ -219,11 +312,12 @@ __global__ void __launch_bounds__(kThreads, MB)
   if (!c.live) return;
   auto after = [&](const CellIn& x, int k, bool& has) { return cell_after(x, k, K, call_end, g, has); };
   {
-    issue_cb(b, c, Qb(0));
-    issue_x(b, c, Xb(0));
+    issue_cb<kQRows>(b, c, Qb(0), qrows, p.num_rows);
+    issue_x<kTable>(b, c, Xb(0));
+    if constexpr (kTable) issue_table(table, t0, h, sh.H, Fb(0));
     bool has1 = false;
     const CellIn c1 = after(c, 0, has1);
-    if (has1) issue_x(b, c1, Xb(1));
+    if (has1) issue_x<kTable>(b, c1, Xb(1));
     commit();
   }
 
@@ -242,9 +336,11 @@ __global__ void __launch_bounds__(kThreads, MB)
       S[a][j] = v;
     }
   }
-  wait_all();
-  __syncthreads();
-  coefficients<kXs>(c, Xb(0), Fb(0), Ah);
+  if constexpr (!kTable) {
+    wait_all();
+    __syncthreads();
+    coefficients<kXs>(c, Xb(0), Fb(0), Ah);
+  }
 
   bool folded = false;
   for (int k = 0;; ++k) {
@@ -256,11 +352,14 @@ __global__ void __launch_bounds__(kThreads, MB)
     __syncthreads();  // cell k's C and B and cell k+1's x landed, cell k's coefficients formed; cell k−1's readers done
     mark(0);
     probed.cell();
-    if (has1) issue_cb(b, c1, Qb(k + 1));
-    if (has2) issue_x(b, c2, Xb(k + 2));
+    if (has1) issue_cb<kQRows>(b, c1, Qb(k + 1), qrows, p.num_rows);
+    if (has2) issue_x<kTable>(b, c2, Xb(k + 2));
+    if constexpr (kTable)
+      if (has1) issue_table(table, t0 + k + 1, h, sh.H, Fb(k + 1));  // Fb(k + 1)'s last readers: cell k − 1's math
     commit();
     mark(1);
-    if (has1) coefficients<kXs>(c1, Xb(k + 1), Fb(k + 1), Ah);
+    if constexpr (!kTable)
+      if (has1) coefficients<kXs>(c1, Xb(k + 1), Fb(k + 1), Ah);
     mark(2);
 
     const float* Q = Qb(k);
@@ -448,26 +547,40 @@ __global__ void __launch_bounds__(kThreads, MB)
 
 std::atomic<long long*> probe_buffer{nullptr};
 
-template <int MB>
+template <int MB, int kPre>
 void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
-            const float* A, const float* D, const SsdState& st, const float* band, float* y, cudaStream_t s) {
+            const float* A, const float* D, const SsdState& st, const float* band, float* table, float* qrows, float* y,
+            cudaStream_t s) {
   constexpr std::size_t smem = static_cast<std::size_t>(kSmemFloats<(MB > 2)>) * sizeof(float);
+  if constexpr (kPre >= 1) {
+    coef_table_kernel<<<dim3(static_cast<unsigned>(p.num_cell_tasks), static_cast<unsigned>((sh.H + 3) / 4)), kThreads,
+                        0, s>>>(sh, g, p, xbc, ld, dt, A, st, band, table);
+    check_launch("ssd pipe table");
+  }
+  if constexpr (kPre == 2) {
+    quarter_rows_kernel<<<dim3(static_cast<unsigned>(p.num_rows), static_cast<unsigned>(sh.groups)), kThreads, 0, s>>>(
+        sh, p, xbc, ld, qrows);
+    check_launch("ssd pipe quarter rows");
+  }
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H), static_cast<unsigned>((sh.P + kPT - 1) / kPT));
   long long* probe = probe_buffer.load();
   auto run = [&](auto kernel) {
     ensure_smem(kernel, smem, "ssd pipe smem");
-    kernel<<<grid, kThreads, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, y, probe);
+    kernel<<<grid, kThreads, smem, s>>>(sh, g, p, xbc, ld, dt, A, D, st, band, table, qrows, y, probe);
   };
-  if (probe != nullptr) run(pipe_kernel<MB, true>);
-  else run(pipe_kernel<MB, false>);
+  if (probe != nullptr) run(pipe_kernel<MB, true, kPre>);
+  else run(pipe_kernel<MB, false, kPre>);
   check_launch("ssd pipe");
 }
 
+// f(blocks an SM, kPre) for a way.
 template <class F>
 void by_way(int way, F f) {
   switch (way) {
-    case 564: f(std::integral_constant<int, 3>{}); break;
-    case 664: f(std::integral_constant<int, 2>{}); break;
+    case 564: f(std::integral_constant<int, 3>{}, std::integral_constant<int, 0>{}); break;
+    case 664: f(std::integral_constant<int, 2>{}, std::integral_constant<int, 0>{}); break;
+    case 674: f(std::integral_constant<int, 2>{}, std::integral_constant<int, 1>{}); break;
+    case 684: f(std::integral_constant<int, 2>{}, std::integral_constant<int, 2>{}); break;
     default: throw Error("CUDA SSD: no pipelined lane walk of shape " + std::to_string(way));
   }
 }
@@ -476,28 +589,45 @@ void by_way(int way, F f) {
 
 void pipe_probe(long long* device_buffer) { probe_buffer.store(device_buffer); }
 
-bool pipe_way(int way) { return way == 564 || way == 664; }
+bool pipe_way(int way) { return way == 564 || way == 664 || way == 674 || way == 684; }
+
+bool pipe_uses_table(int way) { return way == 674 || way == 684; }
+
+bool pipe_uses_quarter_rows(int way) { return way == 684; }
+
+std::size_t pipe_table_floats(const SsdShape& sh, const PassSeqs& p) {
+  return static_cast<std::size_t>(p.num_cell_tasks) * sh.H * kTableBlock;
+}
+
+std::size_t pipe_quarter_rows_floats(const SsdShape& sh, const PassSeqs& p) {
+  return static_cast<std::size_t>(2) * sh.groups * p.num_rows * kRowQ;
+}
 
 int pipe_resident(int way) {
   int per_sm = 0;
-  by_way(way, [&](auto mb) {
+  by_way(way, [&](auto mb, auto pre) {
     constexpr int MB = decltype(mb)::value;
     constexpr std::size_t smem = static_cast<std::size_t>(kSmemFloats<(MB > 2)>) * sizeof(float);
-    ensure_smem(pipe_kernel<MB, false>, smem, "ssd pipe smem");
-    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pipe_kernel<MB, false>, kThreads, smem),
+    const auto kernel = pipe_kernel<MB, false, decltype(pre)::value>;
+    ensure_smem(kernel, smem, "ssd pipe smem");
+    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   });
   return per_sm;
 }
 
 void launch_pipe(int way, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
-                 const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* y,
-                 cudaStream_t s) {
+                 const float* dt, const float* A, const float* D, const SsdState& st, const float* band, float* table,
+                 float* qrows, float* y, cudaStream_t s) {
   if (p.num_cell_tasks <= 0) return;
   if (!lanes_supported(sh, g))
     throw Error("CUDA SSD: the pipelined lane walk needs N a multiple of 4 up to 128 and cells of at most 16 rows (N " +
                 std::to_string(sh.N) + ", cell " + std::to_string(g.cell) + ")");
-  by_way(way, [&](auto mb) { launch<decltype(mb)::value>(sh, g, p, xbc, ld, dt, A, D, st, band, y, s); });
+  if ((pipe_uses_table(way) && table == nullptr) || (pipe_uses_quarter_rows(way) && qrows == nullptr))
+    throw Error("CUDA SSD: way " + std::to_string(way) + " needs its scratch (the coefficient table, quarter rows)");
+  by_way(way, [&](auto mb, auto pre) {
+    launch<decltype(mb)::value, decltype(pre)::value>(sh, g, p, xbc, ld, dt, A, D, st, band, table, qrows, y, s);
+  });
 }
 
 }  // namespace parity::cuda::ssd

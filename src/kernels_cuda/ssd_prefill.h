@@ -11,7 +11,7 @@ namespace parity::cuda {
 
 enum class SsdPrefill {
   automatic = 0,  // plain mode: the chunk scan (chunked, below). Exact mode: at G = 16, N = 128, P % 64 == 0
-                  // the span walk for one sequence and the pipelined lane walk (shape 664) from two on;
+                  // the span walk for one sequence and the pipelined lane walk (ssd_pipe_auto()'s shape) from two on;
                   // elsewhere the span walk for a batch too small for the walk's blocks to fill the GPU,
                   // else the fused walk with its tile chosen by size
   walk = 1,       // the fused walk with its tile chosen from the batch's size (automatic's choice past
@@ -34,6 +34,10 @@ enum class SsdPrefill {
                   // a cell, the coefficients a cell ahead, C and B copied by quarter, the quarter sums and the
                   // fold in one loop; 64 columns of p a block, three blocks an SM (168 registers)
   pipe64r = 664,  // the same, two blocks an SM (up to 255 registers)
+  pipe64t = 674,  // 664 with every cell's coefficients formed by a pass before the walk (a table in scratch)
+                  // and copied with the cell's rows
+  pipe64q = 684,  // 674 with C and B of every row laid out by quarter by a pass before the walk (scratch), so a
+                  // whole cell's are two contiguous blocks of 16-byte copies instead of 4-byte ones
   three_phase = -1,  // the earlier deltas / chain / outputs kernels, which store every cell's start state
   chunked = 300,     // plain mode only (it throws in exact mode): the chunk scan (ssd_chunk.cu), vLLM's three
                      // phases at its 256-row chunks with register-tiled products (CB, the chunks' deltas, the
@@ -41,6 +45,12 @@ enum class SsdPrefill {
                      // its bits are not the walks' (plain mode promises none across schedules); a row still
                      // depends only on its own chunk's rows and start state.
 };
+
+// The pipelined lane walk automatic takes (664, 674 or 684; set_ssd_pipe_auto throws for another). The
+// same bits each way; a switch for the benchmarks to time them side by side.
+inline constexpr SsdPrefill kSsdPipeDefault = SsdPrefill::pipe64r;
+SsdPrefill ssd_pipe_auto();
+void set_ssd_pipe_auto(SsdPrefill way);
 
 // The exact one-row decode can ask L2 for the state tile (and x ring) of the block `ahead` head slots
 // later in its launch, so that blocks not yet resident find their state there. Not measured yet, so

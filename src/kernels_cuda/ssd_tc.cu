@@ -6,6 +6,7 @@
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ssd_device.cuh"
+#include "kernels_cuda/ssd_prefill.h"
 #include "kernels_cuda/ssd_tc.h"
 #include "kernels_cuda/ssd_tc_kernels.h"
 #include "kernels_cuda/ssd_tc_steps.cuh"
@@ -42,7 +43,7 @@ __global__ void tc_ring_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float*
 namespace {
 // The band's floats in the scratch, rounded up to 16 bytes: the walk's tables follow it.
 std::size_t band_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
-  return (ssd_scratch_floats(sh, p, g) + 3) / 4 * 4;
+  return (ssd_scratch_floats(sh, p, g, SsdPrefill::span16) + 3) / 4 * 4;  // the band alone (the span walk's scratch)
 }
 }  // namespace
 

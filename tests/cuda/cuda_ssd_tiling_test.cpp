@@ -261,7 +261,8 @@ void expect_every_tile_matches_three_phase(const std::vector<Case>& cases) {
       }
       if (cuda::ssd_lanes_supported(ssh, c.g))
         for (SsdPrefill l : {SsdPrefill::lanes64, SsdPrefill::lanes64r, SsdPrefill::lanes32, SsdPrefill::lanes1x32,
-                             SsdPrefill::lanes1x16, SsdPrefill::pipe64, SsdPrefill::pipe64r})
+                             SsdPrefill::lanes1x16, SsdPrefill::pipe64, SsdPrefill::pipe64r, SsdPrefill::pipe64t,
+                             SsdPrefill::pipe64q})
           ways.push_back(l);
       for (std::size_t wi = 0; wi < ways.size(); ++wi) {
         if (test::sanitizing() && (wi + ci) % 3 != schedule_index) continue;
@@ -416,7 +417,9 @@ TEST(CudaSsdTiling, CompanionTheSpanWalkSeesASmallChange) {
                                 {{2, 64, 128, 1}, SsdPrefill::lanes64},
                                 {{2, 64, 128, 1, 0}, SsdPrefill::lanes1x16},
                                 {{2, 64, 128, 1}, SsdPrefill::pipe64},
-                                {{2, 64, 128, 1, 0}, SsdPrefill::pipe64r}}) {
+                                {{2, 64, 128, 1, 0}, SsdPrefill::pipe64r},
+                                {{2, 64, 128, 1}, SsdPrefill::pipe64t},
+                                {{2, 64, 128, 1, 0}, SsdPrefill::pipe64q}}) {
     const Result want = run(sh, g, false, 150, whole(150), SsdPrefill::three_phase);
     const Result same = run(sh, g, false, 150, whole(150), way);
     EXPECT_EQ(compare(want, same, sh), "") << "way " << static_cast<int>(way);
