@@ -3,7 +3,7 @@
 // A cell's output row t (rows i of the cell up to t, cum_i = Σ dt·A from the cell's start):
 //   y_t = (exp(cum_t) · (C_t · S_start) + Σ_{i≤t} (exp(cum_t − cum_i) · dt_i · (C_t · B_i)) · x_i) + D · x_t
 // and at the cell's end   S_end = exp(cum_L) · S_start + Σ_i (exp(cum_L − cum_i) · dt_i · x_i) ⊗ B_i.
-// Calls of several rows take two launches:
+// Calls of several rows take two launches (the pipelined walk two more, its passes before it):
 //   band  (ssd_band.cu)  per (rows, group), in parallel: C_t · B_{t−d} for d < cell, every pair any
 //         head's cell needs (the dot products do not depend on the head or its stagger);
 //   walk  (ssd_walk.cu)  per (sequence, head, tile of p): walks the call's cells in order with the
@@ -13,7 +13,8 @@
 //         the GPU with those blocks, the span walk (ssd_span.cu) does the same with 64 rows (several
 //         cells) per step, larger blocks and the next rows prefetched; for larger ones at the default
 //         grid (G = 16, N = 128), the lane walk (ssd_lanes.cu) keeps the state in registers instead,
-//         automatic its pipelined form (ssd_pipe.cu: one barrier a cell, coefficients a cell ahead);
+//         automatic its pipelined form (ssd_pipe.cu: one barrier a cell, every cell's coefficients from a
+//         table pass and C and B laid out by quarter by another, both before it);
 // then (exact) ring: the call's last rows of every head's open cell into the replay ring. Plain mode's
 // prefill takes the chunk scan instead (ssd_chunk.cu: vLLM's three phases at its 256-row chunks, every
 // product register-tiled, between them ssd_chain.cu's chain); its sums have their own order, since plain
@@ -210,7 +211,8 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
   } else {
     const int active = p.num_seqs - p.num_ssu_seqs - p.num_decode_seqs;
     const bool automatic = which == SsdPrefill::automatic;
-    // Automatic takes the pipelined lane walk at two blocks an SM (664) where the lane walk is preferred (G = 16,
+    // Automatic takes the pipelined lane walk at two blocks an SM (664; since session 41 684, its coefficients and
+    // C and B prepared by passes before it: ssd_pipe_auto) where the lane walk is preferred (G = 16,
     // N = 128, P % 64 == 0) from two sequences on, the span walk below: measured on an H200 at 32 heads × 64,
     // device µs, 664 against the span walk 838 / 457, 866 / 900, 870 / 1,332 at 1 / 2 / 3 sequences and
     // against the lane walk's 264 1,073 / 1,344, 2,106 / 3,232, 4,128 / 4,855 at 8 / 16 / 32 (session 11).

@@ -47,8 +47,10 @@ enum class SsdPrefill {
 };
 
 // The pipelined lane walk automatic takes (664, 674 or 684; set_ssd_pipe_auto throws for another). The
-// same bits each way; a switch for the benchmarks to time them side by side.
-inline constexpr SsdPrefill kSsdPipeDefault = SsdPrefill::pipe64r;
+// same bits each way; a switch for the benchmarks to time them side by side. 684: on an H100 (session 41,
+// one call) the walk alone 1,077 → 995 µs at 8 × 2048 and 4,150 → 3,757 at 32 × 2048 (32 heads), mamba2-2.7b's
+// exact prefill of 8 × 2048 tokens 379 → 356 ms (674: 361).
+inline constexpr SsdPrefill kSsdPipeDefault = SsdPrefill::pipe64q;
 SsdPrefill ssd_pipe_auto();
 void set_ssd_pipe_auto(SsdPrefill way);
 
