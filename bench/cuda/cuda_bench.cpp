@@ -76,39 +76,41 @@ struct Timer {
   }
 };
 
-// One layer's scan buffers for `seqs` sequences of `rows` rows each.
+// One layer's scan buffers for `seqs` sequences of `rows` rows each (`heads` heads of P × N, one group).
 struct ScanBench {
   cuda::ScanGrid g;
   bool bf16;
-  int seqs, rows;
+  int seqs, rows, heads;
   cuda::DeviceBuffer<float> xbc, dt, y, scratch, A, D, s32, rx, rdt, rb;
   cuda::DeviceBuffer<uint16_t> s16;
   cuda::DeviceBuffer<int32_t> ints;
   cuda::DeviceBuffer<int64_t> starts;
   cuda::SsdPrefill which = cuda::SsdPrefill::automatic;
-  ScanBench(cuda::ScanGrid grid, bool b16, int nseq, int nrows, cuda::SsdPrefill w = cuda::SsdPrefill::automatic)
-      : g(grid), bf16(b16), seqs(nseq), rows(nrows), which(w) {
+  ScanBench(cuda::ScanGrid grid, bool b16, int nseq, int nrows, cuda::SsdPrefill w = cuda::SsdPrefill::automatic,
+            int nheads = H)
+      : g(grid), bf16(b16), seqs(nseq), rows(nrows), heads(nheads), which(w) {
     const std::size_t T = std::size_t(nseq) * nrows;
-    xbc.upload(rnd(T * LD, 1, -1, 1));
-    dt.upload(rnd(T * H, 2, 0.001f, 0.1f));
-    y.resize(T * I);
-    A.upload(rnd(H, 3, -8, -1));
-    D.upload(rnd(H, 4, 0, 1));
-    const std::size_t S = std::size_t(nseq) * H * P * N;
+    const int hp = heads * P, ld = hp + 2 * GR * N;
+    xbc.upload(rnd(T * ld, 1, -1, 1));
+    dt.upload(rnd(T * heads, 2, 0.001f, 0.1f));
+    y.resize(T * hp);
+    A.upload(rnd(heads, 3, -8, -1));
+    D.upload(rnd(heads, 4, 0, 1));
+    const std::size_t S = std::size_t(nseq) * heads * P * N;
     if (bf16) {
       s16.resize(S);
       s16.zero();
     } else {
       // One sequence's random state repeated: drawing 67 M values for a batch of 256 took most of
       // a benchmark's time, and the kernels' speed does not depend on the values.
-      const std::vector<float> one = rnd(std::size_t(H) * P * N, 5, -0.1f, 0.1f);
+      const std::vector<float> one = rnd(std::size_t(heads) * P * N, 5, -0.1f, 0.1f);
       std::vector<float> all(S);
       for (std::size_t i = 0; i < S; ++i) all[i] = one[i % one.size()];
       s32.upload(all);
     }
     const int cell = std::max(1, g.cell);
-    rx.upload(rnd(std::size_t(nseq) * H * cell * P, 6, -1, 1));
-    rdt.upload(rnd(std::size_t(nseq) * H * cell, 7, 0.001f, 0.1f));
+    rx.upload(rnd(std::size_t(nseq) * heads * cell * P, 6, -1, 1));
+    rdt.upload(rnd(std::size_t(nseq) * heads * cell, 7, 0.001f, 0.1f));
     rb.upload(rnd(std::size_t(nseq) * GR * cell * N, 8, -1, 1));
   }
   cuda::PassSeqs ps;
@@ -118,7 +120,7 @@ struct ScanBench {
     for (int s = 0; s < seqs; ++s) spans.push_back({s, start, rows});
     const cuda::PassPlan plan(spans, g);
     ps = plan.upload(ints, starts);
-    scratch.resize(std::max<std::size_t>(1, cuda::ssd_scratch_floats({H, P, N, GR}, ps, g, which)));
+    scratch.resize(std::max<std::size_t>(1, cuda::ssd_scratch_floats({heads, P, N, GR}, ps, g, which)));
   }
   void pass(int64_t start) {
     prepare(start);
@@ -131,8 +133,8 @@ struct ScanBench {
     st.ring_x = rx.data();
     st.ring_dt = rdt.data();
     st.ring_B = rb.data();
-    cuda::ssd_scan({H, P, N, GR}, g, ps, xbc.data(), LD, dt.data(), A.data(), D.data(), st, scratch.data(), scratch.size(),
-                   y.data(), nullptr, which);
+    cuda::ssd_scan({heads, P, N, GR}, g, ps, xbc.data(), heads * P + 2 * GR * N, dt.data(), A.data(), D.data(), st,
+                   scratch.data(), scratch.size(), y.data(), nullptr, which);
   }
 };
 
@@ -353,6 +355,26 @@ void BM_CudaSsdPrefillTiles(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
   time_prefill_device(state, {true, cell, true}, batch, static_cast<cuda::SsdPrefill>(state.range(2)));
 }
+// The same at mamba2-2.7b's 80 heads (arg1; 32 above), where one sequence's span walk takes three waves of
+// blocks (arg2 as above: 0 automatic, 116 the span walk, 664 / 684 the pipelined walks).
+void BM_CudaSsdPrefillHeads(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int batch = static_cast<int>(state.range(0)), heads = static_cast<int>(state.range(1));
+  ScanBench b({true, 16, true}, false, batch, 2048, static_cast<cuda::SsdPrefill>(state.range(2)), heads);
+  b.pass(0);
+  Timer t;
+  for (auto _ : state) {
+    t.start_device();
+    b.run();
+    state.SetIterationTime(t.stop_s());
+  }
+  state.SetItemsProcessed(state.iterations() * batch * 2048);
+}
+BENCHMARK(BM_CudaSsdPrefillHeads)
+    ->ArgsProduct({{1, 2}, {32, 48, 80}, {0, 116, 664, 684}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 BENCHMARK(BM_CudaSsdPrefillTiles)
     ->ArgsProduct({{1, 8, 32}, {16, 64}, {0, 16, 32, 64, -1}})
     ->ArgsProduct({{1, 2, 3, 4, 8}, {16}, {1, 116}})

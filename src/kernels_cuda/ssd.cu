@@ -216,7 +216,10 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
     // N = 128, P % 64 == 0) from two sequences on, the span walk below: measured on an H200 at 32 heads × 64,
     // device µs, 664 against the span walk 838 / 457, 866 / 900, 870 / 1,332 at 1 / 2 / 3 sequences and
     // against the lane walk's 264 1,073 / 1,344, 2,106 / 3,232, 4,128 / 4,855 at 8 / 16 / 32 (session 11).
-    const bool pipe_auto = automatic && active >= 2 && ssd::lanes_preferred(sh, g);
+    // One sequence whose span walk would take more than one wave of blocks (mamba2-2.7b's 80 heads: three) takes
+    // the pipelined walk too, whose 64-column blocks then still fit one wave: CALL2_HEADS.
+    const bool pipe_auto =
+        automatic && ssd::lanes_preferred(sh, g) && (active >= 2 || ssd::span_waves(sh, active) > 1);
     const bool span = which == SsdPrefill::span16 || (automatic && !pipe_auto && ssd::span_preferred(sh, g, active));
     const int way = static_cast<int>(which);
     const bool lanes = way >= static_cast<int>(SsdPrefill::lanes);  // a lane walk named (the pipelined ones below)

@@ -281,6 +281,8 @@ void launch_band(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
 bool span_supported(const SsdShape& sh, const ScanGrid& g);
 // Whether automatic takes the span walk: supported, and its blocks (one an SM) take at most 3 waves.
 bool span_preferred(const SsdShape& sh, const ScanGrid& g, int active_seqs);
+// The waves of blocks (one an SM) the span walk takes for this many sequences.
+long span_waves(const SsdShape& sh, int active_seqs);
 // Benchmarks only: where the span walk's first block writes the clock cycles of its steps (24 values:
 // wait, cum and coefficients, deltas, fold, outputs, end barrier, next copies; the span count; each
 // warp's own outputs step), or nullptr.

@@ -588,7 +588,7 @@ bool span_supported(const SsdShape& sh, const ScanGrid& g) {
 // walk's smaller blocks share SMs and win from about four waves on (H200, 32 heads × 64, N 128:
 // span 437 / 832 µs at 1 / 2 sequences against the walk's 1,388 / 1,424; at 8 sequences 3,168
 // against 2,459).
-bool span_preferred(const SsdShape& sh, const ScanGrid& g, int active_seqs) {
+long span_waves(const SsdShape& sh, int active_seqs) {
   static std::atomic<int> sms{0};
   if (sms.load() == 0) {
     int device = 0, n = 0;
@@ -597,8 +597,11 @@ bool span_preferred(const SsdShape& sh, const ScanGrid& g, int active_seqs) {
     sms.store(n);
   }
   const long blocks = static_cast<long>(active_seqs) * sh.H * ((sh.P + kPT - 1) / kPT);
-  const long waves = (blocks + sms.load() - 1) / sms.load();
-  return waves <= 3 && span_supported(sh, g);
+  return (blocks + sms.load() - 1) / sms.load();
+}
+
+bool span_preferred(const SsdShape& sh, const ScanGrid& g, int active_seqs) {
+  return span_waves(sh, active_seqs) <= 3 && span_supported(sh, g);
 }
 
 // Whether every row the span walk copies starts 16-byte aligned and is a whole number of 16 bytes
