@@ -217,7 +217,8 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
     // device µs, 664 against the span walk 838 / 457, 866 / 900, 870 / 1,332 at 1 / 2 / 3 sequences and
     // against the lane walk's 264 1,073 / 1,344, 2,106 / 3,232, 4,128 / 4,855 at 8 / 16 / 32 (session 11).
     // One sequence whose span walk would take more than one wave of blocks (mamba2-2.7b's 80 heads: three) takes
-    // the pipelined walk too, whose 64-column blocks then still fit one wave: CALL2_HEADS.
+    // the pipelined walk too, whose 64-column blocks then still fit one wave (BM_CudaSsdPrefillHeads;
+    // docs/performance.md, session 41).
     const bool pipe_auto =
         automatic && ssd::lanes_preferred(sh, g) && (active >= 2 || ssd::span_waves(sh, active) > 1);
     const bool span = which == SsdPrefill::span16 || (automatic && !pipe_auto && ssd::span_preferred(sh, g, active));
