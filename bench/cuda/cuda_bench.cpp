@@ -327,8 +327,9 @@ BENCHMARK(BM_CudaSsdTcPrefillWays)
 // Device time of one layer's prefill of batch × 2048 tokens on grid g with `which`.
 // Counter TFLOPs: the scan's main products, 2·2·P·N flops per row and head (C·S_start and the cell's
 // sum), per second; the H200's fp32 FMA peak is about 67 TFLOP/s.
-void time_prefill_device(benchmark::State& state, const cuda::ScanGrid& g, int batch, cuda::SsdPrefill which) {
-  ScanBench b(g, false, batch, 2048, which);
+void time_prefill_device(benchmark::State& state, const cuda::ScanGrid& g, int batch, cuda::SsdPrefill which,
+                         int heads = H) {
+  ScanBench b(g, false, batch, 2048, which, heads);
   b.pass(0);
   Timer t;
   double total = 0;
@@ -340,7 +341,7 @@ void time_prefill_device(benchmark::State& state, const cuda::ScanGrid& g, int b
     state.SetIterationTime(s);
   }
   state.SetItemsProcessed(state.iterations() * batch * 2048);
-  const double flops = 4.0 * P * N * H * batch * 2048.0 * static_cast<double>(state.iterations());
+  const double flops = 4.0 * P * N * heads * batch * 2048.0 * static_cast<double>(state.iterations());
   state.counters["TFLOPs"] = total > 0 ? flops / total / 1e12 : 0.0;
 }
 // The same prefill (exact mode) with the implementation named, device time only: arg2 0 = chosen
@@ -360,15 +361,7 @@ void BM_CudaSsdPrefillTiles(benchmark::State& state) {
 void BM_CudaSsdPrefillHeads(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const int batch = static_cast<int>(state.range(0)), heads = static_cast<int>(state.range(1));
-  ScanBench b({true, 16, true}, false, batch, 2048, static_cast<cuda::SsdPrefill>(state.range(2)), heads);
-  b.pass(0);
-  Timer t;
-  for (auto _ : state) {
-    t.start_device();
-    b.run();
-    state.SetIterationTime(t.stop_s());
-  }
-  state.SetItemsProcessed(state.iterations() * batch * 2048);
+  time_prefill_device(state, {true, 16, true}, batch, static_cast<cuda::SsdPrefill>(state.range(2)), heads);
 }
 BENCHMARK(BM_CudaSsdPrefillHeads)
     ->ArgsProduct({{1, 2}, {32, 48, 80}, {0, 116, 664, 684}})

@@ -27,7 +27,9 @@
 // the walk copies the next cell's block with its C and B rows instead of forming it between them. The cum's
 // shuffle chain and the exps then leave the walk's per-cell path (the probe: 2.4-2.6k of a cell's
 // 14-17k cycles at 664), for one more 1.4 KB copy a cell. The same helpers on the same floats, so the same
-// bits (CudaSsdTiling).
+// bits (CudaSsdTiling). 684 (automatic's) is 674 with every row's C and B laid out by quarter beforehand
+// (quarter_rows_kernel), so a whole cell's C and B are two contiguous blocks of 16-byte copies instead of
+// 32 4-byte copies a thread (the probe: the copies' issue 3.2k → 1.5k cycles a cell).
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
@@ -349,7 +351,9 @@ __global__ void __launch_bounds__(kThreads, MB)
     CellIn c2 = c1;
     if (has1) c2 = after(c1, k + 1, has2);
     wait_all();
-    __syncthreads();  // cell k's C and B and cell k+1's x landed, cell k's coefficients formed; cell k−1's readers done
+    // Cell k's C and B (and, kTable, coefficients) and cell k+1's x landed, cell k's coefficients formed (or
+    // copied); cell k−1's readers done.
+    __syncthreads();
     mark(0);
     probed.cell();
     if (has1) issue_cb<kQRows>(b, c1, Qb(k + 1), qrows, p.num_rows);
