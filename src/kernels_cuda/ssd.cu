@@ -145,7 +145,7 @@ std::size_t table_offset(const SsdShape& sh, const PassSeqs& p, const ScanGrid& 
   return (band_floats(sh, p, g) + 3) / 4 * 4;
 }
 std::size_t quarter_rows_offset(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, int way) {
-  return table_offset(sh, p, g) + (ssd::pipe_uses_table(way) ? ssd::pipe_table_floats(sh, p) : 0);
+  return table_offset(sh, p, g) + (ssd::pipe_pre(way) >= 1 ? ssd::pipe_table_floats(sh, p) : 0);
 }
 }  // namespace
 
@@ -161,9 +161,9 @@ std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const Scan
   if (which == SsdPrefill::three_phase) return chain_floats(sh, p);
   if (which == SsdPrefill::chunked) return chunk_cb_span(sh, p, g) + chain_floats(sh, p);
   const int pway = pipe_way_of(sh, g, which);
-  if (p.num_cell_tasks > 0 && (ssd::pipe_uses_table(pway) || ssd::pipe_uses_quarter_rows(pway)))
-    return quarter_rows_offset(sh, p, g, pway) +
-           (ssd::pipe_uses_quarter_rows(pway) ? ssd::pipe_quarter_rows_floats(sh, p) : 0);
+  const int pre = ssd::pipe_pre(pway);
+  if (p.num_cell_tasks > 0 && pre >= 1)
+    return quarter_rows_offset(sh, p, g, pway) + (pre == 2 ? ssd::pipe_quarter_rows_floats(sh, p) : 0);
   return band_floats(sh, p, g);
 }
 
@@ -231,8 +231,9 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
       ssd::launch_span(sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);
     } else if (pipe) {
       const int pway = automatic ? pipe_auto_way.load() : way;
-      float* table = ssd::pipe_uses_table(pway) ? scratch + table_offset(sh, p, g) : nullptr;
-      float* qrows = ssd::pipe_uses_quarter_rows(pway) ? scratch + quarter_rows_offset(sh, p, g, pway) : nullptr;
+      const int pre = ssd::pipe_pre(pway);
+      float* table = pre >= 1 ? scratch + table_offset(sh, p, g) : nullptr;
+      float* qrows = pre == 2 ? scratch + quarter_rows_offset(sh, p, g, pway) : nullptr;
       ssd::launch_pipe(pway, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, table, qrows, y, s);
     }
     else if (lanes) ssd::launch_lanes(tile, active, sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, y, s);

@@ -309,12 +309,12 @@ void launch_lanes(int way, int active_seqs, const SsdShape& sh, const ScanGrid& 
 // SM), 664 (two), 674 (664 with every cell's coefficients formed by a pass before the walk into `table`,
 // pipe_table_floats of it, which the walk copies with the cell's rows) or 684 (674 with C and B of every
 // row laid out by quarter by a pass before the walk into `qrows`, pipe_quarter_rows_floats of it, so a
-// whole cell's are two contiguous copies); pipe_way says whether a way is one of them. Probe: as
+// whole cell's are two contiguous copies). pipe_pre: what passes before the walk prepare for a way (0 nothing,
+// 1 the table, 2 the table and the quarter rows), −1 for a way that is not a pipelined one. Probe: as
 // lanes_probe (wait, next copies issued, next cell's coefficients, quarter sums and fold, exchange and
 // outputs; the cell count).
-bool pipe_way(int way);
-bool pipe_uses_table(int way);
-bool pipe_uses_quarter_rows(int way);
+int pipe_pre(int way);
+inline bool pipe_way(int way) { return pipe_pre(way) >= 0; }
 std::size_t pipe_table_floats(const SsdShape& sh, const PassSeqs& p);
 std::size_t pipe_quarter_rows_floats(const SsdShape& sh, const PassSeqs& p);
 void pipe_probe(long long* device_buffer);

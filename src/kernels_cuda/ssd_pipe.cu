@@ -32,7 +32,9 @@
 // 32 4-byte copies a thread (the probe: the copies' issue 3.2k → 1.5k cycles a cell).
 #include <atomic>
 #include <cstdint>
+#include <iterator>
 #include <type_traits>
+#include <utility>
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/smem_limit.h"
@@ -577,27 +579,35 @@ void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const floa
   check_launch("ssd pipe");
 }
 
+// The pipelined ways, the one list every question about a way reads: blocks an SM and kPre.
+struct PipeShape {
+  int way, blocks, pre;
+};
+constexpr PipeShape kPipeShapes[] = {{564, 3, 0}, {664, 2, 0}, {674, 2, 1}, {684, 2, 2}};
+
 // f(blocks an SM, kPre) for a way.
 template <class F>
 void by_way(int way, F f) {
-  switch (way) {
-    case 564: f(std::integral_constant<int, 3>{}, std::integral_constant<int, 0>{}); break;
-    case 664: f(std::integral_constant<int, 2>{}, std::integral_constant<int, 0>{}); break;
-    case 674: f(std::integral_constant<int, 2>{}, std::integral_constant<int, 1>{}); break;
-    case 684: f(std::integral_constant<int, 2>{}, std::integral_constant<int, 2>{}); break;
-    default: throw Error("CUDA SSD: no pipelined lane walk of shape " + std::to_string(way));
-  }
+  const bool found = [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return ((way == kPipeShapes[I].way
+                 ? (f(std::integral_constant<int, kPipeShapes[I].blocks>{},
+                      std::integral_constant<int, kPipeShapes[I].pre>{}),
+                    true)
+                 : false) ||
+            ...);
+  }(std::make_index_sequence<std::size(kPipeShapes)>{});
+  if (!found) throw Error("CUDA SSD: no pipelined lane walk of shape " + std::to_string(way));
 }
 
 }  // namespace
 
 void pipe_probe(long long* device_buffer) { probe_buffer.store(device_buffer); }
 
-bool pipe_way(int way) { return way == 564 || way == 664 || way == 674 || way == 684; }
-
-bool pipe_uses_table(int way) { return way == 674 || way == 684; }
-
-bool pipe_uses_quarter_rows(int way) { return way == 684; }
+int pipe_pre(int way) {
+  for (const PipeShape& shape : kPipeShapes)
+    if (shape.way == way) return shape.pre;
+  return -1;
+}
 
 std::size_t pipe_table_floats(const SsdShape& sh, const PassSeqs& p) {
   return static_cast<std::size_t>(p.num_cell_tasks) * sh.H * kTableBlock;
@@ -627,7 +637,8 @@ void launch_pipe(int way, const SsdShape& sh, const ScanGrid& g, const PassSeqs&
   if (!lanes_supported(sh, g))
     throw Error("CUDA SSD: the pipelined lane walk needs N a multiple of 4 up to 128 and cells of at most 16 rows (N " +
                 std::to_string(sh.N) + ", cell " + std::to_string(g.cell) + ")");
-  if ((pipe_uses_table(way) && table == nullptr) || (pipe_uses_quarter_rows(way) && qrows == nullptr))
+  const int pre = pipe_pre(way);
+  if ((pre >= 1 && table == nullptr) || (pre == 2 && qrows == nullptr))
     throw Error("CUDA SSD: way " + std::to_string(way) + " needs its scratch (the coefficient table, quarter rows)");
   by_way(way, [&](auto mb, auto pre) {
     launch<decltype(mb)::value, decltype(pre)::value>(sh, g, p, xbc, ld, dt, A, D, st, band, table, qrows, y, s);
