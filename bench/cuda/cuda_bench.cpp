@@ -80,7 +80,7 @@ struct Timer {
 struct ScanBench {
   cuda::ScanGrid g;
   bool bf16;
-  int seqs, rows, heads;
+  int seqs, rows, heads, ld;  // ld: a row of xbc (x of every head, then B and C)
   cuda::DeviceBuffer<float> xbc, dt, y, scratch, A, D, s32, rx, rdt, rb;
   cuda::DeviceBuffer<uint16_t> s16;
   cuda::DeviceBuffer<int32_t> ints;
@@ -88,9 +88,9 @@ struct ScanBench {
   cuda::SsdPrefill which = cuda::SsdPrefill::automatic;
   ScanBench(cuda::ScanGrid grid, bool b16, int nseq, int nrows, cuda::SsdPrefill w = cuda::SsdPrefill::automatic,
             int nheads = H)
-      : g(grid), bf16(b16), seqs(nseq), rows(nrows), heads(nheads), which(w) {
+      : g(grid), bf16(b16), seqs(nseq), rows(nrows), heads(nheads), ld(nheads * P + 2 * GR * N), which(w) {
     const std::size_t T = std::size_t(nseq) * nrows;
-    const int hp = heads * P, ld = hp + 2 * GR * N;
+    const int hp = heads * P;
     xbc.upload(rnd(T * ld, 1, -1, 1));
     dt.upload(rnd(T * heads, 2, 0.001f, 0.1f));
     y.resize(T * hp);
@@ -133,7 +133,7 @@ struct ScanBench {
     st.ring_x = rx.data();
     st.ring_dt = rdt.data();
     st.ring_B = rb.data();
-    cuda::ssd_scan({heads, P, N, GR}, g, ps, xbc.data(), heads * P + 2 * GR * N, dt.data(), A.data(), D.data(), st,
+    cuda::ssd_scan({heads, P, N, GR}, g, ps, xbc.data(), ld, dt.data(), A.data(), D.data(), st,
                    scratch.data(), scratch.size(), y.data(), nullptr, which);
   }
 };

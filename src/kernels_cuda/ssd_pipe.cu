@@ -640,8 +640,8 @@ void launch_pipe(int way, const SsdShape& sh, const ScanGrid& g, const PassSeqs&
   const int pre = pipe_pre(way);
   if ((pre >= 1 && table == nullptr) || (pre == 2 && qrows == nullptr))
     throw Error("CUDA SSD: way " + std::to_string(way) + " needs its scratch (the coefficient table, quarter rows)");
-  by_way(way, [&](auto mb, auto pre) {
-    launch<decltype(mb)::value, decltype(pre)::value>(sh, g, p, xbc, ld, dt, A, D, st, band, table, qrows, y, s);
+  by_way(way, [&](auto mb, auto kpre) {
+    launch<decltype(mb)::value, decltype(kpre)::value>(sh, g, p, xbc, ld, dt, A, D, st, band, table, qrows, y, s);
   });
 }
 
