@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -1399,6 +1400,7 @@ void BM_CudaModelPrefill(benchmark::State& state) {
   cuda::set_conv_row_tiles(state.range(1) != 0);
   cuda::set_copy_only_norms(state.range(2) != 0);
   cuda::set_ssd_pipe_auto(static_cast<cuda::SsdPrefill>(state.range(3)));
+  if (state.range(4) > 0) cuda::set_ssd_tc_in_scan(static_cast<cuda::SsdTcProducts>(state.range(4) - 1));
   for (auto _ : state) {
     for (int s = 0; s < batch; ++s) mc.set_position(s, 0);
     const auto t0 = std::chrono::steady_clock::now();
@@ -1415,17 +1417,20 @@ void BM_CudaModelPrefill(benchmark::State& state) {
   cuda::set_conv_row_tiles(true);
   cuda::set_copy_only_norms(true);
   cuda::set_ssd_pipe_auto(cuda::kSsdPipeDefault);
+  cuda::set_ssd_tc_in_scan(std::nullopt);
   bench::report_step_shares(state, prof);
 }
 // arg0 exact, arg1 the conv in row tiles (1, the default) or a thread a row and channel (0), arg2 the
 // norms before the GEMMs write only the bf16 copy the GEMMs read (1, the default) or their fp32 output too,
 // arg3 exact mode's pipelined scan walk (ssd_prefill.h: 664, 674 its coefficients from a table pass, 684 also
-// C and B laid out by quarter before it; cuda::kSsdPipeDefault is the default).
+// C and B laid out by quarter before it; cuda::kSsdPipeDefault is the default), arg4 the scan's products on
+// tensor cores instead of the fp32 walk (ssd_tc.h's measurement switch: 0 off, 1 bf16, 2 split; exact only).
 BENCHMARK(BM_CudaModelPrefill)
-    ->ArgsProduct({{0, 1}, {1}, {1}, {664}})
-    ->ArgsProduct({{1}, {1}, {1}, {674, 684}})
-    ->ArgsProduct({{0, 1}, {1}, {0}, {664}})
-    ->ArgsProduct({{0, 1}, {0}, {0}, {664}})
+    ->ArgsProduct({{0, 1}, {1}, {1}, {664}, {0}})
+    ->ArgsProduct({{1}, {1}, {1}, {674, 684}, {0}})
+    ->ArgsProduct({{1}, {1}, {1}, {684}, {1, 2}})
+    ->ArgsProduct({{0, 1}, {1}, {0}, {664}, {0}})
+    ->ArgsProduct({{0, 1}, {0}, {0}, {664}, {0}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -35,6 +35,7 @@
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ssd_device.cuh"
 #include "kernels_cuda/ssd_prefill.h"
+#include "kernels_cuda/ssd_tc.h"
 #include "kernels_cuda/ssd_tile.cuh"
 
 namespace parity::cuda {
@@ -157,6 +158,7 @@ void set_ssd_pipe_auto(SsdPrefill way) {
 }
 
 std::size_t ssd_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdPrefill which) {
+  if (which == SsdPrefill::automatic && ssd_tc_takes(sh, g, p)) return ssd_tc_scratch_floats(sh, p, g);
   which = resolved(g, which);
   if (which == SsdPrefill::three_phase) return chain_floats(sh, p);
   if (which == SsdPrefill::chunked) return chunk_cb_span(sh, p, g) + chain_floats(sh, p);
@@ -195,6 +197,10 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
   if (sh.H % sh.groups != 0) throw Error("CUDA SSD: heads must divide into groups");
   if (scratch_floats < ssd_scratch_floats(sh, p, g, which))
     throw Error("CUDA SSD: scratch smaller than ssd_scratch_floats()");
+  if (which == SsdPrefill::automatic && ssd_tc_takes(sh, g, p)) {  // a measurement switch (ssd_tc.h)
+    ssd_tc_scan(sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, scratch_floats, y, s, SsdTcWay{0, 0, *ssd_tc_in_scan()});
+    return;
+  }
   which = resolved(g, which);
   if (which == SsdPrefill::three_phase || which == SsdPrefill::chunked) {
     if (which == SsdPrefill::chunked && g.exact)

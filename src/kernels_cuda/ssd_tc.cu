@@ -1,6 +1,7 @@
 // PROTOTYPE: the exact grid's SSD prefill with the cell walk's products on tensor cores (ssd_tc.h says what
 // it computes). This file holds the launches: the band (C·B, fp32, the existing launch), the table pass
 // (ssd_tc_tables.cu), the walk (ssd_tc_walk.cu), and the replay ring.
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -41,6 +42,7 @@ __global__ void tc_ring_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float*
 }  // namespace ssd
 
 namespace {
+std::atomic<int> tc_in_scan{-1};  // -1: off; else an SsdTcProducts
 // The band's floats in the scratch, rounded up to 16 bytes: the walk's tables follow it.
 std::size_t band_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
   return (ssd_scratch_floats(sh, p, g, SsdPrefill::span16) + 3) / 4 * 4;  // the band alone (the span walk's scratch)
@@ -54,6 +56,21 @@ std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const S
 
 bool ssd_tc_supported(const SsdShape& sh, const ScanGrid& g) {
   return g.cell == ssd::kG && sh.N == ssd::kN && sh.P % 16 == 0 && sh.P > 0 && sh.groups > 0 && sh.H % sh.groups == 0;
+}
+
+void set_ssd_tc_in_scan(std::optional<SsdTcProducts> products) {
+  tc_in_scan.store(products ? static_cast<int>(*products) : -1);
+}
+
+std::optional<SsdTcProducts> ssd_tc_in_scan() {
+  const int v = tc_in_scan.load();
+  if (v < 0) return std::nullopt;
+  return static_cast<SsdTcProducts>(v);
+}
+
+bool ssd_tc_takes(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p) {
+  return tc_in_scan.load() >= 0 && g.exact && ssd_tc_supported(sh, g) && p.num_ssu_seqs == 0 &&
+         p.num_decode_seqs == 0 && p.num_cell_tasks > 0;
 }
 
 SsdTcWay ssd_tc_default_way(const SsdShape& sh, int seqs, SsdTcProducts products) {

@@ -14,6 +14,7 @@
 // Its bits differ from ssd_scan's (the products' rounding and accumulation order), so exact mode's
 // promise would hold only if every path (decode included) used these same steps.
 #include <cstddef>
+#include <optional>
 
 #include "kernels_cuda/ops.h"
 
@@ -46,5 +47,15 @@ std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const S
 void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld_xbc, const float* dt,
                  const float* A, const float* D, SsdState st, float* scratch, std::size_t scratch_floats, float* y,
                  cudaStream_t s, SsdTcWay way = {});
+
+// A measurement switch for tests and benchmarks, off by default and never set by the engine. While it holds
+// products, ssd_scan's automatic choice sends exact passes whose sequences all have several rows through
+// ssd_tc_scan (where ssd_tc_supported), and ssd_scratch_floats sizes for it. Exact mode's promise does not
+// hold meanwhile: a one-row decode still walks in fp32. It exists to measure a whole model's logits and
+// prefill time with the products on tensor cores (docs/cuda.md, "A tensor-core cell walk (prototype)").
+void set_ssd_tc_in_scan(std::optional<SsdTcProducts> products);
+std::optional<SsdTcProducts> ssd_tc_in_scan();
+// Whether ssd_scan's automatic choice takes ssd_tc_scan for this pass (the switch above, and the pass fits).
+bool ssd_tc_takes(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p);
 
 }  // namespace parity::cuda

@@ -4,6 +4,7 @@
 // and probe points (capture sees the tensor, a replacement changes the logits).
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -13,6 +14,7 @@
 #include "engine/exactness_gate.h"
 #include "io/safetensors.h"
 #include "io/token_file.h"
+#include "kernels_cuda/ssd_tc.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "tests/cuda/gpu_gate_support.h"
@@ -40,17 +42,11 @@ struct Accuracy {
   double rel, argmax_agree;
 };
 
-Accuracy against_reference(const model::Model& m, const std::string& dir, const cache::Numerics& num) {
-  auto toks = io::read_tokens(dir + "/tokens.json");
-  auto ref_file = io::SafetensorsFile::open(dir + "/reference_logits.safetensors");
-  const io::TensorView* ref = ref_file->find("logits");
-  EXPECT_NE(ref, nullptr);
-  const float* r = static_cast<const float*>(ref->data);
-  const std::vector<float> got = model::score_all_rows(m, toks, num);
-  const int V = m.vocab_size();
+// Logits of `rows` rows against reference ones: relative L2 error, and how often the argmax agrees.
+Accuracy compare_logits(const std::vector<float>& got, const float* r, std::size_t rows, int V) {
   double num2 = 0, den = 0;
   int agree = 0;
-  for (std::size_t t = 0; t < toks.size(); ++t) {
+  for (std::size_t t = 0; t < rows; ++t) {
     int ag = 0, ar = 0;
     for (int v = 0; v < V; ++v) {
       const std::size_t i = t * V + v;
@@ -62,7 +58,17 @@ Accuracy against_reference(const model::Model& m, const std::string& dir, const 
     }
     agree += ag == ar;
   }
-  return {std::sqrt(num2 / den), double(agree) / double(toks.size())};
+  return {std::sqrt(num2 / den), double(agree) / double(rows)};
+}
+
+Accuracy against_reference(const model::Model& m, const std::string& dir, const cache::Numerics& num) {
+  auto toks = io::read_tokens(dir + "/tokens.json");
+  auto ref_file = io::SafetensorsFile::open(dir + "/reference_logits.safetensors");
+  const io::TensorView* ref = ref_file->find("logits");
+  EXPECT_NE(ref, nullptr);
+  if (ref == nullptr) return {1.0, 0.0};
+  const std::vector<float> got = model::score_all_rows(m, toks, num);
+  return compare_logits(got, static_cast<const float*>(ref->data), toks.size(), m.vocab_size());
 }
 
 TEST(CudaModel, LogitsAgainstTheFloat64References) {
@@ -91,6 +97,51 @@ TEST(CudaModel, LogitsAgainstTheFloat64References) {
           EXPECT_GE(a.argmax_agree, 0.98) << name;
         }
       }
+    }
+  }
+}
+
+// The tensor-core cell walk (ssd_tc.h's measurement switch, a prototype the engine never takes) through a
+// whole model at mamba2-130m's shape (N 128, P 64, the GPU's G = 16): one exact prefill, logits against the
+// CPU's (fp32 throughout) beside those of the default fp32 walk. It measures what bf16 or split products in
+// the scan would cost a model's logits (docs/cuda.md, "A tensor-core cell walk"), held to the Hugging Face
+// bf16 budget the GPU meets against fp64 (1.2e-2, argmax on 98 %); split products to within 10 % of the walk.
+TEST(CudaModel, ScanProductsOnTensorCoresThroughTheModel) {
+  PARITY_REQUIRE_GPU();
+  const std::string spec = "builtin:mamba2-130m";
+  auto cpu = model::load_model(model::open_checkpoint(spec));
+  auto m = gpu_model(spec);
+  const int V = m->vocab_size();
+  std::vector<int32_t> toks(static_cast<std::size_t>(test::pick(300, 40)));
+  for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 7919 + 13) % V);
+  const std::vector<float> ref =
+      model::score_all_rows(*cpu, toks, model::default_numerics(*cpu, model::ScanMode::Exact));
+  const cache::Numerics num = model::default_numerics(*m, model::ScanMode::Exact);
+  const std::vector<float> walk = model::score_all_rows(*m, toks, num);
+  const Accuracy w = compare_logits(walk, ref.data(), toks.size(), V);
+  std::fprintf(stderr, "[ measured ] %s cuda, the fp32 walk: relative error %.3g against the cpu, argmax %.3f\n",
+               spec.c_str(), w.rel, w.argmax_agree);
+  struct Off {
+    ~Off() { cuda::set_ssd_tc_in_scan(std::nullopt); }
+  } off;
+  for (cuda::SsdTcProducts products : {cuda::SsdTcProducts::bf16, cuda::SsdTcProducts::split}) {
+    const bool split = products == cuda::SsdTcProducts::split;
+    cuda::set_ssd_tc_in_scan(products);
+    const std::vector<float> got = model::score_all_rows(*m, toks, num);
+    cuda::set_ssd_tc_in_scan(std::nullopt);
+    const Accuracy a = compare_logits(got, ref.data(), toks.size(), V);
+    const Accuracy d = compare_logits(got, walk.data(), toks.size(), V);
+    std::fprintf(stderr,
+                 "[ measured ] %s cuda, %s products: relative error %.3g against the cpu (argmax %.3f), %.3g "
+                 "against the fp32 walk\n",
+                 spec.c_str(), split ? "split" : "bf16", a.rel, a.argmax_agree, d.rel);
+    // Companion: the switch took the tensor-core walk (its products round; the walk's bits would be equal).
+    EXPECT_FALSE(test::same_bits(got.data(), walk.data(), got.size())) << (split ? "split" : "bf16");
+    EXPECT_GT(d.rel, 0.0);
+    EXPECT_LE(a.rel, 1.2e-2);
+    EXPECT_GE(a.argmax_agree, 0.98);
+    if (split) {
+      EXPECT_LE(a.rel, 1.1 * w.rel);
     }
   }
 }
