@@ -1,8 +1,8 @@
 #pragma once
 // PROTOTYPE (issue 11): the exact grid's SSD prefill with the cell walk's products on tensor cores.
-// Not wired into ssd_scan, the model or the automatic choice; tests and benchmarks call it by name to
-// measure what tensor cores would buy on the exact grid and what they cost in accuracy
-// (docs/cuda.md, "A tensor-core cell walk (prototype)").
+// Not in the automatic choice, so the engine never takes it; tests and benchmarks call it by name, or through
+// ssd_scan with the measurement switch below, to measure what tensor cores would buy on the exact grid and
+// what they cost in accuracy (docs/cuda.md, "A tensor-core cell walk (prototype)").
 //
 // It computes ssd_scan's function (the same cells, stagger, dt, D skip, fold and state dtype, the
 // same fp32 band, cum, coefficients and decay bits) but forms the three products of a 16-row cell with

@@ -2,6 +2,7 @@
 // for both state dtypes; plain mode mismatches), logits against the committed float64 references
 // (bf16 GEMM inputs: no worse than Hugging Face in bf16; the fp32 path within 10× of the CPU),
 // and probe points (capture sees the tensor, a replacement changes the logits).
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -104,8 +105,11 @@ TEST(CudaModel, LogitsAgainstTheFloat64References) {
 // The tensor-core cell walk (ssd_tc.h's measurement switch, a prototype the engine never takes) through a
 // whole model at mamba2-130m's shape (N 128, P 64, the GPU's G = 16): one exact prefill, logits against the
 // CPU's (fp32 throughout) beside those of the default fp32 walk. It measures what bf16 or split products in
-// the scan would cost a model's logits (docs/cuda.md, "A tensor-core cell walk"), held to the Hugging Face
-// bf16 budget the GPU meets against fp64 (1.2e-2, argmax on 98 %); split products to within 10 % of the walk.
+// the scan would cost a model's logits (docs/cuda.md, "A tensor-core cell walk"). The bf16 GEMM inputs already
+// put the walk's logits 1.3e-2 from the CPU's on this random model (an H100, session 43), so the products are
+// held to what they add: bf16 products within 25 % of the walk's error (their rounding is the size of the one
+// out_proj applies to y), split products within 10 %, and the argmax as often right as the walk's (to within
+// 1 %, or two rows where the sanitizer's run is short).
 TEST(CudaModel, ScanProductsOnTensorCoresThroughTheModel) {
   PARITY_REQUIRE_GPU();
   const std::string spec = "builtin:mamba2-130m";
@@ -138,11 +142,8 @@ TEST(CudaModel, ScanProductsOnTensorCoresThroughTheModel) {
     // Companion: the switch took the tensor-core walk (its products round; the walk's bits would be equal).
     EXPECT_FALSE(test::same_bits(got.data(), walk.data(), got.size())) << (split ? "split" : "bf16");
     EXPECT_GT(d.rel, 0.0);
-    EXPECT_LE(a.rel, 1.2e-2);
-    EXPECT_GE(a.argmax_agree, 0.98);
-    if (split) {
-      EXPECT_LE(a.rel, 1.1 * w.rel);
-    }
+    EXPECT_LE(a.rel, (split ? 1.1 : 1.25) * w.rel);
+    EXPECT_GE(a.argmax_agree, w.argmax_agree - std::max(0.01, 2.0 / static_cast<double>(toks.size())));
   }
 }
 
