@@ -70,7 +70,7 @@ std::optional<SsdTcProducts> ssd_tc_in_scan() {
 
 bool ssd_tc_takes(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p) {
   return tc_in_scan.load() >= 0 && g.exact && ssd_tc_supported(sh, g) && p.num_ssu_seqs == 0 &&
-         p.num_decode_seqs == 0 && p.num_cell_tasks > 0;
+         (p.num_cell_tasks > 0 || p.num_decode_seqs > 0);
 }
 
 SsdTcWay ssd_tc_default_way(const SsdShape& sh, int seqs, SsdTcProducts products) {
@@ -98,16 +98,17 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
   if (!ssd_tc_supported(sh, g))
     throw Error("CUDA SSD tc: needs cell 16, N 128, P a multiple of 16 (cell " + std::to_string(g.cell) + ", N " +
                 std::to_string(sh.N) + ", P " + std::to_string(sh.P) + ")");
-  if (p.num_ssu_seqs > 0 || p.num_decode_seqs > 0) throw Error("CUDA SSD tc: one-row calls are not handled");
+  if (p.num_ssu_seqs > 0) throw Error("CUDA SSD tc: plain mode's one-row calls (the SSU) are not handled");
   if (scratch_floats < ssd_tc_scratch_floats(sh, p, g))
     throw Error("CUDA SSD tc: scratch smaller than ssd_tc_scratch_floats()");
+  const bool split = way.products == SsdTcProducts::split;
+  if (p.num_decode_seqs > 0) ssd_tc_decode(split, sh, g, p, xbc, ld_xbc, dt, A, D, st, y, s);
   if (p.num_cell_tasks <= 0) return;
   const SsdTcWay d = ssd_tc_default_way(sh, p.num_seqs, way.products);
   const int wp = way.warps_p > 0 ? way.warps_p : d.warps_p, ks = way.warps_n > 0 ? way.warps_n : d.warps_n;
   ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
   float* tables = scratch + band_floats(sh, p, g);
   ssd_tc_tables(sh, g, p, xbc, ld_xbc, dt, A, st, scratch, tables, s);
-  const bool split = way.products == SsdTcProducts::split;
   ssd_tc_walk(wp, ks, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, y, s);
   if (g.exact) {
     ssd::tc_ring_kernel<<<dim3(p.num_seqs, sh.H), 64, 0, s>>>(sh, g, p, xbc, ld_xbc, dt, st);

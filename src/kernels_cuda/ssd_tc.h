@@ -42,17 +42,18 @@ SsdTcWay ssd_tc_default_way(const SsdShape& sh, int seqs, SsdTcProducts products
 // The scratch ssd_tc_scan needs: the band (ssd_scratch_floats) and the walk's coefficient tables.
 std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g);
 
-// ssd_scan for passes of multi-row calls only (no one-row decode; it throws for those), with
-// ssd_tc_scratch_floats(sh, p, g) of scratch. Four launches: band, tables, the tensor-core walk, ring.
+// ssd_scan for exact passes (plain mode's SSU sequences throw), with ssd_tc_scratch_floats(sh, p, g) of scratch.
+// Multi-row calls take four launches (band, tables, the tensor-core walk, ring); one-row calls one more, the
+// decode on the walk's steps (ssd_tc_decode.cu), so a decoded row has the bits a prefill gives it.
 void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld_xbc, const float* dt,
                  const float* A, const float* D, SsdState st, float* scratch, std::size_t scratch_floats, float* y,
                  cudaStream_t s, SsdTcWay way = {});
 
-// A measurement switch for tests and benchmarks, off by default and never set by the engine. While it holds
-// products, ssd_scan's automatic choice sends exact passes whose sequences all have several rows through
-// ssd_tc_scan (where ssd_tc_supported), and ssd_scratch_floats sizes for it. Exact mode's promise does not
-// hold meanwhile: a one-row decode still walks in fp32. It exists to measure a whole model's logits and
-// prefill time with the products on tensor cores (docs/cuda.md, "A tensor-core cell walk (prototype)").
+// A switch for tests and benchmarks, off by default and never set by the engine. While it holds products,
+// ssd_scan's automatic choice sends exact passes through ssd_tc_scan (where ssd_tc_supported), prefill and decode
+// alike, and ssd_scratch_floats sizes for it. It exists to measure a whole model's logits, prefill time and
+// schedule invariance with the products on tensor cores (docs/cuda.md, "A tensor-core cell walk (prototype)");
+// set it before a model captures its decode graphs (they keep the kernels they captured).
 void set_ssd_tc_in_scan(std::optional<SsdTcProducts> products);
 std::optional<SsdTcProducts> ssd_tc_in_scan();
 // Whether ssd_scan's automatic choice takes ssd_tc_scan for this pass (the switch above, and the pass fits).

@@ -100,5 +100,37 @@ __device__ __forceinline__ void issue_rows(const float* rowp, int ld, int xoff, 
   }
 }
 
+
+// A cell's C and B as bf16 tiles for ldmatrix (the walk and the one-row decode convert them the same way).
+constexpr int kVS = kN + 8;   // a converted row (bf16): ldmatrix's row addresses, 272 bytes apart, hit distinct banks
+constexpr int kTile = kG * kVS;
+// Converted tiles a parity: C head, B head (and C rest, B rest for split products).
+template <bool kSplit>
+constexpr int kParts = kSplit ? 4 : 2;
+// A landed stage's C (and, where the cell folds, B) as bf16 tiles V[part][16][kVS]: parts 0 C head,
+// 1 B head, 2 C rest, 3 B rest. pack / pack_rest (ssd_tc_steps.cuh).
+template <bool kSplit>
+__device__ __forceinline__ void convert_unit(const float* src, uint16_t* hi, uint16_t* lo) {
+  const float4 f = *reinterpret_cast<const float4*>(src);
+  *reinterpret_cast<uint2*>(hi) = make_uint2(pack(f.x, f.y), pack(f.z, f.w));
+  if constexpr (kSplit) *reinterpret_cast<uint2*>(lo) = make_uint2(pack_rest(f.x, f.y), pack_rest(f.z, f.w));
+}
+template <int T, bool kSplit>
+__device__ __forceinline__ void convert(const float* CB, bool fold, uint16_t* V) {
+  constexpr int kUnits = kG * (kN / 4);
+  static_assert(kUnits % T == 0, "whole rounds");
+#pragma unroll
+  for (int j = 0; j < kUnits / T; ++j) {
+    const int u = threadIdx.x + j * T, r = u / (kN / 4), v = u % (kN / 4);
+    convert_unit<kSplit>(CB + kC + r * kRow + 4 * v, V + r * kVS + 4 * v, V + 2 * kTile + r * kVS + 4 * v);
+  }
+  if (!fold) return;  // B not copied: its delta is not kept
+#pragma unroll
+  for (int j = 0; j < kUnits / T; ++j) {
+    const int u = threadIdx.x + j * T, r = u / (kN / 4), v = u % (kN / 4);
+    convert_unit<kSplit>(CB + kB + r * kRow + 4 * v, V + kTile + r * kVS + 4 * v, V + 3 * kTile + r * kVS + 4 * v);
+  }
+}
+
 }  // namespace
 }  // namespace parity::cuda::ssd

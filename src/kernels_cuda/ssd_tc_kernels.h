@@ -1,6 +1,7 @@
 #pragma once
 // PROTOTYPE (issue 11): the launches ssd_tc_scan makes between the band and the replay ring (ssd_tc.cu): the
-// table pass (ssd_tc_tables.cu), then the tensor-core walk over the cells (ssd_tc_walk.cu).
+// table pass (ssd_tc_tables.cu), then the tensor-core walk over the cells (ssd_tc_walk.cu); and the one-row
+// decode on the same steps.
 #include "kernels_cuda/ops.h"
 
 namespace parity::cuda {
@@ -17,5 +18,9 @@ void ssd_tc_tables(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, con
 void ssd_tc_walk(int warps_p, int warps_n, bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
                  const float* xbc, int ld, const float* dt, const float* D, SsdState st, const float* tables,
                  float* y, cudaStream_t s);
+
+// The one-row sequences of a pass (exact mode's decode) on the walk's steps (ssd_tc_decode.cu).
+void ssd_tc_decode(bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
+                   const float* dt, const float* A, const float* D, SsdState st, float* y, cudaStream_t s);
 
 }  // namespace parity::cuda

@@ -43,49 +43,19 @@
 #include "kernels_cuda/ssd_tc.h"
 #include "kernels_cuda/ssd_tc_cells.cuh"
 #include "kernels_cuda/ssd_tc_kernels.h"
+#include "kernels_cuda/ssd_tc_products.cuh"
 #include "kernels_cuda/ssd_tc_steps.cuh"
 
 namespace parity::cuda {
 namespace ssd {
 namespace {
 
-constexpr int kVS = kN + 8;   // a converted row (bf16): ldmatrix's row addresses, 272 bytes apart, hit distinct banks
-constexpr int kTile = kG * kVS;
-// Converted tiles a parity: C head, B head (and C rest, B rest for split products).
-template <bool kSplit>
-constexpr int kParts = kSplit ? 4 : 2;
 template <int WP, int KS, bool kSplit>
 constexpr int smem_floats() {
   return 3 * Stage<WP>::kFloats + 2 * kCBFloats + kParts<kSplit> * kTile + kExchange<WP, KS>;  // 2 parities of u16
 }
 
 using Ctx = WalkCtx;
-
-// ---- the walk ----------------------------------------------------------------------------------
-// A landed stage's C (and, where the cell folds, B) as bf16 tiles V[part][16][kVS]: parts 0 C head,
-// 1 B head, 2 C rest, 3 B rest. pack / pack_rest (ssd_tc_steps.cuh).
-template <bool kSplit>
-__device__ __forceinline__ void convert_unit(const float* src, uint16_t* hi, uint16_t* lo) {
-  const float4 f = *reinterpret_cast<const float4*>(src);
-  *reinterpret_cast<uint2*>(hi) = make_uint2(pack(f.x, f.y), pack(f.z, f.w));
-  if constexpr (kSplit) *reinterpret_cast<uint2*>(lo) = make_uint2(pack_rest(f.x, f.y), pack_rest(f.z, f.w));
-}
-template <int T, bool kSplit>
-__device__ __forceinline__ void convert(const float* CB, bool fold, uint16_t* V) {
-  constexpr int kUnits = kG * (kN / 4);
-  static_assert(kUnits % T == 0, "whole rounds");
-#pragma unroll
-  for (int j = 0; j < kUnits / T; ++j) {
-    const int u = threadIdx.x + j * T, r = u / (kN / 4), v = u % (kN / 4);
-    convert_unit<kSplit>(CB + kC + r * kRow + 4 * v, V + r * kVS + 4 * v, V + 2 * kTile + r * kVS + 4 * v);
-  }
-  if (!fold) return;  // B not copied: its delta is not kept
-#pragma unroll
-  for (int j = 0; j < kUnits / T; ++j) {
-    const int u = threadIdx.x + j * T, r = u / (kN / 4), v = u % (kN / 4);
-    convert_unit<kSplit>(CB + kB + r * kRow + 4 * v, V + kTile + r * kVS + 4 * v, V + 3 * kTile + r * kVS + 4 * v);
-  }
-}
 
 // Blocks an SM the registers must allow: twelve warps where a block is small (4 × 1: three blocks, which
 // its shared memory also allows).
@@ -99,7 +69,6 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
   using St = Stage<WP>;
   constexpr int T = 32 * WP * KS;
   constexpr int NT = 16 / KS;  // the warp's n-tiles of 8
-  constexpr int NQ = 4 / KS;   // the warp's quarters of n (4 n-tiles each)
   const int seq = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int pw = warp % WP, ks = warp / WP;
   const int64_t start = p.start[seq];
@@ -217,60 +186,9 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
 #pragma unroll
       for (int pt = 0; pt < 2; ++pt) xa[a][pt] = xs[(2 * q + (a & 1) + 8 * (a >> 1)) * St::XS + wc + gi + 8 * pt];
 
-    // The warp's quarters a_m of C·Sᵀ (two k16 steps each from zero), then their part of the sum,
-    // (a_0 + a_1) + (a_2 + a_3), each pair added as soon as it is formed (fewer live accumulators). The
-    // state's dtype is a constant of each copy of the loop (a bf16 state has no rest to split or multiply).
+    // The warp's quarters of C·Sᵀ and their part of the sum (ssd_tc_products.cuh).
     float part[2][4];
-    auto quarters = [&](auto bf16_state) {
-      constexpr bool kRest = kSplit && !decltype(bf16_state)::value;
-      auto quarter = [&](int m, float (&acc)[2][4]) {
-#pragma unroll
-        for (int pt = 0; pt < 2; ++pt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[pt][e] = 0.0f;
-#pragma unroll
-        for (int s2 = 0; s2 < 2; ++s2) {
-          const int jl = 2 * m + s2;  // local k-step: n-tiles 2·jl, 2·jl + 1 of the warp's
-          const int off = crow * kVS + 8 * (nt0 + 2 * jl) + ccol;
-          Frag4<kSplit> ca;
-          ptx::ldmatrix_x4(V + off, ca.hi);
-          if constexpr (kSplit) ptx::ldmatrix_x4(V + 2 * kTile + off, ca.lo);
-#pragma unroll
-          for (int pt = 0; pt < 2; ++pt) {
-            Frag2<kRest> sb;
-            sb.set(0, S[2 * jl][2 * pt], S[2 * jl][2 * pt + 1]);
-            sb.set(1, S[2 * jl + 1][2 * pt], S[2 * jl + 1][2 * pt + 1]);
-            Frag2<kSplit> b2;
-            b2.hi[0] = sb.hi[0], b2.hi[1] = sb.hi[1];
-            if constexpr (kRest) b2.lo[0] = sb.lo[0], b2.lo[1] = sb.lo[1];
-            product<kSplit>(acc[pt], ca, b2, kRest);
-          }
-        }
-      };
-      if constexpr (NQ == 1) {
-        quarter(0, part);
-      } else {
-        float half[2][4];
-#pragma unroll
-        for (int hp = 0; hp < NQ / 2; ++hp) {
-          float a0[2][4], a1[2][4];
-          quarter(2 * hp, a0);
-          quarter(2 * hp + 1, a1);
-#pragma unroll
-          for (int pt = 0; pt < 2; ++pt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float sum = a0[pt][e] + a1[pt][e];
-              if (NQ == 2) part[pt][e] = sum;
-              else if (hp == 0) half[pt][e] = sum;
-              else part[pt][e] = half[pt][e] + sum;
-            }
-        }
-      }
-    };
-    if constexpr (!kSplit) quarters(std::true_type{});  // one copy: bf16 products have no rest either way
-    else if (bf16) quarters(std::true_type{});
-    else quarters(std::false_type{});
+    inter_part<NT, kSplit>(V, crow, ccol, nt0, S, bf16, part);
     if (KS > 1 && ks > 0) {
       float* xch = Eb(k);
 #pragma unroll
@@ -278,7 +196,7 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
 #pragma unroll
         for (int e = 0; e < 4; ++e) xch[(((ks - 1) * WP + pw) * 8 + pt * 4 + e) * 32 + lane] = part[pt][e];
     } else {
-      float ya[2][4] = {};
+      float ya[2][4];
       Frag4<kSplit> fa;
       {
         const uint4 hv = *reinterpret_cast<const uint4*>(F + kTabHi + 4 * lane);
@@ -288,13 +206,7 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
           fa.lo[0] = lv.x, fa.lo[1] = lv.y, fa.lo[2] = lv.z, fa.lo[3] = lv.w;
         }
       }
-#pragma unroll
-      for (int pt = 0; pt < 2; ++pt) {
-        Frag2<kSplit> xb;
-        xb.set(0, xa[0][pt], xa[1][pt]);
-        xb.set(1, xa[2][pt], xa[3][pt]);
-        product<kSplit>(ya[pt], fa, xb);
-      }
+      intra_product<kSplit>(fa, xa, ya);
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const int t = gi + 8 * hr;
@@ -317,38 +229,7 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
       float wv[4];
 #pragma unroll
       for (int a = 0; a < 4; ++a) wv[a] = F[kTabW + 2 * q + (a & 1) + 8 * (a >> 1)];
-      Frag4<kSplit> xw;  // (w_i·x[i][p]) at p = gi (+8), i = 2q.. (+8)
-      xw.set(0, wv[0] * xa[0][0], wv[1] * xa[1][0]);
-      xw.set(1, wv[0] * xa[0][1], wv[1] * xa[1][1]);
-      xw.set(2, wv[2] * xa[2][0], wv[3] * xa[3][0]);
-      xw.set(3, wv[2] * xa[2][1], wv[3] * xa[3][1]);
-      const float decay = F[kTabDecay];
-      // The state's dtype as a constant of each copy of the loop: no branch between its tensor-core steps.
-      auto fold_tiles = [&](auto bf16_state) {
-#pragma unroll
-        for (int j = 0; j < NT; j += 2) {
-          const int off = brow * kVS + 8 * (nt0 + j) + bcol;
-          uint32_t r[4];
-          Frag2<kSplit> bb[2];
-          ptx::ldmatrix_x4_trans(ptx::smem_addr(V + kTile + off), r);
-          bb[0].hi[0] = r[0], bb[0].hi[1] = r[1], bb[1].hi[0] = r[2], bb[1].hi[1] = r[3];
-          if constexpr (kSplit) {
-            ptx::ldmatrix_x4_trans(ptx::smem_addr(V + 3 * kTile + off), r);
-            bb[0].lo[0] = r[0], bb[0].lo[1] = r[1], bb[1].lo[0] = r[2], bb[1].lo[1] = r[3];
-          }
-#pragma unroll
-          for (int jj = 0; jj < 2; ++jj) {
-            float dl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            product<kSplit>(dl, xw, bb[jj]);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              S[j + jj][e] = fold_element(decay, S[j + jj][e], dl[e], decltype(bf16_state)::value);
-            }
-          }
-        }
-      };
-      if (bf16) fold_tiles(std::true_type{});
-      else fold_tiles(std::false_type{});
+      fold_state<NT, kSplit>(V + kTile, brow, bcol, nt0, xa, wv, F[kTabDecay], bf16, S);
     }
     folded = folded || c.fold;
     if (!has1) break;

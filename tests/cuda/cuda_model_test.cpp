@@ -147,6 +147,26 @@ TEST(CudaModel, ScanProductsOnTensorCoresThroughTheModel) {
   }
 }
 
+// The same switch through the exactness gate's schedules: with the one-row decode on the walk's steps
+// (ssd_tc_decode.cu) exact mode's rows keep their bits however the model is scheduled, with either product
+// precision; plain mode (its chunk scan and SSU, untouched) still mismatches (the companion).
+TEST(CudaModel, ExactModeKeepsItsBitsWithTheScanProductsOnTensorCores) {
+  PARITY_REQUIRE_GPU();
+  struct Off {
+    ~Off() { cuda::set_ssd_tc_in_scan(std::nullopt); }
+  } off;
+  for (cuda::SsdTcProducts products : test::sweep({cuda::SsdTcProducts::bf16, cuda::SsdTcProducts::split},
+                                                  {cuda::SsdTcProducts::bf16})) {
+    cuda::set_ssd_tc_in_scan(products);  // before the model captures its decode graphs
+    auto m = gpu_model("builtin:mamba2-130m");
+    const test::GateTally t = test::run_gpu_gate(*m);
+    const char* name = products == cuda::SsdTcProducts::split ? "split" : "bf16";
+    EXPECT_GT(t.exact_rows, test::gate_min_rows(1000)) << name;
+    EXPECT_EQ(t.exact_bad, 0) << name;
+    EXPECT_GT(t.plain_bad, 0) << name << ": companion: plain mode's rows should change with the schedule";
+  }
+}
+
 class RecordAndZero : public model::ProbeHooks {
  public:
   std::string name;

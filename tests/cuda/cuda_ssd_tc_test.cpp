@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <string>
 
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/pass_plan.h"
@@ -194,8 +195,8 @@ Schedule whole(int slots, int T) {
   for (int s = 0; s < slots; ++s) pass.push_back({s, 0, T});
   return {pass};
 }
-// Each slot in calls of uneven lengths (most start inside a cell; none of one row, which the prototype
-// leaves to the one-row decode), call k of every slot in pass k.
+// Each slot in calls of uneven lengths (most start inside a cell; none of one row: `decoding` below has
+// those), call k of every slot in pass k.
 Schedule uneven(int slots, int T) {
   const int lengths[] = {37, 64, 5, 2, 90, 23};
   std::vector<std::vector<Call>> calls(slots);
@@ -275,6 +276,59 @@ TEST(CudaSsdTc, BitsDoNotDependOnTheBlockShapeOrSchedule) {
                 << "H " << sh.H << " P " << sh.P << " groups " << sh.groups << (bf16 ? " bf16" : " fp32") << " "
                 << name(prod) << " warps " << wp << " x " << ks << " schedule " << sname;
           }
+      }
+}
+
+// Calls that decode: each slot prefills a few rows, then goes on mostly one row a call with a multi-row call now
+// and then, the slots out of step, so that passes mix one-row and multi-row calls (call k of every slot in
+// pass k).
+Schedule decoding(int slots, int T) {
+  std::vector<std::vector<Call>> calls(slots);
+  for (int sl = 0; sl < slots; ++sl)
+    for (int64_t pos = 0, k = 0; pos < T; ++k) {
+      const int want = k == 0 ? 3 + 13 * sl : (k + 3 * sl) % 9 == 0 ? 2 + static_cast<int>(k % 5) * 7 : 1;
+      const int n = static_cast<int>(std::min<int64_t>(want, T - pos));
+      calls[sl].push_back({sl, pos, n});
+      pos += n;
+    }
+  Schedule s;
+  for (std::size_t k = 0;; ++k) {
+    std::vector<Call> pass;
+    for (const auto& c : calls)
+      if (k < c.size()) pass.push_back(c[k]);
+    if (pass.empty()) break;
+    s.push_back(pass);
+  }
+  return s;
+}
+
+// The one-row decode on the walk's steps (ssd_tc_decode.cu): rows decoded one at a time, beside prefills in the
+// same passes, have the bits one whole call gives them, and leave the same state and replay ring; both
+// product precisions, both state dtypes, 64 and 32 columns of p a head (four and two warps a block), one and
+// two groups. Companion: the fp32 walk's decode on the same schedule (what a decoded row was before this
+// kernel) does not.
+TEST(CudaSsdTc, DecodedRowsHaveTheWalksBits) {
+  PARITY_REQUIRE_GPU();
+  const cuda::ScanGrid g{true, 16, true};
+  int si = 0;
+  for (const Shape& sh : {Shape{8, 64, 128, 1}, Shape{6, 32, 128, 2, 0}})
+    for (bool bf16 : test::bf16_sweep(si++))
+      for (SsdTcProducts prod : {SsdTcProducts::bf16, SsdTcProducts::split}) {
+        const int T = test::pick(200, 60), slots = 3;
+        const Inputs in = make_inputs(sh, slots, T);
+        const Result ref = run(sh, g, bf16, T, in, whole(slots, T), {true, way(0, 0, prod)});
+        const Result dec = run(sh, g, bf16, T, in, decoding(slots, T), {true, way(0, 0, prod)});
+        const std::string what = "H " + std::to_string(sh.H) + " P " + std::to_string(sh.P) + " groups " +
+                                 std::to_string(sh.groups) + (bf16 ? " bf16 " : " fp32 ") + name(prod);
+        for (const auto& [slot, y] : ref.y) {
+          const std::vector<float>& d = dec.y.at(slot);
+          std::size_t first = 0;
+          while (first < y.size() && std::memcmp(&y[first], &d[first], 4) == 0) ++first;
+          EXPECT_EQ(first, y.size()) << what << ": slot " << slot << " first differs at row " << first / sh.I()
+                                     << " column " << first % sh.I();
+        }
+        EXPECT_TRUE(same_bits(dec, ref)) << what << " (state or ring)";
+        EXPECT_FALSE(same_bits(run(sh, g, bf16, T, in, decoding(slots, T), {}), ref)) << what << " (companion)";
       }
 }
 
