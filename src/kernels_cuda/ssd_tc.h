@@ -12,7 +12,8 @@
 // each (hi + lo; three products: hi·hi + lo·hi + hi·lo, about 16 significant bits a factor). The
 // state stays fp32 in registers; the fold is fold_element(decay, S, delta) as in every other path.
 // Its bits differ from ssd_scan's (the products' rounding and accumulation order), so exact mode's
-// promise would hold only if every path (decode included) used these same steps.
+// promise holds only where every path takes these same steps: one-row calls take the decode on them
+// (ssd_tc_decode.cu).
 #include <cstddef>
 #include <optional>
 

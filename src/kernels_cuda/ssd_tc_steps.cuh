@@ -1,8 +1,8 @@
 #pragma once
 // The tensor-core cell walk's steps (ssd_tc_walk.cu), kept apart from the walk because they are the bit
-// contract a one-row decode would have to share with it: the bf16 packing of a product's factors (rounded,
-// or split into a bf16 head and a bf16 rest), the m16n8k16 step, a product in one or three steps, a warp's
-// outputs, and the ways a block is shaped.
+// contract the one-row decode (ssd_tc_decode.cu) shares with it: the bf16 packing of a product's factors
+// (rounded, or split into a bf16 head and a bf16 rest), the m16n8k16 step, a product in one or three steps, a
+// warp's outputs, and the ways a block is shaped. A warp's three products of a cell: ssd_tc_products.cuh.
 #include <cuda_bf16.h>
 
 #include <cstddef>
