@@ -1,7 +1,8 @@
 #pragma once
 // A cell of the tensor-core walk in shared memory (ssd_tc_walk.cu): its coefficient table's layout (formed by
-// ssd_tc_tables.cu) and the copies of a cell's table, x, C and B. Index arithmetic only: which
-// thread copies what changes no value.
+// ssd_tc_tables.cu), the copies of a cell's table, x, C and B, and C and B converted to the bf16 tiles the
+// products read (also the one-row decode's, ssd_tc_decode.cu). Index arithmetic and rounding to bf16 only:
+// which thread copies or converts what changes no value.
 #include <cstddef>
 #include <cstdint>
 

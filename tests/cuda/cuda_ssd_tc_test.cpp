@@ -195,6 +195,18 @@ Schedule whole(int slots, int T) {
   for (int s = 0; s < slots; ++s) pass.push_back({s, 0, T});
   return {pass};
 }
+// Each slot's calls in order, call k of every slot in pass k.
+Schedule passes_of(const std::vector<std::vector<Call>>& calls) {
+  Schedule s;
+  for (std::size_t k = 0;; ++k) {
+    std::vector<Call> pass;
+    for (const auto& c : calls)
+      if (k < c.size()) pass.push_back(c[k]);
+    if (pass.empty()) break;
+    s.push_back(pass);
+  }
+  return s;
+}
 // Each slot in calls of uneven lengths (most start inside a cell; none of one row: `decoding` below has
 // those), call k of every slot in pass k.
 Schedule uneven(int slots, int T) {
@@ -206,15 +218,7 @@ Schedule uneven(int slots, int T) {
       calls[sl].push_back({sl, pos, n});
       pos += n;
     }
-  Schedule s;
-  for (std::size_t k = 0;; ++k) {
-    std::vector<Call> pass;
-    for (const auto& c : calls)
-      if (k < c.size()) pass.push_back(c[k]);
-    if (pass.empty()) break;
-    s.push_back(pass);
-  }
-  return s;
+  return passes_of(calls);
 }
 
 const char* name(SsdTcProducts p) { return p == SsdTcProducts::split ? "split" : "bf16"; }
@@ -291,15 +295,7 @@ Schedule decoding(int slots, int T) {
       calls[sl].push_back({sl, pos, n});
       pos += n;
     }
-  Schedule s;
-  for (std::size_t k = 0;; ++k) {
-    std::vector<Call> pass;
-    for (const auto& c : calls)
-      if (k < c.size()) pass.push_back(c[k]);
-    if (pass.empty()) break;
-    s.push_back(pass);
-  }
-  return s;
+  return passes_of(calls);
 }
 
 // The one-row decode on the walk's steps (ssd_tc_decode.cu): rows decoded one at a time, beside prefills in the
