@@ -470,6 +470,18 @@ BENCHMARK(BM_CudaDecodeSsm)
     ->Iterations(kDecodeSteps)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+// The exact decode on the tensor-core walk's steps (ssd_tc_decode.cu, through ssd_tc.h's switch) beside the fp32
+// one in the same run, G = 16: arg0 batch, arg1 bf16 state, arg2 0 the fp32 decode, 1 bf16 products, 2 split.
+void BM_CudaDecodeSsmTc(benchmark::State& state) {
+  if (state.range(2) > 0) cuda::set_ssd_tc_in_scan(static_cast<cuda::SsdTcProducts>(state.range(2) - 1));
+  decode_ssm(state, static_cast<int>(state.range(0)), 16, state.range(1) != 0, 0);
+  cuda::set_ssd_tc_in_scan(std::nullopt);
+}
+BENCHMARK(BM_CudaDecodeSsmTc)
+    ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1, 2}})
+    ->Iterations(kDecodeSteps)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 // The exact decode with its L2 prefetch of later blocks' tiles (arg3: head slots ahead; 0 = none, the
 // default; -1 = one resident set ahead, the launch's resident blocks over its sequence·tile columns: 9
 // fp32 / 15 bf16 at batch 64, 3 / 4 at 256 on an H200, from 4 / 7 whole-head blocks an SM).
