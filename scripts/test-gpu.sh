@@ -35,6 +35,11 @@ fi
 for m in builtin:tiny builtin:mamba2-130m tests/data/mamba2_g1 tests/data/mamba2_g2 builtin:tiny-hybrid tests/data/granite_hybrid builtin:granite-h-bench; do
   step "$dir/parity" verify "$m" --device cuda
 done
+# Exact mode with the scan's products on tensor cores (--scan-products; docs/exact-mode.md): its own identity,
+# the same promise. builtin:mamba2-130m has the tensor-core walk's shape (state 128, head dimension 64).
+for p in bfloat16 split; do
+  step "$dir/parity" verify builtin:mamba2-130m --device cuda --scan-products "$p"
+done
 # The persistent decode step (off by default: kernels_cuda/persistent_decode.h) end to end: verify with it
 # on, and batch-1 generations (plain, exact) whose tokens must be the launches' (the bits: CudaPersistentDecode).
 step env PARITY_CUDA_PERSISTENT_DECODE=next-l2 "$dir/parity" verify builtin:mamba2-130m --device cuda
@@ -67,6 +72,7 @@ default_filter='BM_CudaGemm/(1|16|64|4096)/|BM_CudaMoeGroupedGemm|BM_CudaMoe/|BM
 default_filter+='|BM_CudaGemmRounded/(1|8|16|32|48|64)/[012]/35/'  # session 39: as a step calls it, beside cuBLAS's cold rows
 default_filter+='|BM_CudaSsdPrefill/(1|8|32)/(16|32|64|256)/|BM_CudaModelPrefill|BM_CudaHybridPrefill/8/2048'
 default_filter+='|BM_CudaHybridDecode/batch:(1|64|256)/exact:[01]/model:1/graphs:1|BM_CudaPersistentFloor|BM_CudaPersistentDecode'
+default_filter+='|BM_CudaDecodeSsmTc/|BM_CudaModelDecodeProducts/'  # session 44: --scan-products' decode beside fp32's
 if [ -n "${PARITY_GPU_BENCH_FILTER:-}" ]; then
   step "$dir/parity_gpu_bench" --benchmark_min_time=0.05 --benchmark_filter="$PARITY_GPU_BENCH_FILTER"
 else

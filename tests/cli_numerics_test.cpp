@@ -148,13 +148,18 @@ TEST_F(CliNumerics, BadValuesAreRefusedNamingTheFlag) {
                                 "generate builtin:tiny --prompt 1,2 --max-tokens 2 --exact --exact-stagger diagonal",
                                 "generate builtin:tiny --prompt 1,2 --max-tokens 2 --mamba-ssm-cache-dtype float16",
                                 "generate builtin:tiny --prompt 1,2 --max-tokens 2 --exact-grid 16",
-                                "verify builtin:tiny --exact-grid 48"}) {
+                                "verify builtin:tiny --exact-grid 48",
+                                "generate builtin:tiny --prompt 1,2 --max-tokens 2 --exact --scan-products fp16",
+                                "generate builtin:tiny --prompt 1,2 --max-tokens 2 --scan-products bfloat16",
+                                "score builtin:tiny --tokens 1,2 --out " + out("x.st") + " --exact --scan-products split",
+                                "verify builtin:tiny --scan-products bfloat16 --scenario decode"}) {
     SCOPED_TRACE(cmd);
     auto r = test::run_cli(cmd);
     EXPECT_EQ(r.status, 1) << r.err;
     const bool names_flag = r.err.find("--exact-grid") != std::string::npos ||
                             r.err.find("--exact-stagger") != std::string::npos ||
-                            r.err.find("--mamba-ssm-cache-dtype") != std::string::npos;
+                            r.err.find("--mamba-ssm-cache-dtype") != std::string::npos ||
+                            r.err.find("--scan-products") != std::string::npos;
     EXPECT_TRUE(names_flag) << r.err;
   }
   EXPECT_FALSE(fs::exists(out("x.st"))) << "nothing is written on failure";
@@ -193,6 +198,36 @@ TEST(Numerics, DeviceAndTensorParallelDegreeArePartOfTheIdentity) {
   EXPECT_EQ(stamped.tensor_parallel, 1);
   const auto two = model::load_model(model::open_checkpoint("builtin:tiny-g2"), 2);
   EXPECT_EQ(model::stamp_backend(*two, cpu).tensor_parallel, 2);
+}
+
+// The scan's products are part of exact mode's identity: float32 (every backend's default) writes no key, so
+// files read as before; bfloat16 and split write and compare it. Plain mode takes none, and the CPU backend,
+// which forms fp32 products only, refuses the others at start-up (the CUDA model's refusals: CudaModel tests).
+TEST(Numerics, ScanProductsArePartOfTheIdentity) {
+  const cache::Numerics fp32 = cache::resolve_numerics(true, std::nullopt, 16, cache::StaggerChoice::Auto, 256);
+  EXPECT_EQ(fp32.metadata().count("exact_scan_products"), 0u);
+  EXPECT_EQ(fp32.describe().find("products"), std::string::npos) << fp32.describe();
+  const cache::Numerics bf16 = cache::resolve_numerics(true, std::nullopt, 16, cache::StaggerChoice::Auto, 256,
+                                                       kernels::kDefaultExactCell, kernels::ScanProducts::bfloat16);
+  cache::Numerics split = bf16;
+  split.grid.products = cache::parse_scan_products("split");
+  EXPECT_EQ(bf16.metadata().at("exact_scan_products"), "bfloat16");
+  EXPECT_NE(bf16.describe().find("scan products bfloat16"), std::string::npos) << bf16.describe();
+  EXPECT_EQ(cache::numerics_difference(fp32.metadata(), bf16.metadata()), "exact_scan_products float32 vs bfloat16");
+  EXPECT_EQ(cache::numerics_difference(split.metadata(), bf16.metadata()), "exact_scan_products split vs bfloat16");
+  EXPECT_EQ(cache::numerics_difference(bf16.metadata(), bf16.metadata()), "");
+  EXPECT_THROW(cache::resolve_numerics(false, std::nullopt, std::nullopt, cache::StaggerChoice::Auto, 256,
+                                       kernels::kDefaultExactCell, kernels::ScanProducts::split),
+               Error);
+  EXPECT_THROW(cache::parse_scan_products("bf16"), Error);
+  const auto m = model::load_model(model::open_checkpoint("builtin:tiny"));
+  EXPECT_NO_THROW(model::stamp_backend(*m, fp32));  // the companion
+  try {
+    model::stamp_backend(*m, bf16);
+    ADD_FAILURE() << "the CPU backend should refuse bfloat16 products";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp32 only"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

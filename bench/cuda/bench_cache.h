@@ -1,6 +1,6 @@
 #pragma once
 // The cache a GPU benchmark runs on: `slots` sequences with the mode's default numerics (grid, state dtype;
-// `ssm_dtype` overrides the latter), and, when kv_tokens > 0, paged KV blocks of 16 for kv_tokens tokens per
+// `ssm_dtype` overrides the latter, `products` the scan's products in exact mode), and, when kv_tokens > 0, paged KV blocks of 16 for kv_tokens tokens per
 // sequence.
 #include <cstdint>
 #include <optional>
@@ -11,9 +11,12 @@
 namespace parity::bench {
 
 inline cache::ModelCache bench_cache(const model::Model& m, bool exact, int slots, int64_t kv_tokens = 0,
-                                     std::optional<DType> ssm_dtype = std::nullopt) {
+                                     std::optional<DType> ssm_dtype = std::nullopt,
+                                     kernels::ScanProducts products = kernels::ScanProducts::float32) {
   cache::Numerics num = model::default_numerics(m, exact ? model::ScanMode::Exact : model::ScanMode::Plain);
   if (ssm_dtype) num.ssm_dtype = *ssm_dtype;
+  if (exact) num.grid.products = products;
+  num = model::stamp_backend(m, num);  // the model's refusal, if any, before a pass
   cache::ModelCacheOptions o;
   o.mamba.num_slots = slots;
   o.mamba.exact = num.exact;

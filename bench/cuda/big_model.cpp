@@ -15,9 +15,10 @@ model::Model& mamba2_2p7b() {
   return *m;
 }
 
-DecodeRun prepare_decode(model::Model& m, bool exact, int batch, std::optional<DType> ssm_dtype, bool pinned) {
+DecodeRun prepare_decode(model::Model& m, bool exact, int batch, std::optional<DType> ssm_dtype, bool pinned,
+                         kernels::ScanProducts products) {
   const std::size_t n = std::size_t(batch) * m.vocab_size();
-  DecodeRun r{bench_cache(m, exact, batch, 0, ssm_dtype), {},
+  DecodeRun r{bench_cache(m, exact, batch, 0, ssm_dtype, products), {},
               pinned ? m.host_floats(n) : model::HostFloats(new float[n](), [](float* p) { delete[] p; }),
               exact ? model::ScanMode::Exact : model::ScanMode::Plain, 16};
   model::ForwardBatch b;

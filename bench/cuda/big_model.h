@@ -27,7 +27,7 @@ struct DecodeRun {
 };
 // pinned = false: the logits in ordinary (pageable, pre-faulted) memory, as before session 24.
 DecodeRun prepare_decode(model::Model& m, bool exact, int batch, std::optional<DType> ssm_dtype = std::nullopt,
-                         bool pinned = true);
+                         bool pinned = true, kernels::ScanProducts products = kernels::ScanProducts::float32);
 // The benchmarks' loop over decode steps of `run`: each iteration moves every sequence's start to run.pos, times
 // Model::forward from the host (its wall time: the iteration's manual time) and advances run.pos. Returns the
 // mean step in seconds.

@@ -257,14 +257,18 @@ BENCHMARK(BM_CudaSsdPrefill)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-// The tensor-core cell walk prototype (ssd_tc.cu: band, walk, ring; not what the model runs) on
+// The tensor-core cell walk (ssd_tc.cu: band, walk, ring; the model's with --scan-products) on
 // BM_CudaSsdPrefill's inputs and timing, exact mode: compare with BM_CudaSsdPrefill/batch/16/1 of the
 // same run. arg1: the cell (16 only). Each batch size's inputs are drawn once and kept for the next runs
 // (never freed: a buffer freed after the runtime's exit would fail).
-void tc_prefill(benchmark::State& state, cuda::SsdTcWay way, bool device_only = false) {
+// The tc benchmarks' products argument: 0 bf16, 1 split.
+cuda::ScanProducts tc_products(int64_t arg) {
+  return arg == 0 ? cuda::ScanProducts::bfloat16 : cuda::ScanProducts::split;
+}
+void tc_prefill(benchmark::State& state, cuda::SsdTcWay way, cuda::ScanProducts products, bool device_only = false) {
   if (!have_gpu(state)) return;
   const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
-  const cuda::ScanGrid g{true, cell, true};
+  const cuda::ScanGrid g{true, cell, true, products};
   static auto* kept = new std::map<std::pair<int, int>, std::unique_ptr<ScanBench>>();
   std::unique_ptr<ScanBench>& slot = (*kept)[{batch, cell}];
   if (!slot) slot = std::make_unique<ScanBench>(g, false, batch, 2048);
@@ -292,16 +296,12 @@ void tc_prefill(benchmark::State& state, cuda::SsdTcWay way, bool device_only = 
   state.SetItemsProcessed(state.iterations() * batch * 2048);
 }
 // The default way: bf16 products, the block shape by batch size.
-void BM_CudaSsdTcPrefill(benchmark::State& state) { tc_prefill(state, {}); }
+void BM_CudaSsdTcPrefill(benchmark::State& state) { tc_prefill(state, {}, cuda::ScanProducts::bfloat16); }
 BENCHMARK(BM_CudaSsdTcPrefill)->ArgsProduct({{1, 8, 32}, {16}})->UseManualTime()->Unit(benchmark::kMicrosecond);
 // The same, device time only (Timer::start_device: the launches queued behind a busy kernel, so the host's
 // launch cost is left out): compare with BM_CudaSsdPrefillTiles/batch/16/0.
 // arg2: the products (0 bf16, 1 split), each at its default way.
-void BM_CudaSsdTcPrefillDevice(benchmark::State& state) {
-  cuda::SsdTcWay w;
-  w.products = static_cast<cuda::SsdTcProducts>(state.range(2));
-  tc_prefill(state, w, true);
-}
+void BM_CudaSsdTcPrefillDevice(benchmark::State& state) { tc_prefill(state, {}, tc_products(state.range(2)), true); }
 BENCHMARK(BM_CudaSsdTcPrefillDevice)
     ->ArgsProduct({{1, 2, 8, 32}, {16}, {0, 1}})
     ->UseManualTime()
@@ -312,8 +312,7 @@ void BM_CudaSsdTcPrefillWays(benchmark::State& state) {
   cuda::SsdTcWay w;
   w.warps_p = static_cast<int>(state.range(2));
   w.warps_n = static_cast<int>(state.range(3));
-  w.products = static_cast<cuda::SsdTcProducts>(state.range(4));
-  tc_prefill(state, w, true);
+  tc_prefill(state, w, tc_products(state.range(4)), true);
 }
 // The block shapes worth timing at each size (one warp over n where the heads fill the GPU, n split
 // where latency a cell is all that counts), and the split products at the default shapes.
@@ -410,13 +409,15 @@ struct DecodeWay {
   bool probe = false;  // after the timed steps, one cell of steps with the per-block probe
 };
 void decode_probe_counters(benchmark::State& state, ScanBench& b, int64_t& pos, int cell);
-void decode_ssm(benchmark::State& state, int batch, int cell, bool bf16, int tile, int ahead = 0, DecodeWay way = {}) {
+void decode_ssm(benchmark::State& state, int batch, int cell, bool bf16, int tile, int ahead = 0, DecodeWay way = {},
+                cuda::ScanProducts products = cuda::ScanProducts::float32) {
   if (!have_gpu(state)) return;
   cuda::ssd_force_step_tile(tile);
   cuda::ssd_force_step_prefetch(ahead);
   cuda::ssd_force_decode_way(way.way);
   cuda::ssd_force_decode_smem_pad(way.pad);
-  const cuda::ScanGrid g{cell != 0, cell != 0 ? cell : cuda::kMaxCell, cell != 0};
+  const cuda::ScanGrid g{cell != 0, cell != 0 ? cell : cuda::kMaxCell, cell != 0,
+                        cell != 0 ? products : cuda::ScanProducts::float32};
   ScanBench b(g, bf16, batch, 1);
   int64_t pos = 1000;
   for (int i = 0; i < 8; ++i) b.pass(pos++);
@@ -470,12 +471,11 @@ BENCHMARK(BM_CudaDecodeSsm)
     ->Iterations(kDecodeSteps)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
-// The exact decode on the tensor-core walk's steps (ssd_tc_decode.cu, through ssd_tc.h's switch) beside the fp32
-// one in the same run, G = 16: arg0 batch, arg1 bf16 state, arg2 0 the fp32 decode, 1 bf16 products, 2 split.
+// The exact decode on the tensor-core walk's steps (ssd_tc_decode.cu, the grid's products) beside the fp32 one in
+// the same run, G = 16: arg0 batch, arg1 bf16 state, arg2 the products (0 float32, 1 bfloat16, 2 split).
 void BM_CudaDecodeSsmTc(benchmark::State& state) {
-  if (state.range(2) > 0) cuda::set_ssd_tc_in_scan(static_cast<cuda::SsdTcProducts>(state.range(2) - 1));
-  decode_ssm(state, static_cast<int>(state.range(0)), 16, state.range(1) != 0, 0);
-  cuda::set_ssd_tc_in_scan(std::nullopt);
+  decode_ssm(state, static_cast<int>(state.range(0)), 16, state.range(1) != 0, 0, 0, {},
+             static_cast<cuda::ScanProducts>(state.range(2)));
 }
 BENCHMARK(BM_CudaDecodeSsmTc)
     ->ArgsProduct({{1, 64, 256}, {0, 1}, {0, 1, 2}})
@@ -1360,6 +1360,23 @@ void time_decode_steps(benchmark::State& state, model::Model& m, bench::DecodeRu
   state.SetItemsProcessed(state.iterations() * batch);  // tokens
 }
 
+// Exact decode steps with the scan's products on tensor cores (--scan-products) beside the fp32 walk's, same run:
+// arg0 batch, arg1 the products (0 float32, 1 bfloat16, 2 split). Exact mode's default fp32 state; default
+// launches, graphs on; wall time of Model::forward as BM_CudaModelDecode.
+void BM_CudaModelDecodeProducts(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  model::Model& m = big_model();
+  const int batch = static_cast<int>(state.range(0));
+  bench::DecodeRun run =
+      bench::prepare_decode(m, true, batch, std::nullopt, true, static_cast<cuda::ScanProducts>(state.range(1)));
+  time_decode_steps(state, m, run, batch);
+}
+BENCHMARK(BM_CudaModelDecodeProducts)
+    ->ArgsProduct({{1, 64, 256}, {0, 1, 2}})
+    ->ArgNames({"batch", "products"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
 // Exact against plain at the same state dtype (issue 10's comparison; BM_CudaModelDecode runs each mode's
 // default: plain bf16, exact fp32): arg0 batch, arg1 0 plain / 1 exact, arg2 0 fp32 / 1 bf16 state. Default
 // launches, graphs on; wall time of Model::forward as BM_CudaModelDecode.
@@ -1399,7 +1416,8 @@ void BM_CudaModelPrefill(benchmark::State& state) {
   const model::Model& m = big_model();
   const bool exact = state.range(0) != 0;
   const int batch = 8, len = 2048;
-  cache::ModelCache mc = bench::bench_cache(m, exact, batch);
+  cache::ModelCache mc =
+      bench::bench_cache(m, exact, batch, 0, std::nullopt, static_cast<cuda::ScanProducts>(state.range(4)));
   model::ForwardBatch b;
   for (int s = 0; s < batch; ++s) {
     mc.allocate();
@@ -1412,7 +1430,6 @@ void BM_CudaModelPrefill(benchmark::State& state) {
   cuda::set_conv_row_tiles(state.range(1) != 0);
   cuda::set_copy_only_norms(state.range(2) != 0);
   cuda::set_ssd_pipe_auto(static_cast<cuda::SsdPrefill>(state.range(3)));
-  if (state.range(4) > 0) cuda::set_ssd_tc_in_scan(static_cast<cuda::SsdTcProducts>(state.range(4) - 1));
   for (auto _ : state) {
     for (int s = 0; s < batch; ++s) mc.set_position(s, 0);
     const auto t0 = std::chrono::steady_clock::now();
@@ -1429,14 +1446,13 @@ void BM_CudaModelPrefill(benchmark::State& state) {
   cuda::set_conv_row_tiles(true);
   cuda::set_copy_only_norms(true);
   cuda::set_ssd_pipe_auto(cuda::kSsdPipeDefault);
-  cuda::set_ssd_tc_in_scan(std::nullopt);
   bench::report_step_shares(state, prof);
 }
 // arg0 exact, arg1 the conv in row tiles (1, the default) or a thread a row and channel (0), arg2 the
 // norms before the GEMMs write only the bf16 copy the GEMMs read (1, the default) or their fp32 output too,
 // arg3 exact mode's pipelined scan walk (ssd_prefill.h: 664, 674 its coefficients from a table pass, 684 also
 // C and B laid out by quarter before it; cuda::kSsdPipeDefault is the default), arg4 the scan's products on
-// tensor cores instead of the fp32 walk (ssd_tc.h's measurement switch: 0 off, 1 bf16, 2 split; exact only).
+// tensor cores instead of the fp32 walk (--scan-products: 0 float32, 1 bfloat16, 2 split; exact only).
 BENCHMARK(BM_CudaModelPrefill)
     ->ArgsProduct({{0, 1}, {1}, {1}, {664}, {0}})
     ->ArgsProduct({{1}, {1}, {1}, {674, 684}, {0}})

@@ -187,6 +187,7 @@ bool CudaMamba2Model::takes_persistent(DeviceState& ds, const cuda::ScanGrid& gr
       !mixer_.bf16_weights())
     return false;
   if (grid.exact != ds.exact || (grid.exact && grid.cell != ds.cell)) return false;  // the table's grid
+  if (grid.products != kernels::ScanProducts::float32) return false;  // its decode forms fp32 products
   Run& run = *run_;
   if (!run.persistent_made || run.persistent_state != ds.id) {
     const cuda::PersistentDecodeShape shape = persistent_shape(ds);

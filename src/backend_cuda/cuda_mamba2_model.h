@@ -49,6 +49,7 @@ class CudaMamba2Model : public model::Model {
   void forward(const model::ForwardBatch& batch, cache::ModelCache& cache, model::ScanMode mode, float* logits,
                model::ProbeHooks* hooks = nullptr) const override;
   int default_exact_cell() const override { return kCudaDefaultExactCell; }
+  std::string exact_refusal(const kernels::ExactGrid& grid) const override { return mixer_.exact_refusal(grid); }
   const char* device() const override { return "cuda"; }
   std::optional<model::DeviceMemory> device_memory() const override { return query_device_memory(rank_.device); }
   model::HostFloats host_floats(std::size_t n) const override { return pinned_host_floats(n); }

@@ -1,9 +1,11 @@
 #include "backend_cuda/cuda_mamba_mixer.h"
 
 #include "backend_cuda/decode_graphs.h"
+#include "cache/numerics.h"
 #include "kernels/math.h"
 #include "kernels_cuda/conv_epilogue.h"
 #include "kernels_cuda/gated_a.h"
+#include "kernels_cuda/ssd_tc.h"
 #include "model/weight_loading.h"
 
 namespace parity::backend_cuda {
@@ -46,6 +48,19 @@ void CudaMambaMixer::reserve(MambaScratch& sc, int T) const {
   sc.g.resize(t * cfg_.intermediate_size);
   sc.g16.resize(t * cfg_.intermediate_size);
   sc.gate.resize(t * cfg_.intermediate_size);
+}
+
+std::string CudaMambaMixer::exact_refusal(const kernels::ExactGrid& grid) const {
+  if (grid.products == kernels::ScanProducts::float32 || cfg_.num_heads == 0) return "";
+  if (fp32_)
+    return std::string("--scan-products ") + cache::scan_products_name(grid.products) +
+           " goes with bf16 GEMM inputs: --dtype float32 is the accuracy path, whose scan forms fp32 products";
+  cuda::ScanGrid g;
+  g.exact = true;
+  g.cell = grid.cell;
+  g.stagger = grid.stagger;
+  g.products = grid.products;
+  return cuda::ssd_tc_refusal(shape(), g);
 }
 
 void CudaMambaMixer::reserve_scan(MambaScratch& sc, const cuda::PassSeqs& ps, const cuda::ScanGrid& grid) const {

@@ -71,6 +71,9 @@ class CudaMambaMixer {
   // Layer `layer`'s inner probe points (in_proj, conv1d, dt, norm), in the order enqueue visits them.
   std::vector<model::ProbePoint> probe_points(int layer) const;
   cuda::SsdShape shape() const { return {cfg_.num_heads, cfg_.head_dim, cfg_.state_size, cfg_.n_groups}; }
+  // Model::exact_refusal for the mixer's scan: products other than fp32 take the tensor-core walk (its shape
+  // family only) and go with bf16 GEMM inputs (--dtype float32 is the accuracy path: fp32 products).
+  std::string exact_refusal(const kernels::ExactGrid& grid) const;
   // The activations of a T-row pass; the scan's scratch for the pass's cell tasks (sized apart: it
   // depends on the pass's plan, not only on T).
   void reserve(MambaScratch& sc, int T) const;

@@ -141,6 +141,7 @@ cuda::ScanGrid scan_grid_of(model::ScanMode mode, const cache::MambaCacheOptions
   grid.exact = mode == model::ScanMode::Exact;
   grid.cell = grid.exact ? mo.grid.cell : plain_cell;
   grid.stagger = grid.exact && mo.grid.stagger;
+  grid.products = grid.exact ? mo.grid.products : kernels::ScanProducts::float32;
   if (grid.exact && grid.cell > cuda::kMaxCell)
     throw Error("--exact-grid " + std::to_string(grid.cell) + ": the CUDA backend runs exact grids of 1.." +
                 std::to_string(cuda::kMaxCell) + " rows");

@@ -5,13 +5,14 @@
 namespace parity::cache {
 
 namespace {
-const char* const kIdentityKeys[] = {"numerics", "ssm_state_dtype", "exact_grid", "exact_stagger", "device",
-                                     "tensor_parallel"};
+const char* const kIdentityKeys[] = {"numerics", "ssm_state_dtype", "exact_grid", "exact_stagger",
+                                     "exact_scan_products", "device", "tensor_parallel"};
 
 // The value a file without the key means: files from before the key existed were one-rank CPU runs.
 std::string missing_value(const std::string& key) {
   if (key == "device") return "cpu";
   if (key == "tensor_parallel") return "1";
+  if (key == "exact_scan_products") return "float32";
   return "(none)";
 }
 }
@@ -21,6 +22,7 @@ std::map<std::string, std::string> Numerics::metadata() const {
   if (exact) {
     m["exact_grid"] = std::to_string(grid.cell);
     m["exact_stagger"] = grid.stagger ? "spread" : "none";
+    if (grid.products != kernels::ScanProducts::float32) m["exact_scan_products"] = scan_products_name(grid.products);
   }
   if (device != "cpu") m["device"] = device;
   if (tensor_parallel != 1) m["tensor_parallel"] = std::to_string(tensor_parallel);
@@ -33,12 +35,17 @@ std::string Numerics::describe() const {
   if (device != "cpu") where += " on " + device;
   if (tensor_parallel != 1) where += ", tensor parallel " + std::to_string(tensor_parallel);
   if (!exact) return std::string("plain (vLLM: chunked SSD prefill, SSU decode, state ") + state + ")" + where;
+  const std::string products = grid.products == kernels::ScanProducts::float32
+                                   ? ""
+                                   : std::string(", scan products ") + scan_products_name(grid.products);
   return "exact (grid " + std::to_string(grid.cell) + ", stagger " + (grid.stagger ? "spread" : "none") + ", state " +
-         state + ")" + where;
+         state + products + ")" + where;
 }
 
 Numerics resolve_numerics(bool exact, std::optional<DType> ssm_dtype, std::optional<int> exact_cell,
-                          StaggerChoice stagger, int chunk_size, int default_cell) {
+                          StaggerChoice stagger, int chunk_size, int default_cell, kernels::ScanProducts products) {
+  if (!exact && products != kernels::ScanProducts::float32)
+    throw Error("--scan-products chooses exact mode's scan products: add --exact (plain mode's scan is vLLM's)");
   Numerics n;
   n.exact = exact;
   n.ssm_dtype = ssm_dtype.value_or(exact ? DType::F32 : DType::BF16);
@@ -48,12 +55,28 @@ Numerics resolve_numerics(bool exact, std::optional<DType> ssm_dtype, std::optio
   validate_exact_cell(cell);
   n.grid.cell = cell;
   n.grid.stagger = stagger == StaggerChoice::Spread || (stagger == StaggerChoice::Auto && cell != chunk_size);
+  n.grid.products = products;
   return n;
 }
 
 void validate_exact_cell(int cell) {
   if (cell < 1 || cell > 4096 || (cell & (cell - 1)) != 0)
     throw Error("--exact-grid must be a power of two between 1 and 4096 (got " + std::to_string(cell) + ")");
+}
+
+kernels::ScanProducts parse_scan_products(const std::string& s) {
+  if (s == "float32") return kernels::ScanProducts::float32;
+  if (s == "bfloat16") return kernels::ScanProducts::bfloat16;
+  if (s == "split") return kernels::ScanProducts::split;
+  throw Error("--scan-products must be float32, bfloat16 or split (got '" + s + "')");
+}
+
+const char* scan_products_name(kernels::ScanProducts p) {
+  switch (p) {
+    case kernels::ScanProducts::bfloat16: return "bfloat16";
+    case kernels::ScanProducts::split: return "split";
+    default: return "float32";
+  }
 }
 
 StaggerChoice parse_stagger(const std::string& s) {

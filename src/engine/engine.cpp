@@ -63,7 +63,8 @@ class Engine::Slots : public SlotPool {
 Engine::Engine(const model::Model& model, EngineConfig cfg) : model_(model), cfg_(cfg) {
   numerics_ = model::stamp_backend(
       model, cache::resolve_numerics(cfg_.mode == model::ScanMode::Exact, cfg_.ssm_cache_dtype, cfg_.exact_grid,
-                                     cfg_.exact_stagger, model.chunk_size(), model.default_exact_cell()));
+                                     cfg_.exact_stagger, model.chunk_size(), model.default_exact_cell(),
+                                     cfg_.scan_products));
   cache::MambaCacheOptions opt;
   opt.exact = numerics_.exact;
   opt.ssm_dtype = numerics_.ssm_dtype;

@@ -50,6 +50,8 @@ struct EngineConfig {
   // Exact mode's grid cell (empty: the backend's default) and stagger (cache/numerics.h).
   std::optional<int> exact_grid;
   cache::StaggerChoice exact_stagger = cache::StaggerChoice::Auto;
+  // Exact mode's scan products (kernels/exact_grid.h); the model refuses what its backend cannot form.
+  kernels::ScanProducts scan_products = kernels::ScanProducts::float32;
   // bytes for the state and KV caches together; 0 = one slot per max_num_seqs and KV room for
   // min(max_model_len, cache::kDefaultKvTokensPerSeq) tokens per slot
   std::size_t state_memory_budget = 0;

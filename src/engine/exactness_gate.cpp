@@ -58,6 +58,7 @@ EngineConfig base_config(const cache::Numerics& n, const GateOptions& opt, int b
   c.ssm_cache_dtype = n.ssm_dtype;
   c.exact_grid = n.grid.cell;
   c.exact_stagger = opt.stagger;
+  c.scan_products = n.grid.products;
   c.sched.max_num_seqs = 8;
   c.sched.max_num_batched_tokens = budget;
   return c;
@@ -106,7 +107,8 @@ std::vector<ScenarioResult> run_exactness_gate(const model::Model& m, const Gate
   for (model::ScanMode mode : opt.modes) {
     if (mode == model::ScanMode::Exact) {
       for (DType d : opt.exact_dtypes)
-        configs.push_back(cache::resolve_numerics(true, d, opt.exact_grid, opt.stagger, cs, m.default_exact_cell()));
+        configs.push_back(cache::resolve_numerics(true, d, opt.exact_grid, opt.stagger, cs, m.default_exact_cell(),
+                                                  opt.scan_products));
     } else {
       configs.push_back(cache::resolve_numerics(false, std::nullopt, std::nullopt, opt.stagger, cs));
     }

@@ -23,6 +23,7 @@ struct GateOptions {
   std::vector<DType> exact_dtypes = {DType::F32, DType::BF16};
   std::optional<int> exact_grid;  // empty: the default cell
   cache::StaggerChoice stagger = cache::StaggerChoice::Auto;
+  kernels::ScanProducts scan_products = kernels::ScanProducts::float32;  // exact mode's
   std::vector<std::string> scenarios;  // empty: all of gate_scenarios()
   bool prefix_caching = false;  // every scenario with prefix caching on (the prefix-cache scenario always is)
 };

@@ -19,9 +19,17 @@ namespace parity::kernels {
 // 1.56×); prefill is below plain's cost at 8 and 16.
 inline constexpr int kDefaultExactCell = 8;
 
+// How the scan forms a cell's products (C·Sᵀ, the cell's intra sum, the fold's delta); every sum of them
+// accumulates in fp32 (DESIGN.md rule 5). float32: fp32 factors and FMA chains, every backend's default and the
+// CPU's only way. bfloat16 / split: the CUDA backend's tensor-core walk (kernels_cuda/ssd_tc.h), its factors
+// rounded to bf16 (as vLLM's chunk scan rounds them) or split into a bf16 hi + lo. Part of exact mode's
+// identity: each gives other bits.
+enum class ScanProducts { float32 = 0, bfloat16 = 1, split = 2 };
+
 struct ExactGrid {
   int cell = kDefaultExactCell;  // G, a power of two
   bool stagger = true;
+  ScanProducts products = ScanProducts::float32;
   int nheads = 1;
   // A tensor-parallel rank holds heads [first_head, first_head + nheads) of a mixer of model_heads
   // heads (0: the whole mixer). Its heads keep the offsets they have in the whole model, so every

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "kernels/exact_grid.h"
 #include "kernels/math.h"  // PARITY_HD
 
 namespace parity::cuda {
@@ -156,6 +157,8 @@ struct ScanGrid {
   bool exact = false;
   int cell = 64;
   bool stagger = true;
+  // Exact passes other than float32 take the tensor-core walk (ssd_tc.h), which needs its shape family.
+  kernels::ScanProducts products = kernels::ScanProducts::float32;
   // A tensor-parallel rank holds heads [first_head, first_head + H) of a mixer of model_heads heads
   // (0: the whole mixer). Its heads keep the stagger offsets they have in the whole model
   // (kernels/exact_grid.h), so every TP degree scans on the same grid.

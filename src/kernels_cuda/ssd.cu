@@ -197,10 +197,14 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
   if (sh.H % sh.groups != 0) throw Error("CUDA SSD: heads must divide into groups");
   if (scratch_floats < ssd_scratch_floats(sh, p, g, which))
     throw Error("CUDA SSD: scratch smaller than ssd_scratch_floats()");
-  if (which == SsdPrefill::automatic && ssd_tc_takes(sh, g, p)) {  // a measurement switch (ssd_tc.h)
-    ssd_tc_scan(sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, scratch_floats, y, s, SsdTcWay{0, 0, *ssd_tc_in_scan()});
+  if (which == SsdPrefill::automatic && ssd_tc_takes(sh, g, p)) {  // the grid's products are bf16 or split
+    ssd_tc_scan(sh, g, p, xbc, ld_xbc, dt, A, D, st, scratch, scratch_floats, y, s);
     return;
   }
+  if (g.exact && g.products != kernels::ScanProducts::float32)
+    throw Error("CUDA SSD: " + (which == SsdPrefill::automatic ? ssd_tc_refusal(sh, g)
+                                                                : std::string("a named way forms fp32 products")) +
+                " (the grid asks for the tensor-core walk's)");
   which = resolved(g, which);
   if (which == SsdPrefill::three_phase || which == SsdPrefill::chunked) {
     if (which == SsdPrefill::chunked && g.exact)

@@ -1,7 +1,6 @@
-// PROTOTYPE: the exact grid's SSD prefill with the cell walk's products on tensor cores (ssd_tc.h says what
-// it computes). This file holds the launches: the band (C·B, fp32, the existing launch), the table pass
+// The exact grid's SSD with the cell walk's products on tensor cores (ssd_tc.h says what it computes). This
+// file holds the launches: the band (C·B, fp32, the existing launch), the table pass
 // (ssd_tc_tables.cu), the walk (ssd_tc_walk.cu), and the replay ring.
-#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -42,7 +41,6 @@ __global__ void tc_ring_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float*
 }  // namespace ssd
 
 namespace {
-std::atomic<int> tc_in_scan{-1};  // -1: off; else an SsdTcProducts
 // The band's floats in the scratch, rounded up to 16 bytes: the walk's tables follow it.
 std::size_t band_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
   return (ssd_scratch_floats(sh, p, g, SsdPrefill::span16) + 3) / 4 * 4;  // the band alone (the span walk's scratch)
@@ -58,35 +56,34 @@ bool ssd_tc_supported(const SsdShape& sh, const ScanGrid& g) {
   return g.cell == ssd::kG && sh.N == ssd::kN && sh.P % 16 == 0 && sh.P > 0 && sh.groups > 0 && sh.H % sh.groups == 0;
 }
 
-void set_ssd_tc_in_scan(std::optional<SsdTcProducts> products) {
-  tc_in_scan.store(products ? static_cast<int>(*products) : -1);
-}
-
-std::optional<SsdTcProducts> ssd_tc_in_scan() {
-  const int v = tc_in_scan.load();
-  if (v < 0) return std::nullopt;
-  return static_cast<SsdTcProducts>(v);
+std::string ssd_tc_refusal(const SsdShape& sh, const ScanGrid& g) {
+  if (g.products == ScanProducts::float32) return "";
+  if (!g.exact) return "--scan-products chooses exact mode's products: add --exact";
+  if (ssd_tc_supported(sh, g)) return "";
+  return "--scan-products " + std::string(g.products == ScanProducts::split ? "split" : "bfloat16") +
+         ": the tensor-core walk needs --exact-grid 16, a state of 128 and a head dimension that is a multiple of 16 "
+         "(this model: grid " + std::to_string(g.cell) + ", state " + std::to_string(sh.N) + ", head dimension " +
+         std::to_string(sh.P) + ")";
 }
 
 bool ssd_tc_takes(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p) {
-  return tc_in_scan.load() >= 0 && g.exact && ssd_tc_supported(sh, g) && p.num_ssu_seqs == 0 &&
+  return g.exact && g.products != ScanProducts::float32 && ssd_tc_supported(sh, g) && p.num_ssu_seqs == 0 &&
          (p.num_cell_tasks > 0 || p.num_decode_seqs > 0);
 }
 
-SsdTcWay ssd_tc_default_way(const SsdShape& sh, int seqs, SsdTcProducts products) {
+SsdTcWay ssd_tc_default_way(const SsdShape& sh, int seqs, ScanProducts products) {
   // The best ways measured on an H200 (32 heads × 64, 2048-row sequences, session 21, device µs): 2 × 4 warps
   // at one sequence (bf16 products 177, 1 × 4 184, 4 × 4 213, 4 × 2 197; split 231), 4 × 1 at 8 and 32 with
   // bf16 products (460 and 1,537; 4 × 2 466 and 1,747), 4 × 2 with split products (654 and 2,493; 4 × 1 702
   // and 2,670). A launch shape only: every way gives the same bits.
   const long heads = static_cast<long>(seqs) * sh.H;
   SsdTcWay w;
-  w.products = products;
   if (heads <= 132) {
     w.warps_p = sh.P % 32 == 0 ? 2 : 1;
     w.warps_n = 4;
   } else {
     w.warps_p = sh.P % 64 == 0 ? 4 : sh.P % 32 == 0 ? 2 : 1;
-    w.warps_n = products == SsdTcProducts::split ? 2 : 1;
+    w.warps_n = products == ScanProducts::split ? 2 : 1;
   }
   return w;
 }
@@ -99,12 +96,13 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
     throw Error("CUDA SSD tc: needs cell 16, N 128, P a multiple of 16 (cell " + std::to_string(g.cell) + ", N " +
                 std::to_string(sh.N) + ", P " + std::to_string(sh.P) + ")");
   if (p.num_ssu_seqs > 0) throw Error("CUDA SSD tc: plain mode's one-row calls (the SSU) are not handled");
+  if (g.products == ScanProducts::float32) throw Error("CUDA SSD tc: the grid asks for fp32 products (ssd_scan's)");
   if (scratch_floats < ssd_tc_scratch_floats(sh, p, g))
     throw Error("CUDA SSD tc: scratch smaller than ssd_tc_scratch_floats()");
-  const bool split = way.products == SsdTcProducts::split;
+  const bool split = g.products == ScanProducts::split;
   if (p.num_decode_seqs > 0) ssd_tc_decode(split, sh, g, p, xbc, ld_xbc, dt, A, D, st, y, s);
   if (p.num_cell_tasks <= 0) return;
-  const SsdTcWay d = ssd_tc_default_way(sh, p.num_seqs, way.products);
+  const SsdTcWay d = ssd_tc_default_way(sh, p.num_seqs, g.products);
   const int wp = way.warps_p > 0 ? way.warps_p : d.warps_p, ks = way.warps_n > 0 ? way.warps_n : d.warps_n;
   ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
   float* tables = scratch + band_floats(sh, p, g);

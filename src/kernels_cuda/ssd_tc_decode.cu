@@ -1,4 +1,4 @@
-// PROTOTYPE: exact mode's one-row decode on the tensor-core walk's steps (ssd_tc.h), so that a row decoded here
+// Exact mode's one-row decode on the tensor-core walk's steps (ssd_tc.h), so that a row decoded here
 // has the bits ssd_tc_scan's walk gives it in a prefill. One block a (sequence, head, 16·WP columns of p), every
 // one-row sequence of a pass in one launch. Row t sits at index j of its cell (rows 0..j−1 in the replay ring):
 // - the cell's rows 0..j in shared memory (x of the block's columns, B), zeros after j; C_t as row j of a C

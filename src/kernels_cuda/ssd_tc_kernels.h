@@ -1,5 +1,5 @@
 #pragma once
-// PROTOTYPE (issue 11): the launches ssd_tc_scan makes between the band and the replay ring (ssd_tc.cu): the
+// The launches ssd_tc_scan makes between the band and the replay ring (ssd_tc.cu): the
 // table pass (ssd_tc_tables.cu), then the tensor-core walk over the cells (ssd_tc_walk.cu); and the one-row
 // decode on the same steps.
 #include "kernels_cuda/ops.h"

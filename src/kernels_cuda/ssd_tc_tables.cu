@@ -1,4 +1,4 @@
-// PROTOTYPE: the tensor-core walk's table pass (ssd_tc.h): every cell's coefficient table, formed before the
+// The tensor-core walk's table pass (ssd_tc.h): every cell's coefficient table, formed before the
 // walk, one block a (cell task, head): cum (warp_cell_cum), coef[t][i] = row_weight·band already packed as the
 // intra product's m16k16 fragment (bf16 head and rest), w_i, exp(cum_t) and the decay: the fp32 values every
 // other path forms, by the same ssd_device.cuh helpers. The walk copies a cell's table (1,168 bytes) with its

@@ -1,4 +1,4 @@
-// PROTOTYPE: the cell walk with its products on tensor cores (ssd_tc.h says what it computes).
+// The cell walk with its products on tensor cores (ssd_tc.h says what it computes).
 //
 // One block per (sequence, head, 16·WP columns of p; P a multiple of 16·WP): WP × KS warps. Warp (pw, ks)
 // owns 16 columns of p and 128 / KS values of n of their state, S[16 p][n] as fp32 mma accumulators: lane (g, q) =

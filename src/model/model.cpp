@@ -24,6 +24,13 @@ std::unique_ptr<Model> load_model(const Checkpoint& ck, const ModelOptions& opts
   throw Error(ck.origin + ": architecture '" + arch + "' is not supported (supported: " + all + ")");
 }
 
+std::string Model::exact_refusal(const kernels::ExactGrid& grid) const {
+  if (grid.products == kernels::ScanProducts::float32) return "";
+  return std::string("--scan-products ") + (grid.products == kernels::ScanProducts::split ? "split" : "bfloat16") +
+         ": the " + device() + " backend forms the scan's products in fp32 only (the tensor-core walk is the CUDA " +
+         "backend's: --device cuda)";
+}
+
 HostFloats Model::host_floats(std::size_t n) const {
   return HostFloats(new float[n], [](float* p) { delete[] p; });
 }
@@ -40,6 +47,9 @@ float* LogitsBuffer::rows(const Model& m, std::size_t rows) {
 cache::Numerics stamp_backend(const Model& m, cache::Numerics n) {
   n.device = m.device();
   n.tensor_parallel = m.cache_spec().tensor_parallel;
+  if (n.exact)
+    if (const std::string why = m.exact_refusal(n.grid); !why.empty())
+      throw Error("exact mode refused for " + m.origin() + ": " + why);
   return n;
 }
 

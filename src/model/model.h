@@ -46,6 +46,10 @@ class Model {
   int chunk_size() const { return cache_spec().chunk_size; }
   // Exact mode's cell when none is asked for: each backend's measured best (DESIGN.md rule 6).
   virtual int default_exact_cell() const { return kernels::kDefaultExactCell; }
+  // Why this model cannot run exact mode on `grid` (e.g. scan products its backend does not form); empty when
+  // it can. The engine asks before the first pass, so exact mode fails closed at start-up (DESIGN.md rule 7).
+  // The CPU forms every product in fp32.
+  virtual std::string exact_refusal(const kernels::ExactGrid& grid) const;
   // Where the forward runs: "cpu", or "cuda" for the GPU backend (src/backend_cuda).
   virtual const char* device() const { return "cpu"; }
   // The memory of the device the model runs on, for sizing its caches from a share of it
@@ -85,7 +89,8 @@ std::vector<float> score_all_rows(const Model& m, const std::vector<int32_t>& to
 // The same with a mode's defaults (exact: the default grid, fp32 state).
 std::vector<float> score_all_rows(const Model& m, const std::vector<int32_t>& tokens,
                                   ScanMode mode = ScanMode::Exact, ProbeHooks* hooks = nullptr);
-// n with the model's backend and tensor-parallel degree, which are part of a run's numerics identity.
+// n with the model's backend and tensor-parallel degree, which are part of a run's numerics identity. Throws
+// parity::Error with the model's reason when it refuses n's exact grid (Model::exact_refusal).
 cache::Numerics stamp_backend(const Model& m, cache::Numerics n);
 
 // A mode's default numerics for this model.

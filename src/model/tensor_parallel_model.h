@@ -60,6 +60,7 @@ class TensorParallelModel : public Model {
   void forward(const ForwardBatch& batch, cache::ModelCache& cache, ScanMode mode, float* logits,
                ProbeHooks* hooks = nullptr) const override;
   int default_exact_cell() const override { return ranks_[0]->default_exact_cell(); }
+  std::string exact_refusal(const kernels::ExactGrid& grid) const override { return ranks_[0]->exact_refusal(grid); }
   const char* device() const override { return ranks_[0]->device(); }
   // Rank 0's device: where the ranks share one device this is all of them; with a device each, the
   // caches' share of it is conservative (each rank holds 1/tp of them).

@@ -102,9 +102,9 @@ TEST(CudaModel, LogitsAgainstTheFloat64References) {
   }
 }
 
-// The tensor-core cell walk (ssd_tc.h's measurement switch, a prototype the engine never takes) through a
-// whole model at mamba2-130m's shape (N 128, P 64, the GPU's G = 16): one exact prefill, logits against the
-// CPU's (fp32 throughout) beside those of the default fp32 walk. It measures what bf16 or split products in
+// The tensor-core cell walk (ssd_tc.h; --scan-products bfloat16 | split) through a whole model at
+// mamba2-130m's shape (N 128, P 64, the GPU's G = 16): one exact prefill, logits against the CPU's (fp32
+// throughout) beside those of the default fp32 walk. It measures what bf16 or split products in
 // the scan would cost a model's logits (docs/cuda.md, "A tensor-core cell walk"). The bf16 GEMM inputs already
 // put the walk's logits 1.3e-2 from the CPU's on this random model (an H100, session 43), so the products are
 // held to what they add: bf16 products within 25 % of the walk's error (their rounding is the size of the one
@@ -125,21 +125,18 @@ TEST(CudaModel, ScanProductsOnTensorCoresThroughTheModel) {
   const Accuracy w = compare_logits(walk, ref.data(), toks.size(), V);
   std::fprintf(stderr, "[ measured ] %s cuda, the fp32 walk: relative error %.3g against the cpu, argmax %.3f\n",
                spec.c_str(), w.rel, w.argmax_agree);
-  struct Off {
-    ~Off() { cuda::set_ssd_tc_in_scan(std::nullopt); }
-  } off;
-  for (cuda::SsdTcProducts products : {cuda::SsdTcProducts::bf16, cuda::SsdTcProducts::split}) {
-    const bool split = products == cuda::SsdTcProducts::split;
-    cuda::set_ssd_tc_in_scan(products);
-    const std::vector<float> got = model::score_all_rows(*m, toks, num);
-    cuda::set_ssd_tc_in_scan(std::nullopt);
+  for (kernels::ScanProducts products : {kernels::ScanProducts::bfloat16, kernels::ScanProducts::split}) {
+    const bool split = products == kernels::ScanProducts::split;
+    cache::Numerics tc = num;
+    tc.grid.products = products;
+    const std::vector<float> got = model::score_all_rows(*m, toks, tc);
     const Accuracy a = compare_logits(got, ref.data(), toks.size(), V);
     const Accuracy d = compare_logits(got, walk.data(), toks.size(), V);
     std::fprintf(stderr,
                  "[ measured ] %s cuda, %s products: relative error %.3g against the cpu (argmax %.3f), %.3g "
                  "against the fp32 walk\n",
                  spec.c_str(), split ? "split" : "bf16", a.rel, a.argmax_agree, d.rel);
-    // Companion: the switch took the tensor-core walk (its products round; the walk's bits would be equal).
+    // Companion: the grid's products took the tensor-core walk (its products round; the walk's would be equal).
     EXPECT_FALSE(test::same_bits(got.data(), walk.data(), got.size())) << (split ? "split" : "bf16");
     EXPECT_GT(d.rel, 0.0);
     EXPECT_LE(a.rel, (split ? 1.1 : 1.25) * w.rel);
@@ -147,20 +144,16 @@ TEST(CudaModel, ScanProductsOnTensorCoresThroughTheModel) {
   }
 }
 
-// The same switch through the exactness gate's schedules: with the one-row decode on the walk's steps
+// The same products through the exactness gate's schedules: with the one-row decode on the walk's steps
 // (ssd_tc_decode.cu) exact mode's rows keep their bits however the model is scheduled, with either product
 // precision; plain mode (its chunk scan and SSU, untouched) still mismatches (the companion).
 TEST(CudaModel, ExactModeKeepsItsBitsWithTheScanProductsOnTensorCores) {
   PARITY_REQUIRE_GPU();
-  struct Off {
-    ~Off() { cuda::set_ssd_tc_in_scan(std::nullopt); }
-  } off;
-  for (cuda::SsdTcProducts products : test::sweep({cuda::SsdTcProducts::bf16, cuda::SsdTcProducts::split},
-                                                  {cuda::SsdTcProducts::bf16})) {
-    cuda::set_ssd_tc_in_scan(products);  // before the model captures its decode graphs
-    auto m = gpu_model("builtin:mamba2-130m");
-    const test::GateTally t = test::run_gpu_gate(*m);
-    const char* name = products == cuda::SsdTcProducts::split ? "split" : "bf16";
+  auto m = gpu_model("builtin:mamba2-130m");
+  for (kernels::ScanProducts products : test::sweep({kernels::ScanProducts::bfloat16, kernels::ScanProducts::split},
+                                                    {kernels::ScanProducts::bfloat16})) {
+    const test::GateTally t = test::run_gpu_gate(*m, products);
+    const char* name = cache::scan_products_name(products);
     EXPECT_GT(t.exact_rows, test::gate_min_rows(1000)) << name;
     EXPECT_EQ(t.exact_bad, 0) << name;
     EXPECT_GT(t.plain_bad, 0) << name << ": companion: plain mode's rows should change with the schedule";
@@ -241,7 +234,8 @@ TEST(CudaModel, LogitsLandInPageLockedHostMemory) {
 }
 
 // Hybrids load as CudaHybridModel (tests/cuda/cuda_hybrid_model_test.cpp); an exact grid larger
-// than the SSD kernels stage on chip is refused with a message, not run.
+// than the SSD kernels stage on chip is refused with a message, not run, and so are scan products the
+// tensor-core walk cannot form for the model (its state of 16 here) or that --dtype float32 rules out.
 TEST(CudaModel, RefusesWhatItDoesNotRun) {
   PARITY_REQUIRE_GPU();
   EXPECT_STREQ(gpu_model("builtin:tiny-hybrid")->device(), "cuda");
@@ -249,6 +243,20 @@ TEST(CudaModel, RefusesWhatItDoesNotRun) {
   cache::Numerics num = model::default_numerics(*m, model::ScanMode::Exact);
   num.grid.cell = cuda::kMaxCell * 2;
   EXPECT_THROW(model::score_all_rows(*m, {1, 2, 3}, num), Error);
+  const auto refusal = [](const model::Model& on, kernels::ScanProducts products) -> std::string {
+    cache::Numerics n = model::default_numerics(on, model::ScanMode::Exact);
+    n.grid.products = products;
+    try {
+      model::stamp_backend(on, n);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(refusal(*m, kernels::ScanProducts::bfloat16).find("state 16"), std::string::npos);
+  EXPECT_NE(refusal(*gpu_model("builtin:mamba2-130m", true), kernels::ScanProducts::split).find("--dtype float32"),
+            std::string::npos);
+  EXPECT_EQ(refusal(*gpu_model("builtin:mamba2-130m"), kernels::ScanProducts::split), "");  // the companion
 }
 
 }  // namespace

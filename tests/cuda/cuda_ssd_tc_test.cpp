@@ -1,8 +1,8 @@
-// The tensor-core cell walk prototype (ssd_tc.cu) against ssd_scan's fp32 walk (which the tiling tests hold
+// The tensor-core cell walk (ssd_tc.cu) against ssd_scan's fp32 walk (which the tiling tests hold
 // to the three-phase kernels bit for bit, and cuda_ssd_test to the CPU's reference scan within 2e-5 in
 // the same measure): the same function up to the products' rounding.
 // Error: max |tc − fp32| over a tensor divided by max |fp32| of it (y of every call; the final state).
-// Stated tolerances (the prototype's accuracy claim; the measured values are printed):
+// Stated tolerances (the walk's accuracy claim; the measured values are printed):
 //   bf16 products (vLLM's chunk scan): y and state within 1e-2;  split products (bf16 hi + lo): 2e-5
 //   (with a bf16 state: the state within 1e-2 and the split's y within 4e-3, see tol_y).
 // Measured on an H200 (2 × 520 rows, 32 heads, fp32 state): bf16 y 1.97e-3, state 2.65e-3; split y 3.86e-6,
@@ -28,35 +28,30 @@
 namespace parity {
 namespace {
 
-using cuda::SsdTcProducts;
+using kernels::ScanProducts;
 
 constexpr double kTolBf16 = 1e-2, kTolSplit = 2e-5;
 // With a bf16 state both walks round it at every fold, so one differing product can flip a rounding
 // (2^-8 of that element): the state is then held to 1e-2 whatever the products, and the split's y to 4e-3.
-double tol_y(SsdTcProducts p, bool bf16_state) {
-  return p == SsdTcProducts::bf16 ? kTolBf16 : bf16_state ? 4e-3 : kTolSplit;
+double tol_y(ScanProducts p, bool bf16_state) {
+  return p == ScanProducts::bfloat16 ? kTolBf16 : bf16_state ? 4e-3 : kTolSplit;
 }
-double tol_state(SsdTcProducts p, bool bf16_state) {
-  return bf16_state ? 1e-2 : p == SsdTcProducts::bf16 ? kTolBf16 : kTolSplit;
+double tol_state(ScanProducts p, bool bf16_state) {
+  return bf16_state ? 1e-2 : p == ScanProducts::bfloat16 ? kTolBf16 : kTolSplit;
 }
 
 using Shape = test::PackedShape;
 using Call = test::ScanCall;
 using Schedule = test::ScanSchedule;
 
-cuda::SsdTcWay way(int wp, int ks, SsdTcProducts prod) {
-  cuda::SsdTcWay w;
-  w.warps_p = wp;
-  w.warps_n = ks;
-  w.products = prod;
-  return w;
-}
-
-// fp32: ssd_scan's automatic way; else the prototype with this way.
+// float32 (the default): ssd_scan's automatic way; else ssd_tc_scan with these products and this way.
 struct Path {
-  bool tc = false;
+  ScanProducts products = ScanProducts::float32;
   cuda::SsdTcWay way;
+  bool tc() const { return products != ScanProducts::float32; }
 };
+
+Path tc(int wp, int ks, ScanProducts prod) { return {prod, {wp, ks}}; }
 
 struct Result {
   std::map<int, std::vector<float>> y;  // per slot, [T][H·P]
@@ -115,16 +110,18 @@ Result run(const Shape& sh, const cuda::ScanGrid& g, bool bf16, int T, const Inp
       dt.insert(dt.end(), d.begin() + c.start * sh.H, d.begin() + (c.start + c.n) * sh.H);
     }
     const int rows = static_cast<int>(dt.size() / sh.H);
+    cuda::ScanGrid pg = g;
+    pg.products = path.products;
     const cuda::PassPlan plan(spans, g);
     const cuda::PassSeqs ps = plan.upload(ints, starts);
     scratch.resize(std::max<std::size_t>(
-        1, path.tc ? cuda::ssd_tc_scratch_floats(ssh, ps, g) : cuda::ssd_scratch_floats(ssh, ps, g)));
+        1, path.tc() ? cuda::ssd_tc_scratch_floats(ssh, ps, pg) : cuda::ssd_scratch_floats(ssh, ps, g)));
     cuda::DeviceBuffer<float> dx, ddt, dy(std::size_t(rows) * I);
     dx.upload(xbc);
     ddt.upload(dt);
     const cuda::SsdState st = mem.state(bf16);
-    if (path.tc)
-      cuda::ssd_tc_scan(ssh, g, ps, dx.data(), LD, ddt.data(), A.data(), D.data(), st, scratch.data(), scratch.size(),
+    if (path.tc())
+      cuda::ssd_tc_scan(ssh, pg, ps, dx.data(), LD, ddt.data(), A.data(), D.data(), st, scratch.data(), scratch.size(),
                         dy.data(), nullptr, path.way);
     else
       cuda::ssd_scan(ssh, g, ps, dx.data(), LD, ddt.data(), A.data(), D.data(), st, scratch.data(), scratch.size(),
@@ -221,7 +218,7 @@ Schedule uneven(int slots, int T) {
   return passes_of(calls);
 }
 
-const char* name(SsdTcProducts p) { return p == SsdTcProducts::split ? "split" : "bf16"; }
+const char* name(ScanProducts p) { return p == ScanProducts::split ? "split" : "bf16"; }
 
 // The bench's head (32 heads of 64, state 128: every stagger offset 0..15), two sequences of 520 rows
 // (the last cell open), fp32 and bf16 state.
@@ -234,9 +231,9 @@ TEST(CudaSsdTc, WithinToleranceOfTheFp32WalkAtTheModelShape) {
   for (bool bf16 : {false, true}) {
     const Result want = run(sh, g, bf16, T, in, whole(2, T), {});
     Errors e[2];
-    for (SsdTcProducts prod : {SsdTcProducts::bf16, SsdTcProducts::split}) {
-      const Result got = run(sh, g, bf16, T, in, whole(2, T), {true, way(0, 0, prod)});
-      Errors& err = e[static_cast<int>(prod)];
+    for (ScanProducts prod : {ScanProducts::bfloat16, ScanProducts::split}) {
+      const Result got = run(sh, g, bf16, T, in, whole(2, T), tc(0, 0, prod));
+      Errors& err = e[prod == ScanProducts::split ? 1 : 0];
       err = errors(got, want);
       std::printf("[tc] state %s, products %s: y max-rel %.3e (rms %.3e), state max-rel %.3e (rms %.3e)\n",
                   bf16 ? "bf16" : "fp32", name(prod), err.y, err.y_rms, err.state, err.state_rms);
@@ -265,10 +262,10 @@ TEST(CudaSsdTc, BitsDoNotDependOnTheBlockShapeOrSchedule) {
   int si = 0;
   for (const Shape& sh : {Shape{8, 64, 128, 1}, Shape{6, 32, 128, 2, 0}})
     for (bool bf16 : test::bf16_sweep(si++))
-      for (SsdTcProducts prod : {SsdTcProducts::bf16, SsdTcProducts::split}) {
+      for (ScanProducts prod : {ScanProducts::bfloat16, ScanProducts::split}) {
         const int T = test::pick(300, 100), slots = 3;  // sanitizer mode: six cells and an open one
         const Inputs in = make_inputs(sh, slots, T);
-        const Result ref = run(sh, g, bf16, T, in, whole(slots, T), {true, way(1, 1, prod)});
+        const Result ref = run(sh, g, bf16, T, in, whole(slots, T), tc(1, 1, prod));
         const Result fp32 = run(sh, g, bf16, T, in, whole(slots, T), {});
         const Errors e = errors(ref, fp32);
         EXPECT_LE(e.y, tol_y(prod, bf16));
@@ -276,7 +273,7 @@ TEST(CudaSsdTc, BitsDoNotDependOnTheBlockShapeOrSchedule) {
           for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(slots, T)},
                                               {"uneven", uneven(slots, T)}}) {
             if (sh.P % (16 * wp) != 0 || (wp == 1 && ks == 1 && std::string(sname) == "whole")) continue;
-            EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, {true, way(wp, ks, prod)}), ref))
+            EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, tc(wp, ks, prod)), ref))
                 << "H " << sh.H << " P " << sh.P << " groups " << sh.groups << (bf16 ? " bf16" : " fp32") << " "
                 << name(prod) << " warps " << wp << " x " << ks << " schedule " << sname;
           }
@@ -309,11 +306,11 @@ TEST(CudaSsdTc, DecodedRowsHaveTheWalksBits) {
   int si = 0;
   for (const Shape& sh : {Shape{8, 64, 128, 1}, Shape{6, 32, 128, 2, 0}})
     for (bool bf16 : test::bf16_sweep(si++))
-      for (SsdTcProducts prod : {SsdTcProducts::bf16, SsdTcProducts::split}) {
+      for (ScanProducts prod : {ScanProducts::bfloat16, ScanProducts::split}) {
         const int T = test::pick(200, 60), slots = 3;
         const Inputs in = make_inputs(sh, slots, T);
-        const Result ref = run(sh, g, bf16, T, in, whole(slots, T), {true, way(0, 0, prod)});
-        const Result dec = run(sh, g, bf16, T, in, decoding(slots, T), {true, way(0, 0, prod)});
+        const Result ref = run(sh, g, bf16, T, in, whole(slots, T), tc(0, 0, prod));
+        const Result dec = run(sh, g, bf16, T, in, decoding(slots, T), tc(0, 0, prod));
         const std::string what = "H " + std::to_string(sh.H) + " P " + std::to_string(sh.P) + " groups " +
                                  std::to_string(sh.groups) + (bf16 ? " bf16 " : " fp32 ") + name(prod);
         for (const auto& [slot, y] : ref.y) {
@@ -328,7 +325,7 @@ TEST(CudaSsdTc, DecodedRowsHaveTheWalksBits) {
       }
 }
 
-// Companions. The error check sees a wrong D skip (the prototype with every D one larger than the fp32
+// Companions. The error check sees a wrong D skip (the tc walk with every D one larger than the fp32
 // walk's: y off by x), and the bit checks see one x value changed by 1 % (that row's output changes first,
 // and the state; a change in the fourth digit, below bf16's resolution, left the state's bits as they
 // were on the H200: the fold's factor w·x rounded to the same bf16).
@@ -338,13 +335,13 @@ TEST(CudaSsdTc, CompanionTheChecksSeeAWrongSkipAndAChangedInput) {
   const int T = 150;
   const Inputs in = make_inputs(sh, 1, T);
   const Result want = run(sh, {true, 16, true}, false, T, in, whole(1, T), {});
-  const Errors wrong = errors(run(sh, {true, 16, true}, false, T, in, whole(1, T), {true, {}}, 1.0f), want);
+  const Errors wrong = errors(run(sh, {true, 16, true}, false, T, in, whole(1, T), tc(0, 0, ScanProducts::bfloat16), 1.0f), want);
   std::printf("[tc] D one larger: y max-rel %.3e\n", wrong.y);
   EXPECT_GT(wrong.y, kTolBf16);
-  const Result a = run(sh, {true, 16, true}, false, T, in, whole(1, T), {true, {}});
+  const Result a = run(sh, {true, 16, true}, false, T, in, whole(1, T), tc(0, 0, ScanProducts::bfloat16));
   Inputs in2 = in;
   in2.xbc[0][std::size_t(20) * sh.ld() + 3 * sh.P + 5] *= 1.01f;  // row 20, head 3, p 5
-  const Result b = run(sh, {true, 16, true}, false, T, in2, whole(1, T), {true, {}});
+  const Result b = run(sh, {true, 16, true}, false, T, in2, whole(1, T), tc(0, 0, ScanProducts::bfloat16));
   EXPECT_FALSE(same_bits(a, b));
   const std::vector<float>& ya = a.y.at(0);
   const std::vector<float>& yb = b.y.at(0);

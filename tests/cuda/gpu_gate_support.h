@@ -25,8 +25,10 @@ struct GateTally {
 // rows a caller expects shrink to a sixty-fourth.
 inline int64_t gate_min_rows(int64_t full) { return pick(full, full / 64); }
 
-inline GateTally run_gpu_gate(model::Model& m) {
+inline GateTally run_gpu_gate(model::Model& m,
+                              kernels::ScanProducts products = kernels::ScanProducts::float32) {
   engine::GateOptions g;
+  g.scan_products = products;
   g.scenarios = pick<std::vector<std::string>>({"decode", "chunked-prefill", "preempt-recompute", "concurrent-8"},
                                                {"decode", "chunked-prefill"});
   g.prompt_len = pick(0, 17);  // 0: the gate's default (75 and 38 tokens for chunks of 32)

@@ -21,7 +21,7 @@ Runner add_verify(CLI::App& app) {
     int prompt_len = 0, forced_len = 0;
     uint64_t seed = 1;
     std::vector<std::string> scenarios;
-    std::string cache_dtype = "both", stagger = "auto";
+    std::string cache_dtype = "both", stagger = "auto", scan_products = "float32";
     int exact_grid = -1;  // -1: the default
     bool prefix_caching = false;
   };
@@ -39,6 +39,9 @@ Runner add_verify(CLI::App& app) {
   sub->add_option("--exact-grid", o->exact_grid, "exact mode's grid cell (a power of two; default " +
                                                      std::to_string(kernels::kDefaultExactCell) + ")");
   sub->add_option("--exact-stagger", o->stagger, "auto | none | spread");
+  sub->add_option("--scan-products", o->scan_products,
+                  "exact mode's scan products: float32 (default), bfloat16 or split (--device cuda)")
+      ->check(CLI::IsMember({"float32", "bfloat16", "split"}));
   sub->add_flag("--enable-prefix-caching", o->prefix_caching,
                 "run every scenario with prefix caching on (the prefix-cache scenario always has it)");
   add_engine_flags(sub, o->engine,
@@ -55,6 +58,7 @@ Runner add_verify(CLI::App& app) {
     g.seed = o->seed;
     g.scenarios = o->scenarios;
     g.stagger = stagger;
+    g.scan_products = cache::parse_scan_products(o->scan_products);
     g.prefix_caching = o->prefix_caching;
     if (o->exact_grid != -1) g.exact_grid = o->exact_grid;
     if (o->cache_dtype == "float32") g.exact_dtypes = {DType::F32};

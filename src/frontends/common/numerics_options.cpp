@@ -19,13 +19,16 @@ void NumericsOptions::check() const {
                 "chunk_size grid)");
   cache_dtype_of(cache_dtype);
   cache::parse_stagger(stagger);
+  if (!exact && cache::parse_scan_products(scan_products) != kernels::ScanProducts::float32)
+    throw Error("--scan-products chooses exact mode's scan products: add --exact (plain mode's scan is vLLM's)");
   if (exact_grid != -1) cache::validate_exact_cell(exact_grid);
 }
 
 cache::Numerics NumericsOptions::resolve(int chunk_size, int default_cell) const {
   return cache::resolve_numerics(exact, cache_dtype_of(cache_dtype),
                                  exact_grid != -1 ? std::optional<int>(exact_grid) : std::nullopt,
-                                 cache::parse_stagger(stagger), chunk_size, default_cell);
+                                 cache::parse_stagger(stagger), chunk_size, default_cell,
+                                 cache::parse_scan_products(scan_products));
 }
 
 cache::Numerics NumericsOptions::resolve(const model::Model& m) const {
@@ -37,6 +40,7 @@ void NumericsOptions::apply(engine::EngineConfig& cfg) const {
   cfg.ssm_cache_dtype = cache_dtype_of(cache_dtype);
   if (exact_grid != -1) cfg.exact_grid = exact_grid;
   cfg.exact_stagger = cache::parse_stagger(stagger);
+  cfg.scan_products = cache::parse_scan_products(scan_products);
 }
 
 }  // namespace parity::frontends

@@ -186,7 +186,8 @@ LlmOptions llm_options(bool exact, const py::object& additional_config, const st
                        const std::string& moe_routing, int max_num_seqs, int max_num_batched_tokens,
                        int64_t max_model_len, double state_memory_mb, double gpu_memory_utilization,
                        const std::optional<int>& threads, const std::string& device,
-                       const std::optional<std::string>& dtype, int tensor_parallel_size, bool enforce_eager) {
+                       const std::optional<std::string>& dtype, int tensor_parallel_size, bool enforce_eager,
+                       const std::string& scan_products) {
   LlmOptions o;
   o.device.device = device;
   o.device.dtype = dtype.value_or("");
@@ -196,6 +197,7 @@ LlmOptions llm_options(bool exact, const py::object& additional_config, const st
   o.numerics.cache_dtype = cache_dtype.value_or("");
   o.numerics.exact_grid = exact_grid.value_or(-1);
   o.numerics.stagger = exact_stagger;
+  o.numerics.scan_products = scan_products;
   if (!additional_config.is_none()) o.additional_config = json_text(additional_config);
   o.moe_routing = moe_routing;
   o.max_num_seqs = max_num_seqs;
@@ -223,13 +225,14 @@ constexpr const char* kLlmDoc = R"doc(A model loaded for inference, with the eng
 LLM(model, exact=False, additional_config=None, *, mamba_ssm_cache_dtype=None, exact_grid=None,
     exact_stagger="auto", moe_routing="direct", max_num_seqs=8, max_num_batched_tokens=2048,
     max_model_len=1048576, state_memory_mb=0.0, gpu_memory_utilization=0.0, threads=None, device="cpu",
-    dtype=None, tensor_parallel_size=1, enforce_eager=False)
+    dtype=None, tensor_parallel_size=1, enforce_eager=False, scan_products="float32")
 
 model: a Hugging Face checkpoint folder (config.json + safetensors) or "builtin:NAME"
   (tiny, tiny-g2, mamba2-130m, tiny-hybrid, granite-h-bench, tiny-nemotron-h, tiny-bamba, tiny-falcon-h1).
 exact: exact mode (the CLI's --exact): logits bit-identical under any schedule, batch mix and
-  thread count. mamba_ssm_cache_dtype ("float32" | "bfloat16"), exact_grid (a power of two) and
-  exact_stagger ("auto" | "none" | "spread") are the CLI's numerics flags of the same names.
+  thread count. mamba_ssm_cache_dtype ("float32" | "bfloat16"), exact_grid (a power of two),
+  exact_stagger ("auto" | "none" | "spread") and scan_products ("float32" | "bfloat16" | "split", the
+  latter two with device="cuda") are the CLI's numerics flags of the same names.
 additional_config: a dict or JSON text, as --additional-config, e.g.
   {"tensor_replacement": {"tensors_path": "ref.safetensors"}} (docs/accuracy.md).
 moe_routing: "direct" or "fused" (the same bits either way; see --moe-routing).
@@ -262,11 +265,12 @@ PYBIND11_MODULE(_core, m) {
                        const std::string& exact_stagger, const std::string& moe_routing, int max_num_seqs,
                        int max_num_batched_tokens, int64_t max_model_len, double state_memory_mb,
                        double gpu_memory_utilization, const std::optional<int>& threads, const std::string& device,
-                       const std::optional<std::string>& dtype, int tensor_parallel_size, bool enforce_eager) {
+                       const std::optional<std::string>& dtype, int tensor_parallel_size, bool enforce_eager,
+                       const std::string& scan_products) {
              LlmOptions o = llm_options(exact, additional_config, cache_dtype, exact_grid, exact_stagger, moe_routing,
                                         max_num_seqs, max_num_batched_tokens, max_model_len, state_memory_mb,
                                         gpu_memory_utilization, threads, device, dtype, tensor_parallel_size,
-                                        enforce_eager);
+                                        enforce_eager, scan_products);
              py::gil_scoped_release unlocked;
              return std::make_unique<Llm>(model, std::move(o));
            }),
@@ -276,7 +280,8 @@ PYBIND11_MODULE(_core, m) {
            py::arg("max_num_batched_tokens") = 2048, py::arg("max_model_len") = int64_t{1} << 20,
            py::arg("state_memory_mb") = 0.0, py::arg("gpu_memory_utilization") = 0.0, py::arg("threads") = py::none(),
            py::arg("device") = "cpu",
-           py::arg("dtype") = py::none(), py::arg("tensor_parallel_size") = 1, py::arg("enforce_eager") = false)
+           py::arg("dtype") = py::none(), py::arg("tensor_parallel_size") = 1, py::arg("enforce_eager") = false,
+           py::arg("scan_products") = "float32")
       .def_property_readonly("vocab_size", [](const Llm& l) { return l.model().vocab_size(); },
                              "Number of rows of the output embedding (logits per position).")
       .def_property_readonly("origin", [](const Llm& l) { return l.model().origin(); },
@@ -290,7 +295,8 @@ PYBIND11_MODULE(_core, m) {
           "Where it exists, prompts may be given as text.")
       .def_property_readonly("numerics", [](const Llm& l) { return l.numerics().metadata(); },
                              "The numerics every call runs with, as files record them: {'numerics': 'exact'|'plain', "
-                             "'ssm_state_dtype': …, and in exact mode 'exact_grid', 'exact_stagger'}.")
+                             "'ssm_state_dtype': …, and in exact mode 'exact_grid', 'exact_stagger' (and "
+                             "'exact_scan_products' when not float32)}.")
       .def(
           "score",
           [](const Llm& l, const py::object& tokens) {
