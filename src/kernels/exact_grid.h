@@ -29,13 +29,13 @@ enum class ScanProducts { float32 = 0, bfloat16 = 1, split = 2 };
 struct ExactGrid {
   int cell = kDefaultExactCell;  // G, a power of two
   bool stagger = true;
-  ScanProducts products = ScanProducts::float32;
   int nheads = 1;
   // A tensor-parallel rank holds heads [first_head, first_head + nheads) of a mixer of model_heads
   // heads (0: the whole mixer). Its heads keep the offsets they have in the whole model, so every
   // TP degree computes on the same grid.
   int first_head = 0;
   int model_heads = 0;
+  ScanProducts products = ScanProducts::float32;
 
   int offset(int head) const {
     const int64_t all = model_heads > 0 ? model_heads : nheads;

@@ -40,8 +40,7 @@ Runner add_verify(CLI::App& app) {
                                                      std::to_string(kernels::kDefaultExactCell) + ")");
   sub->add_option("--exact-stagger", o->stagger, "auto | none | spread");
   sub->add_option("--scan-products", o->scan_products,
-                  "exact mode's scan products: float32 (default), bfloat16 or split (--device cuda)")
-      ->check(CLI::IsMember({"float32", "bfloat16", "split"}));
+                  "exact mode's scan products: float32 (default), bfloat16 or split (--device cuda)");
   sub->add_flag("--enable-prefix-caching", o->prefix_caching,
                 "run every scenario with prefix caching on (the prefix-cache scenario always has it)");
   add_engine_flags(sub, o->engine,
@@ -51,6 +50,7 @@ Runner add_verify(CLI::App& app) {
   return [o]() {
     const cache::StaggerChoice stagger = cache::parse_stagger(o->stagger);
     if (o->exact_grid != -1) cache::validate_exact_cell(o->exact_grid);
+    const kernels::ScanProducts products = cache::parse_scan_products(o->scan_products);
     auto model = o->engine.load(o->model);
     engine::GateOptions g;
     g.prompt_len = o->prompt_len;
@@ -58,7 +58,7 @@ Runner add_verify(CLI::App& app) {
     g.seed = o->seed;
     g.scenarios = o->scenarios;
     g.stagger = stagger;
-    g.scan_products = cache::parse_scan_products(o->scan_products);
+    g.scan_products = products;
     g.prefix_caching = o->prefix_caching;
     if (o->exact_grid != -1) g.exact_grid = o->exact_grid;
     if (o->cache_dtype == "float32") g.exact_dtypes = {DType::F32};

@@ -25,6 +25,7 @@ Llm::Llm(const std::string& model, LlmOptions opts) : opts_(std::move(opts)) {
   // A replacement that cannot bind to this model (unknown module, wrong width) fails here, not
   // at the first call.
   accuracy::make_replacement_from_additional_config(additional_, *model_);
+  numerics();  // and so does an exact grid the model's backend refuses (Model::exact_refusal)
 }
 
 cache::Numerics Llm::numerics() const {
