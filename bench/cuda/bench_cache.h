@@ -1,7 +1,7 @@
 #pragma once
 // The cache a GPU benchmark runs on: `slots` sequences with the mode's default numerics (grid, state dtype;
-// `ssm_dtype` overrides the latter, `products` the scan's products in exact mode), and, when kv_tokens > 0, paged KV blocks of 16 for kv_tokens tokens per
-// sequence.
+// `ssm_dtype` overrides the latter, `products` the scan's products in exact mode), and, when kv_tokens > 0,
+// paged KV blocks of 16 for kv_tokens tokens per sequence.
 #include <cstdint>
 #include <optional>
 

@@ -44,8 +44,7 @@ std::string Numerics::describe() const {
 
 Numerics resolve_numerics(bool exact, std::optional<DType> ssm_dtype, std::optional<int> exact_cell,
                           StaggerChoice stagger, int chunk_size, int default_cell, kernels::ScanProducts products) {
-  if (!exact && products != kernels::ScanProducts::float32)
-    throw Error("--scan-products chooses exact mode's scan products: add --exact (plain mode's scan is vLLM's)");
+  validate_scan_products(exact, products);
   Numerics n;
   n.exact = exact;
   n.ssm_dtype = ssm_dtype.value_or(exact ? DType::F32 : DType::BF16);
@@ -62,6 +61,11 @@ Numerics resolve_numerics(bool exact, std::optional<DType> ssm_dtype, std::optio
 void validate_exact_cell(int cell) {
   if (cell < 1 || cell > 4096 || (cell & (cell - 1)) != 0)
     throw Error("--exact-grid must be a power of two between 1 and 4096 (got " + std::to_string(cell) + ")");
+}
+
+void validate_scan_products(bool exact, kernels::ScanProducts products) {
+  if (!exact && products != kernels::ScanProducts::float32)
+    throw Error("--scan-products chooses exact mode's scan products: add --exact (plain mode's scan is vLLM's)");
 }
 
 kernels::ScanProducts parse_scan_products(const std::string& s) {

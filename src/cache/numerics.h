@@ -1,7 +1,7 @@
 #pragma once
 // How a run rounds: plain or exact mode and, in exact mode, its identity (DESIGN.md rules 6–7):
-// the exact grid's cell G, the per-head stagger, the scan's products and the SSM state dtype. Logits and captures are
-// bit-reproducible only for the same identity, so every file that carries them records it
+// the exact grid's cell G, the per-head stagger, the scan's products and the SSM state dtype. Logits and
+// captures are bit-reproducible only for the same identity, so every file that carries them records it
 // (metadata()) and compare / validate say when two files were made with different ones.
 #include <map>
 #include <optional>
@@ -44,6 +44,8 @@ Numerics resolve_numerics(bool exact, std::optional<DType> ssm_dtype, std::optio
 StaggerChoice parse_stagger(const std::string& s);  // auto | none | spread, else parity::Error
 // float32 | bfloat16 | split, else parity::Error naming --scan-products.
 kernels::ScanProducts parse_scan_products(const std::string& s);
+// Throws parity::Error naming --scan-products for products other than float32 outside exact mode.
+void validate_scan_products(bool exact, kernels::ScanProducts products);
 const char* scan_products_name(kernels::ScanProducts p);
 
 // Throws parity::Error naming --exact-grid unless cell is a power of two in [1, 4096].

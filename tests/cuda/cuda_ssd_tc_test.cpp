@@ -335,7 +335,8 @@ TEST(CudaSsdTc, CompanionTheChecksSeeAWrongSkipAndAChangedInput) {
   const int T = 150;
   const Inputs in = make_inputs(sh, 1, T);
   const Result want = run(sh, {true, 16, true}, false, T, in, whole(1, T), {});
-  const Errors wrong = errors(run(sh, {true, 16, true}, false, T, in, whole(1, T), tc(0, 0, ScanProducts::bfloat16), 1.0f), want);
+  const Errors wrong =
+      errors(run(sh, {true, 16, true}, false, T, in, whole(1, T), tc(0, 0, ScanProducts::bfloat16), 1.0f), want);
   std::printf("[tc] D one larger: y max-rel %.3e\n", wrong.y);
   EXPECT_GT(wrong.y, kTolBf16);
   const Result a = run(sh, {true, 16, true}, false, T, in, whole(1, T), tc(0, 0, ScanProducts::bfloat16));

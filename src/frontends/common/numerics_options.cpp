@@ -19,9 +19,7 @@ void NumericsOptions::check() const {
                 "chunk_size grid)");
   cache_dtype_of(cache_dtype);
   cache::parse_stagger(stagger);
-  const kernels::ScanProducts products = cache::parse_scan_products(scan_products);
-  if (!exact && products != kernels::ScanProducts::float32)
-    throw Error("--scan-products chooses exact mode's scan products: add --exact (plain mode's scan is vLLM's)");
+  cache::validate_scan_products(exact, cache::parse_scan_products(scan_products));
   if (exact_grid != -1) cache::validate_exact_cell(exact_grid);
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // A run's numerics as every frontend takes them (the CLI's --exact, --mamba-ssm-cache-dtype,
-// --exact-grid, --exact-stagger, --scan-products; the Python module's keyword arguments of the same names):
+// --exact-grid, --exact-stagger, --scan-products; the Python module's keyword arguments of the same
+// names):
 // checked, resolved against the model's chunk size into cache::Numerics (whose metadata() every
 // output file carries) and applied to an engine configuration.
 #include <string>
