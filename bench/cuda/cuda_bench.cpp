@@ -1361,19 +1361,24 @@ void time_decode_steps(benchmark::State& state, model::Model& m, bench::DecodeRu
 }
 
 // Exact decode steps with the scan's products on tensor cores (--scan-products) beside the fp32 walk's, same run:
-// arg0 batch, arg1 the products (0 float32, 1 bfloat16, 2 split). Exact mode's default fp32 state; default
-// launches, graphs on; wall time of Model::forward as BM_CudaModelDecode.
+// arg0 batch, arg1 the products (0 float32, 1 bfloat16, 2 split), arg2 the one-row decode kernels' launch
+// (set_programmatic_exact_decode_mode: 0 ordinary, 1 programmatic at every batch, 3 by batch, the default).
+// Exact mode's default fp32 state; graphs on; wall time of Model::forward as BM_CudaModelDecode.
 void BM_CudaModelDecodeProducts(benchmark::State& state) {
   if (!have_gpu(state)) return;
   model::Model& m = big_model();
   const int batch = static_cast<int>(state.range(0));
+  cuda::set_programmatic_exact_decode_mode(static_cast<int>(state.range(2)));
   bench::DecodeRun run =
       bench::prepare_decode(m, true, batch, std::nullopt, true, static_cast<cuda::ScanProducts>(state.range(1)));
   time_decode_steps(state, m, run, batch);
+  cuda::set_programmatic_exact_decode_mode(cuda::kProgrammaticDecodeAuto);
 }
 BENCHMARK(BM_CudaModelDecodeProducts)
-    ->ArgsProduct({{1, 64, 256}, {0, 1, 2}})
-    ->ArgNames({"batch", "products"})
+    ->ArgsProduct({{1, 64, 256}, {0, 1, 2}, {cuda::kProgrammaticDecodeAuto}})
+    ->ArgsProduct({{1}, {1, 2}, {0}})  // session 45: what the tensor-core decode's programmatic launch is worth
+    ->ArgsProduct({{64, 256}, {0, 1, 2}, {1}})
+    ->ArgNames({"batch", "products", "pdl"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -8,12 +8,20 @@
 // - the state in the walk's register layout, C·Sᵀ's quarters, the intra product and, where the row completes
 //   the cell, the fold, by ssd_tc_products.cuh: the walk's own steps.
 // Row t also goes into the replay ring (x, dt; B by the group's first head), as ssd_decode.cu writes it.
+//
+// Schedule (session 45). Everything earlier passes wrote is read before the wait for the kernel before this
+// one (the conv, which writes row t's x, B, C and dt; the wait is a no-op on an ordinary launch): the state
+// into the walk's registers, rows 0..j−1 from the ring into shared memory. Only row t is read after it. The
+// state's latency then runs under the ring rows', the conv's tail (launched programmatically) and the setup,
+// not after them; session 44's kernel asked for the state only once the table pass was done. The loads
+// are the same, in another order: no value changes.
 #include <cuda_bf16.h>
 
 #include <cstddef>
 #include <cstdint>
 
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/programmatic_launch.cuh"
 #include "kernels_cuda/ssd_device.cuh"
 #include "kernels_cuda/ssd_tc.h"
 #include "kernels_cuda/ssd_tc_cells.cuh"
@@ -27,9 +35,10 @@ namespace ssd {
 namespace {
 
 template <int WP, bool kSplit>
-__global__ void __launch_bounds__(32 * WP) tc_decode_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc,
+__global__ void __launch_bounds__(32 * WP, 16 / WP) tc_decode_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc,
                                                             int ld, const float* dt, const float* A,
-                                                            const float* Dskip, SsdState st, float* y) {
+                                                            const float* Dskip, SsdState st, bool release_first,
+                                                            float* y) {
   constexpr int T = 32 * WP, NT = 16, XS = 16 * WP + 4;
   const int seq = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, pw = tid / 32;
   if (!uses_decode_row(g, p.n[seq])) return;
@@ -64,17 +73,47 @@ __global__ void __launch_bounds__(32 * WP) tc_decode_kernel(SsdShape sh, ScanGri
   __shared__ __align__(16) uint16_t V[kParts<kSplit> * kTile];
   __shared__ __align__(16) float xs[kG * XS];
 
-  for (int i = tid; i < kG; i += T) dts[i] = i < rows ? dt_of(i) : 0.0f;
-  const float* Ct = cur + I + static_cast<std::size_t>(sh.groups + grp) * N;
+  const int gi = lane / 4, q = lane % 4, wc = 16 * pw;
+  const std::size_t sbase = (static_cast<std::size_t>(slot) * H + h) * P * N;
+  float S[NT][4];  // the walk's layout: S[jt][e] at p = p0 + wc + gi + 8·(e / 2), n = 8·jt + 2q + e % 2
+#pragma unroll
+  for (int jt = 0; jt < NT; ++jt)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const std::size_t i = sbase + static_cast<std::size_t>(p0 + wc + gi + 4 * e) * N + 8 * jt + 2 * q;
+      float2 v;
+      if (bf16) {
+        const uint32_t u = *reinterpret_cast<const uint32_t*>(st.state_bf16 + i);
+        v = make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+      } else {
+        v = *reinterpret_cast<const float2*>(st.state_f32 + i);
+      }
+      S[jt][e] = v.x;
+      S[jt][e + 1] = v.y;
+    }
+  // The replayed rows (before j) and the zeros (after it); row j's slots are filled after the wait.
+  for (int i = tid; i < kG; i += T)
+    if (i != j) dts[i] = i < j ? dt_of(i) : 0.0f;
   for (int e = tid; e < kG * kN; e += T) {
     const int r = e / kN, n = e % kN;
-    CB[kC + r * kRow + n] = r == j ? Ct[n] : 0.0f;
-    CB[kB + r * kRow + n] = r < rows ? B_row(r)[n] : 0.0f;
+    if (r == j) continue;
+    CB[kC + r * kRow + n] = 0.0f;
+    CB[kB + r * kRow + n] = r < j ? B_row(r)[n] : 0.0f;
   }
   for (int e = tid; e < kG * 16 * WP; e += T) {
     const int r = e / (16 * WP), c = e % (16 * WP);
-    xs[r * XS + c] = r < rows && p0 + c < P ? x_row(r)[p0 + c] : 0.0f;
+    if (r != j) xs[r * XS + c] = r < j ? x_row(r)[p0 + c] : 0.0f;
   }
+  wait_and_release(release_first);
+  if (tid == 0) dts[j] = dt_of(j);
+  const float* Ct = cur + I + static_cast<std::size_t>(sh.groups + grp) * N;
+  const float* Bt = B_row(j);
+  for (int n = tid; n < kN; n += T) {
+    CB[kC + j * kRow + n] = Ct[n];
+    CB[kB + j * kRow + n] = Bt[n];
+  }
+  const float* xt = x_row(j);
+  for (int c = tid; c < 16 * WP; c += T) xs[j * XS + c] = xt[p0 + c];
   __syncthreads();
   // Row t into the replay ring: no block of this launch reads its slots (the rows replayed are j's predecessors).
   {
@@ -106,24 +145,6 @@ __global__ void __launch_bounds__(32 * WP) tc_decode_kernel(SsdShape sh, ScanGri
   convert<T, kSplit>(CB, fold, V);
   __syncthreads();
 
-  const int gi = lane / 4, q = lane % 4, wc = 16 * pw;
-  const std::size_t sbase = (static_cast<std::size_t>(slot) * H + h) * P * N;
-  float S[NT][4];  // the walk's layout: S[jt][e] at p = p0 + wc + gi + 8·(e / 2), n = 8·jt + 2q + e % 2
-#pragma unroll
-  for (int jt = 0; jt < NT; ++jt)
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {
-      const std::size_t i = sbase + static_cast<std::size_t>(p0 + wc + gi + 4 * e) * N + 8 * jt + 2 * q;
-      float2 v;
-      if (bf16) {
-        const uint32_t u = *reinterpret_cast<const uint32_t*>(st.state_bf16 + i);
-        v = make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
-      } else {
-        v = *reinterpret_cast<const float2*>(st.state_f32 + i);
-      }
-      S[jt][e] = v.x;
-      S[jt][e + 1] = v.y;
-    }
   float xa[4][2];
 #pragma unroll
   for (int a = 0; a < 4; ++a)
@@ -174,10 +195,11 @@ __global__ void __launch_bounds__(32 * WP) tc_decode_kernel(SsdShape sh, ScanGri
 
 template <int WP, bool kSplit>
 void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
-            const float* A, const float* D, const SsdState& st, float* y, cudaStream_t s) {
+            const float* A, const float* D, const SsdState& st, bool programmatic, bool release_first, float* y,
+            cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H), static_cast<unsigned>(sh.P / (16 * WP)));
-  tc_decode_kernel<WP, kSplit><<<grid, 32 * WP, 0, s>>>(sh, g, p, xbc, ld, dt, A, D, st, y);
-  check_launch("ssd tc decode");
+  launch_programmatic_if(programmatic, tc_decode_kernel<WP, kSplit>, grid, dim3(32 * WP), 0, s, "ssd tc decode", sh, g,
+                         p, xbc, ld, dt, A, D, st, release_first, y);
 }
 
 }  // namespace
@@ -186,10 +208,14 @@ void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const floa
 void ssd_tc_decode(bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                    const float* dt, const float* A, const float* D, SsdState st, float* y, cudaStream_t s) {
   const int wp = sh.P % 64 == 0 ? 4 : sh.P % 32 == 0 ? 2 : 1;  // a launch shape only: the bits are the walk's
+  // Programmatic as ssd_decode.cu's launch (ops.h's modes): auto takes it for passes of up to 16 sequences.
+  const int mode = programmatic_launch() ? programmatic_exact_decode_mode() : 0;
+  const bool programmatic = mode == kProgrammaticDecodeAuto ? p.num_seqs <= 16 : mode != 0;
+  const bool release_first = programmatic && (gemm_early_flags() & kGemmEarlySsmFirst) != 0;
   auto go = [&](auto wpc) {
     constexpr int W = decltype(wpc)::value;
-    if (split) ssd::launch<W, true>(sh, g, p, xbc, ld, dt, A, D, st, y, s);
-    else ssd::launch<W, false>(sh, g, p, xbc, ld, dt, A, D, st, y, s);
+    if (split) ssd::launch<W, true>(sh, g, p, xbc, ld, dt, A, D, st, programmatic, release_first, y, s);
+    else ssd::launch<W, false>(sh, g, p, xbc, ld, dt, A, D, st, programmatic, release_first, y, s);
   };
   if (wp == 4) go(std::integral_constant<int, 4>{});
   else if (wp == 2) go(std::integral_constant<int, 2>{});
