@@ -91,29 +91,38 @@ __global__ void __launch_bounds__(32 * WP, 16 / WP) tc_decode_kernel(SsdShape sh
       S[jt][e] = v.x;
       S[jt][e + 1] = v.y;
     }
-  // The replayed rows (before j) and the zeros (after it); row j's slots are filled after the wait.
-  for (int i = tid; i < kG; i += T)
-    if (i != j) dts[i] = i < j ? dt_of(i) : 0.0f;
-  for (int e = tid; e < kG * kN; e += T) {
-    const int r = e / kN, n = e % kN;
+  // The replayed rows (before j) by asynchronous copies, and the zeros (after it); row j's slots after the wait.
+  // (Loads into registers, one a loop iteration, waited for each before its store: ~24 round trips a block.)
+  if (tid < kG && tid != j) dts[tid] = tid < j ? dt_of(tid) : 0.0f;
+  for (int u = tid; u < kG * (kN / 4); u += T) {
+    const int r = u / (kN / 4), v = u % (kN / 4);
     if (r == j) continue;
-    CB[kC + r * kRow + n] = 0.0f;
-    CB[kB + r * kRow + n] = r < j ? B_row(r)[n] : 0.0f;
+    zero4(CB + kC + r * kRow + 4 * v);
+    float* dB = CB + kB + r * kRow + 4 * v;
+    if (r < j) copy4(dB, B_row(r), 4 * v, kN);
+    else zero4(dB);
   }
-  for (int e = tid; e < kG * 16 * WP; e += T) {
-    const int r = e / (16 * WP), c = e % (16 * WP);
-    if (r != j) xs[r * XS + c] = r < j ? x_row(r)[p0 + c] : 0.0f;
+  for (int u = tid; u < kG * 4 * WP; u += T) {
+    const int r = u / (4 * WP), v = u % (4 * WP);
+    if (r == j) continue;
+    float* dx = xs + r * XS + 4 * v;
+    if (r < j) copy4(dx, x_row(r) + p0, 4 * v, 16 * WP);
+    else zero4(dx);
   }
+  commit();
+  // The kernel before this one (the conv) writes row t; it writes no state and no ring.
   wait_and_release(release_first);
   if (tid == 0) dts[j] = dt_of(j);
   const float* Ct = cur + I + static_cast<std::size_t>(sh.groups + grp) * N;
   const float* Bt = B_row(j);
-  for (int n = tid; n < kN; n += T) {
-    CB[kC + j * kRow + n] = Ct[n];
-    CB[kB + j * kRow + n] = Bt[n];
+  const float* xt = x_row(j) + p0;
+  for (int u = tid; u < kN / 2 + 4 * WP; u += T) {
+    if (u < kN / 4) copy4(CB + kC + j * kRow + 4 * u, Ct, 4 * u, kN);
+    else if (u < kN / 2) copy4(CB + kB + j * kRow + 4 * (u - kN / 4), Bt, 4 * (u - kN / 4), kN);
+    else copy4(xs + j * XS + 4 * (u - kN / 2), xt, 4 * (u - kN / 2), 16 * WP);
   }
-  const float* xt = x_row(j);
-  for (int c = tid; c < 16 * WP; c += T) xs[j * XS + c] = xt[p0 + c];
+  commit();
+  cp_async_wait<0>();
   __syncthreads();
   // Row t into the replay ring: no block of this launch reads its slots (the rows replayed are j's predecessors).
   {
