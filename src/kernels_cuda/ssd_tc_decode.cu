@@ -9,12 +9,12 @@
 //   the cell, the fold, by ssd_tc_products.cuh: the walk's own steps.
 // Row t also goes into the replay ring (x, dt; B by the group's first head), as ssd_decode.cu writes it.
 //
-// Schedule (session 45). Everything earlier passes wrote is read before the wait for the kernel before this
-// one (the conv, which writes row t's x, B, C and dt; the wait is a no-op on an ordinary launch): the state
-// into the walk's registers, rows 0..j−1 from the ring into shared memory. Only row t is read after it. The
-// state's latency then runs under the ring rows', the conv's tail (launched programmatically) and the setup,
-// not after them; session 44's kernel asked for the state only once the table pass was done. The loads
-// are the same, in another order: no value changes.
+// Schedule (session 45). Everything earlier passes wrote is asked for before the wait for the kernel before this
+// one (the conv, which writes row t's x, B, C and dt; the wait is a no-op on an ordinary launch): the state into
+// the walk's registers, rows 0..j−1 from the ring into shared memory by asynchronous copies. Only row t is
+// copied after it. Every latency then overlaps the others, the conv's tail (launched programmatically) and the
+// setup; session 44's kernel loaded a value a loop iteration and asked for the state only after the table
+// pass. The same values land in the same places: no bit changes.
 #include <cuda_bf16.h>
 
 #include <cstddef>
@@ -75,22 +75,8 @@ __global__ void __launch_bounds__(32 * WP, 16 / WP) tc_decode_kernel(SsdShape sh
 
   const int gi = lane / 4, q = lane % 4, wc = 16 * pw;
   const std::size_t sbase = (static_cast<std::size_t>(slot) * H + h) * P * N;
-  float S[NT][4];  // the walk's layout: S[jt][e] at p = p0 + wc + gi + 8·(e / 2), n = 8·jt + 2q + e % 2
-#pragma unroll
-  for (int jt = 0; jt < NT; ++jt)
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {
-      const std::size_t i = sbase + static_cast<std::size_t>(p0 + wc + gi + 4 * e) * N + 8 * jt + 2 * q;
-      float2 v;
-      if (bf16) {
-        const uint32_t u = *reinterpret_cast<const uint32_t*>(st.state_bf16 + i);
-        v = make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
-      } else {
-        v = *reinterpret_cast<const float2*>(st.state_f32 + i);
-      }
-      S[jt][e] = v.x;
-      S[jt][e + 1] = v.y;
-    }
+  float S[NT][4];  // the walk's layout (ssd_tc_products.cuh's load_state)
+  load_state<NT>(st, sbase, p0 + wc + gi, N, 0, q, S);
   // The replayed rows (before j) by asynchronous copies, and the zeros (after it); row j's slots after the wait.
   // (Loads into registers, one a loop iteration, waited for each before its store: ~24 round trips a block.)
   if (tid < kG && tid != j) dts[tid] = tid < j ? dt_of(tid) : 0.0f;
@@ -190,16 +176,7 @@ __global__ void __launch_bounds__(32 * WP, 16 / WP) tc_decode_kernel(SsdShape sh
   for (int a = 0; a < 4; ++a) wv[a] = wr[2 * q + (a & 1) + 8 * (a >> 1)];
   const int brow = crow, bcol = 8 * (lane >> 4);
   fold_state<NT, kSplit>(V + kTile, brow, bcol, 0, xa, wv, scal[1], bf16, S);
-#pragma unroll
-  for (int jt = 0; jt < NT; ++jt)
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {
-      const std::size_t i = sbase + static_cast<std::size_t>(p0 + wc + gi + 4 * e) * N + 8 * jt + 2 * q;
-      if (bf16)  // already bf16-exact
-        *reinterpret_cast<uint32_t*>(st.state_bf16 + i) =
-            (__float_as_uint(S[jt][e]) >> 16) | (__float_as_uint(S[jt][e + 1]) & 0xffff0000u);
-      else *reinterpret_cast<float2*>(st.state_f32 + i) = make_float2(S[jt][e], S[jt][e + 1]);
-    }
+  store_state<NT>(st, sbase, p0 + wc + gi, N, 0, q, S);
 }
 
 template <int WP, bool kSplit>

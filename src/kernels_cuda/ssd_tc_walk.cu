@@ -133,22 +133,7 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
 
   // S[j][e]: p = p0 + wc + gi + 8·(e / 2), n = 8·(nt0 + j) + 2q + e % 2.
   float S[NT][4];
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {
-      const int pp = b.p0 + wc + gi + 4 * e;
-      float2 v;
-      const std::size_t i = sbase + static_cast<std::size_t>(pp) * N + 8 * (nt0 + j) + 2 * q;
-      if (bf16) {
-        const uint32_t u = *reinterpret_cast<const uint32_t*>(st.state_bf16 + i);
-        v = make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
-      } else {
-        v = *reinterpret_cast<const float2*>(st.state_f32 + i);
-      }
-      S[j][e] = v.x;
-      S[j][e + 1] = v.y;
-    }
+  load_state<NT>(st, sbase, b.p0 + wc + gi, N, nt0, q, S);
   ptx::cp_async_wait<1>();  // cell 0
   __syncthreads();
   convert<T, kSplit>(CBb(0), c.fold, Vb(0));
@@ -240,17 +225,7 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
     if (ks == 0) finish<WP, KS>(pd, Eb(k), pw, lane, sh, h, b.p0 + wc, Dh, y);
   }
   if (!folded) return;  // the slot keeps its state
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {
-      const int pp = b.p0 + wc + gi + 4 * e;
-      const std::size_t i = sbase + static_cast<std::size_t>(pp) * N + 8 * (nt0 + j) + 2 * q;
-      if (bf16)  // already bf16-exact
-        *reinterpret_cast<uint32_t*>(st.state_bf16 + i) =
-            (__float_as_uint(S[j][e]) >> 16) | (__float_as_uint(S[j][e + 1]) & 0xffff0000u);
-      else *reinterpret_cast<float2*>(st.state_f32 + i) = make_float2(S[j][e], S[j][e + 1]);
-    }
+  store_state<NT>(st, sbase, b.p0 + wc + gi, N, nt0, q, S);
 }
 
 template <int WP, int KS, bool kSplit>
