@@ -35,10 +35,9 @@ namespace ssd {
 namespace {
 
 template <int WP, bool kSplit>
-__global__ void __launch_bounds__(32 * WP, 16 / WP) tc_decode_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc,
-                                                            int ld, const float* dt, const float* A,
-                                                            const float* Dskip, SsdState st, bool release_first,
-                                                            float* y) {
+__global__ void __launch_bounds__(32 * WP, 16 / WP)
+    tc_decode_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
+                     const float* Dskip, SsdState st, bool release_first, float* y) {
   constexpr int T = 32 * WP, NT = 16, XS = 16 * WP + 4;
   const int seq = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid % 32, pw = tid / 32;
   if (!uses_decode_row(g, p.n[seq])) return;
