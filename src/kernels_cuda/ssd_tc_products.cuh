@@ -18,43 +18,40 @@ namespace {
 // The warp's state between memory and the walk's layout: S[j][e] at p = prow + 8·(e / 2), n = 8·(nt0 + j) + 2q +
 // e % 2 (prow: the lane's first row of p). A bf16 state widens exactly and is stored as it was folded (already
 // bf16-exact). The walk and the one-row decode read and write a slot's state through these.
-__device__ __forceinline__ std::size_t state_at(std::size_t sbase, int prow, int N, int nt0, int q, int j, int e) {
-  return sbase + static_cast<std::size_t>(prow + 4 * e) * N + 8 * (nt0 + j) + 2 * q;
+// f(j, e, i) for each pair S[j][e], S[j][e + 1] of the warp's layout, i its index in the slot's state.
+template <int NT, typename F>
+__device__ __forceinline__ void for_state_pairs(std::size_t sbase, int prow, int N, int nt0, int q, F&& f) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) f(j, e, sbase + static_cast<std::size_t>(prow + 4 * e) * N + 8 * (nt0 + j) + 2 * q);
 }
 template <int NT>
 __device__ __forceinline__ void load_state(const SsdState& st, std::size_t sbase, int prow, int N, int nt0, int q,
                                            float (&S)[NT][4]) {
   const bool bf16 = st.state_f32 == nullptr;
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {
-      const std::size_t i = state_at(sbase, prow, N, nt0, q, j, e);
-      float2 v;
-      if (bf16) {
-        const uint32_t u = *reinterpret_cast<const uint32_t*>(st.state_bf16 + i);
-        v = make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
-      } else {
-        v = *reinterpret_cast<const float2*>(st.state_f32 + i);
-      }
-      S[j][e] = v.x;
-      S[j][e + 1] = v.y;
+  for_state_pairs<NT>(sbase, prow, N, nt0, q, [&](int j, int e, std::size_t i) {
+    float2 v;
+    if (bf16) {
+      const uint32_t u = *reinterpret_cast<const uint32_t*>(st.state_bf16 + i);
+      v = make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+    } else {
+      v = *reinterpret_cast<const float2*>(st.state_f32 + i);
     }
+    S[j][e] = v.x;
+    S[j][e + 1] = v.y;
+  });
 }
 template <int NT>
 __device__ __forceinline__ void store_state(const SsdState& st, std::size_t sbase, int prow, int N, int nt0, int q,
                                             const float (&S)[NT][4]) {
   const bool bf16 = st.state_f32 == nullptr;
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {
-      const std::size_t i = state_at(sbase, prow, N, nt0, q, j, e);
-      if (bf16)
-        *reinterpret_cast<uint32_t*>(st.state_bf16 + i) =
-            (__float_as_uint(S[j][e]) >> 16) | (__float_as_uint(S[j][e + 1]) & 0xffff0000u);
-      else *reinterpret_cast<float2*>(st.state_f32 + i) = make_float2(S[j][e], S[j][e + 1]);
-    }
+  for_state_pairs<NT>(sbase, prow, N, nt0, q, [&](int j, int e, std::size_t i) {
+    if (bf16)
+      *reinterpret_cast<uint32_t*>(st.state_bf16 + i) =
+          (__float_as_uint(S[j][e]) >> 16) | (__float_as_uint(S[j][e + 1]) & 0xffff0000u);
+    else *reinterpret_cast<float2*>(st.state_f32 + i) = make_float2(S[j][e], S[j][e + 1]);
+  });
 }
 
 // The warp's part of C·Sᵀ for 16 rows (M) and its two p-tiles of 8 (N): quarters a_m of n (two k16 steps each
