@@ -279,6 +279,9 @@ bool programmatic_exact_decode();
 void set_programmatic_exact_decode(bool on, bool l2_requests = true);  // modes 0, 1, 2
 void set_programmatic_exact_decode_mode(int mode);
 int programmatic_exact_decode_mode();
+// The mode a one-row decode launch of `num_seqs` sequences takes now (0, 1 or 2): the auto mode resolved, 0
+// while programmatic_launch() is off. ssd_decode.cu's and ssd_tc_decode.cu's launches both ask it.
+int exact_decode_launch_mode(int num_seqs);
 // Keeps stream s busy for about `microseconds` (benchmarks: the timed launches queue behind it).
 void busy_wait(double microseconds, cudaStream_t s);
 

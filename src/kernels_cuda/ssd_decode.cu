@@ -193,8 +193,7 @@ void launch_decode(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, con
   int ahead = forced > 0 ? forced : forced < 0 ? (resident_blocks(kernel, smem) + columns - 1) / columns : 0;
   if (ahead >= sh.H) ahead = 0;  // every block resident at once (or nothing that far)
   const dim3 grid(static_cast<unsigned>(columns), static_cast<unsigned>(sh.H));
-  int pdl = programmatic_launch() ? programmatic_decode.load() : 0;
-  if (pdl == kProgrammaticDecodeAuto) pdl = p.num_seqs <= kProgrammaticDecodeSeqs ? 1 : 0;
+  int pdl = exact_decode_launch_mode(p.num_seqs);
   if (pdl != 0 && (gemm_early_flags() & kGemmEarlySsmFirst) != 0) pdl |= 4;
   if (pdl != 0) {
     launch_after_prior(kernel, grid, dim3(kStepThreads), smem, s, "ssd decode", sh, g, p, xbc, ld, dt, A, D, st, tp,
@@ -222,4 +221,9 @@ void set_programmatic_exact_decode_mode(int mode) {
   ssd::programmatic_decode.store(mode);
 }
 int programmatic_exact_decode_mode() { return ssd::programmatic_decode.load(); }
+int exact_decode_launch_mode(int num_seqs) {
+  const int mode = programmatic_launch() ? ssd::programmatic_decode.load() : 0;
+  if (mode == kProgrammaticDecodeAuto) return num_seqs <= ssd::kProgrammaticDecodeSeqs ? 1 : 0;
+  return mode;
+}
 }  // namespace parity::cuda

@@ -193,9 +193,8 @@ void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const floa
 void ssd_tc_decode(bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                    const float* dt, const float* A, const float* D, SsdState st, float* y, cudaStream_t s) {
   const int wp = sh.P % 64 == 0 ? 4 : sh.P % 32 == 0 ? 2 : 1;  // a launch shape only: the bits are the walk's
-  // Programmatic as ssd_decode.cu's launch (ops.h's modes): auto takes it for passes of up to 16 sequences.
-  const int mode = programmatic_launch() ? programmatic_exact_decode_mode() : 0;
-  const bool programmatic = mode == kProgrammaticDecodeAuto ? p.num_seqs <= 16 : mode != 0;
+  // Programmatic when ssd_decode.cu's launch would be (ops.h's modes; its L2 requests have no part here).
+  const bool programmatic = exact_decode_launch_mode(p.num_seqs) != 0;
   const bool release_first = programmatic && (gemm_early_flags() & kGemmEarlySsmFirst) != 0;
   auto go = [&](auto wpc) {
     constexpr int W = decltype(wpc)::value;
