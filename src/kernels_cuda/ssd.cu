@@ -15,8 +15,8 @@
 //         grid (G = 16, N = 128), the lane walk (ssd_lanes.cu) keeps the state in registers instead,
 //         automatic its pipelined form (ssd_pipe.cu: one barrier a cell, every cell's coefficients from a
 //         table pass and C and B laid out by quarter by another, both before it);
-// then (exact) ring: the call's last rows of every head's open cell into the replay ring. Plain mode's
-// prefill takes the chunk scan instead (ssd_chunk.cu: vLLM's three phases at its 256-row chunks, every
+// then (exact) ring (ssd_ring.cu): the call's last rows of every head's open cell into the replay ring.
+// Plain mode's prefill takes the chunk scan instead (ssd_chunk.cu: vLLM's three phases at its 256-row chunks, every
 // product register-tiled, between them ssd_chain.cu's chain); its sums have their own order, since plain
 // mode promises its bits only across the batch (rule 1), not across schedules or builds. One-row calls
 // skip them: plain mode's decode is the SSU update (ssd_ssu.cu), exact mode's the one-row
@@ -40,33 +40,6 @@
 
 namespace parity::cuda {
 namespace {
-
-using ssd::RowSource;
-using ssd::source_of;
-using ssd::ring_x_slot;
-
-// ---- ring: the open cell's rows, for the next call -------------------------------------------
-__global__ void ssd_ring_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt,
-                                SsdState st) {
-  const int seq = blockIdx.x, h = blockIdx.y;
-  if (uses_decode_row(g, p.n[seq])) return;  // the decode kernel wrote its row
-  const int64_t start = p.start[seq], end = start + p.n[seq];
-  const int64_t from = end - g.cell > start ? end - g.cell : start;
-  const RowSource src = source_of(sh, g, p, seq, xbc, ld, dt, st);
-  const int slot = src.slot, P = sh.P, N = sh.N;
-  const bool writes_B = h % sh.heads_per_group() == 0;
-  const int grp = h / sh.heads_per_group();
-  for (int64_t t = from; t < end; ++t) {
-    const int xs = ring_x_slot(g, h, sh.H, t);
-    const std::size_t xb = (static_cast<std::size_t>(slot) * sh.H + h) * g.cell + xs;
-    for (int e = threadIdx.x; e < P; e += blockDim.x) st.ring_x[xb * P + e] = src.x(h, t)[e];
-    if (threadIdx.x == 0) st.ring_dt[xb] = src.dtv(h, t);
-    if (writes_B) {
-      const std::size_t bb = (static_cast<std::size_t>(slot) * sh.groups + grp) * g.cell + t % g.cell;
-      for (int e = threadIdx.x; e < N; e += blockDim.x) st.ring_B[bb * N + e] = src.B(grp, t)[e];
-    }
-  }
-}
 
 __global__ void dt_kernel(const float* dt_raw, int ld, int H, const float* bias, float lo, float hi, float* dt) {
   const int t = blockIdx.x;
@@ -258,8 +231,7 @@ void ssd_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const fl
     if (p.num_decode_seqs > 0) ssd::launch_decode(sh, g, p, xbc, ld_xbc, dt, A, D, st, tp, y, s);
   }
   if (g.exact && p.num_cell_tasks > 0) {  // multi-row exact calls (every one has cell tasks)
-    ssd_ring_kernel<<<dim3(p.num_seqs, sh.H), 64, 0, s>>>(sh, g, p, xbc, ld_xbc, dt, st);
-    check_launch("ssd ring");
+    ssd::launch_ring(sh, g, p, xbc, ld_xbc, dt, st, s);
   }
 }
 

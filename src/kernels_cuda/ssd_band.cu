@@ -17,10 +17,14 @@ namespace {
 
 // A block: 16 consecutive packed rows × 64 distances of one group. The rows' C and the window of B
 // rows they reach are staged in shared memory (rows 16-byte aligned, as cb_dot reads them); each
-// thread owns one row and 4 consecutive distances.
+// thread owns one row and the distances dq, dq + 16, ... (dq = its index mod 16), so at the default
+// cell of 16 every thread has one (with 4 consecutive distances a thread, 3 in 4 had none). A half-warp
+// reads 16 consecutive B rows at one column: their stride is 4 floats past a multiple of 32, so 8
+// consecutive rows' 16-byte loads fall in 8 different bank quads (at a stride of 128 floats all 16 had
+// one quad). Session 46 (H100, ncu): the band at 32 × 2048 took 220 µs with the L1 97 % busy.
 constexpr int kRows = 16, kDist = 64, kThreads = 256;
 
-__host__ __device__ inline int row_pad(int N) { return (N + 3) / 4 * 4; }
+__host__ __device__ inline int row_pad(int N) { return (N + 3) / 4 * 4 + (N % 32 == 0 ? 4 : 0); }
 
 // dst[0..3] = row[c..c+3] (zeros past n_end, or for no row), one 16-byte load where aligned.
 __device__ __forceinline__ void copy4(float* dst, const float* row, int c, int n_end) {
@@ -59,7 +63,7 @@ __global__ void __launch_bounds__(kThreads) band_kernel(SsdShape sh, ScanGrid g,
       __syncthreads();  // the previous run's readers are done
       // Rows in units of 4 columns: thread → unit u0 of rows i0, i0 + rstep, ... (N ≤ 4·kThreads)
       // or units u0, u0 + kThreads, ... of every row.
-      const int units = Np / 4;
+      const int units = (N + 3) / 4;  // the pad is never read
       const bool few = units <= kThreads;
       const int u0 = few ? threadIdx.x % units : threadIdx.x, i0 = few ? threadIdx.x / units : 0;
       const int rstep = few ? kThreads / units : 1, ustep = few ? units : kThreads;
@@ -75,7 +79,7 @@ __global__ void __launch_bounds__(kThreads) band_kernel(SsdShape sh, ScanGrid g,
       if (i_own < m) {
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
-          const int dd = 4 * dq + u;
+          const int dd = dq + 16 * u;
           if (dd >= dn) break;
           const bool live = s_a + i_own - (d0 + dd) >= lo;
           band[band_at(r + i_own, sh.groups, grp, G, d0 + dd)] =

@@ -276,6 +276,9 @@ void launch_chunk_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
 // tile_p columns of p) that keeps the state on chip. tile_p is 16, 32 or 64 (0: chosen by size).
 void launch_band(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                  const SsdState& st, float* band, cudaStream_t s);
+// The replay ring (ssd_ring.cu): every multi-row exact call's last rows of each head's open cell.
+void launch_ring(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
+                 const SsdState& st, cudaStream_t s);
 // The span walk (ssd_span.cu): the walk with K = 64 / G cells per step, 256 threads and the next
 // span's inputs prefetched, for batches too small to fill the GPU with the walk's blocks.
 bool span_supported(const SsdShape& sh, const ScanGrid& g);

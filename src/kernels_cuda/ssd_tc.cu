@@ -12,33 +12,6 @@
 #include "kernels_cuda/ssd_tc_steps.cuh"
 
 namespace parity::cuda {
-namespace ssd {
-namespace {
-
-// The call's last `cell` rows into the replay ring (what ssd.cu's ring launch writes; a separate
-// launch because a group's B rows and a head's dt are read by other blocks of the walk).
-__global__ void tc_ring_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt,
-                               SsdState st) {
-  const int seq = blockIdx.x, h = blockIdx.y;
-  if (uses_decode_row(g, p.n[seq])) return;
-  const int64_t start = p.start[seq], end = start + p.n[seq];
-  const int64_t from = end - g.cell > start ? end - g.cell : start;
-  const RowSource src = source_of(sh, g, p, seq, xbc, ld, dt, st);
-  const bool writes_B = h % sh.heads_per_group() == 0;
-  const int grp = h / sh.heads_per_group();
-  for (int64_t t = from; t < end; ++t) {
-    const std::size_t xb = (static_cast<std::size_t>(src.slot) * sh.H + h) * g.cell + ring_x_slot(g, h, sh.H, t);
-    for (int e = threadIdx.x; e < sh.P; e += blockDim.x) st.ring_x[xb * sh.P + e] = src.x(h, t)[e];
-    if (threadIdx.x == 0) st.ring_dt[xb] = src.dtv(h, t);
-    if (writes_B) {
-      const std::size_t bb = (static_cast<std::size_t>(src.slot) * sh.groups + grp) * g.cell + t % g.cell;
-      for (int e = threadIdx.x; e < sh.N; e += blockDim.x) st.ring_B[bb * sh.N + e] = src.B(grp, t)[e];
-    }
-  }
-}
-
-}  // namespace
-}  // namespace ssd
 
 namespace {
 // The band's floats in the scratch, rounded up to 16 bytes: the walk's tables follow it.
@@ -109,8 +82,7 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
   ssd_tc_tables(sh, g, p, xbc, ld_xbc, dt, A, st, scratch, tables, s);
   ssd_tc_walk(wp, ks, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, y, s);
   if (g.exact) {
-    ssd::tc_ring_kernel<<<dim3(p.num_seqs, sh.H), 64, 0, s>>>(sh, g, p, xbc, ld_xbc, dt, st);
-    check_launch("ssd tc ring");
+    ssd::launch_ring(sh, g, p, xbc, ld_xbc, dt, st, s);
   }
 }
 

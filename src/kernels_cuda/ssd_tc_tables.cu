@@ -1,5 +1,5 @@
 // The tensor-core walk's table pass (ssd_tc.h): every cell's coefficient table, formed before the
-// walk, one block a (cell task, head): cum (warp_cell_cum), coef[t][i] = row_weight·band already packed as the
+// walk, one warp a (cell task, head): cum (warp_cell_cum), coef[t][i] = row_weight·band already packed as the
 // intra product's m16k16 fragment (bf16 head and rest), w_i, exp(cum_t) and the decay: the fp32 values every
 // other path forms, by the same ssd_device.cuh helpers. The walk copies a cell's table (1,168 bytes) with its
 // inputs, so no shuffle chain or exp runs on its serial chain.
@@ -13,21 +13,30 @@ namespace parity::cuda {
 namespace ssd {
 namespace {
 
-constexpr int kTableThreads = 128;
+// A warp a (cell task, head), kTableWarps tasks of one head a block. Session 46 (H100, ncu): a block of four
+// warps a task, each warp forming the task's row source and cum again, took 401 µs at 32 × 2048 rows with the
+// SMs' issue 88 % busy; the table's values and their order are the same either way.
+constexpr int kTableWarps = 8;
 
-__global__ void __launch_bounds__(kTableThreads)
+__global__ void __launch_bounds__(32 * kTableWarps)
     table_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
                  SsdState st, const float* band, uint32_t* tables) {
-  const int task = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid % 32;
+  const int lane = threadIdx.x % 32, wi = threadIdx.x / 32;
+  const int task = blockIdx.x * kTableWarps + wi, h = blockIdx.y;
+  if (task >= p.num_cell_tasks) return;
   const CellTask ct = cell_task(g, p, task, h, sh.H);
   if (!ct.live) return;
   const CellIn c = first_cell(ct);
   const RowSource src = source_of(sh, g, p, ct.seq, xbc, ld, dt, st);
   const int grp = h / sh.heads_per_group();
-  __shared__ float dts[kG], bnd[kG * kG], coef[kG][kG + 1];
-  if (tid < kG) dts[tid] = tid < c.L ? src.dtv(h, c.cs + tid) : 0.0f;
-  for (int e = tid; e < kG * kG; e += kTableThreads) {
-    const int r = e / kG;
+  __shared__ float dts_w[kTableWarps][kG], bnd_w[kTableWarps][kG * kG], coef_w[kTableWarps][kG][kG + 1];
+  float* const dts = dts_w[wi];
+  float* const bnd = bnd_w[wi];
+  float(*const coef)[kG + 1] = coef_w[wi];
+  if (lane < kG) dts[lane] = lane < c.L ? src.dtv(h, c.cs + lane) : 0.0f;
+#pragma unroll
+  for (int a = 0; a < kG * kG / 32; ++a) {
+    const int e = a * 32 + lane, r = e / kG;
     float v = 0.0f;
     if (r >= c.j0 && r < c.L) {
       const int row = src.row0 + static_cast<int>(c.cs + r - src.start);
@@ -35,29 +44,32 @@ __global__ void __launch_bounds__(kTableThreads)
     }
     bnd[e] = v;
   }
-  __syncthreads();
+  __syncwarp();
   const float Ah = A[h];
   const int L = c.L;
   const float d = lane < L ? cum_term(dts[lane], Ah) : 0.0f;
   float total;
   const float cl = warp_cell_cum<kG>(d, L, lane, &total);
 #pragma unroll
-  for (int a = 0; a < kG * kG / kTableThreads; ++a) {
-    const int e = a * kTableThreads + tid, t = e / kG, i = e % kG;
+  for (int a = 0; a < kG * kG / 32; ++a) {
+    const int e = a * 32 + lane, t = e / kG, i = e % kG;
     const float cti = __shfl_sync(0xffffffffu, cl, t), cii = __shfl_sync(0xffffffffu, cl, i);
     float v = 0.0f;
     if (t >= c.j0 && t < L && i <= t) v = row_weight(cti, cii, dts[i]) * bnd[t * kG + (t - i)];
     coef[t][i] = v;
   }
-  __syncthreads();
+  __syncwarp();
   uint32_t* out = tables + (static_cast<std::size_t>(task) * sh.H + h) * kTabWords;
-  {  // word tid = lane·4 + r of the m16k16 fragment: rows g (+8 for odd r), columns 2q, 2q+1 (+8 for r ≥ 2)
-    const int fl = tid / 4, r = tid % 4, gg = fl / 4, q = fl % 4;
+  // Word w = l·4 + r of the m16k16 fragment (l its lane): rows g (+8 for odd r), columns 2q, 2q+1 (+8 for r ≥ 2).
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    const int w = a * 32 + lane;
+    const int fl = w / 4, r = w % 4, gg = fl / 4, q = fl % 4;
     const int row = gg + 8 * (r & 1), col = 2 * q + 8 * (r >> 1);
-    out[kTabHi + tid] = pack(coef[row][col], coef[row][col + 1]);
-    out[kTabLo + tid] = pack_rest(coef[row][col], coef[row][col + 1]);
+    out[kTabHi + w] = pack(coef[row][col], coef[row][col + 1]);
+    out[kTabLo + w] = pack_rest(coef[row][col], coef[row][col + 1]);
   }
-  if (tid < 32) {  // w (lanes 0..15, zero where the cell does not fold), exp(cum) (16..31), the decay
+  {  // w (lanes 0..15, zero where the cell does not fold), exp(cum) (16..31), the decay
     const int r = lane & 15;
     const float cr = __shfl_sync(0xffffffffu, cl, r);
     float we = 0.0f;
@@ -76,8 +88,10 @@ __global__ void __launch_bounds__(kTableThreads)
 
 void ssd_tc_tables(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
                    const float* A, SsdState st, const float* band, float* tables, cudaStream_t s) {
-  ssd::table_kernel<<<dim3(static_cast<unsigned>(p.num_cell_tasks), static_cast<unsigned>(sh.H)), ssd::kTableThreads,
-                      0, s>>>(sh, g, p, xbc, ld, dt, A, st, band, reinterpret_cast<uint32_t*>(tables));
+  if (p.num_cell_tasks <= 0) return;
+  const unsigned blocks = static_cast<unsigned>((p.num_cell_tasks + ssd::kTableWarps - 1) / ssd::kTableWarps);
+  ssd::table_kernel<<<dim3(blocks, static_cast<unsigned>(sh.H)), 32 * ssd::kTableWarps, 0, s>>>(
+      sh, g, p, xbc, ld, dt, A, st, band, reinterpret_cast<uint32_t*>(tables));
   check_launch("ssd tc tables");
 }
 
