@@ -324,6 +324,18 @@ BENCHMARK(BM_CudaSsdTcPrefillWays)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The relay (ssd_tc_relay.cu) in place of the walk: arg2 its cell warps (1, 2), arg3 the products (0 bf16, 1 split).
+// Device time, as BM_CudaSsdTcPrefillDevice (the walk at its default way: compare in the same run).
+void BM_CudaSsdTcPrefillRelay(benchmark::State& state) {
+  cuda::SsdTcWay w;
+  w.cell_warps = static_cast<int>(state.range(2));
+  tc_prefill(state, w, tc_products(state.range(3)), true);
+}
+BENCHMARK(BM_CudaSsdTcPrefillRelay)
+    ->ArgsProduct({{1, 2, 8, 32}, {16}, {1, 2}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // Device time of one layer's prefill of batch × 2048 tokens on grid g with `which`.
 // Counter TFLOPs: the scan's main products, 2·2·P·N flops per row and head (C·S_start and the cell's
 // sum), per second; the H200's fp32 FMA peak is about 67 TFLOP/s.

@@ -1,6 +1,6 @@
 // The exact grid's SSD with the cell walk's products on tensor cores (ssd_tc.h says what it computes). This
 // file holds the launches: the band (C·B, fp32, the existing launch), the table pass
-// (ssd_tc_tables.cu), the walk (ssd_tc_walk.cu), and the replay ring.
+// (ssd_tc_tables.cu), the walk (ssd_tc_walk.cu) or the relay (ssd_tc_relay.cu), and the replay ring.
 #include <cstdint>
 #include <string>
 
@@ -80,7 +80,10 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
   ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
   float* tables = scratch + band_floats(sh, p, g);
   ssd_tc_tables(sh, g, p, xbc, ld_xbc, dt, A, st, scratch, tables, s);
-  ssd_tc_walk(wp, ks, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, y, s);
+  // A walk's way named: the walk.
+  const int cw = way.cell_warps > 0 ? way.cell_warps : way.warps_p > 0 ? 0 : d.cell_warps;
+  if (cw > 0) ssd_tc_relay(cw, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, y, s);
+  else ssd_tc_walk(wp, ks, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, y, s);
   if (g.exact) {
     ssd::launch_ring(sh, g, p, xbc, ld_xbc, dt, st, s);
   }

@@ -116,19 +116,20 @@ __device__ __forceinline__ void convert_unit(const float* src, uint16_t* hi, uin
   *reinterpret_cast<uint2*>(hi) = make_uint2(pack(f.x, f.y), pack(f.z, f.w));
   if constexpr (kSplit) *reinterpret_cast<uint2*>(lo) = make_uint2(pack_rest(f.x, f.y), pack_rest(f.z, f.w));
 }
+// T threads convert, tid the caller's place among them (a block's, or a warp's lane: the relay's cell warps).
 template <int T, bool kSplit>
-__device__ __forceinline__ void convert(const float* CB, bool fold, uint16_t* V) {
+__device__ __forceinline__ void convert(const float* CB, bool fold, uint16_t* V, int tid) {
   constexpr int kUnits = kG * (kN / 4);
   static_assert(kUnits % T == 0, "whole rounds");
 #pragma unroll
   for (int j = 0; j < kUnits / T; ++j) {
-    const int u = threadIdx.x + j * T, r = u / (kN / 4), v = u % (kN / 4);
+    const int u = tid + j * T, r = u / (kN / 4), v = u % (kN / 4);
     convert_unit<kSplit>(CB + kC + r * kRow + 4 * v, V + r * kVS + 4 * v, V + 2 * kTile + r * kVS + 4 * v);
   }
   if (!fold) return;  // B not copied: its delta is not kept
 #pragma unroll
   for (int j = 0; j < kUnits / T; ++j) {
-    const int u = threadIdx.x + j * T, r = u / (kN / 4), v = u % (kN / 4);
+    const int u = tid + j * T, r = u / (kN / 4), v = u % (kN / 4);
     convert_unit<kSplit>(CB + kB + r * kRow + 4 * v, V + kTile + r * kVS + 4 * v, V + 3 * kTile + r * kVS + 4 * v);
   }
 }

@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(32 * WP, 16 / WP)
       scal[1] = exp_f(total);
     }
   }
-  convert<T, kSplit>(CB, fold, V);
+  convert<T, kSplit>(CB, fold, V, tid);
   __syncthreads();
 
   float xa[4][2];

@@ -132,38 +132,47 @@ __device__ __forceinline__ void intra_product(const Frag4<kSplit>& fa, const flo
   }
 }
 
-// The fold of the warp's state: delta = (w∘x)ᵀ·B over the cell's 16 rows (one k16 step from zero an n-tile, B's
-// tiles transposed by ldmatrix from VB: head at VB, rest at VB + 2·kTile), then S ← fold_element(decay, S,
-// delta). wv[a]: w at the rows of xa[a].
-template <int NT, bool kSplit>
-__device__ __forceinline__ void fold_state(const uint16_t* VB, int brow, int bcol, int nt0, const float (&xa)[4][2],
-                                           const float (&wv)[4], float decay, bool bf16_state, float (&S)[NT][4]) {
+// The cell's delta over the warp's NT n-tiles from nt0: delta = (w∘x)ᵀ·B over the cell's 16 rows, one k16 step
+// from zero an n-tile, B's tiles transposed by ldmatrix from VB (head at VB, rest at VB + 2·kTile); wv[a]: w at
+// the rows of xa[a]. use(j, dl) takes n-tile j's delta (dl[e] in the state layout's S[j][e]).
+template <int NT, bool kSplit, class Use>
+__device__ __forceinline__ void delta_tiles(const uint16_t* VB, int brow, int bcol, int nt0, const float (&xa)[4][2],
+                                            const float (&wv)[4], Use&& use) {
   Frag4<kSplit> xw;  // (w_i·x[i][p]) at p = gi (+8), i = 2q.. (+8)
   xw.set(0, wv[0] * xa[0][0], wv[1] * xa[1][0]);
   xw.set(1, wv[0] * xa[0][1], wv[1] * xa[1][1]);
   xw.set(2, wv[2] * xa[2][0], wv[3] * xa[3][0]);
   xw.set(3, wv[2] * xa[2][1], wv[3] * xa[3][1]);
+#pragma unroll
+  for (int j = 0; j < NT; j += 2) {
+    const int off = brow * kVS + 8 * (nt0 + j) + bcol;
+    uint32_t r[4];
+    Frag2<kSplit> bb[2];
+    ptx::ldmatrix_x4_trans(ptx::smem_addr(VB + off), r);
+    bb[0].hi[0] = r[0], bb[0].hi[1] = r[1], bb[1].hi[0] = r[2], bb[1].hi[1] = r[3];
+    if constexpr (kSplit) {
+      ptx::ldmatrix_x4_trans(ptx::smem_addr(VB + 2 * kTile + off), r);
+      bb[0].lo[0] = r[0], bb[0].lo[1] = r[1], bb[1].lo[0] = r[2], bb[1].lo[1] = r[3];
+    }
+#pragma unroll
+    for (int jj = 0; jj < 2; ++jj) {
+      float dl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      product<kSplit>(dl, xw, bb[jj]);
+      use(j + jj, dl);
+    }
+  }
+}
+
+// The fold of the warp's state: the cell's delta (delta_tiles), then S ← fold_element(decay, S, delta).
+template <int NT, bool kSplit>
+__device__ __forceinline__ void fold_state(const uint16_t* VB, int brow, int bcol, int nt0, const float (&xa)[4][2],
+                                           const float (&wv)[4], float decay, bool bf16_state, float (&S)[NT][4]) {
   // The state's dtype as a constant of each copy of the loop: no branch between its tensor-core steps.
   auto fold_tiles = [&](auto bf16c) {
+    delta_tiles<NT, kSplit>(VB, brow, bcol, nt0, xa, wv, [&](int j, const float (&dl)[4]) {
 #pragma unroll
-    for (int j = 0; j < NT; j += 2) {
-      const int off = brow * kVS + 8 * (nt0 + j) + bcol;
-      uint32_t r[4];
-      Frag2<kSplit> bb[2];
-      ptx::ldmatrix_x4_trans(ptx::smem_addr(VB + off), r);
-      bb[0].hi[0] = r[0], bb[0].hi[1] = r[1], bb[1].hi[0] = r[2], bb[1].hi[1] = r[3];
-      if constexpr (kSplit) {
-        ptx::ldmatrix_x4_trans(ptx::smem_addr(VB + 2 * kTile + off), r);
-        bb[0].lo[0] = r[0], bb[0].lo[1] = r[1], bb[1].lo[0] = r[2], bb[1].lo[1] = r[3];
-      }
-#pragma unroll
-      for (int jj = 0; jj < 2; ++jj) {
-        float dl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        product<kSplit>(dl, xw, bb[jj]);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) S[j + jj][e] = fold_element(decay, S[j + jj][e], dl[e], decltype(bf16c)::value);
-      }
-    }
+      for (int e = 0; e < 4; ++e) S[j][e] = fold_element(decay, S[j][e], dl[e], decltype(bf16c)::value);
+    });
   };
   if (bf16_state) fold_tiles(std::true_type{});
   else fold_tiles(std::false_type{});

@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
   load_state<NT>(st, sbase, b.p0 + wc + gi, N, nt0, q, S);
   ptx::cp_async_wait<1>();  // cell 0
   __syncthreads();
-  convert<T, kSplit>(CBb(0), c.fold, Vb(0));
+  convert<T, kSplit>(CBb(0), c.fold, Vb(0), tid);
 
   // Lane addresses of ldmatrix: C's m16k16 operand (matrices rows 0-7 / 8-15 × columns +0 / +8) and B's
   // transposed k16n8 operands of two n-tiles (rows 0-7 / 8-15 of tile j, then of tile j + 1).
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
       if (k > 0 && ks == 0) finish<WP, KS>(pd, Eb(k - 1), pw, lane, sh, h, b.p0 + wc, Dh, y);
     issue_next();  // cell k+2, over cell k−1's stage and cell k's C and B (converted before the barrier)
     commit();
-    if (has1) convert<T, kSplit>(CBb(k + 1), c1.fold, Vb(k + 1));
+    if (has1) convert<T, kSplit>(CBb(k + 1), c1.fold, Vb(k + 1), tid);
 
     const float* X = Xb(k);
     const float* F = X + St::kTab;

@@ -325,6 +325,37 @@ TEST(CudaSsdTc, DecodedRowsHaveTheWalksBits) {
       }
 }
 
+// The relay (ssd_tc_relay.cu: cells formed in parallel by one or two cell warps, the fold chained by another) has
+// the walk's bits: every schedule (whole calls, calls starting inside cells, calls of one row beside prefills),
+// both products, both state dtypes, one and two groups, P of 64 and 32. Companion: the relay's own run on an
+// input changed by 1 % gives other bits (the relay's check sees its inputs).
+TEST(CudaSsdTc, TheRelayHasTheWalksBits) {
+  PARITY_REQUIRE_GPU();
+  const cuda::ScanGrid g{true, 16, true};
+  int si = 0;
+  for (const Shape& sh : {Shape{8, 64, 128, 1}, Shape{6, 32, 128, 2, 0}})
+    for (bool bf16 : test::bf16_sweep(si++))
+      for (ScanProducts prod : {ScanProducts::bfloat16, ScanProducts::split}) {
+        const int T = test::pick(300, 100), slots = 3;
+        const Inputs in = make_inputs(sh, slots, T);
+        const Result ref = run(sh, g, bf16, T, in, whole(slots, T), tc(1, 1, prod));
+        const std::string what = "H " + std::to_string(sh.H) + " P " + std::to_string(sh.P) + " groups " +
+                                 std::to_string(sh.groups) + (bf16 ? " bf16 " : " fp32 ") + name(prod);
+        for (int cw : {1, 2})
+          for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(slots, T)},
+                                              {"uneven", uneven(slots, T)},
+                                              {"decoding", decoding(slots, T)}}) {
+            const Path relay{prod, {0, 0, cw}};
+            EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, relay), ref))
+                << what << " cell warps " << cw << " schedule " << sname;
+          }
+        Inputs in2 = in;
+        in2.xbc[1][std::size_t(40) * sh.ld() + 2 * sh.P + 3] *= 1.01f;  // slot 1, row 40, head 2, p 3
+        EXPECT_FALSE(same_bits(run(sh, g, bf16, T, in2, whole(slots, T), {prod, {0, 0, 2}}), ref))
+            << what << " (companion)";
+      }
+}
+
 // Companions. The error check sees a wrong D skip (the tc walk with every D one larger than the fp32
 // walk's: y off by x), and the bit checks see one x value changed by 1 % (that row's output changes first,
 // and the state; a change in the fourth digit, below bf16's resolution, left the state's bits as they
