@@ -18,11 +18,23 @@ namespace {
 std::size_t band_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
   return (ssd_scratch_floats(sh, p, g, SsdPrefill::span16) + 3) / 4 * 4;  // the band alone (the span walk's scratch)
 }
+// The walk's coefficient tables (16-byte multiples: the relay's tiles follow them).
+std::size_t tables_floats(const SsdShape& sh, const PassSeqs& p) {
+  return static_cast<std::size_t>(p.num_cell_tasks > 0 ? p.num_cell_tasks : 0) * sh.H * kSsdTcTableWords;
+}
+// The relay's cell warps for this pass and way, 0 where the walk takes it.
+int relay_warps(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdTcWay way) {
+  if (way.cell_warps > 0) return way.cell_warps;
+  if (way.warps_p > 0) return 0;  // a walk's way named: the walk
+  return ssd_tc_default_way(sh, p.num_seqs, g.products).cell_warps;
+}
 }  // namespace
 
-std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
-  return band_floats(sh, p, g) +
-         static_cast<std::size_t>(p.num_cell_tasks > 0 ? p.num_cell_tasks : 0) * sh.H * kSsdTcTableWords;
+std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdTcWay way) {
+  const std::size_t tiles = relay_warps(sh, p, g, way) > 0
+                                ? ssd_tc_tiles_floats(sh, g, p.num_cell_tasks, g.products == ScanProducts::split)
+                                : 0;
+  return band_floats(sh, p, g) + tables_floats(sh, p) + tiles;
 }
 
 bool ssd_tc_supported(const SsdShape& sh, const ScanGrid& g) {
@@ -70,7 +82,7 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
                 std::to_string(sh.N) + ", P " + std::to_string(sh.P) + ")");
   if (p.num_ssu_seqs > 0) throw Error("CUDA SSD tc: plain mode's one-row calls (the SSU) are not handled");
   if (g.products == ScanProducts::float32) throw Error("CUDA SSD tc: the grid asks for fp32 products (ssd_scan's)");
-  if (scratch_floats < ssd_tc_scratch_floats(sh, p, g))
+  if (scratch_floats < ssd_tc_scratch_floats(sh, p, g, way))
     throw Error("CUDA SSD tc: scratch smaller than ssd_tc_scratch_floats()");
   const bool split = g.products == ScanProducts::split;
   if (p.num_decode_seqs > 0) ssd_tc_decode(split, sh, g, p, xbc, ld_xbc, dt, A, D, st, y, s);
@@ -80,10 +92,12 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
   ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
   float* tables = scratch + band_floats(sh, p, g);
   ssd_tc_tables(sh, g, p, xbc, ld_xbc, dt, A, st, scratch, tables, s);
-  // A walk's way named: the walk.
-  const int cw = way.cell_warps > 0 ? way.cell_warps : way.warps_p > 0 ? 0 : d.cell_warps;
-  if (cw > 0) ssd_tc_relay(cw, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, y, s);
-  else ssd_tc_walk(wp, ks, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, y, s);
+  const int cw = relay_warps(sh, p, g, way);
+  if (cw > 0) {
+    uint16_t* tiles = reinterpret_cast<uint16_t*>(tables + tables_floats(sh, p));
+    ssd_tc_tiles(split, sh, g, p, xbc, ld_xbc, dt, st, tiles, s);
+    ssd_tc_relay(cw, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, tiles, y, s);
+  } else ssd_tc_walk(wp, ks, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, y, s);
   if (g.exact) {
     ssd::launch_ring(sh, g, p, xbc, ld_xbc, dt, st, s);
   }

@@ -42,7 +42,8 @@ std::string ssd_tc_refusal(const SsdShape& sh, const ScanGrid& g);
 SsdTcWay ssd_tc_default_way(const SsdShape& sh, int seqs, ScanProducts products);
 
 // The scratch ssd_tc_scan needs: the band (ssd_scratch_floats) and the walk's coefficient tables.
-std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g);
+// With the relay (the way's, or the default's), also every cell task's C and B tiles.
+std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdTcWay way = {});
 
 // ssd_scan for exact passes (plain mode's SSU sequences throw), with ssd_tc_scratch_floats(sh, p, g) of scratch.
 // Multi-row calls take four launches (band, tables, the tensor-core walk, ring); one-row calls one more, the

@@ -37,18 +37,23 @@ constexpr int kC = 0, kB = kG * kRow, kCBFloats = 2 * kG * kRow;
 // Cell c's table and inputs into stage X: x rows < L of this block's columns (zeros past P and for rows ≥ L),
 // C rows j0 .. L-1 (zeros elsewhere), and when the cell folds B rows < L (zeros after). Zeros where a product
 // would otherwise read stale values: a stale NaN times a zero weight is still NaN inside an mma.
+// The table and x part of it (the relay copies C and B as tiles formed before it: ssd_tc_tiles.cu).
 template <int WP, int T>
-__device__ void issue(const WalkCtx& b, const CellIn& c, const float* table, float* X, float* CB, int tid) {
+__device__ void issue_table_x(const WalkCtx& b, const CellIn& c, const float* table, float* X, int tid) {
   using St = Stage<WP>;
-  const int L = c.L, j0 = c.j0;
   for (int u = tid; u < kTabWords / 4; u += T) cp16(X + St::kTab + 4 * u, table + 4 * u);
   const int xend = b.sh.P - b.p0;
   for (int u = tid; u < kG * 4 * WP; u += T) {
     const int i = u / (4 * WP), v = u % (4 * WP);
     float* dst = X + St::kX + i * St::XS + 4 * v;
-    if (i < L) copy4(dst, b.src.x(b.h, c.cs + i) + b.p0, 4 * v, xend);
+    if (i < c.L) copy4(dst, b.src.x(b.h, c.cs + i) + b.p0, 4 * v, xend);
     else zero4(dst);
   }
+}
+template <int WP, int T>
+__device__ void issue(const WalkCtx& b, const CellIn& c, const float* table, float* X, float* CB, int tid) {
+  const int L = c.L, j0 = c.j0;
+  issue_table_x<WP, T>(b, c, table, X, tid);
   for (int u = tid; u < kG * (kN / 4); u += T) {
     const int r = u / (kN / 4), v = u % (kN / 4);
     float* dC = CB + kC + r * kRow + 4 * v;

@@ -4,18 +4,20 @@
 // Only S depends on the cells before: a cell's delta and its intra product depend on its own rows, and its
 // outputs on its rows and S_start. So one block per (sequence, head, 16 columns of p) has W cell warps and
 // one chain warp. Rounds of W cells, one block barrier a round:
-// - cell warp w takes cells w, w + W, ...: it copies its cell (a round ahead), converts the cell's C and B to
-//   bf16 tiles, forms the intra product and the delta (delta_tiles, the fold's own mma steps) and leaves them
-//   in shared memory, in the state's register layout;
+// - cell warp w takes cells w, w + W, ...: it copies its cell two rounds ahead (its table, x, and C and B as
+//   the bf16 tiles ssd_tc_tiles formed before the relay), forms the intra product and the delta (delta_tiles,
+//   the fold's own mma steps) and leaves them in shared memory, in the state's register layout;
 // - the chain warp holds S in the walk's KS = 1 layout and, a round behind, takes the round's cells in order:
 //   C·Sᵀ (inter_part), the outputs (finish), then S ← fold_element(decay, S, delta).
 // Each value comes from the walk's own functions on the same operands, so the relay gives the walk's bits
 // (CudaSsdTc.TheRelayHasTheWalksBits); only where and when a warp forms them differs. The chain's serial work
 // a cell is C·Sᵀ and the fold; the walk's also held the copies' wait, the conversion and the delta.
+// Session 47's first relay copied fp32 C and B and converted them in each cell warp: a round took the copies'
+// latency (2.0 µs at one cell warp, 2.6 at two, on an H100), so it lost to the walk.
 //
-// Shared memory (floats): each cell warp's fp32 C and B landing buffer | stages [3 rounds][W] (table | x |
-// bf16 tiles: a cell's copies land in one round, its warp reads them in the next, the chain in the one after)
-// | deltas [2 rounds][W][16 n-tiles][32 lanes][4] | intra products [2][W][2 p-tiles][32][4].
+// Shared memory (floats): stages [4 rounds][W] (table | x | bf16 tiles: a cell's copies are in flight for two
+// rounds, its warp reads them in the next, the chain in the one after) | deltas [2 rounds][W][16 n-tiles][32
+// lanes][4] | intra products [2][W][2 p-tiles][32][4].
 #include <cuda_bf16.h>
 
 #include <cstddef>
@@ -46,17 +48,17 @@ struct RelayLayout {
   static constexpr int kTiles = kParts<kSplit> * kTile / 2;  // a stage's bf16 tiles, in floats
   static constexpr int kSet = Stage<1>::kFloats + kTiles;
   static constexpr int kDelta = kNT * 32 * 4, kIntra = 2 * 32 * 4;
-  static constexpr int kSets = W * kCBFloats;
-  static constexpr int kDeltas = kSets + 3 * W * kSet;
+  static constexpr int kStages = 4;
+  static constexpr int kDeltas = kStages * W * kSet;
   static constexpr int kIntras = kDeltas + 2 * W * kDelta;
   static constexpr int kFloats = kIntras + 2 * W * kIntra;
-  static_assert(kTile % 2 == 0 && kSet % 4 == 0 && kCBFloats % 4 == 0, "16-byte aligned stages");
+  static_assert(kTile % 2 == 0 && kSet % 4 == 0 && kVS % 8 == 0, "16-byte aligned stages and tile rows");
 };
 
 template <int W, bool kSplit>
 __global__ void __launch_bounds__(32 * (W + 1))
     relay_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* Dskip,
-                 SsdState st, const float* tables, float* y) {
+                 SsdState st, const float* tables, const uint16_t* ctiles, float* y) {
   using Lay = RelayLayout<W, kSplit>;
   using St = Stage<1>;
   const int seq = blockIdx.x, h = blockIdx.y, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -85,7 +87,7 @@ __global__ void __launch_bounds__(32 * (W + 1))
   auto table = [&](int k) { return tables + (static_cast<std::size_t>(t0 + k) * sh.H + h) * kTabWords; };
 
   extern __shared__ __align__(16) float smem[];
-  auto stage = [&](int r, int w) { return smem + Lay::kSets + ((r % 3) * W + w) * Lay::kSet; };
+  auto stage = [&](int r, int w) { return smem + ((r % Lay::kStages) * W + w) * Lay::kSet; };
   auto tiles = [&](int r, int w) { return reinterpret_cast<uint16_t*>(stage(r, w) + St::kFloats); };
   auto deltas = [&](int r, int w) { return smem + Lay::kDeltas + ((r & 1) * W + w) * Lay::kDelta; };
   auto intras = [&](int r, int w) { return smem + Lay::kIntras + ((r & 1) * W + w) * Lay::kIntra; };
@@ -95,32 +97,37 @@ __global__ void __launch_bounds__(32 * (W + 1))
   const int rounds = (cells + W - 1) / W + 1;  // the chain runs a round behind
 
   if (warp < W) {  // a cell warp
-    float* const CB = smem + warp * kCBFloats;
-    const bool aligned = (reinterpret_cast<std::uintptr_t>(xbc) & 15) == 0 && ld % 4 == 0;
-    const int xoff = h * P + b.p0, boff = sh.H * P + b.grp * N, coff = boff + sh.groups * N;
-    auto issue_cell = [&](int k, float* X) {
+    const int offset = head_offset(g, h, sh.H);
+    // Cell k's table, x and tiles into round r's stage (the B tiles only where the cell folds).
+    auto issue_cell = [&](int k, int r) {
       const CellIn x = cell_at(k);
-      if (aligned && x.j0 == 0 && x.L == kG && x.cs >= start) {
-        const float* rowp = xbc + static_cast<std::size_t>(b.src.row0 + static_cast<int>(x.cs - start)) * ld;
-        issue_rows<1, 32>(rowp, ld, xoff, coff, boff, x.fold, table(k), X, CB, lane);
-      } else {
-        issue<1, 32>(b, x, table(k), X, CB, lane);
+      float* const X = stage(r, warp);
+      issue_table_x<1, 32>(b, x, table(k), X, lane);
+      const uint16_t* src = ctiles + ssd_tc_tile_offset(sh, g, t0 + k, offset, b.grp, kSplit);
+      uint16_t* dst = tiles(r, warp);
+      constexpr int kRowUnits = kN / 8;  // 16-byte units of a bf16 row
+      for (int u = lane; u < kParts<kSplit> * kG * kRowUnits; u += 32) {
+        const int part = u / (kG * kRowUnits), row = (u / kRowUnits) % kG, v = u % kRowUnits;
+        if ((part & 1) && !x.fold) continue;  // B parts (1, 3): not read where the cell keeps the state
+        // The tiles' parts in global memory: C head, B head, then the rests; in a stage: parts 0-3 alike.
+        cp16(reinterpret_cast<float*>(dst + part * kTile + row * kVS + 8 * v),
+             reinterpret_cast<const float*>(src + (part * kG + row) * kN + 8 * v));
       }
     };
-    if (warp < cells) issue_cell(warp, stage(0, warp));
-    commit();
+    for (int a = 0; a < 2; ++a) {
+      if (a * W + warp < cells) issue_cell(a * W + warp, a);
+      commit();
+    }
     for (int r = 0; r < rounds; ++r) {
       __syncthreads();  // round r − 1's deltas and products stored; round r − 2's stages read by the chain
       const int k = r * W + warp;
-      wait_all();  // this round's copies (issued a round ago)
+      if (k + 2 * W < cells) issue_cell(k + 2 * W, r + 2);
+      commit();
+      ptx::cp_async_wait<2>();  // this round's copies (issued two rounds ago)
       __syncwarp();
       const bool live = k < cells;
-      const CellIn c = live ? cell_at(k) : first;
-      if (live) convert<32, kSplit>(CB, c.fold, tiles(r, warp), lane);
-      __syncwarp();  // the landing buffer read, the tiles written
-      if (k + W < cells) issue_cell(k + W, stage(r + 1, warp));
-      commit();
       if (!live) continue;
+      const CellIn c = cell_at(k);
       const float* X = stage(r, warp);
       const float* F = X + St::kTab;
       const float* xs = X + St::kX;
@@ -217,11 +224,11 @@ __global__ void __launch_bounds__(32 * (W + 1))
 
 template <int W, bool kSplit>
 void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
-            const float* D, const SsdState& st, const float* tables, float* y, cudaStream_t s) {
+            const float* D, const SsdState& st, const float* tables, const uint16_t* ctiles, float* y, cudaStream_t s) {
   constexpr std::size_t smem = static_cast<std::size_t>(RelayLayout<W, kSplit>::kFloats) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H), static_cast<unsigned>(sh.P / 16));
   ensure_smem(relay_kernel<W, kSplit>, smem, "ssd tc relay smem");
-  relay_kernel<W, kSplit><<<grid, 32 * (W + 1), smem, s>>>(sh, g, p, xbc, ld, dt, D, st, tables, y);
+  relay_kernel<W, kSplit><<<grid, 32 * (W + 1), smem, s>>>(sh, g, p, xbc, ld, dt, D, st, tables, ctiles, y);
   check_launch("ssd tc relay");
 }
 
@@ -229,12 +236,12 @@ void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const floa
 }  // namespace ssd
 
 void ssd_tc_relay(int cell_warps, bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
-                  const float* xbc, int ld, const float* dt, const float* D, SsdState st, const float* tables, float* y,
-                  cudaStream_t s) {
+                  const float* xbc, int ld, const float* dt, const float* D, SsdState st, const float* tables,
+                  const uint16_t* ctiles, float* y, cudaStream_t s) {
   auto go = [&](auto wc) {
     constexpr int W = decltype(wc)::value;
-    if (split) ssd::launch<W, true>(sh, g, p, xbc, ld, dt, D, st, tables, y, s);
-    else ssd::launch<W, false>(sh, g, p, xbc, ld, dt, D, st, tables, y, s);
+    if (split) ssd::launch<W, true>(sh, g, p, xbc, ld, dt, D, st, tables, ctiles, y, s);
+    else ssd::launch<W, false>(sh, g, p, xbc, ld, dt, D, st, tables, ctiles, y, s);
   };
   switch (cell_warps) {
     case 1: go(std::integral_constant<int, 1>{}); break;
