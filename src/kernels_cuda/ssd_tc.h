@@ -28,7 +28,8 @@ using kernels::ScanProducts;
 // 16·warps_p, else ssd_tc_scan throws); warps_n splits the
 // state's n (and C·Sᵀ's four quarters of n) over 1, 2 or 4 warps. 0: the default way's. cell_warps > 0
 // takes the relay instead (ssd_tc_relay.cu: that many warps form cells in parallel, one warp chains the fold;
-// 16 columns of p a block, warps_p and warps_n unused). A schedule choice only: every way gives the same bits.
+// 16 columns of p a block, warps_p and warps_n unused); a way that names warps_p takes the walk. A schedule
+// choice only: every way gives the same bits.
 struct SsdTcWay {
   int warps_p = 0, warps_n = 0, cell_warps = 0;
 };
@@ -46,7 +47,8 @@ SsdTcWay ssd_tc_default_way(const SsdShape& sh, int seqs, ScanProducts products)
 std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdTcWay way = {});
 
 // ssd_scan for exact passes (plain mode's SSU sequences throw), with ssd_tc_scratch_floats(sh, p, g) of scratch.
-// Multi-row calls take four launches (band, tables, the tensor-core walk, ring); one-row calls one more, the
+// Multi-row calls take four launches (band, tables, the tensor-core walk, ring; the relay's way five: the tiles
+// pass, then the relay in the walk's place); one-row calls one more, the
 // decode on the walk's steps (ssd_tc_decode.cu), so a decoded row has the bits a prefill gives it.
 void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld_xbc, const float* dt,
                  const float* A, const float* D, SsdState st, float* scratch, std::size_t scratch_floats, float* y,

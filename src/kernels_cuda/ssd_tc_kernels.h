@@ -1,7 +1,7 @@
 #pragma once
 // The launches ssd_tc_scan makes between the band and the replay ring (ssd_tc.cu): the
-// table pass (ssd_tc_tables.cu), then the tensor-core walk over the cells (ssd_tc_walk.cu); and the one-row
-// decode on the same steps.
+// table pass (ssd_tc_tables.cu), then the tensor-core walk over the cells (ssd_tc_walk.cu) or the relay
+// (ssd_tc_tiles.cu, ssd_tc_relay.cu); and the one-row decode on the same steps.
 #include <cstddef>
 #include <cstdint>
 
