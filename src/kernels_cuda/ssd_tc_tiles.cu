@@ -32,20 +32,29 @@ __global__ void __launch_bounds__(128) tiles_kernel(SsdShape sh, ScanGrid g, Pas
   const CellIn c = first_cell(t);
   const RowSource src = source_of(sh, g, p, t.seq, xbc, ld, dt, st);
   uint16_t* const tile = out + ssd_tc_tile_offset(sh, g, task, o, grp, kSplit);
-  constexpr int kRowUnits = kN / 4;
-  for (int u = threadIdx.x; u < 2 * kG * kRowUnits; u += blockDim.x) {
+  constexpr int kRowUnits = kN / 4, kUnits = 2 * kG * kRowUnits, kT = 128;
+  // All of a thread's loads first, then its stores: eight rows' reads in flight, not one at a time.
+  float4 f[kUnits / kT];
+#pragma unroll
+  for (int j = 0; j < kUnits / kT; ++j) {
+    const int u = threadIdx.x + j * kT;
     const int m = u / (kG * kRowUnits), r = (u / kRowUnits) % kG, v = u % kRowUnits;  // m: 0 C, 1 B
     const bool use = m == 0 ? r >= c.j0 && r < c.L : c.fold && r < c.L;
-    float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    f[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (use) {
-      const float* row = m == 0 ? src.C(grp, c.cs + r) : src.B(grp, c.cs + r);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) f[j] = row[4 * v + j];
+      const float* row = (m == 0 ? src.C(grp, c.cs + r) : src.B(grp, c.cs + r)) + 4 * v;
+      if ((reinterpret_cast<std::uintptr_t>(row) & 15) == 0) f[j] = *reinterpret_cast<const float4*>(row);
+      else f[j] = make_float4(row[0], row[1], row[2], row[3]);
     }
-    const std::size_t at = static_cast<std::size_t>(m * kG + r) * kN + 4 * v;
-    *reinterpret_cast<uint2*>(tile + at) = make_uint2(pack(f[0], f[1]), pack(f[2], f[3]));
+  }
+#pragma unroll
+  for (int j = 0; j < kUnits / kT; ++j) {
+    const int u = threadIdx.x + j * kT;
+    const std::size_t at = static_cast<std::size_t>(u) * 4;  // (m·16 + r)·N + 4v
+    *reinterpret_cast<uint2*>(tile + at) = make_uint2(pack(f[j].x, f[j].y), pack(f[j].z, f[j].w));
     if constexpr (kSplit)
-      *reinterpret_cast<uint2*>(tile + 2 * kG * kN + at) = make_uint2(pack_rest(f[0], f[1]), pack_rest(f[2], f[3]));
+      *reinterpret_cast<uint2*>(tile + 2 * kG * kN + at) =
+          make_uint2(pack_rest(f[j].x, f[j].y), pack_rest(f[j].z, f[j].w));
   }
 }
 
