@@ -107,6 +107,20 @@ __device__ __forceinline__ void issue_rows(const float* rowp, int ld, int xoff, 
 }
 
 
+// The lane's coef fragment (the intra product's m16k16 operand) from a cell's table in a stage: the table pass
+// stored it in fragment order, so a lane reads its four words (and their rests) as they are.
+template <bool kSplit>
+__device__ __forceinline__ Frag4<kSplit> coef_fragment(const float* F, int lane) {
+  Frag4<kSplit> fa;
+  const uint4 hv = *reinterpret_cast<const uint4*>(F + kTabHi + 4 * lane);
+  fa.hi[0] = hv.x, fa.hi[1] = hv.y, fa.hi[2] = hv.z, fa.hi[3] = hv.w;
+  if constexpr (kSplit) {
+    const uint4 lv = *reinterpret_cast<const uint4*>(F + kTabLo + 4 * lane);
+    fa.lo[0] = lv.x, fa.lo[1] = lv.y, fa.lo[2] = lv.z, fa.lo[3] = lv.w;
+  }
+  return fa;
+}
+
 // A cell's C and B as bf16 tiles for ldmatrix (the walk and the one-row decode convert them the same way).
 constexpr int kVS = kN + 8;   // a converted row (bf16): ldmatrix's row addresses, 272 bytes apart, hit distinct banks
 constexpr int kTile = kG * kVS;

@@ -136,15 +136,7 @@ __global__ void __launch_bounds__(32 * (W + 1))
       for (int a = 0; a < 4; ++a)
 #pragma unroll
         for (int pt = 0; pt < 2; ++pt) xa[a][pt] = xs[(2 * q + (a & 1) + 8 * (a >> 1)) * St::XS + gi + 8 * pt];
-      Frag4<kSplit> fa;
-      {
-        const uint4 hv = *reinterpret_cast<const uint4*>(F + kTabHi + 4 * lane);
-        fa.hi[0] = hv.x, fa.hi[1] = hv.y, fa.hi[2] = hv.z, fa.hi[3] = hv.w;
-        if constexpr (kSplit) {
-          const uint4 lv = *reinterpret_cast<const uint4*>(F + kTabLo + 4 * lane);
-          fa.lo[0] = lv.x, fa.lo[1] = lv.y, fa.lo[2] = lv.z, fa.lo[3] = lv.w;
-        }
-      }
+      const Frag4<kSplit> fa = coef_fragment<kSplit>(F, lane);
       float ya[2][4];
       intra_product<kSplit>(fa, xa, ya);
       float* const I = intras(r, warp);

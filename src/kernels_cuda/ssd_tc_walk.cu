@@ -182,15 +182,7 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
         for (int e = 0; e < 4; ++e) xch[(((ks - 1) * WP + pw) * 8 + pt * 4 + e) * 32 + lane] = part[pt][e];
     } else {
       float ya[2][4];
-      Frag4<kSplit> fa;
-      {
-        const uint4 hv = *reinterpret_cast<const uint4*>(F + kTabHi + 4 * lane);
-        fa.hi[0] = hv.x, fa.hi[1] = hv.y, fa.hi[2] = hv.z, fa.hi[3] = hv.w;
-        if constexpr (kSplit) {
-          const uint4 lv = *reinterpret_cast<const uint4*>(F + kTabLo + 4 * lane);
-          fa.lo[0] = lv.x, fa.lo[1] = lv.y, fa.lo[2] = lv.z, fa.lo[3] = lv.w;
-        }
-      }
+      const Frag4<kSplit> fa = coef_fragment<kSplit>(F, lane);
       intra_product<kSplit>(fa, xa, ya);
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
