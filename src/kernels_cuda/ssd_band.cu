@@ -7,10 +7,13 @@
 // and are stored as 0). Each value is cb_dot (ssd_device.cuh), as in the three-phase outputs kernel
 // and the one-row decode.
 #include <cstdint>
+#include <string>
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/smem_limit.h"
 #include "kernels_cuda/ssd_device.cuh"
+#include "kernels_cuda/ssd_tc_kernels.h"
+#include "kernels_cuda/ssd_tc_steps.cuh"
 
 namespace parity::cuda::ssd {
 namespace {
@@ -37,8 +40,32 @@ __device__ __forceinline__ void copy4(float* dst, const float* row, int c, int n
   *reinterpret_cast<float4*>(dst) = v;
 }
 
+// The tensor-core walk's bf16 rows (ssd_tc_kernels.h) of a run's rows, from the fp32 copies in shared memory:
+// C and B of rows r .. r+m-1, and at the sequence's first row also the ring's B rows before it (the window's
+// first 15). The values are convert()'s (ssd_tc_cells.cuh): the same pack and pack_rest of the same floats.
+template <int kParts>
+__device__ void store_rows16(const float* Cs, const float* Bw, int Np, int m, int r, int pre, int ring_slot,
+                             int groups, int grp, uint16_t* rows16) {
+  constexpr int kUnits = kN / 4;
+  const int rows = 2 * m + pre;  // C rows, then B: the ring's `pre` rows, then the run's
+  for (int u = threadIdx.x; u < rows * kUnits; u += kThreads) {
+    const int i = u / kUnits, v = u % kUnits;
+    const bool c = i < m;
+    const int b = i - m;  // B's row in the window from its first kept row
+    const float* src = c ? Cs + i * Np + 4 * v : Bw + (kSsdTcRingRows - pre + b) * Np + 4 * v;
+    const int slot = c ? r + i : b < pre ? ring_slot + kSsdTcRingRows - pre + b : r + b - pre;
+    const int part = c ? 0 : 1;
+    const float4 f = *reinterpret_cast<const float4*>(src);
+    uint16_t* dst = rows16 + ssd_tc_row16_offset(groups, slot, grp, part, kParts == 4) + 4 * v;
+    *reinterpret_cast<uint2*>(dst) = make_uint2(pack(f.x, f.y), pack(f.z, f.w));
+    if constexpr (kParts == 4)
+      *reinterpret_cast<uint2*>(dst + 2 * 128) = make_uint2(pack_rest(f.x, f.y), pack_rest(f.z, f.w));
+  }
+}
+
+template <int kParts>
 __global__ void __launch_bounds__(kThreads) band_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld,
-                                                        SsdState st, float* band) {
+                                                        SsdState st, float* band, uint16_t* rows16) {
   const int r0 = blockIdx.x * kRows, grp = blockIdx.y, d0 = blockIdx.z * kDist, G = g.cell, N = sh.N;
   const int dn = G - d0 < kDist ? G - d0 : kDist;  // distances d0 .. d0+dn-1
   const int Np = row_pad(N);
@@ -86,6 +113,11 @@ __global__ void __launch_bounds__(kThreads) band_kernel(SsdShape sh, ScanGrid g,
               live ? cb_dot(Cs + i_own * Np, Bw + (i_own + dn - 1 - dd) * Np, N) : 0.0f;
         }
       }
+      if constexpr (kParts > 0) {
+        // At the sequence's first row the window's first 15 B rows are the ring's (zeros before position 0).
+        const int pre = s_a == start ? kSsdTcRingRows : 0;
+        store_rows16<kParts>(Cs, Bw, Np, m, r, pre, p.num_rows + kSsdTcRingRows * seq, sh.groups, grp, rows16);
+      }
     }
     r = rb;
   }
@@ -94,14 +126,21 @@ __global__ void __launch_bounds__(kThreads) band_kernel(SsdShape sh, ScanGrid g,
 }  // namespace
 
 void launch_band(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
-                 const SsdState& st, float* band, cudaStream_t s) {
+                 const SsdState& st, float* band, cudaStream_t s, uint16_t* rows16, bool split) {
   if (p.num_cell_tasks <= 0 || p.num_rows <= 0) return;
+  if (rows16 != nullptr && (sh.N != kN || g.cell != kSsdTcRingRows + 1))
+    throw Error("ssd band: bf16 rows need N " + std::to_string(kN) + " and cell 16");
   const int dn = g.cell < kDist ? g.cell : kDist;
   const std::size_t smem = static_cast<std::size_t>(2 * kRows + dn - 1) * row_pad(sh.N) * sizeof(float);
-  ensure_smem(band_kernel, smem, "ssd band smem");
   const dim3 grid(static_cast<unsigned>((p.num_rows + kRows - 1) / kRows), static_cast<unsigned>(sh.groups),
                   static_cast<unsigned>((g.cell + kDist - 1) / kDist));
-  band_kernel<<<grid, kThreads, smem, s>>>(sh, g, p, xbc, ld, st, band);
+  auto go = [&](auto kernel) {
+    ensure_smem(kernel, smem, "ssd band smem");
+    kernel<<<grid, kThreads, smem, s>>>(sh, g, p, xbc, ld, st, band, rows16);
+  };
+  if (rows16 == nullptr) go(band_kernel<0>);
+  else if (split) go(band_kernel<4>);
+  else go(band_kernel<2>);
   check_launch("ssd band");
 }
 

@@ -31,9 +31,10 @@ int relay_warps(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdTcW
 }  // namespace
 
 std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdTcWay way) {
-  const std::size_t tiles = relay_warps(sh, p, g, way) > 0
-                                ? ssd_tc_tiles_floats(sh, g, p.num_cell_tasks, g.products == ScanProducts::split)
-                                : 0;
+  const bool split = g.products == ScanProducts::split;
+  // The relay's tiles, or the walk's bf16 rows.
+  const std::size_t tiles = relay_warps(sh, p, g, way) > 0 ? ssd_tc_tiles_floats(sh, g, p.num_cell_tasks, split)
+                                                           : ssd_tc_rows16_floats(sh, p, split);
   return band_floats(sh, p, g) + tables_floats(sh, p) + tiles;
 }
 
@@ -93,15 +94,15 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
   if (p.num_cell_tasks <= 0) return;
   const SsdTcWay d = ssd_tc_default_way(sh, p.num_seqs, g.products);
   const int wp = way.warps_p > 0 ? way.warps_p : d.warps_p, ks = way.warps_n > 0 ? way.warps_n : d.warps_n;
-  ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s);
   float* tables = scratch + band_floats(sh, p, g);
-  ssd_tc_tables(sh, g, p, xbc, ld_xbc, dt, A, st, scratch, tables, s);
+  uint16_t* tiles = reinterpret_cast<uint16_t*>(tables + tables_floats(sh, p));  // the relay's, or the walk's rows
   const int cw = relay_warps(sh, p, g, way);
+  ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s, cw > 0 ? nullptr : tiles, split);
+  ssd_tc_tables(sh, g, p, xbc, ld_xbc, dt, A, st, scratch, tables, s);
   if (cw > 0) {
-    uint16_t* tiles = reinterpret_cast<uint16_t*>(tables + tables_floats(sh, p));
     ssd_tc_tiles(split, sh, g, p, xbc, ld_xbc, dt, st, tiles, s);
     ssd_tc_relay(cw, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, tiles, y, s);
-  } else ssd_tc_walk(wp, ks, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, y, s);
+  } else ssd_tc_walk(wp, ks, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, tiles, y, s);
   if (g.exact) {
     ssd::launch_ring(sh, g, p, xbc, ld_xbc, dt, st, s);
   }

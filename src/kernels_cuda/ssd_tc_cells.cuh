@@ -50,62 +50,30 @@ __device__ void issue_table_x(const WalkCtx& b, const CellIn& c, const float* ta
     else zero4(dst);
   }
 }
+// A whole cell of the call's own rows on 16-byte aligned rows: its table and x without a branch or a row lookup
+// a copy. A warp's copies take consecutive 16-byte units of a row (coalesced), a thread's next copy the same unit
+// RS rows down, so its addresses step by a constant.
 template <int WP, int T>
-__device__ void issue(const WalkCtx& b, const CellIn& c, const float* table, float* X, float* CB, int tid) {
-  const int L = c.L, j0 = c.j0;
-  issue_table_x<WP, T>(b, c, table, X, tid);
-  for (int u = tid; u < kG * (kN / 4); u += T) {
-    const int r = u / (kN / 4), v = u % (kN / 4);
-    float* dC = CB + kC + r * kRow + 4 * v;
-    if (r >= j0 && r < L) copy4(dC, b.src.C(b.grp, c.cs + r), 4 * v, kN);
-    else zero4(dC);
-    if (c.fold) {
-      float* dB = CB + kB + r * kRow + 4 * v;
-      if (r < L) copy4(dB, b.src.B(b.grp, c.cs + r), 4 * v, kN);  // ring rows first where the call starts inside
-      else zero4(dB);
-    }
-  }
-}
-
-// A whole cell of the call's own rows (no ring rows, no rows past the call) on 16-byte aligned rows: a
-// warp's copies take consecutive 16-byte units of a row (coalesced), a thread's next copy the same unit
-// RS rows down, so its addresses step by a constant: no per-copy branch, row lookup or index arithmetic.
-template <int WP, int T>
-__device__ __forceinline__ void issue_rows(const float* rowp, int ld, int xoff, int coff, int boff, bool fold,
-                                           const float* table, float* X, float* CB, int tid) {
+__device__ __forceinline__ void issue_table_x_rows(const float* rowp, int ld, int xoff, const float* table, float* X,
+                                                   int tid) {
   using St = Stage<WP>;
-  constexpr int CR = kN / 4;                 // C (B) units a row
-  constexpr int XR = 4 * WP;                 // x units a row
+  constexpr int XR = 4 * WP;  // x units a row
   constexpr int kTabUnits = kTabWords / 4;
-  static_assert(T % CR == 0 && T % XR == 0 && kG % (T / CR) == 0, "whole rows");
+  static_assert(T % XR == 0, "whole rows");
 #pragma unroll
   for (int j = 0; j < (kTabUnits + T - 1) / T; ++j) {
     const int u = tid + j * T;
     if (u < kTabUnits) cp16(X + St::kTab + 4 * u, table + 4 * u);
   }
-  {
-    constexpr int RS = T / XR;  // rows a round
-    const int r = tid / XR, v = tid % XR;
-    const float* sx = rowp + static_cast<std::ptrdiff_t>(r) * ld + xoff + 4 * v;
-    const std::ptrdiff_t step = static_cast<std::ptrdiff_t>(RS) * ld;
-    float* dx = X + St::kX + r * St::XS + 4 * v;
-#pragma unroll
-    for (int a = 0; a < (kG + RS - 1) / RS; ++a)
-      if (kG % RS == 0 || r + a * RS < kG) cp16(dx + a * RS * St::XS, sx + a * step);
-  }
-  constexpr int RS = T / CR;
-  const int r = tid / CR, v = tid % CR;
-  const float* sr = rowp + static_cast<std::ptrdiff_t>(r) * ld + 4 * v;
+  constexpr int RS = T / XR;  // rows a round
+  const int r = tid / XR, v = tid % XR;
+  const float* sx = rowp + static_cast<std::ptrdiff_t>(r) * ld + xoff + 4 * v;
   const std::ptrdiff_t step = static_cast<std::ptrdiff_t>(RS) * ld;
-  float* dc = CB + kC + r * kRow + 4 * v;
+  float* dx = X + St::kX + r * St::XS + 4 * v;
 #pragma unroll
-  for (int a = 0; a < kG / RS; ++a) cp16(dc + a * RS * kRow, sr + coff + a * step);
-  if (fold) {
-#pragma unroll
-    for (int a = 0; a < kG / RS; ++a) cp16(dc + (kB - kC) + a * RS * kRow, sr + boff + a * step);
-  }
+  for (int a = 0; a < (kG + RS - 1) / RS; ++a)
+    if (kG % RS == 0 || r + a * RS < kG) cp16(dx + a * RS * St::XS, sx + a * step);
 }
-
 
 // The lane's coef fragment (the intra product's m16k16 operand) from a cell's table in a stage: the table pass
 // stored it in fragment order, so a lane reads its four words (and their rests) as they are.
@@ -150,6 +118,33 @@ __device__ __forceinline__ void convert(const float* CB, bool fold, uint16_t* V,
   for (int j = 0; j < kUnits / T; ++j) {
     const int u = tid + j * T, r = u / (kN / 4), v = u % (kN / 4);
     convert_unit<kSplit>(CB + kB + r * kRow + 4 * v, V + kTile + r * kVS + 4 * v, V + 3 * kTile + r * kVS + 4 * v);
+  }
+}
+
+// 16 bytes, or 16 zero bytes where !valid (src is then not read).
+__device__ __forceinline__ void cp16z(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr(dst)), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+// Cell c's C (and where it folds, B) into V[part][16][kVS] from the band's bf16 rows (ssd_tc_kernels.h), with
+// convert()'s zeros: C rows outside j0 .. L-1, B rows from L. Row slot: the call's packed row, or before the
+// call's start the ring's (ring_slot: the sequence's first).
+template <int T, bool kSplit>
+__device__ __forceinline__ void issue_tiles(const uint16_t* rows16, int groups, int grp, int64_t start, int row0,
+                                            int ring_slot, const CellIn& c, uint16_t* V, int tid) {
+  constexpr int kUnits = kParts<kSplit> * kG * 16;  // 16 units of 8 values a row
+  static_assert(kUnits % T == 0, "whole rounds");
+#pragma unroll
+  for (int j = 0; j < kUnits / T; ++j) {
+    const int u = tid + j * T, v = u % 16, r = (u / 16) % kG, part = u / (16 * kG);
+    const bool is_b = (part & 1) != 0;
+    if (is_b && !c.fold) continue;  // B not copied: its delta is not kept
+    const bool use = r < c.L && (is_b || r >= c.j0);
+    const int64_t pos = c.cs + r;
+    const int slot = pos >= start ? row0 + static_cast<int>(pos - start)
+                                  : ring_slot + kSsdTcRingRows + static_cast<int>(pos - start);
+    const uint16_t* src = rows16 + ssd_tc_row16_offset(groups, use ? slot : 0, grp, part, kSplit) + 8 * v;
+    cp16z(V + part * kTile + r * kVS + 8 * v, src, use);
   }
 }
 

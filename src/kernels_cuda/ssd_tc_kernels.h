@@ -17,10 +17,23 @@ inline constexpr int kSsdTcTableWords = 292;
 void ssd_tc_tables(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
                    const float* A, SsdState st, const float* band, float* tables, cudaStream_t s);
 
-// The walk with warps_p × warps_n warps a block.
+// The walk's C and B as bf16 rows, formed once by the band's launch beside its own fp32 copies (ssd_band.cu):
+// every block of every head would otherwise copy the fp32 rows and convert them itself. Slot r < num_rows is
+// packed row r; slot num_rows + 15·seq + j holds the ring's B row at position start − 15 + j (where a call starts
+// inside a cell). A slot's parts: C head, B head (and C rest, B rest for split products), 128 values each.
+inline constexpr int kSsdTcRingRows = 15;
+PARITY_HD inline std::size_t ssd_tc_row16_offset(int groups, int slot, int grp, int part, bool split) {
+  return ((static_cast<std::size_t>(slot) * groups + grp) * (split ? 4 : 2) + part) * 128;
+}
+inline std::size_t ssd_tc_rows16_floats(const SsdShape& sh, const PassSeqs& p, bool split) {
+  const int slots = p.num_rows + kSsdTcRingRows * p.num_seqs;
+  return ssd_tc_row16_offset(sh.groups, slots > 0 ? slots : 0, 0, 0, split) / 2;
+}
+
+// The walk with warps_p × warps_n warps a block; C and B from the band's bf16 rows.
 void ssd_tc_walk(int warps_p, int warps_n, bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
                  const float* xbc, int ld, const float* dt, const float* D, SsdState st, const float* tables,
-                 float* y, cudaStream_t s);
+                 const uint16_t* rows16, float* y, cudaStream_t s);
 
 // Every cell task's C and B as bf16 tiles (ssd_tc_tiles.cu), one a (task, stagger offset, group): the relay's.
 // u16 index of a tile, and the floats of `tasks` tasks' tiles.

@@ -20,12 +20,13 @@
 // the walk that formed these inside it took 1.9× / 1.1× / 1.2× as long at 1 / 8 / 32 × 2048 rows):
 // - A table pass (ssd_tc_tables.cu) forms every cell's coefficient table before the walk; the walk copies a
 //   cell's table (1,168 bytes) with its inputs: no shuffle chain and no exp inside the walk.
-// - The walk's block converts a landed cell's C and B to bf16 (head, and rest for split products) once,
-//   beside the cell before's products, for all its warps; each warp reads its fragments by ldmatrix (C as
-//   the m16k16 operand of C·Sᵀ, B transposed as the k16n8 operand of the fold's delta).
-// - Whole cells of the call's own rows are copied without a branch or a row lookup a copy (issue_rows,
-//   ssd_tc_cells.cuh); the call's first and last cells take the general copies (issue: ring rows, zeros past
-//   the call).
+// - C and B come as bf16 tiles (head, and rest for split products), copied from the rows the band's launch
+//   converted once for every head (ssd_band.cu; session 48: each block had copied the fp32 rows and converted
+//   them itself, twice the bytes through L2 and a block-wide conversion a cell); each warp reads its
+//   fragments by ldmatrix (C as the m16k16 operand of C·Sᵀ, B transposed as the k16n8 operand of the fold's
+//   delta).
+// - Whole cells of the call's own rows copy table and x without a branch or a row lookup a copy
+//   (issue_table_x_rows, ssd_tc_cells.cuh); the call's first and last cells take the general copies.
 // - The fold runs only where the cell folds, with the state's dtype a constant of its loop.
 // A cell costs one block barrier; its copies run a cell ahead (two ahead measured the same).
 #include <cuda_bf16.h>
@@ -52,7 +53,7 @@ namespace {
 
 template <int WP, int KS, bool kSplit>
 constexpr int smem_floats() {
-  return 3 * Stage<WP>::kFloats + 2 * kCBFloats + kParts<kSplit> * kTile + kExchange<WP, KS>;  // 2 parities of u16
+  return 3 * Stage<WP>::kFloats + 3 * kParts<kSplit> * kTile / 2 + kExchange<WP, KS>;  // tiles: 3 stages of u16
 }
 
 using Ctx = WalkCtx;
@@ -65,7 +66,7 @@ constexpr int kMinBlocks = 12 / (WP * KS) > 1 ? 12 / (WP * KS) : 1;
 template <int WP, int KS, bool kSplit>
 __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
     walk_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* Dskip,
-                SsdState st, const float* tables, float* y) {
+                SsdState st, const float* tables, const uint16_t* rows16, float* y) {
   using St = Stage<WP>;
   constexpr int T = 32 * WP * KS;
   constexpr int NT = 16 / KS;  // the warp's n-tiles of 8
@@ -88,26 +89,26 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
 
   extern __shared__ __align__(16) float smem[];
   auto Xb = [&](int k) { return smem + (k % 3) * St::kFloats; };
-  auto CBb = [&](int k) { return smem + 3 * St::kFloats + (k % 2) * kCBFloats; };
-  uint16_t* const vbase = reinterpret_cast<uint16_t*>(smem + 3 * St::kFloats + 2 * kCBFloats);
-  auto Vb = [&](int k) { return vbase + (k % 2) * kParts<kSplit> * kTile; };
-  float* const xbase = smem + 3 * St::kFloats + 2 * kCBFloats + kParts<kSplit> * kTile;
+  uint16_t* const vbase = reinterpret_cast<uint16_t*>(smem + 3 * St::kFloats);
+  auto Vb = [&](int k) { return vbase + (k % 3) * kParts<kSplit> * kTile; };
+  float* const xbase = smem + 3 * St::kFloats + 3 * kParts<kSplit> * kTile / 2;
   auto Eb = [&](int k) { return xbase + (k % 2) * (kExchange<WP, KS> / 2); };
 
   CellIn c = first_cell(cell_task(g, p, t0, h, sh.H));
   if (!c.live) return;
   auto after = [&](const CellIn& x, int k, bool& has) { return cell_after(x, k, K, call_end, g, has); };
-  // Whole cells of the call's own rows take the branch-free copies (issue_rows); the call's first and last
-  // cells and rows that are not 16-byte aligned take issue's general ones.
+  // Whole cells of the call's own rows take the branch-free copies of table and x; the call's first and last
+  // cells and rows that are not 16-byte aligned take the general ones.
   const bool aligned = (reinterpret_cast<std::uintptr_t>(xbc) & 15) == 0 && ld % 4 == 0;
-  const int xoff = h * P + b.p0, boff = sh.H * P + b.grp * N, coff = boff + sh.groups * N;
+  const int xoff = h * P + b.p0, ring_slot = p.num_rows + kSsdTcRingRows * seq;
   auto issue_cell = [&](const CellIn& x, int kx) {
     if (aligned && x.j0 == 0 && x.L == kG && x.cs >= start) {
       const float* rowp = xbc + static_cast<std::size_t>(b.src.row0 + static_cast<int>(x.cs - start)) * ld;
-      issue_rows<WP, T>(rowp, ld, xoff, coff, boff, x.fold, table(kx), Xb(kx), CBb(kx), tid);
+      issue_table_x_rows<WP, T>(rowp, ld, xoff, table(kx), Xb(kx), tid);
     } else {
-      issue<WP, T>(b, x, table(kx), Xb(kx), CBb(kx), tid);
+      issue_table_x<WP, T>(b, x, table(kx), Xb(kx), tid);
     }
+    issue_tiles<T, kSplit>(rows16, sh.groups, b.grp, start, b.src.row0, ring_slot, x, Vb(kx), tid);
   };
   // The copies run a cell ahead of the products (two ahead measured the same): `last` is the latest cell
   // issued, `ki` its index.
@@ -136,7 +137,6 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
   load_state<NT>(st, sbase, b.p0 + wc + gi, N, nt0, q, S);
   ptx::cp_async_wait<1>();  // cell 0
   __syncthreads();
-  convert<T, kSplit>(CBb(0), c.fold, Vb(0), tid);
 
   // Lane addresses of ldmatrix: C's m16k16 operand (matrices rows 0-7 / 8-15 × columns +0 / +8) and B's
   // transposed k16n8 operands of two n-tiles (rows 0-7 / 8-15 of tile j, then of tile j + 1).
@@ -150,13 +150,12 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
     bool has1 = false;
     const CellIn c1 = after(c, k, has1);
     ptx::cp_async_wait<0>();  // cell k+1
-    // Cell k+1's inputs landed, cell k's tiles converted and cell k−1's partial sums stored; cell k−1's readers done.
+    // Cell k+1's inputs landed and cell k−1's partial sums stored; cell k−1's readers done.
     __syncthreads();
     if constexpr (KS > 1)
       if (k > 0 && ks == 0) finish<WP, KS>(pd, Eb(k - 1), pw, lane, sh, h, b.p0 + wc, Dh, y);
-    issue_next();  // cell k+2, over cell k−1's stage and cell k's C and B (converted before the barrier)
+    issue_next();  // cell k+2, over cell k−1's stage
     commit();
-    if (has1) convert<T, kSplit>(CBb(k + 1), c1.fold, Vb(k + 1), tid);
 
     const float* X = Xb(k);
     const float* F = X + St::kTab;
@@ -222,12 +221,13 @@ __global__ void __launch_bounds__(32 * WP * KS, kMinBlocks<WP, KS>)
 
 template <int WP, int KS, bool kSplit>
 void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
-            const float* D, const SsdState& st, const float* tables, float* y, cudaStream_t s) {
+            const float* D, const SsdState& st, const float* tables, const uint16_t* rows16, float* y,
+            cudaStream_t s) {
   constexpr std::size_t smem = static_cast<std::size_t>(smem_floats<WP, KS, kSplit>()) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H),
                   static_cast<unsigned>((sh.P + 16 * WP - 1) / (16 * WP)));
   ensure_smem(walk_kernel<WP, KS, kSplit>, smem, "ssd tc walk smem");
-  walk_kernel<WP, KS, kSplit><<<grid, 32 * WP * KS, smem, s>>>(sh, g, p, xbc, ld, dt, D, st, tables, y);
+  walk_kernel<WP, KS, kSplit><<<grid, 32 * WP * KS, smem, s>>>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y);
   check_launch("ssd tc walk");
 }
 
@@ -235,11 +235,12 @@ void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const floa
 }  // namespace ssd
 
 void ssd_tc_walk(int wp, int ks, bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc,
-                 int ld, const float* dt, const float* D, SsdState st, const float* tables, float* y, cudaStream_t s) {
+                 int ld, const float* dt, const float* D, SsdState st, const float* tables, const uint16_t* rows16,
+                 float* y, cudaStream_t s) {
   ssd::by_way(wp, ks, sh, [&](auto wpc, auto ksc) {
     constexpr int W = decltype(wpc)::value, K = decltype(ksc)::value;
-    if (split) ssd::launch<W, K, true>(sh, g, p, xbc, ld, dt, D, st, tables, y, s);
-    else ssd::launch<W, K, false>(sh, g, p, xbc, ld, dt, D, st, tables, y, s);
+    if (split) ssd::launch<W, K, true>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s);
+    else ssd::launch<W, K, false>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s);
   });
 }
 
