@@ -274,7 +274,7 @@ void tc_prefill(benchmark::State& state, cuda::SsdTcWay way, cuda::ScanProducts 
   if (!slot) slot = std::make_unique<ScanBench>(g, false, batch, 2048);
   ScanBench& b = *slot;
   b.prepare(0);
-  const std::size_t need = cuda::ssd_tc_scratch_floats({H, P, N, GR}, b.ps, g, way);
+  const std::size_t need = cuda::ssd_tc_scratch_floats({H, P, N, GR}, b.ps, g);
   if (b.scratch.size() < need) b.scratch.resize(need);
   cuda::SsdState st;
   st.state_f32 = b.s32.data();

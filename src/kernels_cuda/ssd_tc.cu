@@ -1,6 +1,7 @@
 // The exact grid's SSD with the cell walk's products on tensor cores (ssd_tc.h says what it computes). This
 // file holds the launches: the band (C·B, fp32, the existing launch), the table pass
-// (ssd_tc_tables.cu), the walk (ssd_tc_walk.cu) or the relay (ssd_tc_relay.cu), and the replay ring.
+// (ssd_tc_tables.cu), the walk (ssd_tc_walk.cu) or the relay (ssd_tc_relay.cu), and the replay ring. The
+// band's launch also converts C and B to the bf16 rows both take.
 #include <cstdint>
 #include <string>
 
@@ -18,7 +19,7 @@ namespace {
 std::size_t band_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
   return (ssd_scratch_floats(sh, p, g, SsdPrefill::span16) + 3) / 4 * 4;  // the band alone (the span walk's scratch)
 }
-// The walk's coefficient tables (16-byte multiples: the relay's tiles follow them).
+// The walk's coefficient tables (16-byte multiples: the bf16 rows follow them).
 std::size_t tables_floats(const SsdShape& sh, const PassSeqs& p) {
   return static_cast<std::size_t>(p.num_cell_tasks > 0 ? p.num_cell_tasks : 0) * sh.H * kSsdTcTableWords;
 }
@@ -30,12 +31,8 @@ int relay_warps(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdTcW
 }
 }  // namespace
 
-std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdTcWay way) {
-  const bool split = g.products == ScanProducts::split;
-  // The relay's tiles, or the walk's bf16 rows.
-  const std::size_t tiles = relay_warps(sh, p, g, way) > 0 ? ssd_tc_tiles_floats(sh, g, p.num_cell_tasks, split)
-                                                           : ssd_tc_rows16_floats(sh, p, split);
-  return band_floats(sh, p, g) + tables_floats(sh, p) + tiles;
+std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
+  return band_floats(sh, p, g) + tables_floats(sh, p) + ssd_tc_rows16_floats(sh, p, g.products == ScanProducts::split);
 }
 
 bool ssd_tc_supported(const SsdShape& sh, const ScanGrid& g) {
@@ -87,7 +84,7 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
                 std::to_string(sh.N) + ", P " + std::to_string(sh.P) + ")");
   if (p.num_ssu_seqs > 0) throw Error("CUDA SSD tc: plain mode's one-row calls (the SSU) are not handled");
   if (g.products == ScanProducts::float32) throw Error("CUDA SSD tc: the grid asks for fp32 products (ssd_scan's)");
-  if (scratch_floats < ssd_tc_scratch_floats(sh, p, g, way))
+  if (scratch_floats < ssd_tc_scratch_floats(sh, p, g))
     throw Error("CUDA SSD tc: scratch smaller than ssd_tc_scratch_floats()");
   const bool split = g.products == ScanProducts::split;
   if (p.num_decode_seqs > 0) ssd_tc_decode(split, sh, g, p, xbc, ld_xbc, dt, A, D, st, y, s);
@@ -95,14 +92,12 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
   const SsdTcWay d = ssd_tc_default_way(sh, p.num_seqs, g.products);
   const int wp = way.warps_p > 0 ? way.warps_p : d.warps_p, ks = way.warps_n > 0 ? way.warps_n : d.warps_n;
   float* tables = scratch + band_floats(sh, p, g);
-  uint16_t* tiles = reinterpret_cast<uint16_t*>(tables + tables_floats(sh, p));  // the relay's, or the walk's rows
-  const int cw = relay_warps(sh, p, g, way);
-  ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s, cw > 0 ? nullptr : tiles, split);
+  uint16_t* rows16 = reinterpret_cast<uint16_t*>(tables + tables_floats(sh, p));
+  ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s, rows16, split);
   ssd_tc_tables(sh, g, p, xbc, ld_xbc, dt, A, st, scratch, tables, s);
-  if (cw > 0) {
-    ssd_tc_tiles(split, sh, g, p, xbc, ld_xbc, dt, st, tiles, s);
-    ssd_tc_relay(cw, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, tiles, y, s);
-  } else ssd_tc_walk(wp, ks, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, tiles, y, s);
+  const int cw = relay_warps(sh, p, g, way);
+  if (cw > 0) ssd_tc_relay(cw, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, rows16, y, s);
+  else ssd_tc_walk(wp, ks, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, rows16, y, s);
   if (g.exact) {
     ssd::launch_ring(sh, g, p, xbc, ld_xbc, dt, st, s);
   }

@@ -42,9 +42,10 @@ std::string ssd_tc_refusal(const SsdShape& sh, const ScanGrid& g);
 // The way ssd_tc_scan takes by default for this many multi-row sequences and these products.
 SsdTcWay ssd_tc_default_way(const SsdShape& sh, int seqs, ScanProducts products);
 
-// The scratch ssd_tc_scan needs: the band (ssd_scratch_floats) and the walk's coefficient tables.
+// The scratch ssd_tc_scan needs, whatever its way: the band (ssd_scratch_floats), the walk's coefficient tables and
+// the bf16 rows of C and B (ssd_tc_kernels.h).
 // With the relay (the way's, or the default's), also every cell task's C and B tiles.
-std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdTcWay way = {});
+std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g);
 
 // ssd_scan for exact passes (plain mode's SSU sequences throw), with ssd_tc_scratch_floats(sh, p, g) of scratch.
 // Multi-row calls take four launches (band, tables, the tensor-core walk, ring; the relay's way five: the tiles

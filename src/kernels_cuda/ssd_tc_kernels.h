@@ -1,7 +1,7 @@
 #pragma once
 // The launches ssd_tc_scan makes between the band and the replay ring (ssd_tc.cu): the
 // table pass (ssd_tc_tables.cu), then the tensor-core walk over the cells (ssd_tc_walk.cu) or the relay
-// (ssd_tc_tiles.cu, ssd_tc_relay.cu); and the one-row decode on the same steps.
+// (ssd_tc_relay.cu); and the one-row decode on the same steps.
 #include <cstddef>
 #include <cstdint>
 
@@ -35,22 +35,11 @@ void ssd_tc_walk(int warps_p, int warps_n, bool split, const SsdShape& sh, const
                  const float* xbc, int ld, const float* dt, const float* D, SsdState st, const float* tables,
                  const uint16_t* rows16, float* y, cudaStream_t s);
 
-// Every cell task's C and B as bf16 tiles (ssd_tc_tiles.cu), one a (task, stagger offset, group): the relay's.
-// u16 index of a tile, and the floats of `tasks` tasks' tiles.
-PARITY_HD inline std::size_t ssd_tc_tile_offset(const SsdShape& sh, const ScanGrid& g, int task, int offset, int group,
-                                                bool split) {
-  const int offsets = g.stagger ? g.cell : 1, words = 16 * 128;  // a part: 16 rows of N = 128
-  return ((static_cast<std::size_t>(task) * offsets + offset) * sh.groups + group) * (split ? 4 : 2) * words;
-}
-std::size_t ssd_tc_tiles_floats(const SsdShape& sh, const ScanGrid& g, int tasks, bool split);
-void ssd_tc_tiles(bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
-                  const float* dt, SsdState st, uint16_t* tiles, cudaStream_t s);
-
 // The relay (ssd_tc_relay.cu): the walk's bits, with a call's cells formed in parallel by cell_warps (1 or 2)
-// warps and only the fold chained; C and B from ssd_tc_tiles.
+// warps and only the fold chained; C and B from the band's bf16 rows, as the walk's.
 void ssd_tc_relay(int cell_warps, bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
                   const float* xbc, int ld, const float* dt, const float* D, SsdState st, const float* tables,
-                  const uint16_t* tiles, float* y, cudaStream_t s);
+                  const uint16_t* rows16, float* y, cudaStream_t s);
 
 // The one-row sequences of a pass (exact mode's decode) on the walk's steps (ssd_tc_decode.cu).
 void ssd_tc_decode(bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,

@@ -5,7 +5,7 @@
 // outputs on its rows and S_start. So one block per (sequence, head, 16 columns of p) has W cell warps and
 // one chain warp. Rounds of W cells, one block barrier a round:
 // - cell warp w takes cells w, w + W, ...: it copies its cell two rounds ahead (its table, x, and C and B as
-//   the bf16 tiles ssd_tc_tiles formed before the relay), forms the intra product and the delta (delta_tiles,
+//   bf16 tiles from the rows the band's launch converted, as the walk does), forms the intra product and the delta (delta_tiles,
 //   the fold's own mma steps) and leaves them in shared memory, in the state's register layout;
 // - the chain warp holds S in the walk's KS = 1 layout and, a round behind, takes the round's cells in order:
 //   C·Sᵀ (inter_part), the outputs (finish), then S ← fold_element(decay, S, delta).
@@ -13,7 +13,10 @@
 // (CudaSsdTc.TheRelayHasTheWalksBits); only where and when a warp forms them differs. The chain's serial work
 // a cell is C·Sᵀ and the fold; the walk's also held the copies' wait, the conversion and the delta.
 // Session 47's first relay copied fp32 C and B and converted them in each cell warp: a round took the copies'
-// latency (2.0 µs at one cell warp, 2.6 at two, on an H100), so it lost to the walk.
+// latency (2.0 µs at one cell warp, 2.6 at two, on an H100), so it lost to the walk. Its second took bf16 tiles
+// from a pass of their own, one a (cell task, stagger offset, group): 22 µs of 146 at 1 × 2048 (session 48, ncu).
+// Session 48 also split the chain over n by 2 or 4 chain warps (the walk's KS layout): 140 / 150 µs against one
+// chain warp's 139 at 1 × 2048, bf16 products, so the one chain warp stays.
 //
 // Shared memory (floats): stages [4 rounds][W] (table | x | bf16 tiles: a cell's copies are in flight for two
 // rounds, its warp reads them in the next, the chain in the one after) | deltas [2 rounds][W][16 n-tiles][32
@@ -58,7 +61,7 @@ struct RelayLayout {
 template <int W, bool kSplit>
 __global__ void __launch_bounds__(32 * (W + 1))
     relay_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* Dskip,
-                 SsdState st, const float* tables, const uint16_t* ctiles, float* y) {
+                 SsdState st, const float* tables, const uint16_t* rows16, float* y) {
   using Lay = RelayLayout<W, kSplit>;
   using St = Stage<1>;
   const int seq = blockIdx.x, h = blockIdx.y, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -97,22 +100,13 @@ __global__ void __launch_bounds__(32 * (W + 1))
   const int rounds = (cells + W - 1) / W + 1;  // the chain runs a round behind
 
   if (warp < W) {  // a cell warp
-    const int offset = head_offset(g, h, sh.H);
+    const int ring_slot = p.num_rows + kSsdTcRingRows * seq;
     // Cell k's table, x and tiles into round r's stage (the B tiles only where the cell folds).
     auto issue_cell = [&](int k, int r) {
       const CellIn x = cell_at(k);
       float* const X = stage(r, warp);
       issue_table_x<1, 32>(b, x, table(k), X, lane);
-      const uint16_t* src = ctiles + ssd_tc_tile_offset(sh, g, t0 + k, offset, b.grp, kSplit);
-      uint16_t* dst = tiles(r, warp);
-      constexpr int kRowUnits = kN / 8;  // 16-byte units of a bf16 row
-      for (int u = lane; u < kParts<kSplit> * kG * kRowUnits; u += 32) {
-        const int part = u / (kG * kRowUnits), row = (u / kRowUnits) % kG, v = u % kRowUnits;
-        if ((part & 1) && !x.fold) continue;  // B parts (1, 3): not read where the cell keeps the state
-        // The tiles' parts in global memory: C head, B head, then the rests; in a stage: parts 0-3 alike.
-        cp16(reinterpret_cast<float*>(dst + part * kTile + row * kVS + 8 * v),
-             reinterpret_cast<const float*>(src + (part * kG + row) * kN + 8 * v));
-      }
+      issue_tiles<32, kSplit>(rows16, sh.groups, b.grp, start, b.src.row0, ring_slot, x, tiles(r, warp), lane);
     };
     for (int a = 0; a < 2; ++a) {
       if (a * W + warp < cells) issue_cell(a * W + warp, a);
@@ -216,11 +210,11 @@ __global__ void __launch_bounds__(32 * (W + 1))
 
 template <int W, bool kSplit>
 void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
-            const float* D, const SsdState& st, const float* tables, const uint16_t* ctiles, float* y, cudaStream_t s) {
+            const float* D, const SsdState& st, const float* tables, const uint16_t* rows16, float* y, cudaStream_t s) {
   constexpr std::size_t smem = static_cast<std::size_t>(RelayLayout<W, kSplit>::kFloats) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H), static_cast<unsigned>(sh.P / 16));
   ensure_smem(relay_kernel<W, kSplit>, smem, "ssd tc relay smem");
-  relay_kernel<W, kSplit><<<grid, 32 * (W + 1), smem, s>>>(sh, g, p, xbc, ld, dt, D, st, tables, ctiles, y);
+  relay_kernel<W, kSplit><<<grid, 32 * (W + 1), smem, s>>>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y);
   check_launch("ssd tc relay");
 }
 
@@ -229,11 +223,11 @@ void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const floa
 
 void ssd_tc_relay(int cell_warps, bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
                   const float* xbc, int ld, const float* dt, const float* D, SsdState st, const float* tables,
-                  const uint16_t* ctiles, float* y, cudaStream_t s) {
+                  const uint16_t* rows16, float* y, cudaStream_t s) {
   auto go = [&](auto wc) {
     constexpr int W = decltype(wc)::value;
-    if (split) ssd::launch<W, true>(sh, g, p, xbc, ld, dt, D, st, tables, ctiles, y, s);
-    else ssd::launch<W, false>(sh, g, p, xbc, ld, dt, D, st, tables, ctiles, y, s);
+    if (split) ssd::launch<W, true>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s);
+    else ssd::launch<W, false>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s);
   };
   switch (cell_warps) {
     case 1: go(std::integral_constant<int, 1>{}); break;

@@ -115,7 +115,7 @@ Result run(const Shape& sh, const cuda::ScanGrid& g, bool bf16, int T, const Inp
     const cuda::PassPlan plan(spans, g);
     const cuda::PassSeqs ps = plan.upload(ints, starts);
     scratch.resize(std::max<std::size_t>(
-        1, path.tc() ? cuda::ssd_tc_scratch_floats(ssh, ps, pg, path.way) : cuda::ssd_scratch_floats(ssh, ps, g)));
+        1, path.tc() ? cuda::ssd_tc_scratch_floats(ssh, ps, pg) : cuda::ssd_scratch_floats(ssh, ps, g)));
     cuda::DeviceBuffer<float> dx, ddt, dy(std::size_t(rows) * I);
     dx.upload(xbc);
     ddt.upload(dt);
