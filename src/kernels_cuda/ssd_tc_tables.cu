@@ -50,23 +50,13 @@ __global__ void __launch_bounds__(32 * kTableWarps)
   const float d = lane < L ? cum_term(dts[lane], Ah) : 0.0f;
   float total;
   const float cl = warp_cell_cum<kG>(d, L, lane, &total);
-  // Only the pairs i ≤ t (136 of 256: five rounds of the warp, not eight; the pack below reads zeros above the
-  // diagonal without storing them). Pair e is row t = ⌊(√(8e+1) − 1)/2⌋, column i = e − t(t+1)/2.
-  constexpr int kPairs = kG * (kG + 1) / 2;
 #pragma unroll
-  for (int a = 0; a < (kPairs + 31) / 32; ++a) {
-    const int e = a * 32 + lane;
-    int t = static_cast<int>((sqrtf(static_cast<float>(8 * e + 1)) - 1.0f) * 0.5f);
-    t += (t + 1) * (t + 2) / 2 <= e;  // a rounding either way of the root, set right
-    t -= t * (t + 1) / 2 > e;
-    t = t < kG ? t : kG - 1;  // lanes past the last pair
-    const int i = e - t * (t + 1) / 2;
-    const float cti = __shfl_sync(0xffffffffu, cl, t), cii = __shfl_sync(0xffffffffu, cl, i & (kG - 1));
-    if (e < kPairs) {
-      float v = 0.0f;
-      if (t >= c.j0 && t < L) v = row_weight(cti, cii, dts[i]) * bnd[t * kG + (t - i)];
-      coef[t][i] = v;
-    }
+  for (int a = 0; a < kG * kG / 32; ++a) {
+    const int e = a * 32 + lane, t = e / kG, i = e % kG;
+    const float cti = __shfl_sync(0xffffffffu, cl, t), cii = __shfl_sync(0xffffffffu, cl, i);
+    float v = 0.0f;
+    if (t >= c.j0 && t < L && i <= t) v = row_weight(cti, cii, dts[i]) * bnd[t * kG + (t - i)];
+    coef[t][i] = v;
   }
   __syncwarp();
   uint32_t* out = tables + (static_cast<std::size_t>(task) * sh.H + h) * kTabWords;
@@ -76,9 +66,8 @@ __global__ void __launch_bounds__(32 * kTableWarps)
     const int w = a * 32 + lane;
     const int fl = w / 4, r = w % 4, gg = fl / 4, q = fl % 4;
     const int row = gg + 8 * (r & 1), col = 2 * q + 8 * (r >> 1);
-    const float c0 = col <= row ? coef[row][col] : 0.0f, c1 = col + 1 <= row ? coef[row][col + 1] : 0.0f;
-    out[kTabHi + w] = pack(c0, c1);
-    out[kTabLo + w] = pack_rest(c0, c1);
+    out[kTabHi + w] = pack(coef[row][col], coef[row][col + 1]);
+    out[kTabLo + w] = pack_rest(coef[row][col], coef[row][col + 1]);
   }
   {  // w (lanes 0..15, zero where the cell does not fold), exp(cum) (16..31), the decay
     const int r = lane & 15;
