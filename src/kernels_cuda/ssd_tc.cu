@@ -55,22 +55,24 @@ bool ssd_tc_takes(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p) {
 }
 
 SsdTcWay ssd_tc_default_way(const SsdShape& sh, int seqs, ScanProducts products) {
-  // The best ways measured on an H200 (32 heads × 64, 2048-row sequences, session 21, device µs): 2 × 4 warps
-  // at one sequence (bf16 products 177, 1 × 4 184, 4 × 4 213, 4 × 2 197; split 231), 4 × 1 at 8 and 32 with
-  // bf16 products (460 and 1,537; 4 × 2 466 and 1,747), 4 × 2 with split products (654 and 2,493; 4 × 1 702
-  // and 2,670). A launch shape only: every way gives the same bits.
+  // The walk's best ways on an H100 (32 heads × 64, 2048-row sequences, session 48, every way in one call,
+  // device µs, bf16 / split products): at 2 sequences 2 × 2 warps 160 (2 × 4 169, 4 × 1 165) / 2 × 4 206 (4 × 2
+  // 227); at 8, 4 × 1 254 / 4 × 2 466 (4 × 1 484); at 32, 4 × 1 889 / 4 × 1 1,687 (4 × 2 1,840). Split products
+  // gain from n over two warps only while the blocks fill the SMs at most twice. A launch shape only: every way
+  // gives the same bits.
   const long heads = static_cast<long>(seqs) * sh.H;
+  const bool split = products == ScanProducts::split;
   SsdTcWay w;
   // The relay where its blocks (16 columns of p each) fit the GPU at once (132 SMs), one sequence in practice:
-  // session 47 on an H100, 32 heads × 64 at 1 × 2048, bf16 products 146 µs against the walk's 156 (split 191
-  // against 198); at 2 × 2048 (256 blocks) 256 against 169.
+  // session 48 on an H100, 32 heads × 64 at 1 × 2048, bf16 products 125 µs against the walk's 154 (split 163
+  // against 200); at 2 × 2048 (256 blocks) 220 against 170.
   if (heads * (sh.P / 16) <= 132) w.cell_warps = 2;
   if (heads <= 132) {
     w.warps_p = sh.P % 32 == 0 ? 2 : 1;
-    w.warps_n = 4;
+    w.warps_n = split ? 4 : 2;
   } else {
     w.warps_p = sh.P % 64 == 0 ? 4 : sh.P % 32 == 0 ? 2 : 1;
-    w.warps_n = products == ScanProducts::split ? 2 : 1;
+    w.warps_n = split && heads * sh.P / (16 * w.warps_p) <= 2 * 132 ? 2 : 1;
   }
   return w;
 }
