@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kStepThreads, 8) decode_kernel(SsdShape sh, Sc
   const int n_rows = p.n[seq], slot = p.slot[seq], row0 = p.row0[seq];
   const int64_t start = p.start[seq];
   if (!uses_decode_row(g, n_rows)) return;
-  const int tmod = static_cast<int>(start % g.cell);  // the block's one 64-bit division (row_in_cell)
+  const int tmod = cell_mod(start, g.cell);  // the block's one remainder (row_in_cell)
   const int h = heavy_first_head(g, sh.H, tmod, blockIdx.y);
   // The kernel's own work around the tile: its programmatic launch, the later block's L2 request, the probe.
   struct Hooks {

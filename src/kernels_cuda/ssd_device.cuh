@@ -16,12 +16,21 @@ struct Cell {
   int64_t start, end;
 };
 
+// v mod cell, in [0, cell): a mask where the cell is a power of two (every grid the engine runs), the remainder
+// otherwise. Index arithmetic only; a 64-bit remainder is a long routine on the GPU (session 48: the table pass,
+// 1,100 instructions a warp, took two).
+__device__ __forceinline__ int cell_mod(int64_t v, int cell) {
+  if ((cell & (cell - 1)) == 0) return static_cast<int>(v & (cell - 1));
+  const int64_t r = v % cell;
+  return static_cast<int>(r < 0 ? r + cell : r);
+}
+
 // Head h's stagger offset: kernels/exact_grid.h's ExactGrid::offset, a rank's heads numbered as in
 // the whole mixer. 32-bit arithmetic (heads · cell is far below 2^31; a 64-bit division is a long
 // serial routine on the GPU).
 __device__ inline int head_offset(const ScanGrid& g, int h, int H) {
   const int all = g.model_heads > 0 ? g.model_heads : H;
-  return g.exact && g.stagger ? (g.first_head + h) * g.cell / all % g.cell : 0;
+  return g.exact && g.stagger ? cell_mod((g.first_head + h) * g.cell / all, g.cell) : 0;
 }
 
 // The k-th cell of head h that a call starting at `start` touches.
@@ -29,7 +38,7 @@ __device__ inline Cell call_cell(const ScanGrid& g, int h, int H, int64_t start,
   int64_t cs, ce;
   if (g.exact) {
     const int o = head_offset(g, h, H);
-    cs = start < o ? 0 : start - (start - o) % g.cell;
+    cs = start < o ? 0 : start - cell_mod(start - o, g.cell);
     ce = (cs == 0 && o > 0) ? o : cs + g.cell;
   } else {
     cs = start;
@@ -43,8 +52,7 @@ __device__ inline Cell call_cell(const ScanGrid& g, int h, int H, int64_t start,
 }
 
 __device__ inline int ring_x_slot(const ScanGrid& g, int h, int H, int64_t pos) {
-  const int64_t r = (pos - head_offset(g, h, H)) % g.cell;
-  return static_cast<int>(r < 0 ? r + g.cell : r);
+  return cell_mod(pos - head_offset(g, h, H), g.cell);
 }
 
 // Where position s of sequence `seq` lives: this call's rows, or the replay ring before it.
@@ -69,7 +77,7 @@ struct RowSource {
   __device__ float dtv(int h, int64_t s) const { return *dtp(h, s); }
   __device__ const float* B(int grp, int64_t s) const {
     if (s >= start) return xbc + static_cast<std::size_t>(row0 + (s - start)) * ld + I + static_cast<std::size_t>(grp) * sh.N;
-    return st.ring_B + ((static_cast<std::size_t>(slot) * sh.groups + grp) * g.cell + s % g.cell) * sh.N;
+    return st.ring_B + ((static_cast<std::size_t>(slot) * sh.groups + grp) * g.cell + cell_mod(s, g.cell)) * sh.N;
   }
   __device__ const float* C(int grp, int64_t s) const {
     return xbc + static_cast<std::size_t>(row0 + (s - start)) * ld + I + GN + static_cast<std::size_t>(grp) * sh.N;

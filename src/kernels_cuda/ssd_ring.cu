@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kRingThreads)
   const RowSource src = source_of(sh, g, p, seq, xbc, ld, dt, st);
   const std::size_t head0 = (static_cast<std::size_t>(src.slot) * sh.H + h) * g.cell;
   // Row r's slots: the first row's, advanced by r around the cell (r < L ≤ cell).
-  const int x0 = ring_x_slot(g, h, sh.H, from), b0 = static_cast<int>(from % g.cell);
+  const int x0 = ring_x_slot(g, h, sh.H, from), b0 = cell_mod(from, g.cell);
   auto around = [&](int s0, int r) { return s0 + r < g.cell ? s0 + r : s0 + r - g.cell; };
   auto x_at = [&](int r) { return head0 + around(x0, r); };
   // 16-byte units where every row and ring row starts on 16 bytes (the ring's rows are P or N floats apart).

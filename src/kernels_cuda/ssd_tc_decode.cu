@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(32 * WP, 16 / WP)
   if (!uses_decode_row(g, p.n[seq])) return;
   const int slot = p.slot[seq], row0 = p.row0[seq], cell = g.cell;
   const int64_t start = p.start[seq];
-  const int tmod = static_cast<int>(start % cell);
+  const int tmod = cell_mod(start, cell);
   const int H = sh.H, P = sh.P, N = sh.N, I = H * P;
   const int grp = h / sh.heads_per_group();
   const int p0 = static_cast<int>(blockIdx.z) * 16 * WP;
