@@ -3,7 +3,7 @@
 // (the decode kernels). One block a (sequence, head), its threads over (row, element) with a batch of loads
 // in flight before their stores: session 46 (H100) measured the row-at-a-time loop at ~35 µs a pass
 // whatever the batch, each of its 16 rows a load's round trip before the next row's. Session 48: a row's ring
-// slot follows the row before's (one 64-bit remainder a block, not one an element), and aligned rows move in
+// slot follows the row before's (one remainder a block, not one an element), and aligned rows move in
 // 16-byte units, so a block's x is one unit a thread and a group's B two.
 #include <cstddef>
 #include <cstdint>

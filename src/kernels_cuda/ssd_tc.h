@@ -44,13 +44,11 @@ SsdTcWay ssd_tc_default_way(const SsdShape& sh, int seqs, ScanProducts products)
 
 // The scratch ssd_tc_scan needs, whatever its way: the band (ssd_scratch_floats), the walk's coefficient tables and
 // the bf16 rows of C and B (ssd_tc_kernels.h).
-// With the relay (the way's, or the default's), also every cell task's C and B tiles.
 std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g);
 
 // ssd_scan for exact passes (plain mode's SSU sequences throw), with ssd_tc_scratch_floats(sh, p, g) of scratch.
-// Multi-row calls take four launches (band, tables, the tensor-core walk, ring; the relay's way five: the tiles
-// pass, then the relay in the walk's place); one-row calls one more, the
-// decode on the walk's steps (ssd_tc_decode.cu), so a decoded row has the bits a prefill gives it.
+// Multi-row calls take four launches (band, tables, the tensor-core walk or the relay, ring); one-row calls one more,
+// the decode on the walk's steps (ssd_tc_decode.cu), so a decoded row has the bits a prefill gives it.
 void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld_xbc, const float* dt,
                  const float* A, const float* D, SsdState st, float* scratch, std::size_t scratch_floats, float* y,
                  cudaStream_t s, SsdTcWay way = {});

@@ -34,10 +34,9 @@ struct Stage {
 };
 constexpr int kC = 0, kB = kG * kRow, kCBFloats = 2 * kG * kRow;
 
-// Cell c's table and inputs into stage X: x rows < L of this block's columns (zeros past P and for rows ≥ L),
-// C rows j0 .. L-1 (zeros elsewhere), and when the cell folds B rows < L (zeros after). Zeros where a product
-// would otherwise read stale values: a stale NaN times a zero weight is still NaN inside an mma.
-// The table and x part of it (C and B come as bf16 tiles: issue_tiles below).
+// Cell c's table and x into stage X: x rows < L of this block's columns (zeros past P and for rows ≥ L). Zeros
+// where a product would otherwise read stale values: a stale NaN times a zero weight is still NaN inside an mma
+// (C and B come as bf16 tiles with their own zeros: issue_tiles below).
 template <int WP, int T>
 __device__ void issue_table_x(const WalkCtx& b, const CellIn& c, const float* table, float* X, int tid) {
   using St = Stage<WP>;

@@ -5,8 +5,9 @@
 // outputs on its rows and S_start. So one block per (sequence, head, 16 columns of p) has W cell warps and
 // one chain warp. Rounds of W cells, one block barrier a round:
 // - cell warp w takes cells w, w + W, ...: it copies its cell two rounds ahead (its table, x, and C and B as
-//   bf16 tiles from the rows the band's launch converted, as the walk does), forms the intra product and the delta (delta_tiles,
-//   the fold's own mma steps) and leaves them in shared memory, in the state's register layout;
+//   bf16 tiles from the rows the band's launch converted, as the walk does), forms the intra product and the
+//   delta (delta_tiles, the fold's own mma steps) and leaves them in shared memory, in the state's register
+//   layout;
 // - the chain warp holds S in the walk's KS = 1 layout and, a round behind, takes the round's cells in order:
 //   C·Sᵀ (inter_part), the outputs (finish), then S ← fold_element(decay, S, delta).
 // Each value comes from the walk's own functions on the same operands, so the relay gives the walk's bits
