@@ -321,7 +321,8 @@ BENCHMARK(BM_CudaSsdTcPrefillWays)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-// The relay (ssd_tc_relay.cu) in place of the walk: arg2 its cell warps (1, 2), arg3 the products (0 bf16, 1 split).
+// The relay (ssd_tc_relay.cu) in place of the walk: arg2 its cell warps (1-3; 3 with bf16 products only), arg3 the
+// products (0 bf16, 1 split).
 // Device time, as BM_CudaSsdTcPrefillDevice (the walk at its default way: compare in the same run).
 void BM_CudaSsdTcPrefillRelay(benchmark::State& state) {
   cuda::SsdTcWay w;
@@ -330,6 +331,7 @@ void BM_CudaSsdTcPrefillRelay(benchmark::State& state) {
 }
 BENCHMARK(BM_CudaSsdTcPrefillRelay)
     ->ArgsProduct({{1, 2, 8, 32}, {16}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{1, 2, 8, 32}, {16}, {3}, {0}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -125,12 +125,14 @@ __device__ __forceinline__ void cp16z(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr(dst)), "l"(src), "r"(valid ? 16 : 0)
                : "memory");
 }
-// Cell c's C (and where it folds, B) into V[part][16][kVS] from the band's bf16 rows (ssd_tc_kernels.h), with
-// convert()'s zeros: C rows outside j0 .. L-1, B rows from L. Row slot: the call's packed row, or before the
-// call's start the ring's (ring_slot: the sequence's first).
-template <int T, bool kSplit>
+// Cell c's C (and where it folds, B) into bf16 tiles from the band's bf16 rows (ssd_tc_kernels.h), with
+// convert()'s zeros: C rows outside j0 .. L-1, B rows from L. Heads at VC and VB, rests kRestAt values after
+// each (the walk: V[part][16][kVS], so VB = V + kTile and rests 2·kTile on; the relay keeps C and B apart, since
+// it holds C longer). Row slot: the call's packed row, or before the call's start the ring's (ring_slot: the
+// sequence's first).
+template <int T, bool kSplit, int kRestAt = 2 * kTile>
 __device__ __forceinline__ void issue_tiles(const uint16_t* rows16, int groups, int grp, int64_t start, int row0,
-                                            int ring_slot, const CellIn& c, uint16_t* V, int tid) {
+                                            int ring_slot, const CellIn& c, uint16_t* VC, uint16_t* VB, int tid) {
   constexpr int kUnits = kParts<kSplit> * kG * 16;  // 16 units of 8 values a row
   static_assert(kUnits % T == 0, "whole rounds");
 #pragma unroll
@@ -143,8 +145,14 @@ __device__ __forceinline__ void issue_tiles(const uint16_t* rows16, int groups, 
     const int slot = pos >= start ? row0 + static_cast<int>(pos - start)
                                   : ring_slot + kSsdTcRingRows + static_cast<int>(pos - start);
     const uint16_t* src = rows16 + ssd_tc_row16_offset(groups, use ? slot : 0, grp, part, kSplit) + 8 * v;
-    cp16z(V + part * kTile + r * kVS + 8 * v, src, use);
+    cp16z((is_b ? VB : VC) + (part >> 1) * kRestAt + r * kVS + 8 * v, src, use);
   }
+}
+// The walk's tiles, V[part][16][kVS]: parts 0 C head, 1 B head, 2 C rest, 3 B rest.
+template <int T, bool kSplit>
+__device__ __forceinline__ void issue_tiles(const uint16_t* rows16, int groups, int grp, int64_t start, int row0,
+                                            int ring_slot, const CellIn& c, uint16_t* V, int tid) {
+  issue_tiles<T, kSplit>(rows16, groups, grp, start, row0, ring_slot, c, V, V + kTile, tid);
 }
 
 }  // namespace

@@ -56,11 +56,12 @@ __device__ __forceinline__ void store_state(const SsdState& st, std::size_t sbas
 
 // The warp's part of C·Sᵀ for 16 rows (M) and its two p-tiles of 8 (N): quarters a_m of n (two k16 steps each
 // from zero) over the warp's NT n-tiles from nt0, then (a_0 + a_1) + (a_2 + a_3), each pair added as soon as it
-// is formed. V: the C tiles (head at V, rest at V + 2·kTile); crow, ccol: the lane's ldmatrix row and column.
-// kRest: the state's rest is multiplied too (split products with an fp32 state).
-template <int NT, bool kSplit, bool kRest>
-__device__ __forceinline__ void inter_part(const uint16_t* V, int crow, int ccol, int nt0, const float (&S)[NT][4],
-                                           float (&part)[2][4]) {
+// is formed. V: the C tiles (head at V, rest at V + kRestAt); crow, ccol: the lane's ldmatrix row and column.
+// sfrag(jl, b): the state's k16n8 operand for n-tiles 2·jl, 2·jl + 1 of the warp's, both p-tiles (b[pt]), as
+// state_fragments packs it. kRest: the state's rest is multiplied too (split products with an fp32 state).
+template <int NT, bool kSplit, bool kRest, int kRestAt = 2 * kTile, class SFrag>
+__device__ __forceinline__ void inter_quarters(const uint16_t* V, int crow, int ccol, int nt0, SFrag&& sfrag,
+                                               float (&part)[2][4]) {
   constexpr int NQ = NT / 4;
   auto quarter = [&](int m, float (&acc)[2][4]) {
 #pragma unroll
@@ -73,17 +74,11 @@ __device__ __forceinline__ void inter_part(const uint16_t* V, int crow, int ccol
       const int off = crow * kVS + 8 * (nt0 + 2 * jl) + ccol;
       Frag4<kSplit> ca;
       ptx::ldmatrix_x4(V + off, ca.hi);
-      if constexpr (kSplit) ptx::ldmatrix_x4(V + 2 * kTile + off, ca.lo);
+      if constexpr (kSplit) ptx::ldmatrix_x4(V + kRestAt + off, ca.lo);
+      Frag2<kSplit> b2[2];
+      sfrag(jl, b2);
 #pragma unroll
-      for (int pt = 0; pt < 2; ++pt) {
-        Frag2<kRest> sb;
-        sb.set(0, S[2 * jl][2 * pt], S[2 * jl][2 * pt + 1]);
-        sb.set(1, S[2 * jl + 1][2 * pt], S[2 * jl + 1][2 * pt + 1]);
-        Frag2<kSplit> b2;
-        b2.hi[0] = sb.hi[0], b2.hi[1] = sb.hi[1];
-        if constexpr (kRest) b2.lo[0] = sb.lo[0], b2.lo[1] = sb.lo[1];
-        product<kSplit>(acc[pt], ca, b2, kRest);
-      }
+      for (int pt = 0; pt < 2; ++pt) product<kSplit>(acc[pt], ca, b2[pt], kRest);
     }
   };
   if constexpr (NQ == 1) {
@@ -106,6 +101,28 @@ __device__ __forceinline__ void inter_part(const uint16_t* V, int crow, int ccol
         }
     }
   }
+}
+
+// The state's k16n8 operand of C·Sᵀ for n-tiles 2·jl, 2·jl + 1 and p-tile pt, packed from the warp's S (the
+// relay's chain publishes exactly these words, so its cell warps multiply what the walk would).
+template <bool kSplit, bool kRest, int NT>
+__device__ __forceinline__ Frag2<kSplit> state_fragment(const float (&S)[NT][4], int jl, int pt) {
+  Frag2<kRest> sb;
+  sb.set(0, S[2 * jl][2 * pt], S[2 * jl][2 * pt + 1]);
+  sb.set(1, S[2 * jl + 1][2 * pt], S[2 * jl + 1][2 * pt + 1]);
+  Frag2<kSplit> b2;
+  b2.hi[0] = sb.hi[0], b2.hi[1] = sb.hi[1];
+  if constexpr (kRest) b2.lo[0] = sb.lo[0], b2.lo[1] = sb.lo[1];
+  return b2;
+}
+
+template <int NT, bool kSplit, bool kRest>
+__device__ __forceinline__ void inter_part(const uint16_t* V, int crow, int ccol, int nt0, const float (&S)[NT][4],
+                                           float (&part)[2][4]) {
+  inter_quarters<NT, kSplit, kRest>(V, crow, ccol, nt0, [&](int jl, Frag2<kSplit> (&b2)[2]) {
+#pragma unroll
+    for (int pt = 0; pt < 2; ++pt) b2[pt] = state_fragment<kSplit, kRest>(S, jl, pt);
+  }, part);
 }
 
 // The same, with the state's dtype chosen at run time (a bf16 state is exact in bf16: no rest to multiply).
@@ -133,9 +150,9 @@ __device__ __forceinline__ void intra_product(const Frag4<kSplit>& fa, const flo
 }
 
 // The cell's delta over the warp's NT n-tiles from nt0: delta = (w∘x)ᵀ·B over the cell's 16 rows, one k16 step
-// from zero an n-tile, B's tiles transposed by ldmatrix from VB (head at VB, rest at VB + 2·kTile); wv[a]: w at
+// from zero an n-tile, B's tiles transposed by ldmatrix from VB (head at VB, rest at VB + kRestAt); wv[a]: w at
 // the rows of xa[a]. use(j, dl) takes n-tile j's delta (dl[e] in the state layout's S[j][e]).
-template <int NT, bool kSplit, class Use>
+template <int NT, bool kSplit, int kRestAt = 2 * kTile, class Use>
 __device__ __forceinline__ void delta_tiles(const uint16_t* VB, int brow, int bcol, int nt0, const float (&xa)[4][2],
                                             const float (&wv)[4], Use&& use) {
   Frag4<kSplit> xw;  // (w_i·x[i][p]) at p = gi (+8), i = 2q.. (+8)
@@ -151,7 +168,7 @@ __device__ __forceinline__ void delta_tiles(const uint16_t* VB, int brow, int bc
     ptx::ldmatrix_x4_trans(ptx::smem_addr(VB + off), r);
     bb[0].hi[0] = r[0], bb[0].hi[1] = r[1], bb[1].hi[0] = r[2], bb[1].hi[1] = r[3];
     if constexpr (kSplit) {
-      ptx::ldmatrix_x4_trans(ptx::smem_addr(VB + 2 * kTile + off), r);
+      ptx::ldmatrix_x4_trans(ptx::smem_addr(VB + kRestAt + off), r);
       bb[0].lo[0] = r[0], bb[0].lo[1] = r[1], bb[1].lo[0] = r[2], bb[1].lo[1] = r[3];
     }
 #pragma unroll

@@ -3,25 +3,25 @@
 //
 // Only S depends on the cells before: a cell's delta and its intra product depend on its own rows, and its
 // outputs on its rows and S_start. So one block per (sequence, head, 16 columns of p) has W cell warps and
-// one chain warp. Rounds of W cells, one block barrier a round:
-// - cell warp w takes cells w, w + W, ...: it copies its cell two rounds ahead (its table, x, and C and B as
-//   bf16 tiles from the rows the band's launch converted, as the walk does), forms the intra product and the
-//   delta (delta_tiles, the fold's own mma steps) and leaves them in shared memory, in the state's register
-//   layout;
-// - the chain warp holds S in the walk's KS = 1 layout and, a round behind, takes the round's cells in order:
-//   C·Sᵀ (inter_part), the outputs (finish), then S ← fold_element(decay, S, delta).
-// Each value comes from the walk's own functions on the same operands, so the relay gives the walk's bits
-// (CudaSsdTc.TheRelayHasTheWalksBits); only where and when a warp forms them differs. The chain's serial work
-// a cell is C·Sᵀ and the fold; the walk's also held the copies' wait, the conversion and the delta.
-// Session 47's first relay copied fp32 C and B and converted them in each cell warp: a round took the copies'
-// latency (2.0 µs at one cell warp, 2.6 at two, on an H100), so it lost to the walk. Its second took bf16 tiles
-// from a pass of their own, one a (cell task, stagger offset, group): 22 µs of 146 at 1 × 2048 (session 48, ncu).
-// Session 48 also split the chain over n by 2 or 4 chain warps (the walk's KS layout): 140 / 150 µs against one
-// chain warp's 139 at 1 × 2048, bf16 products, so the one chain warp stays.
+// one chain warp. Rounds of W cells, one block barrier a round; cell k of round r = k / W:
+// - round r: its cell warp (k % W) forms the delta (delta_tiles, the fold's own mma steps) and leaves it in
+//   shared memory in the state's register layout;
+// - round r + 1: the chain warp, which holds S in the walk's KS = 1 layout, publishes S_start of the cell (the
+//   state's words of C·Sᵀ as the walk packs them, state_fragment) and folds: S ← fold_element(decay, S, delta);
+// - round r + 2: the cell warp forms the intra product, C·Sᵀ from the published words (inter_quarters) and the
+//   outputs (finish).
+// The chain's serial work a cell is the fold and the packing of S; the walk's also held the copies' wait, the
+// delta, C·Sᵀ and the outputs. Each value comes from the walk's own functions on the same operands, so the
+// relay gives the walk's bits (CudaSsdTc.TheRelayHasTheWalksBits); only where and when a warp forms them differs.
+// History (H100, 1 × 2048, bf16 products): session 47's first relay copied fp32 C and B and converted them in
+// each cell warp (a round took the copies' latency: it lost to the walk); its second took bf16 tiles from a
+// pass of their own (146 µs, the pass 22 of them); session 48's took the band launch's bf16 rows (126 µs), with
+// the chain still forming C·Sᵀ and the outputs: 0.93 µs a cell on the chain. Splitting that chain over n by 2
+// or 4 warps did not pay (140 / 150 µs against 139).
 //
-// Shared memory (floats): stages [4 rounds][W] (table | x | bf16 tiles: a cell's copies are in flight for two
-// rounds, its warp reads them in the next, the chain in the one after) | deltas [2 rounds][W][16 n-tiles][32
-// lanes][4] | intra products [2][W][2 p-tiles][32][4].
+// Shared memory (floats): cell stages [A + 3 rounds][W] (table | x | C tiles: copied A rounds ahead, held until
+// the outputs) | B stages [A + 1][W] (until the delta) | deltas [2 rounds][W][16 n-tiles][32 lanes][4] | S_start
+// words [2][W][8 k-steps][32 lanes][4] (and their rests).
 #include <cuda_bf16.h>
 
 #include <cstddef>
@@ -46,18 +46,27 @@ namespace ssd {
 namespace {
 
 constexpr int kNT = kN / 8;  // the state's n-tiles of 8
+constexpr int kSmemMax = 232448 / 4;  // an H100's (and H200's) opt-in shared memory a block, in floats
 
-template <int W, bool kSplit>
-struct RelayLayout {
-  static constexpr int kTiles = kParts<kSplit> * kTile / 2;  // a stage's bf16 tiles, in floats
-  static constexpr int kSet = Stage<1>::kFloats + kTiles;
-  static constexpr int kDelta = kNT * 32 * 4, kIntra = 2 * 32 * 4;
-  static constexpr int kStages = 4;
-  static constexpr int kDeltas = kStages * W * kSet;
-  static constexpr int kIntras = kDeltas + 2 * W * kDelta;
-  static constexpr int kFloats = kIntras + 2 * W * kIntra;
-  static_assert(kTile % 2 == 0 && kSet % 4 == 0 && kVS % 8 == 0, "16-byte aligned stages and tile rows");
+template <int W, bool kSplit, int A>
+struct RelayLayoutA {
+  static constexpr int kCTiles = (kParts<kSplit> / 2) * kTile / 2;  // C's bf16 tiles (head, rest), in floats
+  static constexpr int kCellSet = Stage<1>::kFloats + kCTiles, kBSet = kCTiles;
+  static constexpr int kCellStages = A + 3, kBStages = A + 1;
+  static constexpr int kDelta = kNT * 32 * 4, kWords = (kSplit ? 2 : 1) * (kNT / 2) * 32 * 4;
+  static constexpr int kBs = kCellStages * W * kCellSet;
+  static constexpr int kDeltas = kBs + kBStages * W * kBSet;
+  static constexpr int kPubs = kDeltas + 2 * W * kDelta;
+  static constexpr int kFloats = kPubs + 2 * W * kWords;
+  static_assert(kTile % 2 == 0 && kCellSet % 4 == 0 && kVS % 8 == 0, "16-byte aligned stages and tile rows");
 };
+// Copies two rounds ahead where they fit, else one (split products).
+template <int W, bool kSplit>
+constexpr int kAhead = RelayLayoutA<W, kSplit, 2>::kFloats <= kSmemMax ? 2 : 1;
+template <int W, bool kSplit>
+using RelayLayout = RelayLayoutA<W, kSplit, kAhead<W, kSplit>>;
+template <int W, bool kSplit>
+constexpr bool kFits = RelayLayout<W, kSplit>::kFloats <= kSmemMax;
 
 template <int W, bool kSplit>
 __global__ void __launch_bounds__(32 * (W + 1))
@@ -65,6 +74,7 @@ __global__ void __launch_bounds__(32 * (W + 1))
                  SsdState st, const float* tables, const uint16_t* rows16, float* y) {
   using Lay = RelayLayout<W, kSplit>;
   using St = Stage<1>;
+  constexpr int A = kAhead<W, kSplit>;
   const int seq = blockIdx.x, h = blockIdx.y, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t start = p.start[seq];
   const int t0 = p.task0[seq], K = p.task0[seq + 1] - t0;
@@ -91,93 +101,85 @@ __global__ void __launch_bounds__(32 * (W + 1))
   auto table = [&](int k) { return tables + (static_cast<std::size_t>(t0 + k) * sh.H + h) * kTabWords; };
 
   extern __shared__ __align__(16) float smem[];
-  auto stage = [&](int r, int w) { return smem + ((r % Lay::kStages) * W + w) * Lay::kSet; };
-  auto tiles = [&](int r, int w) { return reinterpret_cast<uint16_t*>(stage(r, w) + St::kFloats); };
-  auto deltas = [&](int r, int w) { return smem + Lay::kDeltas + ((r & 1) * W + w) * Lay::kDelta; };
-  auto intras = [&](int r, int w) { return smem + Lay::kIntras + ((r & 1) * W + w) * Lay::kIntra; };
+  // Cell k's buffers (its round k / W, its warp k % W).
+  auto cell_set = [&](int k) { return smem + ((k / W) % Lay::kCellStages * W + k % W) * Lay::kCellSet; };
+  auto c_tiles = [&](int k) { return reinterpret_cast<uint16_t*>(cell_set(k) + St::kFloats); };
+  auto b_tiles = [&](int k) {
+    return reinterpret_cast<uint16_t*>(smem + Lay::kBs + ((k / W) % Lay::kBStages * W + k % W) * Lay::kBSet);
+  };
+  auto deltas = [&](int k) { return smem + Lay::kDeltas + ((k / W) % 2 * W + k % W) * Lay::kDelta; };
+  auto words = [&](int k) {
+    return reinterpret_cast<uint32_t*>(smem + Lay::kPubs + ((k / W) % 2 * W + k % W) * Lay::kWords);
+  };
+  constexpr int kRestWords = (kNT / 2) * 32 * 4;
   const int gi = lane / 4, q = lane % 4;
   // Lane addresses of ldmatrix (as the walk's): C's m16k16 operand, B's transposed k16n8 operands.
   const int crow = (lane & 7) + 8 * ((lane >> 3) & 1), ccol = 8 * (lane >> 4);
-  const int rounds = (cells + W - 1) / W + 1;  // the chain runs a round behind
+  const int rounds = (cells + W - 1) / W + 2;  // the outputs run two rounds behind the deltas
+  const bool bf16 = st.state_f32 == nullptr;
 
   if (warp < W) {  // a cell warp
     const int ring_slot = p.num_rows + kSsdTcRingRows * seq;
-    // Cell k's table, x and tiles into round r's stage (the B tiles only where the cell folds).
-    auto issue_cell = [&](int k, int r) {
+    auto issue_cell = [&](int k) {
       const CellIn x = cell_at(k);
-      float* const X = stage(r, warp);
-      issue_table_x<1, 32>(b, x, table(k), X, lane);
-      issue_tiles<32, kSplit>(rows16, sh.groups, b.grp, start, b.src.row0, ring_slot, x, tiles(r, warp), lane);
+      issue_table_x<1, 32>(b, x, table(k), cell_set(k), lane);
+      issue_tiles<32, kSplit, kTile>(rows16, sh.groups, b.grp, start, b.src.row0, ring_slot, x, c_tiles(k),
+                                     b_tiles(k), lane);
     };
-    for (int a = 0; a < 2; ++a) {
-      if (a * W + warp < cells) issue_cell(a * W + warp, a);
-      commit();
-    }
-    for (int r = 0; r < rounds; ++r) {
-      __syncthreads();  // round r − 1's deltas and products stored; round r − 2's stages read by the chain
-      const int k = r * W + warp;
-      if (k + 2 * W < cells) issue_cell(k + 2 * W, r + 2);
-      commit();
-      ptx::cp_async_wait<2>();  // this round's copies (issued two rounds ago)
-      __syncwarp();
-      const bool live = k < cells;
-      if (!live) continue;
-      const CellIn c = cell_at(k);
-      const float* X = stage(r, warp);
-      const float* F = X + St::kTab;
-      const float* xs = X + St::kX;
-      float xa[4][2];
+    // x at the rows and columns of the lane's fragments (xa[a][pt]: i = 2q + (a & 1) + 8·(a >> 1)).
+    auto load_xa = [&](const float* xs, float (&xa)[4][2]) {
 #pragma unroll
       for (int a = 0; a < 4; ++a)
 #pragma unroll
         for (int pt = 0; pt < 2; ++pt) xa[a][pt] = xs[(2 * q + (a & 1) + 8 * (a >> 1)) * St::XS + gi + 8 * pt];
-      const Frag4<kSplit> fa = coef_fragment<kSplit>(F, lane);
-      float ya[2][4];
-      intra_product<kSplit>(fa, xa, ya);
-      float* const I = intras(r, warp);
+    };
+    const float Dh = Dskip[h];
+    for (int a = 0; a < A; ++a) {
+      if (a * W + warp < cells) issue_cell(a * W + warp);
+      commit();
+    }
+    for (int r = 0; r < rounds; ++r) {
+      __syncthreads();  // round r − 1's deltas stored and S_starts published; round r − 1's reads done
+      const int k = r * W + warp;
+      if (k + A * W < cells) issue_cell(k + A * W);
+      commit();
+      ptx::cp_async_wait<A>();  // this round's copies (issued A rounds ago)
+      __syncwarp();
+      if (k < cells && cell_at(k).fold) {  // the delta of this round's cell
+        const float* X = cell_set(k);
+        float xa[4][2], wv[4];
+        load_xa(X + St::kX, xa);
 #pragma unroll
-      for (int pt = 0; pt < 2; ++pt)
-        *reinterpret_cast<float4*>(I + (pt * 32 + lane) * 4) = make_float4(ya[pt][0], ya[pt][1], ya[pt][2], ya[pt][3]);
-      if (c.fold) {
-        float wv[4];
-#pragma unroll
-        for (int a = 0; a < 4; ++a) wv[a] = F[kTabW + 2 * q + (a & 1) + 8 * (a >> 1)];
-        float* const D = deltas(r, warp);
-        delta_tiles<kNT, kSplit>(tiles(r, warp) + kTile, crow, ccol, 0, xa, wv, [&](int j, const float (&dl)[4]) {
+        for (int a = 0; a < 4; ++a) wv[a] = X[St::kTab + kTabW + 2 * q + (a & 1) + 8 * (a >> 1)];
+        float* const D = deltas(k);
+        delta_tiles<kNT, kSplit, kTile>(b_tiles(k), crow, ccol, 0, xa, wv, [&](int j, const float (&dl)[4]) {
           *reinterpret_cast<float4*>(D + (j * 32 + lane) * 4) = make_float4(dl[0], dl[1], dl[2], dl[3]);
         });
       }
-    }
-    return;
-  }
-
-  // The chain warp: S[j][e] at p = p0 + gi + 8·(e / 2), n = 8·j + 2q + e % 2 (the walk's layout, KS = 1).
-  const bool bf16 = st.state_f32 == nullptr;
-  const float Dh = Dskip[h];
-  const std::size_t sbase = (static_cast<std::size_t>(b.src.slot) * sh.H + h) * P * N;
-  float S[kNT][4];
-  load_state<kNT>(st, sbase, b.p0 + gi, N, 0, q, S);
-  bool folded = false;
-  for (int r = 0; r < rounds; ++r) {
-    __syncthreads();
-    for (int i = 0; r > 0 && i < W; ++i) {
-      const int k = (r - 1) * W + i;
-      if (k >= cells) break;
-      const CellIn c = cell_at(k);
-      const float* X = stage(r - 1, i);
+      const int ko = k - 2 * W;  // the cell whose S_start the chain published last round
+      if (ko < 0 || ko >= cells) continue;
+      const CellIn c = cell_at(ko);
+      const float* X = cell_set(ko);
       const float* F = X + St::kTab;
       const float* xs = X + St::kX;
-      float part[2][4];
-      inter_part<kNT, kSplit>(tiles(r - 1, i), crow, ccol, 0, S, bf16, part);
+      float xa[4][2];
+      load_xa(xs, xa);
       Pending pd;
-      const float* I = intras(r - 1, i);
-#pragma unroll
-      for (int pt = 0; pt < 2; ++pt) {
-        const float4 v = *reinterpret_cast<const float4*>(I + (pt * 32 + lane) * 4);
-        pd.intra[pt][0] = v.x, pd.intra[pt][1] = v.y, pd.intra[pt][2] = v.z, pd.intra[pt][3] = v.w;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) pd.part[pt][e] = part[pt][e];
-      }
+      intra_product<kSplit>(coef_fragment<kSplit>(F, lane), xa, pd.intra);
+      const uint32_t* Wd = words(ko);
+      auto inter = [&](auto rest) {
+        constexpr bool kRest = decltype(rest)::value;
+        inter_quarters<kNT, kSplit, kRest, kTile>(c_tiles(ko), crow, ccol, 0, [&](int jl, Frag2<kSplit> (&b2)[2]) {
+          const uint4 v = *reinterpret_cast<const uint4*>(Wd + (jl * 32 + lane) * 4);
+          b2[0].hi[0] = v.x, b2[0].hi[1] = v.y, b2[1].hi[0] = v.z, b2[1].hi[1] = v.w;
+          if constexpr (kRest) {
+            const uint4 u = *reinterpret_cast<const uint4*>(Wd + kRestWords + (jl * 32 + lane) * 4);
+            b2[0].lo[0] = u.x, b2[0].lo[1] = u.y, b2[1].lo[0] = u.z, b2[1].lo[1] = u.w;
+          }
+        }, pd.part);
+      };
+      if (kSplit && !bf16) inter(std::true_type{});
+      else inter(std::false_type{});
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const int t = gi + 8 * hr;
@@ -188,9 +190,39 @@ __global__ void __launch_bounds__(32 * (W + 1))
         for (int pt = 0; pt < 2; ++pt) pd.x[hr][pt] = lds2(xs + t * St::XS + 8 * pt + 2 * q);
       }
       finish<1, 1>(pd, nullptr, 0, lane, sh, h, b.p0, Dh, y);
+    }
+    return;
+  }
+
+  // The chain warp: S[j][e] at p = p0 + gi + 8·(e / 2), n = 8·j + 2q + e % 2 (the walk's layout, KS = 1).
+  const std::size_t sbase = (static_cast<std::size_t>(b.src.slot) * sh.H + h) * P * N;
+  float S[kNT][4];
+  load_state<kNT>(st, sbase, b.p0 + gi, N, 0, q, S);
+  // S_start's words of C·Sᵀ (state_fragment: the walk's packing), for cell k's warp to multiply next round.
+  auto publish = [&](int k, auto rest) {
+    constexpr bool kRest = decltype(rest)::value;
+    uint32_t* const Wd = words(k);
+#pragma unroll
+    for (int jl = 0; jl < kNT / 2; ++jl) {
+      const Frag2<kSplit> b0 = state_fragment<kSplit, kRest>(S, jl, 0), b1 = state_fragment<kSplit, kRest>(S, jl, 1);
+      *reinterpret_cast<uint4*>(Wd + (jl * 32 + lane) * 4) = make_uint4(b0.hi[0], b0.hi[1], b1.hi[0], b1.hi[1]);
+      if constexpr (kRest)
+        *reinterpret_cast<uint4*>(Wd + kRestWords + (jl * 32 + lane) * 4) =
+            make_uint4(b0.lo[0], b0.lo[1], b1.lo[0], b1.lo[1]);
+    }
+  };
+  bool folded = false;
+  for (int r = 0; r < rounds; ++r) {
+    __syncthreads();
+    for (int i = 0; r > 0 && i < W; ++i) {
+      const int k = (r - 1) * W + i;
+      if (k >= cells) break;
+      if (kSplit && !bf16) publish(k, std::true_type{});
+      else publish(k, std::false_type{});
+      const CellIn c = cell_at(k);
       if (!c.fold) continue;  // a cell the call does not complete keeps the state (it is the call's last)
-      const float decay = F[kTabDecay];
-      const float* D = deltas(r - 1, i);
+      const float decay = cell_set(k)[St::kTab + kTabDecay];
+      const float* D = deltas(k);
       auto fold = [&](auto bf16c) {
 #pragma unroll
         for (int j = 0; j < kNT; ++j) {
@@ -227,13 +259,19 @@ void ssd_tc_relay(int cell_warps, bool split, const SsdShape& sh, const ScanGrid
                   const uint16_t* rows16, float* y, cudaStream_t s) {
   auto go = [&](auto wc) {
     constexpr int W = decltype(wc)::value;
-    if (split) ssd::launch<W, true>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s);
-    else ssd::launch<W, false>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s);
+    if (split) {
+      if constexpr (ssd::kFits<W, true>) ssd::launch<W, true>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s);
+      else throw Error("CUDA SSD tc relay: " + std::to_string(W) + " cell warps with split products need more "
+                       "shared memory than a block has; take 1 or 2");
+    } else {
+      ssd::launch<W, false>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s);
+    }
   };
   switch (cell_warps) {
     case 1: go(std::integral_constant<int, 1>{}); break;
     case 2: go(std::integral_constant<int, 2>{}); break;
-    default: throw Error("CUDA SSD tc relay: cell warps must be 1 or 2, got " + std::to_string(cell_warps));
+    case 3: go(std::integral_constant<int, 3>{}); break;
+    default: throw Error("CUDA SSD tc relay: cell warps must be 1, 2 or 3, got " + std::to_string(cell_warps));
   }
 }
 
