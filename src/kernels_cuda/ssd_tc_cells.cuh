@@ -125,13 +125,33 @@ __device__ __forceinline__ void cp16z(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr(dst)), "l"(src), "r"(valid ? 16 : 0)
                : "memory");
 }
-// Cell c's C (and where it folds, B) into bf16 tiles from the band's bf16 rows (ssd_tc_kernels.h), with
-// convert()'s zeros: C rows outside j0 .. L-1, B rows from L. Heads at VC and VB, rests kRestAt values after
-// each (the walk: V[part][16][kVS], so VB = V + kTile and rests 2·kTile on; the relay keeps C and B apart, since
-// it holds C longer). Row slot: the call's packed row, or before the call's start the ring's (ring_slot: the
-// sequence's first).
-template <int T, bool kSplit, int kRestAt = 2 * kTile>
+// Cell c's C (and where it folds, B) into V[part][16][kVS] from the band's bf16 rows (ssd_tc_kernels.h), with
+// convert()'s zeros: C rows outside j0 .. L-1, B rows from L. Row slot: the call's packed row, or before the
+// call's start the ring's (ring_slot: the sequence's first).
+template <int T, bool kSplit>
 __device__ __forceinline__ void issue_tiles(const uint16_t* rows16, int groups, int grp, int64_t start, int row0,
+                                            int ring_slot, const CellIn& c, uint16_t* V, int tid) {
+  constexpr int kUnits = kParts<kSplit> * kG * 16;  // 16 units of 8 values a row
+  static_assert(kUnits % T == 0, "whole rounds");
+#pragma unroll
+  for (int j = 0; j < kUnits / T; ++j) {
+    const int u = tid + j * T, v = u % 16, r = (u / 16) % kG, part = u / (16 * kG);
+    const bool is_b = (part & 1) != 0;
+    if (is_b && !c.fold) continue;  // B not copied: its delta is not kept
+    const bool use = r < c.L && (is_b || r >= c.j0);
+    const int64_t pos = c.cs + r;
+    const int slot = pos >= start ? row0 + static_cast<int>(pos - start)
+                                  : ring_slot + kSsdTcRingRows + static_cast<int>(pos - start);
+    const uint16_t* src = rows16 + ssd_tc_row16_offset(groups, use ? slot : 0, grp, part, kSplit) + 8 * v;
+    cp16z(V + part * kTile + r * kVS + 8 * v, src, use);
+  }
+}
+
+// The same copies with C and B in tiles apart (the relay holds C two rounds longer than B): heads at VC and VB,
+// rests kRestAt values after each. A copy of issue_tiles rather than its generalisation: the walk's 4 × 1
+// blocks spilled with the second pointer.
+template <int T, bool kSplit, int kRestAt = 2 * kTile>
+__device__ __forceinline__ void issue_tiles_apart(const uint16_t* rows16, int groups, int grp, int64_t start, int row0,
                                             int ring_slot, const CellIn& c, uint16_t* VC, uint16_t* VB, int tid) {
   constexpr int kUnits = kParts<kSplit> * kG * 16;  // 16 units of 8 values a row
   static_assert(kUnits % T == 0, "whole rounds");
@@ -148,12 +168,5 @@ __device__ __forceinline__ void issue_tiles(const uint16_t* rows16, int groups, 
     cp16z((is_b ? VB : VC) + (part >> 1) * kRestAt + r * kVS + 8 * v, src, use);
   }
 }
-// The walk's tiles, V[part][16][kVS]: parts 0 C head, 1 B head, 2 C rest, 3 B rest.
-template <int T, bool kSplit>
-__device__ __forceinline__ void issue_tiles(const uint16_t* rows16, int groups, int grp, int64_t start, int row0,
-                                            int ring_slot, const CellIn& c, uint16_t* V, int tid) {
-  issue_tiles<T, kSplit>(rows16, groups, grp, start, row0, ring_slot, c, V, V + kTile, tid);
-}
-
 }  // namespace
 }  // namespace parity::cuda::ssd

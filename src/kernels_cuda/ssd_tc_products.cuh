@@ -57,8 +57,8 @@ __device__ __forceinline__ void store_state(const SsdState& st, std::size_t sbas
 // The warp's part of C·Sᵀ for 16 rows (M) and its two p-tiles of 8 (N): quarters a_m of n (two k16 steps each
 // from zero) over the warp's NT n-tiles from nt0, then (a_0 + a_1) + (a_2 + a_3), each pair added as soon as it
 // is formed. V: the C tiles (head at V, rest at V + kRestAt); crow, ccol: the lane's ldmatrix row and column.
-// sfrag(jl, b): the state's k16n8 operand for n-tiles 2·jl, 2·jl + 1 of the warp's, both p-tiles (b[pt]), as
-// state_fragments packs it. kRest: the state's rest is multiplied too (split products with an fp32 state).
+// sfrag(jl, pt): the state's k16n8 operand for n-tiles 2·jl, 2·jl + 1 of the warp's and p-tile pt, as
+// state_fragment packs it (formed as it is used: two at once spilled the walk's 4 × 1 blocks). kRest: the state's rest is multiplied too (split products with an fp32 state).
 template <int NT, bool kSplit, bool kRest, int kRestAt = 2 * kTile, class SFrag>
 __device__ __forceinline__ void inter_quarters(const uint16_t* V, int crow, int ccol, int nt0, SFrag&& sfrag,
                                                float (&part)[2][4]) {
@@ -75,10 +75,8 @@ __device__ __forceinline__ void inter_quarters(const uint16_t* V, int crow, int 
       Frag4<kSplit> ca;
       ptx::ldmatrix_x4(V + off, ca.hi);
       if constexpr (kSplit) ptx::ldmatrix_x4(V + kRestAt + off, ca.lo);
-      Frag2<kSplit> b2[2];
-      sfrag(jl, b2);
 #pragma unroll
-      for (int pt = 0; pt < 2; ++pt) product<kSplit>(acc[pt], ca, b2[pt], kRest);
+      for (int pt = 0; pt < 2; ++pt) product<kSplit>(acc[pt], ca, sfrag(jl, pt), kRest);
     }
   };
   if constexpr (NQ == 1) {
@@ -119,10 +117,8 @@ __device__ __forceinline__ Frag2<kSplit> state_fragment(const float (&S)[NT][4],
 template <int NT, bool kSplit, bool kRest>
 __device__ __forceinline__ void inter_part(const uint16_t* V, int crow, int ccol, int nt0, const float (&S)[NT][4],
                                            float (&part)[2][4]) {
-  inter_quarters<NT, kSplit, kRest>(V, crow, ccol, nt0, [&](int jl, Frag2<kSplit> (&b2)[2]) {
-#pragma unroll
-    for (int pt = 0; pt < 2; ++pt) b2[pt] = state_fragment<kSplit, kRest>(S, jl, pt);
-  }, part);
+  inter_quarters<NT, kSplit, kRest>(
+      V, crow, ccol, nt0, [&](int jl, int pt) { return state_fragment<kSplit, kRest>(S, jl, pt); }, part);
 }
 
 // The same, with the state's dtype chosen at run time (a bf16 state is exact in bf16: no rest to multiply).

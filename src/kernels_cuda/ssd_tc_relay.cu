@@ -2,14 +2,14 @@
 // chained, for passes of few sequences, where the walk's blocks are too few to hide a cell's latency.
 //
 // Only S depends on the cells before: a cell's delta and its intra product depend on its own rows, and its
-// outputs on its rows and S_start. So one block per (sequence, head, 16 columns of p) has W cell warps and
-// one chain warp. Rounds of W cells, one block barrier a round; cell k of round r = k / W:
-// - round r: its cell warp (k % W) forms the delta (delta_tiles, the fold's own mma steps) and leaves it in
-//   shared memory in the state's register layout;
+// outputs on its rows and S_start. So one block per (sequence, head, 16 columns of p) has W delta warps, W
+// output warps and one chain warp. Rounds of W cells, one block barrier a round; cell k of round r = k / W:
+// - round r: its delta warp (k % W), which copied the cell A rounds before, forms the delta (delta_tiles, the
+//   fold's own mma steps) and leaves it in shared memory in the state's register layout;
 // - round r + 1: the chain warp, which holds S in the walk's KS = 1 layout, publishes S_start of the cell (the
 //   state's words of C·Sᵀ as the walk packs them, state_fragment) and folds: S ← fold_element(decay, S, delta);
-// - round r + 2: the cell warp forms the intra product, C·Sᵀ from the published words (inter_quarters) and the
-//   outputs (finish).
+// - round r + 2: its output warp forms the intra product, C·Sᵀ from the published words (inter_quarters) and
+//   the outputs (finish).
 // The chain's serial work a cell is the fold and the packing of S; the walk's also held the copies' wait, the
 // delta, C·Sᵀ and the outputs. Each value comes from the walk's own functions on the same operands, so the
 // relay gives the walk's bits (CudaSsdTc.TheRelayHasTheWalksBits); only where and when a warp forms them differs.
@@ -69,7 +69,7 @@ template <int W, bool kSplit>
 constexpr bool kFits = RelayLayout<W, kSplit>::kFloats <= kSmemMax;
 
 template <int W, bool kSplit>
-__global__ void __launch_bounds__(32 * (W + 1))
+__global__ void __launch_bounds__(32 * (2 * W + 1))
     relay_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* Dskip,
                  SsdState st, const float* tables, const uint16_t* rows16, float* y) {
   using Lay = RelayLayout<W, kSplit>;
@@ -118,45 +118,52 @@ __global__ void __launch_bounds__(32 * (W + 1))
   const int rounds = (cells + W - 1) / W + 2;  // the outputs run two rounds behind the deltas
   const bool bf16 = st.state_f32 == nullptr;
 
-  if (warp < W) {  // a cell warp
+  // x at the rows and columns of the lane's fragments (xa[a][pt]: i = 2q + (a & 1) + 8·(a >> 1)).
+  auto load_xa = [&](const float* xs, float (&xa)[4][2]) {
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int pt = 0; pt < 2; ++pt) xa[a][pt] = xs[(2 * q + (a & 1) + 8 * (a >> 1)) * St::XS + gi + 8 * pt];
+  };
+
+  if (warp < W) {  // a delta warp: cell k = r·W + warp's copies and, in round r, its delta
     const int ring_slot = p.num_rows + kSsdTcRingRows * seq;
     auto issue_cell = [&](int k) {
       const CellIn x = cell_at(k);
       issue_table_x<1, 32>(b, x, table(k), cell_set(k), lane);
-      issue_tiles<32, kSplit, kTile>(rows16, sh.groups, b.grp, start, b.src.row0, ring_slot, x, c_tiles(k),
-                                     b_tiles(k), lane);
+      issue_tiles_apart<32, kSplit, kTile>(rows16, sh.groups, b.grp, start, b.src.row0, ring_slot, x, c_tiles(k),
+                                           b_tiles(k), lane);
     };
-    // x at the rows and columns of the lane's fragments (xa[a][pt]: i = 2q + (a & 1) + 8·(a >> 1)).
-    auto load_xa = [&](const float* xs, float (&xa)[4][2]) {
-#pragma unroll
-      for (int a = 0; a < 4; ++a)
-#pragma unroll
-        for (int pt = 0; pt < 2; ++pt) xa[a][pt] = xs[(2 * q + (a & 1) + 8 * (a >> 1)) * St::XS + gi + 8 * pt];
-    };
-    const float Dh = Dskip[h];
     for (int a = 0; a < A; ++a) {
       if (a * W + warp < cells) issue_cell(a * W + warp);
       commit();
     }
     for (int r = 0; r < rounds; ++r) {
-      __syncthreads();  // round r − 1's deltas stored and S_starts published; round r − 1's reads done
+      __syncthreads();  // round r − 1's deltas stored; the stages of round r − A − 3 (cells) and r − A − 1 (B) read
       const int k = r * W + warp;
       if (k + A * W < cells) issue_cell(k + A * W);
       commit();
-      ptx::cp_async_wait<A>();  // this round's copies (issued A rounds ago)
+      ptx::cp_async_wait<A>();  // this round's copies (issued A rounds ago), visible to all from the next barrier
       __syncwarp();
-      if (k < cells && cell_at(k).fold) {  // the delta of this round's cell
-        const float* X = cell_set(k);
-        float xa[4][2], wv[4];
-        load_xa(X + St::kX, xa);
+      if (k >= cells || !cell_at(k).fold) continue;
+      const float* X = cell_set(k);
+      float xa[4][2], wv[4];
+      load_xa(X + St::kX, xa);
 #pragma unroll
-        for (int a = 0; a < 4; ++a) wv[a] = X[St::kTab + kTabW + 2 * q + (a & 1) + 8 * (a >> 1)];
-        float* const D = deltas(k);
-        delta_tiles<kNT, kSplit, kTile>(b_tiles(k), crow, ccol, 0, xa, wv, [&](int j, const float (&dl)[4]) {
-          *reinterpret_cast<float4*>(D + (j * 32 + lane) * 4) = make_float4(dl[0], dl[1], dl[2], dl[3]);
-        });
-      }
-      const int ko = k - 2 * W;  // the cell whose S_start the chain published last round
+      for (int a = 0; a < 4; ++a) wv[a] = X[St::kTab + kTabW + 2 * q + (a & 1) + 8 * (a >> 1)];
+      float* const D = deltas(k);
+      delta_tiles<kNT, kSplit, kTile>(b_tiles(k), crow, ccol, 0, xa, wv, [&](int j, const float (&dl)[4]) {
+        *reinterpret_cast<float4*>(D + (j * 32 + lane) * 4) = make_float4(dl[0], dl[1], dl[2], dl[3]);
+      });
+    }
+    return;
+  }
+
+  if (warp < 2 * W) {  // an output warp: in round r, cell (r − 2)·W + warp − W, whose S_start the chain published
+    const float Dh = Dskip[h];
+    for (int r = 0; r < rounds; ++r) {
+      __syncthreads();  // round r − 1's S_starts published
+      const int ko = (r - 2) * W + warp - W;
       if (ko < 0 || ko >= cells) continue;
       const CellIn c = cell_at(ko);
       const float* X = cell_set(ko);
@@ -169,13 +176,15 @@ __global__ void __launch_bounds__(32 * (W + 1))
       const uint32_t* Wd = words(ko);
       auto inter = [&](auto rest) {
         constexpr bool kRest = decltype(rest)::value;
-        inter_quarters<kNT, kSplit, kRest, kTile>(c_tiles(ko), crow, ccol, 0, [&](int jl, Frag2<kSplit> (&b2)[2]) {
-          const uint4 v = *reinterpret_cast<const uint4*>(Wd + (jl * 32 + lane) * 4);
-          b2[0].hi[0] = v.x, b2[0].hi[1] = v.y, b2[1].hi[0] = v.z, b2[1].hi[1] = v.w;
+        inter_quarters<kNT, kSplit, kRest, kTile>(c_tiles(ko), crow, ccol, 0, [&](int jl, int pt) {
+          Frag2<kSplit> b2;
+          const uint2 v = *reinterpret_cast<const uint2*>(Wd + (jl * 32 + lane) * 4 + 2 * pt);
+          b2.hi[0] = v.x, b2.hi[1] = v.y;
           if constexpr (kRest) {
-            const uint4 u = *reinterpret_cast<const uint4*>(Wd + kRestWords + (jl * 32 + lane) * 4);
-            b2[0].lo[0] = u.x, b2[0].lo[1] = u.y, b2[1].lo[0] = u.z, b2[1].lo[1] = u.w;
+            const uint2 u = *reinterpret_cast<const uint2*>(Wd + kRestWords + (jl * 32 + lane) * 4 + 2 * pt);
+            b2.lo[0] = u.x, b2.lo[1] = u.y;
           }
+          return b2;
         }, pd.part);
       };
       if (kSplit && !bf16) inter(std::true_type{});
@@ -247,7 +256,7 @@ void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const floa
   constexpr std::size_t smem = static_cast<std::size_t>(RelayLayout<W, kSplit>::kFloats) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H), static_cast<unsigned>(sh.P / 16));
   ensure_smem(relay_kernel<W, kSplit>, smem, "ssd tc relay smem");
-  relay_kernel<W, kSplit><<<grid, 32 * (W + 1), smem, s>>>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y);
+  relay_kernel<W, kSplit><<<grid, 32 * (2 * W + 1), smem, s>>>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y);
   check_launch("ssd tc relay");
 }
 
