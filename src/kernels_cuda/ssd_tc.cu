@@ -100,9 +100,7 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
   const int cw = relay_warps(sh, p, g, way);
   if (cw > 0) ssd_tc_relay(cw, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, rows16, y, s);
   else ssd_tc_walk(wp, ks, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, rows16, y, s);
-  if (g.exact) {
-    ssd::launch_ring(sh, g, p, xbc, ld_xbc, dt, st, s);
-  }
+  if (g.exact && cw == 0) ssd::launch_ring(sh, g, p, xbc, ld_xbc, dt, st, s);  // the relay writes its own
 }
 
 }  // namespace parity::cuda

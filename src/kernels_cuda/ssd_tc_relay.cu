@@ -35,6 +35,7 @@
 #include "kernels_cuda/ssd_cell_walk.cuh"
 #include "kernels_cuda/ssd_copy_lanes.cuh"
 #include "kernels_cuda/ssd_device.cuh"
+#include "kernels_cuda/ssd_ring.cuh"
 #include "kernels_cuda/ssd_tc.h"
 #include "kernels_cuda/ssd_tc_cells.cuh"
 #include "kernels_cuda/ssd_tc_kernels.h"
@@ -68,6 +69,13 @@ using RelayLayout = RelayLayoutA<W, kSplit, kAhead<W, kSplit>>;
 template <int W, bool kSplit>
 constexpr bool kFits = RelayLayout<W, kSplit>::kFloats <= kSmemMax;
 
+template <int T>
+__device__ __noinline__ void write_ring_call(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc,
+                                             int ld, const float* dt, const SsdState& st, int seq, int h, int c0,
+                                             int cols, bool whole, int tid) {
+  write_ring<T>(sh, g, p, xbc, ld, dt, st, seq, h, c0, cols, whole, tid);
+}
+
 template <int W, bool kSplit>
 __global__ void __launch_bounds__(32 * (2 * W + 1))
     relay_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* Dskip,
@@ -78,13 +86,27 @@ __global__ void __launch_bounds__(32 * (2 * W + 1))
   const int seq = blockIdx.x, h = blockIdx.y, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t start = p.start[seq];
   const int t0 = p.task0[seq], K = p.task0[seq + 1] - t0;
-  if (K <= 0 || uses_ssu(g, start, p.n[seq])) return;
+  constexpr int kThreads = 32 * (2 * W + 1);
+  // This block's part of the replay ring (x of its columns; dt and B at the head's first block), written once the
+  // block has read the old ring (x before the call's start, for its first cell): the relay's passes take no ring
+  // launch after them (8-10 µs at 1 × 2048 on an H100, session 48). Only this block reads those x columns of the
+  // ring in the pass; the band and the table pass, before it, read the rest.
+  auto ring = [&](int tid, auto threads) {
+    write_ring<decltype(threads)::value>(sh, g, p, xbc, ld, dt, st, seq, h, static_cast<int>(blockIdx.z) * 16, 16,
+                                         blockIdx.z == 0, tid);
+  };
+  // The same where the block has no cell to walk, as a call: inlined there too, it spilled the chain's registers.
+  auto ring_now = [&] {
+    write_ring_call<kThreads>(sh, g, p, xbc, ld, dt, st, seq, h, static_cast<int>(blockIdx.z) * 16, 16,
+                              blockIdx.z == 0, threadIdx.x);
+  };
+  if (K <= 0 || uses_ssu(g, start, p.n[seq])) return ring_now();
   const int P = sh.P, N = sh.N;
   const WalkCtx b{sh, g, source_of(sh, g, p, seq, xbc, ld, dt, st), nullptr, h, h / sh.heads_per_group(),
                   static_cast<int>(blockIdx.z) * 16};
   const int64_t call_end = start + p.n[seq];
   const CellIn first = first_cell(cell_task(g, p, t0, h, sh.H));
-  if (!first.live) return;
+  if (!first.live) return ring_now();
   // The cells the walk visits: the first and, where it folds, those after it that the call reaches (at most K).
   int cells = 1;
   if (first.fold && call_end > first.ce) {
@@ -200,6 +222,8 @@ __global__ void __launch_bounds__(32 * (2 * W + 1))
       }
       finish<1, 1>(pd, nullptr, 0, lane, sh, h, b.p0, Dh, y);
     }
+    // Every barrier passed: the delta warps' copies of the old ring landed (cell 0's, waited in round 0).
+    ring((warp - W) * 32 + lane, std::integral_constant<int, 32 * W>{});
     return;
   }
 
