@@ -98,7 +98,8 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
   ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s, rows16, split);
   ssd_tc_tables(sh, g, p, xbc, ld_xbc, dt, A, st, scratch, tables, s);
   const int cw = relay_warps(sh, p, g, way);
-  if (cw > 0) ssd_tc_relay(cw, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, rows16, y, s);
+  const int kc = way.chain_warps > 0 ? way.chain_warps : d.chain_warps > 0 ? d.chain_warps : 1;
+  if (cw > 0) ssd_tc_relay(cw, kc, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, rows16, y, s);
   else ssd_tc_walk(wp, ks, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, rows16, y, s);
   if (g.exact && cw == 0) ssd::launch_ring(sh, g, p, xbc, ld_xbc, dt, st, s);  // the relay writes its own
 }

@@ -27,11 +27,11 @@ using kernels::ScanProducts;
 // A block's shape: warps_p × warps_n warps for 16·warps_p columns of p of one head (P a multiple of
 // 16·warps_p, else ssd_tc_scan throws); warps_n splits the
 // state's n (and C·Sᵀ's four quarters of n) over 1, 2 or 4 warps. 0: the default way's. cell_warps > 0
-// takes the relay instead (ssd_tc_relay.cu: that many warps form cells in parallel, one warp chains the fold;
-// 16 columns of p a block, warps_p and warps_n unused); a way that names warps_p takes the walk. A schedule
-// choice only: every way gives the same bits.
+// takes the relay instead (ssd_tc_relay.cu: cell_warps cells a round formed in parallel, chain_warps warps
+// chaining the fold over n; 16 columns of p a block, warps_p and warps_n unused); a way that names warps_p takes
+// the walk. A schedule choice only: every way gives the same bits.
 struct SsdTcWay {
-  int warps_p = 0, warps_n = 0, cell_warps = 0;
+  int warps_p = 0, warps_n = 0, cell_warps = 0, chain_warps = 0;
 };
 
 // G = 16, N = 128, P a multiple of 16, H a multiple of groups (the walk's only shape family).

@@ -35,11 +35,12 @@ void ssd_tc_walk(int warps_p, int warps_n, bool split, const SsdShape& sh, const
                  const float* xbc, int ld, const float* dt, const float* D, SsdState st, const float* tables,
                  const uint16_t* rows16, float* y, cudaStream_t s);
 
-// The relay (ssd_tc_relay.cu): the walk's bits, with a call's cells formed in parallel by cell_warps (1 or 2)
-// warps and only the fold chained; C and B from the band's bf16 rows, as the walk's.
-void ssd_tc_relay(int cell_warps, bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
-                  const float* xbc, int ld, const float* dt, const float* D, SsdState st, const float* tables,
-                  const uint16_t* rows16, float* y, cudaStream_t s);
+// The relay (ssd_tc_relay.cu): the walk's bits, with a call's cells formed in parallel (cell_warps, 1-3, cells a
+// round, each with a delta warp and an output warp) and only the fold chained (by chain_warps, 1, 2 or 4, over
+// n); C and B from the band's bf16 rows, as the walk's. It also writes the pass's replay ring.
+void ssd_tc_relay(int cell_warps, int chain_warps, bool split, const SsdShape& sh, const ScanGrid& g,
+                  const PassSeqs& p, const float* xbc, int ld, const float* dt, const float* D, SsdState st,
+                  const float* tables, const uint16_t* rows16, float* y, cudaStream_t s);
 
 // The one-row sequences of a pass (exact mode's decode) on the walk's steps (ssd_tc_decode.cu).
 void ssd_tc_decode(bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,

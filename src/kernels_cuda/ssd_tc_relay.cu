@@ -76,8 +76,8 @@ __device__ __noinline__ void write_ring_call(const SsdShape& sh, const ScanGrid&
   write_ring<T>(sh, g, p, xbc, ld, dt, st, seq, h, c0, cols, whole, tid);
 }
 
-template <int W, bool kSplit>
-__global__ void __launch_bounds__(32 * (2 * W + 1))
+template <int W, int KC, bool kSplit>
+__global__ void __launch_bounds__(32 * (2 * W + KC))
     relay_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* Dskip,
                  SsdState st, const float* tables, const uint16_t* rows16, float* y) {
   using Lay = RelayLayout<W, kSplit>;
@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(32 * (2 * W + 1))
   const int seq = blockIdx.x, h = blockIdx.y, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t start = p.start[seq];
   const int t0 = p.task0[seq], K = p.task0[seq + 1] - t0;
-  constexpr int kThreads = 32 * (2 * W + 1);
+  constexpr int kThreads = 32 * (2 * W + KC);
   // This block's part of the replay ring (x of its columns; dt and B at the head's first block), written once the
   // block has read the old ring (x before the call's start, for its first cell): the relay's passes take no ring
   // launch after them (8-10 µs at 1 × 2048 on an H100, session 48). Only this block reads those x columns of the
@@ -227,16 +227,20 @@ __global__ void __launch_bounds__(32 * (2 * W + 1))
     return;
   }
 
-  // The chain warp: S[j][e] at p = p0 + gi + 8·(e / 2), n = 8·j + 2q + e % 2 (the walk's layout, KS = 1).
+  // Chain warp c: S[j][e] at p = p0 + gi + 8·(e / 2), n = 8·(nt0 + j) + 2q + e % 2 (the walk's layout, KS = 1,
+  // over n-tiles nt0 .. nt0 + CT − 1). The fold is elementwise and the words are per n-tile pair, so the chain
+  // warps share nothing but the round's barrier.
+  constexpr int CT = kNT / KC;
+  const int nt0 = (warp - 2 * W) * CT;
   const std::size_t sbase = (static_cast<std::size_t>(b.src.slot) * sh.H + h) * P * N;
-  float S[kNT][4];
-  load_state<kNT>(st, sbase, b.p0 + gi, N, 0, q, S);
-  // S_start's words of C·Sᵀ (state_fragment: the walk's packing), for cell k's warp to multiply next round.
+  float S[CT][4];
+  load_state<CT>(st, sbase, b.p0 + gi, N, nt0, q, S);
+  // S_start's words of C·Sᵀ (state_fragment: the walk's packing), for cell k's output warp next round.
   auto publish = [&](int k, auto rest) {
     constexpr bool kRest = decltype(rest)::value;
-    uint32_t* const Wd = words(k);
+    uint32_t* const Wd = words(k) + (nt0 / 2) * 32 * 4;
 #pragma unroll
-    for (int jl = 0; jl < kNT / 2; ++jl) {
+    for (int jl = 0; jl < CT / 2; ++jl) {
       const Frag2<kSplit> b0 = state_fragment<kSplit, kRest>(S, jl, 0), b1 = state_fragment<kSplit, kRest>(S, jl, 1);
       *reinterpret_cast<uint4*>(Wd + (jl * 32 + lane) * 4) = make_uint4(b0.hi[0], b0.hi[1], b1.hi[0], b1.hi[1]);
       if constexpr (kRest)
@@ -255,10 +259,10 @@ __global__ void __launch_bounds__(32 * (2 * W + 1))
       const CellIn c = cell_at(k);
       if (!c.fold) continue;  // a cell the call does not complete keeps the state (it is the call's last)
       const float decay = cell_set(k)[St::kTab + kTabDecay];
-      const float* D = deltas(k);
+      const float* D = deltas(k) + nt0 * 32 * 4;
       auto fold = [&](auto bf16c) {
 #pragma unroll
-        for (int j = 0; j < kNT; ++j) {
+        for (int j = 0; j < CT; ++j) {
           const float4 d = *reinterpret_cast<const float4*>(D + (j * 32 + lane) * 4);
           S[j][0] = fold_element(decay, S[j][0], d.x, decltype(bf16c)::value);
           S[j][1] = fold_element(decay, S[j][1], d.y, decltype(bf16c)::value);
@@ -271,39 +275,48 @@ __global__ void __launch_bounds__(32 * (2 * W + 1))
       folded = true;
     }
   }
-  if (folded) store_state<kNT>(st, sbase, b.p0 + gi, N, 0, q, S);  // else the slot keeps its state
+  if (folded) store_state<CT>(st, sbase, b.p0 + gi, N, nt0, q, S);  // else the slot keeps its state
 }
 
-template <int W, bool kSplit>
+template <int W, int KC, bool kSplit>
 void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
             const float* D, const SsdState& st, const float* tables, const uint16_t* rows16, float* y, cudaStream_t s) {
   constexpr std::size_t smem = static_cast<std::size_t>(RelayLayout<W, kSplit>::kFloats) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H), static_cast<unsigned>(sh.P / 16));
-  ensure_smem(relay_kernel<W, kSplit>, smem, "ssd tc relay smem");
-  relay_kernel<W, kSplit><<<grid, 32 * (2 * W + 1), smem, s>>>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y);
+  ensure_smem(relay_kernel<W, KC, kSplit>, smem, "ssd tc relay smem");
+  relay_kernel<W, KC, kSplit>
+      <<<grid, 32 * (2 * W + KC), smem, s>>>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y);
   check_launch("ssd tc relay");
 }
 
 }  // namespace
 }  // namespace ssd
 
-void ssd_tc_relay(int cell_warps, bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
-                  const float* xbc, int ld, const float* dt, const float* D, SsdState st, const float* tables,
-                  const uint16_t* rows16, float* y, cudaStream_t s) {
-  auto go = [&](auto wc) {
-    constexpr int W = decltype(wc)::value;
+void ssd_tc_relay(int cell_warps, int chain_warps, bool split, const SsdShape& sh, const ScanGrid& g,
+                  const PassSeqs& p, const float* xbc, int ld, const float* dt, const float* D, SsdState st,
+                  const float* tables, const uint16_t* rows16, float* y, cudaStream_t s) {
+  auto go = [&](auto wc, auto kc) {
+    constexpr int W = decltype(wc)::value, KC = decltype(kc)::value;
     if (split) {
-      if constexpr (ssd::kFits<W, true>) ssd::launch<W, true>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s);
+      if constexpr (ssd::kFits<W, true>) ssd::launch<W, KC, true>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s);
       else throw Error("CUDA SSD tc relay: " + std::to_string(W) + " cell warps with split products need more "
                        "shared memory than a block has; take 1 or 2");
     } else {
-      ssd::launch<W, false>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s);
+      ssd::launch<W, KC, false>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s);
+    }
+  };
+  auto by_chain = [&](auto wc) {
+    switch (chain_warps) {
+      case 1: go(wc, std::integral_constant<int, 1>{}); break;
+      case 2: go(wc, std::integral_constant<int, 2>{}); break;
+      case 4: go(wc, std::integral_constant<int, 4>{}); break;
+      default: throw Error("CUDA SSD tc relay: chain warps must be 1, 2 or 4, got " + std::to_string(chain_warps));
     }
   };
   switch (cell_warps) {
-    case 1: go(std::integral_constant<int, 1>{}); break;
-    case 2: go(std::integral_constant<int, 2>{}); break;
-    case 3: go(std::integral_constant<int, 3>{}); break;
+    case 1: by_chain(std::integral_constant<int, 1>{}); break;
+    case 2: by_chain(std::integral_constant<int, 2>{}); break;
+    case 3: by_chain(std::integral_constant<int, 3>{}); break;
     default: throw Error("CUDA SSD tc relay: cell warps must be 1, 2 or 3, got " + std::to_string(cell_warps));
   }
 }

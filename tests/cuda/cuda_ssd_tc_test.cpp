@@ -325,7 +325,7 @@ TEST(CudaSsdTc, DecodedRowsHaveTheWalksBits) {
       }
 }
 
-// The relay (ssd_tc_relay.cu: cells formed in parallel by one to three cell warps, the fold chained by another) has
+// The relay (ssd_tc_relay.cu: one to three cells a round formed in parallel, the fold chained by 1, 2 or 4 warps) has
 // the walk's bits: every schedule (whole calls, calls starting inside cells, calls of one row beside prefills),
 // both products, both state dtypes, one and two groups, P of 64 and 32. Companion: the relay's own run on an
 // input changed by 1 % gives other bits (the relay's check sees its inputs).
@@ -342,14 +342,15 @@ TEST(CudaSsdTc, TheRelayHasTheWalksBits) {
         const std::string what = "H " + std::to_string(sh.H) + " P " + std::to_string(sh.P) + " groups " +
                                  std::to_string(sh.groups) + (bf16 ? " bf16 " : " fp32 ") + name(prod);
         for (int cw : {1, 2, 3})
-          for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(slots, T)},
-                                              {"uneven", uneven(slots, T)},
-                                              {"decoding", decoding(slots, T)}}) {
-            if (cw == 3 && prod == ScanProducts::split) continue;  // its stages do not fit a block
-            const Path relay{prod, {0, 0, cw}};
-            EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, relay), ref))
-                << what << " cell warps " << cw << " schedule " << sname;
-          }
+          for (int kc : {1, 2, 4})
+            for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(slots, T)},
+                                                {"uneven", uneven(slots, T)},
+                                                {"decoding", decoding(slots, T)}}) {
+              if (cw == 3 && prod == ScanProducts::split) continue;  // its stages do not fit a block
+              const Path relay{prod, {0, 0, cw, kc}};
+              EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, relay), ref))
+                  << what << " cell warps " << cw << " chain warps " << kc << " schedule " << sname;
+            }
         Inputs in2 = in;
         in2.xbc[1][std::size_t(40) * sh.ld() + 2 * sh.P + 3] *= 1.01f;  // slot 1, row 40, head 2, p 3
         EXPECT_FALSE(same_bits(run(sh, g, bf16, T, in2, whole(slots, T), {prod, {0, 0, 2}}), ref))
