@@ -295,6 +295,12 @@ Schedule decoding(int slots, int T) {
   return passes_of(calls);
 }
 
+// A sweep's case in a failure's message: the shape, the state dtype and the products.
+std::string sweep_case(const Shape& sh, bool bf16, ScanProducts prod) {
+  return "H " + std::to_string(sh.H) + " P " + std::to_string(sh.P) + " groups " + std::to_string(sh.groups) +
+         (bf16 ? " bf16 " : " fp32 ") + name(prod);
+}
+
 // The one-row decode on the walk's steps (ssd_tc_decode.cu): rows decoded one at a time, beside prefills in the
 // same passes, have the bits one whole call gives them, and leave the same state and replay ring; both
 // product precisions, both state dtypes, 64 and 32 columns of p a head (four and two warps a block), one and
@@ -311,8 +317,7 @@ TEST(CudaSsdTc, DecodedRowsHaveTheWalksBits) {
         const Inputs in = make_inputs(sh, slots, T);
         const Result ref = run(sh, g, bf16, T, in, whole(slots, T), tc(0, 0, prod));
         const Result dec = run(sh, g, bf16, T, in, decoding(slots, T), tc(0, 0, prod));
-        const std::string what = "H " + std::to_string(sh.H) + " P " + std::to_string(sh.P) + " groups " +
-                                 std::to_string(sh.groups) + (bf16 ? " bf16 " : " fp32 ") + name(prod);
+        const std::string what = sweep_case(sh, bf16, prod);
         for (const auto& [slot, y] : ref.y) {
           const std::vector<float>& d = dec.y.at(slot);
           std::size_t first = 0;
@@ -339,8 +344,7 @@ TEST(CudaSsdTc, TheRelayHasTheWalksBits) {
         const int T = test::pick(300, 100), slots = 3;
         const Inputs in = make_inputs(sh, slots, T);
         const Result ref = run(sh, g, bf16, T, in, whole(slots, T), tc(1, 1, prod));
-        const std::string what = "H " + std::to_string(sh.H) + " P " + std::to_string(sh.P) + " groups " +
-                                 std::to_string(sh.groups) + (bf16 ? " bf16 " : " fp32 ") + name(prod);
+        const std::string what = sweep_case(sh, bf16, prod);
         for (int cw : {1, 2, 3})
           for (int kc : {1, 2, 4})
             for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(slots, T)},
