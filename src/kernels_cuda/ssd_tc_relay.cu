@@ -3,21 +3,24 @@
 //
 // Only S depends on the cells before: a cell's delta and its intra product depend on its own rows, and its
 // outputs on its rows and S_start. So one block per (sequence, head, 16 columns of p) has W delta warps, W
-// output warps and one chain warp. Rounds of W cells, one block barrier a round; cell k of round r = k / W:
+// output warps and KC chain warps. Rounds of W cells, one block barrier a round; cell k of round r = k / W:
 // - round r: its delta warp (k % W), which copied the cell A rounds before, forms the delta (delta_tiles, the
 //   fold's own mma steps) and leaves it in shared memory in the state's register layout;
-// - round r + 1: the chain warp, which holds S in the walk's KS = 1 layout, publishes S_start of the cell (the
-//   state's words of C·Sᵀ as the walk packs them, state_fragment) and folds: S ← fold_element(decay, S, delta);
+// - round r + 1: the chain warps, which hold S in the walk's KS = 1 layout (each a KC-th of n), publish S_start
+//   of the cell (the state's words of C·Sᵀ as the walk packs them, state_fragment) and fold:
+//   S ← fold_element(decay, S, delta);
 // - round r + 2: its output warp forms the intra product, C·Sᵀ from the published words (inter_quarters) and
 //   the outputs (finish).
 // The chain's serial work a cell is the fold and the packing of S; the walk's also held the copies' wait, the
 // delta, C·Sᵀ and the outputs. Each value comes from the walk's own functions on the same operands, so the
 // relay gives the walk's bits (CudaSsdTc.TheRelayHasTheWalksBits); only where and when a warp forms them differs.
-// History (H100, 1 × 2048, bf16 products): session 47's first relay copied fp32 C and B and converted them in
-// each cell warp (a round took the copies' latency: it lost to the walk); its second took bf16 tiles from a
-// pass of their own (146 µs, the pass 22 of them); session 48's took the band launch's bf16 rows (126 µs), with
-// the chain still forming C·Sᵀ and the outputs: 0.93 µs a cell on the chain. Splitting that chain over n by 2
-// or 4 warps did not pay (140 / 150 µs against 139).
+// The blocks also write the pass's replay ring (ssd_ring.cuh), so a relay pass has no ring launch.
+// History (H100, 1 × 2048, bf16 products, device µs of the whole pass): session 47's first relay copied fp32 C
+// and B and converted them in each cell warp (it lost to the walk); its second took bf16 tiles from a pass of
+// their own (146); session 48's took the band launch's bf16 rows (120-126), with its one chain warp also forming
+// C·Sᵀ and the outputs, 0.93 µs a cell. Session 49 (this layout): 110 at W = 3 beside session 48's 120 in the
+// same call; at W = 2 131, so the gain is the third cell a round, not the chain's shorter work, and 2 or 4
+// chain warps change nothing (110 / 112): the chain does not bound a round. What does is not yet measured.
 //
 // Shared memory (floats): cell stages [A + 3 rounds][W] (table | x | C tiles: copied A rounds ahead, held until
 // the outputs) | B stages [A + 1][W] (until the delta) | deltas [2 rounds][W][16 n-tiles][32 lanes][4] | S_start
