@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(32 * (2 * W + KC))
       commit();
     }
     for (int r = 0; r < rounds; ++r) {
-      __syncthreads();  // round r − 1's deltas stored; the stages of round r − A − 3 (cells) and r − A − 1 (B) read
+      __syncthreads();  // round r − 1's deltas stored; the slots copied into now (rounds r − 3 and r − 1's) read
       const int k = r * W + warp;
       if (k + A * W < cells) issue_cell(k + A * W);
       commit();
