@@ -168,5 +168,29 @@ __device__ __forceinline__ void issue_tiles_apart(const uint16_t* rows16, int gr
     cp16z((is_b ? VB : VC) + (part >> 1) * kRestAt + r * kVS + 8 * v, src, use);
   }
 }
+
+// A whole cell of the call's own rows (j0 = 0, 16 rows, all after the call's start) into the tiles apart: every
+// row is copied and its slot follows the row before's, so a copy's source steps by a constant (issue_tiles_apart
+// takes a 64-bit position, a slot and an offset per 16 bytes: most of a relay delta warp's instructions a round).
+// first: the cell's first row's head of C (ssd_tc_row16_offset of its slot, part 0); the same bytes land where
+// issue_tiles_apart puts them.
+template <int T, bool kSplit, int kRestAt = 2 * kTile>
+__device__ __forceinline__ void issue_tiles_rows(const uint16_t* first, int groups, uint16_t* VC, uint16_t* VB,
+                                                 int tid) {
+  constexpr int kUnits = kParts<kSplit> * kG * 16;  // 16 units of 8 values a row
+  static_assert(kUnits % T == 0 && T % 16 == 0, "whole rounds of whole rows");
+  constexpr int RS = T / 16;  // rows a round
+  const std::ptrdiff_t slot_step = static_cast<std::ptrdiff_t>(groups) * kParts<kSplit> * 128;
+  const int v = tid % 16, r0 = tid / 16;
+  const uint16_t* const src0 = first + r0 * slot_step + 8 * v;
+#pragma unroll
+  for (int j = 0; j < kUnits / T; ++j) {
+    constexpr int kPerPart = kG / RS;
+    const int part = j / kPerPart, r = r0 + RS * (j % kPerPart);
+    const bool is_b = (part & 1) != 0;
+    cp16z((is_b ? VB : VC) + (part >> 1) * kRestAt + r * kVS + 8 * v,
+          src0 + (RS * (j % kPerPart)) * slot_step + part * 128, true);
+  }
+}
 }  // namespace
 }  // namespace parity::cuda::ssd

@@ -153,8 +153,21 @@ __global__ void __launch_bounds__(32 * (2 * W + KC))
 
   if (warp < W) {  // a delta warp: cell k = r·W + warp's copies and, in round r, its delta
     const int ring_slot = p.num_rows + kSsdTcRingRows * seq;
+    // Whole cells of the call's own rows (all but the call's first and last) take the copies whose sources step
+    // by a constant (issue_table_x_rows, issue_tiles_rows); the others the general ones.
+    const bool aligned = (reinterpret_cast<std::uintptr_t>(xbc) & 15) == 0 && ld % 4 == 0;
+    const int xoff = h * P + b.p0;
     auto issue_cell = [&](int k) {
       const CellIn x = cell_at(k);
+      if (x.j0 == 0 && x.L == kG && x.cs >= start) {
+        const int slot0 = b.src.row0 + static_cast<int>(x.cs - start);
+        if (aligned) issue_table_x_rows<1, 32>(xbc + static_cast<std::size_t>(slot0) * ld, ld, xoff, table(k),
+                                               cell_set(k), lane);
+        else issue_table_x<1, 32>(b, x, table(k), cell_set(k), lane);
+        issue_tiles_rows<32, kSplit, kTile>(rows16 + ssd_tc_row16_offset(sh.groups, slot0, b.grp, 0, kSplit),
+                                            sh.groups, c_tiles(k), b_tiles(k), lane);
+        return;
+      }
       issue_table_x<1, 32>(b, x, table(k), cell_set(k), lane);
       issue_tiles_apart<32, kSplit, kTile>(rows16, sh.groups, b.grp, start, b.src.row0, ring_slot, x, c_tiles(k),
                                            b_tiles(k), lane);
