@@ -67,10 +67,12 @@ SsdTcWay ssd_tc_default_way(const SsdShape& sh, int seqs, ScanProducts products)
   // session 48 on an H100, 32 heads × 64 at 1 × 2048, bf16 products 125 µs against the walk's 154 (split 163
   // against 200); at 2 × 2048 (256 blocks) 220 against 170. Its shape from session 49's every-shape run (H100,
   // 1 × 2048): bf16 products 3 cells a round, one chain warp, 110 µs (2 cells 131, chain warps 2 / 4: 110 / 112);
-  // split products 2 cells (3 do not fit), four chain warps, 160 (one chain warp 170).
+  // split products 2 cells (3 do not fit), four chain warps, 160 (one chain warp 170). Session 50 (H100, whole
+  // cells copied from sources that step by a constant): bf16 3 cells with 1 / 2 / 4 chain warps 92 / 85 / 88;
+  // split 2 cells 133 / 129 / 130.
   if (heads * (sh.P / 16) <= 132) {
     w.cell_warps = split ? 2 : 3;
-    w.chain_warps = split ? 4 : 1;
+    w.chain_warps = 2;
   }
   if (heads <= 132) {
     w.warps_p = sh.P % 32 == 0 ? 2 : 1;
