@@ -20,7 +20,11 @@
 // their own (146); session 48's took the band launch's bf16 rows (120-126), with its one chain warp also forming
 // C·Sᵀ and the outputs, 0.93 µs a cell. Session 49 (this layout): 110 at W = 3 beside session 48's 120 in the
 // same call; at W = 2 131, so the gain is the third cell a round, not the chain's shorter work, and 2 or 4
-// chain warps change nothing (110 / 112): the chain does not bound a round. What does is not yet measured.
+// chain warps change nothing (110 / 112): the chain did not bound a round. Session 50: whole cells copied from
+// sources that step by a constant (the general copies' 64-bit slot arithmetic was most of a delta warp's
+// instructions) and two chain warps: 84 against 110 in the same call. ncu then: L2 45 % busy, a scheduler
+// issuing in 24 % of cycles; the delta warps busy 92 % of a round (their products 44 %, each ldmatrix after the
+// store before it; the copies' issue 30 %; waiting for copies 8 %), the chain warps 76 %, the output warps 50 %.
 //
 // Shared memory (floats): cell stages [A + 3 rounds][W] (table | x | C tiles: copied A rounds ahead, held until
 // the outputs) | B stages [A + 1][W] (until the delta) | deltas [2 rounds][W][16 n-tiles][32 lanes][4] | S_start
