@@ -147,8 +147,12 @@ __device__ __forceinline__ void intra_product(const Frag4<kSplit>& fa, const flo
 
 // The cell's delta over the warp's NT n-tiles from nt0: delta = (w∘x)ᵀ·B over the cell's 16 rows, one k16 step
 // from zero an n-tile, B's tiles transposed by ldmatrix from VB (head at VB, rest at VB + kRestAt); wv[a]: w at
-// the rows of xa[a]. use(j, dl) takes n-tile j's delta (dl[e] in the state layout's S[j][e]).
-template <int NT, bool kSplit, int kRestAt = 2 * kTile, class Use>
+// the rows of xa[a]. use(j, dl) takes n-tile j's delta (dl[e] in the state layout's S[j][e]). kLoadFirst: every
+// B fragment is read before the first product, for a use() that stores to shared memory (the relay's delta
+// warps): ptxas keeps a shared load after an earlier shared store it cannot tell apart, so read as used, each
+// ldmatrix waited for the store before it and each product for its ldmatrix (session 50, ncu: 44 % of a delta
+// warp's time). The walk's folds keep the fragments as they are used (their registers are the state's).
+template <int NT, bool kSplit, int kRestAt = 2 * kTile, bool kLoadFirst = false, class Use>
 __device__ __forceinline__ void delta_tiles(const uint16_t* VB, int brow, int bcol, int nt0, const float (&xa)[4][2],
                                             const float (&wv)[4], Use&& use) {
   Frag4<kSplit> xw;  // (w_i·x[i][p]) at p = gi (+8), i = 2q.. (+8)
@@ -156,22 +160,37 @@ __device__ __forceinline__ void delta_tiles(const uint16_t* VB, int brow, int bc
   xw.set(1, wv[0] * xa[0][1], wv[1] * xa[1][1]);
   xw.set(2, wv[2] * xa[2][0], wv[3] * xa[3][0]);
   xw.set(3, wv[2] * xa[2][1], wv[3] * xa[3][1]);
-#pragma unroll
-  for (int j = 0; j < NT; j += 2) {
+  // n-tiles j, j + 1's operands (B transposed by ldmatrix).
+  auto load = [&](int j, Frag2<kSplit> (&bb)[2]) {
     const int off = brow * kVS + 8 * (nt0 + j) + bcol;
     uint32_t r[4];
-    Frag2<kSplit> bb[2];
     ptx::ldmatrix_x4_trans(ptx::smem_addr(VB + off), r);
     bb[0].hi[0] = r[0], bb[0].hi[1] = r[1], bb[1].hi[0] = r[2], bb[1].hi[1] = r[3];
     if constexpr (kSplit) {
       ptx::ldmatrix_x4_trans(ptx::smem_addr(VB + kRestAt + off), r);
       bb[0].lo[0] = r[0], bb[0].lo[1] = r[1], bb[1].lo[0] = r[2], bb[1].lo[1] = r[3];
     }
+  };
+  auto form = [&](int j, const Frag2<kSplit> (&bb)[2]) {
 #pragma unroll
     for (int jj = 0; jj < 2; ++jj) {
       float dl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       product<kSplit>(dl, xw, bb[jj]);
       use(j + jj, dl);
+    }
+  };
+  if constexpr (kLoadFirst) {
+    Frag2<kSplit> all[NT / 2][2];
+#pragma unroll
+    for (int j = 0; j < NT; j += 2) load(j, all[j / 2]);
+#pragma unroll
+    for (int j = 0; j < NT; j += 2) form(j, all[j / 2]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < NT; j += 2) {
+      Frag2<kSplit> bb[2];
+      load(j, bb);
+      form(j, bb);
     }
   }
 }

@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(32 * (2 * W + KC))
 #pragma unroll
       for (int a = 0; a < 4; ++a) wv[a] = X[St::kTab + kTabW + 2 * q + (a & 1) + 8 * (a >> 1)];
       float* const D = deltas(k);
-      delta_tiles<kNT, kSplit, kTile>(b_tiles(k), crow, ccol, 0, xa, wv, [&](int j, const float (&dl)[4]) {
+      delta_tiles<kNT, kSplit, kTile, true>(b_tiles(k), crow, ccol, 0, xa, wv, [&](int j, const float (&dl)[4]) {
         *reinterpret_cast<float4*>(D + (j * 32 + lane) * 4) = make_float4(dl[0], dl[1], dl[2], dl[3]);
       });
     }
@@ -274,16 +274,22 @@ __global__ void __launch_bounds__(32 * (2 * W + KC))
     for (int i = 0; r > 0 && i < W; ++i) {
       const int k = (r - 1) * W + i;
       if (k >= cells) break;
-      if (kSplit && !bf16) publish(k, std::true_type{});
-      else publish(k, std::false_type{});
+      // The cell's delta and decay are read before the words are stored: ptxas keeps a shared load after a
+      // shared store it cannot tell apart, so read after them, the fold waited for both (session 50, ncu).
       const CellIn c = cell_at(k);
-      if (!c.fold) continue;  // a cell the call does not complete keeps the state (it is the call's last)
       const float decay = cell_set(k)[St::kTab + kTabDecay];
       const float* D = deltas(k) + nt0 * 32 * 4;
+      float4 dv[CT];
+#pragma unroll
+      for (int j = 0; j < CT; ++j)
+        dv[j] = c.fold ? *reinterpret_cast<const float4*>(D + (j * 32 + lane) * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+      if (kSplit && !bf16) publish(k, std::true_type{});
+      else publish(k, std::false_type{});
+      if (!c.fold) continue;  // a cell the call does not complete keeps the state (it is the call's last)
       auto fold = [&](auto bf16c) {
 #pragma unroll
         for (int j = 0; j < CT; ++j) {
-          const float4 d = *reinterpret_cast<const float4*>(D + (j * 32 + lane) * 4);
+          const float4 d = dv[j];
           S[j][0] = fold_element(decay, S[j][0], d.x, decltype(bf16c)::value);
           S[j][1] = fold_element(decay, S[j][1], d.y, decltype(bf16c)::value);
           S[j][2] = fold_element(decay, S[j][2], d.z, decltype(bf16c)::value);
