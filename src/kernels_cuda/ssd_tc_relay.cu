@@ -4,8 +4,8 @@
 // Only S depends on the cells before: a cell's delta and its intra product depend on its own rows, and its
 // outputs on its rows and S_start. So one block per (sequence, head, 16 columns of p) has W delta warps, W
 // output warps and KC chain warps. Rounds of W cells, one block barrier a round; cell k of round r = k / W:
-// - round r: its delta warp (k % W), which copied the cell A rounds before, forms the delta (delta_tiles, the
-//   fold's own mma steps) and leaves it in shared memory in the state's register layout;
+// - round r: its delta warp (k % W) forms the delta of the cell its output warp copied A rounds before
+//   (delta_tiles, the fold's own mma steps) and leaves it in shared memory in the state's register layout;
 // - round r + 1: the chain warps, which hold S in the walk's KS = 1 layout (each a KC-th of n), publish S_start
 //   of the cell (the state's words of C·Sᵀ as the walk packs them, state_fragment) and fold:
 //   S ← fold_element(decay, S, delta);
@@ -84,7 +84,7 @@ __device__ __noinline__ void write_ring_call(const SsdShape& sh, const ScanGrid&
 }
 
 template <int W, int KC, bool kSplit>
-__global__ void __launch_bounds__(32 * (2 * W + KC))
+__global__ void __launch_bounds__(32 * (2 * W + KC), 1)
     relay_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* Dskip,
                  SsdState st, const float* tables, const uint16_t* rows16, float* y) {
   using Lay = RelayLayout<W, kSplit>;
@@ -155,38 +155,31 @@ __global__ void __launch_bounds__(32 * (2 * W + KC))
       for (int pt = 0; pt < 2; ++pt) xa[a][pt] = xs[(2 * q + (a & 1) + 8 * (a >> 1)) * St::XS + gi + 8 * pt];
   };
 
-  if (warp < W) {  // a delta warp: cell k = r·W + warp's copies and, in round r, its delta
-    const int ring_slot = p.num_rows + kSsdTcRingRows * seq;
-    // Whole cells of the call's own rows (all but the call's first and last) take the copies whose sources step
-    // by a constant (issue_table_x_rows, issue_tiles_rows); the others the general ones.
-    const bool aligned = (reinterpret_cast<std::uintptr_t>(xbc) & 15) == 0 && ld % 4 == 0;
-    const int xoff = h * P + b.p0;
-    auto issue_cell = [&](int k) {
-      const CellIn x = cell_at(k);
-      if (x.j0 == 0 && x.L == kG && x.cs >= start) {
-        const int slot0 = b.src.row0 + static_cast<int>(x.cs - start);
-        if (aligned) issue_table_x_rows<1, 32>(xbc + static_cast<std::size_t>(slot0) * ld, ld, xoff, table(k),
-                                               cell_set(k), lane);
-        else issue_table_x<1, 32>(b, x, table(k), cell_set(k), lane);
-        issue_tiles_rows<32, kSplit, kTile>(rows16 + ssd_tc_row16_offset(sh.groups, slot0, b.grp, 0, kSplit),
-                                            sh.groups, c_tiles(k), b_tiles(k), lane);
-        return;
-      }
-      issue_table_x<1, 32>(b, x, table(k), cell_set(k), lane);
-      issue_tiles_apart<32, kSplit, kTile>(rows16, sh.groups, b.grp, start, b.src.row0, ring_slot, x, c_tiles(k),
-                                           b_tiles(k), lane);
-    };
-    for (int a = 0; a < A; ++a) {
-      if (a * W + warp < cells) issue_cell(a * W + warp);
-      commit();
+  // A cell's copies (table, x, C and B tiles), issued by its output warp A rounds before its delta's round.
+  const int ring_slot = p.num_rows + kSsdTcRingRows * seq;
+  // Whole cells of the call's own rows (all but the call's first and last) take the copies whose sources step
+  // by a constant (issue_table_x_rows, issue_tiles_rows); the others the general ones.
+  const bool aligned = (reinterpret_cast<std::uintptr_t>(xbc) & 15) == 0 && ld % 4 == 0;
+  const int xoff = h * P + b.p0;
+  auto issue_cell = [&](int k) {
+    const CellIn x = cell_at(k);
+    if (x.j0 == 0 && x.L == kG && x.cs >= start) {
+      const int slot0 = b.src.row0 + static_cast<int>(x.cs - start);
+      if (aligned) issue_table_x_rows<1, 32>(xbc + static_cast<std::size_t>(slot0) * ld, ld, xoff, table(k),
+                                             cell_set(k), lane);
+      else issue_table_x<1, 32>(b, x, table(k), cell_set(k), lane);
+      issue_tiles_rows<32, kSplit, kTile>(rows16 + ssd_tc_row16_offset(sh.groups, slot0, b.grp, 0, kSplit),
+                                          sh.groups, c_tiles(k), b_tiles(k), lane);
+      return;
     }
+    issue_table_x<1, 32>(b, x, table(k), cell_set(k), lane);
+    issue_tiles_apart<32, kSplit, kTile>(rows16, sh.groups, b.grp, start, b.src.row0, ring_slot, x, c_tiles(k),
+                                         b_tiles(k), lane);
+  };
+  if (warp < W) {  // a delta warp: in round r, the delta of cell k = r·W + warp, whose copies landed before it
     for (int r = 0; r < rounds; ++r) {
-      __syncthreads();  // round r − 1's deltas stored; the slots copied into now (rounds r − 3 and r − 1's) read
+      __syncthreads();  // round r − 1's deltas read; this round's copies landed (their output warp waited)
       const int k = r * W + warp;
-      if (k + A * W < cells) issue_cell(k + A * W);
-      commit();
-      ptx::cp_async_wait<A>();  // this round's copies (issued A rounds ago), visible to all from the next barrier
-      __syncwarp();
       if (k >= cells || !cell_at(k).fold) continue;
       const float* X = cell_set(k);
       float xa[4][2], wv[4];
@@ -202,10 +195,22 @@ __global__ void __launch_bounds__(32 * (2 * W + KC))
   }
 
   if (warp < 2 * W) {  // an output warp: in round r, cell (r − 2)·W + warp − W, whose S_start the chain published
+    // It also copies its slot's cells, A rounds ahead of their deltas: the delta warps were busy 92 % of a round
+    // with the copies' issue 30 % of it, the output warps 50 % (session 50, ncu). Copies of round r's cell are
+    // waited for before round r's barrier, which makes them visible to the delta warp.
+    const int slot = warp - W;
+    for (int a = 0; a < A; ++a) {
+      if (a * W + slot < cells) issue_cell(a * W + slot);
+      commit();
+    }
     const float Dh = Dskip[h];
     for (int r = 0; r < rounds; ++r) {
-      __syncthreads();  // round r − 1's S_starts published
-      const int ko = (r - 2) * W + warp - W;
+      ptx::cp_async_wait<A - 1>();  // round r's copies (issued A rounds ago) landed
+      // Round r − 1's S_starts published; the slots copied into now (rounds r − 3 and r − 1's cells') read.
+      __syncthreads();
+      if ((r + A) * W + slot < cells) issue_cell((r + A) * W + slot);
+      commit();
+      const int ko = (r - 2) * W + slot;
       if (ko < 0 || ko >= cells) continue;
       const CellIn c = cell_at(ko);
       const float* X = cell_set(ko);
@@ -242,7 +247,8 @@ __global__ void __launch_bounds__(32 * (2 * W + KC))
       }
       finish<1, 1>(pd, nullptr, 0, lane, sh, h, b.p0, Dh, y);
     }
-    // Every barrier passed: the delta warps' copies of the old ring landed (cell 0's, waited in round 0).
+    // Every barrier passed: the copies of the old ring landed (cell 0's, waited before round 0's barrier).
+    wait_all();
     ring((warp - W) * 32 + lane, std::integral_constant<int, 32 * W>{});
     return;
   }
