@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/ptx.cuh"
 #include "kernels_cuda/smem_limit.h"
 #include "kernels_cuda/ssd_device.cuh"
 #include "kernels_cuda/ssd_tc_kernels.h"
@@ -38,6 +39,12 @@ __device__ __forceinline__ void copy4(float* dst, const float* row, int c, int n
                          c + 3 < n_end ? row[c + 3] : 0.0f);
   }
   *reinterpret_cast<float4*>(dst) = v;
+}
+// copy4 by an asynchronous 16-byte copy where aligned and whole: a thread's rows then cost one round trip,
+// where copy4's load and store in a loop cost one each. The caller waits (cp.async.wait_group) before reading.
+__device__ __forceinline__ void copy4_async(float* dst, const float* row, int c, int n_end) {
+  if (row != nullptr && c + 4 <= n_end && (reinterpret_cast<std::uintptr_t>(row + c) & 15) == 0) ptx::cp_async16(dst, row + c);
+  else copy4(dst, row, c, n_end);
 }
 
 // The tensor-core walk's bf16 rows (ssd_tc_kernels.h) of a run's rows, from the fp32 copies in shared memory:
@@ -96,11 +103,14 @@ __global__ void __launch_bounds__(kThreads) band_kernel(SsdShape sh, ScanGrid g,
       const int rstep = few ? kThreads / units : 1, ustep = few ? units : kThreads;
       if (!few || threadIdx.x < rstep * units) {
         for (int i = i0; i < m; i += rstep)
-          for (int u = u0; u < units; u += ustep) copy4(Cs + i * Np + 4 * u, src.C(grp, s_a + i), 4 * u, N);
+          for (int u = u0; u < units; u += ustep) copy4_async(Cs + i * Np + 4 * u, src.C(grp, s_a + i), 4 * u, N);
         for (int i = i0; i < W; i += rstep) {
           const int64_t pos = w_lo + i;
-          for (int u = u0; u < units; u += ustep) copy4(Bw + i * Np + 4 * u, pos >= lo ? src.B(grp, pos) : nullptr, 4 * u, N);
+          for (int u = u0; u < units; u += ustep)
+            copy4_async(Bw + i * Np + 4 * u, pos >= lo ? src.B(grp, pos) : nullptr, 4 * u, N);
         }
+        ptx::cp_async_commit();
+        ptx::cp_async_wait<0>();
       }
       __syncthreads();
       if (i_own < m) {

@@ -29,20 +29,27 @@ __global__ void __launch_bounds__(32 * kTableWarps)
   const CellIn c = first_cell(ct);
   const RowSource src = source_of(sh, g, p, ct.seq, xbc, ld, dt, st);
   const int grp = h / sh.heads_per_group();
-  __shared__ float dts_w[kTableWarps][kG], bnd_w[kTableWarps][kG * kG], coef_w[kTableWarps][kG][kG + 1];
+  __shared__ float dts_w[kTableWarps][kG], coef_w[kTableWarps][kG][kG + 1];
+  __shared__ __align__(16) float bnd_w[kTableWarps][kG * kG];
   float* const dts = dts_w[wi];
   float* const bnd = bnd_w[wi];
   float(*const coef)[kG + 1] = coef_w[wi];
   if (lane < kG) dts[lane] = lane < c.L ? src.dtv(h, c.cs + lane) : 0.0f;
+  // The cell's band rows j0 .. L-1, 16-byte loads issued together: a row outside them reads row j0's place
+  // (always in the call) and stores zeros, so no load waits behind a branch.
+  const int row_at0 = src.row0 + static_cast<int>(c.cs - src.start);
+  float4 bv[kG * kG / 128];
 #pragma unroll
-  for (int a = 0; a < kG * kG / 32; ++a) {
-    const int e = a * 32 + lane, r = e / kG;
-    float v = 0.0f;
-    if (r >= c.j0 && r < c.L) {
-      const int row = src.row0 + static_cast<int>(c.cs + r - src.start);
-      v = band[band_at(row, sh.groups, grp, kG, 0) + e % kG];
-    }
-    bnd[e] = v;
+  for (int a = 0; a < kG * kG / 128; ++a) {
+    const int e4 = a * 32 + lane, r = e4 / (kG / 4);
+    const int rr = r >= c.j0 && r < c.L ? r : c.j0;
+    bv[a] = *reinterpret_cast<const float4*>(band + band_at(row_at0 + rr, sh.groups, grp, kG, 4 * (e4 % (kG / 4))));
+  }
+#pragma unroll
+  for (int a = 0; a < kG * kG / 128; ++a) {
+    const int e4 = a * 32 + lane, r = e4 / (kG / 4);
+    const bool live = r >= c.j0 && r < c.L;
+    reinterpret_cast<float4*>(bnd)[e4] = live ? bv[a] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
   __syncwarp();
   const float Ah = A[h];
