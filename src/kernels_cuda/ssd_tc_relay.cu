@@ -4,8 +4,9 @@
 // Only S depends on the cells before: a cell's delta and its intra product depend on its own rows, and its
 // outputs on its rows and S_start. So one block per (sequence, head, 16 columns of p) has W delta warps, W
 // output warps and KC chain warps. Rounds of W cells, one block barrier a round; cell k of round r = k / W:
-// - round r: its delta warp (k % W) forms the delta of the cell its output warp copied A rounds before
-//   (delta_tiles, the fold's own mma steps) and leaves it in shared memory in the state's register layout;
+// - round r: its delta warp (k % W) forms the delta of the cell copied A rounds before (by its output warp with
+//   bf16 products, by itself with split) with delta_tiles, the fold's own mma steps, and leaves it in shared
+//   memory in the state's register layout;
 // - round r + 1: the chain warps, which hold S in the walk's KS = 1 layout (each a KC-th of n), publish S_start
 //   of the cell (the state's words of C·Sᵀ as the walk packs them, state_fragment) and fold:
 //   S ← fold_element(decay, S, delta);
@@ -155,7 +156,11 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
       for (int pt = 0; pt < 2; ++pt) xa[a][pt] = xs[(2 * q + (a & 1) + 8 * (a >> 1)) * St::XS + gi + 8 * pt];
   };
 
-  // A cell's copies (table, x, C and B tiles), issued by its output warp A rounds before its delta's round.
+  // A cell's copies (table, x, C and B tiles), issued A rounds before its delta's round: by its output warp with
+  // bf16 products, by its delta warp with split ones. The delta warps were busy 92 % of a round with the copies'
+  // issue 30 % of it, the output warps 50 % (session 50, ncu, bf16); moving the copies made a bf16 pass 0.97× as
+  // long and a split one 1.06× (session 51, H100, 1 × 2048: split deltas take twice the products).
+  constexpr bool kOutputCopies = !kSplit;
   const int ring_slot = p.num_rows + kSsdTcRingRows * seq;
   // Whole cells of the call's own rows (all but the call's first and last) take the copies whose sources step
   // by a constant (issue_table_x_rows, issue_tiles_rows); the others the general ones.
@@ -176,10 +181,25 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
     issue_tiles_apart<32, kSplit, kTile>(rows16, sh.groups, b.grp, start, b.src.row0, ring_slot, x, c_tiles(k),
                                          b_tiles(k), lane);
   };
+  // The first A rounds' copies of a warp's slot, before its first round.
+  auto issue_ahead = [&](int slot) {
+    for (int a = 0; a < A; ++a) {
+      if (a * W + slot < cells) issue_cell(a * W + slot);
+      commit();
+    }
+  };
   if (warp < W) {  // a delta warp: in round r, the delta of cell k = r·W + warp, whose copies landed before it
+    if constexpr (!kOutputCopies) issue_ahead(warp);
     for (int r = 0; r < rounds; ++r) {
-      __syncthreads();  // round r − 1's deltas read; this round's copies landed (their output warp waited)
+      // Round r − 1's deltas read; with the output warps' copies, this round's landed (their warp waited).
+      __syncthreads();
       const int k = r * W + warp;
+      if constexpr (!kOutputCopies) {  // the slots copied into now (rounds r − 3 and r − 1's) were read
+        if (k + A * W < cells) issue_cell(k + A * W);
+        commit();
+        ptx::cp_async_wait<A>();  // this round's copies (issued A rounds ago)
+        __syncwarp();
+      }
       if (k >= cells || !cell_at(k).fold) continue;
       const float* X = cell_set(k);
       float xa[4][2], wv[4];
@@ -195,21 +215,19 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
   }
 
   if (warp < 2 * W) {  // an output warp: in round r, cell (r − 2)·W + warp − W, whose S_start the chain published
-    // It also copies its slot's cells, A rounds ahead of their deltas: the delta warps were busy 92 % of a round
-    // with the copies' issue 30 % of it, the output warps 50 % (session 50, ncu). Copies of round r's cell are
-    // waited for before round r's barrier, which makes them visible to the delta warp.
+    // With bf16 products it also copies its slot's cells, A rounds ahead of their deltas; it waits for round r's
+    // before round r's barrier, which makes them visible to the delta warp.
     const int slot = warp - W;
-    for (int a = 0; a < A; ++a) {
-      if (a * W + slot < cells) issue_cell(a * W + slot);
-      commit();
-    }
+    if constexpr (kOutputCopies) issue_ahead(slot);
     const float Dh = Dskip[h];
     for (int r = 0; r < rounds; ++r) {
-      ptx::cp_async_wait<A - 1>();  // round r's copies (issued A rounds ago) landed
+      if constexpr (kOutputCopies) ptx::cp_async_wait<A - 1>();  // round r's copies (issued A rounds ago) landed
       // Round r − 1's S_starts published; the slots copied into now (rounds r − 3 and r − 1's cells') read.
       __syncthreads();
-      if ((r + A) * W + slot < cells) issue_cell((r + A) * W + slot);
-      commit();
+      if constexpr (kOutputCopies) {
+        if ((r + A) * W + slot < cells) issue_cell((r + A) * W + slot);
+        commit();
+      }
       const int ko = (r - 2) * W + slot;
       if (ko < 0 || ko >= cells) continue;
       const CellIn c = cell_at(ko);
@@ -248,7 +266,7 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
       finish<1, 1>(pd, nullptr, 0, lane, sh, h, b.p0, Dh, y);
     }
     // Every barrier passed: the copies of the old ring landed (cell 0's, waited before round 0's barrier).
-    wait_all();
+    if constexpr (kOutputCopies) wait_all();
     ring((warp - W) * 32 + lane, std::integral_constant<int, 32 * W>{});
     return;
   }
