@@ -34,17 +34,21 @@ __host__ __device__ inline int row_pad(int N) { return (N + 3) / 4 * 4 + (N % 32
 __device__ __forceinline__ void copy4(float* dst, const float* row, int c, int n_end) {
   float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   if (row != nullptr) {
-    if (c + 4 <= n_end && (reinterpret_cast<std::uintptr_t>(row + c) & 15) == 0) v = *reinterpret_cast<const float4*>(row + c);
-    else v = make_float4(c < n_end ? row[c] : 0.0f, c + 1 < n_end ? row[c + 1] : 0.0f, c + 2 < n_end ? row[c + 2] : 0.0f,
-                         c + 3 < n_end ? row[c + 3] : 0.0f);
+    if (c + 4 <= n_end && (reinterpret_cast<std::uintptr_t>(row + c) & 15) == 0)
+      v = *reinterpret_cast<const float4*>(row + c);
+    else
+      v = make_float4(c < n_end ? row[c] : 0.0f, c + 1 < n_end ? row[c + 1] : 0.0f, c + 2 < n_end ? row[c + 2] : 0.0f,
+                      c + 3 < n_end ? row[c + 3] : 0.0f);
   }
   *reinterpret_cast<float4*>(dst) = v;
 }
 // copy4 by an asynchronous 16-byte copy where aligned and whole: a thread's rows then cost one round trip,
 // where copy4's load and store in a loop cost one each. The caller waits (cp.async.wait_group) before reading.
 __device__ __forceinline__ void copy4_async(float* dst, const float* row, int c, int n_end) {
-  if (row != nullptr && c + 4 <= n_end && (reinterpret_cast<std::uintptr_t>(row + c) & 15) == 0) ptx::cp_async16(dst, row + c);
-  else copy4(dst, row, c, n_end);
+  if (row != nullptr && c + 4 <= n_end && (reinterpret_cast<std::uintptr_t>(row + c) & 15) == 0)
+    ptx::cp_async16(dst, row + c);
+  else
+    copy4(dst, row, c, n_end);
 }
 
 // The tensor-core walk's bf16 rows (ssd_tc_kernels.h) of a run's rows, from the fp32 copies in shared memory:

@@ -26,6 +26,10 @@
 // instructions) and two chain warps: 84 against 110 in the same call. ncu then: L2 45 % busy, a scheduler
 // issuing in 24 % of cycles; the delta warps busy 92 % of a round (their products 44 %, each ldmatrix after the
 // store before it; the copies' issue 30 %; waiting for copies 8 %), the chain warps 76 %, the output warps 50 %.
+// Session 51: B's fragments read before the first product, the copies with the output warps (bf16 products) and
+// the band's and table pass's loads issued together: 73 against 83 in the same call (split 104 against 127). ncu
+// then had the output warps busy 95 % of a round, the chain 88 %, the delta warps 45 %; giving the delta warps
+// B's copies back balanced them (89 / 82 / 66 %) but not the time (74), and four chain warps gained nothing.
 //
 // Shared memory (floats): cell stages [A + 3 rounds][W] (table | x | C tiles: copied A rounds ahead, held until
 // the outputs) | B stages [A + 1][W] (until the delta) | deltas [2 rounds][W][16 n-tiles][32 lanes][4] | S_start
