@@ -38,19 +38,19 @@ __global__ void __launch_bounds__(32 * kTableWarps)
   // The cell's band rows j0 .. L-1, 16-byte loads issued together: a row outside them reads row j0's place
   // (always in the call) and stores zeros, so no load waits behind a branch.
   const int row_at0 = src.row0 + static_cast<int>(c.cs - src.start);
-  float4 bv[kG * kG / 128];
+  constexpr int kLoads = kG * kG / 128;  // a lane's 16-byte loads: units e4 = a·32 + lane, row e4 / (kG / 4)
+  float4 bv[kLoads];
+  bool live[kLoads];
 #pragma unroll
-  for (int a = 0; a < kG * kG / 128; ++a) {
+  for (int a = 0; a < kLoads; ++a) {
     const int e4 = a * 32 + lane, r = e4 / (kG / 4);
-    const int rr = r >= c.j0 && r < c.L ? r : c.j0;
-    bv[a] = *reinterpret_cast<const float4*>(band + band_at(row_at0 + rr, sh.groups, grp, kG, 4 * (e4 % (kG / 4))));
+    live[a] = r >= c.j0 && r < c.L;
+    bv[a] = *reinterpret_cast<const float4*>(
+        band + band_at(row_at0 + (live[a] ? r : c.j0), sh.groups, grp, kG, 4 * (e4 % (kG / 4))));
   }
 #pragma unroll
-  for (int a = 0; a < kG * kG / 128; ++a) {
-    const int e4 = a * 32 + lane, r = e4 / (kG / 4);
-    const bool live = r >= c.j0 && r < c.L;
-    reinterpret_cast<float4*>(bnd)[e4] = live ? bv[a] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
+  for (int a = 0; a < kLoads; ++a)
+    reinterpret_cast<float4*>(bnd)[a * 32 + lane] = live[a] ? bv[a] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   __syncwarp();
   const float Ah = A[h];
   const int L = c.L;
