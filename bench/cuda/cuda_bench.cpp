@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
@@ -35,6 +36,7 @@
 #include "model/model.h"
 #include "bench_cache.h"
 #include "big_model.h"
+#include "kernel_timeline.h"
 #include "step_shares.h"
 
 namespace parity {
@@ -265,9 +267,9 @@ BENCHMARK(BM_CudaSsdPrefill)
 cuda::ScanProducts tc_products(int64_t arg) {
   return arg == 0 ? cuda::ScanProducts::bfloat16 : cuda::ScanProducts::split;
 }
-void tc_prefill(benchmark::State& state, cuda::SsdTcWay way, cuda::ScanProducts products, bool device_only = false) {
-  if (!have_gpu(state)) return;
-  const int batch = static_cast<int>(state.range(0)), cell = static_cast<int>(state.range(1));
+// One exact-grid tc pass of batch × 2048 rows on grid `cell`, ready to run again and again (its inputs kept
+// per size).
+std::function<void()> tc_pass(int batch, int cell, cuda::SsdTcWay way, cuda::ScanProducts products) {
   const cuda::ScanGrid g{true, cell, true, products};
   static auto* kept = new std::map<std::pair<int, int>, std::unique_ptr<ScanBench>>();
   std::unique_ptr<ScanBench>& slot = (*kept)[{batch, cell}];
@@ -281,10 +283,15 @@ void tc_prefill(benchmark::State& state, cuda::SsdTcWay way, cuda::ScanProducts 
   st.ring_x = b.rx.data();
   st.ring_dt = b.rdt.data();
   st.ring_B = b.rb.data();
-  auto run = [&] {
+  return [&b, g, st, way] {
     cuda::ssd_tc_scan({H, P, N, GR}, g, b.ps, b.xbc.data(), LD, b.dt.data(), b.A.data(), b.D.data(), st,
                       b.scratch.data(), b.scratch.size(), b.y.data(), nullptr, way);
   };
+}
+void tc_prefill(benchmark::State& state, cuda::SsdTcWay way, cuda::ScanProducts products, bool device_only = false) {
+  if (!have_gpu(state)) return;
+  const int batch = static_cast<int>(state.range(0));
+  const std::function<void()> run = tc_pass(batch, static_cast<int>(state.range(1)), way, products);
   run();
   Timer t;
   for (auto _ : state) {
@@ -306,6 +313,27 @@ BENCHMARK(BM_CudaSsdTcPrefillDevice)
     ->ArgsProduct({{1, 2, 8, 32}, {16}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
+// The same pass read kernel by kernel from CUPTI's records (kernel_timeline.h), the passes back to back: each
+// kernel's share of the pass's path, its life and its lead (how early a programmatic launch began) go to
+// stderr; pass_us is the traced pass, first start to last end. arg0 sequences, arg1 the products (0 bf16, 1 split).
+void BM_CudaSsdTcTimeline(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  constexpr int kTraced = 50;
+  const int batch = static_cast<int>(state.range(0));
+  const std::function<void()> run = tc_pass(batch, 16, {}, tc_products(state.range(1)));
+  run();
+  for (auto _ : state) run();
+  std::string why;
+  if (!bench::kernel_timeline_start(&why)) return state.SetLabel("no timeline: " + why);
+  for (int i = 0; i < kTraced; ++i) run();
+  const bench::KernelTimeline t = bench::kernel_timeline_finish(kTraced, 1);
+  if (!t.available) return state.SetLabel("no timeline: " + t.why);
+  state.counters["pass_us"] = t.step_us;
+  state.counters["kernels"] = t.kernels_per_step;
+  std::fprintf(stderr, "tc-timeline-%dx2048-%s (%d passes, %.1f us a pass)\n%s", batch,
+               state.range(1) != 0 ? "split" : "bf16", t.steps, t.step_us, bench::kernel_timeline_csv(t).c_str());
+}
+BENCHMARK(BM_CudaSsdTcTimeline)->ArgsProduct({{1, 8}, {0, 1}})->Iterations(20)->Unit(benchmark::kMicrosecond);
 // Its ways: arg2 warps over p (1, 2, 4: 16 columns each), arg3 warps over n (1, 2, 4), arg4 products
 // (0 bf16, 1 split hi + lo). Device time, as BM_CudaSsdTcPrefillDevice.
 void BM_CudaSsdTcPrefillWays(benchmark::State& state) {
