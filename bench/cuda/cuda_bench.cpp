@@ -31,6 +31,7 @@
 #include "kernels_cuda/persistent_floor.h"
 #include "kernels_cuda/ssd_prefill.h"
 #include "kernels_cuda/ssd_tc.h"
+#include "kernels_cuda/stream.h"
 #include "kernels_cuda/stream_floor.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
@@ -54,6 +55,7 @@ std::vector<float> rnd(std::size_t n, uint64_t seed, float lo, float hi) {
 
 struct Timer {
   cudaEvent_t a, b;
+  cudaStream_t s = nullptr;  // the stream the timed launches go to (the events and the busy kernel go there too)
   Timer() {
     cudaEventCreate(&a);
     cudaEventCreate(&b);
@@ -62,16 +64,16 @@ struct Timer {
     cudaEventDestroy(a);
     cudaEventDestroy(b);
   }
-  void start() { cudaEventRecord(a); }
+  void start() { cudaEventRecord(a, s); }
   // The start event queued behind a 50 µs busy kernel: the launches that follow queue up while it
   // runs, so the events bracket device time only (a decode step's host launch cost is what CUDA
   // graphs remove in the models; here it would be most of a 1-sequence step's time).
   void start_device() {
-    cuda::busy_wait(50, nullptr);
-    cudaEventRecord(a);
+    cuda::busy_wait(50, s);
+    cudaEventRecord(a, s);
   }
   double stop_s() {
-    cudaEventRecord(b);
+    cudaEventRecord(b, s);
     cudaEventSynchronize(b);
     float ms = 0;
     cudaEventElapsedTime(&ms, a, b);
@@ -267,9 +269,16 @@ BENCHMARK(BM_CudaSsdPrefill)
 cuda::ScanProducts tc_products(int64_t arg) {
   return arg == 0 ? cuda::ScanProducts::bfloat16 : cuda::ScanProducts::split;
 }
+// The stream of a tc pass: the legacy one, or for the programmatic way (and where `own` asks) a stream of its own, as
+// the model's. Never destroyed, as the kept inputs are never freed.
+cudaStream_t tc_stream(const cuda::SsdTcWay& way, bool own) {
+  static auto* stream = new cuda::Stream();
+  return way.programmatic || own ? stream->get() : nullptr;
+}
 // One exact-grid tc pass of batch × 2048 rows on grid `cell`, ready to run again and again (its inputs kept
-// per size).
-std::function<void()> tc_pass(int batch, int cell, cuda::SsdTcWay way, cuda::ScanProducts products) {
+// per size), on tc_stream(way, own_stream).
+std::function<void()> tc_pass(int batch, int cell, cuda::SsdTcWay way, cuda::ScanProducts products,
+                              bool own_stream = false) {
   const cuda::ScanGrid g{true, cell, true, products};
   static auto* kept = new std::map<std::pair<int, int>, std::unique_ptr<ScanBench>>();
   std::unique_ptr<ScanBench>& slot = (*kept)[{batch, cell}];
@@ -283,17 +292,21 @@ std::function<void()> tc_pass(int batch, int cell, cuda::SsdTcWay way, cuda::Sca
   st.ring_x = b.rx.data();
   st.ring_dt = b.rdt.data();
   st.ring_B = b.rb.data();
-  return [&b, g, st, way] {
+  cudaDeviceSynchronize();  // the inputs' copies (the legacy stream) landed before a pass on a stream of its own
+  const cudaStream_t s = tc_stream(way, own_stream);
+  return [&b, g, st, way, s] {
     cuda::ssd_tc_scan({H, P, N, GR}, g, b.ps, b.xbc.data(), LD, b.dt.data(), b.A.data(), b.D.data(), st,
-                      b.scratch.data(), b.scratch.size(), b.y.data(), nullptr, way);
+                      b.scratch.data(), b.scratch.size(), b.y.data(), s, way);
   };
 }
-void tc_prefill(benchmark::State& state, cuda::SsdTcWay way, cuda::ScanProducts products, bool device_only = false) {
+void tc_prefill(benchmark::State& state, cuda::SsdTcWay way, cuda::ScanProducts products, bool device_only = false,
+                bool own_stream = false) {
   if (!have_gpu(state)) return;
   const int batch = static_cast<int>(state.range(0));
-  const std::function<void()> run = tc_pass(batch, static_cast<int>(state.range(1)), way, products);
+  const std::function<void()> run = tc_pass(batch, static_cast<int>(state.range(1)), way, products, own_stream);
   run();
   Timer t;
+  t.s = tc_stream(way, own_stream);
   for (auto _ : state) {
     if (device_only) t.start_device();
     else t.start();
@@ -315,12 +328,15 @@ BENCHMARK(BM_CudaSsdTcPrefillDevice)
     ->Unit(benchmark::kMicrosecond);
 // The same pass read kernel by kernel from CUPTI's records (kernel_timeline.h), the passes back to back: each
 // kernel's share of the pass's path, its life and its lead (how early a programmatic launch began) go to
-// stderr; pass_us is the traced pass, first start to last end. arg0 sequences, arg1 the products (0 bf16, 1 split).
+// stderr; pass_us is the traced pass, first start to last end. arg0 sequences, arg1 the products (0 bf16, 1 split),
+// arg2 1: the programmatic way (SsdTcWay::programmatic; its leads show how early the table pass and the relay began).
 void BM_CudaSsdTcTimeline(benchmark::State& state) {
   if (!have_gpu(state)) return;
   constexpr int kTraced = 50;
   const int batch = static_cast<int>(state.range(0));
-  const std::function<void()> run = tc_pass(batch, 16, {}, tc_products(state.range(1)));
+  cuda::SsdTcWay way;
+  way.programmatic = state.range(2) != 0;
+  const std::function<void()> run = tc_pass(batch, 16, way, tc_products(state.range(1)));
   run();
   for (auto _ : state) run();
   std::string why;
@@ -330,10 +346,11 @@ void BM_CudaSsdTcTimeline(benchmark::State& state) {
   if (!t.available) return state.SetLabel("no timeline: " + t.why);
   state.counters["pass_us"] = t.step_us;
   state.counters["kernels"] = t.kernels_per_step;
-  std::fprintf(stderr, "tc-timeline-%dx2048-%s (%d passes, %.1f us a pass)\n%s", batch,
-               state.range(1) != 0 ? "split" : "bf16", t.steps, t.step_us, bench::kernel_timeline_csv(t).c_str());
+  std::fprintf(stderr, "tc-timeline-%dx2048-%s%s (%d passes, %.1f us a pass)\n%s", batch,
+               state.range(1) != 0 ? "split" : "bf16", way.programmatic ? "-programmatic" : "", t.steps, t.step_us,
+               bench::kernel_timeline_csv(t).c_str());
 }
-BENCHMARK(BM_CudaSsdTcTimeline)->ArgsProduct({{1, 8}, {0, 1}})->Iterations(20)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaSsdTcTimeline)->ArgsProduct({{1, 8}, {0, 1}, {0, 1}})->Iterations(20)->Unit(benchmark::kMicrosecond);
 // Its ways: arg2 warps over p (1, 2, 4: 16 columns each), arg3 warps over n (1, 2, 4), arg4 products
 // (0 bf16, 1 split hi + lo). Device time, as BM_CudaSsdTcPrefillDevice.
 void BM_CudaSsdTcPrefillWays(benchmark::State& state) {
@@ -360,6 +377,19 @@ void BM_CudaSsdTcPrefillRelay(benchmark::State& state) {
 BENCHMARK(BM_CudaSsdTcPrefillRelay)
     ->ArgsProduct({{1, 2, 8, 32}, {16}, {1, 2, 3}, {0}, {1, 2, 4}})
     ->ArgsProduct({{1, 2, 8, 32}, {16}, {1, 2}, {1}, {1, 2, 4}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The default way with its launches programmatic or ordinary (SsdTcWay::programmatic), the two in one run: arg2 the
+// products (0 bf16, 1 split), arg3 1 programmatic, 0 ordinary. Device time, as BM_CudaSsdTcPrefillDevice; both on the
+// same stream of their own, so the two differ in their launches alone.
+void BM_CudaSsdTcPrefillProgrammatic(benchmark::State& state) {
+  cuda::SsdTcWay w;
+  w.programmatic = state.range(3) != 0;
+  tc_prefill(state, w, tc_products(state.range(2)), true, true);
+}
+BENCHMARK(BM_CudaSsdTcPrefillProgrammatic)
+    ->ArgsProduct({{1, 2, 8}, {16}, {0, 1}, {0, 1}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

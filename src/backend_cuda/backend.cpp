@@ -17,6 +17,7 @@
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/ops.h"
 #include "kernels_cuda/persistent_decode.h"
+#include "kernels_cuda/ssd_tc.h"
 #include "model/tensor_parallel_model.h"
 
 namespace parity::backend_cuda {
@@ -56,10 +57,23 @@ void persistent_mode_from_env() {
   else throw Error("PARITY_CUDA_PERSISTENT_DECODE must be off, ring or next-l2, not '" + s + "'");
 }
 
+// PARITY_CUDA_TC_LAUNCH=ordinary|programmatic (kernels_cuda/ssd_tc.h's set_ssd_tc_programmatic) chooses how the
+// tensor-core scan's table pass and relay launch, for the process; unset leaves it as it is (ordinary unless a caller
+// set it).
+void tc_launch_from_env() {
+  const char* v = std::getenv("PARITY_CUDA_TC_LAUNCH");
+  if (!v) return;
+  const std::string s = v;
+  if (s == "ordinary") cuda::set_ssd_tc_programmatic(false);
+  else if (s == "programmatic") cuda::set_ssd_tc_programmatic(true);
+  else throw Error("PARITY_CUDA_TC_LAUNCH must be ordinary or programmatic, not '" + s + "'");
+}
+
 }  // namespace
 
 std::unique_ptr<model::Model> load_model(const model::Checkpoint& ck, const CudaModelOptions& opt) {
   persistent_mode_from_env();
+  tc_launch_from_env();
   // Mamba2 has no experts: the MoE routing pattern does not apply (as on the CPU).
   if (io::architecture_of(ck.config) == "GraniteMoeHybridForCausalLM") return CudaHybridModel::load(ck, opt);
   return CudaMamba2Model::load(ck, opt);
@@ -69,6 +83,7 @@ std::unique_ptr<model::Model> load_model(const model::Checkpoint& ck, int tensor
                                          const CudaModelOptions& opt) {
   if (tensor_parallel_size == 1) return load_model(ck, opt);
   persistent_mode_from_env();  // refuses a bad value here too (the ranks' passes never take the step)
+  tc_launch_from_env();
   return load_tensor_parallel(ck, tensor_parallel_size, opt);
 }
 

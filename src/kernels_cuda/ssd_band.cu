@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/programmatic_launch.cuh"
 #include "kernels_cuda/ptx.cuh"
 #include "kernels_cuda/smem_limit.h"
 #include "kernels_cuda/ssd_device.cuh"
@@ -74,9 +75,12 @@ __device__ void store_rows16(const float* Cs, const float* Bw, int Np, int m, in
   }
 }
 
-template <int kParts>
+template <int kParts, bool kReleaseNext>
 __global__ void __launch_bounds__(kThreads) band_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld,
                                                         SsdState st, float* band, uint16_t* rows16) {
+  // The table pass may then take the SMs this launch leaves free; it waits for this launch to complete before it
+  // reads the band or the bf16 rows.
+  if constexpr (kReleaseNext) release_next_kernel();
   const int r0 = blockIdx.x * kRows, grp = blockIdx.y, d0 = blockIdx.z * kDist, G = g.cell, N = sh.N;
   const int dn = G - d0 < kDist ? G - d0 : kDist;  // distances d0 .. d0+dn-1
   const int Np = row_pad(N);
@@ -140,7 +144,7 @@ __global__ void __launch_bounds__(kThreads) band_kernel(SsdShape sh, ScanGrid g,
 }  // namespace
 
 void launch_band(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
-                 const SsdState& st, float* band, cudaStream_t s, uint16_t* rows16, bool split) {
+                 const SsdState& st, float* band, cudaStream_t s, uint16_t* rows16, bool split, bool release_next) {
   if (p.num_cell_tasks <= 0 || p.num_rows <= 0) return;
   if (rows16 != nullptr && (sh.N != kN || g.cell != kSsdTcRingRows + 1))
     throw Error("ssd band: bf16 rows need N " + std::to_string(kN) + " and cell 16");
@@ -152,9 +156,10 @@ void launch_band(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
     ensure_smem(kernel, smem, "ssd band smem");
     kernel<<<grid, kThreads, smem, s>>>(sh, g, p, xbc, ld, st, band, rows16);
   };
-  if (rows16 == nullptr) go(band_kernel<0>);
-  else if (split) go(band_kernel<4>);
-  else go(band_kernel<2>);
+  if (rows16 == nullptr) go(band_kernel<0, false>);
+  else if (release_next) split ? go(band_kernel<4, true>) : go(band_kernel<2, true>);
+  else if (split) go(band_kernel<4, false>);
+  else go(band_kernel<2, false>);
   check_launch("ssd band");
 }
 

@@ -2,6 +2,7 @@
 // file holds the launches: the band (C·B, fp32, the existing launch), the table pass
 // (ssd_tc_tables.cu), the walk (ssd_tc_walk.cu) or the relay (ssd_tc_relay.cu), and the replay ring. The
 // band's launch also converts C and B to the bf16 rows both take.
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -15,6 +16,7 @@
 namespace parity::cuda {
 
 namespace {
+std::atomic<bool> programmatic_passes{false};
 // The band's floats in the scratch, rounded up to 16 bytes: the walk's tables follow it.
 std::size_t band_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
   return (ssd_scratch_floats(sh, p, g, SsdPrefill::span16) + 3) / 4 * 4;  // the band alone (the span walk's scratch)
@@ -30,6 +32,9 @@ int relay_warps(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdTcW
   return ssd_tc_default_way(sh, p.num_seqs, g.products).cell_warps;
 }
 }  // namespace
+
+void set_ssd_tc_programmatic(bool on) { programmatic_passes.store(on); }
+bool ssd_tc_programmatic() { return programmatic_passes.load(); }
 
 std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
   return band_floats(sh, p, g) + tables_floats(sh, p) + ssd_tc_rows16_floats(sh, p, g.products == ScanProducts::split);
@@ -102,11 +107,12 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
   const int wp = way.warps_p > 0 ? way.warps_p : d.warps_p, ks = way.warps_n > 0 ? way.warps_n : d.warps_n;
   float* tables = scratch + band_floats(sh, p, g);
   uint16_t* rows16 = reinterpret_cast<uint16_t*>(tables + tables_floats(sh, p));
-  ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s, rows16, split);
-  ssd_tc_tables(sh, g, p, xbc, ld_xbc, dt, A, st, scratch, tables, s);
+  const bool pdl = way.programmatic || ssd_tc_programmatic();
+  ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s, rows16, split, pdl);
+  ssd_tc_tables(sh, g, p, xbc, ld_xbc, dt, A, st, scratch, tables, s, pdl);
   const int cw = relay_warps(sh, p, g, way);
   const int kc = way.chain_warps > 0 ? way.chain_warps : d.chain_warps > 0 ? d.chain_warps : 1;
-  if (cw > 0) ssd_tc_relay(cw, kc, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, rows16, y, s);
+  if (cw > 0) ssd_tc_relay(cw, kc, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, rows16, y, s, pdl);
   else ssd_tc_walk(wp, ks, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, rows16, y, s);
   if (g.exact && cw == 0) ssd::launch_ring(sh, g, p, xbc, ld_xbc, dt, st, s);  // the relay writes its own
 }

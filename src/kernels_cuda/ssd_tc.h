@@ -30,8 +30,13 @@ using kernels::ScanProducts;
 // takes the relay instead (ssd_tc_relay.cu: cell_warps cells a round formed in parallel, chain_warps warps
 // chaining the fold over n; 16 columns of p a block, warps_p and warps_n unused); a way that names warps_p takes
 // the walk. A schedule choice only: every way gives the same bits.
+// programmatic: the table pass and the relay launch programmatically (programmatic_launch.cuh) after the launch
+// before them, the band letting the table pass be scheduled at its start; each waits on the device before it reads
+// what the one before it writes. Only the gaps between the launches change, never a value (session 53: written and
+// compiled, not yet run on a GPU, so off by default; the walk's launches stay ordinary either way).
 struct SsdTcWay {
   int warps_p = 0, warps_n = 0, cell_warps = 0, chain_warps = 0;
+  bool programmatic = false;
 };
 
 // G = 16, N = 128, P a multiple of 16, H a multiple of groups (the walk's only shape family).
@@ -52,6 +57,12 @@ std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const S
 void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld_xbc, const float* dt,
                  const float* A, const float* D, SsdState st, float* scratch, std::size_t scratch_floats, float* y,
                  cudaStream_t s, SsdTcWay way = {});
+
+// Programmatic launches (SsdTcWay::programmatic) for every pass, whatever its way asks: how the model's passes, which
+// take the default way through ssd_scan, get them. Off by default; PARITY_CUDA_TC_LAUNCH=programmatic (read when a CUDA
+// model loads, backend.cpp) turns it on for the process.
+void set_ssd_tc_programmatic(bool on);
+bool ssd_tc_programmatic();
 
 // Whether ssd_scan's automatic choice takes ssd_tc_scan for this pass: an exact grid with bf16 or split products.
 bool ssd_tc_takes(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p);

@@ -13,9 +13,11 @@ namespace parity::cuda {
 inline constexpr int kSsdTcTableWords = 292;
 
 // Every cell task's table for every head into `tables` (p.num_cell_tasks · H · kSsdTcTableWords words,
-// 16-byte aligned), from dt, A and the band.
+// 16-byte aligned), from dt, A and the band. programmatic: launched after the band programmatically (ssd_tc.h's
+// SsdTcWay::programmatic), waiting on the device for the band before reading it.
 void ssd_tc_tables(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
-                   const float* A, SsdState st, const float* band, float* tables, cudaStream_t s);
+                   const float* A, SsdState st, const float* band, float* tables, cudaStream_t s,
+                   bool programmatic = false);
 
 // The walk's C and B as bf16 rows, formed once by the band's launch beside its own fp32 copies (ssd_band.cu):
 // every block of every head would otherwise copy the fp32 rows and convert them itself. Slot r < num_rows is
@@ -37,10 +39,11 @@ void ssd_tc_walk(int warps_p, int warps_n, bool split, const SsdShape& sh, const
 
 // The relay (ssd_tc_relay.cu): the walk's bits, with a call's cells formed in parallel (cell_warps, 1-3, cells a
 // round, each with a delta warp and an output warp) and only the fold chained (by chain_warps, 1, 2 or 4, over
-// n); C and B from the band's bf16 rows, as the walk's. It also writes the pass's replay ring.
+// n); C and B from the band's bf16 rows, as the walk's. It also writes the pass's replay ring. programmatic: launched
+// after the table pass programmatically, waiting on the device for it before reading the tables or the rows.
 void ssd_tc_relay(int cell_warps, int chain_warps, bool split, const SsdShape& sh, const ScanGrid& g,
                   const PassSeqs& p, const float* xbc, int ld, const float* dt, const float* D, SsdState st,
-                  const float* tables, const uint16_t* rows16, float* y, cudaStream_t s);
+                  const float* tables, const uint16_t* rows16, float* y, cudaStream_t s, bool programmatic = false);
 
 // The one-row sequences of a pass (exact mode's decode) on the walk's steps (ssd_tc_decode.cu).
 void ssd_tc_decode(bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,

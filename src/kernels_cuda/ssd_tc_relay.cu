@@ -42,6 +42,7 @@
 #include <type_traits>
 
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/programmatic_launch.cuh"
 #include "kernels_cuda/ptx.cuh"
 #include "kernels_cuda/smem_limit.h"
 #include "kernels_cuda/ssd_cell_walk.cuh"
@@ -88,7 +89,10 @@ __device__ __noinline__ void write_ring_call(const SsdShape& sh, const ScanGrid&
   write_ring<T>(sh, g, p, xbc, ld, dt, st, seq, h, c0, cols, whole, tid);
 }
 
-template <int W, int KC, bool kSplit>
+// kWait: launched programmatically after the table pass (ssd_tc.h's SsdTcWay::programmatic). Before its wait a warp
+// reads only the pass's metadata and (a chain warp) the state, which no kernel of the pass writes before this one;
+// the tables, the bf16 rows and the replay ring (which the band and the table pass read) come after it.
+template <int W, int KC, bool kSplit, bool kWait>
 __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
     relay_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* Dskip,
                  SsdState st, const float* tables, const uint16_t* rows16, float* y) {
@@ -107,8 +111,12 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
     write_ring<decltype(threads)::value>(sh, g, p, xbc, ld, dt, st, seq, h, static_cast<int>(blockIdx.z) * 16, 16,
                                          blockIdx.z == 0, tid);
   };
+  auto wait_tables = [] {
+    if constexpr (kWait) wait_for_prior_kernel();
+  };
   // The same where the block has no cell to walk, as a call: inlined there too, it spilled the chain's registers.
   auto ring_now = [&] {
+    wait_tables();
     write_ring_call<kThreads>(sh, g, p, xbc, ld, dt, st, seq, h, static_cast<int>(blockIdx.z) * 16, 16,
                               blockIdx.z == 0, threadIdx.x);
   };
@@ -193,6 +201,7 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
     }
   };
   if (warp < W) {  // a delta warp: in round r, the delta of cell k = r·W + warp, whose copies landed before it
+    wait_tables();
     if constexpr (!kOutputCopies) issue_ahead(warp);
     for (int r = 0; r < rounds; ++r) {
       // Round r − 1's deltas read; with the output warps' copies, this round's landed (their warp waited).
@@ -222,6 +231,7 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
     // With bf16 products it also copies its slot's cells, A rounds ahead of their deltas; it waits for round r's
     // before round r's barrier, which makes them visible to the delta warp.
     const int slot = warp - W;
+    wait_tables();
     if constexpr (kOutputCopies) issue_ahead(slot);
     const float Dh = Dskip[h];
     for (int r = 0; r < rounds; ++r) {
@@ -283,6 +293,9 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
   const std::size_t sbase = (static_cast<std::size_t>(b.src.slot) * sh.H + h) * P * N;
   float S[CT][4];
   load_state<CT>(st, sbase, b.p0 + gi, N, nt0, q, S);
+  // The chain reads only what the other warps put in shared memory after their waits, but waits too (by now a
+  // formality), so that no warp of the block reaches global memory unordered with the table pass.
+  wait_tables();
   // S_start's words of C·Sᵀ (state_fragment: the walk's packing), for cell k's output warp next round.
   auto publish = [&](int k, auto rest) {
     constexpr bool kRest = decltype(rest)::value;
@@ -334,12 +347,19 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
 
 template <int W, int KC, bool kSplit>
 void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
-            const float* D, const SsdState& st, const float* tables, const uint16_t* rows16, float* y, cudaStream_t s) {
+            const float* D, const SsdState& st, const float* tables, const uint16_t* rows16, float* y, cudaStream_t s,
+            bool programmatic) {
   constexpr std::size_t smem = static_cast<std::size_t>(RelayLayout<W, kSplit>::kFloats) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H), static_cast<unsigned>(sh.P / 16));
-  ensure_smem(relay_kernel<W, KC, kSplit>, smem, "ssd tc relay smem");
-  relay_kernel<W, KC, kSplit>
-      <<<grid, 32 * (2 * W + KC), smem, s>>>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y);
+  if (programmatic) {
+    ensure_smem(relay_kernel<W, KC, kSplit, true>, smem, "ssd tc relay smem");
+    launch_programmatic_if(true, relay_kernel<W, KC, kSplit, true>, grid, dim3(32 * (2 * W + KC)), smem, s,
+                           "ssd tc relay", sh, g, p, xbc, ld, dt, D, st, tables, rows16, y);
+  } else {
+    ensure_smem(relay_kernel<W, KC, kSplit, false>, smem, "ssd tc relay smem");
+    relay_kernel<W, KC, kSplit, false>
+        <<<grid, 32 * (2 * W + KC), smem, s>>>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y);
+  }
   check_launch("ssd tc relay");
 }
 
@@ -348,15 +368,16 @@ void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const floa
 
 void ssd_tc_relay(int cell_warps, int chain_warps, bool split, const SsdShape& sh, const ScanGrid& g,
                   const PassSeqs& p, const float* xbc, int ld, const float* dt, const float* D, SsdState st,
-                  const float* tables, const uint16_t* rows16, float* y, cudaStream_t s) {
+                  const float* tables, const uint16_t* rows16, float* y, cudaStream_t s, bool programmatic) {
   auto go = [&](auto wc, auto kc) {
     constexpr int W = decltype(wc)::value, KC = decltype(kc)::value;
     if (split) {
-      if constexpr (ssd::kFits<W, true>) ssd::launch<W, KC, true>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s);
+      if constexpr (ssd::kFits<W, true>)
+        ssd::launch<W, KC, true>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s, programmatic);
       else throw Error("CUDA SSD tc relay: " + std::to_string(W) + " cell warps with split products need more "
                        "shared memory than a block has; take 1 or 2");
     } else {
-      ssd::launch<W, KC, false>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s);
+      ssd::launch<W, KC, false>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s, programmatic);
     }
   };
   auto by_chain = [&](auto wc) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/programmatic_launch.cuh"
 #include "kernels_cuda/ssd_tc_cells.cuh"
 #include "kernels_cuda/ssd_tc_kernels.h"
 
@@ -18,14 +19,22 @@ namespace {
 // SMs' issue 88 % busy; the table's values and their order are the same either way.
 constexpr int kTableWarps = 8;
 
+// kWait: launched programmatically after the band (ssd_tc_scan's programmatic way). What a warp reads before its wait
+// (the pass's metadata, dt, A, the replay ring) no kernel still running writes: the band was an ordinary launch, so
+// whatever wrote dt had completed before it began. Every warp waits, those without a cell too: the relay after this
+// pass writes the ring the band reads, and it may do so only once this launch, and so the band, has completed.
+template <bool kWait>
 __global__ void __launch_bounds__(32 * kTableWarps)
     table_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* A,
                  SsdState st, const float* band, uint32_t* tables) {
   const int lane = threadIdx.x % 32, wi = threadIdx.x / 32;
   const int task = blockIdx.x * kTableWarps + wi, h = blockIdx.y;
-  if (task >= p.num_cell_tasks) return;
+  auto wait_band = [] {
+    if constexpr (kWait) wait_for_prior_kernel();
+  };
+  if (task >= p.num_cell_tasks) return wait_band();
   const CellTask ct = cell_task(g, p, task, h, sh.H);
-  if (!ct.live) return;
+  if (!ct.live) return wait_band();
   const CellIn c = first_cell(ct);
   const RowSource src = source_of(sh, g, p, ct.seq, xbc, ld, dt, st);
   const int grp = h / sh.heads_per_group();
@@ -35,6 +44,7 @@ __global__ void __launch_bounds__(32 * kTableWarps)
   float* const bnd = bnd_w[wi];
   float(*const coef)[kG + 1] = coef_w[wi];
   if (lane < kG) dts[lane] = lane < c.L ? src.dtv(h, c.cs + lane) : 0.0f;
+  wait_band();
   // The cell's band rows j0 .. L-1, 16-byte loads issued together: a row outside them reads row j0's place
   // (always in the call) and stores zeros, so no load waits behind a branch.
   const int row_at0 = src.row0 + static_cast<int>(c.cs - src.start);
@@ -94,11 +104,16 @@ __global__ void __launch_bounds__(32 * kTableWarps)
 }  // namespace ssd
 
 void ssd_tc_tables(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
-                   const float* A, SsdState st, const float* band, float* tables, cudaStream_t s) {
+                   const float* A, SsdState st, const float* band, float* tables, cudaStream_t s, bool programmatic) {
   if (p.num_cell_tasks <= 0) return;
   const unsigned blocks = static_cast<unsigned>((p.num_cell_tasks + ssd::kTableWarps - 1) / ssd::kTableWarps);
-  ssd::table_kernel<<<dim3(blocks, static_cast<unsigned>(sh.H)), 32 * ssd::kTableWarps, 0, s>>>(
-      sh, g, p, xbc, ld, dt, A, st, band, reinterpret_cast<uint32_t*>(tables));
+  const dim3 grid(blocks, static_cast<unsigned>(sh.H));
+  uint32_t* const words = reinterpret_cast<uint32_t*>(tables);
+  if (programmatic)
+    launch_programmatic_if(true, ssd::table_kernel<true>, grid, dim3(32 * ssd::kTableWarps), 0, s, "ssd tc tables", sh,
+                           g, p, xbc, ld, dt, A, st, band, words);
+  else
+    ssd::table_kernel<false><<<grid, 32 * ssd::kTableWarps, 0, s>>>(sh, g, p, xbc, ld, dt, A, st, band, words);
   check_launch("ssd tc tables");
 }
 

@@ -13,14 +13,20 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <string>
 
+#include "backend_cuda/backend.h"
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/pass_plan.h"
 #include "kernels_cuda/ssd_prefill.h"
 #include "kernels_cuda/ssd_tc.h"
+#include "kernels_cuda/stream.h"
+#include "model/checkpoint.h"
+#include "model/model.h"
 #include "tests/cuda/gpu_test_support.h"
 #include "tests/cuda/ssd_scan_memory.h"
 #include "tests/cuda/wgmma_chain.h"
@@ -120,7 +126,14 @@ Result run(const Shape& sh, const cuda::ScanGrid& g, bool bf16, int T, const Inp
     dx.upload(xbc);
     ddt.upload(dt);
     const cuda::SsdState st = mem.state(bf16);
-    if (path.tc())
+    if (path.way.programmatic) {
+      // A stream of its own, as the model's: the copies above ran on the legacy stream, which it does not wait for.
+      cuda::cuda_check(cudaDeviceSynchronize(), "before the programmatic pass");
+      const cuda::Stream stream;
+      cuda::ssd_tc_scan(ssh, pg, ps, dx.data(), LD, ddt.data(), A.data(), D.data(), st, scratch.data(), scratch.size(),
+                        dy.data(), stream.get(), path.way);
+      stream.sync("the programmatic pass");
+    } else if (path.tc())
       cuda::ssd_tc_scan(ssh, pg, ps, dx.data(), LD, ddt.data(), A.data(), D.data(), st, scratch.data(), scratch.size(),
                         dy.data(), nullptr, path.way);
     else
@@ -360,6 +373,71 @@ TEST(CudaSsdTc, TheRelayHasTheWalksBits) {
         EXPECT_FALSE(same_bits(run(sh, g, bf16, T, in2, whole(slots, T), {prod, {0, 0, 2}}), ref))
             << what << " (companion)";
       }
+}
+
+// The programmatic way (SsdTcWay::programmatic: the band lets the table pass start early, the table pass and the
+// relay wait on the device for the launch before them) has the ordinary launches' bits, and leaves the same state and
+// ring: the relay's default shapes and one cell warp with one chain warp, every schedule, both products and state
+// dtypes, one and two groups. What a launch reads before its wait (metadata, dt, the state) must be what no launch
+// still running writes; a read of the tables or the bf16 rows moved before its wait would, where it ran ahead of the
+// launch before, take what the scratch held (the pass before's tables) and show here as other bits, though a race
+// need not show on every run. Companion: the same check on an input changed by 1 % fails.
+TEST(CudaSsdTc, ProgrammaticLaunchesHaveTheOrdinaryBits) {
+  PARITY_REQUIRE_GPU();
+  const cuda::ScanGrid g{true, 16, true};
+  int si = 0;
+  for (const Shape& sh : {Shape{8, 64, 128, 1}, Shape{6, 32, 128, 2, 0}})
+    for (bool bf16 : test::bf16_sweep(si++))
+      for (ScanProducts prod : {ScanProducts::bfloat16, ScanProducts::split}) {
+        const int T = test::pick(300, 100), slots = 3;
+        const Inputs in = make_inputs(sh, slots, T);
+        const std::string what = sweep_case(sh, bf16, prod);
+        const int cws[] = {1, prod == ScanProducts::split ? 2 : 3};
+        for (int cw : cws)
+          for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(slots, T)},
+                                              {"uneven", uneven(slots, T)},
+                                              {"decoding", decoding(slots, T)}}) {
+            const int kc = cw == 1 ? 1 : 2;
+            const Result ordinary = run(sh, g, bf16, T, in, sched, {prod, {0, 0, cw, kc}});
+            cuda::SsdTcWay way{0, 0, cw, kc};
+            way.programmatic = true;
+            EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, {prod, way}), ordinary))
+                << what << " cell warps " << cw << " schedule " << sname;
+            if (cw == 1 && std::string(sname) == "whole") {
+              Inputs in2 = in;
+              in2.xbc[2][std::size_t(70) * sh.ld() + sh.P + 1] *= 1.01f;  // slot 2, row 70, head 1, p 1
+              EXPECT_FALSE(same_bits(run(sh, g, bf16, T, in2, sched, {prod, way}), ordinary)) << what << " (companion)";
+            }
+          }
+      }
+}
+
+// The process's switch for the model's passes (PARITY_CUDA_TC_LAUNCH): a bad value is refused by name before any
+// device is touched; a good one is taken.
+TEST(CudaSsdTc, TheLaunchSwitchIsCheckedAndTaken) {
+  auto load = [] { return backend_cuda::load_model(model::open_checkpoint("builtin:tiny"), {}); };
+  ::setenv("PARITY_CUDA_TC_LAUNCH", "eager", 1);
+  try {
+    load();
+    ADD_FAILURE() << "a bad PARITY_CUDA_TC_LAUNCH was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("PARITY_CUDA_TC_LAUNCH must be ordinary or programmatic, not 'eager'"),
+              std::string::npos)
+        << e.what();
+  }
+  ::setenv("PARITY_CUDA_TC_LAUNCH", "programmatic", 1);
+  try {
+    load();  // without a device it throws after taking the switch
+  } catch (const std::exception&) {
+  }
+  EXPECT_TRUE(cuda::ssd_tc_programmatic());
+  ::setenv("PARITY_CUDA_TC_LAUNCH", "ordinary", 1);
+  try {
+    load();
+  } catch (const std::exception&) {
+  }
+  EXPECT_FALSE(cuda::ssd_tc_programmatic());
+  ::unsetenv("PARITY_CUDA_TC_LAUNCH");
 }
 
 // Companions. The error check sees a wrong D skip (the tc walk with every D one larger than the fp32
