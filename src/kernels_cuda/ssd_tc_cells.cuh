@@ -147,17 +147,28 @@ __device__ __forceinline__ void issue_tiles(const uint16_t* rows16, int groups, 
   }
 }
 
+// Which of a cell's tiles the copies into tiles apart take: C and B, or (the relay at 4 cells a round, which
+// copies C rounds after B to fit its stages) C only or B only.
+enum class TileSet { kCB, kC, kB };
+template <bool kSplit, TileSet kWhich>
+constexpr int kCopiedParts = kWhich == TileSet::kCB ? kParts<kSplit> : kParts<kSplit> / 2;
+// The part (issue_tiles' numbering) of the i-th part a copy takes: C's are the even ones, B's the odd.
+template <TileSet kWhich>
+__device__ __forceinline__ int copied_part(int i) {
+  return kWhich == TileSet::kCB ? i : 2 * i + (kWhich == TileSet::kB ? 1 : 0);
+}
+
 // The same copies with C and B in tiles apart (the relay holds C two rounds longer than B): heads at VC and VB,
-// rests kRestAt values after each. A copy of issue_tiles rather than its generalisation: the walk's 4 × 1
-// blocks spilled with the second pointer.
-template <int T, bool kSplit, int kRestAt = 2 * kTile>
+// rests kRestAt values after each (kWhich: C only leaves VB unused, B only VC). A copy of issue_tiles rather than
+// its generalisation: the walk's 4 × 1 blocks spilled with the second pointer.
+template <int T, bool kSplit, int kRestAt = 2 * kTile, TileSet kWhich = TileSet::kCB>
 __device__ __forceinline__ void issue_tiles_apart(const uint16_t* rows16, int groups, int grp, int64_t start, int row0,
                                             int ring_slot, const CellIn& c, uint16_t* VC, uint16_t* VB, int tid) {
-  constexpr int kUnits = kParts<kSplit> * kG * 16;  // 16 units of 8 values a row
+  constexpr int kUnits = kCopiedParts<kSplit, kWhich> * kG * 16;  // 16 units of 8 values a row
   static_assert(kUnits % T == 0, "whole rounds");
 #pragma unroll
   for (int j = 0; j < kUnits / T; ++j) {
-    const int u = tid + j * T, v = u % 16, r = (u / 16) % kG, part = u / (16 * kG);
+    const int u = tid + j * T, v = u % 16, r = (u / 16) % kG, part = copied_part<kWhich>(u / (16 * kG));
     const bool is_b = (part & 1) != 0;
     if (is_b && !c.fold) continue;  // B not copied: its delta is not kept
     const bool use = r < c.L && (is_b || r >= c.j0);
@@ -172,12 +183,12 @@ __device__ __forceinline__ void issue_tiles_apart(const uint16_t* rows16, int gr
 // A whole cell of the call's own rows (j0 = 0, 16 rows, all after the call's start) into the tiles apart: every
 // row is copied and its slot follows the row before's, so a copy's source steps by a constant (issue_tiles_apart
 // takes a 64-bit position, a slot and an offset per 16 bytes: most of a relay delta warp's instructions a round).
-// first: the cell's first row's head of C (ssd_tc_row16_offset of its slot, part 0); the same bytes land where
-// issue_tiles_apart puts them.
-template <int T, bool kSplit, int kRestAt = 2 * kTile>
+// first: the cell's first row's head of C (ssd_tc_row16_offset of its slot, part 0; B only too); the same bytes
+// land where issue_tiles_apart puts them.
+template <int T, bool kSplit, int kRestAt = 2 * kTile, TileSet kWhich = TileSet::kCB>
 __device__ __forceinline__ void issue_tiles_rows(const uint16_t* first, int groups, uint16_t* VC, uint16_t* VB,
                                                  int tid) {
-  constexpr int kUnits = kParts<kSplit> * kG * 16;  // 16 units of 8 values a row
+  constexpr int kUnits = kCopiedParts<kSplit, kWhich> * kG * 16;  // 16 units of 8 values a row
   static_assert(kUnits % T == 0 && T % 16 == 0, "whole rounds of whole rows");
   constexpr int RS = T / 16;  // rows a round
   const std::ptrdiff_t slot_step = static_cast<std::ptrdiff_t>(groups) * kParts<kSplit> * 128;
@@ -186,7 +197,7 @@ __device__ __forceinline__ void issue_tiles_rows(const uint16_t* first, int grou
 #pragma unroll
   for (int j = 0; j < kUnits / T; ++j) {
     constexpr int kPerPart = kG / RS;
-    const int part = j / kPerPart, r = r0 + RS * (j % kPerPart);
+    const int part = copied_part<kWhich>(j / kPerPart), r = r0 + RS * (j % kPerPart);
     const bool is_b = (part & 1) != 0;
     cp16z((is_b ? VB : VC) + (part >> 1) * kRestAt + r * kVS + 8 * v,
           src0 + (RS * (j % kPerPart)) * slot_step + part * 128, true);
