@@ -37,7 +37,7 @@ void ssd_tc_walk(int warps_p, int warps_n, bool split, const SsdShape& sh, const
                  const float* xbc, int ld, const float* dt, const float* D, SsdState st, const float* tables,
                  const uint16_t* rows16, float* y, cudaStream_t s);
 
-// The relay (ssd_tc_relay.cu): the walk's bits, with a call's cells formed in parallel (cell_warps, 1-3, cells a
+// The relay (ssd_tc_relay.cu): the walk's bits, with a call's cells formed in parallel (cell_warps, 1-4, cells a
 // round, each with a delta warp and an output warp) and only the fold chained (by chain_warps, 1, 2 or 4, over
 // n); C and B from the band's bf16 rows, as the walk's. It also writes the pass's replay ring. programmatic: launched
 // after the table pass programmatically, waiting on the device for it before reading the tables or the rows.

@@ -31,9 +31,16 @@
 // then had the output warps busy 95 % of a round, the chain 88 %, the delta warps 45 %; giving the delta warps
 // B's copies back balanced them (89 / 82 / 66 %) but not the time (74), and four chain warps gained nothing.
 //
+// Session 53: W = 4 (C later) — written, compiled, not yet run on a GPU. Four cells a round did not fit a block:
+// with bf16 products, A = 1, 60480 floats against 58112. A cell's C is read only at its outputs, two rounds after
+// its delta, so it is copied two rounds after its table, x and B (in the same group as a later cell's), into C
+// stages of its own held A + 1 rounds: 51776 floats (207104 B) at A = 1 (A = 2 would take 62928). W = 3 keeps
+// its 53724 (214896 B) at A = 2.
+//
 // Shared memory (floats): cell stages [A + 3 rounds][W] (table | x | C tiles: copied A rounds ahead, held until
-// the outputs) | B stages [A + 1][W] (until the delta) | deltas [2 rounds][W][16 n-tiles][32 lanes][4] | S_start
-// words [2][W][8 k-steps][32 lanes][4] (and their rests).
+// the outputs) | B stages [A + 1][W] (until the delta) | with C later, C stages [A + 1][W] and no C in the cell
+// stages | deltas [2 rounds][W][16 n-tiles][32 lanes][4] | S_start words [2][W][8 k-steps][32 lanes][4] (and
+// their rests).
 #include <cuda_bf16.h>
 
 #include <cstddef>
@@ -62,19 +69,26 @@ namespace {
 constexpr int kNT = kN / 8;  // the state's n-tiles of 8
 constexpr int kSmemMax = 232448 / 4;  // an H100's (and H200's) opt-in shared memory a block, in floats
 
+// Four cells a round with bf16 products copy C later (see the kernel): C apart from the cell set, in stages of
+// its own held A + 1 rounds rather than A + 3.
+template <int W, bool kSplit>
+constexpr bool kCLater = W == 4 && !kSplit;
+
 template <int W, bool kSplit, int A>
 struct RelayLayoutA {
+  static constexpr bool kCL = kCLater<W, kSplit>;
   static constexpr int kCTiles = (kParts<kSplit> / 2) * kTile / 2;  // C's bf16 tiles (head, rest), in floats
-  static constexpr int kCellSet = Stage<1>::kFloats + kCTiles, kBSet = kCTiles;
-  static constexpr int kCellStages = A + 3, kBStages = A + 1;
+  static constexpr int kCellSet = Stage<1>::kFloats + (kCL ? 0 : kCTiles), kBSet = kCTiles;
+  static constexpr int kCellStages = A + 3, kBStages = A + 1, kCStages = A + 1;
   static constexpr int kDelta = kNT * 32 * 4, kWords = (kSplit ? 2 : 1) * (kNT / 2) * 32 * 4;
   static constexpr int kBs = kCellStages * W * kCellSet;
-  static constexpr int kDeltas = kBs + kBStages * W * kBSet;
+  static constexpr int kCs = kBs + kBStages * W * kBSet;
+  static constexpr int kDeltas = kCs + (kCL ? kCStages * W * kCTiles : 0);
   static constexpr int kPubs = kDeltas + 2 * W * kDelta;
   static constexpr int kFloats = kPubs + 2 * W * kWords;
   static_assert(kTile % 2 == 0 && kCellSet % 4 == 0 && kVS % 8 == 0, "16-byte aligned stages and tile rows");
 };
-// Copies two rounds ahead where they fit, else one (split products).
+// Copies two rounds ahead where they fit, else one (split products; four cells a round).
 template <int W, bool kSplit>
 constexpr int kAhead = RelayLayoutA<W, kSplit, 2>::kFloats <= kSmemMax ? 2 : 1;
 template <int W, bool kSplit>
@@ -99,6 +113,7 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
   using Lay = RelayLayout<W, kSplit>;
   using St = Stage<1>;
   constexpr int A = kAhead<W, kSplit>;
+  constexpr bool kCL = kCLater<W, kSplit>;
   const int seq = blockIdx.x, h = blockIdx.y, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t start = p.start[seq];
   const int t0 = p.task0[seq], K = p.task0[seq + 1] - t0;
@@ -145,7 +160,11 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
   extern __shared__ __align__(16) float smem[];
   // Cell k's buffers (its round k / W, its warp k % W).
   auto cell_set = [&](int k) { return smem + ((k / W) % Lay::kCellStages * W + k % W) * Lay::kCellSet; };
-  auto c_tiles = [&](int k) { return reinterpret_cast<uint16_t*>(cell_set(k) + St::kFloats); };
+  auto c_tiles = [&](int k) {
+    if constexpr (kCL)
+      return reinterpret_cast<uint16_t*>(smem + Lay::kCs + ((k / W) % Lay::kCStages * W + k % W) * Lay::kCTiles);
+    else return reinterpret_cast<uint16_t*>(cell_set(k) + St::kFloats);
+  };
   auto b_tiles = [&](int k) {
     return reinterpret_cast<uint16_t*>(smem + Lay::kBs + ((k / W) % Lay::kBStages * W + k % W) * Lay::kBSet);
   };
@@ -178,6 +197,8 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
   // by a constant (issue_table_x_rows, issue_tiles_rows); the others the general ones.
   const bool aligned = (reinterpret_cast<std::uintptr_t>(xbc) & 15) == 0 && ld % 4 == 0;
   const int xoff = h * P + b.p0;
+  // With C later, issue_cell leaves C to issue_c.
+  constexpr TileSet kCellTiles = kCL ? TileSet::kB : TileSet::kCB;
   auto issue_cell = [&](int k) {
     const CellIn x = cell_at(k);
     if (x.j0 == 0 && x.L == kG && x.cs >= start) {
@@ -185,18 +206,42 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
       if (aligned) issue_table_x_rows<1, 32>(xbc + static_cast<std::size_t>(slot0) * ld, ld, xoff, table(k),
                                              cell_set(k), lane);
       else issue_table_x<1, 32>(b, x, table(k), cell_set(k), lane);
-      issue_tiles_rows<32, kSplit, kTile>(rows16 + ssd_tc_row16_offset(sh.groups, slot0, b.grp, 0, kSplit),
-                                          sh.groups, c_tiles(k), b_tiles(k), lane);
+      issue_tiles_rows<32, kSplit, kTile, kCellTiles>(
+          rows16 + ssd_tc_row16_offset(sh.groups, slot0, b.grp, 0, kSplit), sh.groups, kCL ? nullptr : c_tiles(k),
+          b_tiles(k), lane);
       return;
     }
     issue_table_x<1, 32>(b, x, table(k), cell_set(k), lane);
-    issue_tiles_apart<32, kSplit, kTile>(rows16, sh.groups, b.grp, start, b.src.row0, ring_slot, x, c_tiles(k),
-                                         b_tiles(k), lane);
+    issue_tiles_apart<32, kSplit, kTile, kCellTiles>(rows16, sh.groups, b.grp, start, b.src.row0, ring_slot, x,
+                                                     kCL ? nullptr : c_tiles(k), b_tiles(k), lane);
+  };
+  // C later (four cells a round, bf16 products: C held from its copy to the outputs made the stages too large for a
+  // block). The group an output warp commits at round r holds cell (r + A)·W + slot's table, x and B and cell
+  // (r + A − 2)·W + slot's C: cell k's C is issued at round k / W + 2 − A and lands by the cp_async_wait<A − 1>
+  // before round k / W + 2's barrier, the round its outputs read it, as the other copies land before their
+  // delta's round. Its C stage's next cell (A + 1 rounds later) is issued at round k / W + 3, after that round's
+  // barrier, so after cell k's outputs read it.
+  auto issue_c = [&](int k) {
+    const CellIn x = cell_at(k);
+    if (x.j0 == 0 && x.L == kG && x.cs >= start) {
+      const int slot0 = b.src.row0 + static_cast<int>(x.cs - start);
+      issue_tiles_rows<32, kSplit, kTile, TileSet::kC>(
+          rows16 + ssd_tc_row16_offset(sh.groups, slot0, b.grp, 0, kSplit), sh.groups, c_tiles(k), nullptr, lane);
+      return;
+    }
+    issue_tiles_apart<32, kSplit, kTile, TileSet::kC>(rows16, sh.groups, b.grp, start, b.src.row0, ring_slot, x,
+                                                      c_tiles(k), nullptr, lane);
+  };
+  // The C of round r's group of a slot's copies (r < 0: those issued before the first round).
+  auto issue_c_of = [&](int r, int slot) {
+    const int kc = (r + A - 2) * W + slot;
+    if (r + A >= 2 && kc < cells) issue_c(kc);
   };
   // The first A rounds' copies of a warp's slot, before its first round.
   auto issue_ahead = [&](int slot) {
     for (int a = 0; a < A; ++a) {
       if (a * W + slot < cells) issue_cell(a * W + slot);
+      if constexpr (kCL) issue_c_of(a - A, slot);
       commit();
     }
   };
@@ -240,6 +285,7 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
       __syncthreads();
       if constexpr (kOutputCopies) {
         if ((r + A) * W + slot < cells) issue_cell((r + A) * W + slot);
+        if constexpr (kCL) issue_c_of(r, slot);
         commit();
       }
       const int ko = (r - 2) * W + slot;
@@ -279,7 +325,8 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
       }
       finish<1, 1>(pd, nullptr, 0, lane, sh, h, b.p0, Dh, y);
     }
-    // Every barrier passed: the copies of the old ring landed (cell 0's, waited before round 0's barrier).
+    // Every barrier passed: the copies of the old ring landed (cell 0's, waited before round 0's barrier, its C
+    // with C later before round 2's).
     if constexpr (kOutputCopies) wait_all();
     ring((warp - W) * 32 + lane, std::integral_constant<int, 32 * W>{});
     return;
@@ -392,7 +439,8 @@ void ssd_tc_relay(int cell_warps, int chain_warps, bool split, const SsdShape& s
     case 1: by_chain(std::integral_constant<int, 1>{}); break;
     case 2: by_chain(std::integral_constant<int, 2>{}); break;
     case 3: by_chain(std::integral_constant<int, 3>{}); break;
-    default: throw Error("CUDA SSD tc relay: cell warps must be 1, 2 or 3, got " + std::to_string(cell_warps));
+    case 4: by_chain(std::integral_constant<int, 4>{}); break;
+    default: throw Error("CUDA SSD tc relay: cell warps must be 1, 2, 3 or 4, got " + std::to_string(cell_warps));
   }
 }
 
