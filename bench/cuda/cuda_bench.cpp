@@ -366,8 +366,8 @@ BENCHMARK(BM_CudaSsdTcPrefillWays)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-// The relay (ssd_tc_relay.cu) in place of the walk: arg2 its cell warps (1-3; 3 with bf16 products only), arg3 the
-// products (0 bf16, 1 split), arg4 its chain warps (1, 2, 4).
+// The relay (ssd_tc_relay.cu) in place of the walk: arg2 its cell warps (1-4; 3 and 4 with bf16 products only),
+// arg3 the products (0 bf16, 1 split), arg4 its chain warps (1, 2, 4).
 void BM_CudaSsdTcPrefillRelay(benchmark::State& state) {
   cuda::SsdTcWay w;
   w.cell_warps = static_cast<int>(state.range(2));
@@ -375,7 +375,7 @@ void BM_CudaSsdTcPrefillRelay(benchmark::State& state) {
   tc_prefill(state, w, tc_products(state.range(3)), true);
 }
 BENCHMARK(BM_CudaSsdTcPrefillRelay)
-    ->ArgsProduct({{1, 2, 8, 32}, {16}, {1, 2, 3}, {0}, {1, 2, 4}})
+    ->ArgsProduct({{1, 2, 8, 32}, {16}, {1, 2, 3, 4}, {0}, {1, 2, 4}})
     ->ArgsProduct({{1, 2, 8, 32}, {16}, {1, 2}, {1}, {1, 2, 4}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
