@@ -368,11 +368,18 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
       const float decay = cell_set(k)[St::kTab + kTabDecay];
       const float* D = deltas(k) + nt0 * 32 * 4;
       float4 dv[CT];
+      // Nine warps are checked for registers as twelve (a block's warps round up to the SM's four partitions):
+      // 168 a thread, where one chain warp's S, deltas and words took 177-179 (W ≤ 3) and spilled 8 bytes. So at
+      // W = 4 with one chain warp half of the deltas are read after the words (ptxas, sm_90a: 165, no spill).
+      constexpr int kEarly = W == 4 && KC == 1 ? CT / 2 : CT;
 #pragma unroll
-      for (int j = 0; j < CT; ++j)
+      for (int j = 0; j < kEarly; ++j)
         dv[j] = c.fold ? *reinterpret_cast<const float4*>(D + (j * 32 + lane) * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
       if (kSplit && !bf16) publish(k, std::true_type{});
       else publish(k, std::false_type{});
+#pragma unroll
+      for (int j = kEarly; j < CT; ++j)
+        dv[j] = c.fold ? *reinterpret_cast<const float4*>(D + (j * 32 + lane) * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
       if (!c.fold) continue;  // a cell the call does not complete keeps the state (it is the call's last)
       auto fold = [&](auto bf16c) {
 #pragma unroll
