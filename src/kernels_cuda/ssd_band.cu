@@ -13,6 +13,7 @@
 #include "kernels_cuda/programmatic_launch.cuh"
 #include "kernels_cuda/ptx.cuh"
 #include "kernels_cuda/smem_limit.h"
+#include "kernels_cuda/ssd_band_rows.cuh"
 #include "kernels_cuda/ssd_device.cuh"
 #include "kernels_cuda/ssd_tc_kernels.h"
 #include "kernels_cuda/ssd_tc_steps.cuh"
@@ -50,29 +51,6 @@ __device__ __forceinline__ void copy4_async(float* dst, const float* row, int c,
     ptx::cp_async16(dst, row + c);
   else
     copy4(dst, row, c, n_end);
-}
-
-// The tensor-core walk's bf16 rows (ssd_tc_kernels.h) of a run's rows, from the fp32 copies in shared memory:
-// C and B of rows r .. r+m-1, and at the sequence's first row also the ring's B rows before it (the window's
-// first 15). The values are convert()'s (ssd_tc_cells.cuh): the same pack and pack_rest of the same floats.
-template <int kParts>
-__device__ void store_rows16(const float* Cs, const float* Bw, int Np, int m, int r, int pre, int ring_slot,
-                             int groups, int grp, uint16_t* rows16) {
-  constexpr int kUnits = kN / 4;
-  const int rows = 2 * m + pre;  // C rows, then B: the ring's `pre` rows, then the run's
-  for (int u = threadIdx.x; u < rows * kUnits; u += kThreads) {
-    const int i = u / kUnits, v = u % kUnits;
-    const bool c = i < m;
-    const int b = i - m;  // B's row in the window from its first kept row
-    const float* src = c ? Cs + i * Np + 4 * v : Bw + (kSsdTcRingRows - pre + b) * Np + 4 * v;
-    const int slot = c ? r + i : b < pre ? ring_slot + kSsdTcRingRows - pre + b : r + b - pre;
-    const int part = c ? 0 : 1;
-    const float4 f = *reinterpret_cast<const float4*>(src);
-    uint16_t* dst = rows16 + ssd_tc_row16_offset(groups, slot, grp, part, kParts == 4) + 4 * v;
-    *reinterpret_cast<uint2*>(dst) = make_uint2(pack(f.x, f.y), pack(f.z, f.w));
-    if constexpr (kParts == 4)
-      *reinterpret_cast<uint2*>(dst + 2 * 128) = make_uint2(pack_rest(f.x, f.y), pack_rest(f.z, f.w));
-  }
 }
 
 template <int kParts, bool kReleaseNext>
@@ -134,7 +112,8 @@ __global__ void __launch_bounds__(kThreads) band_kernel(SsdShape sh, ScanGrid g,
       if constexpr (kParts > 0) {
         // At the sequence's first row the window's first 15 B rows are the ring's (zeros before position 0).
         const int pre = s_a == start ? kSsdTcRingRows : 0;
-        store_rows16<kParts>(Cs, Bw, Np, m, r, pre, p.num_rows + kSsdTcRingRows * seq, sh.groups, grp, rows16);
+        store_rows16<kParts, kThreads>(Cs, Bw, Np, m, r, pre, p.num_rows + kSsdTcRingRows * seq, sh.groups, grp,
+                                       rows16);
       }
     }
     r = rb;
