@@ -1,14 +1,15 @@
 // The tensor-core walk's table pass (ssd_tc.h): every cell's coefficient table, formed before the
 // walk, one warp a (cell task, head): cum (warp_cell_cum), coef[t][i] = row_weight·band already packed as the
 // intra product's m16k16 fragment (bf16 head and rest), w_i, exp(cum_t) and the decay: the fp32 values every
-// other path forms, by the same ssd_device.cuh helpers. The walk copies a cell's table (1,168 bytes) with its
-// inputs, so no shuffle chain or exp runs on its serial chain.
+// other path forms, by the same ssd_device.cuh helpers (form_table, ssd_tc_table.cuh, which the one-launch way
+// shares). The walk copies a cell's table (1,168 bytes) with its inputs, so no shuffle chain or exp runs on its
+// serial chain.
 #include <cstdint>
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/programmatic_launch.cuh"
-#include "kernels_cuda/ssd_tc_cells.cuh"
 #include "kernels_cuda/ssd_tc_kernels.h"
+#include "kernels_cuda/ssd_tc_table.cuh"
 
 namespace parity::cuda {
 namespace ssd {
@@ -63,41 +64,7 @@ __global__ void __launch_bounds__(32 * kTableWarps)
     reinterpret_cast<float4*>(bnd)[a * 32 + lane] = live[a] ? bv[a] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   __syncwarp();
   const float Ah = A[h];
-  const int L = c.L;
-  const float d = lane < L ? cum_term(dts[lane], Ah) : 0.0f;
-  float total;
-  const float cl = warp_cell_cum<kG>(d, L, lane, &total);
-#pragma unroll
-  for (int a = 0; a < kG * kG / 32; ++a) {
-    const int e = a * 32 + lane, t = e / kG, i = e % kG;
-    const float cti = __shfl_sync(0xffffffffu, cl, t), cii = __shfl_sync(0xffffffffu, cl, i);
-    float v = 0.0f;
-    if (t >= c.j0 && t < L && i <= t) v = row_weight(cti, cii, dts[i]) * bnd[t * kG + (t - i)];
-    coef[t][i] = v;
-  }
-  __syncwarp();
-  uint32_t* out = tables + (static_cast<std::size_t>(task) * sh.H + h) * kTabWords;
-  // Word w = l·4 + r of the m16k16 fragment (l its lane): rows g (+8 for odd r), columns 2q, 2q+1 (+8 for r ≥ 2).
-#pragma unroll
-  for (int a = 0; a < 4; ++a) {
-    const int w = a * 32 + lane;
-    const int fl = w / 4, r = w % 4, gg = fl / 4, q = fl % 4;
-    const int row = gg + 8 * (r & 1), col = 2 * q + 8 * (r >> 1);
-    out[kTabHi + w] = pack(coef[row][col], coef[row][col + 1]);
-    out[kTabLo + w] = pack_rest(coef[row][col], coef[row][col + 1]);
-  }
-  {  // w (lanes 0..15, zero where the cell does not fold), exp(cum) (16..31), the decay
-    const int r = lane & 15;
-    const float cr = __shfl_sync(0xffffffffu, cl, r);
-    float we = 0.0f;
-    if (lane < 16) {
-      if (c.fold && r < L) we = row_weight(total, cr, dts[r]);
-    } else if (r < L) {
-      we = exp_f(cr);
-    }
-    out[kTabW + lane] = __float_as_uint(we);
-    if (lane < 4) out[kTabDecay + lane] = lane == 0 ? __float_as_uint(exp_f(total)) : 0u;
-  }
+  form_table(c, Ah, dts, bnd, coef, tables, task, sh.H, h, lane);
 }
 
 }  // namespace
