@@ -1,7 +1,8 @@
 // The exact grid's SSD with the cell walk's products on tensor cores (ssd_tc.h says what it computes). This
 // file holds the launches: the band (C·B, fp32, the existing launch), the table pass
 // (ssd_tc_tables.cu), the walk (ssd_tc_walk.cu) or the relay (ssd_tc_relay.cu), and the replay ring. The
-// band's launch also converts C and B to the bf16 rows both take.
+// band's launch also converts C and B to the bf16 rows both take. SsdTcWay::tables = 1 takes one launch for the band,
+// the tables and the bf16 rows instead (ssd_tc_cell_band.cu).
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -100,6 +101,9 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
   if (g.products == ScanProducts::float32) throw Error("CUDA SSD tc: the grid asks for fp32 products (ssd_scan's)");
   if (scratch_floats < ssd_tc_scratch_floats(sh, p, g))
     throw Error("CUDA SSD tc: scratch smaller than ssd_tc_scratch_floats()");
+  if (way.tables != 0 && way.tables != 1)
+    throw Error("CUDA SSD tc: way.tables must be 0 (band, then table pass) or 1 (one launch), got " +
+                std::to_string(way.tables));
   const bool split = g.products == ScanProducts::split;
   if (p.num_decode_seqs > 0) ssd_tc_decode(split, sh, g, p, xbc, ld_xbc, dt, A, D, st, y, s);
   if (p.num_cell_tasks <= 0) return;
@@ -108,8 +112,13 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
   float* tables = scratch + band_floats(sh, p, g);
   uint16_t* rows16 = reinterpret_cast<uint16_t*>(tables + tables_floats(sh, p));
   const bool pdl = way.programmatic || ssd_tc_programmatic();
-  ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s, rows16, split, pdl);
-  ssd_tc_tables(sh, g, p, xbc, ld_xbc, dt, A, st, scratch, tables, s, pdl);
+  if (way.tables == 1) {
+    // The band stays on chip; the one launch is ordinary, so a programmatic relay after it waits for all of it.
+    ssd_tc_cell_band(split, sh, g, p, xbc, ld_xbc, dt, A, st, tables, rows16, s);
+  } else {
+    ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s, rows16, split, pdl);
+    ssd_tc_tables(sh, g, p, xbc, ld_xbc, dt, A, st, scratch, tables, s, pdl);
+  }
   const int cw = relay_warps(sh, p, g, way);
   const int kc = way.chain_warps > 0 ? way.chain_warps : d.chain_warps > 0 ? d.chain_warps : 1;
   if (cw > 0) ssd_tc_relay(cw, kc, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, rows16, y, s, pdl);

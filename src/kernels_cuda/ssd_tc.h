@@ -33,10 +33,16 @@ using kernels::ScanProducts;
 // programmatic: the table pass and the relay launch programmatically (programmatic_launch.cuh) after the launch
 // before them, the band letting the table pass be scheduled at its start; each waits on the device before it reads
 // what the one before it writes. Only the gaps between the launches change, never a value (session 53: written and
-// compiled, not yet run on a GPU, so off by default; the walk's launches stay ordinary either way).
+// compiled, not yet run on a GPU, so off by default; the walk's launches, and with tables = 1 the one launch before
+// the relay, stay ordinary).
 struct SsdTcWay {
   int warps_p = 0, warps_n = 0, cell_warps = 0, chain_warps = 0;
   bool programmatic = false;
+  // How the band's dots and the tables are formed before the walk or the relay (the same bits either way): 0 two
+  // launches, the band then the table pass (the default, what has run on GPUs); 1 one launch, a block a (cell
+  // task, group) holding its dots in shared memory (ssd_tc_cell_band.cu; session 53, compiled, not yet run on a
+  // GPU). Other values throw.
+  int tables = 0;
 };
 
 // G = 16, N = 128, P a multiple of 16, H a multiple of groups (the walk's only shape family).
@@ -52,7 +58,8 @@ SsdTcWay ssd_tc_default_way(const SsdShape& sh, int seqs, ScanProducts products)
 std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g);
 
 // ssd_scan for exact passes (plain mode's SSU sequences throw), with ssd_tc_scratch_floats(sh, p, g) of scratch.
-// Multi-row calls take four launches (band, tables, the tensor-core walk or the relay, ring); one-row calls one more,
+// Multi-row calls take four launches (band, tables, the tensor-core walk or the relay, ring; way.tables 1 forms the
+// band and the tables in one); one-row calls one more,
 // the decode on the walk's steps (ssd_tc_decode.cu), so a decoded row has the bits a prefill gives it.
 void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld_xbc, const float* dt,
                  const float* A, const float* D, SsdState st, float* scratch, std::size_t scratch_floats, float* y,

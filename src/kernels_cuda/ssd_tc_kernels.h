@@ -32,6 +32,12 @@ inline std::size_t ssd_tc_rows16_floats(const SsdShape& sh, const PassSeqs& p, b
   return ssd_tc_row16_offset(sh.groups, slots > 0 ? slots : 0, 0, 0, split) / 2;
 }
 
+// The band's dots, the tables and the bf16 rows in one launch (ssd_tc_cell_band.cu; SsdTcWay::tables = 1): what
+// ssd::launch_band with rows16 and ssd_tc_tables write to tables and rows16, with the same bits; the band itself
+// stays in shared memory.
+void ssd_tc_cell_band(bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
+                      const float* dt, const float* A, SsdState st, float* tables, uint16_t* rows16, cudaStream_t s);
+
 // The walk with warps_p × warps_n warps a block; C and B from the band's bf16 rows.
 void ssd_tc_walk(int warps_p, int warps_n, bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
                  const float* xbc, int ld, const float* dt, const float* D, SsdState st, const float* tables,
