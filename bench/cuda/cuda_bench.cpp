@@ -393,6 +393,19 @@ BENCHMARK(BM_CudaSsdTcPrefillProgrammatic)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The band and the tables in one launch (arg3 1: SsdTcWay::tables, ssd_tc_cell_band.cu) or two (0: the band, then
+// the table pass), each way otherwise the default for its size; arg2 the products (0 bf16, 1 split). Device time, as
+// BM_CudaSsdTcPrefillDevice.
+void BM_CudaSsdTcPrefillTables(benchmark::State& state) {
+  cuda::SsdTcWay w;
+  w.tables = static_cast<int>(state.range(3));
+  tc_prefill(state, w, tc_products(state.range(2)), true);
+}
+BENCHMARK(BM_CudaSsdTcPrefillTables)
+    ->ArgsProduct({{1, 2, 8}, {16}, {0, 1}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // Device time of one layer's prefill of batch × 2048 tokens on grid g with `which`.
 // Counter TFLOPs: the scan's main products, 2·2·P·N flops per row and head (C·S_start and the cell's
 // sum), per second; the H200's fp32 FMA peak is about 67 TFLOP/s.

@@ -440,6 +440,38 @@ TEST(CudaSsdTc, TheLaunchSwitchIsCheckedAndTaken) {
   ::unsetenv("PARITY_CUDA_TC_LAUNCH");
 }
 
+// The band and the tables in one launch (SsdTcWay::tables = 1, ssd_tc_cell_band.cu) against the two launches (band,
+// then table pass): the same dots, tables and bf16 rows, so the walk and the relay give the same bits on every
+// schedule (calls starting inside cells, decode rows between them: the ring rows and the stagger's partial cells).
+TEST(CudaSsdTc, TheOneLaunchTablesHaveTheTwoLaunchesBits) {
+  PARITY_REQUIRE_GPU();
+  const cuda::ScanGrid g{true, 16, true};
+  int si = 0;
+  for (const Shape& sh : {Shape{8, 64, 128, 1}, Shape{6, 32, 128, 2, 0}})
+    for (bool bf16 : test::bf16_sweep(si++))
+      for (ScanProducts prod : {ScanProducts::bfloat16, ScanProducts::split}) {
+        const int T = test::pick(300, 100), slots = 3;
+        const Inputs in = make_inputs(sh, slots, T);
+        const std::string what = sweep_case(sh, bf16, prod);
+        for (const auto& [wname, two] : {std::pair<const char*, Path>{"walk", tc(1, 1, prod)},
+                                         {"relay", Path{prod, {0, 0, 2, 2}}}}) {
+          Path one = two;
+          one.way.tables = 1;
+          for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(slots, T)},
+                                              {"uneven", uneven(slots, T)},
+                                              {"decoding", decoding(slots, T)}}) {
+            EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, one), run(sh, g, bf16, T, in, sched, two)))
+                << what << " " << wname << " schedule " << sname;
+          }
+          Inputs in2 = in;
+          in2.xbc[1][std::size_t(40) * sh.ld() + 2 * sh.P + 3] *= 1.01f;  // slot 1, row 40, head 2, p 3
+          const Result changed = run(sh, g, bf16, T, in2, whole(slots, T), one);
+          EXPECT_FALSE(same_bits(changed, run(sh, g, bf16, T, in, whole(slots, T), two)))
+              << what << " " << wname << " (companion)";
+        }
+      }
+}
+
 // Companions. The error check sees a wrong D skip (the tc walk with every D one larger than the fp32
 // walk's: y off by x), and the bit checks see one x value changed by 1 % (that row's output changes first,
 // and the state; a change in the fourth digit, below bf16's resolution, left the state's bits as they
