@@ -58,23 +58,22 @@ PassPlan::PassPlan(const std::vector<SeqSpan>& seqs, const ScanGrid& grid, const
 PassSeqs PassPlan::upload(DeviceBuffer<int32_t>& ints, DeviceBuffer<int64_t>& starts) const {
   ints.upload(ints_);
   starts.upload(starts_);
-  return view(ints, starts);
+  return view(ints.data(), starts.data());
 }
 
 PassSeqs PassPlan::upload(DeviceBuffer<int32_t>& ints, DeviceBuffer<int64_t>& starts, PinnedBuffer<int32_t>& h_ints,
                           PinnedBuffer<int64_t>& h_starts, cudaStream_t s) const {
   upload_async(ints_, h_ints, ints, s);
   upload_async(starts_, h_starts, starts, s);
-  return view(ints, starts);
+  return view(ints.data(), starts.data());
 }
 
-PassSeqs PassPlan::view(const DeviceBuffer<int32_t>& ints, const DeviceBuffer<int64_t>& starts) const {
-  const int32_t* d = ints.data();
+PassSeqs PassPlan::view(const int32_t* d, const int64_t* starts) const {
   PassSeqs p;
   p.num_seqs = num_seqs_;
   p.num_rows = num_rows_;
   p.slot = d + o_slot_;
-  p.start = starts.data();
+  p.start = starts;
   p.n = d + o_n_;
   p.row0 = d + o_row0_;
   p.row_seq = d + o_rowseq_;

@@ -28,13 +28,16 @@ class PassPlan {
   PassSeqs upload(DeviceBuffer<int32_t>& ints, DeviceBuffer<int64_t>& starts, PinnedBuffer<int32_t>& h_ints,
                   PinnedBuffer<int64_t>& h_starts, cudaStream_t s) const;
 
+  // The kernels' view over the plan's host copy (tests: the cell tasks' arithmetic run on the CPU).
+  PassSeqs host_view() const { return view(ints_.data(), starts_.data()); }
+
   std::size_t tokens_offset() const { return 0; }
   std::size_t extra_offset() const { return o_extra_; }
   std::size_t new_slots_offset() const { return o_new_; }
   int num_new_slots() const { return num_new_; }
 
  private:
-  PassSeqs view(const DeviceBuffer<int32_t>& ints, const DeviceBuffer<int64_t>& starts) const;
+  PassSeqs view(const int32_t* ints, const int64_t* starts) const;
 
   std::vector<int32_t> ints_;
   std::vector<int64_t> starts_;

@@ -19,7 +19,7 @@ struct Cell {
 // v mod cell, in [0, cell): a mask where the cell is a power of two (every grid the engine runs), the remainder
 // otherwise. Index arithmetic only; a 64-bit remainder is a long routine on the GPU (session 48: the table pass,
 // 1,100 instructions a warp, took two).
-__device__ __forceinline__ int cell_mod(int64_t v, int cell) {
+PARITY_HD __forceinline__ int cell_mod(int64_t v, int cell) {
   if ((cell & (cell - 1)) == 0) return static_cast<int>(v & (cell - 1));
   const int64_t r = v % cell;
   return static_cast<int>(r < 0 ? r + cell : r);
@@ -28,13 +28,13 @@ __device__ __forceinline__ int cell_mod(int64_t v, int cell) {
 // Head h's stagger offset: kernels/exact_grid.h's ExactGrid::offset, a rank's heads numbered as in
 // the whole mixer. 32-bit arithmetic (heads · cell is far below 2^31; a 64-bit division is a long
 // serial routine on the GPU).
-__device__ inline int head_offset(const ScanGrid& g, int h, int H) {
+PARITY_HD inline int head_offset(const ScanGrid& g, int h, int H) {
   const int all = g.model_heads > 0 ? g.model_heads : H;
   return g.exact && g.stagger ? cell_mod((g.first_head + h) * g.cell / all, g.cell) : 0;
 }
 
 // The k-th cell of head h that a call starting at `start` touches.
-__device__ inline Cell call_cell(const ScanGrid& g, int h, int H, int64_t start, int k) {
+PARITY_HD inline Cell call_cell(const ScanGrid& g, int h, int H, int64_t start, int k) {
   int64_t cs, ce;
   if (g.exact) {
     const int o = head_offset(g, h, H);
@@ -91,7 +91,8 @@ __device__ inline RowSource source_of(const SsdShape& sh, const ScanGrid& g, con
 }
 
 // One cell task (sequence, k-th cell of its call) of one head: the cell, the call's rows in it,
-// and whether the call folds it (exact: the call completes it; plain: every cell).
+// and whether the call folds it (exact: the call completes it; plain: every cell). Host too, with
+// call_cell: tests run it over PassPlan::host_view().
 struct CellTask {
   int seq, k;
   Cell c;
@@ -101,7 +102,7 @@ struct CellTask {
   bool live, fold;
 };
 
-__device__ inline CellTask cell_task(const ScanGrid& g, const PassSeqs& p, int task, int h, int H) {
+PARITY_HD inline CellTask cell_task(const ScanGrid& g, const PassSeqs& p, int task, int h, int H) {
   CellTask t;
   t.seq = p.cell_task[2 * task];
   t.k = p.cell_task[2 * task + 1];

@@ -18,15 +18,18 @@
 #include <exception>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "backend_cuda/backend.h"
 #include "kernels_cuda/device_buffer.h"
 #include "kernels_cuda/pass_plan.h"
 #include "kernels_cuda/ssd_prefill.h"
 #include "kernels_cuda/ssd_tc.h"
+#include "kernels_cuda/ssd_tc_kernels.h"
 #include "kernels_cuda/stream.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
+#include "tests/cuda/cell_band_cover.h"
 #include "tests/cuda/gpu_test_support.h"
 #include "tests/cuda/ssd_scan_memory.h"
 #include "tests/cuda/wgmma_chain.h"
@@ -470,6 +473,61 @@ TEST(CudaSsdTc, TheOneLaunchTablesHaveTheTwoLaunchesBits) {
               << what << " " << wname << " (companion)";
         }
       }
+}
+
+// What the one launch's blocks rest on, checked on the CPU (no GPU needed) with the planner's tasks and the kernels'
+// own cell_task (tests/cuda/cell_band_cover.cu): every row of every multi-row call gets its bf16 C and B from
+// exactly one block a group (its group's first head's cell), the ring's rows before a call from one, none for a
+// one-row call (it has no tasks); a block's window holds at most 31 call rows and its B rows at most 46 from its
+// first source row (the kernel's static buffers); every live head's cell lies inside what its block stages. Calls
+// starting at every offset in and around the first cells, lengths across cell edges, one and two groups, up to 80
+// heads, staggered or not, and a tensor-parallel rank's heads (their offsets from the whole mixer). Companion: with
+// every head's cell writing its rows, rows are written more than once.
+TEST(CudaSsdTc, TheOneLaunchBlocksPartitionTheRowsAndFitTheirBuffers) {
+  struct Heads {
+    int H, groups, first_head, model_heads;
+  };
+  const Heads heads[] = {{8, 1, 0, 0}, {6, 2, 0, 0}, {32, 1, 0, 0}, {80, 2, 0, 0}, {8, 1, 8, 16}, {6, 2, 6, 12}};
+  const int64_t starts[] = {0, 1, 5, 15, 16, 17, 31, 33, 50, 69};
+  const int lengths[] = {2, 3, 15, 16, 17, 31, 32, 33, 47, 69};
+  int passes = 0, seen_duplicate = 0, max_window = 0, max_span = 0;
+  for (const Heads& hd : heads)
+    for (bool stagger : {true, false})
+      for (int64_t start : starts)
+        for (int n : lengths) {
+          cuda::ScanGrid g{true, 16, stagger};
+          g.first_head = hd.first_head;
+          g.model_heads = hd.model_heads;
+          // A pass of three calls: this one, a one-row decode, and another starting 7 rows later and 5 longer.
+          const std::vector<cuda::SeqSpan> spans{{0, start, n}, {1, 40, 1}, {2, start + 7, n + 5}};
+          const cuda::PassPlan plan(spans, g);
+          const cuda::PassSeqs p = plan.host_view();
+          const test::CellBandCover cv = test::cell_band_cover(g, p, hd.H, hd.groups);
+          const std::string what = "H " + std::to_string(hd.H) + " groups " + std::to_string(hd.groups) +
+                                   " first head " + std::to_string(hd.first_head) + (stagger ? "" : " unstaggered") +
+                                   " start " + std::to_string(start) + " n " + std::to_string(n);
+          for (int grp = 0; grp < hd.groups; ++grp)
+            for (int seq = 0; seq < p.num_seqs; ++seq) {
+              const bool tasks = p.task0[seq + 1] > p.task0[seq];
+              EXPECT_EQ(cv.ring_writes[std::size_t(grp) * p.num_seqs + seq], tasks ? 1 : 0) << what << " seq " << seq;
+              for (int r = p.row0[seq]; r < p.row0[seq] + p.n[seq]; ++r)
+                ASSERT_EQ(cv.row_writes[std::size_t(grp) * p.num_rows + r], tasks ? 1 : 0)
+                    << what << " group " << grp << " row " << r;
+            }
+          EXPECT_LE(cv.max_window, 2 * 16 - 1) << what;
+          EXPECT_LE(cv.max_span, 2 * 16 - 1 + cuda::kSsdTcRingRows) << what;
+          EXPECT_EQ(cv.outside, 0) << what;
+          max_window = std::max(max_window, cv.max_window);
+          max_span = std::max(max_span, cv.max_span);
+          const test::CellBandCover all = test::cell_band_cover(g, p, hd.H, hd.groups, true);
+          if (std::any_of(all.row_writes.begin(), all.row_writes.end(), [](int w) { return w > 1; })) ++seen_duplicate;
+          ++passes;
+        }
+  // Every case has several heads a group, whose cells cover the same rows: writing every head's writes some twice.
+  EXPECT_EQ(seen_duplicate, passes);
+  std::printf("[one launch] %d passes: windows up to %d call rows, B spans up to %d rows\n", passes, max_window,
+              max_span);
+  EXPECT_EQ(max_window, 31);  // the bounds are reached: the sweep holds the worst cases
 }
 
 // Companions. The error check sees a wrong D skip (the tc walk with every D one larger than the fp32
