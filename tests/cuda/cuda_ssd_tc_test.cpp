@@ -380,8 +380,8 @@ TEST(CudaSsdTc, TheRelayHasTheWalksBits) {
 
 // The programmatic way (SsdTcWay::programmatic: the band lets the table pass start early, the table pass and the
 // relay wait on the device for the launch before them) has the ordinary launches' bits, and leaves the same state and
-// ring: the relay's default shapes and one cell warp with one chain warp, every schedule, both products and state
-// dtypes, one and two groups. What a launch reads before its wait (metadata, dt, the state) must be what no launch
+// ring: the relay's default shapes (also after the one-launch band and tables) and one cell warp with one chain warp,
+// every schedule, both products and state dtypes, one and two groups. What a launch reads before its wait (metadata, dt, the state) must be what no launch
 // still running writes; a read of the tables or the bf16 rows moved before its wait would, where it ran ahead of the
 // launch before, take what the scratch held (the pass before's tables) and show here as other bits, though a race
 // need not show on every run. Companion: the same check on an input changed by 1 % fails.
@@ -395,17 +395,20 @@ TEST(CudaSsdTc, ProgrammaticLaunchesHaveTheOrdinaryBits) {
         const int T = test::pick(300, 100), slots = 3;
         const Inputs in = make_inputs(sh, slots, T);
         const std::string what = sweep_case(sh, bf16, prod);
-        const int cws[] = {1, prod == ScanProducts::split ? 2 : 3};
-        for (int cw : cws)
+        // (cell warps, chain warps, tables): one cell a round; the default shape; the default shape after the band
+        // and tables' one launch (an ordinary launch, then the relay programmatically).
+        const int wide = prod == ScanProducts::split ? 2 : 3;
+        const int ways[][3] = {{1, 1, 0}, {wide, 2, 0}, {wide, 2, 1}};
+        for (const auto& [cw, kc, tables] : ways)
           for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(slots, T)},
                                               {"uneven", uneven(slots, T)},
                                               {"decoding", decoding(slots, T)}}) {
-            const int kc = cw == 1 ? 1 : 2;
-            const Result ordinary = run(sh, g, bf16, T, in, sched, {prod, {0, 0, cw, kc}});
             cuda::SsdTcWay way{0, 0, cw, kc};
+            way.tables = tables;
+            const Result ordinary = run(sh, g, bf16, T, in, sched, {prod, way});
             way.programmatic = true;
             EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, {prod, way}), ordinary))
-                << what << " cell warps " << cw << " schedule " << sname;
+                << what << " cell warps " << cw << " tables " << tables << " schedule " << sname;
             if (cw == 1 && std::string(sname) == "whole") {
               Inputs in2 = in;
               in2.xbc[2][std::size_t(70) * sh.ld() + sh.P + 1] *= 1.01f;  // slot 2, row 70, head 1, p 1
