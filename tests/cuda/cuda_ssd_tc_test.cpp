@@ -346,6 +346,23 @@ TEST(CudaSsdTc, DecodedRowsHaveTheWalksBits) {
       }
 }
 
+// The bit tests' sweep: both shapes (one group with P 64; two groups with P 32 and unaligned rows), both state dtypes
+// (test::bf16_sweep), both products; 3 slots of T rows each. f(sh, bf16, prod, T, slots, inputs, what).
+template <class F>
+void for_each_case(F&& f) {
+  int si = 0;
+  for (const Shape& sh : {Shape{8, 64, 128, 1}, Shape{6, 32, 128, 2, 0}})
+    for (bool bf16 : test::bf16_sweep(si++))
+      for (ScanProducts prod : {ScanProducts::bfloat16, ScanProducts::split}) {
+        const int T = test::pick(300, 100), slots = 3;
+        f(sh, bf16, prod, T, slots, make_inputs(sh, slots, T), sweep_case(sh, bf16, prod));
+      }
+}
+// Whole calls, calls starting inside cells, and one-row calls beside prefills.
+std::vector<std::pair<const char*, Schedule>> schedules(int slots, int T) {
+  return {{"whole", whole(slots, T)}, {"uneven", uneven(slots, T)}, {"decoding", decoding(slots, T)}};
+}
+
 // The relay (ssd_tc_relay.cu: one to four cells a round formed in parallel, the fold chained by 1, 2 or 4 warps) has
 // the walk's bits: every schedule (whole calls, calls starting inside cells, calls of one row beside prefills),
 // both products, both state dtypes, one and two groups, P of 64 and 32. Companion: the relay's own run on an
@@ -353,69 +370,56 @@ TEST(CudaSsdTc, DecodedRowsHaveTheWalksBits) {
 TEST(CudaSsdTc, TheRelayHasTheWalksBits) {
   PARITY_REQUIRE_GPU();
   const cuda::ScanGrid g{true, 16, true};
-  int si = 0;
-  for (const Shape& sh : {Shape{8, 64, 128, 1}, Shape{6, 32, 128, 2, 0}})
-    for (bool bf16 : test::bf16_sweep(si++))
-      for (ScanProducts prod : {ScanProducts::bfloat16, ScanProducts::split}) {
-        const int T = test::pick(300, 100), slots = 3;
-        const Inputs in = make_inputs(sh, slots, T);
-        const Result ref = run(sh, g, bf16, T, in, whole(slots, T), tc(1, 1, prod));
-        const std::string what = sweep_case(sh, bf16, prod);
-        for (int cw : {1, 2, 3, 4})
-          for (int kc : {1, 2, 4})
-            for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(slots, T)},
-                                                {"uneven", uneven(slots, T)},
-                                                {"decoding", decoding(slots, T)}}) {
-              if (cw >= 3 && prod == ScanProducts::split) continue;  // its stages do not fit a block
-              const Path relay{prod, {0, 0, cw, kc}};
-              EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, relay), ref))
-                  << what << " cell warps " << cw << " chain warps " << kc << " schedule " << sname;
-            }
-        Inputs in2 = in;
-        in2.xbc[1][std::size_t(40) * sh.ld() + 2 * sh.P + 3] *= 1.01f;  // slot 1, row 40, head 2, p 3
-        EXPECT_FALSE(same_bits(run(sh, g, bf16, T, in2, whole(slots, T), {prod, {0, 0, 2}}), ref))
-            << what << " (companion)";
-      }
+  for_each_case([&](const Shape& sh, bool bf16, ScanProducts prod, int T, int slots, const Inputs& in,
+                    const std::string& what) {
+    const Result ref = run(sh, g, bf16, T, in, whole(slots, T), tc(1, 1, prod));
+    for (int cw : {1, 2, 3, 4})
+      for (int kc : {1, 2, 4})
+        for (const auto& [sname, sched] : schedules(slots, T)) {
+          if (cw >= 3 && prod == ScanProducts::split) continue;  // its stages do not fit a block
+          const Path relay{prod, {0, 0, cw, kc}};
+          EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, relay), ref))
+              << what << " cell warps " << cw << " chain warps " << kc << " schedule " << sname;
+        }
+    Inputs in2 = in;
+    in2.xbc[1][std::size_t(40) * sh.ld() + 2 * sh.P + 3] *= 1.01f;  // slot 1, row 40, head 2, p 3
+    EXPECT_FALSE(same_bits(run(sh, g, bf16, T, in2, whole(slots, T), {prod, {0, 0, 2}}), ref))
+        << what << " (companion)";
+  });
 }
 
 // The programmatic way (SsdTcWay::programmatic: the band lets the table pass start early, the table pass and the
 // relay wait on the device for the launch before them) has the ordinary launches' bits, and leaves the same state and
 // ring: the relay's default shapes (also after the one-launch band and tables) and one cell warp with one chain warp,
-// every schedule, both products and state dtypes, one and two groups. What a launch reads before its wait (metadata, dt, the state) must be what no launch
-// still running writes; a read of the tables or the bf16 rows moved before its wait would, where it ran ahead of the
-// launch before, take what the scratch held (the pass before's tables) and show here as other bits, though a race
-// need not show on every run. Companion: the same check on an input changed by 1 % fails.
+// every schedule, both products and state dtypes, one and two groups. What a launch reads before its wait
+// (metadata, dt, the state) must be what no launch still running writes; a read of the tables or the bf16 rows moved
+// before its wait would, where it ran ahead of the launch before, take what the scratch held (the pass before's
+// tables) and show here as other bits, though a race need not show on every run. Companion: the same check on an
+// input changed by 1 % fails.
 TEST(CudaSsdTc, ProgrammaticLaunchesHaveTheOrdinaryBits) {
   PARITY_REQUIRE_GPU();
   const cuda::ScanGrid g{true, 16, true};
-  int si = 0;
-  for (const Shape& sh : {Shape{8, 64, 128, 1}, Shape{6, 32, 128, 2, 0}})
-    for (bool bf16 : test::bf16_sweep(si++))
-      for (ScanProducts prod : {ScanProducts::bfloat16, ScanProducts::split}) {
-        const int T = test::pick(300, 100), slots = 3;
-        const Inputs in = make_inputs(sh, slots, T);
-        const std::string what = sweep_case(sh, bf16, prod);
-        // (cell warps, chain warps, tables): one cell a round; the default shape; the default shape after the band
-        // and tables' one launch (an ordinary launch, then the relay programmatically).
-        const int wide = prod == ScanProducts::split ? 2 : 3;
-        const int ways[][3] = {{1, 1, 0}, {wide, 2, 0}, {wide, 2, 1}};
-        for (const auto& [cw, kc, tables] : ways)
-          for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(slots, T)},
-                                              {"uneven", uneven(slots, T)},
-                                              {"decoding", decoding(slots, T)}}) {
-            cuda::SsdTcWay way{0, 0, cw, kc};
-            way.tables = tables;
-            const Result ordinary = run(sh, g, bf16, T, in, sched, {prod, way});
-            way.programmatic = true;
-            EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, {prod, way}), ordinary))
-                << what << " cell warps " << cw << " tables " << tables << " schedule " << sname;
-            if (cw == 1 && std::string(sname) == "whole") {
-              Inputs in2 = in;
-              in2.xbc[2][std::size_t(70) * sh.ld() + sh.P + 1] *= 1.01f;  // slot 2, row 70, head 1, p 1
-              EXPECT_FALSE(same_bits(run(sh, g, bf16, T, in2, sched, {prod, way}), ordinary)) << what << " (companion)";
-            }
-          }
+  for_each_case([&](const Shape& sh, bool bf16, ScanProducts prod, int T, int slots, const Inputs& in,
+                    const std::string& what) {
+    // (cell warps, chain warps, tables): one cell a round; the default shape; the default shape after the band and
+    // tables' one launch (an ordinary launch, then the relay programmatically).
+    const int wide = prod == ScanProducts::split ? 2 : 3;
+    const int ways[][3] = {{1, 1, 0}, {wide, 2, 0}, {wide, 2, 1}};
+    for (const auto& [cw, kc, tables] : ways)
+      for (const auto& [sname, sched] : schedules(slots, T)) {
+        cuda::SsdTcWay way{0, 0, cw, kc};
+        way.tables = tables;
+        const Result ordinary = run(sh, g, bf16, T, in, sched, {prod, way});
+        way.programmatic = true;
+        EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, {prod, way}), ordinary))
+            << what << " cell warps " << cw << " tables " << tables << " schedule " << sname;
+        if (cw == 1 && std::string(sname) == "whole") {
+          Inputs in2 = in;
+          in2.xbc[2][std::size_t(70) * sh.ld() + sh.P + 1] *= 1.01f;  // slot 2, row 70, head 1, p 1
+          EXPECT_FALSE(same_bits(run(sh, g, bf16, T, in2, sched, {prod, way}), ordinary)) << what << " (companion)";
+        }
       }
+  });
 }
 
 // The process's switch for the model's passes (PARITY_CUDA_TC_LAUNCH): a bad value is refused by name before any
@@ -452,30 +456,22 @@ TEST(CudaSsdTc, TheLaunchSwitchIsCheckedAndTaken) {
 TEST(CudaSsdTc, TheOneLaunchTablesHaveTheTwoLaunchesBits) {
   PARITY_REQUIRE_GPU();
   const cuda::ScanGrid g{true, 16, true};
-  int si = 0;
-  for (const Shape& sh : {Shape{8, 64, 128, 1}, Shape{6, 32, 128, 2, 0}})
-    for (bool bf16 : test::bf16_sweep(si++))
-      for (ScanProducts prod : {ScanProducts::bfloat16, ScanProducts::split}) {
-        const int T = test::pick(300, 100), slots = 3;
-        const Inputs in = make_inputs(sh, slots, T);
-        const std::string what = sweep_case(sh, bf16, prod);
-        for (const auto& [wname, two] : {std::pair<const char*, Path>{"walk", tc(1, 1, prod)},
-                                         {"relay", Path{prod, {0, 0, 2, 2}}}}) {
-          Path one = two;
-          one.way.tables = 1;
-          for (const auto& [sname, sched] : {std::pair<const char*, Schedule>{"whole", whole(slots, T)},
-                                              {"uneven", uneven(slots, T)},
-                                              {"decoding", decoding(slots, T)}}) {
-            EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, one), run(sh, g, bf16, T, in, sched, two)))
-                << what << " " << wname << " schedule " << sname;
-          }
-          Inputs in2 = in;
-          in2.xbc[1][std::size_t(40) * sh.ld() + 2 * sh.P + 3] *= 1.01f;  // slot 1, row 40, head 2, p 3
-          const Result changed = run(sh, g, bf16, T, in2, whole(slots, T), one);
-          EXPECT_FALSE(same_bits(changed, run(sh, g, bf16, T, in, whole(slots, T), two)))
-              << what << " " << wname << " (companion)";
-        }
-      }
+  for_each_case([&](const Shape& sh, bool bf16, ScanProducts prod, int T, int slots, const Inputs& in,
+                    const std::string& what) {
+    for (const auto& [wname, two] : {std::pair<const char*, Path>{"walk", tc(1, 1, prod)},
+                                     {"relay", Path{prod, {0, 0, 2, 2}}}}) {
+      Path one = two;
+      one.way.tables = 1;
+      for (const auto& [sname, sched] : schedules(slots, T))
+        EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, one), run(sh, g, bf16, T, in, sched, two)))
+            << what << " " << wname << " schedule " << sname;
+      Inputs in2 = in;
+      in2.xbc[1][std::size_t(40) * sh.ld() + 2 * sh.P + 3] *= 1.01f;  // slot 1, row 40, head 2, p 3
+      const Result changed = run(sh, g, bf16, T, in2, whole(slots, T), one);
+      EXPECT_FALSE(same_bits(changed, run(sh, g, bf16, T, in, whole(slots, T), two))) << what << " " << wname
+                                                                                       << " (companion)";
+    }
+  });
 }
 
 // What the one launch's blocks rest on, checked on the CPU (no GPU needed) with the planner's tasks and the kernels'
