@@ -28,11 +28,12 @@ step "$bin/parity_gpu_bench" --benchmark_min_time=0.1 --benchmark_filter="$ways"
 # 2. The bits: every tensor-core scan test, the new ways' included.
 step "$bin/parity_gpu_tests" --gtest_filter='CudaSsdTc.*'
 
-# 3. Exact mode end to end with the model's passes launched programmatically, both products.
+# 3. Exact mode end to end with the model's passes launched programmatically (both levels), both products.
 for p in bfloat16 split; do
   step "$bin/parity" verify builtin:mamba2-130m --device cuda --scan-products "$p"
-  step env PARITY_CUDA_TC_LAUNCH=programmatic "$bin/parity" verify builtin:mamba2-130m --device cuda \
-    --scan-products "$p"
+  for level in programmatic programmatic-band; do
+    step env PARITY_CUDA_TC_LAUNCH=$level "$bin/parity" verify builtin:mamba2-130m --device cuda --scan-products "$p"
+  done
 done
 
 # 4. Where the time goes, kernel by kernel (the leads show how early a programmatic launch began), and a second

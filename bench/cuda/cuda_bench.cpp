@@ -273,7 +273,7 @@ cuda::ScanProducts tc_products(int64_t arg) {
 // the model's. Never destroyed, as the kept inputs are never freed.
 cudaStream_t tc_stream(const cuda::SsdTcWay& way, bool own) {
   static auto* stream = new cuda::Stream();
-  return way.programmatic || own ? stream->get() : nullptr;
+  return way.programmatic > 0 || own ? stream->get() : nullptr;
 }
 // One exact-grid tc pass of batch × 2048 rows on grid `cell`, ready to run again and again (its inputs kept
 // per size), on tc_stream(way, own_stream).
@@ -329,13 +329,13 @@ BENCHMARK(BM_CudaSsdTcPrefillDevice)
 // The same pass read kernel by kernel from CUPTI's records (kernel_timeline.h), the passes back to back: each
 // kernel's share of the pass's path, its life and its lead (how early a programmatic launch began) go to
 // stderr; pass_us is the traced pass, first start to last end. arg0 sequences, arg1 the products (0 bf16, 1 split),
-// arg2 1: the programmatic way (SsdTcWay::programmatic; its leads show how early the table pass and the relay began).
+// arg2 the programmatic level (SsdTcWay::programmatic 0-2; the leads show how early each launch began).
 void BM_CudaSsdTcTimeline(benchmark::State& state) {
   if (!have_gpu(state)) return;
   constexpr int kTraced = 50;
   const int batch = static_cast<int>(state.range(0));
   cuda::SsdTcWay way;
-  way.programmatic = state.range(2) != 0;
+  way.programmatic = static_cast<int>(state.range(2));
   const std::function<void()> run = tc_pass(batch, 16, way, tc_products(state.range(1)));
   run();
   for (auto _ : state) run();
@@ -346,11 +346,14 @@ void BM_CudaSsdTcTimeline(benchmark::State& state) {
   if (!t.available) return state.SetLabel("no timeline: " + t.why);
   state.counters["pass_us"] = t.step_us;
   state.counters["kernels"] = t.kernels_per_step;
-  std::fprintf(stderr, "tc-timeline-%dx2048-%s%s (%d passes, %.1f us a pass)\n%s", batch,
-               state.range(1) != 0 ? "split" : "bf16", way.programmatic ? "-programmatic" : "", t.steps, t.step_us,
+  std::fprintf(stderr, "tc-timeline-%dx2048-%s-programmatic%d (%d passes, %.1f us a pass)\n%s", batch,
+               state.range(1) != 0 ? "split" : "bf16", way.programmatic, t.steps, t.step_us,
                bench::kernel_timeline_csv(t).c_str());
 }
-BENCHMARK(BM_CudaSsdTcTimeline)->ArgsProduct({{1, 8}, {0, 1}, {0, 1}})->Iterations(20)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CudaSsdTcTimeline)
+    ->ArgsProduct({{1, 8}, {0, 1}, {0, 1, 2}})
+    ->Iterations(20)
+    ->Unit(benchmark::kMicrosecond);
 // Its ways: arg2 warps over p (1, 2, 4: 16 columns each), arg3 warps over n (1, 2, 4), arg4 products
 // (0 bf16, 1 split hi + lo). Device time, as BM_CudaSsdTcPrefillDevice.
 void BM_CudaSsdTcPrefillWays(benchmark::State& state) {
@@ -380,16 +383,16 @@ BENCHMARK(BM_CudaSsdTcPrefillRelay)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
-// The default way with its launches programmatic or ordinary (SsdTcWay::programmatic), the two in one run: arg2 the
-// products (0 bf16, 1 split), arg3 1 programmatic, 0 ordinary. Device time, as BM_CudaSsdTcPrefillDevice; both on the
-// same stream of their own, so the two differ in their launches alone.
+// The default way with its launches programmatic or ordinary (SsdTcWay::programmatic), in one run: arg2 the products
+// (0 bf16, 1 split), arg3 the level (0 ordinary, 1 the table pass and the relay, 2 the band too). Device time, as
+// BM_CudaSsdTcPrefillDevice; all on the same stream of their own, so they differ in their launches alone.
 void BM_CudaSsdTcPrefillProgrammatic(benchmark::State& state) {
   cuda::SsdTcWay w;
-  w.programmatic = state.range(3) != 0;
+  w.programmatic = static_cast<int>(state.range(3));
   tc_prefill(state, w, tc_products(state.range(2)), true, true);
 }
 BENCHMARK(BM_CudaSsdTcPrefillProgrammatic)
-    ->ArgsProduct({{1, 2, 8}, {16}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{1, 2, 8}, {16}, {0, 1}, {0, 1, 2}})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -57,16 +57,17 @@ void persistent_mode_from_env() {
   else throw Error("PARITY_CUDA_PERSISTENT_DECODE must be off, ring or next-l2, not '" + s + "'");
 }
 
-// PARITY_CUDA_TC_LAUNCH=ordinary|programmatic (kernels_cuda/ssd_tc.h's set_ssd_tc_programmatic) chooses how the
-// tensor-core scan's table pass and relay launch, for the process; unset leaves it as it is (ordinary unless a caller
+// PARITY_CUDA_TC_LAUNCH=ordinary|programmatic|programmatic-band (kernels_cuda/ssd_tc.h's set_ssd_tc_programmatic)
+// chooses how the tensor-core scan's launches go, for the process; unset leaves it as it is (ordinary unless a caller
 // set it).
 void tc_launch_from_env() {
   const char* v = std::getenv("PARITY_CUDA_TC_LAUNCH");
   if (!v) return;
   const std::string s = v;
-  if (s == "ordinary") cuda::set_ssd_tc_programmatic(false);
-  else if (s == "programmatic") cuda::set_ssd_tc_programmatic(true);
-  else throw Error("PARITY_CUDA_TC_LAUNCH must be ordinary or programmatic, not '" + s + "'");
+  if (s == "ordinary") cuda::set_ssd_tc_programmatic(0);
+  else if (s == "programmatic") cuda::set_ssd_tc_programmatic(1);
+  else if (s == "programmatic-band") cuda::set_ssd_tc_programmatic(2);
+  else throw Error("PARITY_CUDA_TC_LAUNCH must be ordinary, programmatic or programmatic-band, not '" + s + "'");
 }
 
 }  // namespace

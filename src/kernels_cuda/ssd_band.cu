@@ -53,12 +53,16 @@ __device__ __forceinline__ void copy4_async(float* dst, const float* row, int c,
     copy4(dst, row, c, n_end);
 }
 
-template <int kParts, bool kReleaseNext>
+// kLaunch (SsdTcWay::programmatic): 0 an ordinary launch; 1 ordinary, each block letting the next launch (the table
+// pass, programmatic) be scheduled at its start, so that it may take the SMs this launch leaves free (it waits for this
+// launch before it reads the band or the bf16 rows); 2 launched programmatically after the kernel before it (the
+// conv): each block waits for it at its start, reading nothing before, then lets the table pass be scheduled, whose
+// reads before its own wait (dt) are then complete.
+template <int kParts, int kLaunch>
 __global__ void __launch_bounds__(kThreads) band_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld,
                                                         SsdState st, float* band, uint16_t* rows16) {
-  // The table pass may then take the SMs this launch leaves free; it waits for this launch to complete before it
-  // reads the band or the bf16 rows.
-  if constexpr (kReleaseNext) release_next_kernel();
+  if constexpr (kLaunch == 2) wait_for_prior_kernel();
+  if constexpr (kLaunch > 0) release_next_kernel();
   const int r0 = blockIdx.x * kRows, grp = blockIdx.y, d0 = blockIdx.z * kDist, G = g.cell, N = sh.N;
   const int dn = G - d0 < kDist ? G - d0 : kDist;  // distances d0 .. d0+dn-1
   const int Np = row_pad(N);
@@ -123,7 +127,7 @@ __global__ void __launch_bounds__(kThreads) band_kernel(SsdShape sh, ScanGrid g,
 }  // namespace
 
 void launch_band(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
-                 const SsdState& st, float* band, cudaStream_t s, uint16_t* rows16, bool split, bool release_next) {
+                 const SsdState& st, float* band, cudaStream_t s, uint16_t* rows16, bool split, int programmatic) {
   if (p.num_cell_tasks <= 0 || p.num_rows <= 0) return;
   if (rows16 != nullptr && (sh.N != kN || g.cell != kSsdTcRingRows + 1))
     throw Error("ssd band: bf16 rows need N " + std::to_string(kN) + " and cell 16");
@@ -133,12 +137,19 @@ void launch_band(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
                   static_cast<unsigned>((g.cell + kDist - 1) / kDist));
   auto go = [&](auto kernel) {
     ensure_smem(kernel, smem, "ssd band smem");
-    kernel<<<grid, kThreads, smem, s>>>(sh, g, p, xbc, ld, st, band, rows16);
+    if (programmatic == 2)
+      launch_programmatic_if(true, kernel, grid, dim3(kThreads), smem, s, "ssd band", sh, g, p, xbc, ld, st, band,
+                             rows16);
+    else
+      kernel<<<grid, kThreads, smem, s>>>(sh, g, p, xbc, ld, st, band, rows16);
   };
-  if (rows16 == nullptr) go(band_kernel<0, false>);
-  else if (release_next) split ? go(band_kernel<4, true>) : go(band_kernel<2, true>);
-  else if (split) go(band_kernel<4, false>);
-  else go(band_kernel<2, false>);
+  if (programmatic < 0 || programmatic > 2 || (programmatic > 0 && rows16 == nullptr))
+    throw Error("ssd band: programmatic launch " + std::to_string(programmatic) + " (0-2, and only with bf16 rows)");
+  if (rows16 == nullptr) go(band_kernel<0, 0>);
+  else if (programmatic == 1) split ? go(band_kernel<4, 1>) : go(band_kernel<2, 1>);
+  else if (programmatic == 2) split ? go(band_kernel<4, 2>) : go(band_kernel<2, 2>);
+  else if (split) go(band_kernel<4, 0>);
+  else go(band_kernel<2, 0>);
   check_launch("ssd band");
 }
 

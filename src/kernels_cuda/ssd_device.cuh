@@ -284,11 +284,12 @@ void launch_chunk_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p,
 // The fused scan (ssd_band.cu, ssd_walk.cu): the band, then one walk per (sequence, head, tile of
 // tile_p columns of p) that keeps the state on chip. tile_p is 16, 32 or 64 (0: chosen by size).
 // rows16: also every scanned row's C and B as the tensor-core walk's bf16 rows (ssd_tc_row16_offset; N 128 and
-// cell 16 only), split: with their rests. release_next: each block lets the next launch, when that one is
-// programmatic, be scheduled at its start (the tensor-core pass's table pass, which waits before it reads the band).
+// cell 16 only), split: with their rests. programmatic (with rows16; ssd_tc.h's SsdTcWay::programmatic): 1 each
+// block lets the next launch (the table pass, which waits before it reads the band) be scheduled at its start; 2 the
+// band itself is launched programmatically, waiting for the kernel before it first.
 void launch_band(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,
                  const SsdState& st, float* band, cudaStream_t s, uint16_t* rows16 = nullptr, bool split = false,
-                 bool release_next = false);
+                 int programmatic = 0);
 // The replay ring (ssd_ring.cu): every multi-row exact call's last rows of each head's open cell.
 void launch_ring(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
                  const SsdState& st, cudaStream_t s);

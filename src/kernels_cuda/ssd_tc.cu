@@ -17,7 +17,7 @@
 namespace parity::cuda {
 
 namespace {
-std::atomic<bool> programmatic_passes{false};
+std::atomic<int> programmatic_passes{0};
 // The band's floats in the scratch, rounded up to 16 bytes: the walk's tables follow it.
 std::size_t band_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
   return (ssd_scratch_floats(sh, p, g, SsdPrefill::span16) + 3) / 4 * 4;  // the band alone (the span walk's scratch)
@@ -34,8 +34,12 @@ int relay_warps(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g, SsdTcW
 }
 }  // namespace
 
-void set_ssd_tc_programmatic(bool on) { programmatic_passes.store(on); }
-bool ssd_tc_programmatic() { return programmatic_passes.load(); }
+void set_ssd_tc_programmatic(int level) {
+  if (level < 0 || level > 2)
+    throw Error("CUDA SSD tc: programmatic level must be 0, 1 or 2, got " + std::to_string(level));
+  programmatic_passes.store(level);
+}
+int ssd_tc_programmatic() { return programmatic_passes.load(); }
 
 std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
   return band_floats(sh, p, g) + tables_floats(sh, p) + ssd_tc_rows16_floats(sh, p, g.products == ScanProducts::split);
@@ -104,6 +108,8 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
   if (way.tables != 0 && way.tables != 1)
     throw Error("CUDA SSD tc: way.tables must be 0 (band, then table pass) or 1 (one launch), got " +
                 std::to_string(way.tables));
+  if (way.programmatic < 0 || way.programmatic > 2)
+    throw Error("CUDA SSD tc: way.programmatic must be 0, 1 or 2, got " + std::to_string(way.programmatic));
   const bool split = g.products == ScanProducts::split;
   if (p.num_decode_seqs > 0) ssd_tc_decode(split, sh, g, p, xbc, ld_xbc, dt, A, D, st, y, s);
   if (p.num_cell_tasks <= 0) return;
@@ -111,17 +117,17 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
   const int wp = way.warps_p > 0 ? way.warps_p : d.warps_p, ks = way.warps_n > 0 ? way.warps_n : d.warps_n;
   float* tables = scratch + band_floats(sh, p, g);
   uint16_t* rows16 = reinterpret_cast<uint16_t*>(tables + tables_floats(sh, p));
-  const bool pdl = way.programmatic || ssd_tc_programmatic();
+  const int pdl = way.programmatic > ssd_tc_programmatic() ? way.programmatic : ssd_tc_programmatic();
   if (way.tables == 1) {
     // The band stays on chip; the one launch is ordinary, so a programmatic relay after it waits for all of it.
     ssd_tc_cell_band(split, sh, g, p, xbc, ld_xbc, dt, A, st, tables, rows16, s);
   } else {
     ssd::launch_band(sh, g, p, xbc, ld_xbc, st, scratch, s, rows16, split, pdl);
-    ssd_tc_tables(sh, g, p, xbc, ld_xbc, dt, A, st, scratch, tables, s, pdl);
+    ssd_tc_tables(sh, g, p, xbc, ld_xbc, dt, A, st, scratch, tables, s, pdl > 0);
   }
   const int cw = relay_warps(sh, p, g, way);
   const int kc = way.chain_warps > 0 ? way.chain_warps : d.chain_warps > 0 ? d.chain_warps : 1;
-  if (cw > 0) ssd_tc_relay(cw, kc, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, rows16, y, s, pdl);
+  if (cw > 0) ssd_tc_relay(cw, kc, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, rows16, y, s, pdl > 0);
   else ssd_tc_walk(wp, ks, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, rows16, y, s);
   if (g.exact && cw == 0) ssd::launch_ring(sh, g, p, xbc, ld_xbc, dt, st, s);  // the relay writes its own
 }

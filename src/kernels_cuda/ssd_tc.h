@@ -30,14 +30,15 @@ using kernels::ScanProducts;
 // takes the relay instead (ssd_tc_relay.cu: cell_warps cells a round formed in parallel, chain_warps warps
 // chaining the fold over n; 16 columns of p a block, warps_p and warps_n unused); a way that names warps_p takes
 // the walk. A schedule choice only: every way gives the same bits.
-// programmatic: the table pass and the relay launch programmatically (programmatic_launch.cuh) after the launch
-// before them, the band letting the table pass be scheduled at its start; each waits on the device before it reads
+// programmatic: 1 the table pass and the relay launch programmatically (programmatic_launch.cuh) after the launch
+// before them, the band letting the table pass be scheduled at its start; 2 the band too, after the kernel before
+// the pass (it waits at its start, then lets the table pass be scheduled). Each waits on the device before it reads
 // what the one before it writes. Only the gaps between the launches change, never a value (session 53: written and
-// compiled, not yet run on a GPU, so off by default; the walk's launches, and with tables = 1 the one launch before
-// the relay, stay ordinary).
+// compiled, not yet run on a GPU, so 0 by default; the walk's launches, and with tables = 1 the one launch before
+// the relay, stay ordinary). Other values throw.
 struct SsdTcWay {
   int warps_p = 0, warps_n = 0, cell_warps = 0, chain_warps = 0;
-  bool programmatic = false;
+  int programmatic = 0;
   // How the band's dots and the tables are formed before the walk or the relay (the same bits either way): 0 two
   // launches, the band then the table pass (the default, what has run on GPUs); 1 one launch, a block a (cell
   // task, group) holding its dots in shared memory (ssd_tc_cell_band.cu; session 53, compiled, not yet run on a
@@ -65,11 +66,12 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
                  const float* A, const float* D, SsdState st, float* scratch, std::size_t scratch_floats, float* y,
                  cudaStream_t s, SsdTcWay way = {});
 
-// Programmatic launches (SsdTcWay::programmatic) for every pass, whatever its way asks: how the model's passes, which
-// take the default way through ssd_scan, get them. Off by default; PARITY_CUDA_TC_LAUNCH=programmatic (read when a CUDA
-// model loads, backend.cpp) turns it on for the process.
-void set_ssd_tc_programmatic(bool on);
-bool ssd_tc_programmatic();
+// Programmatic launches (SsdTcWay::programmatic's levels) for every pass, at least this level whatever its way asks:
+// how the model's passes, which take the default way through ssd_scan, get them. 0 by default;
+// PARITY_CUDA_TC_LAUNCH=ordinary|programmatic|programmatic-band (0, 1, 2; read when a CUDA model loads, backend.cpp)
+// sets it for the process.
+void set_ssd_tc_programmatic(int level);
+int ssd_tc_programmatic();
 
 // Whether ssd_scan's automatic choice takes ssd_tc_scan for this pass: an exact grid with bf16 or split products.
 bool ssd_tc_takes(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p);

@@ -129,7 +129,7 @@ Result run(const Shape& sh, const cuda::ScanGrid& g, bool bf16, int T, const Inp
     dx.upload(xbc);
     ddt.upload(dt);
     const cuda::SsdState st = mem.state(bf16);
-    if (path.way.programmatic) {
+    if (path.way.programmatic > 0) {
       // A stream of its own, as the model's: the copies above ran on the legacy stream, which it does not wait for.
       cuda::cuda_check(cudaDeviceSynchronize(), "before the programmatic pass");
       const cuda::Stream stream;
@@ -388,10 +388,11 @@ TEST(CudaSsdTc, TheRelayHasTheWalksBits) {
   });
 }
 
-// The programmatic way (SsdTcWay::programmatic: the band lets the table pass start early, the table pass and the
-// relay wait on the device for the launch before them) has the ordinary launches' bits, and leaves the same state and
-// ring: the relay's default shapes (also after the one-launch band and tables) and one cell warp with one chain warp,
-// every schedule, both products and state dtypes, one and two groups. What a launch reads before its wait
+// The programmatic ways (SsdTcWay::programmatic 1: the band lets the table pass start early, the table pass and the
+// relay wait on the device for the launch before them; 2: the band is launched programmatically too) have the
+// ordinary launches' bits, and leave the same state and ring: the relay's default shapes (also after the one-launch
+// band and tables) and one cell warp with one chain warp, every schedule, both products and state dtypes, one and two
+// groups. What a launch reads before its wait
 // (metadata, dt, the state) must be what no launch still running writes; a read of the tables or the bf16 rows moved
 // before its wait would, where it ran ahead of the launch before, take what the scratch held (the pass before's
 // tables) and show here as other bits, though a race need not show on every run. Companion: the same check on an
@@ -410,9 +411,11 @@ TEST(CudaSsdTc, ProgrammaticLaunchesHaveTheOrdinaryBits) {
         cuda::SsdTcWay way{0, 0, cw, kc};
         way.tables = tables;
         const Result ordinary = run(sh, g, bf16, T, in, sched, {prod, way});
-        way.programmatic = true;
-        EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, {prod, way}), ordinary))
-            << what << " cell warps " << cw << " tables " << tables << " schedule " << sname;
+        for (int level : {1, 2}) {
+          way.programmatic = level;
+          EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, {prod, way}), ordinary))
+              << what << " cell warps " << cw << " tables " << tables << " schedule " << sname << " level " << level;
+        }
         if (cw == 1 && std::string(sname) == "whole") {
           Inputs in2 = in;
           in2.xbc[2][std::size_t(70) * sh.ld() + sh.P + 1] *= 1.01f;  // slot 2, row 70, head 1, p 1
@@ -431,22 +434,20 @@ TEST(CudaSsdTc, TheLaunchSwitchIsCheckedAndTaken) {
     load();
     ADD_FAILURE() << "a bad PARITY_CUDA_TC_LAUNCH was accepted";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("PARITY_CUDA_TC_LAUNCH must be ordinary or programmatic, not 'eager'"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "PARITY_CUDA_TC_LAUNCH must be ordinary, programmatic or programmatic-band, not 'eager'"),
               std::string::npos)
         << e.what();
   }
-  ::setenv("PARITY_CUDA_TC_LAUNCH", "programmatic", 1);
-  try {
-    load();  // without a device it throws after taking the switch
-  } catch (const std::exception&) {
+  for (const auto& [value, level] : {std::pair<const char*, int>{"programmatic", 1}, {"programmatic-band", 2},
+                                     {"ordinary", 0}}) {
+    ::setenv("PARITY_CUDA_TC_LAUNCH", value, 1);
+    try {
+      load();  // without a device it throws after taking the switch
+    } catch (const std::exception&) {
+    }
+    EXPECT_EQ(cuda::ssd_tc_programmatic(), level) << value;
   }
-  EXPECT_TRUE(cuda::ssd_tc_programmatic());
-  ::setenv("PARITY_CUDA_TC_LAUNCH", "ordinary", 1);
-  try {
-    load();
-  } catch (const std::exception&) {
-  }
-  EXPECT_FALSE(cuda::ssd_tc_programmatic());
   ::unsetenv("PARITY_CUDA_TC_LAUNCH");
 }
 
