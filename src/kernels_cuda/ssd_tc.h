@@ -60,8 +60,8 @@ std::size_t ssd_tc_scratch_floats(const SsdShape& sh, const PassSeqs& p, const S
 
 // ssd_scan for exact passes (plain mode's SSU sequences throw), with ssd_tc_scratch_floats(sh, p, g) of scratch.
 // Multi-row calls take four launches (band, tables, the tensor-core walk or the relay, ring; way.tables 1 forms the
-// band and the tables in one); one-row calls one more,
-// the decode on the walk's steps (ssd_tc_decode.cu), so a decoded row has the bits a prefill gives it.
+// band and the tables in one); one-row calls one more, the decode on the walk's steps (ssd_tc_decode.cu), so a
+// decoded row has the bits a prefill gives it.
 void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld_xbc, const float* dt,
                  const float* A, const float* D, SsdState st, float* scratch, std::size_t scratch_floats, float* y,
                  cudaStream_t s, SsdTcWay way = {});
