@@ -31,7 +31,9 @@
 // then had the output warps busy 95 % of a round, the chain 88 %, the delta warps 45 %; giving the delta warps
 // B's copies back balanced them (89 / 82 / 66 %) but not the time (74), and four chain warps gained nothing.
 //
-// Session 53: W = 4 (C later) — written, compiled, not yet run on a GPU. Four cells a round did not fit a block:
+// Session 53: W = 4 (C later). On an H100 (1 × 2048, bf16) it lost: 77.9-88.7 µs against W = 3's 72.3-79.7 with
+// 1-4 chain warps, copies one round ahead instead of two; its bits and racecheck passed. Four cells a round did not
+// fit a block:
 // with bf16 products, A = 1, 60480 floats against 58112. A cell's C is read only at its outputs, two rounds after
 // its delta, so it is copied two rounds after its table, x and B (in the same group as a later cell's), into C
 // stages of its own held A + 1 rounds: 51776 floats (207104 B) at A = 1 (A = 2 would take 62928). W = 3 keeps
