@@ -396,6 +396,19 @@ BENCHMARK(BM_CudaSsdTcPrefillProgrammatic)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The lean relay (arg3 1: SsdTcWay::lean, fewer instructions a round, ssd_tc_relay.cu's kLean) or the relay as it
+// has run (0), each at the default way for its size (one sequence: the relay; the lean way needs the relay, so
+// only arg0 1); arg2 the products (0 bf16, 1 split). Device time, as BM_CudaSsdTcPrefillDevice.
+void BM_CudaSsdTcPrefillLean(benchmark::State& state) {
+  cuda::SsdTcWay w;
+  w.lean = static_cast<int>(state.range(3));
+  tc_prefill(state, w, tc_products(state.range(2)), true);
+}
+BENCHMARK(BM_CudaSsdTcPrefillLean)
+    ->ArgsProduct({{1}, {16}, {0, 1}, {0, 1}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // The band and the tables in one launch (arg3 1: SsdTcWay::tables, ssd_tc_cell_band.cu) or two (0: the band, then
 // the table pass), each way otherwise the default for its size; arg2 the products (0 bf16, 1 split). Device time, as
 // BM_CudaSsdTcPrefillDevice.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/ops.h"
 #include "kernels_cuda/ssd_device.cuh"
 #include "kernels_cuda/ssd_prefill.h"
 #include "kernels_cuda/ssd_tc.h"
@@ -17,7 +18,7 @@
 namespace parity::cuda {
 
 namespace {
-std::atomic<int> programmatic_passes{0};
+std::atomic<int> programmatic_passes{kSsdTcProgrammaticDefault};
 // The band's floats in the scratch, rounded up to 16 bytes: the walk's tables follow it.
 std::size_t band_floats(const SsdShape& sh, const PassSeqs& p, const ScanGrid& g) {
   return (ssd_scratch_floats(sh, p, g, SsdPrefill::span16) + 3) / 4 * 4;  // the band alone (the span walk's scratch)
@@ -108,8 +109,11 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
   if (way.tables != 0 && way.tables != 1)
     throw Error("CUDA SSD tc: way.tables must be 0 (band, then table pass) or 1 (one launch), got " +
                 std::to_string(way.tables));
-  if (way.programmatic < 0 || way.programmatic > 2)
-    throw Error("CUDA SSD tc: way.programmatic must be 0, 1 or 2, got " + std::to_string(way.programmatic));
+  if (way.lean != 0 && way.lean != 1)
+    throw Error("CUDA SSD tc: way.lean must be 0 or 1, got " + std::to_string(way.lean));
+  if (way.programmatic < kSsdTcProcessLevel || way.programmatic > 2)
+    throw Error("CUDA SSD tc: way.programmatic must be 0, 1, 2 or kSsdTcProcessLevel, got " +
+                std::to_string(way.programmatic));
   const bool split = g.products == ScanProducts::split;
   if (p.num_decode_seqs > 0) ssd_tc_decode(split, sh, g, p, xbc, ld_xbc, dt, A, D, st, y, s);
   if (p.num_cell_tasks <= 0) return;
@@ -117,7 +121,9 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
   const int wp = way.warps_p > 0 ? way.warps_p : d.warps_p, ks = way.warps_n > 0 ? way.warps_n : d.warps_n;
   float* tables = scratch + band_floats(sh, p, g);
   uint16_t* rows16 = reinterpret_cast<uint16_t*>(tables + tables_floats(sh, p));
-  const int pdl = way.programmatic > ssd_tc_programmatic() ? way.programmatic : ssd_tc_programmatic();
+  const int pdl = way.programmatic != kSsdTcProcessLevel ? way.programmatic
+                  : programmatic_launch()                ? ssd_tc_programmatic()
+                                                         : 0;
   if (way.tables == 1) {
     // The band stays on chip; the one launch is ordinary, so a programmatic relay after it waits for all of it.
     ssd_tc_cell_band(split, sh, g, p, xbc, ld_xbc, dt, A, st, tables, rows16, s);
@@ -127,7 +133,7 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
   }
   const int cw = relay_warps(sh, p, g, way);
   const int kc = way.chain_warps > 0 ? way.chain_warps : d.chain_warps > 0 ? d.chain_warps : 1;
-  if (cw > 0) ssd_tc_relay(cw, kc, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, rows16, y, s, pdl > 0);
+  if (cw > 0) ssd_tc_relay(cw, kc, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, rows16, y, s, pdl > 0, way.lean);
   else ssd_tc_walk(wp, ks, split, sh, g, p, xbc, ld_xbc, dt, D, st, tables, rows16, y, s);
   if (g.exact && cw == 0) ssd::launch_ring(sh, g, p, xbc, ld_xbc, dt, st, s);  // the relay writes its own
 }

@@ -34,17 +34,23 @@ using kernels::ScanProducts;
 // before them, the band letting the table pass be scheduled at its start; 2 the band too, after the kernel before
 // the pass (it waits at its start, then lets the table pass be scheduled). Each waits on the device before it reads
 // what the one before it writes. Only the gaps between the launches change, never a value (session 53: written and
-// run on an H100: level 2 70.8 µs against 73.8 at 1 × 2048, even at 8 × 2048; 0 by default until the process-wide
-// level has run on the legacy stream too; the walk's launches, and with tables = 1 the one launch before the relay,
-// stay ordinary). Other values throw.
+// run on an H100: level 2 70.8 µs against 73.8 at 1 × 2048, even at 8 × 2048; the walk's launches, and with
+// tables = 1 the one launch before the relay, stay ordinary). kSsdTcProcessLevel (the default) takes the process's
+// level (set_ssd_tc_programmatic below). Other values throw.
+constexpr int kSsdTcProcessLevel = -1;
 struct SsdTcWay {
   int warps_p = 0, warps_n = 0, cell_warps = 0, chain_warps = 0;
-  int programmatic = 0;
+  int programmatic = kSsdTcProcessLevel;
   // How the band's dots and the tables are formed before the walk or the relay (the same bits either way): 0 two
   // launches, the band then the table pass (the default, what has run on GPUs); 1 one launch, a block a (cell
   // task, group) holding its dots in shared memory (ssd_tc_cell_band.cu; session 53, H100: 72.4-73.0 µs against
   // 73.6-74.4 at 1 × 2048, 258 against 248 at 8 × 2048). Other values throw.
   int tables = 0;
+  // The relay's instructions a round (ssd_tc_relay.cu's kLean; the same bits): 0 as run since session 51 (the
+  // default); 1 whole cells' tile copies at a constant step, each warp's buffers from its round and slot, the chain's
+  // deltas read without a select (session 54: compiled, not yet run). Only for one group at the relay's default
+  // shapes (2 or 3 cell warps, 2 chain warps); elsewhere it throws. Other values throw.
+  int lean = 0;
 };
 
 // G = 16, N = 128, P a multiple of 16, H a multiple of groups (the walk's only shape family).
@@ -67,10 +73,13 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
                  const float* A, const float* D, SsdState st, float* scratch, std::size_t scratch_floats, float* y,
                  cudaStream_t s, SsdTcWay way = {});
 
-// Programmatic launches (SsdTcWay::programmatic's levels) for every pass, at least this level whatever its way asks:
-// how the model's passes, which take the default way through ssd_scan, get them. 0 by default;
-// PARITY_CUDA_TC_LAUNCH=ordinary|programmatic|programmatic-band (0, 1, 2; read when a CUDA model loads, backend.cpp)
-// sets it for the process.
+// The programmatic level (SsdTcWay::programmatic's 0-2) of every pass whose way does not name one: how the model's
+// passes, which take the default way through ssd_scan, get theirs. kSsdTcProgrammaticDefault unless set, and taken
+// only while programmatic_launch() (ops.h) is on, else 0, so the switch that turns the small kernels' programmatic
+// launches off turns these off too. PARITY_CUDA_TC_LAUNCH=ordinary|programmatic|programmatic-band (0, 1, 2; read
+// when a CUDA model loads, backend.cpp) sets it for the process. 0 until level 2 has run on the legacy stream
+// too (tests and benches launch there): it becomes 2 after the device call of scripts/gpu-opt-in.sh passes.
+constexpr int kSsdTcProgrammaticDefault = 0;
 void set_ssd_tc_programmatic(int level);
 int ssd_tc_programmatic();
 

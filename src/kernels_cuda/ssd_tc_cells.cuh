@@ -184,14 +184,16 @@ __device__ __forceinline__ void issue_tiles_apart(const uint16_t* rows16, int gr
 // row is copied and its slot follows the row before's, so a copy's source steps by a constant (issue_tiles_apart
 // takes a 64-bit position, a slot and an offset per 16 bytes: most of a relay delta warp's instructions a round).
 // first: the cell's first row's head of C (ssd_tc_row16_offset of its slot, part 0; B only too); the same bytes
-// land where issue_tiles_apart puts them.
-template <int T, bool kSplit, int kRestAt = 2 * kTile, TileSet kWhich = TileSet::kCB>
+// land where issue_tiles_apart puts them. kGroups > 0: the model's groups, known when compiled (then `groups` is
+// unused), so each copy's source is `first` plus a constant a lane's copies address with one register pair and
+// immediate offsets; 0: `groups` at run time.
+template <int T, bool kSplit, int kRestAt = 2 * kTile, TileSet kWhich = TileSet::kCB, int kGroups = 0>
 __device__ __forceinline__ void issue_tiles_rows(const uint16_t* first, int groups, uint16_t* VC, uint16_t* VB,
                                                  int tid) {
   constexpr int kUnits = kCopiedParts<kSplit, kWhich> * kG * 16;  // 16 units of 8 values a row
   static_assert(kUnits % T == 0 && T % 16 == 0, "whole rounds of whole rows");
   constexpr int RS = T / 16;  // rows a round
-  const std::ptrdiff_t slot_step = static_cast<std::ptrdiff_t>(groups) * kParts<kSplit> * 128;
+  const std::ptrdiff_t slot_step = static_cast<std::ptrdiff_t>(kGroups > 0 ? kGroups : groups) * kParts<kSplit> * 128;
   const int v = tid % 16, r0 = tid / 16;
   const uint16_t* const src0 = first + r0 * slot_step + 8 * v;
 #pragma unroll

@@ -47,9 +47,11 @@ void ssd_tc_walk(int warps_p, int warps_n, bool split, const SsdShape& sh, const
 // round, each with a delta warp and an output warp) and only the fold chained (by chain_warps, 1, 2 or 4, over
 // n); C and B from the band's bf16 rows, as the walk's. It also writes the pass's replay ring. programmatic: launched
 // after the table pass programmatically, waiting on the device for it before reading the tables or the rows.
+// lean: SsdTcWay::lean's kernels (one group, 2 or 3 cell warps, 2 chain warps; other shapes throw).
 void ssd_tc_relay(int cell_warps, int chain_warps, bool split, const SsdShape& sh, const ScanGrid& g,
                   const PassSeqs& p, const float* xbc, int ld, const float* dt, const float* D, SsdState st,
-                  const float* tables, const uint16_t* rows16, float* y, cudaStream_t s, bool programmatic = false);
+                  const float* tables, const uint16_t* rows16, float* y, cudaStream_t s, bool programmatic = false,
+                  bool lean = false);
 
 // The one-row sequences of a pass (exact mode's decode) on the walk's steps (ssd_tc_decode.cu).
 void ssd_tc_decode(bool split, const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld,

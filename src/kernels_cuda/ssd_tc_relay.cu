@@ -108,7 +108,12 @@ __device__ __noinline__ void write_ring_call(const SsdShape& sh, const ScanGrid&
 // kWait: launched programmatically after the table pass (ssd_tc.h's SsdTcWay::programmatic). Before its wait a warp
 // reads only the pass's metadata and (a chain warp) the state, which no kernel of the pass writes before this one;
 // the tables, the bf16 rows and the replay ring (which the band and the table pass read) come after it.
-template <int W, int KC, bool kSplit, bool kWait>
+// kLean (SsdTcWay::lean, one group, W ≤ 3): fewer instructions a round for every role, the same values in the same
+// order. Whole cells' tile copies step by a constant known when compiled (issue_tiles_rows' kGroups = 1), so a
+// lane's copies take immediate offsets from one register pair; each warp finds a cell's buffers from the round and
+// slot it holds, where the accessors divide the cell index by W again; the chain reads a cell's deltas without a
+// select of zeros (a cell that does not fold leaves them unused).
+template <int W, int KC, bool kSplit, bool kWait, bool kLean>
 __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
     relay_kernel(SsdShape sh, ScanGrid g, PassSeqs p, const float* xbc, int ld, const float* dt, const float* Dskip,
                  SsdState st, const float* tables, const uint16_t* rows16, float* y) {
@@ -174,6 +179,29 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
   auto words = [&](int k) {
     return reinterpret_cast<uint32_t*>(smem + Lay::kPubs + ((k / W) % 2 * W + k % W) * Lay::kWords);
   };
+  // The same buffers of cell k = rd·W + slot, from its round and slot (kLean); else from k, as above.
+  static_assert(!kLean || !kCL, "the lean relay keeps C with its cell (W ≤ 3)");
+  auto set_at = [&](int k, int rd, int slot) {
+    if constexpr (kLean) return smem + (rd % Lay::kCellStages * W + slot) * Lay::kCellSet;
+    else return cell_set(k);
+  };
+  auto c_at = [&](int k, int rd, int slot) {
+    if constexpr (kLean) return reinterpret_cast<uint16_t*>(set_at(k, rd, slot) + St::kFloats);
+    else return c_tiles(k);
+  };
+  auto b_at = [&](int k, int rd, int slot) {
+    if constexpr (kLean)
+      return reinterpret_cast<uint16_t*>(smem + Lay::kBs + (rd % Lay::kBStages * W + slot) * Lay::kBSet);
+    else return b_tiles(k);
+  };
+  auto deltas_at = [&](int k, int rd, int slot) {
+    if constexpr (kLean) return smem + Lay::kDeltas + (rd % 2 * W + slot) * Lay::kDelta;
+    else return deltas(k);
+  };
+  auto words_at = [&](int k, int rd, int slot) {
+    if constexpr (kLean) return reinterpret_cast<uint32_t*>(smem + Lay::kPubs + (rd % 2 * W + slot) * Lay::kWords);
+    else return words(k);
+  };
   constexpr int kRestWords = (kNT / 2) * 32 * 4;
   const int gi = lane / 4, q = lane % 4;
   // Lane addresses of ldmatrix (as the walk's): C's m16k16 operand, B's transposed k16n8 operands.
@@ -217,6 +245,28 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
     issue_tiles_apart<32, kSplit, kTile, kCellTiles>(rows16, sh.groups, b.grp, start, b.src.row0, ring_slot, x,
                                                      kCL ? nullptr : c_tiles(k), b_tiles(k), lane);
   };
+  // Cell rd·W + slot's copies: issue_cell's, the lean way (one group, so its row offsets need no group index).
+  auto issue_cell_at = [&](int rd, int slot) {
+    const int k = rd * W + slot;
+    if constexpr (!kLean) {
+      issue_cell(k);
+    } else {
+      const CellIn x = cell_at(k);
+      float* const X = set_at(k, rd, slot);
+      if (x.j0 == 0 && x.L == kG && x.cs >= start) {
+        const int slot0 = b.src.row0 + static_cast<int>(x.cs - start);
+        if (aligned)
+          issue_table_x_rows<1, 32>(xbc + static_cast<std::size_t>(slot0) * ld, ld, xoff, table(k), X, lane);
+        else issue_table_x<1, 32>(b, x, table(k), X, lane);
+        issue_tiles_rows<32, kSplit, kTile, TileSet::kCB, 1>(rows16 + ssd_tc_row16_offset(1, slot0, 0, 0, kSplit),
+                                                             1, c_at(k, rd, slot), b_at(k, rd, slot), lane);
+        return;
+      }
+      issue_table_x<1, 32>(b, x, table(k), X, lane);
+      issue_tiles_apart<32, kSplit, kTile, TileSet::kCB>(rows16, 1, 0, start, b.src.row0, ring_slot, x,
+                                                         c_at(k, rd, slot), b_at(k, rd, slot), lane);
+    }
+  };
   // C later (four cells a round, bf16 products: C held from its copy to the outputs made the stages too large for a
   // block). The group an output warp commits at round r holds cell (r + A)·W + slot's table, x and B and cell
   // (r + A − 2)·W + slot's C: cell k's C is issued at round k / W + 2 − A and lands by the cp_async_wait<A − 1>
@@ -242,7 +292,7 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
   // The first A rounds' copies of a warp's slot, before its first round.
   auto issue_ahead = [&](int slot) {
     for (int a = 0; a < A; ++a) {
-      if (a * W + slot < cells) issue_cell(a * W + slot);
+      if (a * W + slot < cells) issue_cell_at(a, slot);
       if constexpr (kCL) issue_c_of(a - A, slot);
       commit();
     }
@@ -255,19 +305,22 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
       __syncthreads();
       const int k = r * W + warp;
       if constexpr (!kOutputCopies) {  // the slots copied into now (rounds r − 3 and r − 1's) were read
-        if (k + A * W < cells) issue_cell(k + A * W);
+        if (k + A * W < cells) {
+          if constexpr (kLean) issue_cell_at(r + A, warp);
+          else issue_cell(k + A * W);
+        }
         commit();
         ptx::cp_async_wait<A>();  // this round's copies (issued A rounds ago)
         __syncwarp();
       }
       if (k >= cells || !cell_at(k).fold) continue;
-      const float* X = cell_set(k);
+      const float* X = set_at(k, r, warp);
       float xa[4][2], wv[4];
       load_xa(X + St::kX, xa);
 #pragma unroll
       for (int a = 0; a < 4; ++a) wv[a] = X[St::kTab + kTabW + 2 * q + (a & 1) + 8 * (a >> 1)];
-      float* const D = deltas(k);
-      delta_tiles<kNT, kSplit, kTile, true>(b_tiles(k), crow, ccol, 0, xa, wv, [&](int j, const float (&dl)[4]) {
+      float* const D = deltas_at(k, r, warp);
+      delta_tiles<kNT, kSplit, kTile, true>(b_at(k, r, warp), crow, ccol, 0, xa, wv, [&](int j, const float (&dl)[4]) {
         *reinterpret_cast<float4*>(D + (j * 32 + lane) * 4) = make_float4(dl[0], dl[1], dl[2], dl[3]);
       });
     }
@@ -286,24 +339,24 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
       // Round r − 1's S_starts published; the slots copied into now (rounds r − 3 and r − 1's cells') read.
       __syncthreads();
       if constexpr (kOutputCopies) {
-        if ((r + A) * W + slot < cells) issue_cell((r + A) * W + slot);
+        if ((r + A) * W + slot < cells) issue_cell_at(r + A, slot);
         if constexpr (kCL) issue_c_of(r, slot);
         commit();
       }
       const int ko = (r - 2) * W + slot;
       if (ko < 0 || ko >= cells) continue;
       const CellIn c = cell_at(ko);
-      const float* X = cell_set(ko);
+      const float* X = set_at(ko, r - 2, slot);
       const float* F = X + St::kTab;
       const float* xs = X + St::kX;
       float xa[4][2];
       load_xa(xs, xa);
       Pending pd;
       intra_product<kSplit>(coef_fragment<kSplit>(F, lane), xa, pd.intra);
-      const uint32_t* Wd = words(ko);
+      const uint32_t* Wd = words_at(ko, r - 2, slot);
       auto inter = [&](auto rest) {
         constexpr bool kRest = decltype(rest)::value;
-        inter_quarters<kNT, kSplit, kRest, kTile>(c_tiles(ko), crow, ccol, 0, [&](int jl, int pt) {
+        inter_quarters<kNT, kSplit, kRest, kTile>(c_at(ko, r - 2, slot), crow, ccol, 0, [&](int jl, int pt) {
           Frag2<kSplit> b2;
           const uint2 v = *reinterpret_cast<const uint2*>(Wd + (jl * 32 + lane) * 4 + 2 * pt);
           b2.hi[0] = v.x, b2.hi[1] = v.y;
@@ -346,9 +399,9 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
   // formality), so that no warp of the block reaches global memory unordered with the table pass.
   wait_tables();
   // S_start's words of C·Sᵀ (state_fragment: the walk's packing), for cell k's output warp next round.
-  auto publish = [&](int k, auto rest) {
+  auto publish = [&](int k, int rd, int slot, auto rest) {
     constexpr bool kRest = decltype(rest)::value;
-    uint32_t* const Wd = words(k) + (nt0 / 2) * 32 * 4;
+    uint32_t* const Wd = words_at(k, rd, slot) + (nt0 / 2) * 32 * 4;
 #pragma unroll
     for (int jl = 0; jl < CT / 2; ++jl) {
       const Frag2<kSplit> b0 = state_fragment<kSplit, kRest>(S, jl, 0), b1 = state_fragment<kSplit, kRest>(S, jl, 1);
@@ -367,21 +420,31 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
       // The cell's delta and decay are read before the words are stored: ptxas keeps a shared load after a
       // shared store it cannot tell apart, so read after them, the fold waited for both (session 50, ncu).
       const CellIn c = cell_at(k);
-      const float decay = cell_set(k)[St::kTab + kTabDecay];
-      const float* D = deltas(k) + nt0 * 32 * 4;
+      const float decay = set_at(k, r - 1, i)[St::kTab + kTabDecay];
+      const float* D = deltas_at(k, r - 1, i) + nt0 * 32 * 4;
       float4 dv[CT];
       // Nine warps are checked for registers as twelve (a block's warps round up to the SM's four partitions):
       // 168 a thread, where one chain warp's S, deltas and words took 177-179 (W ≤ 3) and spilled 8 bytes. So at
       // W = 4 with one chain warp half of the deltas are read after the words (ptxas, sm_90a: 165, no spill).
       constexpr int kEarly = W == 4 && KC == 1 ? CT / 2 : CT;
+      if constexpr (kLean) {
 #pragma unroll
-      for (int j = 0; j < kEarly; ++j)
-        dv[j] = c.fold ? *reinterpret_cast<const float4*>(D + (j * 32 + lane) * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
-      if (kSplit && !bf16) publish(k, std::true_type{});
-      else publish(k, std::false_type{});
+        for (int j = 0; j < kEarly; ++j) dv[j] = *reinterpret_cast<const float4*>(D + (j * 32 + lane) * 4);
+      } else {
 #pragma unroll
-      for (int j = kEarly; j < CT; ++j)
-        dv[j] = c.fold ? *reinterpret_cast<const float4*>(D + (j * 32 + lane) * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int j = 0; j < kEarly; ++j)
+          dv[j] = c.fold ? *reinterpret_cast<const float4*>(D + (j * 32 + lane) * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      if (kSplit && !bf16) publish(k, r - 1, i, std::true_type{});
+      else publish(k, r - 1, i, std::false_type{});
+      if constexpr (kLean) {
+#pragma unroll
+        for (int j = kEarly; j < CT; ++j) dv[j] = *reinterpret_cast<const float4*>(D + (j * 32 + lane) * 4);
+      } else {
+#pragma unroll
+        for (int j = kEarly; j < CT; ++j)
+          dv[j] = c.fold ? *reinterpret_cast<const float4*>(D + (j * 32 + lane) * 4) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
       if (!c.fold) continue;  // a cell the call does not complete keeps the state (it is the call's last)
       auto fold = [&](auto bf16c) {
 #pragma unroll
@@ -401,19 +464,19 @@ __global__ void __launch_bounds__(32 * (2 * W + KC), 1)
   if (folded) store_state<CT>(st, sbase, b.p0 + gi, N, nt0, q, S);  // else the slot keeps its state
 }
 
-template <int W, int KC, bool kSplit>
+template <int W, int KC, bool kSplit, bool kLean>
 void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const float* xbc, int ld, const float* dt,
             const float* D, const SsdState& st, const float* tables, const uint16_t* rows16, float* y, cudaStream_t s,
             bool programmatic) {
   constexpr std::size_t smem = static_cast<std::size_t>(RelayLayout<W, kSplit>::kFloats) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(sh.H), static_cast<unsigned>(sh.P / 16));
   if (programmatic) {
-    ensure_smem(relay_kernel<W, KC, kSplit, true>, smem, "ssd tc relay smem");
-    launch_programmatic_if(true, relay_kernel<W, KC, kSplit, true>, grid, dim3(32 * (2 * W + KC)), smem, s,
+    ensure_smem(relay_kernel<W, KC, kSplit, true, kLean>, smem, "ssd tc relay smem");
+    launch_programmatic_if(true, relay_kernel<W, KC, kSplit, true, kLean>, grid, dim3(32 * (2 * W + KC)), smem, s,
                            "ssd tc relay", sh, g, p, xbc, ld, dt, D, st, tables, rows16, y);
   } else {
-    ensure_smem(relay_kernel<W, KC, kSplit, false>, smem, "ssd tc relay smem");
-    relay_kernel<W, KC, kSplit, false>
+    ensure_smem(relay_kernel<W, KC, kSplit, false, kLean>, smem, "ssd tc relay smem");
+    relay_kernel<W, KC, kSplit, false, kLean>
         <<<grid, 32 * (2 * W + KC), smem, s>>>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y);
   }
   check_launch("ssd tc relay");
@@ -424,16 +487,30 @@ void launch(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const floa
 
 void ssd_tc_relay(int cell_warps, int chain_warps, bool split, const SsdShape& sh, const ScanGrid& g,
                   const PassSeqs& p, const float* xbc, int ld, const float* dt, const float* D, SsdState st,
-                  const float* tables, const uint16_t* rows16, float* y, cudaStream_t s, bool programmatic) {
+                  const float* tables, const uint16_t* rows16, float* y, cudaStream_t s, bool programmatic,
+                  bool lean) {
+  if (lean && (sh.groups != 1 || chain_warps != 2 || cell_warps < 2 || cell_warps > 3))
+    throw Error("CUDA SSD tc relay: the lean way is compiled for one group, 2 or 3 cell warps and 2 chain warps (the "
+                "default shapes); got " + std::to_string(sh.groups) + " groups, " + std::to_string(cell_warps) +
+                " cell warps, " + std::to_string(chain_warps) + " chain warps");
   auto go = [&](auto wc, auto kc) {
     constexpr int W = decltype(wc)::value, KC = decltype(kc)::value;
+    constexpr bool kLeanShape = KC == 2 && (W == 2 || W == 3);
     if (split) {
-      if constexpr (ssd::kFits<W, true>)
-        ssd::launch<W, KC, true>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s, programmatic);
-      else throw Error("CUDA SSD tc relay: " + std::to_string(W) + " cell warps with split products need more "
-                       "shared memory than a block has; take 1 or 2");
+      if constexpr (ssd::kFits<W, true>) {
+        if constexpr (kLeanShape)
+          if (lean) return ssd::launch<W, KC, true, true>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s,
+                                                          programmatic);
+        ssd::launch<W, KC, true, false>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s, programmatic);
+      } else {
+        throw Error("CUDA SSD tc relay: " + std::to_string(W) + " cell warps with split products need more "
+                    "shared memory than a block has; take 1 or 2");
+      }
     } else {
-      ssd::launch<W, KC, false>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s, programmatic);
+      if constexpr (kLeanShape)
+        if (lean) return ssd::launch<W, KC, false, true>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s,
+                                                         programmatic);
+      ssd::launch<W, KC, false, false>(sh, g, p, xbc, ld, dt, D, st, tables, rows16, y, s, programmatic);
     }
   };
   auto by_chain = [&](auto wc) {

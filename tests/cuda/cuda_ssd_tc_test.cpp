@@ -388,6 +388,53 @@ TEST(CudaSsdTc, TheRelayHasTheWalksBits) {
   });
 }
 
+// The lean relay (SsdTcWay::lean: constant-step tile copies, buffers by round and slot, the chain's deltas read
+// without a select) has the walk's bits at the shapes it is compiled for (2 and 3 cell warps, 2 chain warps, one
+// group), every schedule, both products and state dtypes, ordinary and programmatic launches; with two groups, or
+// another shape, it is refused by name. Companion: the lean relay on an input changed by 1 % gives other bits.
+TEST(CudaSsdTc, TheLeanRelayHasTheWalksBits) {
+  PARITY_REQUIRE_GPU();
+  const cuda::ScanGrid g{true, 16, true};
+  for_each_case([&](const Shape& sh, bool bf16, ScanProducts prod, int T, int slots, const Inputs& in,
+                    const std::string& what) {
+    cuda::SsdTcWay lean{0, 0, prod == ScanProducts::split ? 2 : 3, 2};
+    lean.lean = 1;
+    if (sh.groups != 1) {
+      try {
+        run(sh, g, bf16, T, in, whole(slots, T), {prod, lean});
+        ADD_FAILURE() << what << ": the lean relay took two groups";
+      } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("the lean way is compiled for one group"), std::string::npos) << e.what();
+      }
+      return;
+    }
+    // The sweep's one-group shape has rows that are not 16-byte aligned; the model's are (the x copies that step by
+    // a constant), so both.
+    const Shape aligned{sh.H, sh.P, sh.N, 1, 0};
+    for (const auto& [shape, inputs] : {std::pair<Shape, Inputs>{sh, in}, {aligned, make_inputs(aligned, slots, T)}}) {
+      const Result ref = run(shape, g, bf16, T, inputs, whole(slots, T), tc(1, 1, prod));
+      for (int cw : {2, 3})
+        for (const auto& [sname, sched] : schedules(slots, T))
+          for (int level : {0, 2}) {
+            if (cw == 3 && prod == ScanProducts::split) continue;  // its stages do not fit a block
+            cuda::SsdTcWay way{0, 0, cw, 2};
+            way.lean = 1;
+            way.programmatic = level;
+            EXPECT_TRUE(same_bits(run(shape, g, bf16, T, inputs, sched, {prod, way}), ref))
+                << what << " pad " << shape.pad << " cell warps " << cw << " schedule " << sname << " level "
+                << level;
+          }
+    }
+    lean.chain_warps = 1;
+    EXPECT_ANY_THROW(run(sh, g, bf16, T, in, whole(slots, T), {prod, lean})) << what << " (one chain warp)";
+    lean.chain_warps = 2;
+    const Result ref = run(sh, g, bf16, T, in, whole(slots, T), tc(1, 1, prod));
+    Inputs in2 = in;
+    in2.xbc[1][std::size_t(40) * sh.ld() + 2 * sh.P + 3] *= 1.01f;  // slot 1, row 40, head 2, p 3
+    EXPECT_FALSE(same_bits(run(sh, g, bf16, T, in2, whole(slots, T), {prod, lean}), ref)) << what << " (companion)";
+  });
+}
+
 // The programmatic ways (SsdTcWay::programmatic 1: the band lets the table pass start early, the table pass and the
 // relay wait on the device for the launch before them; 2: the band is launched programmatically too) have the
 // ordinary launches' bits, and leave the same state and ring: the relay's default shapes (also after the one-launch
@@ -402,19 +449,27 @@ TEST(CudaSsdTc, ProgrammaticLaunchesHaveTheOrdinaryBits) {
   const cuda::ScanGrid g{true, 16, true};
   for_each_case([&](const Shape& sh, bool bf16, ScanProducts prod, int T, int slots, const Inputs& in,
                     const std::string& what) {
-    // (cell warps, chain warps, tables): one cell a round; the default shape; the default shape after the band and
-    // tables' one launch (an ordinary launch, then the relay programmatically).
+    // (warps over p, cell warps, chain warps, tables): the relay with one cell a round; the relay's default shape;
+    // that shape after the band and tables' one launch (an ordinary launch, then the relay programmatically); the
+    // walk (the band and the table pass programmatic, the walk ordinary).
     const int wide = prod == ScanProducts::split ? 2 : 3;
-    const int ways[][3] = {{1, 1, 0}, {wide, 2, 0}, {wide, 2, 1}};
-    for (const auto& [cw, kc, tables] : ways)
+    const int ways[][4] = {{0, 1, 1, 0}, {0, wide, 2, 0}, {0, wide, 2, 1}, {2, 0, 0, 0}};
+    for (const auto& [wp, cw, kc, tables] : ways)
       for (const auto& [sname, sched] : schedules(slots, T)) {
-        cuda::SsdTcWay way{0, 0, cw, kc};
+        cuda::SsdTcWay way{wp, wp > 0 ? 2 : 0, cw, kc};
         way.tables = tables;
+        way.programmatic = 0;
         const Result ordinary = run(sh, g, bf16, T, in, sched, {prod, way});
-        for (int level : {1, 2}) {
+        // 1 and 2 on a stream of their own; then the process's level, set to 2, on the legacy stream (run() takes
+        // it for a way that names no level): how the model's passes and the benches launch.
+        for (int level : {1, 2, cuda::kSsdTcProcessLevel}) {
           way.programmatic = level;
-          EXPECT_TRUE(same_bits(run(sh, g, bf16, T, in, sched, {prod, way}), ordinary))
-              << what << " cell warps " << cw << " tables " << tables << " schedule " << sname << " level " << level;
+          const int process = cuda::ssd_tc_programmatic();
+          if (level == cuda::kSsdTcProcessLevel) cuda::set_ssd_tc_programmatic(2);
+          const Result got = run(sh, g, bf16, T, in, sched, {prod, way});
+          cuda::set_ssd_tc_programmatic(process);
+          EXPECT_TRUE(same_bits(got, ordinary)) << what << " warps over p " << wp << " cell warps " << cw << " tables "
+                                                << tables << " schedule " << sname << " level " << level;
         }
         if (cw == 1 && std::string(sname) == "whole") {
           Inputs in2 = in;
@@ -449,6 +504,7 @@ TEST(CudaSsdTc, TheLaunchSwitchIsCheckedAndTaken) {
     EXPECT_EQ(cuda::ssd_tc_programmatic(), level) << value;
   }
   ::unsetenv("PARITY_CUDA_TC_LAUNCH");
+  cuda::set_ssd_tc_programmatic(cuda::kSsdTcProgrammaticDefault);  // the tests after this one take the default
 }
 
 // The band and the tables in one launch (SsdTcWay::tables = 1, ssd_tc_cell_band.cu) against the two launches (band,
