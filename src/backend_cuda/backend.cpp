@@ -58,8 +58,8 @@ void persistent_mode_from_env() {
 }
 
 // PARITY_CUDA_TC_LAUNCH=ordinary|programmatic|programmatic-band (kernels_cuda/ssd_tc.h's set_ssd_tc_programmatic)
-// chooses how the tensor-core scan's launches go, for the process; unset leaves it as it is (ordinary unless a caller
-// set it).
+// chooses how the tensor-core scan's launches go, for the process; unset leaves it as it is (programmatic-band,
+// kSsdTcProgrammaticDefault, unless a caller set it).
 void tc_launch_from_env() {
   const char* v = std::getenv("PARITY_CUDA_TC_LAUNCH");
   if (!v) return;

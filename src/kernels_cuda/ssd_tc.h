@@ -36,7 +36,7 @@ using kernels::ScanProducts;
 // what the one before it writes. Only the gaps between the launches change, never a value (session 53: written and
 // run on an H100: level 2 70.8 µs against 73.8 at 1 × 2048, even at 8 × 2048; the walk's launches, and with
 // tables = 1 the one launch before the relay, stay ordinary). kSsdTcProcessLevel (the default) takes the process's
-// level (set_ssd_tc_programmatic below). Other values throw.
+// level (set_ssd_tc_programmatic below: 2 unless set). Other values throw.
 constexpr int kSsdTcProcessLevel = -1;
 struct SsdTcWay {
   int warps_p = 0, warps_n = 0, cell_warps = 0, chain_warps = 0;
@@ -48,8 +48,9 @@ struct SsdTcWay {
   int tables = 0;
   // The relay's instructions a round (ssd_tc_relay.cu's kLean; the same bits): 0 as run since session 51 (the
   // default); 1 whole cells' tile copies at a constant step, each warp's buffers from its round and slot, the chain's
-  // deltas read without a select (session 54: compiled, not yet run). Only for one group at the relay's default
-  // shapes (2 or 3 cell warps, 2 chain warps); elsewhere it throws. Other values throw.
+  // deltas read without a select (session 54, H100: 9 % fewer instructions in the relay, the same time, 71.6-71.9
+  // against 71.1-71.3 µs at 1 × 2048; the relay waits, it does not issue). Only for one group at the relay's
+  // default shapes (2 or 3 cell warps, 2 chain warps); elsewhere it throws. Other values throw.
   int lean = 0;
 };
 
@@ -77,9 +78,10 @@ void ssd_tc_scan(const SsdShape& sh, const ScanGrid& g, const PassSeqs& p, const
 // passes, which take the default way through ssd_scan, get theirs. kSsdTcProgrammaticDefault unless set, and taken
 // only while programmatic_launch() (ops.h) is on, else 0, so the switch that turns the small kernels' programmatic
 // launches off turns these off too. PARITY_CUDA_TC_LAUNCH=ordinary|programmatic|programmatic-band (0, 1, 2; read
-// when a CUDA model loads, backend.cpp) sets it for the process. 0 until level 2 has run on the legacy stream
-// too (tests and benches launch there): it becomes 2 after the device call of scripts/gpu-opt-in.sh passes.
-constexpr int kSsdTcProgrammaticDefault = 0;
+// when a CUDA model loads, backend.cpp) sets it for the process. 2 since session 54 (H100, on the legacy stream the
+// tests and benches launch on: 71.2-71.5 µs at 1 × 2048 against ordinary launches' 73.4-73.9, 8 × 2048 even; every
+// GPU test and verify passed).
+constexpr int kSsdTcProgrammaticDefault = 2;
 void set_ssd_tc_programmatic(int level);
 int ssd_tc_programmatic();
 
