@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/gpu-opt-in.sh BIN_DIR [MAMBA_SSM_DIR] — one device call (under ten minutes) for the tensor-core scan's
-# opt-in ways that have been compiled but not yet run on a GPU (docs/performance.md, "Session 54"): each way is
-# benched beside the default in the same process, then its tests, verify end to end and
+# newest ways (today session 54's call, docs/performance.md, "Session 54": the programmatic level on the legacy
+# stream, now the default, and the lean relay; edit the bench filter and the tests for the next opt-in): each way
+# is benched beside the default in the same process, then its tests, verify end to end and
 # racecheck, in order of value, so a call cut short still has the figures. BIN_DIR holds parity,
 # parity_gpu_tests and parity_gpu_bench (a build folder, or a bundle's bins/NAME after
 # `source scripts/gpu-bundle.sh unpack DIR`); MAMBA_SSM_DIR, if given, runs mamba_ssm's chunk scan in the same call
