@@ -315,6 +315,13 @@ void tc_prefill(benchmark::State& state, cuda::SsdTcWay way, cuda::ScanProducts 
   }
   state.SetItemsProcessed(state.iterations() * batch * 2048);
 }
+// The default way with one of its switches (a field of SsdTcWay) set to arg3, device time: the switches' benches
+// below. arg2 the products (0 bf16, 1 split).
+void tc_prefill_switch(benchmark::State& state, int cuda::SsdTcWay::*field, bool own_stream = false) {
+  cuda::SsdTcWay w;
+  w.*field = static_cast<int>(state.range(3));
+  tc_prefill(state, w, tc_products(state.range(2)), true, own_stream);
+}
 // The default way: bf16 products, the block shape by batch size.
 void BM_CudaSsdTcPrefill(benchmark::State& state) { tc_prefill(state, {}, cuda::ScanProducts::bfloat16); }
 BENCHMARK(BM_CudaSsdTcPrefill)->ArgsProduct({{1, 8, 32}, {16}})->UseManualTime()->Unit(benchmark::kMicrosecond);
@@ -387,9 +394,7 @@ BENCHMARK(BM_CudaSsdTcPrefillRelay)
 // (0 bf16, 1 split), arg3 the level (0 ordinary, 1 the table pass and the relay, 2 the band too). Device time, as
 // BM_CudaSsdTcPrefillDevice; all on the same stream of their own, so they differ in their launches alone.
 void BM_CudaSsdTcPrefillProgrammatic(benchmark::State& state) {
-  cuda::SsdTcWay w;
-  w.programmatic = static_cast<int>(state.range(3));
-  tc_prefill(state, w, tc_products(state.range(2)), true, true);
+  tc_prefill_switch(state, &cuda::SsdTcWay::programmatic, true);
 }
 BENCHMARK(BM_CudaSsdTcPrefillProgrammatic)
     ->ArgsProduct({{1, 2, 8}, {16}, {0, 1}, {0, 1, 2}})
@@ -399,11 +404,7 @@ BENCHMARK(BM_CudaSsdTcPrefillProgrammatic)
 // The lean relay (arg3 1: SsdTcWay::lean, fewer instructions a round, ssd_tc_relay.cu's kLean) or the relay as it
 // has run (0), each at the default way for its size (one sequence: the relay; the lean way needs the relay, so
 // only arg0 1); arg2 the products (0 bf16, 1 split). Device time, as BM_CudaSsdTcPrefillDevice.
-void BM_CudaSsdTcPrefillLean(benchmark::State& state) {
-  cuda::SsdTcWay w;
-  w.lean = static_cast<int>(state.range(3));
-  tc_prefill(state, w, tc_products(state.range(2)), true);
-}
+void BM_CudaSsdTcPrefillLean(benchmark::State& state) { tc_prefill_switch(state, &cuda::SsdTcWay::lean); }
 BENCHMARK(BM_CudaSsdTcPrefillLean)
     ->ArgsProduct({{1}, {16}, {0, 1}, {0, 1}})
     ->UseManualTime()
@@ -412,11 +413,7 @@ BENCHMARK(BM_CudaSsdTcPrefillLean)
 // The band and the tables in one launch (arg3 1: SsdTcWay::tables, ssd_tc_cell_band.cu) or two (0: the band, then
 // the table pass), each way otherwise the default for its size; arg2 the products (0 bf16, 1 split). Device time, as
 // BM_CudaSsdTcPrefillDevice.
-void BM_CudaSsdTcPrefillTables(benchmark::State& state) {
-  cuda::SsdTcWay w;
-  w.tables = static_cast<int>(state.range(3));
-  tc_prefill(state, w, tc_products(state.range(2)), true);
-}
+void BM_CudaSsdTcPrefillTables(benchmark::State& state) { tc_prefill_switch(state, &cuda::SsdTcWay::tables); }
 BENCHMARK(BM_CudaSsdTcPrefillTables)
     ->ArgsProduct({{1, 2, 8}, {16}, {0, 1}, {0, 1}})
     ->UseManualTime()
